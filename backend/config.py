@@ -1,0 +1,57 @@
+"""Plain settings objects shared by the CLI and the window. No torch here."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class ModelChoice:
+    name: str = "smollm2-135m"   # a known name (bundled or synthetic shape), a folder, a .gguf file or a hub id
+    device: str = "auto"         # auto | cpu | cuda | cuda:N | mps
+    dtype: str = "auto"          # auto | float32 | bfloat16 | float16
+
+
+@dataclass(slots=True)
+class SamplingConfig:
+    temperature: float = 0.0     # 0 is greedy
+    top_p: float = 1.0
+    seed: int = 0
+    ignore_eos: bool = False
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    policy: str = "continuous"   # static | continuous | chunked
+    max_batch: int = 32          # requests running at once (= KV cache slots)
+    chunk_tokens: int = 512      # per-step token budget under the chunked policy
+    kv_tokens: int | None = None # KV cache capacity in tokens; None derives it from free memory
+    max_len: int | None = None   # longest sequence (prompt + output) one slot holds; None derives it from the workload
+    warmup_steps: int = 2        # untimed steps run before the clock starts
+
+
+@dataclass(slots=True)
+class BatchRun:
+    """`run`: one batch, prefilled together then decoded together."""
+
+    prompt: str | None = None    # text prompt (each request gets the same one), or None for synthetic tokens
+    chat: bool = False
+    prompt_len: int = 128
+    output_len: int = 64
+    batch: int = 1
+
+
+@dataclass(slots=True)
+class RunConfig:
+    """Everything one run needs; written to run.json so a run can be reproduced."""
+
+    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt
+    model: ModelChoice = field(default_factory=ModelChoice)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    batch: BatchRun = field(default_factory=BatchRun)
+    workload: object | None = None       # backend.workload.WorkloadSpec for mode "load"
+    sweep: object | None = None          # backend.sweep.SweepSpec for the sweep modes
+    profile: str | None = None           # GPU profile name or path
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    out_dir: str | None = None

@@ -1,0 +1,64 @@
+"""Events a run emits while it goes, besides the RecordBatch of each step.
+
+The CLI prints them; the window's worker forwards them as Qt signals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Progress:
+    """Long work under way: loading weights, warm-up, a sweep."""
+
+    message: str
+    fraction: float | None = None   # 0..1, or None when unknown
+
+
+@dataclass(slots=True)
+class ModelLoaded:
+    name: str
+    device: str          # e.g. "cpu", "cuda:0"
+    device_name: str     # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+    dtype: str           # e.g. "float32"
+    source: str          # where the weights came from
+    random_weights: bool
+    num_params: int
+    weight_bytes: int
+    kv_capacity: int     # KV cache capacity in tokens
+    shape: object        # backend.models.base.ModelShape (for the roofline)
+
+
+@dataclass(slots=True)
+class RequestsArrived:
+    """Requests that just arrived (queued), so lanes can start drawing their queue segment."""
+
+    request_ids: list[int]
+    arrival_ms: list[float]
+    prompt_tokens: list[int]
+
+
+@dataclass(slots=True)
+class SweepPoint:
+    """One measured point of a batch-size or prompt-length sweep."""
+
+    kind: str                 # "batch" or "prompt"
+    x: int                    # batch size or prompt length
+    step_ms: float            # median decode step (batch) or prefill time (prompt)
+    tokens_per_s: float
+    flops: float
+    bytes: float
+    mfu: float | None
+    mbu: float | None
+    predicted_ms: float | None        # for the selected profile
+    predicted_local_ms: float | None  # for this machine's calibrated or generic profile
+    bound: str                        # "compute" or "memory" (for the selected profile)
+
+
+@dataclass(slots=True)
+class RunFinished:
+    run_id: str
+    summary: dict = field(default_factory=dict)
+    stopped: bool = False     # stopped by the user before the end
+    error: str | None = None  # one-line message when the run failed part way
+    data: object = None       # backend.export.RunData: every record of the run
