@@ -1,0 +1,108 @@
+"""Which devices and dtypes this machine can run, and the names shown for them."""
+from __future__ import annotations
+
+import platform
+import re
+
+import torch
+
+from backend.errors import InputError
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def _mps_available() -> bool:
+    return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
+
+
+def available_devices() -> list[str]:
+    """What the pickers offer: auto, cpu, each CUDA device, mps."""
+    devices = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if _mps_available():
+        devices.append("mps")
+    return devices
+
+
+def resolve_device(spec: str) -> torch.device:
+    """auto | cpu | cuda | cuda:N | mps -> a device this machine has."""
+    spec = spec.strip().lower()
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("mps") if _mps_available() else torch.device("cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "mps":
+        if not _mps_available():
+            raise InputError("device 'mps' is not available on this machine; available: " + ", ".join(available_devices()))
+        return torch.device("mps")
+    m = re.fullmatch(r"cuda(?::(\d+))?", spec)
+    if m is None:
+        raise InputError(f"unknown device {spec!r}; use one of: {', '.join(available_devices())}")
+    if not torch.cuda.is_available():
+        raise InputError(f"device {spec!r} is not available (this torch build or machine has no CUDA); "
+                         f"available: {', '.join(available_devices())}")
+    index = int(m.group(1)) if m.group(1) else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise InputError(f"device {spec!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
+def available_dtypes(device: torch.device) -> list[str]:
+    if device.type == "cuda":
+        return ["float32", "float16"] + (["bfloat16"] if torch.cuda.is_bf16_supported() else [])
+    if device.type == "mps":
+        try:  # bfloat16 on MPS depends on the macOS version
+            torch.zeros(1, dtype=torch.bfloat16, device=device)
+            return ["float32", "float16", "bfloat16"]
+        except (RuntimeError, TypeError):
+            return ["float32", "float16"]
+    return ["float32", "bfloat16", "float16"]
+
+
+def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
+    """auto -> bfloat16 on CUDA (float16 where unsupported), float16 on MPS, float32 on CPU."""
+    spec = spec.strip().lower()
+    if spec == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float16 if device.type == "mps" else torch.float32
+    if spec not in DTYPES:
+        raise InputError(f"unknown dtype {spec!r}; use one of: auto, float32, bfloat16, float16")
+    dtype = DTYPES[spec]
+    if dtype_name(dtype) not in available_dtypes(device):
+        raise InputError(f"dtype {spec} cannot run on {device}; available: {', '.join(available_dtypes(device))}")
+    return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work, so that a clock read after it measures the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return f"Apple GPU (MPS, {platform.machine()})"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"

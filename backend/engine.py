@@ -1,0 +1,205 @@
+"""The engine loop: arrivals -> schedule -> run -> update requests -> records.
+
+Arrivals happen in wall-clock time while the engine runs; when nothing is waiting or
+running the engine idles until the next arrival. The clock and the sleep are injected,
+so the loop can be driven by a fake clock in tests.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .records import RecordBatch, RequestRecord, StepRecord, TokenRecord
+from .request import Request
+from .scheduler import Scheduler
+from .workload import RequestSpec
+from .events import RequestsArrived
+
+IDLE_POLL_S = 0.05  # longest idle sleep, so Stop is honoured while waiting for arrivals
+
+
+class FixedSource:
+    """A fixed list of requests (one batch for `run`); the same interface as WorkloadSource."""
+
+    def __init__(self, specs: list[RequestSpec]):
+        self._specs = sorted(specs, key=lambda s: s.arrival_ms)
+        self._next = 0
+
+    @property
+    def num_total(self) -> int:
+        return len(self._specs)
+
+    @property
+    def max_sequence_len(self) -> int:
+        return max((len(s.prompt_ids) + s.max_new_tokens for s in self._specs), default=1)
+
+    def due(self, now_ms: float) -> list[RequestSpec]:
+        out = []
+        while self._next < len(self._specs) and self._specs[self._next].arrival_ms <= now_ms:
+            out.append(self._specs[self._next])
+            self._next += 1
+        return out
+
+    def next_arrival_ms(self) -> float | None:
+        return self._specs[self._next].arrival_ms if self._next < len(self._specs) else None
+
+    def on_finish(self, now_ms: float) -> None:
+        pass
+
+    def is_exhausted(self) -> bool:
+        return self._next >= len(self._specs)
+
+
+@dataclass(slots=True)
+class EngineResult:
+    run_id: str
+    steps: list[StepRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    tokens: list[TokenRecord] = field(default_factory=list)
+    stopped: bool = False
+    error: str | None = None
+
+
+class Engine:
+    """Drives a scheduler and a runner over a request source, emitting one RecordBatch per step."""
+
+    def __init__(self, scheduler: Scheduler, runner, run_id: str, tokenizer=None,
+                 stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False,
+                 clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep):
+        self.scheduler = scheduler
+        self.runner = runner
+        self.run_id = run_id
+        self.tokenizer = tokenizer
+        self.stop_ids = stop_ids
+        self.ignore_eos = ignore_eos
+        self.clock = clock
+        self.sleep = sleep
+        self._requests: dict[int, Request] = {}
+        self._text: dict[int, str] = {}
+
+    def run(self, source, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> EngineResult:
+        result = EngineResult(self.run_id)
+        t0 = self.clock()
+
+        def now_ms() -> float:
+            return (self.clock() - t0) * 1000.0
+
+        step_index = 0
+        try:
+            while True:
+                if should_stop():
+                    result.stopped = True
+                    break
+                arrived = self._admit_arrivals(source, now_ms())
+                if arrived:
+                    emit(RequestsArrived([r.request_id for r in arrived], [r.arrival_ms for r in arrived],
+                                         [len(r.prompt_ids) for r in arrived]))
+                start = now_ms()
+                out = self.scheduler.schedule(start)
+                batch = RecordBatch()
+                self._retire(out.rejected, batch, source, start)
+                if out.num_tokens == 0:
+                    if batch.requests:
+                        self._collect(batch, result, emit)
+                        continue
+                    if not self.scheduler.has_work and source.is_exhausted():
+                        break
+                    nxt = source.next_arrival_ms()
+                    wait_s = IDLE_POLL_S if nxt is None else min(IDLE_POLL_S, max(0.0, nxt - now_ms()) / 1000)
+                    self.sleep(wait_s)
+                    continue
+                # context attended to by each request in this step: cached tokens + the new ones
+                contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
+                contexts += [r.num_computed + 1 for r in out.decode]
+                sampled = self.runner.run(out)
+                end = now_ms()
+                finished = self.scheduler.update(out, sampled, end)
+                batch.steps.append(self._step_record(step_index, out, contexts, start, end))
+                step_index += 1
+                for rid in sampled:
+                    req = self._requests[rid]
+                    batch.tokens.append(TokenRecord(rid, len(req.output_ids) - 1, end, req.output_ids[-1]))
+                self._stream_text(sampled, batch)
+                self._retire(finished, batch, source, end)
+                self._collect(batch, result, emit)
+        except Exception as exc:  # the partial run is kept; the caller shows the message
+            result.error = describe_failure(exc)
+        self._record_unfinished(result, emit)
+        return result
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _admit_arrivals(self, source, now: float) -> list[Request]:
+        arrived = []
+        for spec in source.due(now):
+            req = Request(request_id=spec.request_id, prompt_ids=list(spec.prompt_ids),
+                          max_new_tokens=spec.max_new_tokens, arrival_ms=spec.arrival_ms,
+                          stop_ids=self.stop_ids, ignore_eos=self.ignore_eos, prompt_text=spec.prompt_text)
+            self._requests[req.request_id] = req
+            self.scheduler.add(req)
+            arrived.append(req)
+        return arrived
+
+    def _step_record(self, index: int, out, contexts: list[int], start: float, end: float) -> StepRecord:
+        num_prefill_tokens = sum(c.num_tokens for c in out.prefill)
+        return StepRecord(
+            run_id=self.run_id, step=index, phase=out.phase,
+            num_requests=len(out.prefill) + len(out.decode), num_prefill_requests=len(out.prefill),
+            num_decode_requests=len(out.decode), num_tokens=num_prefill_tokens + len(out.decode),
+            num_prefill_tokens=num_prefill_tokens, num_decode_tokens=len(out.decode),
+            context_tokens=sum(contexts), max_context_tokens=max(contexts, default=0),
+            start_ms=start, duration_ms=end - start, kv_tokens=self.scheduler.kv_tokens_used,
+            kv_capacity=self.scheduler.config.kv_capacity, num_waiting=self.scheduler.num_waiting,
+            num_running=self.scheduler.num_running)
+
+    def _stream_text(self, sampled: dict[int, int], batch: RecordBatch) -> None:
+        if self.tokenizer is None:
+            return
+        for rid in sampled:
+            text = self.tokenizer.decode(self._requests[rid].output_ids)
+            old = self._text.get(rid, "")
+            # hold back a trailing replacement char: a multi-byte character may be half decoded
+            if text.endswith("\ufffd"):
+                continue
+            if len(text) > len(old):
+                batch.text[rid] = text[len(old):] if text.startswith(old) else text
+            self._text[rid] = text
+
+    def _retire(self, requests: list[Request], batch: RecordBatch, source, now: float) -> None:
+        for req in requests:
+            batch.requests.append(req.to_record(self._final_text(req)))
+            source.on_finish(now)
+            self._requests.pop(req.request_id, None)
+
+    def _final_text(self, req: Request) -> str:
+        if self.tokenizer is None or not req.output_ids:
+            return ""
+        return self.tokenizer.decode(req.output_ids)
+
+    def _collect(self, batch: RecordBatch, result: EngineResult, emit) -> None:
+        result.steps.extend(batch.steps)
+        result.tokens.extend(batch.tokens)
+        result.requests.extend(batch.requests)
+        emit(batch)
+
+    def _record_unfinished(self, result: EngineResult, emit) -> None:
+        """Requests still queued or running when the run stopped are kept, with why they did not finish."""
+        reason = "stopped by user" if result.stopped else (f"run failed: {result.error}" if result.error else "")
+        batch = RecordBatch()
+        for req in sorted(self._requests.values(), key=lambda r: r.request_id):
+            if req.finish_reason == "":
+                req.finish_reason = reason or "unfinished"
+            batch.requests.append(req.to_record(self._final_text(req)))
+        self._requests.clear()
+        if batch.requests:
+            self._collect(batch, result, emit)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for a failure inside the run (the CLI prints it; the window shows it)."""
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+    if "OutOfMemory" in name or "out of memory" in text.lower():
+        return f"out of memory: {text}"
+    return f"{name}: {text}"

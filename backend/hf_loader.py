@@ -1,0 +1,176 @@
+"""Hugging Face checkpoints: a folder with config.json and *.safetensors, or a hub id downloaded into one.
+
+Also home of `Checkpoint` (what every loader hands to weights.load_model) and `copy_weights`,
+which fills a model from tensors named as in transformers' checkpoints.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from backend.errors import InputError
+from backend.models.base import ModelShape
+from backend.tokenizer import Tokenizer
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama",
+    "GPT2LMHeadModel": "gpt2",
+}
+# Buffers some checkpoints carry that are not weights.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer.model", "*.txt"]
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """A model found on disk, before any weight is read."""
+
+    name: str
+    shape: ModelShape
+    rope_freq_factors: torch.Tensor | None
+    tensors: Callable[[], Iterator[tuple[str, torch.Tensor]]]  # yields transformers-named tensors, lazily
+    tokenizer: Tokenizer
+    source: str
+
+
+def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:
+    """Copy transformers-named tensors into the model (cast to its dtype, moved to its device)."""
+    dest = model.hf_destinations()
+    tied = model.shape.tie_embeddings
+    with torch.no_grad():
+        for name, tensor in tensors:
+            if name not in dest and "transformer." + name in dest:
+                name = "transformer." + name  # the original GPT-2 checkpoints have no prefix
+            if name not in dest:
+                if (tied and name == "lm_head.weight") or name.endswith(_IGNORED_SUFFIXES):
+                    continue
+                raise InputError(f"{source}: unexpected tensor {name!r} for a {model.shape.arch} model of this shape")
+            target = dest.pop(name)
+            if target.shape != tensor.shape:
+                raise InputError(f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                                 f"config.json implies {tuple(target.shape)}")
+            target.copy_(tensor)
+    if dest:
+        missing = sorted(dest)
+        raise InputError(f"{source}: {len(missing)} tensors missing, e.g. {', '.join(missing[:3])}")
+
+
+def _rope(config: dict, head_dim: int, theta: float, path: Path) -> torch.Tensor | None:
+    """Frequency divisors for Llama 3's rope scaling (None for plain rotary)."""
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        raise InputError(f"{path}: rope scaling {kind!r} is not supported (only default and llama3)")
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_len = scaling["original_max_position_embeddings"]
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    wavelen = 2 * math.pi / inv_freq
+    # Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
+    smooth = ((old_len / wavelen - low) / (high - low)).clamp(0.0, 1.0)
+    divisor = 1.0 / ((1 - smooth) / factor + smooth)
+    return torch.where(wavelen > old_len / low, torch.full_like(divisor, factor),
+                       torch.where(wavelen < old_len / high, torch.ones_like(divisor), divisor))
+
+
+def shape_from_config(config: dict, path: Path) -> tuple[ModelShape, torch.Tensor | None]:
+    """ModelShape (and rope frequency divisors) from a transformers config.json."""
+    names = config.get("architectures") or []
+    arch = next((ARCHITECTURES[a] for a in names if a in ARCHITECTURES), None)
+    if arch is None:
+        raise InputError(f"{path}: architecture {', '.join(names) or '(none given)'} is not supported; "
+                         f"supported: {', '.join(ARCHITECTURES)}")
+    try:
+        if arch == "gpt2":
+            d, heads = config["n_embd"], config["n_head"]
+            shape = ModelShape(
+                arch="gpt2", vocab_size=config["vocab_size"], hidden_size=d, num_layers=config["n_layer"],
+                num_heads=heads, num_kv_heads=heads, head_dim=d // heads,
+                intermediate_size=config.get("n_inner") or 4 * d, max_position=config["n_positions"],
+                norm_eps=config.get("layer_norm_epsilon", 1e-5), tie_embeddings=True)
+            return shape, None
+        if config.get("mlp_bias"):
+            raise InputError(f"{path}: mlp_bias is not supported")
+        d, heads = config["hidden_size"], config["num_attention_heads"]
+        head_dim = config.get("head_dim") or d // heads
+        theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+        shape = ModelShape(
+            arch="llama", vocab_size=config["vocab_size"], hidden_size=d, num_layers=config["num_hidden_layers"],
+            num_heads=heads, num_kv_heads=config.get("num_key_value_heads") or heads, head_dim=head_dim,
+            intermediate_size=config["intermediate_size"], max_position=config["max_position_embeddings"],
+            rope_theta=float(theta), norm_eps=config.get("rms_norm_eps", 1e-6),
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+            attention_bias="Qwen2ForCausalLM" in names or bool(config.get("attention_bias", False)))
+    except KeyError as exc:
+        raise InputError(f"{path}: missing field {exc.args[0]!r}") from None
+    return shape, _rope(config, head_dim, shape.rope_theta, path)
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError) as exc:
+            raise InputError(f"{index}: not a safetensors index ({exc})") from None
+        files = [folder / f for f in sorted(set(weight_map.values()))]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{folder}: no *.safetensors weights (other formats are not supported)")
+    for f in files:
+        if not f.is_file():
+            raise InputError(f"{f}: listed in the safetensors index but missing")
+    return files
+
+
+def _read_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import SafetensorError, safe_open
+
+    for f in files:
+        try:
+            with safe_open(f, framework="pt", device="cpu") as fh:
+                for key in fh.keys():
+                    yield key, fh.get_tensor(key)
+        except (SafetensorError, OSError) as exc:
+            raise InputError(f"{f}: cannot read safetensors file ({exc})") from None
+
+
+def hf_folder_checkpoint(folder: Path, name: str | None = None) -> Checkpoint:
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise InputError(f"{folder}: no config.json (expected a Hugging Face model folder)")
+    try:
+        config = json.loads(config_path.read_text())
+    except ValueError as exc:
+        raise InputError(f"{config_path}: not valid JSON ({exc})") from None
+    shape, factors = shape_from_config(config, config_path)
+    files = _safetensors_files(folder)
+    tokenizer = Tokenizer.from_hf_folder(folder)
+    return Checkpoint(name or folder.name, shape, factors, lambda: _read_safetensors(files), tokenizer,
+                      f"Hugging Face folder {folder} ({len(files)} safetensors file{'s' * (len(files) > 1)})")
+
+
+def hub_checkpoint(repo_id: str) -> Checkpoint:
+    """Download (or find in the local cache) a hub model's config, tokenizer and safetensors."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    try:
+        folder = snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=offline)
+    except GatedRepoError:
+        raise InputError(f"cannot download {repo_id}: the repository is gated (log in with `hf auth login`)") from None
+    except RepositoryNotFoundError:
+        raise InputError(f"cannot download {repo_id}: no such model on the Hugging Face Hub") from None
+    except Exception as exc:  # noqa: BLE001 -- any network or cache failure means the same thing to the user
+        why = "offline (HF_HUB_OFFLINE is set) and not in the local cache" if offline else f"offline or unreachable ({type(exc).__name__})"
+        raise InputError(f"cannot download {repo_id}: {why}") from None
+    return hf_folder_checkpoint(Path(folder), name=repo_id)

@@ -1,0 +1,44 @@
+"""`load`: a workload of requests through the scheduler, with flags overriding the workload file."""
+from __future__ import annotations
+
+from .config import EngineConfig, RunConfig
+
+
+def add_load_parser(sub, model_flags) -> None:
+    p = sub.add_parser("load", help="drive a workload of requests through static / continuous / chunked scheduling")
+    model_flags(p)
+    p.add_argument("--workload", default="poisson-chat", help="a preset name (profiles/workloads/) or a TOML path")
+    p.add_argument("--policy", default="continuous", choices=["static", "continuous", "chunked"])
+    p.add_argument("--max-batch", type=int, default=32, help="requests running at once (KV cache slots)")
+    p.add_argument("--chunk-tokens", type=int, default=512, help="per-step token budget (chunked policy)")
+    p.add_argument("--kv-tokens", type=int, help="KV cache capacity in tokens (default: every slot full length)")
+    p.add_argument("--requests", type=int, help="number of requests")
+    p.add_argument("--duration", type=float, help="seconds of arrivals (instead of a request count)")
+    p.add_argument("--arrival", choices=["burst", "constant", "poisson", "gamma", "closed"])
+    p.add_argument("--rate", type=float, help="arrivals per second")
+    p.add_argument("--burstiness", type=float, help="gamma shape factor (1 = Poisson, < 1 burstier)")
+    p.add_argument("--concurrency", type=int, help="closed loop: users each with one request in flight")
+    p.add_argument("--prompt-len", help="N or A:B (uniform)")
+    p.add_argument("--output-len", help="N or A:B (uniform)")
+    p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective")
+    p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective")
+
+
+def load_config(args) -> RunConfig:
+    from .cli import common_config
+    from .workload import apply_overrides, load_workload
+    spec = load_workload(args.workload)
+    overrides = {} if args.seed is None else {"seed": args.seed}   # else the workload file's seed
+    for flag, field in [("requests", "num_requests"), ("duration", "duration_s"), ("arrival", "arrival"),
+                        ("rate", "rate"), ("burstiness", "burstiness"), ("concurrency", "concurrency"),
+                        ("prompt_len", "prompt_len"), ("output_len", "output_len")]:
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[field] = value
+    config = common_config(args, "load")
+    config.workload = apply_overrides(spec, **overrides)
+    config.engine = EngineConfig(policy=args.policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens,
+                                 kv_tokens=args.kv_tokens)
+    config.slo_ttft_ms = args.slo_ttft_ms
+    config.slo_tpot_ms = args.slo_tpot_ms
+    return config

@@ -1,0 +1,116 @@
+"""Per-run summaries of the step, request and token records: one flat dict of numbers (summary.csv).
+
+Latency figures (TTFT, TPOT, end-to-end, queue) are over finished requests; inter-token
+latencies are the gaps between consecutive tokens of each request, from the token records.
+Phase rates come from the step records: prefill tokens/s is the prompt tokens of prefill-only
+steps over the time of those steps, and likewise for decode; mixed steps (chunked prefill) hold
+both kinds of token in one pass and cannot be split, so they count in neither rate. A figure
+with no data behind it is NaN, never a misleading zero.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Iterable
+
+import numpy as np
+
+from backend.records import Phase, RequestRecord, RequestStatus, StepRecord, TokenRecord
+
+NAN = float("nan")
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float]:
+    """Mean, p50, p90 and p99 (numpy's linear interpolation); NaN for no values."""
+    data = np.asarray(list(values), dtype=float)
+    if data.size == 0:
+        return {"mean": NAN, "p50": NAN, "p90": NAN, "p99": NAN}
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return {"mean": float(data.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def inter_token_latencies(tokens: Iterable[TokenRecord]) -> list[float]:
+    """Gaps between consecutive output tokens of each request, in ms."""
+    times: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for token in tokens:
+        times[token.request_id].append((token.index, token.time_ms))
+    gaps: list[float] = []
+    for series in times.values():
+        series.sort()
+        gaps.extend(later[1] - earlier[1] for earlier, later in zip(series, series[1:]))
+    return gaps
+
+
+def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord],
+              slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> dict[str, float]:
+    finished = [r for r in requests if r.status is RequestStatus.FINISHED]
+    served = [r for r in requests if r.status is not RequestStatus.REJECTED]
+    duration_s = _duration_ms(steps, requests, tokens) / 1000.0
+    output_tokens = sum(r.output_tokens for r in served)
+    out: dict[str, float] = {
+        "num_requests": len(requests),
+        "num_finished": len(finished),
+        "num_rejected": sum(r.status is RequestStatus.REJECTED for r in requests),
+        "num_errors": sum(r.status is RequestStatus.ERROR for r in requests),
+        "num_preemptions": sum(r.num_preemptions for r in requests),
+        "num_steps": len(steps),
+        "duration_s": duration_s,
+        "requests_per_s": _ratio(len(finished), duration_s),
+        "output_tokens_per_s": _ratio(output_tokens, duration_s),
+        "total_tokens_per_s": _ratio(output_tokens + sum(r.prompt_tokens for r in served), duration_s),
+    }
+    latencies = {
+        "ttft": [r.ttft_ms for r in finished if r.ttft_ms is not None],
+        "tpot": [r.tpot_ms for r in finished if r.tpot_ms is not None],
+        "itl": inter_token_latencies(tokens),
+        "e2e": [r.e2e_ms for r in finished if r.e2e_ms is not None],
+        "queue": [r.queue_ms for r in finished if r.queue_ms is not None],
+    }
+    for name, values in latencies.items():
+        for stat, value in percentiles(values).items():
+            out[f"{name}_{stat}_ms"] = value
+
+    phase_ms = {phase: sum(s.duration_ms for s in steps if s.phase is phase) for phase in Phase}
+    prefill_tokens = sum(s.num_prefill_tokens for s in steps if s.phase is Phase.PREFILL)
+    decode_tokens = sum(s.num_decode_tokens for s in steps if s.phase is Phase.DECODE)
+    out["prefill_time_ms"] = phase_ms[Phase.PREFILL]
+    out["decode_time_ms"] = phase_ms[Phase.DECODE]
+    out["mixed_time_ms"] = phase_ms[Phase.MIXED]
+    out["prefill_tokens_per_s"] = _ratio(prefill_tokens, phase_ms[Phase.PREFILL] / 1000.0)
+    out["decode_tokens_per_s"] = _ratio(decode_tokens, phase_ms[Phase.DECODE] / 1000.0)
+    # Per-token decode time over per-token prefill time: how much dearer a decoded token is.
+    out["decode_prefill_cost_ratio"] = _ratio(out["prefill_tokens_per_s"], out["decode_tokens_per_s"])
+    timed = [r for r in finished if r.first_token_ms is not None and r.finish_ms is not None]
+    out["decode_share"] = _ratio(sum(r.finish_ms - r.first_token_ms for r in timed),
+                                 sum(r.finish_ms - r.arrival_ms for r in timed))
+
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        good = [r for r in finished if _meets(r, slo_ttft_ms, slo_tpot_ms)]
+        out["slo_ttft_ms"] = NAN if slo_ttft_ms is None else slo_ttft_ms
+        out["slo_tpot_ms"] = NAN if slo_tpot_ms is None else slo_tpot_ms
+        out["slo_attainment"] = _ratio(len(good), len(finished))
+        out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
+    return out
+
+
+def _meets(r: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
+    if slo_ttft_ms is not None and (r.ttft_ms is None or r.ttft_ms > slo_ttft_ms):
+        return False
+    # A one-token answer has no TPOT: nothing to be late for.
+    return slo_tpot_ms is None or r.tpot_ms is None or r.tpot_ms <= slo_tpot_ms
+
+
+def _duration_ms(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord]) -> float:
+    """From the first arrival or step to the last step end, finish or token."""
+    starts = [r.arrival_ms for r in requests] + [s.start_ms for s in steps]
+    ends = [s.start_ms + s.duration_ms for s in steps] + [t.time_ms for t in tokens]
+    ends += [r.finish_ms for r in requests if r.finish_ms is not None]
+    if not starts or not ends:
+        return 0.0
+    return max(0.0, max(ends) - min(starts))
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    if denominator <= 0 or math.isnan(denominator) or math.isnan(numerator):
+        return NAN
+    return numerator / denominator

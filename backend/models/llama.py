@@ -1,0 +1,121 @@
+"""Llama-family decoder (Llama, Mistral, Qwen2, SmolLM): RMSNorm, rotary, grouped-query attention, SwiGLU.
+
+The projections are fused -- q, k and v in one matrix, gate and up in another -- so each layer
+runs three matmuls on the (N, hidden) step matrix instead of seven. `hf_destinations` maps the
+transformers checkpoint names onto row blocks of the fused weights.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from backend.models.attention import AttentionPlan, attend
+from backend.models.base import KVCache, ModelShape, StepBatch
+
+
+class Rotary:
+    """cos/sin tables for every position, computed once (in float32, as transformers does) and indexed per step."""
+
+    def __init__(self, shape: ModelShape, freq_factors: torch.Tensor | None):
+        # Explicitly on the CPU: loaders build models under torch.device("meta").
+        steps = torch.arange(0, shape.head_dim, 2, dtype=torch.float64, device="cpu") / shape.head_dim
+        inv_freq = 1.0 / shape.rope_theta ** steps
+        if freq_factors is not None:
+            inv_freq = inv_freq / freq_factors.to("cpu", torch.float64)
+        self.inv_freq = inv_freq.float()   # (hd/2,)
+        self.cos = self.sin = torch.empty(0, device="cpu")
+
+    def lookup(self, positions: torch.Tensor, min_len: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) positions -> cos, sin (N, 1, hd): broadcast over heads."""
+        if self.cos.shape[0] < min_len or self.cos.device != positions.device or self.cos.dtype != dtype:
+            t = torch.arange(min_len, dtype=torch.float32, device=positions.device)
+            freqs = torch.outer(t, self.inv_freq.to(positions.device))  # (L, hd/2)
+            emb = torch.cat((freqs, freqs), dim=-1)                     # (L, hd): HF's half-split layout
+            self.cos, self.sin = emb.cos().to(dtype), emb.sin().to(dtype)
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (N, heads, hd): rotate pairs (i, i + hd/2), the HF "rotate_half" convention."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, shape: ModelShape):
+        super().__init__()
+        d, hd, ff = shape.hidden_size, shape.head_dim, shape.intermediate_size
+        self.q_size, self.kv_size = shape.num_heads * hd, shape.num_kv_heads * hd
+        self.heads, self.kv_heads, self.head_dim, self.eps = shape.num_heads, shape.num_kv_heads, hd, shape.norm_eps
+        self.attn_norm = nn.Parameter(torch.empty(d))
+        self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, d))
+        self.qkv_bias = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size)) if shape.attention_bias else None
+        self.o = nn.Parameter(torch.empty(d, self.q_size))
+        self.mlp_norm = nn.Parameter(torch.empty(d))
+        self.gate_up = nn.Parameter(torch.empty(2 * ff, d))
+        self.down = nn.Parameter(torch.empty(d, ff))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: AttentionPlan,
+                cache_k: torch.Tensor, cache_v: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        h = F.rms_norm(x, x.shape[-1:], self.attn_norm, self.eps)
+        qkv = F.linear(h, self.qkv, self.qkv_bias)  # (N, (heads + 2 kv) * hd)
+        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        q = apply_rotary(q.view(n, self.heads, self.head_dim), cos, sin)     # (N, heads, hd)
+        k = apply_rotary(k.view(n, self.kv_heads, self.head_dim), cos, sin)  # (N, kv, hd)
+        v = v.view(n, self.kv_heads, self.head_dim)
+        x = x + F.linear(attend(q, k, v, plan, cache_k, cache_v), self.o)
+        h = F.rms_norm(x, x.shape[-1:], self.mlp_norm, self.eps)
+        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)  # (N, ff) each
+        return x + F.linear(F.silu(gate) * up, self.down)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, shape: ModelShape, rope_freq_factors: torch.Tensor | None = None):
+        super().__init__()
+        self.shape = shape
+        self.embed = nn.Parameter(torch.empty(shape.vocab_size, shape.hidden_size))
+        self.layers = nn.ModuleList(LlamaLayer(shape) for _ in range(shape.num_layers))
+        self.final_norm = nn.Parameter(torch.empty(shape.hidden_size))
+        # A tied head is not registered twice: module conversions (to_empty) would untie it.
+        self.lm_head = None if shape.tie_embeddings else nn.Parameter(torch.empty(shape.vocab_size, shape.hidden_size))
+        self.rotary = Rotary(shape, rope_freq_factors)
+
+    def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
+        """Logits (M, vocab) in the model dtype, for batch.logit_rows only."""
+        x = F.embedding(batch.input_ids, self.embed)  # (N, d)
+        plan = AttentionPlan.build(batch, x.dtype)
+        cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
+        for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
+            x = layer(x, cos, sin, plan, cache_k, cache_v)
+        x = F.rms_norm(x[batch.logit_rows], x.shape[-1:], self.final_norm, self.shape.norm_eps)  # (M, d)
+        return F.linear(x, self.embed if self.lm_head is None else self.lm_head)
+
+    def hf_destinations(self) -> dict[str, torch.Tensor]:
+        """transformers checkpoint name -> the view of our parameter it fills (same shape)."""
+        dest = {"model.embed_tokens.weight": self.embed.data, "model.norm.weight": self.final_norm.data}
+        if self.lm_head is not None:
+            dest["lm_head.weight"] = self.lm_head.data
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            q, kv = layer.q_size, layer.kv_size
+            ff = layer.down.shape[1]
+            dest |= {
+                p + "input_layernorm.weight": layer.attn_norm.data,
+                p + "self_attn.q_proj.weight": layer.qkv.data[:q],
+                p + "self_attn.k_proj.weight": layer.qkv.data[q:q + kv],
+                p + "self_attn.v_proj.weight": layer.qkv.data[q + kv:],
+                p + "self_attn.o_proj.weight": layer.o.data,
+                p + "post_attention_layernorm.weight": layer.mlp_norm.data,
+                p + "mlp.gate_proj.weight": layer.gate_up.data[:ff],
+                p + "mlp.up_proj.weight": layer.gate_up.data[ff:],
+                p + "mlp.down_proj.weight": layer.down.data,
+            }
+            if layer.qkv_bias is not None:
+                dest |= {
+                    p + "self_attn.q_proj.bias": layer.qkv_bias.data[:q],
+                    p + "self_attn.k_proj.bias": layer.qkv_bias.data[q:q + kv],
+                    p + "self_attn.v_proj.bias": layer.qkv_bias.data[q + kv:],
+                }
+        return dest

@@ -1,0 +1,238 @@
+"""GPU profiles: a device's peak dense FLOP/s per dtype and its memory bandwidth, from TOML.
+
+The shipped profiles live in `profiles/*.toml` (vendor datasheet figures); this machine's
+measured profile, written by `calibrate`, lives in the user's configuration folder as
+`this-machine.toml`. No torch here: the CLI lists profiles without loading it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backend.errors import InputError
+
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "profiles"
+LOCAL_KEY = "this-machine"
+
+# Short dtype keys used in [tflops], and every spelling a caller may pass for each.
+DTYPE_KEYS = ("bf16", "fp16", "fp32")
+_DTYPE_ALIASES = {
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32",
+}
+_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+_REQUIRED = ("name", "vendor", "memory_gb", "bandwidth_gbs", "tflops", "source")
+_OPTIONAL = ("match", "measured")
+
+
+def dtype_key(dtype) -> str:
+    """'bf16', 'fp16' or 'fp32' for any accepted spelling (a torch dtype's str() included)."""
+    text = str(dtype).lower().removeprefix("torch.")
+    if text not in _DTYPE_ALIASES:
+        raise InputError(f"unknown dtype {dtype!r} (known: bfloat16, float16, float32)")
+    return _DTYPE_ALIASES[text]
+
+
+def dtype_bytes(dtype) -> int:
+    return _DTYPE_BYTES[dtype_key(dtype)]
+
+
+@dataclass(slots=True, frozen=True)
+class GpuProfile:
+    key: str                    # file stem: what --profile takes
+    name: str                   # display name
+    vendor: str
+    memory_gb: float
+    bandwidth_gbs: float        # decimal GB/s, as datasheets give it
+    tflops: dict[str, float] = field(hash=False)   # dense peak TFLOP/s per dtype key
+    source: str = ""
+    match: tuple[str, ...] = ()  # device-name patterns that preselect this profile
+    path: Path | None = None
+    measured: bool = False      # True for this machine's calibrated profile
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(k for k in DTYPE_KEYS if k in self.tflops)
+
+    def peak_flops(self, dtype) -> float:
+        """Dense peak FLOP/s for a dtype; InputError when the profile has no figure for it."""
+        key = dtype_key(dtype)
+        if key not in self.tflops:
+            raise InputError(f"profile {self.key!r} has no {key} peak (it has: {', '.join(self.dtypes)})")
+        return self.tflops[key] * 1e12
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_gbs * 1e9
+
+    def ridge(self, dtype) -> float:
+        """Arithmetic intensity (FLOP/byte) above which a step is compute-bound on this device."""
+        return self.peak_flops(dtype) / self.bandwidth_bytes_per_s
+
+
+def config_dir() -> Path:
+    """$PHASESCOPE_CONFIG_DIR, else $XDG_CONFIG_HOME/phasescope, else ~/.config/phasescope."""
+    if os.environ.get("PHASESCOPE_CONFIG_DIR"):
+        return Path(os.environ["PHASESCOPE_CONFIG_DIR"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "phasescope"
+
+
+def local_profile_path() -> Path:
+    return config_dir() / f"{LOCAL_KEY}.toml"
+
+
+def _number(path: Path, name: str, value) -> float:
+    # bool is an int subclass in Python; `memory_gb = true` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"profile {path}: field '{name}' must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"profile {path}: field '{name}' must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _text(path: Path, name: str, value, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"profile {path}: field '{name}' must be a string, got {type(value).__name__} {value!r}")
+    if not allow_empty and not value.strip():
+        raise InputError(f"profile {path}: field '{name}' must not be empty")
+    return value
+
+
+def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
+    """Validate a parsed TOML table; every refusal names the file and the field."""
+    path = Path(path)
+    for key in data:
+        if key not in _REQUIRED and key not in _OPTIONAL:
+            raise InputError(f"profile {path}: unknown field '{key}' (known: {', '.join(_REQUIRED + _OPTIONAL)})")
+    for key in _REQUIRED:
+        if key not in data:
+            raise InputError(f"profile {path}: missing field '{key}'")
+
+    tflops_table = data["tflops"]
+    if not isinstance(tflops_table, dict):
+        raise InputError(f"profile {path}: field 'tflops' must be a table like [tflops] with bf16/fp16/fp32 numbers")
+    if not tflops_table:
+        raise InputError(f"profile {path}: field 'tflops' must give at least one of {', '.join(DTYPE_KEYS)}")
+    tflops = {}
+    for key, value in tflops_table.items():
+        if key not in DTYPE_KEYS:
+            raise InputError(f"profile {path}: field 'tflops.{key}' is not a known dtype (known: {', '.join(DTYPE_KEYS)})")
+        tflops[key] = _number(path, f"tflops.{key}", value)
+
+    match = data.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and _words(m) for m in match):
+        raise InputError(f"profile {path}: field 'match' must be a list of non-empty strings, got {match!r}")
+    is_measured = data.get("measured", False)
+    if not isinstance(is_measured, bool):
+        raise InputError(f"profile {path}: field 'measured' must be true or false, got {is_measured!r}")
+
+    return GpuProfile(
+        key=path.stem,
+        name=_text(path, "name", data["name"]),
+        vendor=_text(path, "vendor", data["vendor"]),
+        memory_gb=_number(path, "memory_gb", data["memory_gb"]),
+        bandwidth_gbs=_number(path, "bandwidth_gbs", data["bandwidth_gbs"]),
+        tflops=tflops,
+        source=_text(path, "source", data["source"], allow_empty=True),
+        match=tuple(match),
+        path=path,
+        measured=measured or is_measured,
+    )
+
+
+def load_profile(path, measured: bool = False) -> GpuProfile:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"profile {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"profile {path}: not TOML (the file is not UTF-8 text)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"profile {path}: not TOML ({exc})") from None
+    return parse_profile(data, path, measured=measured)
+
+
+def list_profiles() -> list[GpuProfile]:
+    """The shipped profiles sorted by key, then this machine's measured one if calibrated."""
+    profiles = [load_profile(p) for p in sorted(SHIPPED_DIR.glob("*.toml"))]
+    local = local_profile_path()
+    if local.is_file():
+        profiles.append(load_profile(local, measured=True))
+    return profiles
+
+
+def find_profile(name_or_path) -> GpuProfile:
+    """A profile by key (case-insensitive) or by the path of a TOML file."""
+    text = str(name_or_path).strip()
+    path = Path(text).expanduser()
+    if path.is_file():
+        return load_profile(path)
+    if text.endswith(".toml") or os.sep in text:
+        raise InputError(f"profile file {text} does not exist")
+    profiles = list_profiles()
+    for profile in profiles:
+        if profile.key.lower() == text.lower():
+            return profile
+    known = ", ".join(p.key for p in profiles)
+    raise InputError(f"unknown profile {text!r} (known: {known}; or give the path of a .toml file)")
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+
+
+def match_profile(device_name: str) -> GpuProfile | None:
+    """The shipped profile for a device name such as torch.cuda.get_device_name() gives.
+
+    A pattern matches when each of its words is a whole word of the device name, so "L4"
+    does not match "NVIDIA L40S"; among matches, the pattern with the most words wins.
+    """
+    words = set(_words(device_name))
+    best, best_len = None, 0
+    for profile in list_profiles():
+        for pattern in profile.match:
+            pattern_words = _words(pattern)
+            if len(pattern_words) > best_len and words.issuperset(pattern_words):
+                best, best_len = profile, len(pattern_words)
+    return best
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def profile_to_toml(profile: GpuProfile) -> str:
+    """The TOML text of a profile; load_profile reads it back to an equal profile."""
+    lines = [
+        f"name = {_toml_string(profile.name)}",
+        f"vendor = {_toml_string(profile.vendor)}",
+        f"memory_gb = {float(profile.memory_gb)!r}",
+        f"bandwidth_gbs = {float(profile.bandwidth_gbs)!r}",
+    ]
+    if profile.match:
+        lines.append("match = [" + ", ".join(_toml_string(m) for m in profile.match) + "]")
+    if profile.measured:
+        lines.append("measured = true")
+    lines.append(f"source = {_toml_string(profile.source)}")
+    lines += ["", "[tflops]"]
+    lines += [f"{key} = {float(value)!r}" for key, value in profile.tflops.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,206 @@
+"""One streamed request to an OpenAI-compatible server, timed on the client's clock.
+
+A request either ends with the server's finish reason or raises RemoteFailure, whose `kind`
+(connection_refused, dns_failure, http_404, timeout, stream_cut, malformed_event, ...) is what
+the run summary counts and whose `detail` keeps the server's own message.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+MAX_DETAIL = 300
+OPTIONAL_FIELDS = ("stream_options", "ignore_eos")   # extras that some servers reject with 400/422
+
+
+class RemoteFailure(Exception):
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class StreamState:
+    """What one request has received so far; times are ms since the run started."""
+
+    request_id: int
+    arrival_ms: float
+    token_times: list[float] = field(default_factory=list)   # one per chunk that carried text
+    token_indices: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    finish_ms: float | None = None
+    prompt_tokens: int | None = None       # from the server's usage
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class Compat:
+    """Optional request fields, dropped for the rest of the run once the server rejects one."""
+
+    rejected: set[str] = field(default_factory=set)
+
+
+def safe_url(url: str) -> str:
+    """The URL without user:password or query string, fit for a file or a message."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
+def request_body(model: str, api: str, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
+                 compat: Compat) -> dict:
+    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    # continuous_usage_stats (vLLM, SGLang) puts the running token count on every chunk, so a chunk
+    # that carries several tokens is indexed by tokens rather than by chunks
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    if ignore_eos:
+        body["ignore_eos"] = True
+    for name in compat.rejected:
+        body.pop(name, None)
+    return body
+
+
+def error_message(response_text: str) -> str:
+    """The server's own words from an error body: OpenAI/vLLM, TGI, FastAPI or plain text."""
+    try:
+        payload = json.loads(response_text)
+    except ValueError:
+        return " ".join(response_text.split())[:MAX_DETAIL] or "(empty body)"
+    if isinstance(payload, dict):
+        error = payload.get("error", payload.get("detail", payload.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if isinstance(error, list):   # FastAPI validation: [{"loc": [...], "msg": "..."}]
+            error = "; ".join(f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}"
+                              if isinstance(e, dict) else str(e) for e in error)
+        if error is not None:
+            return str(error)[:MAX_DETAIL]
+    return str(payload)[:MAX_DETAIL]
+
+
+def connect_failure(exc: httpx.ConnectError, url: str) -> RemoteFailure:
+    text = str(exc)
+    lowered = text.lower()
+    if "refused" in lowered:
+        return RemoteFailure("connection_refused", f"connection refused at {url}")
+    if any(s in lowered for s in ("name or service not known", "name resolution", "nodename nor servname",
+                                  "getaddrinfo", "no address associated")):
+        return RemoteFailure("dns_failure", f"cannot resolve the host of {url}")
+    return RemoteFailure("connect_failed", f"cannot connect to {url}: {text or type(exc).__name__}")
+
+
+class Streamer:
+    """Sends requests over one pooled client and reads their event streams."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, api: str, headers: dict[str, str],
+                 ignore_eos: bool, timeout_s: float, now_ms: Callable[[], float]):
+        self.client = client
+        self.url = base_url.rstrip("/") + ("/chat/completions" if api == "chat" else "/completions")
+        self.shown_url = safe_url(base_url)
+        self.model = model
+        self.api = api
+        self.headers = headers
+        self.ignore_eos = ignore_eos
+        self.timeout_s = timeout_s
+        self.now_ms = now_ms
+        self.compat = Compat()
+
+    async def send(self, prompt: str | list[int], max_tokens: int, state: StreamState,
+                   on_token: Callable[[StreamState, str], None]) -> None:
+        """Stream one completion into `state`, retrying once per optional field the server rejects."""
+        while True:
+            body = request_body(self.model, self.api, prompt, max_tokens, self.ignore_eos, self.compat)
+            try:
+                await self._stream(body, state, on_token)
+                return
+            except RemoteFailure as failure:
+                rejected = self._rejected_field(failure, body)
+                if rejected is None:
+                    raise
+                self.compat.rejected.add(rejected)
+
+    def _rejected_field(self, failure: RemoteFailure, body: dict) -> str | None:
+        if failure.kind not in ("http_400", "http_422"):
+            return None
+        return next((name for name in OPTIONAL_FIELDS if name in body and name in failure.detail), None)
+
+    async def _stream(self, body: dict, state: StreamState, on_token) -> None:
+        timeout = httpx.Timeout(self.timeout_s, pool=None)
+        try:
+            async with self.client.stream("POST", self.url, json=body, headers=self.headers,
+                                          timeout=timeout) as response:
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    raise RemoteFailure(f"http_{response.status_code}", error_message(text))
+                if response.headers.get("content-type", "").startswith("application/json"):
+                    # a server that ignored stream: true answers in one piece
+                    self._on_event(json.loads(await response.aread()), state, on_token)
+                    state.finish_ms = self.now_ms()
+                    return
+                done = False
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue   # blank separators, comments, "event:" lines
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        event = json.loads(payload)
+                    except ValueError:
+                        raise RemoteFailure("malformed_event", f"not JSON: {payload[:80]!r}") from None
+                    self._on_event(event, state, on_token)
+                state.finish_ms = self.now_ms()
+                if not done and state.finish_reason is None:
+                    raise RemoteFailure("stream_cut", "the event stream ended before the completion did")
+        except httpx.ConnectError as exc:
+            raise connect_failure(exc, self.shown_url) from None
+        except httpx.TimeoutException as exc:
+            what = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for the next event"
+            raise RemoteFailure("timeout", f"no answer within {self.timeout_s:g} s {what}") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise RemoteFailure("stream_cut", f"the server closed the connection mid-stream ({exc or type(exc).__name__})") from None
+        except ValueError as exc:   # a non-streamed JSON body that does not parse
+            raise RemoteFailure("malformed_event", str(exc)[:MAX_DETAIL]) from None
+
+    def _on_event(self, event, state: StreamState, on_token) -> None:
+        if not isinstance(event, dict):
+            raise RemoteFailure("malformed_event", f"expected a JSON object, got {str(event)[:80]!r}")
+        if "error" in event:   # vLLM and others report a failure inside the stream
+            raise RemoteFailure("server_error", error_message(json.dumps(event)))
+        choices = event.get("choices")
+        usage = event.get("usage")
+        if not isinstance(choices, list) or (not choices and not usage):
+            raise RemoteFailure("malformed_event", f"no choices in {json.dumps(event)[:80]!r}")
+        if isinstance(usage, dict):
+            state.prompt_tokens = usage.get("prompt_tokens", state.prompt_tokens)
+            state.completion_tokens = usage.get("completion_tokens", state.completion_tokens)
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise RemoteFailure("malformed_event", f"a choice is not an object: {str(choice)[:80]!r}")
+            text = self._choice_text(choice)
+            if text:
+                on_token(state, text)
+            if choice.get("finish_reason"):
+                state.finish_reason = str(choice["finish_reason"])
+
+    def _choice_text(self, choice: dict) -> str:
+        if self.api == "chat":
+            delta = choice.get("delta") or choice.get("message") or {}
+            # reasoning models stream their thinking apart from the answer; both are output tokens
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+        else:
+            text = choice.get("text")
+        return text if isinstance(text, str) else ""

@@ -1,0 +1,146 @@
+"""What the CLI prints: model lists, live progress of a load run, and the phase summary."""
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from .events import ModelLoaded, Progress, RequestsArrived, RunFinished, SweepPoint
+from .records import RecordBatch, RequestStatus
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def _ms(value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:,.1f} ms"
+
+
+def _rate(value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:,.1f} tok/s"
+
+
+def print_models() -> int:
+    from .weights import list_models
+    rows = [("name", "arch", "params", "fp32", "bf16", "source")]
+    for m in list_models():
+        rows.append((m.name, m.arch, f"{m.params / 1e6:,.0f} M", _gb(m.bytes_fp32), _gb(m.bytes_bf16), m.source))
+    print_table(rows)
+    print("\nAlso: a Hugging Face folder (config.json + *.safetensors), a .gguf file, or a hub id (downloaded when online).")
+    return 0
+
+
+def print_table(rows: list[tuple], out=None) -> None:
+    out = out or sys.stdout
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+        if n == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+class LiveProgress:
+    """Prints loading messages, and for load runs one status line a second to stderr."""
+
+    def __init__(self, enabled: bool, interval_s: float = 1.0):
+        self.enabled = enabled
+        self.interval_s = interval_s
+        self.arrived = self.finished = self.tokens = 0
+        self.running = self.waiting = 0
+        self._last = time.monotonic()
+        self._tokens_at_last = 0
+        self.loaded: ModelLoaded | None = None
+        self.sweep = None   # a tools_cli.SweepPrinter during sweeps
+
+    def on_event(self, event) -> None:
+        if isinstance(event, Progress):
+            print(f"... {event.message}", file=sys.stderr)
+        elif isinstance(event, ModelLoaded):
+            self.loaded = event
+        elif isinstance(event, SweepPoint) and self.sweep is not None:
+            self.sweep.on_point(event)
+        elif isinstance(event, RequestsArrived):
+            self.arrived += len(event.request_ids)
+        elif isinstance(event, RecordBatch):
+            self.tokens += len(event.tokens)
+            self.finished += len(event.requests)
+            if event.steps:
+                self.running, self.waiting = event.steps[-1].num_running, event.steps[-1].num_waiting
+            now = time.monotonic()
+            if self.enabled and now - self._last >= self.interval_s:
+                rate = (self.tokens - self._tokens_at_last) / (now - self._last)
+                print(f"  arrived {self.arrived:5d}  running {self.running:4d}  waiting {self.waiting:4d}  "
+                      f"finished {self.finished:5d}  {rate:8.1f} tok/s", file=sys.stderr)
+                self._last, self._tokens_at_last = now, self.tokens
+
+    def close(self) -> None:
+        sys.stderr.flush()
+
+
+def print_run(config, finished: RunFinished, out=None) -> None:
+    """The generated text (for a text prompt) and the phase summary."""
+    out = out or sys.stdout
+    data = finished.data
+    if data is None:
+        return
+    info, s = data.info, finished.summary
+    if config.mode == "batch" and config.batch.prompt is not None and data.requests:
+        print("--- generated text (request 0) ---", file=out)
+        print(data.requests[0].text.strip(), file=out)
+        print("----------------------------------", file=out)
+    weights = "RANDOM weights (synthetic shape: timings are real, the text is noise)" if info.get("random_weights") \
+        else info.get("source", "")
+    print(f"model   {info.get('model')}  ({info.get('num_params', 0) / 1e6:,.0f} M params, "
+          f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
+    print(f"device  {info.get('device')} ({info.get('device_name')}), {info.get('dtype')}, "
+          f"{info.get('threads')} threads", file=out)
+    if config.mode == "batch":
+        _print_batch_summary(config, data, s, out)
+    else:
+        _print_load_summary(s, out)
+    if config.out_dir:
+        print(f"records written to {config.out_dir}/ (steps.csv, requests.csv, tokens.csv, summary.csv, "
+              f"run.json, trace.json)", file=out)
+
+
+def _print_batch_summary(config, data, s: dict, out) -> None:
+    finished = [r for r in data.requests if r.status is RequestStatus.FINISHED]
+    b = config.batch
+    prompt_tokens = data.requests[0].prompt_tokens if data.requests else 0
+    out_tokens = finished[0].output_tokens if finished else 0
+    print(f"batch   {b.batch} request(s) x {prompt_tokens} prompt tokens, {out_tokens} output tokens each", file=out)
+    print("", file=out)
+    ttft, tpot = s.get("ttft_mean_ms", math.nan), s.get("tpot_mean_ms", math.nan)
+    print(f"prefill  TTFT {_ms(ttft):>12}   {_rate(s.get('prefill_tokens_per_s')):>16}   "
+          f"one pass over every prompt token (compute-bound)", file=out)
+    print(f"decode   TPOT {_ms(tpot):>12}   {_rate(s.get('decode_tokens_per_s')):>16}   "
+          f"one step per token, every weight read each step (memory-bound)", file=out)
+    ratio = s.get("decode_prefill_cost_ratio", math.nan)
+    if not math.isnan(ratio):
+        print(f"a decoded token costs {ratio:,.1f}x a prefilled token", file=out)
+    if finished and not math.isnan(ttft):
+        n = out_tokens - 1
+        tpot_v = 0.0 if math.isnan(tpot) else tpot
+        total = ttft + n * tpot_v
+        share = s.get("decode_share", math.nan)
+        print(f"total   {_ms(s.get('e2e_mean_ms'))} measured  ~ TTFT {ttft:,.1f} ms + {n} x TPOT {tpot_v:,.1f} ms "
+              f"= {total:,.1f} ms;  decode is {share * 100:.0f}% of it", file=out)
+
+
+def _print_load_summary(s: dict, out) -> None:
+    print("", file=out)
+    print(f"requests {int(s['num_finished'])} finished, {int(s['num_rejected'])} rejected, "
+          f"{int(s.get('num_preemptions', 0))} preemptions, in {s['duration_s']:.1f} s  "
+          f"({s['requests_per_s']:.2f} req/s, {s['output_tokens_per_s']:.1f} output tok/s, "
+          f"{s['total_tokens_per_s']:.1f} total tok/s)", file=out)
+    rows = [("metric", "mean", "p50", "p90", "p99")]
+    for name, label in [("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end-to-end"), ("queue", "queue wait")]:
+        rows.append((label + " (ms)", *(f"{s[f'{name}_{k}_ms']:,.1f}" for k in ("mean", "p50", "p90", "p99"))))
+    print_table(rows, out)
+    if "goodput_requests_per_s" in s:
+        print(f"goodput  {s['goodput_requests_per_s']:.2f} req/s meet the SLO "
+              f"({s['slo_attainment'] * 100:.0f}% of finished requests)", file=out)
+    print(f"phases   prefill {_rate(s['prefill_tokens_per_s'])}, decode {_rate(s['decode_tokens_per_s'])}, "
+          f"time in prefill {s['prefill_time_ms']:,.0f} ms / decode {s['decode_time_ms']:,.0f} ms / "
+          f"mixed {s['mixed_time_ms']:,.0f} ms", file=out)

@@ -1,0 +1,100 @@
+"""One request's state as the scheduler and the engine move it through its life.
+
+The token model is the unified one of vLLM: a request is a sequence `all_ids` (prompt, then
+the outputs sampled so far) of which the first `num_computed` tokens have their keys and
+values in the KV cache. A step gives a request k tokens to compute; once every token of the
+sequence is computed the step samples one new token, which is appended and is itself the one
+uncomputed token for the next step. So prefill (a whole prompt, or a chunk of it), decode and
+the recompute of a preempted request are all the same operation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backend.records import RequestRecord, RequestStatus
+
+_DONE = frozenset({RequestStatus.FINISHED, RequestStatus.REJECTED, RequestStatus.ERROR})
+
+
+@dataclass(slots=True)
+class Request:
+    request_id: int
+    prompt_ids: list[int]
+    max_new_tokens: int
+    arrival_ms: float
+    stop_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    prompt_text: str = ""
+    status: RequestStatus = RequestStatus.WAITING
+    output_ids: list[int] = field(default_factory=list)
+    num_computed: int = 0                  # tokens whose K/V are in the cache
+    slot: int | None = None                # KV cache slot while admitted
+    scheduled_ms: float | None = None      # start of the first step it took part in
+    first_token_ms: float | None = None
+    finish_ms: float | None = None
+    token_times_ms: list[float] = field(default_factory=list)   # one per output token
+    num_preemptions: int = 0
+    finish_reason: str = ""
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        """len(all_ids), without building the list."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_uncomputed(self) -> int:
+        return self.num_tokens - self.num_computed
+
+    @property
+    def is_finished(self) -> bool:
+        """Done for good: finished, rejected or failed."""
+        return self.status in _DONE
+
+    def append_token(self, token_id: int, now_ms: float) -> None:
+        """Record one sampled token; finish the request on a stop token or at its length."""
+        self.output_ids.append(token_id)
+        self.token_times_ms.append(now_ms)
+        if self.first_token_ms is None:
+            self.first_token_ms = now_ms
+        if token_id in self.stop_ids and not self.ignore_eos:
+            self.finish(now_ms, "eos")
+        elif len(self.output_ids) >= self.max_new_tokens:
+            self.finish(now_ms, "length")
+        else:
+            self.status = RequestStatus.DECODING
+
+    def finish(self, now_ms: float, reason: str, status: RequestStatus = RequestStatus.FINISHED) -> None:
+        self.status = status
+        self.finish_reason = reason
+        self.finish_ms = now_ms
+
+    def to_record(self, text: str = "") -> RequestRecord:
+        tpot = None
+        if len(self.token_times_ms) >= 2:
+            # Mean gap between output tokens after the first: (last - first) / (n - 1).
+            tpot = (self.token_times_ms[-1] - self.token_times_ms[0]) / (len(self.token_times_ms) - 1)
+        return RequestRecord(
+            request_id=self.request_id,
+            status=self.status,
+            prompt_tokens=len(self.prompt_ids),
+            output_tokens=len(self.output_ids),
+            arrival_ms=self.arrival_ms,
+            scheduled_ms=self.scheduled_ms,
+            first_token_ms=self.first_token_ms,
+            finish_ms=self.finish_ms,
+            ttft_ms=_minus(self.first_token_ms, self.arrival_ms),
+            tpot_ms=tpot,
+            e2e_ms=_minus(self.finish_ms, self.arrival_ms),
+            queue_ms=_minus(self.scheduled_ms, self.arrival_ms),
+            num_preemptions=self.num_preemptions,
+            finish_reason=self.finish_reason,
+            text=text,
+        )
+
+
+def _minus(a: float | None, b: float) -> float | None:
+    return None if a is None else a - b

@@ -1,0 +1,221 @@
+"""The roofline model of one engine step: FLOPs, bytes moved, and the time a device needs.
+
+Pure arithmetic, no torch. The shape is anything with ModelShape's attribute names
+(arch, vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim,
+intermediate_size, attention_bias); tied or not, the LM head reads the whole vocabulary
+matrix, so tie_embeddings does not change the count.
+
+What is counted, and the choices made:
+  * Linear layers: 2 FLOPs per weight per token (one multiply, one add). Llama layers have
+    q, k, v, o and a SwiGLU MLP of three matrices; GPT-2 layers have the fused qkv, o and
+    an MLP of two. Biases, norms, activations and rotary are left out of the FLOPs: they
+    are O(hidden) per token against O(hidden^2) for the matmuls.
+  * Attention: per layer, 2 x head_dim FLOPs per (head, query, key) pair for the scores and
+    as many for the weighted sum of values. A request with n new tokens and c context
+    tokens (c includes the n) has n x (c - n) pairs with the cached prefix plus the causal
+    triangle n x (n + 1) / 2 among the new tokens. We count only the pairs the causal mask
+    keeps -- the useful work, what a flash kernel does; a kernel that computes the whole
+    n x c rectangle and masks it does up to twice the attention FLOPs of a long prefill,
+    and that waste shows up as lower MFU, not as higher counted FLOPs.
+  * LM head: 2 x hidden x vocab FLOPs per row that needs logits. Our engine computes logits
+    only for the last token of each prefill and for each decode token, one row per request
+    (an intermediate chunk of a chunked prefill needs none: pass logit_rows).
+  * Weight bytes: every layer weight and the LM head are read once per step, whatever the
+    number of tokens -- the reason batching decode is nearly free until the compute bound.
+    The embedding table is gathered, so only the rows of the step's tokens are read (GPT-2
+    also gathers its position embeddings).
+  * KV cache bytes: each request reads the keys and values of its whole context and writes
+    those of its new tokens.
+  * Activation bytes, a small term: the residual stream. Each layer's two sub-blocks
+    (attention, MLP) read the hidden state and write it back, 4 x hidden per token per
+    layer, plus the embedding output and, per logit row, the final hidden state read and
+    the logits written. Intermediate tensors (q, k, v, the MLP's hidden, attention scores)
+    are taken to stay on chip: in a decode step they are a few MB that live in the L2 cache
+    or inside fused kernels. In a long prefill they do spill to memory, but prefill is
+    compute-bound, so the bytes do not set its predicted time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, NamedTuple
+
+from backend.errors import InputError
+
+if TYPE_CHECKING:
+    from backend.models.base import ModelShape
+    from backend.profiles import GpuProfile
+
+CROSSOVER_CAP = 1 << 20   # crossover_batch's answer when decode never turns compute-bound
+
+
+class Bound(str, Enum):
+    COMPUTE = "compute"
+    MEMORY = "memory"
+
+
+@dataclass(slots=True, frozen=True)
+class StepCost:
+    flops: float
+    bytes: float
+    weight_bytes: float
+    kv_bytes: float
+    activation_bytes: float
+    linear_flops: float = 0.0
+    attention_flops: float = 0.0
+    head_flops: float = 0.0
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOP/byte."""
+        return self.flops / self.bytes
+
+
+@dataclass(slots=True, frozen=True)
+class Prediction:
+    time_s: float
+    compute_s: float   # FLOPs / peak FLOP/s
+    memory_s: float    # bytes / bandwidth
+    bound: Bound
+
+
+class Utilization(NamedTuple):
+    """A tuple so callers can unpack it: flops, bytes_s, mfu, mbu = utilization(...)."""
+
+    achieved_flops: float    # FLOP/s
+    achieved_bytes_s: float  # bytes/s
+    mfu: float               # achieved FLOP/s / peak
+    mbu: float               # achieved bytes/s / bandwidth
+
+
+def _is_gpt2(shape: ModelShape) -> bool:
+    return shape.arch == "gpt2"
+
+
+def linear_params_per_layer(shape: ModelShape) -> int:
+    """Weights of a layer's matrices (no biases or norms): what the matmuls multiply by."""
+    d, hd, ff = shape.hidden_size, shape.head_dim, shape.intermediate_size
+    qkv = d * (shape.num_heads + 2 * shape.num_kv_heads) * hd
+    o = shape.num_heads * hd * d
+    mlp = (2 if _is_gpt2(shape) else 3) * d * ff
+    return qkv + o + mlp
+
+
+def layer_params(shape: ModelShape) -> int:
+    """Every parameter of one layer: matrices, biases and norms (as ModelShape.num_params counts)."""
+    d, ff = shape.hidden_size, shape.intermediate_size
+    if _is_gpt2(shape):
+        # fused qkv bias 3d, o bias d, MLP biases ff + d, two LayerNorms with weight and bias
+        return linear_params_per_layer(shape) + 3 * d + d + ff + d + 4 * d
+    bias = (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim if shape.attention_bias else 0
+    return linear_params_per_layer(shape) + bias + 2 * d   # two RMSNorm weights
+
+
+def _cost(shape: ModelShape, dtype_bytes: int, tokens: int, pairs: int, context_tokens: int,
+          logit_rows: int) -> StepCost:
+    """A step's cost from its totals: tokens, attention (query, key) pairs, context tokens."""
+    d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
+    linear_flops = 2 * linear_params_per_layer(shape) * layers * tokens
+    attention_flops = 4 * shape.num_heads * shape.head_dim * pairs * layers
+    head_flops = 2 * d * vocab * logit_rows
+
+    final_norm = 2 * d if _is_gpt2(shape) else d
+    gathered_rows = 2 * tokens if _is_gpt2(shape) else tokens   # GPT-2: token + position rows
+    weight_params = layer_params(shape) * layers + final_norm + vocab * d + gathered_rows * d
+    weight_bytes = weight_params * dtype_bytes
+
+    kv_per_token = 2 * layers * shape.num_kv_heads * shape.head_dim * dtype_bytes
+    kv_bytes = (context_tokens + tokens) * kv_per_token   # read the context, write the new tokens
+
+    # embedding output, the residual stream through every layer, and per logit row the final hidden state and logits
+    activation_elements = tokens * (d + 4 * d * layers) + logit_rows * (d + vocab)
+    activation_bytes = activation_elements * dtype_bytes
+
+    return StepCost(
+        flops=float(linear_flops + attention_flops + head_flops),
+        bytes=float(weight_bytes + kv_bytes + activation_bytes),
+        weight_bytes=float(weight_bytes), kv_bytes=float(kv_bytes), activation_bytes=float(activation_bytes),
+        linear_flops=float(linear_flops), attention_flops=float(attention_flops), head_flops=float(head_flops),
+    )
+
+
+def step_cost(shape: ModelShape, dtype_bytes: int, new_tokens: list[int], context: list[int],
+              logit_rows: int | None = None) -> StepCost:
+    """Cost of one step: request i adds new_tokens[i] tokens and attends to context[i] tokens
+    (its cached tokens plus the new ones). logit_rows defaults to one per request."""
+    if len(new_tokens) != len(context):
+        raise InputError(f"step_cost: {len(new_tokens)} new-token counts but {len(context)} context lengths")
+    if not new_tokens:
+        raise InputError("step_cost: a step needs at least one request")
+    if dtype_bytes <= 0:
+        raise InputError(f"step_cost: dtype_bytes must be positive, got {dtype_bytes}")
+    pairs = 0
+    for n, c in zip(new_tokens, context):
+        if n < 1 or c < n:
+            raise InputError(f"step_cost: a request needs new tokens >= 1 and context >= new tokens, got {n} and {c}")
+        pairs += n * (c - n) + n * (n + 1) // 2
+    rows = len(new_tokens) if logit_rows is None else logit_rows
+    return _cost(shape, dtype_bytes, sum(new_tokens), pairs, sum(context), rows)
+
+
+def predict(cost: StepCost, profile: GpuProfile, dtype) -> Prediction:
+    """The roofline: the step takes as long as the slower of its compute and its memory traffic."""
+    compute_s = cost.flops / profile.peak_flops(dtype)
+    memory_s = cost.bytes / profile.bandwidth_bytes_per_s
+    bound = Bound.COMPUTE if compute_s > memory_s else Bound.MEMORY
+    return Prediction(time_s=max(compute_s, memory_s), compute_s=compute_s, memory_s=memory_s, bound=bound)
+
+
+def predict_prefill(shape: ModelShape, dtype_bytes: int, prompt_len: int, profile: GpuProfile, dtype) -> Prediction:
+    """TTFT of one request: the prefill step over its whole prompt (which yields the first token)."""
+    return predict(step_cost(shape, dtype_bytes, [prompt_len], [prompt_len]), profile, dtype)
+
+
+def _decode_cost(shape: ModelShape, dtype_bytes: int, batch: int, context: int) -> StepCost:
+    if batch < 1 or context < 1:
+        raise InputError(f"decode step needs batch >= 1 and context >= 1, got {batch} and {context}")
+    # each of the batch's requests: one new token attending to `context` tokens
+    return _cost(shape, dtype_bytes, tokens=batch, pairs=batch * context, context_tokens=batch * context,
+                 logit_rows=batch)
+
+
+def predict_decode(shape: ModelShape, dtype_bytes: int, batch: int, context: int, profile: GpuProfile,
+                   dtype) -> Prediction:
+    """TPOT: one decode step of `batch` requests, each attending to `context` tokens (its new one included)."""
+    return predict(_decode_cost(shape, dtype_bytes, batch, context), profile, dtype)
+
+
+def crossover_batch(shape: ModelShape, dtype_bytes: int, context: int, profile: GpuProfile, dtype) -> int:
+    """The smallest batch whose decode step is compute-bound, or CROSSOVER_CAP if none is.
+
+    FLOPs and bytes both grow linearly with the batch, so the intensity is monotonic in it
+    and a bisection finds the flip. With a long context the KV reads grow as fast as the
+    FLOPs and decode may never turn compute-bound.
+    """
+    def is_compute(batch: int) -> bool:
+        return predict(_decode_cost(shape, dtype_bytes, batch, context), profile, dtype).bound is Bound.COMPUTE
+
+    if not is_compute(CROSSOVER_CAP):
+        return CROSSOVER_CAP
+    low, high = 1, CROSSOVER_CAP   # invariant: the answer lies in [low, high]
+    while low < high:
+        mid = (low + high) // 2
+        if is_compute(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def utilization(cost: StepCost, measured_s: float, profile: GpuProfile, dtype) -> Utilization:
+    """Achieved FLOP/s and bytes/s of a measured step, and their fractions of the profile's peaks."""
+    if not measured_s > 0:
+        raise InputError(f"a measured step time must be positive, got {measured_s}")
+    achieved_flops = cost.flops / measured_s
+    achieved_bytes_s = cost.bytes / measured_s
+    return Utilization(
+        achieved_flops=achieved_flops,
+        achieved_bytes_s=achieved_bytes_s,
+        mfu=achieved_flops / profile.peak_flops(dtype),
+        mbu=achieved_bytes_s / profile.bandwidth_bytes_per_s,
+    )

@@ -1,0 +1,77 @@
+"""Executes whatever the scheduler hands it: tensors in, sampled token ids out. No policy here."""
+from __future__ import annotations
+
+import torch
+
+from .config import SamplingConfig
+from .device import synchronize
+from .models import make_step_batch
+from .models.base import KVCache
+
+
+def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Next token per row of (R, vocab) logits: greedy at temperature 0, else temperature + nucleus."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # drop a token once the mass before it already reaches top_p (the top token always stays)
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs > top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        choice = torch.multinomial(sorted_probs, 1, generator=generator)  # multinomial renormalizes
+        return order.gather(-1, choice).squeeze(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+class Runner:
+    """Owns the model's KV cache; runs one engine step and returns {request_id: sampled token}."""
+
+    def __init__(self, loaded, num_slots: int, max_len: int, sampling: SamplingConfig):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.device = loaded.device
+        self.sampling = sampling
+        self.cache = KVCache(loaded.shape, num_slots, max_len, loaded.device, loaded.dtype)
+        self.generator = None
+        if sampling.temperature > 0:
+            self.generator = torch.Generator(device=loaded.device)
+            self.generator.manual_seed(sampling.seed)
+
+    def run(self, out) -> dict[int, int]:
+        """One forward pass over every token in the scheduler's output; samples where a sequence ends."""
+        prefill, decode, samplers = [], [], []
+        for chunk in out.prefill:
+            req = chunk.request
+            ids = req.all_ids
+            start = req.num_computed
+            prefill.append((req.slot, start, ids[start:start + chunk.num_tokens]))
+            # a chunk that does not reach the end of the known tokens samples nothing
+            samplers.append(req.request_id if start + chunk.num_tokens == len(ids) else None)
+        for req in out.decode:
+            last = req.output_ids[-1] if req.output_ids else req.prompt_ids[-1]
+            decode.append((req.slot, req.num_computed, last))
+            samplers.append(req.request_id)
+        batch = make_step_batch(prefill, decode, self.device)
+        with torch.inference_mode():
+            logits = self.model(batch, self.cache)            # (M, vocab), one row per segment / decode
+            rows = [i for i, rid in enumerate(samplers) if rid is not None]
+            if not rows:
+                synchronize(self.device)
+                return {}
+            if len(rows) != len(samplers):
+                logits = logits[rows]
+            tokens = sample(logits, self.sampling.temperature, self.sampling.top_p, self.generator).tolist()
+        ids = [samplers[i] for i in rows]
+        return dict(zip(ids, tokens))
+
+    def warmup(self, prompt_len: int = 16, decode_steps: int = 2) -> None:
+        """Untimed passes through both code paths, so one-time costs stay out of the figures."""
+        vocab = self.loaded.shape.vocab_size
+        prompt_len = max(1, min(prompt_len, self.cache.max_len - decode_steps - 1))
+        ids = [i % vocab for i in range(1, prompt_len + 1)]
+        with torch.inference_mode():
+            self.model(make_step_batch([(0, 0, ids)], [], self.device), self.cache)
+            for i in range(decode_steps):
+                self.model(make_step_batch([], [(0, prompt_len + i, ids[0])], self.device), self.cache)
+        synchronize(self.device)

@@ -1,0 +1,189 @@
+"""One run from settings to records: load the model, build the engine, run, summarize, write.
+
+`execute` is what the CLI and the window's worker both call; it emits events as it goes
+(Progress, ModelLoaded, RequestsArrived, a RecordBatch per step) and returns RunFinished.
+"""
+from __future__ import annotations
+
+import platform
+import random
+import secrets
+import time
+from dataclasses import asdict, is_dataclass
+from typing import Callable
+
+from .config import RunConfig
+from .errors import InputError
+from .events import ModelLoaded, Progress, RunFinished
+from .export import RunData, RunWriter
+from .records import RecordBatch
+
+Emit = Callable[[object], None]
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def config_dict(config: RunConfig) -> dict:
+    """The full configuration as plain data for run.json (reproducible from it)."""
+    def plain(value):
+        if is_dataclass(value):
+            return {k: plain(v) for k, v in asdict(value).items()}
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+    return plain(config)
+
+
+def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
+    """Run `config` to the end (or until should_stop), emitting events; InputError for bad settings."""
+    if config.mode in ("sweep-batch", "sweep-prompt"):
+        from .sweep import run_sweep
+        return run_sweep(config, emit, should_stop)
+    if config.mode not in ("batch", "load"):
+        raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch or sweep-prompt")
+    validate(config)
+    writer = RunWriter(config.out_dir) if config.out_dir else None   # a bad folder fails before the model loads
+    try:
+        return _execute(config, emit, should_stop, writer)
+    finally:
+        if writer is not None:
+            writer.abandon()
+
+
+def validate(config: RunConfig) -> None:
+    """Checks that need no model; each failure is one line naming the setting."""
+    def positive(name, value):
+        if value is None or value <= 0:
+            raise InputError(f"{name} must be a positive number, got {value}")
+    b, e, s = config.batch, config.engine, config.sampling
+    if config.mode == "batch":
+        positive("--batch", b.batch)
+        positive("--output-len", b.output_len)
+        if b.prompt is None:
+            positive("--prompt-len", b.prompt_len)
+        elif not b.prompt.strip():
+            raise InputError("--prompt is empty: give some text, or use --prompt-len N for synthetic tokens")
+    positive("--max-batch", e.max_batch)
+    positive("--chunk-tokens", e.chunk_tokens)
+    if e.kv_tokens is not None:
+        positive("--kv-tokens", e.kv_tokens)
+    if e.policy not in ("static", "continuous", "chunked"):
+        raise InputError(f"unknown policy {e.policy!r}: use static, continuous or chunked")
+    if s.temperature < 0:
+        raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
+    if not 0 < s.top_p <= 1:
+        raise InputError(f"--top-p must be in (0, 1], got {s.top_p}")
+
+
+def load(config: RunConfig, emit: Emit):
+    """Load the model the config names, announcing it."""
+    from .device import device_name
+    from .weights import load_model
+    emit(Progress(f"loading {config.model.name}", None))
+    loaded = load_model(config.model.name, config.model.device, config.model.dtype)
+    return loaded, device_name(loaded.device)
+
+
+def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None) -> RunFinished:
+    from .device import dtype_name
+    from .weights import free_memory
+    from .engine import Engine
+    from .metrics import summarize
+    from .runner import Runner
+    from .scheduler import Scheduler, SchedulerConfig
+
+    loaded, dev_name = load(config, emit)
+    shape = loaded.shape
+    if config.mode == "batch":
+        source = batch_source(config, loaded)
+        num_slots = config.batch.batch
+        policy = "static"
+        max_len = source.max_sequence_len
+    else:
+        source = workload_source(config, loaded)
+        num_slots = config.engine.max_batch
+        policy = config.engine.policy
+        max_len = config.engine.max_len or min(shape.max_position, source.max_sequence_len)
+    max_len = min(max_len, shape.max_position)
+    dtype_bytes = loaded.dtype.itemsize
+    kv_capacity = config.engine.kv_tokens or num_slots * max_len
+    kv_capacity = min(kv_capacity, num_slots * max_len)
+    cache_bytes = num_slots * max_len * shape.kv_bytes_per_token(dtype_bytes)
+    free = free_memory(loaded.device)
+    if free is not None and cache_bytes > free:
+        raise InputError(f"the KV cache for {num_slots} sequences of {max_len} tokens needs "
+                         f"{cache_bytes / 2**30:.2f} GiB; {free / 2**30:.2f} GiB is free on {loaded.device}: "
+                         f"lower --batch/--max-batch or the lengths")
+    run_id = new_run_id()
+    emit(ModelLoaded(loaded.name, str(loaded.device), dev_name, dtype_name(loaded.dtype), loaded.source,
+                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, kv_capacity, shape))
+    emit(Progress("warming up", None))
+    runner = Runner(loaded, num_slots, max_len, config.sampling)
+    runner.warmup()
+    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
+                                          kv_capacity=kv_capacity, max_len=max_len))
+    engine = Engine(scheduler, runner, run_id, tokenizer=loaded.tokenizer,
+                    stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
+    emit(Progress("running", None))
+
+    def sink(event):
+        if writer is not None and isinstance(event, RecordBatch):
+            writer.add(event)
+        emit(event)
+
+    result = engine.run(source, sink, should_stop)
+    summary = summarize(result.steps, result.requests, result.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
+    info = run_info(loaded, dev_name, kv_capacity, max_len, num_slots)
+    data = RunData(run_id=run_id, config=config_dict(config), info=info, steps=result.steps,
+                   requests=result.requests, tokens=result.tokens, summary=summary)
+    if writer is not None:
+        writer.close(data)
+    return RunFinished(run_id, summary, result.stopped, result.error, data)
+
+
+def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
+    import torch
+    from . import __version__
+    from .device import dtype_name
+    return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
+            "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
+            "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
+            "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(), "kv_capacity": kv_capacity,
+            "kv_slots": num_slots, "max_len": max_len,
+            "versions": {"phasescope": __version__, "python": platform.python_version(), "torch": torch.__version__},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def batch_source(config: RunConfig, loaded):
+    """`run`: B requests arriving together, each the same text prompt or its own random tokens."""
+    from .engine import FixedSource
+    from .workload import RequestSpec
+    b = config.batch
+    tok = loaded.tokenizer
+    if b.prompt is not None:
+        ids = tok.apply_chat_template(b.prompt) if b.chat else tok.encode(b.prompt)
+        if not ids:
+            raise InputError("the prompt encodes to no tokens")
+        prompts = [list(ids)] * b.batch
+    else:
+        rng = random.Random(config.sampling.seed)
+        vocab = loaded.shape.vocab_size
+        prompts = [[rng.randrange(vocab) for _ in range(b.prompt_len)] for _ in range(b.batch)]
+    limit = loaded.shape.max_position
+    if len(prompts[0]) + b.output_len > limit:
+        raise InputError(f"prompt of {len(prompts[0])} tokens + {b.output_len} output tokens exceeds "
+                         f"{loaded.name}'s context of {limit} tokens")
+    text = b.prompt or ""
+    return FixedSource([RequestSpec(i, 0.0, p, text, b.output_len) for i, p in enumerate(prompts)])
+
+
+def workload_source(config: RunConfig, loaded):
+    """`load`: the workload's requests, drawn from its seed."""
+    from .workload import WorkloadSource
+    tok = loaded.tokenizer
+    return WorkloadSource(config.workload, tokenize=tok.encode, vocab_size=loaded.shape.vocab_size,
+                          max_prompt_len=loaded.shape.max_position)

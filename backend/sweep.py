@@ -1,0 +1,205 @@
+"""Batch-size and prompt-length sweeps: measured step times beside the roofline's predictions.
+
+`sweep batch` times decode steps of B requests at a fixed context; `sweep prompt` times the
+prefill of one prompt of each length. Each point is the median of several timed steps after
+warm-up. The KV cache of a batch sweep is filled with placeholder values, not a real
+prefill: a decode step's cost does not depend on the values in the cache, and prefilling
+64 x 512 tokens first would take minutes on a CPU.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import InputError
+from .events import Progress, RunFinished, SweepPoint
+from .export import RunData, atomic_write_text, ensure_writable
+from .records import Phase, RecordBatch, StepRecord
+
+GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than half of the batch's growth
+
+
+@dataclass(slots=True)
+class SweepSpec:
+    kind: str = "batch"                                   # batch | prompt
+    batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    lengths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024, 2048])
+    context: int = 512                                    # batch sweep: tokens each request attends to
+    steps: int = 8                                        # timed steps (or prefills) per point
+    warmup: int = 2
+
+
+def parse_sizes(text: str, flag: str) -> list[int]:
+    """"1,2,4,8" -> [1, 2, 4, 8]; one clear message for anything else."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if not sizes or any(s <= 0 for s in sizes):
+        raise InputError(f"{flag} needs positive sizes, got {text!r}")
+    return sorted(set(sizes))
+
+
+def measured_crossover(points: list[SweepPoint]) -> int | None:
+    """First batch where tokens/s stops growing roughly in proportion to the batch size."""
+    for prev, cur in zip(points, points[1:]):
+        expected = cur.x / prev.x
+        if cur.tokens_per_s / prev.tokens_per_s - 1 < GROWTH_FRACTION * (expected - 1):
+            return cur.x
+    return None
+
+
+def local_profile(device_name: str, is_cuda: bool):
+    """This machine's profile: the calibrated one if any, else the shipped one that matches."""
+    from .profiles import LOCAL_KEY, find_profile, list_profiles, match_profile
+    for p in list_profiles():
+        if p.key == LOCAL_KEY:
+            return p
+    return match_profile(device_name) if is_cuda else find_profile("cpu")
+
+
+def _predict(profile, cost, dtype) -> tuple[float | None, str]:
+    from .roofline import predict
+    if profile is None or dtype not in profile.dtypes:
+        return None, ""
+    p = predict(cost, profile, dtype)
+    return p.time_s * 1000, p.bound.value
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower() or "OutOfMemory" in type(exc).__name__
+
+
+def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> RunFinished:
+    import torch
+
+    from .device import synchronize
+    from .models import make_step_batch
+    from .models.base import KVCache
+    from .profiles import dtype_key, find_profile
+    from .roofline import step_cost, utilization
+    from .session import config_dict, load, new_run_id, run_info
+
+    spec: SweepSpec = config.sweep
+    out_dir = ensure_writable(config.out_dir) if config.out_dir else None
+    loaded, dev_name = load(config, emit)
+    shape, device = loaded.shape, loaded.device
+    dtype = dtype_key(loaded.dtype)
+    dtype_bytes = loaded.dtype.itemsize
+    local = local_profile(dev_name, device.type == "cuda")
+    selected = find_profile(config.profile) if config.profile else local
+    sizes = spec.batches if spec.kind == "batch" else spec.lengths
+    run_id = new_run_id()
+    points: list[SweepPoint] = []
+    steps: list[StepRecord] = []
+    note = ""
+    t0 = time.perf_counter()
+
+    def timed(batch_fn, cache) -> float:
+        synchronize(device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            loaded.model(batch_fn(), cache)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    for i, x in enumerate(sizes):
+        if should_stop():
+            note = "stopped by user"
+            break
+        emit(Progress(f"sweep {spec.kind}: {x}", i / len(sizes)))
+        try:
+            if spec.kind == "batch":
+                if spec.context + spec.warmup + spec.steps > shape.max_position:
+                    raise InputError(f"--context {spec.context} is beyond {loaded.name}'s {shape.max_position} tokens")
+                cache = KVCache(shape, x, spec.context + spec.warmup + spec.steps, device, loaded.dtype)
+                for t in cache.k + cache.v:
+                    t.normal_(0, 1)   # placeholder keys and values: the cost does not depend on them
+                ids = [j % shape.vocab_size for j in range(x)]
+
+                def batch_at(pos):
+                    return lambda: make_step_batch([], [(s, pos, ids[s]) for s in range(x)], device)
+                for w in range(spec.warmup):
+                    timed(batch_at(spec.context - 1 + w), cache)
+                times = [timed(batch_at(spec.context - 1 + spec.warmup + k), cache) for k in range(spec.steps)]
+                cost = step_cost(shape, dtype_bytes, [1] * x, [spec.context] * x)
+                tokens = x
+            else:
+                if x > shape.max_position:
+                    raise InputError(f"prompt length {x} is beyond {loaded.name}'s {shape.max_position} tokens")
+                cache = KVCache(shape, 1, x, device, loaded.dtype)
+                ids = [j % shape.vocab_size for j in range(x)]
+                for w in range(spec.warmup):
+                    timed(lambda: make_step_batch([(0, 0, ids)], [], device), cache)
+                times = [timed(lambda: make_step_batch([(0, 0, ids)], [], device), cache) for _ in range(spec.steps)]
+                cost = step_cost(shape, dtype_bytes, [x], [x])
+                tokens = x
+            del cache
+        except Exception as exc:
+            if not _is_oom(exc):
+                raise
+            note = f"stopped at {spec.kind} {x}: it does not fit in memory ({exc.__class__.__name__})"
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            break
+        median_s = statistics.median(times)
+        util = utilization(cost, median_s, local, dtype) if local is not None and dtype in local.dtypes else None
+        predicted_ms, bound = _predict(selected, cost, dtype)
+        predicted_local_ms, _ = _predict(local, cost, dtype)
+        point = SweepPoint(spec.kind, x, median_s * 1000, tokens / median_s, cost.flops, cost.bytes,
+                           util.mfu if util else None, util.mbu if util else None, predicted_ms,
+                           predicted_local_ms, bound)
+        points.append(point)
+        start_ms = (time.perf_counter() - t0) * 1000 - median_s * 1000
+        phase = Phase.DECODE if spec.kind == "batch" else Phase.PREFILL
+        ctx = spec.context if spec.kind == "batch" else x
+        step = StepRecord(run_id, len(steps), phase, x if spec.kind == "batch" else 1,
+                          0 if spec.kind == "batch" else 1, x if spec.kind == "batch" else 0, tokens,
+                          0 if spec.kind == "batch" else tokens, tokens if spec.kind == "batch" else 0,
+                          ctx * (x if spec.kind == "batch" else 1), ctx, start_ms, median_s * 1000, 0, 0)
+        steps.append(step)
+        emit(point)
+        emit(RecordBatch(steps=[step]))
+    emit(Progress(f"sweep {spec.kind} done", 1.0))
+    summary = sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note)
+    data = RunData(run_id, config_dict(config), run_info(loaded, dev_name, 0, 0, 0), steps, [], [], summary)
+    data.info["profile"] = selected.key if selected else None
+    data.info["local_profile"] = local.key if local else None
+    if out_dir is not None:
+        write_sweep(out_dir, spec, points, data)
+    return RunFinished(run_id, summary, note == "stopped by user", None, data)
+
+
+def sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note: str) -> dict:
+    from .roofline import CROSSOVER_CAP, crossover_batch
+    summary: dict = {"kind": spec.kind, "num_points": len(points), "note": note}
+    if spec.kind == "batch":
+        summary["context"] = spec.context
+        summary["measured_crossover_batch"] = measured_crossover(points)
+        for label, profile in (("predicted", selected), ("predicted_local", local)):
+            if profile is not None and dtype in profile.dtypes:
+                b = crossover_batch(shape, dtype_bytes, spec.context, profile, dtype)
+                summary[f"{label}_crossover_batch"] = None if b >= CROSSOVER_CAP else b
+    if points:
+        best = max(points, key=lambda p: p.tokens_per_s)
+        summary["best_tokens_per_s"] = best.tokens_per_s
+        summary["best_at"] = best.x
+    return summary
+
+
+SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms", "bound"]
+
+
+def write_sweep(folder, spec: SweepSpec, points: list[SweepPoint], data: RunData) -> None:
+    import csv
+    import io
+    from .export import write_run
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["batch" if spec.kind == "batch" else "prompt_len", *SWEEP_COLUMNS])
+    for p in points:
+        w.writerow([p.x, *("" if getattr(p, c) is None else getattr(p, c) for c in SWEEP_COLUMNS)])
+    write_run(folder, data)
+    atomic_write_text(folder / "sweep.csv", buf.getvalue())

@@ -1,0 +1,109 @@
+"""`profiles`, `calibrate` and `sweep`: the roofline side of the command line."""
+from __future__ import annotations
+
+import sys
+
+from .config import RunConfig
+
+
+def add_tool_parsers(sub, model_flags) -> None:
+    sub.add_parser("profiles", help="list GPU profiles with their ridge points (FLOP/byte) per dtype")
+
+    cal = sub.add_parser("calibrate", help="measure this machine's matmul FLOP/s and memory bandwidth")
+    cal.add_argument("--device", default="auto")
+    cal.add_argument("--out", help="profile TOML to write (default: this-machine.toml in the config folder)")
+    cal.add_argument("--quick", action="store_true", help="smaller, faster measurements")
+
+    sweep = sub.add_parser("sweep", help="batch-size or prompt-length sweep against the roofline")
+    kinds = sweep.add_subparsers(dest="kind", required=True)
+    b = kinds.add_parser("batch", help="decode step time and tokens/s by batch size at a fixed context")
+    model_flags(b)
+    b.add_argument("--batches", default="1,2,4,8,16,32,64")
+    b.add_argument("--context", type=int, default=512, help="tokens each request attends to")
+    b.add_argument("--steps", type=int, default=8, help="timed steps per batch size (median reported)")
+    p = kinds.add_parser("prompt", help="TTFT and prefill tokens/s by prompt length")
+    model_flags(p)
+    p.add_argument("--lengths", default="32,64,128,256,512,1024,2048")
+    p.add_argument("--steps", type=int, default=3, help="timed prefills per length (median reported)")
+
+
+def print_profiles() -> int:
+    from .profiles import list_profiles
+    from .report import print_table
+    rows = [("name", "device", "memory", "bandwidth", "bf16", "fp16", "fp32", "ridge bf16", "ridge fp16", "ridge fp32")]
+    for p in list_profiles():
+        def tf(k):
+            return f"{p.tflops[k]:,.1f} TF" if k in p.tflops else "-"
+
+        def ridge(k):
+            return f"{p.ridge(k):,.0f}" if k in p.tflops else "-"
+        label = p.name + (" (measured)" if p.measured else "")
+        rows.append((p.key, label, f"{p.memory_gb:g} GB", f"{p.bandwidth_gbs:,.0f} GB/s", tf("bf16"), tf("fp16"),
+                     tf("fp32"), ridge("bf16"), ridge("fp16"), ridge("fp32")))
+    print_table(rows)
+    print("\nridge = peak FLOP/s / bandwidth, in FLOP/byte: a step with fewer FLOPs per byte moved is memory-bound.")
+    return 0
+
+
+def run_calibrate(args) -> int:
+    from .calibrate import calibrate, write_profile
+
+    def progress(message: str, fraction: float) -> None:
+        print(f"... {message} ({fraction * 100:.0f}%)", file=sys.stderr)
+    profile = calibrate(args.device, progress, quick=args.quick)
+    path = write_profile(profile, args.out)
+    print(f"{profile.name}: {profile.bandwidth_gbs:,.1f} GB/s, "
+          + ", ".join(f"{k} {v:,.2f} TFLOP/s" for k, v in profile.tflops.items()))
+    print(f"written to {path}; it now appears in `profiles` as {profile.key}")
+    return 0
+
+
+def sweep_config(args) -> RunConfig:
+    from .cli import common_config
+    from .sweep import SweepSpec, parse_sizes
+    from .errors import InputError
+    config = common_config(args, f"sweep-{args.kind}")
+    if args.steps <= 0:
+        raise InputError(f"--steps must be positive, got {args.steps}")
+    if args.kind == "batch":
+        if args.context <= 0:
+            raise InputError(f"--context must be positive, got {args.context}")
+        config.sweep = SweepSpec("batch", batches=parse_sizes(args.batches, "--batches"), context=args.context,
+                                 steps=args.steps)
+    else:
+        config.sweep = SweepSpec("prompt", lengths=parse_sizes(args.lengths, "--lengths"), steps=args.steps)
+    return config
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class SweepPrinter:
+    """Prints each sweep point as it is measured, then the crossover summary."""
+
+    def __init__(self, kind: str):
+        self.header = f"{'batch' if kind == 'batch' else 'prompt':>7} {'step ms':>10} {'tokens/s':>11} {'MFU':>7} " \
+                      f"{'MBU':>7} {'pred ms':>10} {'local ms':>10}  bound"
+        self.printed = False
+
+    def on_point(self, p) -> None:
+        if not self.printed:
+            print(self.header)
+            self.printed = True
+        print(f"{p.x:>7} {p.step_ms:>10.2f} {p.tokens_per_s:>11,.1f} {_fmt(p.mfu, '>7.1%')} {_fmt(p.mbu, '>7.1%')} "
+              f"{_fmt(p.predicted_ms, '>10.3f')} {_fmt(p.predicted_local_ms, '>10.3f')}  {p.bound}", flush=True)
+
+    def finish(self, finished, config) -> None:
+        s, info = finished.summary, finished.data.info
+        print(f"\nmodel {info.get('model')} on {info.get('device_name')} ({info.get('dtype')}); "
+              f"profile {info.get('profile')} (local: {info.get('local_profile')})")
+        if s.get("kind") == "batch":
+            def show(v):
+                return "none (decode stays memory-bound)" if v is None else str(v)
+            print(f"crossover batch: measured {show(s.get('measured_crossover_batch'))}, predicted for the profile "
+                  f"{show(s.get('predicted_crossover_batch'))}, for this machine {show(s.get('predicted_local_crossover_batch'))}")
+        if s.get("note"):
+            print(s["note"])
+        if config.out_dir:
+            print(f"written to {config.out_dir}/sweep.csv (and run.json, steps.csv)")

