@@ -112,10 +112,11 @@ class Engine:
                 # context attended to by each request in this step: cached tokens + the new ones
                 contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
                 contexts += [r.num_computed + 1 for r in out.decode]
+                kv_tokens = self.scheduler.kv_tokens_used + out.num_tokens   # in use once this step has written
                 sampled = self.runner.run(out)
                 end = now_ms()
                 finished = self.scheduler.update(out, sampled, end)
-                batch.steps.append(self._step_record(step_index, out, contexts, start, end))
+                batch.steps.append(self._step_record(step_index, out, contexts, kv_tokens, start, end))
                 step_index += 1
                 for rid in sampled:
                     req = self._requests[rid]
@@ -141,7 +142,8 @@ class Engine:
             arrived.append(req)
         return arrived
 
-    def _step_record(self, index: int, out, contexts: list[int], start: float, end: float) -> StepRecord:
+    def _step_record(self, index: int, out, contexts: list[int], kv_tokens: int, start: float,
+                     end: float) -> StepRecord:
         num_prefill_tokens = sum(c.num_tokens for c in out.prefill)
         return StepRecord(
             run_id=self.run_id, step=index, phase=out.phase,
@@ -149,7 +151,7 @@ class Engine:
             num_decode_requests=len(out.decode), num_tokens=num_prefill_tokens + len(out.decode),
             num_prefill_tokens=num_prefill_tokens, num_decode_tokens=len(out.decode),
             context_tokens=sum(contexts), max_context_tokens=max(contexts, default=0),
-            start_ms=start, duration_ms=end - start, kv_tokens=self.scheduler.kv_tokens_used,
+            start_ms=start, duration_ms=end - start, kv_tokens=kv_tokens,
             kv_capacity=self.scheduler.config.kv_capacity, num_waiting=self.scheduler.num_waiting,
             num_running=self.scheduler.num_running)
 

@@ -61,7 +61,7 @@ def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tens
         raise InputError(f"{source}: {len(missing)} tensors missing, e.g. {', '.join(missing[:3])}")
 
 
-def _rope(config: dict, head_dim: int, theta: float, path: Path) -> torch.Tensor | None:
+def _rope(config: dict, head_dim: int, theta: float, path: Path | str) -> torch.Tensor | None:
     """Frequency divisors for Llama 3's rope scaling (None for plain rotary)."""
     scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
@@ -80,7 +80,7 @@ def _rope(config: dict, head_dim: int, theta: float, path: Path) -> torch.Tensor
                        torch.where(wavelen < old_len / high, torch.ones_like(divisor), divisor))
 
 
-def shape_from_config(config: dict, path: Path) -> tuple[ModelShape, torch.Tensor | None]:
+def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch.Tensor | None]:
     """ModelShape (and rope frequency divisors) from a transformers config.json."""
     names = config.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in names if a in ARCHITECTURES), None)

@@ -42,7 +42,7 @@ class StepRecord:
     max_context_tokens: int
     start_ms: float
     duration_ms: float
-    kv_tokens: int             # KV cache tokens in use after the step
+    kv_tokens: int             # KV cache tokens in use once the step has written (before finished requests free theirs)
     kv_capacity: int           # KV cache capacity in tokens
     num_waiting: int = 0       # requests arrived but not yet admitted, after the step
     num_running: int = 0       # requests admitted and not finished, after the step

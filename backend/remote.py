@@ -54,7 +54,8 @@ class RemoteEndpoint:
     def validate(self) -> None:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InputError(f"--endpoint {safe_url(self.url)!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
+            shown = safe_url(self.url) if parts.scheme else self.url
+            raise InputError(f"--endpoint {shown!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
         if not self.model.strip():
             raise InputError("--served-model is empty: give the name the server serves (see GET <endpoint>/models)")
         if self.api not in APIS:

@@ -7,6 +7,7 @@ the run summary counts and whose `detail` keeps the server's own message.
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlsplit
@@ -86,19 +87,21 @@ def error_message(response_text: str) -> str:
             error = "; ".join(f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}"
                               if isinstance(e, dict) else str(e) for e in error)
         if error is not None:
-            return str(error)[:MAX_DETAIL]
+            return " ".join(str(error).split())[:MAX_DETAIL]   # one line, even when it holds a traceback
     return str(payload)[:MAX_DETAIL]
 
 
-def connect_failure(exc: httpx.ConnectError, url: str) -> RemoteFailure:
-    text = str(exc)
-    lowered = text.lower()
-    if "refused" in lowered:
+def connect_failure(exc: BaseException, url: str) -> RemoteFailure:
+    """Name a failure to connect by its root cause (httpx wraps the socket error a few times)."""
+    causes = []
+    while exc is not None and len(causes) < 10:
+        causes.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
         return RemoteFailure("connection_refused", f"connection refused at {url}")
-    if any(s in lowered for s in ("name or service not known", "name resolution", "nodename nor servname",
-                                  "getaddrinfo", "no address associated")):
-        return RemoteFailure("dns_failure", f"cannot resolve the host of {url}")
-    return RemoteFailure("connect_failed", f"cannot connect to {url}: {text or type(exc).__name__}")
+    if any(isinstance(c, socket.gaierror) for c in causes):
+        return RemoteFailure("dns_failure", f"cannot resolve the host of {url} ({causes[-1]})")
+    return RemoteFailure("connect_failed", f"cannot connect to {url}: {causes[-1] or type(causes[-1]).__name__}")
 
 
 class Streamer:
@@ -149,7 +152,7 @@ class Streamer:
                     self._on_event(json.loads(await response.aread()), state, on_token)
                     state.finish_ms = self.now_ms()
                     return
-                done = False
+                done, num_events = False, 0
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
                         continue   # blank separators, comments, "event:" lines
@@ -161,8 +164,13 @@ class Streamer:
                         event = json.loads(payload)
                     except ValueError:
                         raise RemoteFailure("malformed_event", f"not JSON: {payload[:80]!r}") from None
+                    num_events += 1
                     self._on_event(event, state, on_token)
                 state.finish_ms = self.now_ms()
+                if num_events == 0 and not done:
+                    # llama-cpp-python does this when a prompt exceeds its context (it logs why)
+                    raise RemoteFailure("empty_stream", f"HTTP {response.status_code}, then the stream closed "
+                                        "without a single event (see the server's log)")
                 if not done and state.finish_reason is None:
                     raise RemoteFailure("stream_cut", "the event stream ended before the completion did")
         except httpx.ConnectError as exc:

@@ -58,6 +58,7 @@ class LiveProgress:
             print(f"... {event.message}", file=sys.stderr)
         elif isinstance(event, ModelLoaded):
             self.loaded = event
+            self._last = time.monotonic()   # the first status line comes a second into the run
         elif isinstance(event, SweepPoint) and self.sweep is not None:
             self.sweep.on_point(event)
         elif isinstance(event, RequestsArrived):

@@ -107,7 +107,7 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
         source = workload_source(config, loaded)
         num_slots = config.engine.max_batch
         policy = config.engine.policy
-        max_len = config.engine.max_len or min(shape.max_position, source.max_sequence_len)
+        max_len = config.engine.max_len or longest_sequence(config.workload)
     max_len = min(max_len, shape.max_position)
     dtype_bytes = loaded.dtype.itemsize
     kv_capacity = config.engine.kv_tokens or num_slots * max_len
@@ -179,6 +179,13 @@ def batch_source(config: RunConfig, loaded):
                          f"{loaded.name}'s context of {limit} tokens")
     text = b.prompt or ""
     return FixedSource([RequestSpec(i, 0.0, p, text, b.output_len) for i, p in enumerate(prompts)])
+
+
+def longest_sequence(spec) -> int:
+    """Prompt + output tokens of the longest request the workload can draw (sizes the cache slots)."""
+    def upper(dist) -> int:
+        return dist.value if dist.kind == "fixed" else dist.high
+    return upper(spec.prompt_len) + upper(spec.output_len)
 
 
 def workload_source(config: RunConfig, loaded):

@@ -46,7 +46,9 @@ def llama_server(api_key: str | None = None, log_path: Path | None = None):
         pytest.skip('llama.cpp server not installed (pip install "llama-cpp-python[server]")')
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false"]
+           "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "false",
+           # by default a new request interrupts the one streaming: a load test needs them queued
+           "--interrupt_requests", "false"]
     if api_key:
         cmd += ["--api_key", api_key]
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
@@ -135,6 +137,7 @@ class FakeServer:
         self.Handler = Handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None   # a cut connection is the point, not news
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

@@ -1,0 +1,402 @@
+"""The main window: docks, menus and wiring; it owns the worker thread's lifecycle."""
+from __future__ import annotations
+
+import sys
+
+import pyqtgraph as pg
+import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.exporters.*)
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from backend.errors import InputError
+from backend.events import ModelLoaded, Progress, SweepPoint
+from backend.export import read_run, write_run
+from backend.models.base import ModelShape
+from backend.models.shapes import SHAPES
+from backend.profiles import LOCAL_KEY
+from backend.session import config_dict
+
+from .controls import ControlsPanel
+from .lanes import LanesView
+from .metrics import MetricsPanel
+from .requests_table import RequestsTable
+from .run_store import RunStore
+from .text_view import GeneratedText
+from .throughput import ThroughputView
+from .timeline import TimelineView
+from .worker import WorkerThread
+
+REPAINT_MS = 33          # about 30 Hz: records arrive at any rate, the screen changes at this one
+AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
+
+
+class MainWindow(QtWidgets.QMainWindow):
+    startRun = QtCore.Signal(object)
+    startCalibration = QtCore.Signal(str)
+
+    def __init__(self, worker=None, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("phasescope — prefill and decode, step by step")
+        self.store = RunStore()
+        self.running = False
+        self.last_error = ""
+        self.error_box: QtWidgets.QMessageBox | None = None
+        self.selected_request: int | None = None
+        self._build_views()
+        self._build_docks()
+        self._build_actions()
+        self._build_status_bar()
+        self.worker_thread = WorkerThread(worker)
+        self.worker = self.worker_thread.worker
+        self.startRun.connect(self.worker.run)
+        self.startCalibration.connect(self.worker.calibrate)
+        self.worker.event.connect(self._on_event)
+        self.worker.records.connect(self._on_records)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.calibrated.connect(self._on_calibrated)
+        self.repaint_timer = QtCore.QTimer(self)
+        self.repaint_timer.setInterval(REPAINT_MS)
+        self.repaint_timer.timeout.connect(self.repaint_views)
+        self.repaint_timer.start()
+        self._choices_changed()
+        self.resize(1400, 900)
+
+    # ---- building ----------------------------------------------------------------------------
+
+    def _build_views(self) -> None:
+        self.timeline = TimelineView(self.store)
+        self.lanes = LanesView(self.store)
+        self.lanes.setXLink(self.timeline)
+        for plot in (self.timeline, self.lanes):
+            plot.getPlotItem().getAxis("left").setWidth(AXIS_WIDTH)
+        self.lanes.getPlotItem().getViewBox().sigRangeChangedManually.connect(
+            lambda *_: self.timeline.set_follow(False))
+        self.throughput = ThroughputView(self.store)
+        self.table = RequestsTable(self.store)
+        self.text = GeneratedText(self.store)
+        self.metrics = MetricsPanel(self.store)
+        self.current_plot: pg.PlotWidget = self.timeline
+        for plot in (self.timeline, self.lanes, self.throughput):
+            plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
+        self.lanes.requestClicked.connect(self.select_request)
+        self.table.requestSelected.connect(self.select_request)
+
+        self.follow_check = QtWidgets.QCheckBox("Follow the live edge")
+        self.follow_check.setChecked(True)
+        self.follow_check.toggled.connect(self.timeline.set_follow)
+        self.timeline.followChanged.connect(self.follow_check.setChecked)
+        hint = QtWidgets.QLabel("wheel: zoom · drag: pan · hover: numbers · click a lane: select")
+        hint.setStyleSheet("color: #666;")
+        header = QtWidgets.QHBoxLayout()
+        header.addWidget(self.follow_check)
+        header.addStretch(1)
+        header.addWidget(hint)
+        splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        splitter.addWidget(self.timeline)
+        splitter.addWidget(self.lanes)
+        splitter.setSizes([220, 330])
+        central = QtWidgets.QWidget()
+        layout = QtWidgets.QVBoxLayout(central)
+        layout.setContentsMargins(4, 2, 4, 2)
+        layout.addLayout(header)
+        layout.addWidget(splitter, 1)
+        self.setCentralWidget(central)
+
+    def _dock(self, title: str, widget: QtWidgets.QWidget, name: str) -> QtWidgets.QDockWidget:
+        dock = QtWidgets.QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        return dock
+
+    def _build_docks(self) -> None:
+        self.controls = ControlsPanel()
+        scroll = QtWidgets.QScrollArea()
+        scroll.setWidget(self.controls)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(self.controls.sizeHint().width() + 20)
+        self.controls_dock = self._dock("Controls", scroll, "controlsDock")
+        self.metrics_dock = self._dock("Live metrics", self.metrics, "metricsDock")
+        self.text_dock = self._dock("Generated text", self.text, "textDock")
+        self.throughput_dock = self._dock("Throughput vs batch size", self.throughput, "throughputDock")
+        self.table_dock = self._dock("Requests", self.table, "requestsDock")
+        self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
+        self.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, self.metrics_dock)
+        self.splitDockWidget(self.metrics_dock, self.text_dock, QtCore.Qt.Orientation.Vertical)
+        self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.throughput_dock)
+        self.splitDockWidget(self.throughput_dock, self.table_dock, QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.metrics_dock], [360], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.throughput_dock], [300], QtCore.Qt.Orientation.Vertical)
+        self.text.titleChanged.connect(self.text_dock.setWindowTitle)
+        self.controls.runRequested.connect(self.start_run)
+        self.controls.stopRequested.connect(self.stop_run)
+        self.controls.calibrateRequested.connect(self.start_calibration)
+        self.controls.choicesChanged.connect(self._choices_changed)
+
+    def _action(self, menu: QtWidgets.QMenu, text: str, slot, shortcut=None, name: str | None = None) -> QtGui.QAction:
+        action = QtGui.QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QtGui.QKeySequence(shortcut))
+        if name:
+            action.setObjectName(name)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _build_actions(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self.open_run_action = self._action(file_menu, "&Open run…", self._open_run_dialog,
+                                            QtGui.QKeySequence.StandardKey.Open, "openRunAction")
+        self.export_csv_action = self._action(file_menu, "&Export CSV…", self._export_dialog, "Ctrl+E",
+                                              "exportCsvAction")
+        self.save_plot_action = self._action(file_menu, "Save plot as &PNG…", self._save_plot_dialog, "Ctrl+Shift+S",
+                                             "savePlotAction")
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", self.close, QtGui.QKeySequence.StandardKey.Quit)
+        run_menu = bar.addMenu("&Run")
+        self.run_action = self._action(run_menu, "&Run", self.start_run, "Ctrl+R", "runAction")
+        self.stop_action = self._action(run_menu, "&Stop", self.stop_run, "Esc", "stopAction")
+        self._action(run_menu, "&Calibrate this machine…",
+                     lambda: self.start_calibration(self.controls.device_combo.currentText()))
+        view_menu = bar.addMenu("&View")
+        for dock in (self.controls_dock, self.metrics_dock, self.text_dock, self.throughput_dock, self.table_dock):
+            view_menu.addAction(dock.toggleViewAction())
+
+    def _build_status_bar(self) -> None:
+        status = self.statusBar()
+        self.status_labels = {key: QtWidgets.QLabel() for key in ("model", "device", "dtype", "profile")}
+        for label in self.status_labels.values():
+            status.addPermanentWidget(label)
+        self.progress = QtWidgets.QProgressBar()
+        self.progress.setMaximumWidth(220)
+        self.progress.setTextVisible(True)
+        self.progress.hide()
+        status.addPermanentWidget(self.progress)
+
+    # ---- running -----------------------------------------------------------------------------
+
+    def start_run(self) -> None:
+        if self.running:
+            return
+        try:
+            config = self.controls.build_config()
+        except InputError as exc:
+            self.show_error(str(exc))
+            return
+        self.store.reset()
+        self.store.config = config_dict(config)
+        self.select_request(None)
+        kind = "prompt" if config.mode == "sweep-prompt" else "batch"
+        self.throughput.set_kind(kind)
+        self.throughput_dock.setWindowTitle("Throughput vs " + ("prompt length" if kind == "prompt" else "batch size"))
+        self.timeline.set_empty_message("A sweep times steps in isolation: see the throughput plot"
+                                        if config.mode.startswith("sweep") else "")
+        self.timeline.set_follow(True)
+        self._set_running(True)
+        self.statusBar().showMessage(f"Running {config.model.name} ({config.mode})…")
+        self.worker.clear_stop()
+        self.startRun.emit(config)
+
+    def stop_run(self) -> None:
+        if self.running:
+            self.worker.request_stop()
+            self.statusBar().showMessage("Stopping at the next step boundary…")
+
+    def start_calibration(self, device: str) -> None:
+        if self.running:
+            return
+        self._set_running(True)
+        self.statusBar().showMessage(f"Calibrating {device}…")
+        self.worker.clear_stop()
+        self.startCalibration.emit(device)
+
+    def _set_running(self, running: bool) -> None:
+        self.running = running
+        self.controls.set_running(running)
+        self.run_action.setEnabled(not running)
+        self.open_run_action.setEnabled(not running)
+        self.timeline.set_running(running)
+        self.lanes.set_running(running)
+        if not running:
+            self.progress.hide()
+            self.repaint_views()
+
+    def _on_event(self, event) -> None:
+        self.store.add_event(event)
+        if isinstance(event, Progress):
+            self.progress.setFormat(event.message + (" %p%" if event.fraction is not None else ""))
+            if event.fraction is None:
+                self.progress.setRange(0, 0)   # busy: the length of the work is unknown
+            else:
+                self.progress.setRange(0, 1000)
+                self.progress.setValue(round(1000 * event.fraction))
+            self.progress.setVisible(event.message not in ("running", "done"))
+        elif isinstance(event, ModelLoaded):
+            self.throughput.set_inputs(shape=event.shape, run_dtype=event.dtype)
+            self._show_choices(event.name, f"{event.device} ({event.device_name})", event.dtype)
+        elif isinstance(event, SweepPoint):
+            self.progress.show()
+
+    def _on_records(self, batch) -> None:
+        self.store.add_batch(batch)
+
+    def _on_finished(self, result) -> None:
+        self.store.add_event(result)
+        self._set_running(False)
+        s = result.summary
+        if result.error:
+            self.show_error(f"the run failed part way: {result.error} (the records so far are kept)")
+        elif result.stopped:
+            self.statusBar().showMessage(f"Stopped: {s.get('num_finished', 0)} of {s.get('num_requests', 0)} "
+                                         "requests finished; the records so far are kept")
+        else:
+            self.statusBar().showMessage(f"Finished: {s.get('num_finished', 0)} requests, "
+                                         f"{s.get('output_tokens_per_s', 0):,.1f} output tokens/s")
+
+    def _on_failed(self, message: str) -> None:
+        self._set_running(False)
+        self.show_error(message)
+
+    def _on_calibrated(self, profile, path: str) -> None:
+        self._set_running(False)
+        self.controls.reload_profiles()
+        self.controls.select_profile(LOCAL_KEY)
+        self.statusBar().showMessage(f"Calibrated {profile.name}: profile written to {path}")
+
+    # ---- views -------------------------------------------------------------------------------
+
+    def repaint_views(self) -> None:
+        """The timer's tick: each visible view repaints if the store changed since it last looked."""
+        self.table.refresh()   # keeps row counts right even while hidden
+        for view in (self.timeline, self.lanes, self.throughput, self.metrics, self.text):
+            if view.isVisible():
+                view.refresh()
+
+    def select_request(self, request_id: int | None) -> None:
+        self.selected_request = request_id
+        self.lanes.select_request(request_id)
+        self.text.show_request(request_id)
+        if request_id is not None:
+            self.table.select_request(request_id)
+
+    def _choices_changed(self) -> None:
+        c = self.controls
+        self._show_choices(c.model_name() or "", c.device_combo.currentText(), c.dtype_combo.currentText())
+        self.throughput.set_inputs(profile=c.profile(), context=c.form.prediction_context())
+        name = c.model_name()
+        if not self.running and name in SHAPES:
+            self.throughput.set_inputs(shape=SHAPES[name], run_dtype=self._guess_dtype())
+
+    def _guess_dtype(self) -> str:
+        dtype = self.controls.dtype_combo.currentText()
+        if dtype != "auto":
+            return dtype
+        return "bfloat16" if self.controls.device_combo.currentText().startswith("cuda") else "float32"
+
+    def _show_choices(self, model: str, device: str, dtype: str) -> None:
+        profile = self.controls.profile_combo.currentText()
+        for key, text in (("model", model), ("device", device), ("dtype", dtype), ("profile", profile)):
+            self.status_labels[key].setText(f"{key}: {text}")
+
+    def show_error(self, message: str) -> None:
+        """A message box that does not block (tests and runs go on), and the same line in the status bar."""
+        self.last_error = message
+        self.statusBar().showMessage("Error: " + message)
+        if self.error_box is not None:
+            self.error_box.close()
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Warning, "phasescope", message,
+                                    QtWidgets.QMessageBox.StandardButton.Ok, self)
+        box.setWindowModality(QtCore.Qt.WindowModality.NonModal)
+        box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.finished.connect(lambda *_: setattr(self, "error_box", None))
+        box.show()
+        self.error_box = box
+
+    # ---- files -------------------------------------------------------------------------------
+
+    def export_csv(self, folder: str) -> bool:
+        """Write the run on screen (whole or partial) as the CLI's --out would."""
+        if self.store.num_requests == 0 and len(self.store.steps) == 0:
+            self.show_error("nothing to export yet: run something or open a run first")
+            return False
+        try:
+            path = write_run(folder, self.store.to_run_data())
+        except (InputError, OSError) as exc:
+            self.show_error(f"export failed: {exc}")
+            return False
+        self.statusBar().showMessage(f"Exported CSV to {path}")
+        return True
+
+    def open_run(self, folder: str) -> bool:
+        if self.running:
+            return False
+        try:
+            run = read_run(folder)
+        except InputError as exc:
+            self.show_error(str(exc))
+            return False
+        self.store.load(run)
+        self.select_request(None)
+        info = run.info
+        if isinstance(info.get("shape"), dict):
+            self.throughput.set_inputs(shape=ModelShape(**info["shape"]), run_dtype=info.get("dtype"))
+        self._show_choices(info.get("model", "?"), f"{info.get('device', '?')} ({info.get('device_name', '')})",
+                           info.get("dtype", "?"))
+        self.timeline.set_follow(True)
+        self.repaint_views()
+        self.statusBar().showMessage(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, "
+                                     f"{len(run.requests)} requests")
+        return True
+
+    def save_plot(self, path: str, plot: pg.PlotWidget | None = None) -> bool:
+        plot = plot or self.current_plot
+        try:
+            pg.exporters.ImageExporter(plot.getPlotItem()).export(path)
+        except OSError as exc:
+            self.show_error(f"could not save {path}: {exc}")
+            return False
+        self.statusBar().showMessage(f"Saved {plot.objectName()} to {path}")
+        return True
+
+    def _export_dialog(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder")
+        if folder:
+            self.export_csv(folder)
+
+    def _open_run_dialog(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder")
+        if folder:
+            self.open_run(folder)
+
+    def _save_plot_dialog(self) -> None:
+        name = self.current_plot.objectName()
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", f"{name}.png", "PNG (*.png)")
+        if path:
+            self.save_plot(path)
+
+    def closeEvent(self, event: QtGui.QCloseEvent) -> None:
+        """Stop a run at its next step and join the worker thread before the window goes."""
+        self.repaint_timer.stop()
+        self.worker_thread.stop_and_join()
+        super().closeEvent(event)
+
+
+def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False) -> int:
+    """`python main.py [--model NAME] [--profile NAME] [--autostart]`: open the window (and run)."""
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    window = MainWindow()
+    try:
+        if model:
+            window.controls.select_model(model)
+        if profile:
+            window.controls.select_profile(profile)
+    except InputError as exc:
+        window.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    window.show()
+    if autostart:
+        QtCore.QTimer.singleShot(0, window.start_run)
+    return app.exec()

@@ -1,0 +1,131 @@
+"""Loaders: the bundled GGUF answers a question, HF folders match transformers, every bad input says why."""
+import json
+
+import pytest
+import torch
+
+from backend import weights
+from backend.errors import InputError
+from backend.models import KVCache, make_step_batch
+from backend.weights import bundled_gguf, list_models, load_model
+
+
+def greedy(loaded, prompt: list[int], steps: int) -> list[int]:
+    cache = KVCache(loaded.shape, 1, len(prompt) + steps, loaded.device, loaded.dtype)
+    out: list[int] = []
+    with torch.inference_mode():
+        logits = loaded.model(make_step_batch([(0, 0, prompt)], [], loaded.device), cache)
+        for pos in range(len(prompt), len(prompt) + steps):
+            out.append(int(logits[-1].argmax()))
+            if out[-1] in loaded.tokenizer.eos_ids:
+                break
+            logits = loaded.model(make_step_batch([], [(0, pos, out[-1])], loaded.device), cache)
+    return out
+
+
+def test_bundled_smollm2_loads_with_its_shape(smollm2):
+    s = smollm2.shape
+    assert (s.arch, s.num_layers, s.hidden_size, s.num_heads, s.num_kv_heads) == ("llama", 30, 576, 9, 3)
+    assert (s.intermediate_size, s.vocab_size, s.tie_embeddings, s.rope_theta) == (1536, 49152, True, 100000.0)
+    assert s.num_params() == sum(p.numel() for p in smollm2.model.parameters())
+    assert smollm2.weight_bytes == 4 * s.num_params() and not smollm2.random_weights
+    assert not smollm2.model.training
+
+
+def test_bundled_smollm2_knows_the_capital_of_france(smollm2):
+    prompt = smollm2.tokenizer.apply_chat_template("What is the capital of France?")
+    answer = smollm2.tokenizer.decode(greedy(smollm2, prompt, 24))
+    assert "Paris" in answer, answer
+
+
+def test_synthetic_tiny_has_random_weights_and_byte_tokens():
+    loaded = load_model("tiny", device="cpu", dtype="bfloat16")
+    assert loaded.random_weights and loaded.dtype == torch.bfloat16
+    assert all(p.dtype == torch.bfloat16 for p in loaded.model.parameters())
+    assert len(greedy(loaded, loaded.tokenizer.encode("hello"), 5)) == 5  # random text, but it runs
+    std = loaded.model.layers[0].qkv.float().std().item()
+    assert 0.015 < std < 0.025
+    assert loaded.model.layers[0].attn_norm.float().eq(1).all()
+
+
+def test_synthetic_shape_too_big_for_memory_says_how_much(monkeypatch):
+    monkeypatch.setattr(weights, "free_memory", lambda device: 2 * 2**30)
+    with pytest.raises(InputError, match=r"llama-8b needs 29\.9 GiB .* only 2\.0 GiB is free"):
+        load_model("llama-8b", device="cpu", dtype="float32")
+
+
+def test_list_models_names_the_bundled_and_synthetic_shapes():
+    infos = {m.name: m for m in list_models()}
+    assert set(infos) == {"smollm2-135m", "tiny", "gpt2-124m", "llama-1b", "llama-8b"}
+    assert infos["llama-8b"].params > 8_000_000_000 and infos["gpt2-124m"].arch == "gpt2"
+    assert infos["llama-1b"].bytes_bf16 * 2 == infos["llama-1b"].bytes_fp32
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_hf_folder_matches_transformers(tmp_path, arch):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if arch == "llama":
+        config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=64)
+        hf = transformers.LlamaForCausalLM(config).eval()
+    else:
+        config = transformers.GPT2Config(vocab_size=96, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+        hf = transformers.GPT2LMHeadModel(config).eval()
+    hf.save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), device="cpu", dtype="float32")
+    assert loaded.shape.arch == arch and "safetensors" in loaded.source
+    prompt = [3, 14, 15, 92, 65, 35]
+    with torch.inference_mode():
+        expected = hf(torch.tensor([prompt])).logits[0, -1]
+        got = loaded.model(make_step_batch([(0, 0, prompt)], [], "cpu"), KVCache(loaded.shape, 1, 8, "cpu", torch.float32))
+    torch.testing.assert_close(got[0], expected, atol=1e-4, rtol=1e-4)
+
+
+def write_config(folder, **config):
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_truncated_gguf_names_the_file(tmp_path):
+    path = tmp_path / "cut.gguf"
+    with open(bundled_gguf(), "rb") as f:
+        path.write_bytes(f.read(1 << 20))
+    with pytest.raises(InputError, match=r"cut\.gguf"):
+        load_model(str(path), device="cpu")
+
+
+def test_truncated_safetensors_names_the_file(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(vocab_size=96, n_positions=64, n_embd=32, n_layer=1, n_head=4)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    weights_file = tmp_path / "model.safetensors"
+    weights_file.write_bytes(weights_file.read_bytes()[:5000])
+    with pytest.raises(InputError, match=r"model\.safetensors"):
+        load_model(str(tmp_path), device="cpu")
+
+
+@pytest.mark.parametrize("case, pattern", [
+    ("no-config", r"no config\.json"),
+    ("bert", r"BertModel is not supported; supported: LlamaForCausalLM"),
+    ("unknown-name", r"unknown model 'no-such-model'; known: smollm2-135m, tiny"),
+    ("missing-path", r"no such file or folder"),
+    ("offline-hub", r"cannot download phasescope-test/does-not-exist: offline"),
+])
+def test_bad_inputs_say_why(tmp_path, monkeypatch, case, pattern):
+    if case == "no-config":
+        (tmp_path / "empty").mkdir()
+        name = str(tmp_path / "empty")
+    elif case == "bert":
+        name = str(write_config(tmp_path / "bert", architectures=["BertModel"], hidden_size=8))
+    elif case == "unknown-name":
+        name = "no-such-model"
+    elif case == "missing-path":
+        name = str(tmp_path / "missing.gguf")
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never touch the network in tests
+        name = "phasescope-test/does-not-exist"
+    with pytest.raises(InputError, match=pattern) as info:
+        load_model(name, device="cpu")
+    assert "\n" not in str(info.value)
