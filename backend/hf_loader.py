@@ -54,7 +54,7 @@ def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tens
             target = dest.pop(name)
             if target.shape != tensor.shape:
                 raise InputError(f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, "
-                                 f"config.json implies {tuple(target.shape)}")
+                                 f"the model shape implies {tuple(target.shape)}")
             target.copy_(tensor)
     if dest:
         missing = sorted(dest)
@@ -81,7 +81,11 @@ def _rope(config: dict, head_dim: int, theta: float, path: Path | str) -> torch.
 
 
 def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch.Tensor | None]:
-    """ModelShape (and rope frequency divisors) from a transformers config.json."""
+    """ModelShape (and rope frequency divisors) from a transformers config.json.
+
+    A sliding window (Mistral v0.1, some Qwen2) is not modelled: it changes nothing below its
+    width (4096 tokens and up), and past it our attention sees the whole context.
+    """
     names = config.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in names if a in ARCHITECTURES), None)
     if arch is None:
@@ -171,6 +175,7 @@ def hub_checkpoint(repo_id: str) -> Checkpoint:
     except RepositoryNotFoundError:
         raise InputError(f"cannot download {repo_id}: no such model on the Hugging Face Hub") from None
     except Exception as exc:  # noqa: BLE001 -- any network or cache failure means the same thing to the user
-        why = "offline (HF_HUB_OFFLINE is set) and not in the local cache" if offline else f"offline or unreachable ({type(exc).__name__})"
+        why = ("offline (HF_HUB_OFFLINE is set) and not in the local cache" if offline
+               else f"offline or unreachable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
         raise InputError(f"cannot download {repo_id}: {why}") from None
     return hf_folder_checkpoint(Path(folder), name=repo_id)

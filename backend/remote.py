@@ -13,7 +13,6 @@ import asyncio
 import os
 import platform
 import queue
-import re
 import threading
 import time
 from collections import Counter
@@ -23,13 +22,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .config import RunConfig
+from .config import RunConfig, SamplingConfig
 from .errors import InputError
 from .events import Progress, RequestsArrived, RunFinished
 from .export import RunData, RunWriter
 from .records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
-from .remote_client import RemoteFailure, StreamState, Streamer, safe_url
-from .remote_metrics import metrics_url, poll_metrics
+from .remote_client import RemoteFailure, StreamState, Streamer, TextPieces, describe, request_record, safe_url
+from .remote_metrics import ServerMetrics, metrics_url, poll_metrics
 
 Emit = Callable[[object], None]
 APIS = ("completions", "chat")
@@ -39,11 +38,12 @@ ABORT_AFTER = 4       # this many failures and not one success: the server refus
 # Synthetic prompts are random ids: kept in [1000, 32000) to miss the special and control tokens
 # most tokenizers put first, and within the smallest vocabulary in common use (Llama 2, Mistral).
 SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB = 1000, 32000
-_PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 
 
 @dataclass(slots=True)
 class RemoteEndpoint:
+    """Where a remote run sends its requests; its repr leaves the key out."""
+
     url: str                                      # base URL, e.g. http://127.0.0.1:8000/v1
     model: str                                    # the served model name
     api_key: str | None = field(default=None, repr=False)   # never written anywhere
@@ -53,6 +53,10 @@ class RemoteEndpoint:
 
     def validate(self) -> None:
         parts = urlsplit(self.url)
+        try:
+            parts.port   # parsed lazily: a port that is not a number raises here
+        except ValueError:
+            raise InputError(f"--endpoint {self.url!r}: the port is not a number") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             shown = safe_url(self.url) if parts.scheme else self.url
             raise InputError(f"--endpoint {shown!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
@@ -88,36 +92,12 @@ def endpoint_from_args(args) -> RemoteEndpoint | None:
     url = args.endpoint.rstrip("/")
     if urlsplit(url).path == "":
         url += "/v1"   # a bare host:port means the usual /v1 root
-    key = args.api_key or os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
+    key = args.api_key or os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
+    key = key.strip() or None   # a key read from a file often ends in a newline
     endpoint = RemoteEndpoint(url, args.served_model, key, args.api, args.request_timeout,
                               not args.no_server_metrics)
     endpoint.validate()
     return endpoint
-
-
-class _Pieces:
-    """A stand-in tokenizer for text workloads (the served model's is not here): words and marks.
-
-    Invertible, so a prompt cut to N pieces is sent as the text of those pieces; the server's
-    usage then reports the true prompt length. A separator piece ends each text, as the
-    workload joins its texts with a blank line.
-    """
-
-    def __init__(self):
-        self._ids: dict[str, int] = {}
-        self._pieces: list[str] = []
-
-    def encode(self, text: str) -> list[int]:
-        return [self._id(p) for p in [*_PIECE.findall(text), "\n\n"]]
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(self._pieces[i] for i in ids).strip()
-
-    def _id(self, piece: str) -> int:
-        if piece not in self._ids:
-            self._ids[piece] = len(self._pieces)
-            self._pieces.append(piece)
-        return self._ids[piece]
 
 
 def run_remote(config: RunConfig, endpoint: RemoteEndpoint, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
@@ -132,16 +112,17 @@ def run_remote(config: RunConfig, endpoint: RemoteEndpoint, emit: Emit, should_s
     if endpoint.api == "chat" and spec.prompt_source != "text":
         raise InputError("--api chat sends text: use a workload with prompt_source = \"text\", or --api completions "
                          "(synthetic token ids go to /v1/completions)")
-    pieces = _Pieces()
+    pieces = TextPieces()
     source = WorkloadSource(spec, tokenize=pieces.encode, vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID)
     writer = RunWriter(config.out_dir) if config.out_dir else None
-    run = _RemoteRun(new_run_id(), endpoint, config.sampling.ignore_eos, source, pieces)
+    run = _RemoteRun(new_run_id(), endpoint, config.sampling, source, pieces)
     try:
         emit(Progress(f"sending {spec.name} to {safe_url(endpoint.url)} ({endpoint.model})", None))
         run.start()
         run.pump(emit, writer, should_stop)
         summary = summarize([], run.requests, run.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
         summary.update({f"errors_{kind}": n for kind, n in sorted(run.errors.items())})
+        summary.update({f"server_{name}_max": value for name, value in run.metrics_peak.items()})
         cfg = config_dict(config)
         cfg["remote"] = {"url": safe_url(endpoint.url), "model": endpoint.model, "api": endpoint.api,
                          "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics}
@@ -159,7 +140,7 @@ def _info(endpoint: RemoteEndpoint, run: _RemoteRun) -> dict:
     from . import __version__
     return {"target": "remote", "endpoint": safe_url(endpoint.url), "served_model": endpoint.model,
             "model": endpoint.model, "api": endpoint.api, "device": "remote",
-            "server_metrics": run.saw_metrics,
+            "server_metrics": bool(run.metrics_peak),
             "note": "server engine steps are not visible from outside: steps.csv is empty, queue_ms is 0",
             "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -171,10 +152,10 @@ _DONE = object()
 class _RemoteRun:
     """The asyncio side of one remote run; hands events to the calling thread through a queue."""
 
-    def __init__(self, run_id: str, endpoint: RemoteEndpoint, ignore_eos: bool, source, pieces: _Pieces):
+    def __init__(self, run_id: str, endpoint: RemoteEndpoint, sampling: SamplingConfig, source, pieces: TextPieces):
         self.run_id = run_id
         self.endpoint = endpoint
-        self.ignore_eos = ignore_eos
+        self.sampling = sampling
         self.source = source
         self.pieces = pieces
         self.requests: list[RequestRecord] = []
@@ -184,7 +165,7 @@ class _RemoteRun:
         self.stopped = False
         self.abort: str | None = None           # "every request failed: ..."
         self.crash: str | None = None           # an unexpected failure of the run itself
-        self.saw_metrics = False
+        self.metrics_peak: dict[str, float] = {}   # the highest reading of each server gauge
         self.events: queue.Queue = queue.Queue()
         self.stop_requested = threading.Event()
         self._pending = RecordBatch()
@@ -237,7 +218,7 @@ class _RemoteRun:
         try:
             asyncio.run(self._main())
         except Exception as exc:   # a bug or an unexpected library error: keep what was recorded
-            self.crash = f"{type(exc).__name__}: {self._redact(str(exc)) or 'no message'}"
+            self.crash = self._redact(describe(exc))
         finally:
             self._flush()
             self.events.put(_DONE)
@@ -247,7 +228,7 @@ class _RemoteRun:
         headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)   # never queue on our side
         async with httpx.AsyncClient(limits=limits) as client:
-            streamer = Streamer(client, ep.url, ep.model, ep.api, headers, self.ignore_eos, ep.timeout_s, self.now_ms)
+            streamer = Streamer(client, ep.url, ep.model, ep.api, headers, self.sampling, ep.timeout_s, self.now_ms)
             background = [asyncio.create_task(self._flush_every())]
             if ep.read_metrics:
                 background.append(asyncio.create_task(
@@ -296,17 +277,19 @@ class _RemoteRun:
     async def _one(self, streamer: Streamer, spec, prompt, state: StreamState) -> None:
         try:
             await streamer.send(prompt, spec.max_new_tokens, state, self._on_token)
-            record = self._record(state, spec, RequestStatus.FINISHED, state.finish_reason or "stop")
+            record = request_record(state, spec, self.now_ms(), RequestStatus.FINISHED, state.finish_reason or "stop")
             self.num_ok += 1
-        except RemoteFailure as failure:
+        except Exception as exc:   # RemoteFailure, or a client-side surprise that must not lose the request
+            failure = exc if isinstance(exc, RemoteFailure) else RemoteFailure("client_error", describe(exc))
             self.errors[failure.kind] += 1
-            record = self._record(state, spec, RequestStatus.ERROR, f"{failure.kind}: {self._redact(failure.detail)}")
+            reason = f"{failure.kind}: {self._redact(failure.detail)}"
+            record = request_record(state, spec, self.now_ms(), RequestStatus.ERROR, reason)
             if self.num_ok == 0 and sum(self.errors.values()) >= ABORT_AFTER:
                 self.abort = "every request failed: " + record.finish_reason.partition(": ")[2]
         except asyncio.CancelledError:
-            why = "stopped by user" if self.stopped else "cancelled: the run ended early (every request failed)"
+            why = "stopped by user" if self.stopped else f"cancelled: {self.abort or 'the run failed'}"
             status = RequestStatus.DECODING if state.token_times else RequestStatus.PREFILLING
-            self._finish(self._record(state, spec, status, why))
+            self._finish(request_record(state, spec, self.now_ms(), status, why))
             raise
         self._finish(record)
         self.source.on_finish(self.now_ms())
@@ -316,19 +299,6 @@ class _RemoteRun:
         self._inflight.pop(record.request_id, None)
         self.requests.append(record)
         self._pending.requests.append(record)
-
-    def _record(self, state: StreamState, spec, status: RequestStatus, reason: str) -> RequestRecord:
-        finish = state.finish_ms if state.finish_ms is not None else self.now_ms()
-        times = state.token_times
-        n_out = state.completion_tokens if state.completion_tokens is not None else len(times)
-        first = times[0] if times else None
-        tpot = (times[-1] - first) / (n_out - 1) if times and n_out > 1 else None
-        prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else len(spec.prompt_ids)
-        return RequestRecord(
-            request_id=spec.request_id, status=status, prompt_tokens=prompt_tokens, output_tokens=n_out,
-            arrival_ms=state.arrival_ms, scheduled_ms=state.arrival_ms, first_token_ms=first, finish_ms=finish,
-            ttft_ms=None if first is None else first - state.arrival_ms, tpot_ms=tpot,
-            e2e_ms=finish - state.arrival_ms, queue_ms=0.0, finish_reason=reason, text="".join(state.text))
 
     def _on_token(self, state: StreamState, text: str) -> None:
         now = self.now_ms()
@@ -343,8 +313,11 @@ class _RemoteRun:
         self._pending.tokens.append(token)
         self._pending.text[state.request_id] = self._pending.text.get(state.request_id, "") + text
 
-    def _on_metrics(self, reading) -> None:
-        self.saw_metrics = True
+    def _on_metrics(self, reading: ServerMetrics) -> None:
+        for name in ("running", "waiting", "kv_usage"):
+            value = getattr(reading, name)
+            if value is not None:
+                self.metrics_peak[name] = max(value, self.metrics_peak.get(name, value))
         self.events.put(reading)
 
     async def _flush_every(self) -> None:

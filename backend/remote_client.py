@@ -7,6 +7,7 @@ the run summary counts and whose `detail` keeps the server's own message.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from dataclasses import dataclass, field
 from typing import Callable
@@ -14,8 +15,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .config import SamplingConfig
+from .records import RequestRecord, RequestStatus
+
 MAX_DETAIL = 300
-OPTIONAL_FIELDS = ("stream_options", "ignore_eos")   # extras that some servers reject with 400/422
+_PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")   # a word or a mark, with the space before it
+OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "min_tokens")   # extras some servers reject with 400/422
 
 
 class RemoteFailure(Exception):
@@ -56,9 +61,11 @@ def safe_url(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}"
 
 
-def request_body(model: str, api: str, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
+def request_body(model: str, api: str, prompt: str | list[int], max_tokens: int, sampling: SamplingConfig,
                  compat: Compat) -> dict:
-    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": sampling.temperature, "stream": True}
+    if sampling.top_p < 1:
+        body["top_p"] = sampling.top_p
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -66,8 +73,10 @@ def request_body(model: str, api: str, prompt: str | list[int], max_tokens: int,
     # continuous_usage_stats (vLLM, SGLang) puts the running token count on every chunk, so a chunk
     # that carries several tokens is indexed by tokens rather than by chunks
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-    if ignore_eos:
+    if sampling.ignore_eos:
+        # vLLM and SGLang take ignore_eos; llama.cpp's Python server only min_tokens; both are harmless together
         body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
     for name in compat.rejected:
         body.pop(name, None)
     return body
@@ -91,6 +100,12 @@ def error_message(response_text: str) -> str:
     return str(payload)[:MAX_DETAIL]
 
 
+def describe(exc: BaseException) -> str:
+    """One line: the exception's type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:MAX_DETAIL]}" if lines else type(exc).__name__
+
+
 def connect_failure(exc: BaseException, url: str) -> RemoteFailure:
     """Name a failure to connect by its root cause (httpx wraps the socket error a few times)."""
     causes = []
@@ -104,18 +119,58 @@ def connect_failure(exc: BaseException, url: str) -> RemoteFailure:
     return RemoteFailure("connect_failed", f"cannot connect to {url}: {causes[-1] or type(causes[-1]).__name__}")
 
 
+class TextPieces:
+    """A stand-in tokenizer for text workloads (the served model's is not here): words and marks.
+
+    Invertible, so a prompt cut to N pieces is sent as the text of those pieces; the server's
+    usage then reports the true prompt length. A separator piece ends each text, as the
+    workload joins its texts with a blank line.
+    """
+
+    def __init__(self):
+        self._ids: dict[str, int] = {}
+        self._pieces: list[str] = []
+
+    def encode(self, text: str) -> list[int]:
+        return [self._id(p) for p in [*_PIECE.findall(text), "\n\n"]]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self._pieces[i] for i in ids).strip()
+
+    def _id(self, piece: str) -> int:
+        if piece not in self._ids:
+            self._ids[piece] = len(self._pieces)
+            self._pieces.append(piece)
+        return self._ids[piece]
+
+
+def request_record(state: StreamState, spec, now_ms: float, status: RequestStatus, reason: str) -> RequestRecord:
+    """The request's record from what its stream delivered; token counts are the server's where it gave them."""
+    finish = state.finish_ms if state.finish_ms is not None else now_ms
+    times = state.token_times
+    n_out = max(state.completion_tokens or 0, len(times))   # a chunk with text holds at least one token
+    first = times[0] if times else None
+    tpot = (times[-1] - first) / (n_out - 1) if times and n_out > 1 else None
+    prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else len(spec.prompt_ids)
+    return RequestRecord(
+        request_id=spec.request_id, status=status, prompt_tokens=prompt_tokens, output_tokens=n_out,
+        arrival_ms=state.arrival_ms, scheduled_ms=state.arrival_ms, first_token_ms=first, finish_ms=finish,
+        ttft_ms=None if first is None else first - state.arrival_ms, tpot_ms=tpot,
+        e2e_ms=finish - state.arrival_ms, queue_ms=0.0, finish_reason=reason, text="".join(state.text))
+
+
 class Streamer:
     """Sends requests over one pooled client and reads their event streams."""
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, api: str, headers: dict[str, str],
-                 ignore_eos: bool, timeout_s: float, now_ms: Callable[[], float]):
+                 sampling: SamplingConfig, timeout_s: float, now_ms: Callable[[], float]):
         self.client = client
         self.url = base_url.rstrip("/") + ("/chat/completions" if api == "chat" else "/completions")
         self.shown_url = safe_url(base_url)
         self.model = model
         self.api = api
         self.headers = headers
-        self.ignore_eos = ignore_eos
+        self.sampling = sampling
         self.timeout_s = timeout_s
         self.now_ms = now_ms
         self.compat = Compat()
@@ -124,7 +179,7 @@ class Streamer:
                    on_token: Callable[[StreamState, str], None]) -> None:
         """Stream one completion into `state`, retrying once per optional field the server rejects."""
         while True:
-            body = request_body(self.model, self.api, prompt, max_tokens, self.ignore_eos, self.compat)
+            body = request_body(self.model, self.api, prompt, max_tokens, self.sampling, self.compat)
             try:
                 await self._stream(body, state, on_token)
                 return
@@ -179,22 +234,25 @@ class Streamer:
             what = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for the next event"
             raise RemoteFailure("timeout", f"no answer within {self.timeout_s:g} s {what}") from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise RemoteFailure("stream_cut", f"the server closed the connection mid-stream ({exc or type(exc).__name__})") from None
+            raise RemoteFailure("stream_cut", f"the server closed the connection ({describe(exc)})") from None
+        except httpx.HTTPError as exc:   # the rest: a proxy error, an unsupported scheme, a write failure
+            raise RemoteFailure("transport_error", describe(exc)) from None
         except ValueError as exc:   # a non-streamed JSON body that does not parse
             raise RemoteFailure("malformed_event", str(exc)[:MAX_DETAIL]) from None
 
     def _on_event(self, event, state: StreamState, on_token) -> None:
         if not isinstance(event, dict):
             raise RemoteFailure("malformed_event", f"expected a JSON object, got {str(event)[:80]!r}")
-        if "error" in event:   # vLLM and others report a failure inside the stream
+        if "error" in event or event.get("object") == "error":   # a failure reported inside the stream
             raise RemoteFailure("server_error", error_message(json.dumps(event)))
         choices = event.get("choices")
         usage = event.get("usage")
         if not isinstance(choices, list) or (not choices and not usage):
             raise RemoteFailure("malformed_event", f"no choices in {json.dumps(event)[:80]!r}")
         if isinstance(usage, dict):
-            state.prompt_tokens = usage.get("prompt_tokens", state.prompt_tokens)
-            state.completion_tokens = usage.get("completion_tokens", state.completion_tokens)
+            for name in ("prompt_tokens", "completion_tokens"):
+                if isinstance(usage.get(name), int):
+                    setattr(state, name, usage[name])
         for choice in choices:
             if not isinstance(choice, dict):
                 raise RemoteFailure("malformed_event", f"a choice is not an object: {str(choice)[:80]!r}")
@@ -206,7 +264,9 @@ class Streamer:
 
     def _choice_text(self, choice: dict) -> str:
         if self.api == "chat":
-            delta = choice.get("delta") or choice.get("message") or {}
+            delta = choice.get("delta") or choice.get("message")
+            if not isinstance(delta, dict):
+                return ""
             # reasoning models stream their thinking apart from the answer; both are output tokens
             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
         else:

@@ -6,6 +6,7 @@ window opens fast; the bundled GGUF builds a `tokenizers` BPE from its own vocab
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from datetime import datetime
 from pathlib import Path
 
@@ -22,7 +23,7 @@ _QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?
 _CONTROL, _USER_DEFINED = 3, 4
 
 
-class Tokenizer:
+class Tokenizer(ABC):
     """encode / decode / chat template, whatever the source."""
 
     name: str
@@ -30,15 +31,17 @@ class Tokenizer:
     eos_ids: frozenset[int]
     chat_template_note: str | None = None  # set when apply_chat_template is not the model's own template
 
+    @abstractmethod
     def encode(self, text: str) -> list[int]:
-        raise NotImplementedError
+        """Token ids of the text (with a BOS where the model wants one)."""
 
+    @abstractmethod
     def decode(self, ids: list[int]) -> str:
-        raise NotImplementedError
+        """Text of the ids, special tokens left out."""
 
+    @abstractmethod
     def apply_chat_template(self, user_text: str) -> list[int]:
         """One user turn and the assistant header, tokenized, ready to prefill."""
-        raise NotImplementedError
 
     @staticmethod
     def from_gguf(fields: dict, path: Path) -> Tokenizer:

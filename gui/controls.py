@@ -56,13 +56,22 @@ class ControlsPanel(QtWidgets.QWidget):
         self.run_button.clicked.connect(self.runRequested)
         self.stop_button.clicked.connect(self.stopRequested)
         self.form.changed.connect(self._update)
+        self.form.changed.connect(self.choicesChanged)
         self._update()
 
     # ---- building ----------------------------------------------------------------------------
 
+    @staticmethod
+    def _narrow(combo: QtWidgets.QComboBox) -> QtWidgets.QComboBox:
+        """Long item names must not widen the dock: the combo elides them instead."""
+        combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(10)
+        return combo
+
     def _model_group(self) -> QtWidgets.QGroupBox:
         group = QtWidgets.QGroupBox("Model and device")
         form = QtWidgets.QFormLayout(group)
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.DontWrapRows)
         self.model_combo = QtWidgets.QComboBox()
         self.model_combo.setObjectName("modelCombo")
         for info in list_models():
@@ -87,6 +96,8 @@ class ControlsPanel(QtWidgets.QWidget):
         profile_row = QtWidgets.QHBoxLayout()
         profile_row.addWidget(self.profile_combo, 1)
         profile_row.addWidget(self.calibrate_button)
+        for combo in (self.model_combo, self.device_combo, self.dtype_combo, self.profile_combo):
+            self._narrow(combo)
         form.addRow("Model", self.model_combo)
         form.addRow("", self.hub_field)
         form.addRow("Device", self.device_combo)
@@ -97,6 +108,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.model_combo.activated.connect(self._model_activated)
         self.model_combo.currentIndexChanged.connect(self.choicesChanged)
         self.hub_field.valueChanged.connect(self._update)
+        self.hub_field.valueChanged.connect(self.choicesChanged)
         self.device_combo.currentIndexChanged.connect(self._device_changed)
         self.dtype_combo.currentIndexChanged.connect(self.choicesChanged)
         self.profile_combo.currentIndexChanged.connect(self.choicesChanged)
@@ -170,7 +182,6 @@ class ControlsPanel(QtWidgets.QWidget):
         self.problem_label.setVisible(bool(problems))
         self.run_button.setEnabled(not self._running and not problems)
         self.stop_button.setEnabled(self._running)
-        self.choicesChanged.emit()
 
     # ---- public ------------------------------------------------------------------------------
 

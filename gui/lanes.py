@@ -7,8 +7,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.records import Phase, RequestStatus
 
-from .plot_style import (HIGHLIGHT_COLOR, PHASE_COLORS, QUEUED_COLOR, TICK_COLOR, cosmetic_pen, rect_path,
-                         style_plot, tick_path)
+from .plot_style import (HIGHLIGHT_COLOR, PHASE_COLORS, QUEUED_COLOR, TICK_COLOR, cosmetic_pen, outline_color,
+                         rect_path, style_plot, swatch_title, tick_path)
 from .run_store import STATUS_CODE, RunStore
 
 ROW_HALF = 0.38        # a lane's half height, in rows
@@ -74,15 +74,16 @@ class LanesView(pg.PlotWidget):
         self._running = False
         self.selected_request: int | None = None
         plot = self.getPlotItem()
-        style_plot(plot, "Request lanes (tick = one generated token)", "time since run start (ms)",
-                   "request (arrival order)")
+        style_plot(plot, swatch_title("Request lanes", [*((n, SEGMENT_COLORS[n]) for n in SEGMENTS),
+                                                        ("generated token", TICK_COLOR, "|")]),
+                   "time since run start (ms)", "request (arrival order)")
         vb = plot.getViewBox()
         vb.invertY(True)
         vb.setLimits(yMin=-1.0)
         self.items: dict[str, QtWidgets.QGraphicsPathItem] = {}
         for name in SEGMENTS:
             item = QtWidgets.QGraphicsPathItem()
-            item.setPen(cosmetic_pen(SEGMENT_COLORS[name]))
+            item.setPen(cosmetic_pen(outline_color(SEGMENT_COLORS[name])))
             item.setBrush(QtGui.QColor(SEGMENT_COLORS[name]))
             plot.addItem(item)
             self.items[name] = item
@@ -94,11 +95,6 @@ class LanesView(pg.PlotWidget):
         self.highlight.setZValue(-10)
         self.highlight.hide()
         plot.addItem(self.highlight, ignoreBounds=True)
-        legend = plot.addLegend(offset=(-10, 10), brush=(255, 255, 255, 200), labelTextSize="9pt")
-        legend.setColumnCount(4)
-        for name in SEGMENTS:
-            legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=SEGMENT_COLORS[name]), name)
-        legend.addItem(pg.PlotDataItem(pen=cosmetic_pen(TICK_COLOR)), "token")
         vb.sigXRangeChanged.connect(self._range_changed)
         self.scene().sigMouseMoved.connect(self._hovered)
         self.scene().sigMouseClicked.connect(self._clicked)

@@ -114,7 +114,7 @@ class MainWindow(QtWidgets.QMainWindow):
         scroll.setWidget(self.controls)
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(self.controls.sizeHint().width() + 20)
+        scroll.setMinimumWidth(330)
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
         self.metrics_dock = self._dock("Live metrics", self.metrics, "metricsDock")
         self.text_dock = self._dock("Generated text", self.text, "textDock")
@@ -126,8 +126,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.splitDockWidget(self.metrics_dock, self.text_dock, QtCore.Qt.Orientation.Vertical)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.throughput_dock)
         self.splitDockWidget(self.throughput_dock, self.table_dock, QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.metrics_dock], [360], QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.throughput_dock], [300], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 370], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.metrics_dock, self.text_dock], [430, 150], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.throughput_dock], [290], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.throughput_dock, self.table_dock], [520, 520], QtCore.Qt.Orientation.Horizontal)
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)
@@ -191,7 +193,8 @@ class MainWindow(QtWidgets.QMainWindow):
         kind = "prompt" if config.mode == "sweep-prompt" else "batch"
         self.throughput.set_kind(kind)
         self.throughput_dock.setWindowTitle("Throughput vs " + ("prompt length" if kind == "prompt" else "batch size"))
-        self.timeline.set_empty_message("A sweep times steps in isolation: see the throughput plot"
+        self.timeline.set_empty_message("A sweep shows one bar per point (its median step); "
+                                        "the throughput plot below has the numbers"
                                         if config.mode.startswith("sweep") else "")
         self.timeline.set_follow(True)
         self._set_running(True)

@@ -42,6 +42,21 @@ def tick_path(x: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> QtGui.QPainterPa
     return pg.arrayToQPath(xs, ys, connect="pairs", finiteCheck=False)
 
 
+def swatch_title(title: str, items: list[tuple]) -> str:
+    """A plot title carrying its own legend, so no legend box covers the data.
+
+    items: (name, colour) for a filled square, or (name, colour, symbol).
+    """
+    keys = " ".join(f'<span style="color:{item[1]}"><b>{item[2] if len(item) > 2 else "&#9632;"}</b></span>'
+                    f'&nbsp;{item[0]}&nbsp;' for item in items)
+    return f"{title}&nbsp;&nbsp;&nbsp;{keys}"
+
+
+def outline_color(color) -> QtGui.QColor:
+    """A darker edge, so adjacent bars of one colour stay distinguishable."""
+    return QtGui.QColor(color).darker(160)
+
+
 def style_plot(plot: pg.PlotItem, title: str, bottom: str, left: str) -> None:
     plot.setTitle(title, size="10pt")
     plot.setLabel("bottom", bottom)

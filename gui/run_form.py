@@ -5,6 +5,7 @@ from PySide6 import QtCore, QtWidgets
 
 from backend.config import BatchRun, EngineConfig, SamplingConfig
 from backend.errors import InputError
+from backend.sweep import SweepSpec
 from backend.workload import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
                               list_workloads, load_workload)
 
@@ -28,6 +29,7 @@ def _form(parent: QtWidgets.QWidget) -> QtWidgets.QFormLayout:
     form = QtWidgets.QFormLayout(parent)
     form.setContentsMargins(0, 4, 0, 4)
     form.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+    form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.DontWrapRows)
     return form
 
 
@@ -68,6 +70,9 @@ class RunForm(QtWidgets.QWidget):
         for group in self.fields.values():
             for f in group.values():
                 f.valueChanged.connect(self._field_changed)
+        for combo in self.findChildren(QtWidgets.QComboBox):
+            combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(10)
         self._apply_preset()
         self._kind_changed()
 
@@ -147,9 +152,11 @@ class RunForm(QtWidgets.QWidget):
         f = self.fields["sweep-batch"] = {
             "batches": ValidatedField("1,2,4,8,16,32", whole_list("batch size", MAX_BATCH)),
             "context": ValidatedField("512", whole("context")),
+            "steps": ValidatedField("8", whole("timed steps", 1, 10_000), tooltip="the point is their median"),
         }
         form.addRow("Batch sizes", f["batches"])
         form.addRow("Context tokens", f["context"])
+        form.addRow("Steps per point", f["steps"])
         return page
 
     def _sweep_prompt_page(self) -> QtWidgets.QWidget:
@@ -157,8 +164,10 @@ class RunForm(QtWidgets.QWidget):
         form = _form(page)
         f = self.fields["sweep-prompt"] = {
             "lengths": ValidatedField("32,64,128,256,512,1024", whole_list("prompt length")),
+            "steps": ValidatedField("8", whole("timed prefills", 1, 10_000), tooltip="the point is their median"),
         }
         form.addRow("Prompt lengths", f["lengths"])
+        form.addRow("Steps per point", f["steps"])
         return page
 
     def _length_parser(self, key: str, name: str):
@@ -173,7 +182,13 @@ class RunForm(QtWidgets.QWidget):
     # ---- reactions ---------------------------------------------------------------------------
 
     def _kind_changed(self) -> None:
-        self.pages.setCurrentIndex(self.kind_combo.currentIndex())
+        index = self.kind_combo.currentIndex()
+        self.pages.setCurrentIndex(index)
+        # a stack is as tall as its tallest page: let hidden pages take no room
+        for i in range(self.pages.count()):
+            policy = QtWidgets.QSizePolicy.Policy.Preferred if i == index else QtWidgets.QSizePolicy.Policy.Ignored
+            self.pages.widget(i).setSizePolicy(policy, policy)
+        self.pages.adjustSize()
         self._field_changed()
 
     def _prompt_changed(self) -> None:
@@ -274,13 +289,15 @@ class RunForm(QtWidgets.QWidget):
             prompt_len=typed_length("prompt_len"), output_len=typed_length("output_len"),
             prompt_source=self.source_combo.currentText(), seed=self.fields["sampling"]["seed"].value)
 
-    def sweep(self):
-        from backend.sweep import SweepSpec
-        if self.kind() == "sweep-batch":
-            f = self.fields["sweep-batch"]
-            return SweepSpec(kind="batch", values=f["batches"].value, context=f["context"].value)
-        if self.kind() == "sweep-prompt":
-            return SweepSpec(kind="prompt", values=self.fields["sweep-prompt"]["lengths"].value)
+    def sweep(self) -> SweepSpec | None:
+        kind = self.kind()
+        if kind == "sweep-batch":
+            f = self.fields[kind]
+            return SweepSpec(kind="batch", batches=sorted(set(f["batches"].value)), context=f["context"].value,
+                             steps=f["steps"].value)
+        if kind == "sweep-prompt":
+            f = self.fields[kind]
+            return SweepSpec(kind="prompt", lengths=sorted(set(f["lengths"].value)), steps=f["steps"].value)
         return None
 
     def prediction_context(self) -> int:

@@ -70,7 +70,15 @@ class ThroughputView(pg.PlotWidget):
                                                                    "fill": (255, 255, 255, 200)})
         plot.addItem(self.crossover_line, ignoreBounds=True)
         self.crossover_line.hide()
+        self.note = pg.TextItem("", color="#555", anchor=(1, 1))   # what the plot cannot show, said in words
+        self.note.setParentItem(plot.getViewBox())
+        plot.getViewBox().sigResized.connect(self._place_note)
         self._label_axes()
+
+    def _place_note(self, *_) -> None:
+        rect = self.getPlotItem().getViewBox().boundingRect()
+        self.note.setTextWidth(max(120.0, 0.7 * rect.width()))
+        self.note.setPos(rect.right() - 6, rect.bottom() - 4)
 
     def _sync_boxes(self) -> None:
         self.step_box.setGeometry(self.getPlotItem().getViewBox().sceneBoundingRect())
@@ -79,12 +87,13 @@ class ThroughputView(pg.PlotWidget):
     def _label_axes(self) -> None:
         plot = self.getPlotItem()
         if self.kind == "batch":
-            style_plot(plot, "Decode throughput vs batch size", "batch size (requests, log2)", "decode tokens/s")
-            plot.setLabel("right", "decode step (ms)")
+            style_plot(plot, "Decode throughput vs batch size", "batch size (requests, log2)", "decode")
+            plot.setLabel("left", "decode", units="tokens/s")
+            plot.setLabel("right", "decode step", units="ms")
         else:
-            style_plot(plot, "Prefill throughput vs prompt length", "prompt length (tokens, log2)",
-                       "prefill tokens/s")
-            plot.setLabel("right", "TTFT (ms)")
+            style_plot(plot, "Prefill throughput vs prompt length", "prompt length (tokens, log2)", "prefill")
+            plot.setLabel("left", "prefill", units="tokens/s")
+            plot.setLabel("right", "TTFT", units="ms")
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -111,7 +120,8 @@ class ThroughputView(pg.PlotWidget):
 
     def refresh(self) -> None:
         points = [p for p in self.store.sweep_points if p.kind == self.kind]
-        key = (len(points), self.kind, id(self.shape), self.run_dtype, self.profile, self.context)
+        finished = self.store.finished
+        key = (len(points), self.kind, id(self.shape), self.run_dtype, self.profile, self.context, id(finished))
         if key == self._seen:
             return
         self._seen = key
@@ -120,29 +130,44 @@ class ThroughputView(pg.PlotWidget):
         self.step_time.setData(x, [p.step_ms for p in points])
         local = [(xi, p.x / (p.predicted_local_ms / 1000.0)) for xi, p in zip(x, points) if p.predicted_local_ms]
         self.local.setData([a for a, _ in local], [b for _, b in local])
-        self._paint_prediction()
+        notes = [] if points else [f"run a {'batch-size' if self.kind == 'batch' else 'prompt-length'} sweep "
+                                   "to add measured points"]
+        notes += self._paint_prediction()
+        measured = finished.summary.get("measured_crossover_batch") if finished is not None else None
+        if self.kind == "batch" and measured:
+            notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
+        self.note.setText("\n".join(notes))
+        self._place_note()
 
-    def _paint_prediction(self) -> None:
+    def _paint_prediction(self) -> list[str]:
+        """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""
         self.crossover = None
         self.crossover_line.hide()
         if self.shape is None or self.profile is None:
             self.predicted.setData([], [])
-            return
+            return ["the prediction appears once a model's shape is known (after a run starts)"]
         dtype = prediction_dtype(self.profile, self.run_dtype)
         nbytes = dtype_bytes(dtype)
         lo, hi = BATCH_RANGE if self.kind == "batch" else PROMPT_RANGE
-        xs = 2.0 ** np.arange(math.log2(lo), math.log2(hi) + 0.01, 0.25)
-        if self.kind == "batch":
-            times = [predict_decode(self.shape, nbytes, max(1, round(b)), self.context, self.profile, dtype).time_s
-                     for b in xs]
-        else:
-            times = [predict_prefill(self.shape, nbytes, max(1, round(n)), self.profile, dtype).time_s for n in xs]
-        self.predicted.setData(np.log2(xs), xs / np.array(times))
-        self.legend.getLabel(self.predicted).setText(f"{self.profile.name} ({dtype}), predicted")
+        notes = []
         if self.kind == "batch":
             self.crossover = crossover_batch(self.shape, nbytes, self.context, self.profile, dtype)
             if self.crossover < CROSSOVER_CAP:
-                self.crossover_line.setValue(math.log2(self.crossover))
-                self.crossover_line.label.setFormat(f"crossover ≈ batch {self.crossover}\n"
-                                                    f"({self.profile.name}, {dtype}, context {self.context})")
-                self.crossover_line.show()
+                hi = max(hi, 4 * self.crossover)
+            else:
+                notes.append(f"{self.profile.name}: decode stays memory-bound at context {self.context} "
+                             "(no crossover batch)")
+        # whole batch sizes / prompt lengths, four per octave
+        xs = np.unique(np.round(2.0 ** np.arange(math.log2(lo), math.log2(hi) + 0.01, 0.25)))
+        if self.kind == "batch":
+            times = [predict_decode(self.shape, nbytes, int(b), self.context, self.profile, dtype).time_s for b in xs]
+        else:
+            times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype).time_s for n in xs]
+        self.predicted.setData(np.log2(xs), xs / np.array(times))
+        self.legend.getLabel(self.predicted).setText(f"{self.profile.name} ({dtype}), predicted")
+        if self.crossover is not None and self.crossover < CROSSOVER_CAP:
+            self.crossover_line.setValue(math.log2(self.crossover))
+            self.crossover_line.label.setFormat(f"crossover ≈ batch {self.crossover}\n"
+                                                f"({self.profile.name}, {dtype}, context {self.context})")
+            self.crossover_line.show()
+        return notes

@@ -7,7 +7,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.records import Phase
 
-from .plot_style import PHASE_COLORS, cosmetic_pen, style_plot
+from .plot_style import PHASE_COLORS, cosmetic_pen, outline_color, style_plot, swatch_title
 from .run_store import PHASE_CODE, RunStore
 
 FOLLOW_WINDOW_MS = 10_000.0   # while running, show the last ten seconds unless the user zoomed or panned
@@ -52,18 +52,17 @@ class TimelineView(pg.PlotWidget):
         self._running = False
         self._follow = True
         plot = self.getPlotItem()
-        style_plot(plot, "Engine steps (one bar per forward pass)", "time since run start (ms)",
-                   "tokens in step (log)")
+        style_plot(plot, swatch_title("Engine steps: one bar per forward pass",
+                                      [(p.value, c) for p, c in PHASE_COLORS.items()]),
+                   "time since run start (ms)", "tokens in step (log)")
         plot.setLogMode(y=True)
         plot.setClipToView(True)
         plot.setDownsampling(auto=True, mode="peak")
         plot.ctrl.logYCheck.toggled.connect(self._log_toggled)
-        legend = plot.addLegend(offset=(-10, 10), brush=(255, 255, 255, 200), labelTextSize="9pt")
-        legend.setColumnCount(3)
         self.curves: dict[Phase, pg.PlotDataItem] = {}
         for phase, color in PHASE_COLORS.items():
             fill = QtGui.QColor(color)
-            curve = pg.PlotDataItem(pen=cosmetic_pen(color), brush=fill, fillLevel=np.log10(BASELINE),
+            curve = pg.PlotDataItem(pen=cosmetic_pen(outline_color(color)), brush=fill, fillLevel=np.log10(BASELINE),
                                     name=phase.value, skipFiniteCheck=True)
             plot.addItem(curve)
             self.curves[phase] = curve

@@ -13,7 +13,8 @@ import weakref
 
 from PySide6 import QtCore
 
-from backend.calibrate import calibrate, write_profile
+from backend.calibrate import calibrate as measure_device
+from backend.calibrate import write_profile
 from backend.events import Progress
 from backend.records import RecordBatch
 from backend.session import execute
@@ -55,9 +56,11 @@ class RunWorker(QtCore.QObject):
     calibrated = QtCore.Signal(object, str)   # GpuProfile, path written
     failed = QtCore.Signal(str)        # one line
 
-    def __init__(self, run=execute, flush_hz: float = FLUSH_HZ):
+    def __init__(self, run=execute, measure=measure_device, flush_hz: float = FLUSH_HZ):
+        """run and measure default to the backend's session.execute and calibrate.calibrate."""
         super().__init__()
         self._run = run
+        self._measure = measure
         self._interval = 1.0 / flush_hz
         self._stop = threading.Event()
         self._pending: list[RecordBatch] = []
@@ -91,7 +94,7 @@ class RunWorker(QtCore.QObject):
     def calibrate(self, device: str) -> None:
         self.started.emit()
         try:
-            profile = calibrate(device, lambda message, fraction: self.event.emit(Progress(message, fraction)))
+            profile = self._measure(device, lambda message, fraction: self.event.emit(Progress(message, fraction)))
             path = write_profile(profile)
         except Exception as exc:
             self.failed.emit(one_line(exc))
@@ -129,6 +132,8 @@ class WorkerThread:
 
     def stop_and_join(self) -> None:
         """Ask the run to stop at its next step boundary, then end the thread and wait for it."""
+        if not self.thread.isRunning():
+            return
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()

@@ -46,7 +46,7 @@ def llama_server(api_key: str | None = None, log_path: Path | None = None):
         pytest.skip('llama.cpp server not installed (pip install "llama-cpp-python[server]")')
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "false",
+           "--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false",
            # by default a new request interrupts the one streaming: a load test needs them queued
            "--interrupt_requests", "false"]
     if api_key:
@@ -94,10 +94,11 @@ vllm:kv_cache_usage_perc{engine="1",model_name="fake"} 0.75
 class FakeServer:
     """An OpenAI-style server whose behaviour is the request's model name.
 
-    ok: streams WORDS one per event, with usage; http500: an error body that quotes the bearer
-    token (as some real servers quote a bad key); malformed: one good event, then not JSON;
-    cut: one good event, then the connection drops; silent: headers, then nothing;
-    strict: rejects stream_options with 400, then streams like ok.
+    ok: streams WORDS one per event, with usage; pairs: two words per event, each with the running
+    usage (as vLLM's continuous_usage_stats); http500: an error body that quotes the bearer token
+    (as some real servers quote a bad key); malformed: one good event, then not JSON; cut: one
+    good event, then the connection drops; in_stream_error: one good event, then an error event;
+    silent: headers, then nothing; strict: rejects stream_options with 400, then streams like ok.
     """
 
     WORDS = ["Hello", " from", " the", " fake", " server"]
@@ -176,12 +177,21 @@ class FakeServer:
         if model == "silent":
             self.release.wait(30)
             return
-        words = self.WORDS[:1] if model in ("malformed", "cut") else self.WORDS
-        for i, word in enumerate(words):
-            last = i == len(words) - 1 and model not in ("malformed", "cut")
-            event({"choices": [{"index": 0, "text": word, "finish_reason": "length" if last else None}]})
+        broken = model in ("malformed", "cut", "in_stream_error")
+        words = self.WORDS[:1] if broken else self.WORDS
+        if model == "pairs":
+            for i in range(0, len(words), 2):
+                event({"choices": [{"index": 0, "text": "".join(words[i:i + 2]), "finish_reason": None}],
+                       "usage": {"prompt_tokens": 7, "completion_tokens": min(i + 2, len(words))}})
+            event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
+        else:
+            for i, word in enumerate(words):
+                last = i == len(words) - 1 and not broken
+                event({"choices": [{"index": 0, "text": word, "finish_reason": "length" if last else None}]})
         if model == "malformed":
             chunk("data: {this is not json\n\n")
+        elif model == "in_stream_error":
+            event({"error": {"message": "no free KV cache blocks", "code": 503}})
         elif model == "cut":
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)   # no terminating chunk: the body is incomplete

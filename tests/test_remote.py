@@ -55,8 +55,9 @@ def llama(tmp_path_factory):
 
 
 def test_poisson_workload_records_every_token(llama, tmp_path):
-    spec = workload(arrival="poisson", rate=20.0, num_requests=20, prompt_len="16:48", output_len="8:16", seed=3)
-    endpoint = RemoteEndpoint(llama, "smollm2", SENTINEL, "completions", 60.0, True)
+    # a rate this CPU keeps up with: llama-cpp-python's server slows down sharply with many requests queued
+    spec = workload(arrival="poisson", rate=4.0, num_requests=20, prompt_len="16:32", output_len="8:12", seed=3)
+    endpoint = RemoteEndpoint(llama, "smollm2", SENTINEL, "chat", 60.0, True)
     finished, events = drive(endpoint, spec, out=tmp_path / "run", ignore_eos=True)
     assert finished.error is None and not finished.stopped
     data = finished.data
@@ -65,7 +66,7 @@ def test_poisson_workload_records_every_token(llama, tmp_path):
         assert r.status is RequestStatus.FINISHED, r.finish_reason
         tokens = sorted((t for t in data.tokens if t.request_id == r.request_id), key=lambda t: t.index)
         assert [t.index for t in tokens] == list(range(r.output_tokens))   # llama.cpp: one token per event
-        assert 1 <= r.output_tokens <= 16 and r.text
+        assert 1 <= r.output_tokens <= 12 and r.text
         times = [t.time_ms for t in tokens]
         assert times == sorted(times) and times[0] == r.first_token_ms
         assert r.ttft_ms == r.first_token_ms - r.arrival_ms > 0
@@ -83,11 +84,15 @@ def test_poisson_workload_records_every_token(llama, tmp_path):
     assert SENTINEL not in repr(endpoint) and not any(SENTINEL in repr(e) for e in events)
 
 
-def test_chat_api_streams_the_answer(llama):
-    endpoint = RemoteEndpoint(llama, "smollm2", SENTINEL, "chat", 60.0, False)
-    finished, _ = drive(endpoint, workload(num_requests=3, output_len=6))
+def test_completions_api_streams_text(llama):
+    endpoint = RemoteEndpoint(llama, "smollm2", SENTINEL, "completions", 60.0, False)
+    # --ignore-eos reaches llama.cpp as min_tokens: every answer runs to its full length
+    finished, _ = drive(endpoint, workload(num_requests=3, output_len=6), ignore_eos=True)
     assert finished.error is None
-    assert all(r.status is RequestStatus.FINISHED and r.output_tokens >= 1 and r.text for r in finished.data.requests)
+    for r in finished.data.requests:
+        tokens = [t for t in finished.data.tokens if t.request_id == r.request_id]
+        assert r.status is RequestStatus.FINISHED and r.finish_reason == "length"
+        assert len(tokens) == r.output_tokens == 6
 
 
 def test_wrong_api_key_gets_the_servers_401(llama):
@@ -141,7 +146,8 @@ def test_closed_port_fails_every_request_quickly():
 # ---- a fake server for what a healthy llama.cpp never does -----------------------------------
 
 @pytest.mark.parametrize("model, kind, num_tokens", [("http500", "http_500", 0), ("malformed", "malformed_event", 1),
-                                                     ("cut", "stream_cut", 1), ("silent", "timeout", 0)])
+                                                     ("cut", "stream_cut", 1), ("silent", "timeout", 0),
+                                                     ("in_stream_error", "server_error", 1)])
 def test_each_failure_is_recorded_by_kind(tmp_path, model, kind, num_tokens):
     with FakeServer(metrics=False) as server:
         endpoint = RemoteEndpoint(server.url, model, SENTINEL, "completions", 0.5, False)
@@ -165,8 +171,18 @@ def test_usage_counts_and_closed_loop():
     assert all(r.prompt_tokens == 7 and r.output_tokens == 5 and r.text == "Hello from the fake server"
                for r in finished.data.requests)
     body = server.bodies[0]
-    assert body["stream"] and body["ignore_eos"] and body["stream_options"]["include_usage"]
+    assert body["stream"] and body["ignore_eos"] and body["min_tokens"] == 4 and body["stream_options"]["include_usage"]
     assert body["max_tokens"] == 4 and body["temperature"] == 0 and isinstance(body["prompt"], str)
+
+
+def test_chunks_of_several_tokens_are_indexed_by_the_servers_count():
+    with FakeServer() as server:
+        finished, _ = drive(RemoteEndpoint(server.url, "pairs", None, "completions", 5.0, False),
+                            workload(num_requests=1))
+    assert [t.index for t in finished.data.tokens] == [1, 3, 4]   # 5 tokens in events of 2, 2 and 1
+    r = finished.data.requests[0]
+    times = [t.time_ms for t in finished.data.tokens]
+    assert r.output_tokens == 5 and r.tpot_ms == pytest.approx((times[-1] - times[0]) / 4)   # per token, not per event
 
 
 def test_rejected_stream_options_are_dropped_and_retried():
@@ -199,6 +215,7 @@ def test_stop_cancels_in_flight_requests_and_metrics_are_read():
     assert finished.stopped and finished.error is None
     assert [r.finish_reason for r in finished.data.requests] == ["stopped by user"] * 2
     assert (seen[0].running, seen[0].waiting, seen[0].kv_usage) == (5.0, 1.0, 0.5)
+    assert finished.summary["server_running_max"] == 5.0 and finished.data.info["server_metrics"]
 
 
 # ---- parsing and flags ----------------------------------------------------------------------

@@ -61,10 +61,11 @@ class LlamaLayer(nn.Module):
         n = x.shape[0]
         h = F.rms_norm(x, x.shape[-1:], self.attn_norm, self.eps)
         qkv = F.linear(h, self.qkv, self.qkv_bias)  # (N, (heads + 2 kv) * hd)
-        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
-        q = apply_rotary(q.view(n, self.heads, self.head_dim), cos, sin)     # (N, heads, hd)
-        k = apply_rotary(k.view(n, self.kv_heads, self.head_dim), cos, sin)  # (N, kv, hd)
-        v = v.view(n, self.kv_heads, self.head_dim)
+        qk_size = self.q_size + self.kv_size
+        # q and k sit side by side in each row: one rotary pass over both heads' sets.
+        qk = apply_rotary(qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
+        q, k = qk[:, :self.heads], qk[:, self.heads:]        # (N, heads, hd), (N, kv, hd)
+        v = qkv[:, qk_size:].view(n, self.kv_heads, self.head_dim)  # (N, kv, hd)
         x = x + F.linear(attend(q, k, v, plan, cache_k, cache_v), self.o)
         h = F.rms_norm(x, x.shape[-1:], self.mlp_norm, self.eps)
         gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)  # (N, ff) each

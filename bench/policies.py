@@ -1,0 +1,56 @@
+"""Static vs continuous vs chunked-prefill scheduling on one workload, measured in one run.
+
+    .venv/bin/python bench/policies.py [--model smollm2-135m] [--requests 24] [--rate 3]
+
+Runs the same seeded workload (same arrivals, prompts and output lengths) through the three
+policies on this machine and prints a Markdown table: throughput, p50/p99 TTFT and ITL.
+Paste it into bench/README.md with the date and the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig  # noqa: E402
+from backend.session import execute  # noqa: E402
+from backend.workload import apply_overrides, load_workload  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--workload", default="long-prompts-during-decode")
+    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--rate", type=float, default=3.0)
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--chunk-tokens", type=int, default=128)
+    args = parser.parse_args()
+    spec = apply_overrides(load_workload(args.workload), num_requests=args.requests, rate=args.rate)
+    rows = []
+    for policy in ("static", "continuous", "chunked"):
+        config = RunConfig(mode="load", model=ModelChoice(args.model, "auto", "auto"),
+                           sampling=SamplingConfig(ignore_eos=True), workload=spec,
+                           engine=EngineConfig(policy=policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens))
+        print(f"... {policy}", file=sys.stderr, flush=True)
+        s = execute(config, lambda e: None, lambda: False).summary
+        rows.append((policy, s))
+    print(f"\n{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"model {args.model}; workload {args.workload}: {args.requests} requests, {spec.arrival} at {args.rate}/s, "
+          f"prompts {spec.prompt_len.describe()}, outputs {spec.output_len.describe()}; max batch {args.max_batch}, "
+          f"chunk {args.chunk_tokens} tokens\n")
+    print("| policy | duration s | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | preemptions |")
+    print("|---|---|---|---|---|---|---|---|")
+    for policy, s in rows:
+        print(f"| {policy} | {s['duration_s']:.1f} | {s['output_tokens_per_s']:.1f} | {s['ttft_p50_ms']:.0f} | "
+              f"{s['ttft_p99_ms']:.0f} | {s['itl_p50_ms']:.0f} | {s['itl_p99_ms']:.0f} | {int(s['num_preemptions'])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

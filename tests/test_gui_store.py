@@ -1,0 +1,126 @@
+"""The window's run store and live metrics, fed hand-made records (no Qt, no model)."""
+import math
+
+import numpy as np
+import pytest
+from gui_fixtures import no_thread_left, two_request_run  # noqa: F401
+
+from backend.events import ModelLoaded, SweepPoint
+from backend.export import read_run, write_run
+from backend.records import Phase, RecordBatch, RequestStatus, TokenRecord
+from gui.live_metrics import compute
+from gui.run_store import RunStore
+
+
+def fed_store() -> RunStore:
+    store = RunStore()
+    for event in two_request_run():
+        store.add_event(event)
+    return store
+
+
+def test_store_keeps_every_step_and_token_exactly():
+    store = fed_store()
+    assert len(store.steps) == 5
+    assert store.step(0)["phase"] is Phase.PREFILL and store.step(4)["phase"] is Phase.DECODE
+    assert store.steps.column("num_tokens").tolist() == [100, 50, 2, 2, 1]
+    assert len(store.tokens) == 7
+    assert store.now_ms() == 21.0
+
+
+def test_lanes_follow_requests_live_then_take_their_records():
+    store = RunStore()
+    events = two_request_run()
+    for event in events[:-1]:   # everything but the finished records
+        store.add_event(event)
+    assert store.num_requests == 2
+    live = store.lane(store.rows[1])
+    assert live["status"] is RequestStatus.DECODING
+    assert live["arrival_ms"] == 5.0 and live["first_token_ms"] == 15.0 and live["last_token_ms"] == 19.0
+    assert live["output_tokens"] == 3
+    assert math.isnan(live["scheduled_ms"])
+    # a running request's prefill started with the step that produced its first token
+    assert store.prefill_start_guess(np.array([15.0, np.nan]))[0] == 10.0
+    store.add_event(events[-1])
+    done = store.lane(store.rows[1])
+    assert done["status"] is RequestStatus.FINISHED and done["scheduled_ms"] == 10.0 and done["e2e_ms"] == 14.0
+
+
+def test_streamed_text_accumulates_and_the_final_text_wins():
+    store = RunStore()
+    events = two_request_run()
+    for event in events[:-1]:
+        store.add_event(event)
+    assert store.request_text(0) == "Hello there there there"
+    assert store.request_text(1) == "Hi!!"
+    store.add_event(events[-1])
+    assert store.request_text(0) == "Hello there there there"
+
+
+def test_step_at_finds_the_step_under_a_time():
+    store = fed_store()
+    assert store.step_at(12.0) == 1
+    assert store.step_at(20.5) == 4
+    assert store.step_at(-1.0) is None
+    assert store.step_at(30.0) is None
+
+
+def test_live_metrics_match_a_hand_computation():
+    m = compute(fed_store())
+    assert m.num_requests == 2 and m.num_finished == 2
+    assert m.ttft_mean_ms == pytest.approx(10.0)          # (10 - 0) and (15 - 5)
+    assert m.tpot_mean_ms == pytest.approx((11 / 3 + 2) / 2)
+    assert m.kv_tokens == 157 and m.kv_capacity == 1024
+    assert m.output_tokens_per_s == pytest.approx(7 / 0.021)
+    # prefill: 150 tokens in 15 ms; decode: 5 tokens in 6 ms
+    assert m.prefill_ms_per_token == pytest.approx(0.1)
+    assert m.decode_ms_per_token == pytest.approx(6 / 5)
+    assert m.cost_ratio == pytest.approx(12.0)
+    # the worked example: TTFT + (n - 1) x TPOT on the means, equal here to the measured latency
+    assert m.example_output_tokens == pytest.approx(3.5)
+    assert m.example_total_ms == pytest.approx(10 + ((3 * 11 / 3) + (2 * 2)) / 2)
+    assert m.measured_e2e_ms == pytest.approx((21 + 14) / 2)
+    assert 0 < m.decode_share < 1
+
+
+def test_live_metrics_of_an_empty_store_are_all_unknown():
+    m = compute(RunStore())
+    assert m.ttft_mean_ms is None and m.example_total_ms is None and m.kv_tokens is None
+
+
+def test_export_of_a_partial_run_reads_back(tmp_path):
+    store = RunStore()
+    events = two_request_run()
+    for event in events[:-1]:   # the run failed before any request finished
+        store.add_event(event)
+    data = store.to_run_data()
+    assert [s.step for s in data.steps] == [0, 1, 2, 3, 4]
+    assert data.steps[2].phase is Phase.DECODE and isinstance(data.steps[2].num_tokens, int)
+    assert {r.request_id for r in data.requests} == {0, 1}
+    assert all(r.status is RequestStatus.ERROR for r in data.requests)
+    write_run(tmp_path / "partial", data)
+    back = read_run(tmp_path / "partial")
+    assert len(back.steps) == 5 and len(back.tokens) == 7 and len(back.requests) == 2
+    assert back.steps[1].start_ms == 10.0
+
+
+def test_load_shows_a_saved_run(tmp_path):
+    write_run(tmp_path / "run", fed_store().to_run_data())
+    store = RunStore()
+    store.add_event(RecordBatch(tokens=[TokenRecord(99, 0, 1.0)]))   # left over from an earlier run
+    store.load(read_run(tmp_path / "run"))
+    assert store.num_requests == 2 and 99 not in store.rows
+    assert store.rows == {0: 0, 1: 1}             # rows in arrival order
+    assert store.request_text(0) == "Hello there there there"
+    assert store.to_run_data().steps[3].start_ms == 17.0
+
+
+def test_events_besides_records_are_kept():
+    store = RunStore()
+    store.add_event(ModelLoaded("tiny", "cpu", "CPU", "float32", "random", True, 10, 40, 512, None))
+    point = SweepPoint("batch", 4, 2.0, 2000.0, 1.0, 1.0, None, None, 1.0, None, "memory")
+    store.add_event(point)
+    assert store.info["model"] == "tiny" and store.sweep_points == [point]
+    version = store.version
+    store.add_event(object())     # unknown events are ignored
+    assert store.version == version

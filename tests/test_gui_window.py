@@ -1,0 +1,241 @@
+"""The main window driving the real worker thread and the real engine on the `tiny` model."""
+from gui_fixtures import config_dir, no_thread_left  # noqa: F401
+
+import pytest
+from PySide6 import QtCore, QtWidgets
+
+from backend.config import BatchRun, ModelChoice, RunConfig
+from backend.export import read_run
+from backend.records import Phase, RequestStatus
+from backend.session import execute
+from gui.lanes import lane_segments
+from gui.main_window import MainWindow, run_app
+
+RUN_TIMEOUT_MS = 120_000   # a shared CPU can be slow to load and warm up; a hang still fails
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow()
+    qtbot.addWidget(w)   # closed after the test: closeEvent stops the run and joins the thread
+    w.show()
+    return w
+
+
+def use_tiny(w: MainWindow, prompt_len="16", output_len="6", batch="2") -> None:
+    w.controls.select_model("tiny")
+    w.controls.device_combo.setCurrentText("cpu")
+    w.controls.form.set_kind("batch")
+    f = w.controls.form.fields["batch"]
+    f["prompt_len"].setText(prompt_len)
+    f["output_len"].setText(output_len)
+    f["batch"].setText(batch)
+
+
+def run_to_end(qtbot, w: MainWindow):
+    with qtbot.waitSignal(w.worker.finished, timeout=RUN_TIMEOUT_MS) as done:
+        qtbot.mouseClick(w.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
+    w.repaint_views()
+    return done.args[0]
+
+
+def test_a_run_fills_the_timeline_lanes_table_and_metrics(qtbot, window):
+    use_tiny(window)
+    result = run_to_end(qtbot, window)
+    assert not result.error and not result.stopped
+    assert not window.running and window.controls.run_button.isEnabled()
+    # the step strip: one prefill bar, then a decode bar per further token
+    assert len(window.timeline.curves[Phase.PREFILL].getData()[0]) == 4
+    assert len(window.timeline.curves[Phase.DECODE].getData()[0]) == 4 * 5
+    assert not window.lanes.items["prefill"].path().isEmpty()
+    assert not window.lanes.items["decode"].path().isEmpty()
+    assert window.table.model().rowCount() == 2
+    assert window.table.model().index(0, 1).data() == "finished"
+    assert window.metrics.values["ttft"].text() != "— / —"
+    assert window.status_labels["model"].text() == "model: tiny"
+    assert window.status_labels["dtype"].text() == "dtype: float32"
+    # the tiny model's byte tokenizer decodes its (random) tokens into some text
+    assert window.text.toPlainText() == window.store.request_text(0)
+
+
+def test_stop_mid_run_ends_it_within_a_second_and_keeps_the_records(qtbot, window, tmp_path):
+    use_tiny(window, prompt_len="16", output_len="2000", batch="1")
+    window.controls.form.ignore_eos.setChecked(True)
+    qtbot.mouseClick(window.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.store.steps) >= 5, timeout=RUN_TIMEOUT_MS)
+    assert window.controls.stop_button.isEnabled()
+    with qtbot.waitSignal(window.worker.finished, timeout=1_000) as done:
+        qtbot.mouseClick(window.controls.stop_button, QtCore.Qt.MouseButton.LeftButton)
+    assert done.args[0].stopped
+    window.repaint_views()
+    record = window.store.records[0]
+    assert record.finish_reason == "stopped by user" and record.output_tokens < 2000
+    assert window.table.model().rowCount() == 1
+    assert window.export_csv(str(tmp_path / "partial"))
+    assert len(read_run(tmp_path / "partial").steps) == len(window.store.steps)
+
+
+def test_export_csv_writes_what_the_cli_reader_accepts(qtbot, window, tmp_path):
+    use_tiny(window)
+    run_to_end(qtbot, window)
+    assert window.export_csv(str(tmp_path / "out"))
+    run = read_run(tmp_path / "out")
+    assert len(run.steps) == 6 and len(run.requests) == 2 and len(run.tokens) == 12
+    assert run.info["model"] == "tiny"
+    assert (tmp_path / "out" / "trace.json").is_file()
+
+
+def test_export_with_nothing_to_export_says_so(window, tmp_path):
+    assert not window.export_csv(str(tmp_path / "empty"))
+    assert "nothing to export" in window.last_error
+    assert not (tmp_path / "empty").exists()
+
+
+def test_open_run_shows_a_folder_written_by_the_cli(qtbot, window, tmp_path):
+    config = RunConfig(mode="batch", model=ModelChoice("tiny", "cpu"), batch=BatchRun(prompt_len=8, output_len=5,
+                                                                                      batch=3),
+                       out_dir=str(tmp_path / "cli"))
+    execute(config, lambda event: None, lambda: False)
+    assert window.open_run(str(tmp_path / "cli"))
+    window.repaint_views()
+    assert window.table.model().rowCount() == 3
+    assert len(window.timeline.curves[Phase.DECODE].getData()[0]) == 4 * 4
+    assert window.status_labels["model"].text() == "model: tiny"
+    assert window.metrics.values["done"].text() == "3 / 3"
+    assert window.throughput.shape is not None     # the run's shape drives the prediction
+
+
+def test_open_run_of_an_incomplete_folder_names_what_is_missing(window, tmp_path):
+    (tmp_path / "half").mkdir()
+    assert not window.open_run(str(tmp_path / "half"))
+    assert "missing" in window.last_error and "steps.csv" in window.last_error
+
+
+def test_a_worker_error_is_shown_and_the_next_run_works(qtbot, window, tmp_path):
+    (tmp_path / "no-config").mkdir()
+    use_tiny(window)
+    window.controls.select_model(str(tmp_path / "no-config"))
+    assert window.controls.run_button.isEnabled()   # a folder that exists passes the typed check
+    with qtbot.waitSignal(window.worker.failed, timeout=RUN_TIMEOUT_MS) as failed:
+        qtbot.mouseClick(window.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
+    assert "config.json" in failed.args[0]
+    assert window.last_error == failed.args[0]
+    assert window.error_box is not None and window.error_box.isVisible()
+    assert "config.json" in window.statusBar().currentMessage()
+    window.error_box.close()
+    window.controls.select_model("tiny")
+    result = run_to_end(qtbot, window)
+    assert not result.error and window.table.model().rowCount() == 2
+
+
+def test_fields_are_checked_as_typed(qtbot, window):
+    field = window.controls.form.fields["batch"]["output_len"]
+    qtbot.keyClicks(field.edit, "x")   # "64x"
+    assert not window.controls.run_button.isEnabled()
+    assert "whole number" in field.error_label.text() and not field.error_label.isHidden()
+    field.setText("0")
+    assert "at least 1" in field.error
+    field.setText("12")
+    assert window.controls.run_button.isEnabled() and field.error_label.isHidden()
+    window.controls.hub_field.setText("not a model")
+    assert not window.controls.run_button.isEnabled()
+    assert "hub id" in window.controls.problem_label.text()
+
+
+def test_workload_fields_are_checked_together(window):
+    form = window.controls.form
+    form.set_kind("load")
+    form.preset_combo.setCurrentText("custom")
+    form.fields["load"]["prompt_len"].setText("64:16")
+    assert any("min 64 > max 16" in e for e in form.errors())
+    form.fields["load"]["prompt_len"].setText("16:64")
+    assert form.errors() == []
+
+
+def test_selecting_a_request_highlights_its_lane_and_shows_its_text(qtbot, window):
+    use_tiny(window, batch="3")
+    run_to_end(qtbot, window)
+    window.table.selectRow(2)
+    assert window.selected_request == 2
+    assert window.lanes.highlight.isVisible()
+    assert window.text.toPlainText() == window.store.request_text(2)
+    assert window.text_dock.windowTitle() == "Generated text — request 2"
+    window.lanes.requestClicked.emit(1)   # a click on lane 1 selects its table row
+    assert window.table.currentIndex().row() == 1
+
+
+def test_save_plot_writes_a_png(qtbot, window, tmp_path):
+    use_tiny(window)
+    run_to_end(qtbot, window)
+    for plot in (window.timeline, window.lanes, window.throughput):
+        path = tmp_path / f"{plot.objectName()}.png"
+        assert window.save_plot(str(path), plot)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_workload_through_the_load_driver(qtbot, window):
+    use_tiny(window)
+    form = window.controls.form
+    form.set_kind("load")
+    form.preset_combo.setCurrentText("custom")
+    form.arrival_combo.setCurrentText("burst")
+    f = form.fields["load"]
+    f["requests"].setText("5")
+    f["prompt_len"].setText("8:24")
+    f["output_len"].setText("4")
+    f["max_batch"].setText("2")
+    form.policy_combo.setCurrentText("continuous")
+    result = run_to_end(qtbot, window)
+    assert result.summary["num_finished"] == 5
+    assert window.table.model().rowCount() == 5
+    statuses = {window.store.lane(r)["status"] for r in range(5)}
+    assert statuses == {RequestStatus.FINISHED}
+    # with two slots and five requests, some waited in the queue, and their lanes show it
+    x0, x1, _ = lane_segments(window.store, running=False)["queued"]
+    assert (x1 - x0).max() > 0
+
+
+def test_a_batch_sweep_streams_points_into_the_throughput_plot(qtbot, window):
+    use_tiny(window)
+    form = window.controls.form
+    form.set_kind("sweep-batch")
+    form.fields["sweep-batch"]["batches"].setText("1,2,4")
+    form.fields["sweep-batch"]["context"].setText("32")
+    form.fields["sweep-batch"]["steps"].setText("2")
+    run_to_end(qtbot, window)
+    x, y = window.throughput.measured.getData()
+    assert x.tolist() == [0.0, 1.0, 2.0] and all(v > 0 for v in y)
+    assert len(window.throughput.predicted.getData()[0]) > 0
+
+
+def test_closing_mid_run_stops_the_worker_and_joins_its_thread(qtbot, tmp_path):
+    w = MainWindow()
+    w.show()
+    use_tiny(w, output_len="2000", batch="1")
+    w.controls.form.ignore_eos.setChecked(True)
+    w.start_run()
+    qtbot.waitUntil(lambda: len(w.store.steps) >= 3, timeout=RUN_TIMEOUT_MS)
+    w.close()
+    assert not w.worker_thread.thread.isRunning()
+
+
+def test_run_app_opens_with_the_choices_made_and_autostarts(qtbot, monkeypatch):
+    seen = {}
+
+    def fake_exec(app):
+        w = next(x for x in QtWidgets.QApplication.topLevelWidgets() if isinstance(x, MainWindow) and x.isVisible())
+        seen["model"], seen["profile"] = w.controls.model_name(), w.controls.profile_combo.currentData()
+        qtbot.waitUntil(lambda: w.running, timeout=5_000)
+        qtbot.waitUntil(lambda: not w.running, timeout=RUN_TIMEOUT_MS)
+        seen["steps"] = len(w.store.steps)
+        w.close()
+        return 0
+
+    monkeypatch.setattr(QtWidgets.QApplication, "exec", fake_exec)
+    assert run_app(model="tiny", profile="h100-sxm", autostart=True) == 0
+    assert seen["model"] == "tiny" and seen["profile"] == "h100-sxm" and seen["steps"] > 0
+
+
+def test_run_app_refuses_an_unknown_profile(capsys):
+    assert run_app(profile="no-such-gpu") == 2
+    assert "unknown profile" in capsys.readouterr().err
