@@ -172,13 +172,12 @@ class _RemoteRun:
         self._inflight: dict[int, tuple[asyncio.Task, StreamState]] = {}
         self._wake = asyncio.Event()            # a request ended: a closed loop may send the next
         self._thread = threading.Thread(target=self._thread_main, name="phasescope-remote", daemon=True)
-        self._t0 = 0.0
+        self._t0 = 0.0                          # set on the loop thread, read only there
 
     def now_ms(self) -> float:
         return (time.perf_counter() - self._t0) * 1000.0
 
     def start(self) -> None:
-        self._t0 = time.perf_counter()
         self._thread.start()
 
     def pump(self, emit: Emit, writer: RunWriter | None, should_stop: Callable[[], bool]) -> None:
@@ -229,6 +228,7 @@ class _RemoteRun:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)   # never queue on our side
         async with httpx.AsyncClient(limits=limits) as client:
             streamer = Streamer(client, ep.url, ep.model, ep.api, headers, self.sampling, ep.timeout_s, self.now_ms)
+            self._t0 = time.perf_counter()   # the clock starts once the client is ready: arrival 0 goes out at ~0
             background = [asyncio.create_task(self._flush_every())]
             if ep.read_metrics:
                 background.append(asyncio.create_task(

@@ -90,7 +90,6 @@ def load(config: RunConfig, emit: Emit):
 
 def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None) -> RunFinished:
     from .device import dtype_name
-    from .weights import free_memory
     from .engine import Engine
     from .metrics import summarize
     from .runner import Runner
@@ -108,16 +107,9 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
         num_slots = config.engine.max_batch
         policy = config.engine.policy
         max_len = config.engine.max_len or longest_sequence(config.workload)
-    max_len = min(max_len, shape.max_position)
-    dtype_bytes = loaded.dtype.itemsize
-    kv_capacity = config.engine.kv_tokens or num_slots * max_len
-    kv_capacity = min(kv_capacity, num_slots * max_len)
-    cache_bytes = num_slots * max_len * shape.kv_bytes_per_token(dtype_bytes)
-    free = free_memory(loaded.device)
-    if free is not None and cache_bytes > free:
-        raise InputError(f"the KV cache for {num_slots} sequences of {max_len} tokens needs "
-                         f"{cache_bytes / 2**30:.2f} GiB; {free / 2**30:.2f} GiB is free on {loaded.device}: "
-                         f"lower --batch/--max-batch or the lengths")
+        max_len = min(max_len, shape.max_position)
+        check_kv_fits(loaded, num_slots, max_len)
+    kv_capacity = min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
     run_id = new_run_id()
     emit(ModelLoaded(loaded.name, str(loaded.device), dev_name, dtype_name(loaded.dtype), loaded.source,
                      loaded.random_weights, shape.num_params(), loaded.weight_bytes, kv_capacity, shape))
@@ -158,25 +150,40 @@ def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: i
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
+    """Refuse, before allocating, a KV cache larger than the device's free memory."""
+    from .weights import free_memory
+    cache_bytes = num_slots * max_len * loaded.shape.kv_bytes_per_token(loaded.dtype.itemsize)
+    free = free_memory(loaded.device)
+    if free is not None and cache_bytes > free:
+        raise InputError(f"the KV cache for {num_slots:,} sequences of {max_len:,} tokens needs "
+                         f"{cache_bytes / 2**30:,.2f} GiB; {free / 2**30:,.2f} GiB is free on {loaded.device}: "
+                         f"lower the batch size or the lengths")
+
+
 def batch_source(config: RunConfig, loaded):
     """`run`: B requests arriving together, each the same text prompt or its own random tokens."""
     from .engine import FixedSource
     from .workload import RequestSpec
     b = config.batch
     tok = loaded.tokenizer
+    ids = None
     if b.prompt is not None:
         ids = tok.apply_chat_template(b.prompt) if b.chat else tok.encode(b.prompt)
         if not ids:
             raise InputError("the prompt encodes to no tokens")
+    prompt_len = len(ids) if ids is not None else b.prompt_len
+    limit = loaded.shape.max_position
+    if prompt_len + b.output_len > limit:
+        raise InputError(f"prompt of {prompt_len} tokens + {b.output_len} output tokens exceeds "
+                         f"{loaded.name}'s context of {limit} tokens")
+    check_kv_fits(loaded, b.batch, prompt_len + b.output_len)
+    if ids is not None:
         prompts = [list(ids)] * b.batch
     else:
         rng = random.Random(config.sampling.seed)
         vocab = loaded.shape.vocab_size
         prompts = [[rng.randrange(vocab) for _ in range(b.prompt_len)] for _ in range(b.batch)]
-    limit = loaded.shape.max_position
-    if len(prompts[0]) + b.output_len > limit:
-        raise InputError(f"prompt of {len(prompts[0])} tokens + {b.output_len} output tokens exceeds "
-                         f"{loaded.name}'s context of {limit} tokens")
     text = b.prompt or ""
     return FixedSource([RequestSpec(i, 0.0, p, text, b.output_len) for i, p in enumerate(prompts)])
 

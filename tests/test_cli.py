@@ -70,6 +70,8 @@ def test_load_and_sweep_and_listings(tmp_path):
     (["run", "--model", "tiny", "--prompt-len", "5000"], "exceeds tiny's context"),
     (["run", "--model", "tiny", "--prompt", "  "], "--prompt is empty"),
     (["run", "--model", "tiny", "--temperature", "-1"], "--temperature"),
+    (["run", "--model", "tiny", "--batch", "100000000"], "GiB is free"),
+    (["load", "--model", "tiny", "--max-batch", "100000000"], "GiB is free"),
     (["load", "--model", "tiny", "--workload", "no-such-workload"], "no-such-workload"),
     (["load", "--model", "tiny", "--rate", "0"], "--rate"),
     (["load", "--model", "tiny", "--prompt-len", "50:10"], "min 50 > max 10"),
