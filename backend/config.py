@@ -51,6 +51,7 @@ class RunConfig:
     batch: BatchRun = field(default_factory=BatchRun)
     workload: object | None = None       # backend.workload.WorkloadSpec for mode "load"
     sweep: object | None = None          # backend.sweep.SweepSpec for the sweep modes
+    endpoint: object | None = None       # backend.remote.RemoteEndpoint: drive a server instead of a local model
     profile: str | None = None           # GPU profile name or path
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None

@@ -22,6 +22,8 @@ def add_load_parser(sub, model_flags) -> None:
     p.add_argument("--output-len", help="N or A:B (uniform)")
     p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective")
     p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective")
+    from .remote import add_remote_flags
+    add_remote_flags(p)
 
 
 def load_config(args) -> RunConfig:
@@ -41,4 +43,6 @@ def load_config(args) -> RunConfig:
                                  kv_tokens=args.kv_tokens)
     config.slo_ttft_ms = args.slo_ttft_ms
     config.slo_tpot_ms = args.slo_tpot_ms
+    from .remote import endpoint_from_args
+    config.endpoint = endpoint_from_args(args)
     return config

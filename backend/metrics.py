@@ -57,7 +57,9 @@ def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: li
         "duration_s": duration_s,
         "requests_per_s": _ratio(len(finished), duration_s),
         "output_tokens_per_s": _ratio(output_tokens, duration_s),
-        "total_tokens_per_s": _ratio(output_tokens + sum(r.prompt_tokens for r in served), duration_s),
+        # a prompt counts once it was processed, i.e. once its request produced a token
+        "total_tokens_per_s": _ratio(output_tokens + sum(r.prompt_tokens for r in served if r.output_tokens),
+                                     duration_s),
     }
     latencies = {
         "ttft": [r.ttft_ms for r in finished if r.ttft_ms is not None],

@@ -90,6 +90,16 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         print("--- generated text (request 0) ---", file=out)
         print(data.requests[0].text.strip(), file=out)
         print("----------------------------------", file=out)
+    if info.get("target") == "remote":
+        print(f"target  {info.get('endpoint')}  model {info.get('served_model')}  api {info.get('api')}  "
+              f"(times from this machine's clock; the server's engine steps are not visible)", file=out)
+        _print_load_summary(s, out)
+        errors = {k[len('errors_'):]: int(v) for k, v in s.items() if k.startswith("errors_")}
+        if errors:
+            print("errors   " + ", ".join(f"{k} {v}" for k, v in errors.items()), file=out)
+        if config.out_dir:
+            print(f"records written to {config.out_dir}/", file=out)
+        return
     weights = "RANDOM weights (synthetic shape: timings are real, the text is noise)" if info.get("random_weights") \
         else info.get("source", "")
     print(f"model   {info.get('model')}  ({info.get('num_params', 0) / 1e6:,.0f} M params, "
@@ -135,6 +145,8 @@ def _print_load_summary(s: dict, out) -> None:
           f"{int(s.get('num_preemptions', 0))} preemptions, in {s['duration_s']:.1f} s  "
           f"({s['requests_per_s']:.2f} req/s, {s['output_tokens_per_s']:.1f} output tok/s, "
           f"{s['total_tokens_per_s']:.1f} total tok/s)", file=out)
+    if not s["num_finished"]:
+        return
     rows = [("metric", "mean", "p50", "p90", "p99")]
     for name, label in [("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end-to-end"), ("queue", "queue wait")]:
         rows.append((label + " (ms)", *(f"{s[f'{name}_{k}_ms']:,.1f}" for k in ("mean", "p50", "p90", "p99"))))
@@ -142,6 +154,8 @@ def _print_load_summary(s: dict, out) -> None:
     if "goodput_requests_per_s" in s:
         print(f"goodput  {s['goodput_requests_per_s']:.2f} req/s meet the SLO "
               f"({s['slo_attainment'] * 100:.0f}% of finished requests)", file=out)
+    if not s.get("num_steps"):
+        return   # a remote target: no engine steps to split into phases
     print(f"phases   prefill {_rate(s['prefill_tokens_per_s'])}, decode {_rate(s['decode_tokens_per_s'])}, "
           f"time in prefill {s['prefill_time_ms']:,.0f} ms / decode {s['decode_time_ms']:,.0f} ms / "
           f"mixed {s['mixed_time_ms']:,.0f} ms", file=out)

@@ -26,7 +26,10 @@ def new_run_id() -> str:
 
 
 def config_dict(config: RunConfig) -> dict:
-    """The full configuration as plain data for run.json (reproducible from it)."""
+    """The full configuration as plain data for run.json (reproducible from it).
+
+    The remote endpoint is left out: it carries the API key, which is never written; a
+    remote run records its endpoint's safe parts itself."""
     def plain(value):
         if is_dataclass(value):
             return {k: plain(v) for k, v in asdict(value).items()}
@@ -35,11 +38,16 @@ def config_dict(config: RunConfig) -> dict:
         if isinstance(value, (list, tuple)):
             return [plain(v) for v in value]
         return value
-    return plain(config)
+    data = plain(config)
+    data.pop("endpoint", None)
+    return data
 
 
 def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
     """Run `config` to the end (or until should_stop), emitting events; InputError for bad settings."""
+    if config.endpoint is not None:
+        from .remote import run_remote
+        return run_remote(config, config.endpoint, emit, should_stop)
     if config.mode in ("sweep-batch", "sweep-prompt"):
         from .sweep import run_sweep
         return run_sweep(config, emit, should_stop)
@@ -137,16 +145,27 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
     return RunFinished(run_id, summary, result.stopped, result.error, data)
 
 
+def library_versions() -> dict:
+    from importlib import metadata
+    from . import __version__
+    versions = {"phasescope": __version__, "python": platform.python_version()}
+    for package in ("torch", "numpy", "gguf", "tokenizers", "safetensors", "transformers"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
 def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
     import torch
-    from . import __version__
     from .device import dtype_name
     return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
             "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
             "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
             "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(), "kv_capacity": kv_capacity,
             "kv_slots": num_slots, "max_len": max_len,
-            "versions": {"phasescope": __version__, "python": platform.python_version(), "torch": torch.__version__},
+            "versions": library_versions(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
