@@ -129,7 +129,7 @@ def run_headless(config: RunConfig) -> int:
         from .tools_cli import SweepPrinter
         sweep = progress.sweep = SweepPrinter(config.sweep.kind)
     try:
-        finished = execute(config, progress.on_event, stop.is_set)
+        finished = execute(config, progress.on_event, stop.is_set, retain_records=False)
     finally:
         signal.signal(signal.SIGINT, previous)
         progress.close()

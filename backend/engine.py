@@ -65,7 +65,7 @@ class Engine:
     """Drives a scheduler and a runner over a request source, emitting one RecordBatch per step."""
 
     def __init__(self, scheduler: Scheduler, runner, run_id: str, tokenizer=None,
-                 stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False,
+                 stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False, retain_records: bool = True,
                  clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep):
         self.scheduler = scheduler
         self.runner = runner
@@ -73,6 +73,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.stop_ids = stop_ids
         self.ignore_eos = ignore_eos
+        self.retain_records = retain_records   # False: steps and tokens only go to emit (long runs)
         self.clock = clock
         self.sleep = sleep
         self._requests: dict[int, Request] = {}
@@ -173,6 +174,7 @@ class Engine:
             batch.requests.append(req.to_record(self._final_text(req)))
             source.on_finish(now)
             self._requests.pop(req.request_id, None)
+            self._text.pop(req.request_id, None)
 
     def _final_text(self, req: Request) -> str:
         if self.tokenizer is None or not req.output_ids:
@@ -180,8 +182,9 @@ class Engine:
         return self.tokenizer.decode(req.output_ids)
 
     def _collect(self, batch: RecordBatch, result: EngineResult, emit) -> None:
-        result.steps.extend(batch.steps)
-        result.tokens.extend(batch.tokens)
+        if self.retain_records:
+            result.steps.extend(batch.steps)
+            result.tokens.extend(batch.tokens)
         result.requests.extend(batch.requests)
         emit(batch)
 

@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
@@ -74,10 +75,13 @@ def _csv_text(header: list[str], rows) -> str:
 
 
 class RunWriter:
-    """Streams records into a run folder as the run goes, so a crash loses at most the last rows."""
+    """Streams records into a run folder as the run goes, so a crash loses at most the last second."""
+
+    FLUSH_S = 1.0
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = ensure_writable(folder)
+        self._flushed = time.monotonic()
         self._files = {}
         self._writers = {}
         for name, cls in RECORD_FILES.items():
@@ -90,10 +94,13 @@ class RunWriter:
         self._writers["steps.csv"].writerows(record_row(r) for r in batch.steps)
         self._writers["tokens.csv"].writerows(record_row(r) for r in batch.tokens)
         self._writers["requests.csv"].writerows(record_row(r) for r in batch.requests)
+        if time.monotonic() - self._flushed >= self.FLUSH_S:
+            self.flush()
 
     def flush(self) -> None:
         for f in self._files.values():
             f.flush()
+        self._flushed = time.monotonic()
 
     def close(self, run: RunData) -> None:
         """Finish the streamed CSVs (renamed into place) and write summary, run.json and trace."""

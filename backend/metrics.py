@@ -10,12 +10,13 @@ with no data behind it is NaN, never a misleading zero.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import defaultdict
 from typing import Iterable
 
 import numpy as np
 
-from backend.records import Phase, RequestRecord, RequestStatus, StepRecord, TokenRecord
+from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
 
 NAN = float("nan")
 
@@ -41,58 +42,116 @@ def inter_token_latencies(tokens: Iterable[TokenRecord]) -> list[float]:
     return gaps
 
 
+class RunAccumulator:
+    """Everything a summary needs, gathered as the records stream in.
+
+    A long run keeps no step or token objects for its summary: per-phase sums, the run's time
+    span, the inter-token gaps as one float array, and the request records (one per request).
+    """
+
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.phase_ms = {phase: 0.0 for phase in Phase}
+        self.prefill_tokens = 0   # in prefill-only steps
+        self.decode_tokens = 0    # in decode-only steps
+        self.first_ms = math.inf
+        self.last_ms = -math.inf
+        self.requests: list[RequestRecord] = []
+        self.gaps = array("d")
+        self._last_token: dict[int, float] = {}
+
+    def add(self, batch: RecordBatch) -> None:
+        self.add_steps(batch.steps)
+        for token in batch.tokens:
+            last = self._last_token.get(token.request_id)
+            if last is not None:
+                self.gaps.append(token.time_ms - last)
+            self._last_token[token.request_id] = token.time_ms
+            self.last_ms = max(self.last_ms, token.time_ms)
+        self.add_requests(batch.requests)
+        for r in batch.requests:
+            self._last_token.pop(r.request_id, None)
+
+    def add_steps(self, steps: Iterable[StepRecord]) -> None:
+        for s in steps:
+            self.num_steps += 1
+            self.phase_ms[s.phase] += s.duration_ms
+            if s.phase is Phase.PREFILL:
+                self.prefill_tokens += s.num_prefill_tokens
+            elif s.phase is Phase.DECODE:
+                self.decode_tokens += s.num_decode_tokens
+            self.first_ms = min(self.first_ms, s.start_ms)
+            self.last_ms = max(self.last_ms, s.start_ms + s.duration_ms)
+
+    def add_requests(self, requests: Iterable[RequestRecord]) -> None:
+        for r in requests:
+            self.requests.append(r)
+            self.first_ms = min(self.first_ms, r.arrival_ms)
+            if r.finish_ms is not None:
+                self.last_ms = max(self.last_ms, r.finish_ms)
+
+    def summary(self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> dict[str, float]:
+        requests = self.requests
+        finished = [r for r in requests if r.status is RequestStatus.FINISHED]
+        served = [r for r in requests if r.status is not RequestStatus.REJECTED]
+        duration_s = max(0.0, self.last_ms - self.first_ms) / 1000.0 if self.last_ms > -math.inf else 0.0
+        output_tokens = sum(r.output_tokens for r in served)
+        out: dict[str, float] = {
+            "num_requests": len(requests),
+            "num_finished": len(finished),
+            "num_rejected": sum(r.status is RequestStatus.REJECTED for r in requests),
+            "num_errors": sum(r.status is RequestStatus.ERROR for r in requests),
+            "num_preemptions": sum(r.num_preemptions for r in requests),
+            "num_steps": self.num_steps,
+            "duration_s": duration_s,
+            "requests_per_s": _ratio(len(finished), duration_s),
+            "output_tokens_per_s": _ratio(output_tokens, duration_s),
+            # a prompt counts once it was processed, i.e. once its request produced a token
+            "total_tokens_per_s": _ratio(output_tokens + sum(r.prompt_tokens for r in served if r.output_tokens),
+                                         duration_s),
+        }
+        latencies = {
+            "ttft": [r.ttft_ms for r in finished if r.ttft_ms is not None],
+            "tpot": [r.tpot_ms for r in finished if r.tpot_ms is not None],
+            "itl": self.gaps,
+            "e2e": [r.e2e_ms for r in finished if r.e2e_ms is not None],
+            "queue": [r.queue_ms for r in finished if r.queue_ms is not None],
+        }
+        for name, values in latencies.items():
+            for stat, value in percentiles(values).items():
+                out[f"{name}_{stat}_ms"] = value
+
+        phase_ms = self.phase_ms
+        out["prefill_time_ms"] = phase_ms[Phase.PREFILL]
+        out["decode_time_ms"] = phase_ms[Phase.DECODE]
+        out["mixed_time_ms"] = phase_ms[Phase.MIXED]
+        out["prefill_tokens_per_s"] = _ratio(self.prefill_tokens, phase_ms[Phase.PREFILL] / 1000.0)
+        out["decode_tokens_per_s"] = _ratio(self.decode_tokens, phase_ms[Phase.DECODE] / 1000.0)
+        # Per-token decode time over per-token prefill time: how much dearer a decoded token is.
+        out["decode_prefill_cost_ratio"] = _ratio(out["prefill_tokens_per_s"], out["decode_tokens_per_s"])
+        timed = [r for r in finished if r.first_token_ms is not None and r.finish_ms is not None]
+        out["decode_share"] = _ratio(sum(r.finish_ms - r.first_token_ms for r in timed),
+                                     sum(r.finish_ms - r.arrival_ms for r in timed))
+
+        if slo_ttft_ms is not None or slo_tpot_ms is not None:
+            good = [r for r in finished if _meets(r, slo_ttft_ms, slo_tpot_ms)]
+            out["slo_ttft_ms"] = NAN if slo_ttft_ms is None else slo_ttft_ms
+            out["slo_tpot_ms"] = NAN if slo_tpot_ms is None else slo_tpot_ms
+            out["slo_attainment"] = _ratio(len(good), len(finished))
+            out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
+        return out
+
+
 def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord],
               slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> dict[str, float]:
-    finished = [r for r in requests if r.status is RequestStatus.FINISHED]
-    served = [r for r in requests if r.status is not RequestStatus.REJECTED]
-    duration_s = _duration_ms(steps, requests, tokens) / 1000.0
-    output_tokens = sum(r.output_tokens for r in served)
-    out: dict[str, float] = {
-        "num_requests": len(requests),
-        "num_finished": len(finished),
-        "num_rejected": sum(r.status is RequestStatus.REJECTED for r in requests),
-        "num_errors": sum(r.status is RequestStatus.ERROR for r in requests),
-        "num_preemptions": sum(r.num_preemptions for r in requests),
-        "num_steps": len(steps),
-        "duration_s": duration_s,
-        "requests_per_s": _ratio(len(finished), duration_s),
-        "output_tokens_per_s": _ratio(output_tokens, duration_s),
-        # a prompt counts once it was processed, i.e. once its request produced a token
-        "total_tokens_per_s": _ratio(output_tokens + sum(r.prompt_tokens for r in served if r.output_tokens),
-                                     duration_s),
-    }
-    latencies = {
-        "ttft": [r.ttft_ms for r in finished if r.ttft_ms is not None],
-        "tpot": [r.tpot_ms for r in finished if r.tpot_ms is not None],
-        "itl": inter_token_latencies(tokens),
-        "e2e": [r.e2e_ms for r in finished if r.e2e_ms is not None],
-        "queue": [r.queue_ms for r in finished if r.queue_ms is not None],
-    }
-    for name, values in latencies.items():
-        for stat, value in percentiles(values).items():
-            out[f"{name}_{stat}_ms"] = value
-
-    phase_ms = {phase: sum(s.duration_ms for s in steps if s.phase is phase) for phase in Phase}
-    prefill_tokens = sum(s.num_prefill_tokens for s in steps if s.phase is Phase.PREFILL)
-    decode_tokens = sum(s.num_decode_tokens for s in steps if s.phase is Phase.DECODE)
-    out["prefill_time_ms"] = phase_ms[Phase.PREFILL]
-    out["decode_time_ms"] = phase_ms[Phase.DECODE]
-    out["mixed_time_ms"] = phase_ms[Phase.MIXED]
-    out["prefill_tokens_per_s"] = _ratio(prefill_tokens, phase_ms[Phase.PREFILL] / 1000.0)
-    out["decode_tokens_per_s"] = _ratio(decode_tokens, phase_ms[Phase.DECODE] / 1000.0)
-    # Per-token decode time over per-token prefill time: how much dearer a decoded token is.
-    out["decode_prefill_cost_ratio"] = _ratio(out["prefill_tokens_per_s"], out["decode_tokens_per_s"])
-    timed = [r for r in finished if r.first_token_ms is not None and r.finish_ms is not None]
-    out["decode_share"] = _ratio(sum(r.finish_ms - r.first_token_ms for r in timed),
-                                 sum(r.finish_ms - r.arrival_ms for r in timed))
-
-    if slo_ttft_ms is not None or slo_tpot_ms is not None:
-        good = [r for r in finished if _meets(r, slo_ttft_ms, slo_tpot_ms)]
-        out["slo_ttft_ms"] = NAN if slo_ttft_ms is None else slo_ttft_ms
-        out["slo_tpot_ms"] = NAN if slo_tpot_ms is None else slo_tpot_ms
-        out["slo_attainment"] = _ratio(len(good), len(finished))
-        out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
-    return out
+    """The summary of records held in memory (tokens in any order)."""
+    acc = RunAccumulator()
+    acc.add_steps(steps)
+    acc.add_requests(requests)
+    acc.gaps.extend(inter_token_latencies(tokens))
+    if tokens:
+        acc.last_ms = max(acc.last_ms, max(t.time_ms for t in tokens))
+    return acc.summary(slo_ttft_ms, slo_tpot_ms)
 
 
 def _meets(r: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
@@ -100,16 +159,6 @@ def _meets(r: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | Non
         return False
     # A one-token answer has no TPOT: nothing to be late for.
     return slo_tpot_ms is None or r.tpot_ms is None or r.tpot_ms <= slo_tpot_ms
-
-
-def _duration_ms(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord]) -> float:
-    """From the first arrival or step to the last step end, finish or token."""
-    starts = [r.arrival_ms for r in requests] + [s.start_ms for s in steps]
-    ends = [s.start_ms + s.duration_ms for s in steps] + [t.time_ms for t in tokens]
-    ends += [r.finish_ms for r in requests if r.finish_ms is not None]
-    if not starts or not ends:
-        return 0.0
-    return max(0.0, max(ends) - min(starts))
 
 
 def _ratio(numerator: float, denominator: float) -> float:

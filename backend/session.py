@@ -43,8 +43,13 @@ def config_dict(config: RunConfig) -> dict:
     return data
 
 
-def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
-    """Run `config` to the end (or until should_stop), emitting events; InputError for bad settings."""
+def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True) -> RunFinished:
+    """Run `config` to the end (or until should_stop), emitting events; InputError for bad settings.
+
+    With retain_records=False the returned RunData holds the request records only: steps and
+    tokens go to `emit` and to the output folder as they happen, so memory stays flat however
+    long the run.
+    """
     if config.endpoint is not None:
         from .remote import run_remote
         return run_remote(config, config.endpoint, emit, should_stop)
@@ -56,7 +61,7 @@ def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> R
     validate(config)
     writer = RunWriter(config.out_dir) if config.out_dir else None   # a bad folder fails before the model loads
     try:
-        return _execute(config, emit, should_stop, writer)
+        return _execute(config, emit, should_stop, writer, retain_records)
     finally:
         if writer is not None:
             writer.abandon()
@@ -96,10 +101,11 @@ def load(config: RunConfig, emit: Emit):
     return loaded, device_name(loaded.device)
 
 
-def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None) -> RunFinished:
+def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None,
+             retain_records: bool) -> RunFinished:
     from .device import dtype_name
     from .engine import Engine
-    from .metrics import summarize
+    from .metrics import RunAccumulator
     from .runner import Runner
     from .scheduler import Scheduler, SchedulerConfig
 
@@ -127,16 +133,20 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
                                           kv_capacity=kv_capacity, max_len=max_len))
     engine = Engine(scheduler, runner, run_id, tokenizer=loaded.tokenizer,
-                    stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
+                    stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos,
+                    retain_records=retain_records)
+    accumulator = RunAccumulator()
     emit(Progress("running", None))
 
     def sink(event):
-        if writer is not None and isinstance(event, RecordBatch):
-            writer.add(event)
+        if isinstance(event, RecordBatch):
+            accumulator.add(event)
+            if writer is not None:
+                writer.add(event)
         emit(event)
 
     result = engine.run(source, sink, should_stop)
-    summary = summarize(result.steps, result.requests, result.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
+    summary = accumulator.summary(config.slo_ttft_ms, config.slo_tpot_ms)
     info = run_info(loaded, dev_name, kv_capacity, max_len, num_slots)
     data = RunData(run_id=run_id, config=config_dict(config), info=info, steps=result.steps,
                    requests=result.requests, tokens=result.tokens, summary=summary)
