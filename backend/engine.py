@@ -13,7 +13,7 @@ from typing import Callable
 from .records import RecordBatch, RequestRecord, StepRecord, TokenRecord
 from .request import Request
 from .scheduler import Scheduler
-from .workload import RequestSpec
+from .arrivals import RequestSpec
 from .events import RequestsArrived
 
 IDLE_POLL_S = 0.05  # longest idle sleep, so Stop is honoured while waiting for arrivals
@@ -135,9 +135,7 @@ class Engine:
     def _admit_arrivals(self, source, now: float) -> list[Request]:
         arrived = []
         for spec in source.due(now):
-            req = Request(request_id=spec.request_id, prompt_ids=list(spec.prompt_ids),
-                          max_new_tokens=spec.max_new_tokens, arrival_ms=spec.arrival_ms,
-                          stop_ids=self.stop_ids, ignore_eos=self.ignore_eos, prompt_text=spec.prompt_text)
+            req = spec.to_request(self.stop_ids, self.ignore_eos)
             self._requests[req.request_id] = req
             self.scheduler.add(req)
             arrived.append(req)

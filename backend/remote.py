@@ -104,7 +104,8 @@ def run_remote(config: RunConfig, endpoint: RemoteEndpoint, emit: Emit, should_s
     """Send `config.workload` to the endpoint, emitting events as for a local run; InputError for bad settings."""
     from .metrics import summarize
     from .session import config_dict, new_run_id
-    from .workload import WorkloadSource, validate_workload
+    from .arrivals import WorkloadSource
+    from .workload import validate_workload
     endpoint.validate()
     if config.workload is None:
         raise InputError("a remote run needs a workload (--workload NAME|PATH)")

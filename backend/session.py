@@ -193,7 +193,7 @@ def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
 def batch_source(config: RunConfig, loaded):
     """`run`: B requests arriving together, each the same text prompt or its own random tokens."""
     from .engine import FixedSource
-    from .workload import RequestSpec
+    from .arrivals import RequestSpec
     b = config.batch
     tok = loaded.tokenizer
     ids = None
@@ -226,7 +226,7 @@ def longest_sequence(spec) -> int:
 
 def workload_source(config: RunConfig, loaded):
     """`load`: the workload's requests, drawn from its seed."""
-    from .workload import WorkloadSource
+    from .arrivals import WorkloadSource
     tok = loaded.tokenizer
     return WorkloadSource(config.workload, tokenize=tok.encode, vocab_size=loaded.shape.vocab_size,
                           max_prompt_len=loaded.shape.max_position)

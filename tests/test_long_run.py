@@ -6,7 +6,7 @@ from backend.engine import Engine, FixedSource
 from backend.export import RunWriter, read_run, RunData
 from backend.metrics import RunAccumulator
 from backend.scheduler import Scheduler, SchedulerConfig
-from backend.workload import RequestSpec
+from backend.arrivals import RequestSpec
 
 NUM_REQUESTS = 10_000
 TOKENS_EACH = 10          # one prefill + 9 decode steps each, one request at a time: 100,000 steps

@@ -11,7 +11,8 @@ from backend.errors import InputError
 from backend.records import Phase, RequestStatus
 from backend.request import Request
 from backend.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from backend.workload import WorkloadSource, apply_overrides, load_workload
+from backend.arrivals import WorkloadSource
+from backend.workload import apply_overrides, load_workload
 
 EOS = 2
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from backend.errors import InputError
 from backend.prompts import PROMPTS
-from backend.workload import (ARRIVALS, KEYS, LengthDist, WorkloadSource, WorkloadSpec, apply_overrides,
+from backend.arrivals import WorkloadSource
+from backend.workload import (ARRIVALS, KEYS, LengthDist, WorkloadSpec, apply_overrides,
                               list_workloads, load_workload, validate_workload, workload_from_dict)
 
 PRESETS = {"poisson-chat", "long-prompts-during-decode", "burst-64", "closed-loop-8", "mixed-lengths"}
