@@ -15,6 +15,7 @@ from typing import Callable
 
 from .errors import InputError
 from .events import Progress, RunFinished, SweepPoint
+from .engine import describe_failure
 from .export import RunData, atomic_write_text, ensure_writable
 from .records import Phase, RecordBatch, StepRecord
 
@@ -69,7 +70,18 @@ def _predict(profile, cost, dtype) -> tuple[float | None, str]:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower() or "OutOfMemory" in type(exc).__name__
+    text = str(exc).lower()
+    return (isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__ or "out of memory" in text
+            or "can't allocate memory" in text)
+
+
+def _check_fits(shape, slots: int, length: int, dtype_bytes: int, device, what: str) -> None:
+    """Refuse a KV cache larger than the free memory before allocating it (a CPU would swap, not fail)."""
+    from .weights import free_memory
+    need = slots * length * shape.kv_bytes_per_token(dtype_bytes)
+    free = free_memory(device)
+    if free is not None and need > free:
+        raise MemoryError(f"{what} needs {need / 2**30:,.2f} GiB of KV cache; {free / 2**30:,.2f} GiB is free")
 
 
 def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> RunFinished:
@@ -114,7 +126,9 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
             if spec.kind == "batch":
                 if spec.context + spec.warmup + spec.steps > shape.max_position:
                     raise InputError(f"--context {spec.context} is beyond {loaded.name}'s {shape.max_position} tokens")
-                cache = KVCache(shape, x, spec.context + spec.warmup + spec.steps, device, loaded.dtype)
+                length = spec.context + spec.warmup + spec.steps
+                _check_fits(shape, x, length, dtype_bytes, device, f"batch {x}")
+                cache = KVCache(shape, x, length, device, loaded.dtype)
                 for t in cache.k + cache.v:
                     t.normal_(0, 1)   # placeholder keys and values: the cost does not depend on them
                 ids = [j % shape.vocab_size for j in range(x)]
@@ -129,6 +143,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
             else:
                 if x > shape.max_position:
                     raise InputError(f"prompt length {x} is beyond {loaded.name}'s {shape.max_position} tokens")
+                _check_fits(shape, 1, x, dtype_bytes, device, f"prompt {x}")
                 cache = KVCache(shape, 1, x, device, loaded.dtype)
                 ids = [j % shape.vocab_size for j in range(x)]
                 for w in range(spec.warmup):
@@ -140,7 +155,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
         except Exception as exc:
             if not _is_oom(exc):
                 raise
-            note = f"stopped at {spec.kind} {x}: it does not fit in memory ({exc.__class__.__name__})"
+            note = f"stopped at {spec.kind} {x}: it does not fit in memory ({describe_failure(exc)})"
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             break
@@ -186,6 +201,7 @@ def sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note
         best = max(points, key=lambda p: p.tokens_per_s)
         summary["best_tokens_per_s"] = best.tokens_per_s
         summary["best_at"] = best.x
+        summary["largest_fit"] = points[-1].x
     return summary
 
 

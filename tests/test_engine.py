@@ -109,3 +109,21 @@ def test_a_failure_mid_run_keeps_the_partial_records(monkeypatch):
 def test_prompt_longer_than_the_context_is_refused():
     with pytest.raises(InputError, match="exceeds tiny's context"):
         collect(batch_config(prompt_len=5000))
+
+
+def test_out_of_memory_mid_run_says_so_and_keeps_the_records(monkeypatch):
+    import torch
+    from backend.runner import Runner
+    real_run = Runner.run
+    count = {"n": 0}
+
+    def oom_on_fourth_step(self, out):
+        count["n"] += 1
+        if count["n"] == 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_run(self, out)
+    monkeypatch.setattr(Runner, "run", oom_on_fourth_step)
+    finished, _ = collect(batch_config(output_len=10))
+    assert finished.error.startswith("out of memory: CUDA out of memory")
+    assert len(finished.data.steps) == 3
+    assert all(r.finish_reason.startswith("run failed: out of memory") for r in finished.data.requests)
