@@ -78,6 +78,7 @@ class Engine:
         self.sleep = sleep
         self._requests: dict[int, Request] = {}
         self._text: dict[int, str] = {}
+        self._announced: set[int] = set()   # requests whose admission time was emitted
 
     def run(self, source, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> EngineResult:
         result = EngineResult(self.run_id)
@@ -99,6 +100,11 @@ class Engine:
                 start = now_ms()
                 out = self.scheduler.schedule(start)
                 batch = RecordBatch()
+                for chunk in out.prefill:
+                    req = chunk.request
+                    if req.request_id not in self._announced:
+                        self._announced.add(req.request_id)
+                        batch.scheduled[req.request_id] = req.scheduled_ms
                 self._retire(out.rejected, batch, source, start)
                 if out.num_tokens == 0:
                     if batch.requests:
@@ -173,6 +179,7 @@ class Engine:
             source.on_finish(now)
             self._requests.pop(req.request_id, None)
             self._text.pop(req.request_id, None)
+            self._announced.discard(req.request_id)
 
     def _final_text(self, req: Request) -> str:
         if self.tokenizer is None or not req.output_ids:

@@ -101,3 +101,4 @@ class RecordBatch:
     tokens: list[TokenRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)   # requests that just finished
     text: dict[int, str] = field(default_factory=dict)            # request_id -> newly decoded text
+    scheduled: dict[int, float] = field(default_factory=dict)     # request_id -> when it was first admitted

@@ -4,9 +4,13 @@ from __future__ import annotations
 import torch
 
 from .config import SamplingConfig
+from .cuda_graphs import StaticDecoder
 from .device import synchronize
 from .models import make_step_batch
 from .models.base import KVCache
+from .models.packed import pack_weights
+
+MASK_ALIGN = 16   # the static path's key length (= cache max_len) is padded to this: fused attention kernels want aligned masks
 
 
 def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -25,14 +29,30 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
 
 
 class Runner:
-    """Owns the model's KV cache; runs one engine step and returns {request_id: sampled token}."""
+    """Owns the model's KV cache; runs one engine step and returns {request_id: sampled token}.
 
-    def __init__(self, loaded, num_slots: int, max_len: int, sampling: SamplingConfig):
+    On the CPU the model's matrices are packed for oneDNN once (backend/models/packed.py).
+    use_cuda_graphs (default: on for CUDA, off elsewhere) sends decode-only steps through the
+    static-shape padded path of backend/cuda_graphs.py, captured as CUDA graphs on a GPU and
+    run eagerly elsewhere; the cache then holds one scratch slot more for the padding rows.
+    """
+
+    def __init__(self, loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
+                 use_cuda_graphs: bool | None = None):
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
         self.sampling = sampling
-        self.cache = KVCache(loaded.shape, num_slots, max_len, loaded.device, loaded.dtype)
+        self.use_cuda_graphs = self.device.type == "cuda" if use_cuda_graphs is None else use_cuda_graphs
+        pack_weights(self.model)   # a no-op off the CPU, or if already packed
+        self.static = None
+        if self.use_cuda_graphs:
+            max_len = -(-max_len // MASK_ALIGN) * MASK_ALIGN
+            self.cache = KVCache(loaded.shape, num_slots + 1, max_len, loaded.device, loaded.dtype)
+            self.static = StaticDecoder(self.model, self.cache, scratch_slot=num_slots, max_batch=num_slots,
+                                        capture=self.device.type == "cuda")
+        else:
+            self.cache = KVCache(loaded.shape, num_slots, max_len, loaded.device, loaded.dtype)
         self.generator = None
         if sampling.temperature > 0:
             self.generator = torch.Generator(device=loaded.device)
@@ -40,7 +60,7 @@ class Runner:
 
     def run(self, out) -> dict[int, int]:
         """One forward pass over every token in the scheduler's output; samples where a sequence ends."""
-        prefill, decode, samplers = [], [], []
+        prefill, samplers = [], []
         for chunk in out.prefill:
             req = chunk.request
             ids = req.all_ids
@@ -48,13 +68,15 @@ class Runner:
             prefill.append((req.slot, start, ids[start:start + chunk.num_tokens]))
             # a chunk that does not reach the end of the known tokens samples nothing
             samplers.append(req.request_id if start + chunk.num_tokens == len(ids) else None)
-        for req in out.decode:
-            last = req.output_ids[-1] if req.output_ids else req.prompt_ids[-1]
-            decode.append((req.slot, req.num_computed, last))
-            samplers.append(req.request_id)
-        batch = make_step_batch(prefill, decode, self.device)
+        decode = [(req.slot, req.num_computed, req.output_ids[-1] if req.output_ids else req.prompt_ids[-1])
+                  for req in out.decode]
+        samplers += [req.request_id for req in out.decode]
         with torch.inference_mode():
-            logits = self.model(batch, self.cache)            # (M, vocab), one row per segment / decode
+            if self.static is not None and not prefill:
+                slots, positions, ids = (list(column) for column in zip(*decode))
+                logits = self.static.decode(slots, positions, ids)   # (D, vocab)
+            else:
+                logits = self.model(make_step_batch(prefill, decode, self.device), self.cache)  # (M, vocab)
             rows = [i for i, rid in enumerate(samplers) if rid is not None]
             if not rows:
                 synchronize(self.device)
@@ -62,11 +84,11 @@ class Runner:
             if len(rows) != len(samplers):
                 logits = logits[rows]
             tokens = sample(logits, self.sampling.temperature, self.sampling.top_p, self.generator).tolist()
-        ids = [samplers[i] for i in rows]
-        return dict(zip(ids, tokens))
+        return dict(zip((samplers[i] for i in rows), tokens))
 
     def warmup(self, prompt_len: int = 16, decode_steps: int = 2) -> None:
-        """Untimed passes through both code paths, so one-time costs stay out of the figures."""
+        """Untimed passes through every code path (and, on a GPU, the graph captures), so one-time
+        costs stay out of the figures. Only slot 0 and the scratch slot are written; nothing is sampled."""
         vocab = self.loaded.shape.vocab_size
         prompt_len = max(1, min(prompt_len, self.cache.max_len - decode_steps - 1))
         ids = [i % vocab for i in range(1, prompt_len + 1)]
@@ -74,4 +96,6 @@ class Runner:
             self.model(make_step_batch([(0, 0, ids)], [], self.device), self.cache)
             for i in range(decode_steps):
                 self.model(make_step_batch([], [(0, prompt_len + i, ids[0])], self.device), self.cache)
+            if self.static is not None:
+                self.static.warmup()
         synchronize(self.device)

@@ -112,7 +112,7 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
     loaded, dev_name = load(config, emit)
     shape = loaded.shape
     if config.mode == "batch":
-        source = batch_source(config, loaded)
+        source = batch_source(config, loaded, emit)
         num_slots = config.batch.batch
         policy = "static"
         max_len = source.max_sequence_len
@@ -190,7 +190,7 @@ def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
                          f"lower the batch size or the lengths")
 
 
-def batch_source(config: RunConfig, loaded):
+def batch_source(config: RunConfig, loaded, emit: Emit):
     """`run`: B requests arriving together, each the same text prompt or its own random tokens."""
     from .engine import FixedSource
     from .arrivals import RequestSpec
@@ -201,6 +201,9 @@ def batch_source(config: RunConfig, loaded):
         ids = tok.apply_chat_template(b.prompt) if b.chat else tok.encode(b.prompt)
         if not ids:
             raise InputError("the prompt encodes to no tokens")
+        if tok.decode(tok.encode(b.prompt)).strip() != b.prompt.strip():
+            emit(Progress(f"note: {loaded.name}'s tokenizer does not round-trip this prompt exactly "
+                          f"(characters outside its vocabulary are replaced); the model sees the replaced text"))
     prompt_len = len(ids) if ids is not None else b.prompt_len
     limit = loaded.shape.max_position
     if prompt_len + b.output_len > limit:

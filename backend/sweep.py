@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import InputError
-from .events import Progress, RunFinished, SweepPoint
+from .events import ModelLoaded, Progress, RunFinished, SweepPoint
 from .engine import describe_failure
 from .export import RunData, atomic_write_text, ensure_writable
 from .records import Phase, RecordBatch, StepRecord
@@ -87,7 +87,7 @@ def _check_fits(shape, slots: int, length: int, dtype_bytes: int, device, what: 
 def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> RunFinished:
     import torch
 
-    from .device import synchronize
+    from .device import dtype_name, synchronize
     from .models import make_step_batch
     from .models.base import KVCache
     from .profiles import dtype_key, find_profile
@@ -98,6 +98,8 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     out_dir = ensure_writable(config.out_dir) if config.out_dir else None
     loaded, dev_name = load(config, emit)
     shape, device = loaded.shape, loaded.device
+    emit(ModelLoaded(loaded.name, str(device), dev_name, dtype_name(loaded.dtype), loaded.source,
+                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, 0, shape))
     dtype = dtype_key(loaded.dtype)
     dtype_bytes = loaded.dtype.itemsize
     local = local_profile(dev_name, device.type == "cuda")
@@ -219,3 +221,26 @@ def write_sweep(folder, spec: SweepSpec, points: list[SweepPoint], data: RunData
         w.writerow([p.x, *("" if getattr(p, c) is None else getattr(p, c) for c in SWEEP_COLUMNS)])
     write_run(folder, data)
     atomic_write_text(folder / "sweep.csv", buf.getvalue())
+
+
+def read_sweep(folder) -> list[SweepPoint]:
+    """The points of a sweep folder's sweep.csv ([] when the folder holds no sweep)."""
+    import csv
+    from pathlib import Path
+    path = Path(folder) / "sweep.csv"
+    if not path.is_file():
+        return []
+
+    def number(text: str):
+        return None if text == "" else float(text)
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            x_col = (reader.fieldnames or [""])[0]
+            kind = "batch" if x_col == "batch" else "prompt"
+            return [SweepPoint(kind, int(row[x_col]), float(row["step_ms"]), float(row["tokens_per_s"]),
+                               float(row["flops"]), float(row["bytes"]), number(row["mfu"]), number(row["mbu"]),
+                               number(row["predicted_ms"]), number(row["predicted_local_ms"]), row["bound"])
+                    for row in reader]
+    except (KeyError, ValueError) as exc:
+        raise InputError(f"{path}: not a sweep file from this version ({exc})") from None

@@ -101,6 +101,7 @@ class ValidatedField(QtWidgets.QWidget):
 
     def setText(self, text: str) -> None:
         self.edit.setText(text)
+        self.edit.setCursorPosition(0)   # show the start of a long value, not its end
 
     @property
     def is_valid(self) -> bool:

@@ -71,15 +71,15 @@ class LanesView(pg.PlotWidget):
         self.setObjectName("requestLanesPlot")
         self.store = store
         self._seen = None
+        self._rows = -1
         self._running = False
         self.selected_request: int | None = None
         plot = self.getPlotItem()
-        style_plot(plot, swatch_title("Request lanes", [*((n, SEGMENT_COLORS[n]) for n in SEGMENTS),
-                                                        ("generated token", TICK_COLOR, "|")]),
+        style_plot(plot, swatch_title("Request lanes", [(n, SEGMENT_COLORS[n]) for n in SEGMENTS])
+                   + "&nbsp;&nbsp;white tick: a generated token",
                    "time since run start (ms)", "request (arrival order)")
         vb = plot.getViewBox()
         vb.invertY(True)
-        vb.setLimits(yMin=-1.0)
         self.items: dict[str, QtWidgets.QGraphicsPathItem] = {}
         for name in SEGMENTS:
             item = QtWidgets.QGraphicsPathItem()
@@ -119,6 +119,11 @@ class LanesView(pg.PlotWidget):
         if key == self._seen:
             return
         self._seen = key
+        rows = self.store.num_requests
+        if rows != self._rows:
+            self._rows = rows
+            # no panning into rows that do not exist; autorange then fits the lanes exactly
+            self.getPlotItem().getViewBox().setLimits(yMin=-0.6, yMax=max(rows, 1) - 0.4)
         for name, (x0, x1, row) in lane_segments(self.store, self._running).items():
             self.items[name].setPath(rect_path(x0, x1, row - ROW_HALF, row + ROW_HALF))
         self._paint_ticks()

@@ -4,22 +4,22 @@ from __future__ import annotations
 import sys
 
 import pyqtgraph as pg
-import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.exporters.*)
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.errors import InputError
-from backend.events import ModelLoaded, Progress, SweepPoint
-from backend.export import read_run, write_run
+from backend.events import ModelLoaded, Progress
 from backend.models.base import ModelShape
 from backend.models.shapes import SHAPES
 from backend.profiles import LOCAL_KEY
 from backend.session import config_dict
 
 from .controls import ControlsPanel
+from .file_actions import FileActions
 from .lanes import LanesView
 from .metrics import MetricsPanel
 from .requests_table import RequestsTable
 from .run_store import RunStore
+from .status import RunStatus
 from .text_view import GeneratedText
 from .throughput import ThroughputView
 from .timeline import TimelineView
@@ -29,9 +29,12 @@ REPAINT_MS = 33          # about 30 Hz: records arrive at any rate, the screen c
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
 
 
-class MainWindow(QtWidgets.QMainWindow):
+class MainWindow(FileActions, QtWidgets.QMainWindow):
     startRun = QtCore.Signal(object)
     startCalibration = QtCore.Signal(str)
+    # emitted in the window's thread once it has taken in the outcome (tests and automation wait on these)
+    runFinished = QtCore.Signal(object)
+    runFailed = QtCore.Signal(str)
 
     def __init__(self, worker=None, parent=None):
         super().__init__(parent)
@@ -44,7 +47,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._build_views()
         self._build_docks()
         self._build_actions()
-        self._build_status_bar()
+        self.status = RunStatus(self.statusBar())
         self.worker_thread = WorkerThread(worker)
         self.worker = self.worker_thread.worker
         self.startRun.connect(self.worker.run)
@@ -118,7 +121,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
         self.metrics_dock = self._dock("Live metrics", self.metrics, "metricsDock")
         self.text_dock = self._dock("Generated text", self.text, "textDock")
-        self.throughput_dock = self._dock("Throughput vs batch size", self.throughput, "throughputDock")
+        throughput = QtWidgets.QWidget()
+        column = QtWidgets.QVBoxLayout(throughput)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.throughput, 1)
+        column.addWidget(self.throughput.note)
+        self.throughput_dock = self._dock("Throughput vs batch size", throughput, "throughputDock")
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
         self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
@@ -129,7 +138,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 370], QtCore.Qt.Orientation.Horizontal)
         self.resizeDocks([self.metrics_dock, self.text_dock], [430, 150], QtCore.Qt.Orientation.Vertical)
         self.resizeDocks([self.throughput_dock], [290], QtCore.Qt.Orientation.Vertical)
-        self.resizeDocks([self.throughput_dock, self.table_dock], [520, 520], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.throughput_dock, self.table_dock], [470, 570], QtCore.Qt.Orientation.Horizontal)
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)
@@ -166,17 +175,6 @@ class MainWindow(QtWidgets.QMainWindow):
         for dock in (self.controls_dock, self.metrics_dock, self.text_dock, self.throughput_dock, self.table_dock):
             view_menu.addAction(dock.toggleViewAction())
 
-    def _build_status_bar(self) -> None:
-        status = self.statusBar()
-        self.status_labels = {key: QtWidgets.QLabel() for key in ("model", "device", "dtype", "profile")}
-        for label in self.status_labels.values():
-            status.addPermanentWidget(label)
-        self.progress = QtWidgets.QProgressBar()
-        self.progress.setMaximumWidth(220)
-        self.progress.setTextVisible(True)
-        self.progress.hide()
-        status.addPermanentWidget(self.progress)
-
     # ---- running -----------------------------------------------------------------------------
 
     def start_run(self) -> None:
@@ -187,7 +185,12 @@ class MainWindow(QtWidgets.QMainWindow):
         except InputError as exc:
             self.show_error(str(exc))
             return
+        # the last sweep stays on the throughput plot while other runs of the same model follow it
+        same_model = config.model.name == self.store.config.get("model", {}).get("name")
+        sweep = self.store.sweep_points if same_model else []
         self.store.reset()
+        if not config.mode.startswith("sweep"):
+            self.store.sweep_points = sweep
         self.store.config = config_dict(config)
         self.select_request(None)
         kind = "prompt" if config.mode == "sweep-prompt" else "batch"
@@ -223,24 +226,16 @@ class MainWindow(QtWidgets.QMainWindow):
         self.timeline.set_running(running)
         self.lanes.set_running(running)
         if not running:
-            self.progress.hide()
+            self.status.hide_progress()
             self.repaint_views()
 
     def _on_event(self, event) -> None:
         self.store.add_event(event)
         if isinstance(event, Progress):
-            self.progress.setFormat(event.message + (" %p%" if event.fraction is not None else ""))
-            if event.fraction is None:
-                self.progress.setRange(0, 0)   # busy: the length of the work is unknown
-            else:
-                self.progress.setRange(0, 1000)
-                self.progress.setValue(round(1000 * event.fraction))
-            self.progress.setVisible(event.message not in ("running", "done"))
+            self.status.show_progress(event)
         elif isinstance(event, ModelLoaded):
             self.throughput.set_inputs(shape=event.shape, run_dtype=event.dtype)
             self._show_choices(event.name, f"{event.device} ({event.device_name})", event.dtype)
-        elif isinstance(event, SweepPoint):
-            self.progress.show()
 
     def _on_records(self, batch) -> None:
         self.store.add_batch(batch)
@@ -248,6 +243,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_finished(self, result) -> None:
         self.store.add_event(result)
         self._set_running(False)
+        if result.data is not None:
+            self._show_run_info(result.data.info)
         s = result.summary
         if result.error:
             self.show_error(f"the run failed part way: {result.error} (the records so far are kept)")
@@ -257,10 +254,12 @@ class MainWindow(QtWidgets.QMainWindow):
         else:
             self.statusBar().showMessage(f"Finished: {s.get('num_finished', 0)} requests, "
                                          f"{s.get('output_tokens_per_s', 0):,.1f} output tokens/s")
+        self.runFinished.emit(result)
 
     def _on_failed(self, message: str) -> None:
         self._set_running(False)
         self.show_error(message)
+        self.runFailed.emit(message)
 
     def _on_calibrated(self, profile, path: str) -> None:
         self._set_running(False)
@@ -299,9 +298,7 @@ class MainWindow(QtWidgets.QMainWindow):
         return "bfloat16" if self.controls.device_combo.currentText().startswith("cuda") else "float32"
 
     def _show_choices(self, model: str, device: str, dtype: str) -> None:
-        profile = self.controls.profile_combo.currentText()
-        for key, text in (("model", model), ("device", device), ("dtype", dtype), ("profile", profile)):
-            self.status_labels[key].setText(f"{key}: {text}")
+        self.status.show_choices(model, device, dtype, self.controls.profile_combo.currentText())
 
     def show_error(self, message: str) -> None:
         """A message box that does not block (tests and runs go on), and the same line in the status bar."""
@@ -317,67 +314,13 @@ class MainWindow(QtWidgets.QMainWindow):
         box.show()
         self.error_box = box
 
-    # ---- files -------------------------------------------------------------------------------
-
-    def export_csv(self, folder: str) -> bool:
-        """Write the run on screen (whole or partial) as the CLI's --out would."""
-        if self.store.num_requests == 0 and len(self.store.steps) == 0:
-            self.show_error("nothing to export yet: run something or open a run first")
-            return False
-        try:
-            path = write_run(folder, self.store.to_run_data())
-        except (InputError, OSError) as exc:
-            self.show_error(f"export failed: {exc}")
-            return False
-        self.statusBar().showMessage(f"Exported CSV to {path}")
-        return True
-
-    def open_run(self, folder: str) -> bool:
-        if self.running:
-            return False
-        try:
-            run = read_run(folder)
-        except InputError as exc:
-            self.show_error(str(exc))
-            return False
-        self.store.load(run)
-        self.select_request(None)
-        info = run.info
+    def _show_run_info(self, info: dict) -> None:
+        """Model, device and dtype as a run recorded them (run.json's info), and its shape for the prediction."""
         if isinstance(info.get("shape"), dict):
             self.throughput.set_inputs(shape=ModelShape(**info["shape"]), run_dtype=info.get("dtype"))
-        self._show_choices(info.get("model", "?"), f"{info.get('device', '?')} ({info.get('device_name', '')})",
-                           info.get("dtype", "?"))
-        self.timeline.set_follow(True)
-        self.repaint_views()
-        self.statusBar().showMessage(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, "
-                                     f"{len(run.requests)} requests")
-        return True
-
-    def save_plot(self, path: str, plot: pg.PlotWidget | None = None) -> bool:
-        plot = plot or self.current_plot
-        try:
-            pg.exporters.ImageExporter(plot.getPlotItem()).export(path)
-        except OSError as exc:
-            self.show_error(f"could not save {path}: {exc}")
-            return False
-        self.statusBar().showMessage(f"Saved {plot.objectName()} to {path}")
-        return True
-
-    def _export_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder")
-        if folder:
-            self.export_csv(folder)
-
-    def _open_run_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder")
-        if folder:
-            self.open_run(folder)
-
-    def _save_plot_dialog(self) -> None:
-        name = self.current_plot.objectName()
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", f"{name}.png", "PNG (*.png)")
-        if path:
-            self.save_plot(path)
+        if "model" in info:
+            self._show_choices(info["model"], f"{info.get('device', '?')} ({info.get('device_name', '')})",
+                               info.get("dtype", "?"))
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         """Stop a run at its next step and join the worker thread before the window goes."""

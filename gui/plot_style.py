@@ -11,17 +11,37 @@ pg.setConfigOptions(background="w", foreground="#222", antialias=False)
 
 PHASE_COLORS = {Phase.PREFILL: "#e6772e", Phase.DECODE: "#2f6fd6", Phase.MIXED: "#8e44ad"}
 QUEUED_COLOR = "#b5b5b5"
-TICK_COLOR = "#0b1f44"
+TICK_COLOR = (255, 255, 255, 190)   # light ticks keep the decode lane readable when they are dense
 HIGHLIGHT_COLOR = (255, 200, 0, 90)
 MEASURED_COLOR = "#2f6fd6"
 STEP_TIME_COLOR = "#e6772e"
 PREDICTED_COLOR = "#555555"
 LOCAL_COLOR = "#27ae60"
+CROSSOVER_COLOR = "#c0392b"
+
+
+class RateAxis(pg.AxisItem):
+    """A log10 axis labelled 1, 2, 5, 10, ..., 1k: the 3..9 ticks stay marks without labels."""
+
+    def logTickStrings(self, values, scale, spacing):
+        out = []
+        for v in values:
+            x = 10.0 ** v * scale
+            mantissa = round(x / 10.0 ** np.floor(np.log10(x)), 3) if x > 0 else 0
+            out.append(si_number(x) if mantissa in (1.0, 2.0, 5.0) else "")
+        return out
+
+
+def si_number(x: float) -> str:
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= factor:
+            return f"{x / factor:g}{suffix}"
+    return f"{x:g}"
 
 
 def cosmetic_pen(color, width: int = 1) -> QtGui.QPen:
     """A pen one pixel wide whatever the zoom, so thin segments stay visible."""
-    pen = QtGui.QPen(QtGui.QColor(color))
+    pen = QtGui.QPen(QtGui.QColor(*color) if isinstance(color, tuple) else QtGui.QColor(color))
     pen.setWidth(width)
     pen.setCosmetic(True)
     return pen
@@ -57,8 +77,16 @@ def outline_color(color) -> QtGui.QColor:
     return QtGui.QColor(color).darker(160)
 
 
-def style_plot(plot: pg.PlotItem, title: str, bottom: str, left: str) -> None:
+def set_title(plot: pg.PlotItem, title: str) -> None:
+    """pyqtgraph gives a title one 30 px row; a title of several lines gets the height it needs."""
     plot.setTitle(title, size="10pt")
+    height = max(30, int(plot.titleLabel.item.boundingRect().height()) + 2)
+    plot.titleLabel.setMaximumHeight(height)
+    plot.layout.setRowFixedHeight(0, height)
+
+
+def style_plot(plot: pg.PlotItem, title: str, bottom: str, left: str) -> None:
+    set_title(plot, title)
     plot.setLabel("bottom", bottom)
     plot.setLabel("left", left)
     plot.showGrid(x=True, y=True, alpha=0.2)

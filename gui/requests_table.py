@@ -6,17 +6,17 @@ from PySide6 import QtCore, QtWidgets
 
 from .run_store import STATUSES, RunStore
 
-# (header, lane column, decimals); None decimals: an integer
+# (header, lane column, decimals, width in px); None decimals: an integer
 COLUMNS = (
-    ("id", "request_id", None),
-    ("status", "status", None),
-    ("prompt", "prompt_tokens", None),
-    ("output", "output_tokens", None),
-    ("arrival ms", "arrival_ms", 1),
-    ("queue ms", "queue_ms", 1),
-    ("TTFT ms", "ttft_ms", 1),
-    ("TPOT ms", "tpot_ms", 2),
-    ("end-to-end ms", "e2e_ms", 1),
+    ("id", "request_id", None, 40),
+    ("status", "status", None, 66),
+    ("prompt", "prompt_tokens", None, 52),
+    ("output", "output_tokens", None, 52),
+    ("arrival ms", "arrival_ms", 1, 72),
+    ("queue ms", "queue_ms", 1, 66),
+    ("TTFT ms", "ttft_ms", 1, 66),
+    ("TPOT ms", "tpot_ms", 2, 62),
+    ("end-to-end ms", "e2e_ms", 1, 90),
 )
 SORT_ROLE = QtCore.Qt.ItemDataRole.UserRole
 
@@ -28,6 +28,7 @@ class RequestsModel(QtCore.QAbstractTableModel):
         super().__init__(parent)
         self.store = store
         self._rows = 0
+        self._generation = store.generation
 
     def rowCount(self, parent=QtCore.QModelIndex()) -> int:
         return 0 if parent.isValid() else self._rows
@@ -43,7 +44,7 @@ class RequestsModel(QtCore.QAbstractTableModel):
     def data(self, index, role=QtCore.Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
             return None
-        _, column, decimals = COLUMNS[index.column()]
+        _, column, decimals, _ = COLUMNS[index.column()]
         value = float(self.store.lanes.column(column)[index.row()])
         if role == SORT_ROLE:
             return -np.inf if np.isnan(value) else value
@@ -63,9 +64,9 @@ class RequestsModel(QtCore.QAbstractTableModel):
     def refresh(self) -> None:
         """Insert rows the store gained, then report the rows it changed (or reset after a new run)."""
         n = self.store.num_requests
-        if n < self._rows:
+        if self.store.generation != self._generation:
             self.beginResetModel()
-            self._rows = n
+            self._rows, self._generation = n, self.store.generation
             self.endResetModel()
             self.store.changed_rows.clear()
             return
@@ -101,7 +102,8 @@ class RequestsTable(QtWidgets.QTableView):
         self.verticalHeader().setDefaultSectionSize(20)
         self.horizontalHeader().setStretchLastSection(True)
         # fixed widths: measuring thousands of rows on every update would stall the repaint timer
-        self.horizontalHeader().setDefaultSectionSize(78)
+        for i, (*_, width) in enumerate(COLUMNS):
+            self.horizontalHeader().resizeSection(i, width)
         self._syncing = False
         self.selectionModel().currentRowChanged.connect(self._current_changed)
 

@@ -39,6 +39,8 @@ class RunStore:
                                   recent=recent_steps, history=recent_steps)
         self.tokens = GrowableBuffer(TOKEN_COLUMNS)
         self.lanes = GrowableBuffer(LANE_COLUMNS, capacity=256)
+        self.version = 0      # bumped on every change, never reset: views repaint when it differs from what they saw
+        self.generation = 0   # bumped by reset: a new run (views holding counts start over)
         self.reset()
 
     def reset(self) -> None:
@@ -56,7 +58,8 @@ class RunStore:
         self.run_id = ""
         self.finished: RunFinished | None = None
         self.changed_rows: set[int] = set()            # lanes changed since the table last looked
-        self.version = 0                               # bumped on every change; views compare it
+        self.version += 1
+        self.generation += 1
 
     # ---- feeding ---------------------------------------------------------------------------
 
@@ -210,17 +213,27 @@ class RunStore:
         self.finished = RunFinished(run.run_id, dict(run.summary), data=run)
 
     def to_run_data(self) -> RunData:
-        """The run as held (complete, or partial after a stop or failure) for Export CSV."""
-        if self.finished is not None and isinstance(self.finished.data, RunData):
-            return self.finished.data
+        """The run as held (complete, or partial after a stop or failure) for Export CSV.
+
+        Steps and tokens always come from the store (the worker asks the backend not to keep
+        a second copy); requests, summary and info from the run's result when it has one.
+        """
         steps = [self._step_record(i) for i in range(len(self.steps))]
         table = self.tokens.table()
         tokens = [TokenRecord(int(rid), int(idx), float(t), int(tok)) for rid, idx, t, tok in table.T]
         requests = [self.records.get(int(rid)) or self._partial_record(row)
                     for row, rid in enumerate(self.lanes.column("request_id"))]
-        summary = dict(self.finished.summary) if self.finished is not None else {}
-        return RunData(run_id=self.run_id, config=self.config, info=self.info, steps=steps,
-                       requests=requests, tokens=tokens, summary=summary)
+        data = RunData(run_id=self.run_id, config=self.config, info=self.info, steps=steps, requests=requests,
+                       tokens=tokens)
+        done = self.finished.data if self.finished is not None else None
+        if isinstance(done, RunData):
+            data.run_id, data.config, data.info = done.run_id, done.config or self.config, done.info or self.info
+            data.summary = dict(done.summary)
+            if done.requests:
+                data.requests = list(done.requests)
+        elif self.finished is not None:
+            data.summary = dict(self.finished.summary)
+        return data
 
     def _step_record(self, index: int) -> StepRecord:
         values = {}

@@ -5,12 +5,13 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore
+from PySide6 import QtCore, QtWidgets
 
 from backend.profiles import GpuProfile, dtype_bytes, dtype_key
 from backend.roofline import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill
 
-from .plot_style import LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, STEP_TIME_COLOR, cosmetic_pen, style_plot
+from .plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, STEP_TIME_COLOR, cosmetic_pen,
+                         RateAxis, set_title, style_plot, swatch_title)
 from .run_store import RunStore
 
 BATCH_RANGE = (1, 1024)        # the prediction curve's x range for batch sweeps
@@ -37,7 +38,7 @@ def prediction_dtype(profile: GpuProfile, run_dtype: str) -> str:
 
 class ThroughputView(pg.PlotWidget):
     def __init__(self, store: RunStore, parent=None):
-        super().__init__(parent, axisItems={"bottom": Log2Axis("bottom")})
+        super().__init__(parent, axisItems={"bottom": Log2Axis("bottom"), "left": RateAxis("left")})
         self.setObjectName("throughputPlot")
         self.store = store
         self.kind = "batch"
@@ -48,37 +49,48 @@ class ThroughputView(pg.PlotWidget):
         self.crossover: int | None = None
         self._seen = None
         plot = self.getPlotItem()
+        # measured points sit far below a datasheet's roofline on a small machine: only a log axis shows both
+        plot.setLogMode(x=False, y=True)
         plot.showAxis("right")
         self.step_box = pg.ViewBox()   # step time on its own (right) axis
         plot.scene().addItem(self.step_box)
+        plot.getAxis("right").setLogMode(False, False)   # step times stay linear on their own axis
         plot.getAxis("right").linkToView(self.step_box)
         self.step_box.setXLink(plot)
         plot.getViewBox().sigResized.connect(self._sync_boxes)
-        self.legend = plot.addLegend(offset=(10, 10), brush=(255, 255, 255, 210), labelTextSize="9pt")
         self.measured = plot.plot([], [], pen=cosmetic_pen(MEASURED_COLOR, 2), symbol="o", symbolSize=7,
-                                  symbolBrush=MEASURED_COLOR, name="measured tokens/s")
-        self.step_time = pg.PlotDataItem([], [], pen=pg.mkPen(STEP_TIME_COLOR, width=1, style=QtCore.Qt.PenStyle.DotLine),
-                                         symbol="s", symbolSize=6, symbolBrush=STEP_TIME_COLOR)
+                                  symbolBrush=MEASURED_COLOR)
+        dotted = pg.mkPen(STEP_TIME_COLOR, width=1, style=QtCore.Qt.PenStyle.DotLine)
+        self.step_time = pg.PlotDataItem([], [], pen=dotted, symbol="s", symbolSize=6, symbolBrush=STEP_TIME_COLOR)
         self.step_box.addItem(self.step_time)
-        self.legend.addItem(self.step_time, "measured step ms (right)")
-        self.predicted = plot.plot([], [], pen=pg.mkPen(PREDICTED_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine),
-                                   name="profile prediction")
+        self.predicted = plot.plot([], [], pen=pg.mkPen(PREDICTED_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine))
         self.local = plot.plot([], [], pen=pg.mkPen(LOCAL_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine),
-                               symbol="t", symbolSize=6, symbolBrush=LOCAL_COLOR, name="this machine, predicted")
-        self.crossover_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#c0392b", width=1),
-                                              label="", labelOpts={"position": 0.85, "color": "#c0392b",
-                                                                   "fill": (255, 255, 255, 200)})
+                               symbol="t", symbolSize=6, symbolBrush=LOCAL_COLOR)
+        self.crossover_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(CROSSOVER_COLOR, width=1))
         plot.addItem(self.crossover_line, ignoreBounds=True)
         self.crossover_line.hide()
-        self.note = pg.TextItem("", color="#555", anchor=(1, 1))   # what the plot cannot show, said in words
-        self.note.setParentItem(plot.getViewBox())
-        plot.getViewBox().sigResized.connect(self._place_note)
+        self.crossover_label = pg.TextItem("", color=CROSSOVER_COLOR, anchor=(0, 0.5), fill=(255, 255, 255, 210))
+        plot.addItem(self.crossover_label, ignoreBounds=True)
+        self.crossover_label.hide()
+        plot.getViewBox().sigRangeChanged.connect(self._place_crossover_label)
+        # what the plot cannot show, said in words under it (the window places it; inside it would cover curves)
+        self.note = QtWidgets.QLabel()
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color: #555;")
         self._label_axes()
 
-    def _place_note(self, *_) -> None:
-        rect = self.getPlotItem().getViewBox().boundingRect()
-        self.note.setTextWidth(max(120.0, 0.7 * rect.width()))
-        self.note.setPos(rect.right() - 6, rect.bottom() - 4)
+    def _place_crossover_label(self, *_) -> None:
+        """At the foot of the crossover line, right of it when it fits there, else left of it.
+
+        On a log-log roofline the curves rise from the lower left to a plateau at the top,
+        so the bottom beside the crossover is where nothing else is drawn.
+        """
+        vb = self.getPlotItem().getViewBox()
+        (_, x1), (y0, _) = vb.viewRange()
+        x = self.crossover_line.value()
+        width = self.crossover_label.boundingRect().width() * vb.viewPixelSize()[0]   # pixels -> log2 units
+        self.crossover_label.setAnchor((0, 1) if x + width < x1 else (1, 1))
+        self.crossover_label.setPos(x, y0)
 
     def _sync_boxes(self) -> None:
         self.step_box.setGeometry(self.getPlotItem().getViewBox().sceneBoundingRect())
@@ -87,13 +99,22 @@ class ThroughputView(pg.PlotWidget):
     def _label_axes(self) -> None:
         plot = self.getPlotItem()
         if self.kind == "batch":
-            style_plot(plot, "Decode throughput vs batch size", "batch size (requests, log2)", "decode")
-            plot.setLabel("left", "decode", units="tokens/s")
-            plot.setLabel("right", "decode step", units="ms")
+            style_plot(plot, self._title(), "batch size (requests, log2)", "decode tokens/s (log)")
+            plot.setLabel("right", "decode step (ms)")
         else:
-            style_plot(plot, "Prefill throughput vs prompt length", "prompt length (tokens, log2)", "prefill")
-            plot.setLabel("left", "prefill", units="tokens/s")
-            plot.setLabel("right", "TTFT", units="ms")
+            style_plot(plot, self._title(), "prompt length (tokens, log2)", "prefill tokens/s (log)")
+            plot.setLabel("right", "TTFT (ms)")
+
+    def _title(self, predicted: str = "profile (predicted)") -> str:
+        """The title with the legend under it, in short lines (a legend box inside would cover the curves,
+        and a long title would widen the plot past a narrow dock)."""
+        title = "Decode tokens/s vs batch size" if self.kind == "batch" else "Prefill tokens/s vs prompt length"
+        measured = swatch_title("", [("measured", MEASURED_COLOR, "&#9679;"),
+                                     ("step ms (right)" if self.kind == "batch" else "TTFT ms (right)",
+                                      STEP_TIME_COLOR)])
+        predictions = swatch_title("", [(predicted, PREDICTED_COLOR, "- -"),
+                                        ("this machine (predicted)", LOCAL_COLOR, "&#9660;")])
+        return f'{title}<br><span style="font-size:8pt">{measured}<br>{predictions}</span>'
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -121,7 +142,8 @@ class ThroughputView(pg.PlotWidget):
     def refresh(self) -> None:
         points = [p for p in self.store.sweep_points if p.kind == self.kind]
         finished = self.store.finished
-        key = (len(points), self.kind, id(self.shape), self.run_dtype, self.profile, self.context, id(finished))
+        key = (self.store.generation, len(points), self.kind, id(self.shape), self.run_dtype, self.profile,
+               self.context, id(finished))
         if key == self._seen:
             return
         self._seen = key
@@ -137,12 +159,13 @@ class ThroughputView(pg.PlotWidget):
         if self.kind == "batch" and measured:
             notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
         self.note.setText("\n".join(notes))
-        self._place_note()
+        self.note.setVisible(bool(notes))
 
     def _paint_prediction(self) -> list[str]:
         """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""
         self.crossover = None
         self.crossover_line.hide()
+        self.crossover_label.hide()
         if self.shape is None or self.profile is None:
             self.predicted.setData([], [])
             return ["the prediction appears once a model's shape is known (after a run starts)"]
@@ -164,10 +187,11 @@ class ThroughputView(pg.PlotWidget):
         else:
             times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype).time_s for n in xs]
         self.predicted.setData(np.log2(xs), xs / np.array(times))
-        self.legend.getLabel(self.predicted).setText(f"{self.profile.name} ({dtype}), predicted")
+        set_title(self.getPlotItem(), self._title(f"{self.profile.key} {dtype} (predicted)"))
         if self.crossover is not None and self.crossover < CROSSOVER_CAP:
             self.crossover_line.setValue(math.log2(self.crossover))
-            self.crossover_line.label.setFormat(f"crossover ≈ batch {self.crossover}\n"
-                                                f"({self.profile.name}, {dtype}, context {self.context})")
             self.crossover_line.show()
+            self.crossover_label.setText(f"crossover ≈ batch {self.crossover}\n(context {self.context})")
+            self.crossover_label.show()
+            self._place_crossover_label()
         return notes

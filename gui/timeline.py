@@ -7,7 +7,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.records import Phase
 
-from .plot_style import PHASE_COLORS, cosmetic_pen, outline_color, style_plot, swatch_title
+from .plot_style import PHASE_COLORS, RateAxis, cosmetic_pen, outline_color, style_plot, swatch_title
 from .run_store import PHASE_CODE, RunStore
 
 FOLLOW_WINDOW_MS = 10_000.0   # while running, show the last ten seconds unless the user zoomed or panned
@@ -44,11 +44,11 @@ class TimelineView(pg.PlotWidget):
     followChanged = QtCore.Signal(bool)
 
     def __init__(self, store: RunStore, parent=None):
-        super().__init__(parent)
+        super().__init__(parent, axisItems={"left": RateAxis("left")})
         self.setObjectName("timelinePlot")
         self.store = store
         self._seen_version = -1     # store version last painted
-        self._painted_bars = -1
+        self._painted_bars = None   # (store generation, bars appended) last painted
         self._running = False
         self._follow = True
         plot = self.getPlotItem()
@@ -113,14 +113,14 @@ class TimelineView(pg.PlotWidget):
             return
         self._seen_version = self.store.version
         bars = self.store.bars
-        if self._painted_bars != bars.num_appended:
+        if self._painted_bars != (self.store.generation, bars.num_appended):
             start, end = bars.column("start"), bars.column("end")
             tokens, phase = bars.column("tokens"), bars.column("phase")
             for p, curve in self.curves.items():
                 mask = phase == PHASE_CODE[p]
                 x, y = bar_outline(start[mask], end[mask], tokens[mask], BASELINE)
                 curve.setData(x, y)
-            self._painted_bars = bars.num_appended
+            self._painted_bars = (self.store.generation, bars.num_appended)
         self.empty_label.setVisible(len(bars) == 0 and bool(self.empty_label.toPlainText()))
         if self._follow:
             self._follow_edge()

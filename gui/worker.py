@@ -8,6 +8,7 @@ flushes what is pending, so the window sees everything in order).
 from __future__ import annotations
 
 import threading
+from functools import partial
 import time
 import weakref
 
@@ -45,6 +46,7 @@ def merge_batches(batches: list[RecordBatch]) -> RecordBatch:
         merged.requests.extend(b.requests)
         for rid, piece in b.text.items():
             merged.text[rid] = merged.text.get(rid, "") + piece
+        merged.scheduled.update(b.scheduled)
     return merged
 
 
@@ -56,10 +58,11 @@ class RunWorker(QtCore.QObject):
     calibrated = QtCore.Signal(object, str)   # GpuProfile, path written
     failed = QtCore.Signal(str)        # one line
 
-    def __init__(self, run=execute, measure=measure_device, flush_hz: float = FLUSH_HZ):
-        """run and measure default to the backend's session.execute and calibrate.calibrate."""
+    def __init__(self, run=None, measure=measure_device, flush_hz: float = FLUSH_HZ):
+        """run defaults to the backend's session.execute, measure to calibrate.calibrate."""
         super().__init__()
-        self._run = run
+        # the window's store keeps every step and token compactly: the backend need not hold a copy
+        self._run = run or partial(execute, retain_records=False)
         self._measure = measure
         self._interval = 1.0 / flush_hz
         self._stop = threading.Event()

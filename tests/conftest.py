@@ -1,5 +1,11 @@
 """Shared fixtures."""
-import pytest
+import os
+
+# As in main.py: idle OpenMP threads sleep rather than spin, so a test that shares the cores
+# with a Qt thread or a server process is not slowed several-fold.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")

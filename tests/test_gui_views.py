@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-from gui_fixtures import config_dir, no_thread_left, two_request_run  # noqa: F401
+from gui_fixtures import config_dir, no_thread_left, step, two_request_run  # noqa: F401
 
 from backend.events import SweepPoint
 from backend.models.shapes import SHAPES
@@ -11,6 +11,7 @@ from backend.profiles import find_profile
 from backend.records import Phase, RecordBatch, TokenRecord
 from gui.lanes import LanesView, lane_segments
 from gui.metrics import MetricsPanel
+from PySide6 import QtCore
 from PySide6.QtCore import Qt
 
 from gui.requests_table import COLUMNS, SORT_ROLE, RequestsTable
@@ -39,10 +40,9 @@ def test_timeline_paints_one_curve_per_phase_and_describes_the_hovered_step(qtbo
     view = TimelineView(store)
     qtbot.addWidget(view)
     view.refresh()
-    prefill_x, _ = view.curves[Phase.PREFILL].getData()
-    decode_x, _ = view.curves[Phase.DECODE].getData()
-    assert len(prefill_x) == 2 * 4 and len(decode_x) == 3 * 4
-    assert len(view.curves[Phase.MIXED].getData()[0] or []) == 0
+    assert len(view.curves[Phase.PREFILL].xData) == 2 * 4
+    assert len(view.curves[Phase.DECODE].xData) == 3 * 4
+    assert view.curves[Phase.MIXED].xData is None or len(view.curves[Phase.MIXED].xData) == 0
     text = view.hover_text(12.0)
     assert "step 1 · prefill" in text and "50 tokens" in text
     assert view.hover_text(100.0) == ""
@@ -54,8 +54,6 @@ def test_timeline_follows_the_live_edge_until_the_user_pans(qtbot):
     qtbot.addWidget(view)
     view.resize(600, 300)
     view.set_running(True)
-    events = two_request_run()
-    from gui_fixtures import step
     for i in range(200):   # 200 steps of 100 ms: 20 s, twice the follow window
         store.add_event(RecordBatch(steps=[step(i, Phase.DECODE, i * 100.0, 100.0, decode=1)]))
     view.refresh()
@@ -67,7 +65,6 @@ def test_timeline_follows_the_live_edge_until_the_user_pans(qtbot):
     view.getPlotItem().getViewBox().setXRange(0, 1000, padding=0)
     view.refresh()
     assert view.getPlotItem().getViewBox().viewRange()[0][1] < 2000   # the user's zoom is kept
-    del events
 
 
 def test_lane_segments_split_each_request_into_queue_prefill_and_decode(store):
@@ -107,7 +104,7 @@ def test_table_rows_sort_numerically_and_selection_names_the_request(qtbot, stor
     qtbot.addWidget(table)
     table.refresh()
     assert table.model().rowCount() == 2
-    e2e = [h for h, *_ in COLUMNS].index("end-to-end ms")
+    e2e = [c[0] for c in COLUMNS].index("end-to-end ms")
     table.sortByColumn(e2e, Qt.SortOrder.AscendingOrder)
     assert table.model().index(0, 0).data() == "1"        # 14 ms before 21 ms
     assert table.model().index(0, e2e).data(SORT_ROLE) == 14.0
@@ -169,12 +166,12 @@ def test_throughput_plots_sweep_points_on_log2_and_marks_the_crossover(qtbot):
     assert view.crossover is not None and 1 < view.crossover < 1024
     assert view.crossover_line.isVisible()
     assert view.crossover_line.value() == pytest.approx(math.log2(view.crossover))
-    px, py = view.predicted.getData()
+    px, py = view.predicted.xData, view.predicted.yData
     assert len(px) > 10 and np.all(np.diff(py) >= -1e-9 * py.max())   # tokens/s never falls with batch
     for b, rate in ((1, 10.0), (2, 19.0), (4, 35.0)):
         store.add_event(SweepPoint("batch", b, 1000 * b / rate, rate, 1.0, 1.0, None, None, None, 1.0, "memory"))
     view.refresh()
-    x, y = view.measured.getData()
+    x, y = view.measured.xData, view.measured.yData
     assert x.tolist() == [0.0, 1.0, 2.0] and y.tolist() == [10.0, 19.0, 35.0]
     assert view.getPlotItem().getAxis("bottom").tickStrings([0.0, 3.0, 10.0], 1, 1) == ["1", "8", "1024"]
 
@@ -185,14 +182,56 @@ def test_throughput_says_when_decode_never_turns_compute_bound(qtbot):
     view.set_inputs(shape=SHAPES["tiny"], run_dtype="float32", profile=find_profile("h100-sxm"), context=512)
     view.refresh()
     assert not view.crossover_line.isVisible()
-    assert "no crossover" in view.note.toPlainText()
+    assert "no crossover" in view.note.text()
     view.set_kind("prompt")
     view.refresh()
     assert "prompt length" in view.getPlotItem().getAxis("bottom").labelText
-    assert len(view.predicted.getData()[0]) > 10
+    assert len(view.predicted.xData) > 10
 
 
 def test_text_of_a_token_without_a_lane_still_gets_one():
     store = RunStore()
     store.add_event(RecordBatch(tokens=[TokenRecord(5, 0, 3.0)], text={5: "x"}))
     assert store.rows == {5: 0} and store.request_text(5) == "x"
+
+
+def test_hovering_a_step_shows_its_tooltip(qtbot, store):
+    from PySide6 import QtWidgets
+    view = TimelineView(store)
+    qtbot.addWidget(view)
+    view.resize(600, 300)
+    view.show()
+    view.refresh()
+    vb = view.getPlotItem().getViewBox()
+    vb.setXRange(0, 25, padding=0)
+    scene_pos = vb.mapViewToScene(QtCore.QPointF(12.0, 0.5))
+    view.scene().sigMouseMoved.emit(scene_pos)
+    qtbot.waitUntil(lambda: "step 1 · prefill" in QtWidgets.QToolTip.text())
+
+
+def test_a_new_run_with_as_many_steps_as_the_last_is_repainted(qtbot):
+    store = RunStore()
+    view = TimelineView(store)
+    table = RequestsTable(store)
+    qtbot.addWidget(view)
+    qtbot.addWidget(table)
+    for event in two_request_run():
+        store.add_event(event)
+    view.refresh()
+    table.refresh()
+    store.reset()
+    for event in two_request_run():
+        if isinstance(event, RecordBatch):
+            for s in event.steps:
+                s.start_ms += 1000.0
+        store.add_event(event)
+    view.refresh()
+    table.refresh()
+    assert view.curves[Phase.PREFILL].xData[0] == 1000.0
+    assert table.model().rowCount() == 2
+
+
+def test_log_axes_label_round_numbers_only():
+    from gui.plot_style import RateAxis
+    labels = RateAxis("left").logTickStrings([0.0, math.log10(2), math.log10(3), 3.0, math.log10(5e6)], 1, 1)
+    assert labels == ["1", "2", "", "1k", "5M"]

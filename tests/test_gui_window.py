@@ -2,14 +2,17 @@
 from gui_fixtures import config_dir, no_thread_left  # noqa: F401
 
 import pytest
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.config import BatchRun, ModelChoice, RunConfig
+from backend.events import Progress
 from backend.export import read_run
+from backend.profiles import LOCAL_KEY, GpuProfile
 from backend.records import Phase, RequestStatus
 from backend.session import execute
 from gui.lanes import lane_segments
 from gui.main_window import MainWindow, run_app
+from gui.worker import RunWorker
 
 RUN_TIMEOUT_MS = 120_000   # a shared CPU can be slow to load and warm up; a hang still fails
 
@@ -33,7 +36,7 @@ def use_tiny(w: MainWindow, prompt_len="16", output_len="6", batch="2") -> None:
 
 
 def run_to_end(qtbot, w: MainWindow):
-    with qtbot.waitSignal(w.worker.finished, timeout=RUN_TIMEOUT_MS) as done:
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as done:
         qtbot.mouseClick(w.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
     w.repaint_views()
     return done.args[0]
@@ -45,15 +48,15 @@ def test_a_run_fills_the_timeline_lanes_table_and_metrics(qtbot, window):
     assert not result.error and not result.stopped
     assert not window.running and window.controls.run_button.isEnabled()
     # the step strip: one prefill bar, then a decode bar per further token
-    assert len(window.timeline.curves[Phase.PREFILL].getData()[0]) == 4
-    assert len(window.timeline.curves[Phase.DECODE].getData()[0]) == 4 * 5
+    assert len(window.timeline.curves[Phase.PREFILL].xData) == 4
+    assert len(window.timeline.curves[Phase.DECODE].xData) == 4 * 5
     assert not window.lanes.items["prefill"].path().isEmpty()
     assert not window.lanes.items["decode"].path().isEmpty()
     assert window.table.model().rowCount() == 2
     assert window.table.model().index(0, 1).data() == "finished"
     assert window.metrics.values["ttft"].text() != "— / —"
-    assert window.status_labels["model"].text() == "model: tiny"
-    assert window.status_labels["dtype"].text() == "dtype: float32"
+    assert window.status.labels["model"].text() == "model: tiny"
+    assert window.status.labels["dtype"].text() == "dtype: float32"
     # the tiny model's byte tokenizer decodes its (random) tokens into some text
     assert window.text.toPlainText() == window.store.request_text(0)
 
@@ -64,7 +67,7 @@ def test_stop_mid_run_ends_it_within_a_second_and_keeps_the_records(qtbot, windo
     qtbot.mouseClick(window.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(window.store.steps) >= 5, timeout=RUN_TIMEOUT_MS)
     assert window.controls.stop_button.isEnabled()
-    with qtbot.waitSignal(window.worker.finished, timeout=1_000) as done:
+    with qtbot.waitSignal(window.runFinished, timeout=1_000) as done:
         qtbot.mouseClick(window.controls.stop_button, QtCore.Qt.MouseButton.LeftButton)
     assert done.args[0].stopped
     window.repaint_views()
@@ -99,8 +102,8 @@ def test_open_run_shows_a_folder_written_by_the_cli(qtbot, window, tmp_path):
     assert window.open_run(str(tmp_path / "cli"))
     window.repaint_views()
     assert window.table.model().rowCount() == 3
-    assert len(window.timeline.curves[Phase.DECODE].getData()[0]) == 4 * 4
-    assert window.status_labels["model"].text() == "model: tiny"
+    assert len(window.timeline.curves[Phase.DECODE].xData) == 4 * 4
+    assert window.status.labels["model"].text() == "model: tiny"
     assert window.metrics.values["done"].text() == "3 / 3"
     assert window.throughput.shape is not None     # the run's shape drives the prediction
 
@@ -116,7 +119,7 @@ def test_a_worker_error_is_shown_and_the_next_run_works(qtbot, window, tmp_path)
     use_tiny(window)
     window.controls.select_model(str(tmp_path / "no-config"))
     assert window.controls.run_button.isEnabled()   # a folder that exists passes the typed check
-    with qtbot.waitSignal(window.worker.failed, timeout=RUN_TIMEOUT_MS) as failed:
+    with qtbot.waitSignal(window.runFailed, timeout=RUN_TIMEOUT_MS) as failed:
         qtbot.mouseClick(window.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
     assert "config.json" in failed.args[0]
     assert window.last_error == failed.args[0]
@@ -203,9 +206,13 @@ def test_a_batch_sweep_streams_points_into_the_throughput_plot(qtbot, window):
     form.fields["sweep-batch"]["context"].setText("32")
     form.fields["sweep-batch"]["steps"].setText("2")
     run_to_end(qtbot, window)
-    x, y = window.throughput.measured.getData()
+    x, y = window.throughput.measured.xData, window.throughput.measured.yData
     assert x.tolist() == [0.0, 1.0, 2.0] and all(v > 0 for v in y)
-    assert len(window.throughput.predicted.getData()[0]) > 0
+    assert len(window.throughput.predicted.xData) > 0
+    # a batch of the same model afterwards keeps the sweep on the throughput plot
+    form.set_kind("batch")
+    run_to_end(qtbot, window)
+    assert window.throughput.measured.xData.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_closing_mid_run_stops_the_worker_and_joins_its_thread(qtbot, tmp_path):
@@ -239,3 +246,69 @@ def test_run_app_opens_with_the_choices_made_and_autostarts(qtbot, monkeypatch):
 def test_run_app_refuses_an_unknown_profile(capsys):
     assert run_app(profile="no-such-gpu") == 2
     assert "unknown profile" in capsys.readouterr().err
+
+
+def test_calibration_from_the_window_adds_and_selects_this_machine(qtbot):
+    def measure(device, progress):
+        progress("memory bandwidth (copy)", 0.7)
+        return GpuProfile(key=LOCAL_KEY, name="Test CPU", vendor="test", memory_gb=8.0, bandwidth_gbs=20.0,
+                          tflops={"fp32": 0.5}, source="measured in a test", measured=True)
+
+    w = MainWindow(worker=RunWorker(measure=measure))
+    qtbot.addWidget(w)
+    w.show()
+    w.start_calibration("cpu")
+    assert w.running and not w.controls.run_button.isEnabled()
+    qtbot.waitUntil(lambda: not w.running, timeout=10_000)
+    assert w.controls.profile_combo.currentData() == LOCAL_KEY
+    assert w.controls.profile_combo.currentText() == "Test CPU (measured)"
+    assert "Calibrated Test CPU" in w.statusBar().currentMessage()
+
+
+def test_widgets_and_actions_carry_their_automation_names(window):
+    names = {"modelCombo": QtWidgets.QComboBox, "deviceCombo": QtWidgets.QComboBox,
+             "dtypeCombo": QtWidgets.QComboBox, "profileCombo": QtWidgets.QComboBox,
+             "runButton": QtWidgets.QPushButton, "stopButton": QtWidgets.QPushButton,
+             "requestsTable": QtWidgets.QTableView, "generatedText": QtWidgets.QPlainTextEdit,
+             "metricsPanel": QtWidgets.QWidget, "timelinePlot": QtWidgets.QGraphicsView,
+             "requestLanesPlot": QtWidgets.QGraphicsView, "throughputPlot": QtWidgets.QGraphicsView}
+    for name, cls in names.items():
+        assert window.findChild(cls, name) is not None, name
+    shortcuts = {"exportCsvAction": "Ctrl+E", "openRunAction": "Ctrl+O", "savePlotAction": None,
+                 "runAction": "Ctrl+R", "stopAction": "Esc"}
+    for name, keys in shortcuts.items():
+        action = window.findChild(QtGui.QAction, name)
+        assert action is not None, name
+        if keys:
+            assert action.shortcut().toString() == keys
+    # the device list offers only what this machine has, and the dtypes what that device runs
+    devices = [window.controls.device_combo.itemText(i) for i in range(window.controls.device_combo.count())]
+    assert devices[:2] == ["auto", "cpu"]
+    window.controls.device_combo.setCurrentText("cpu")
+    dtypes = [window.controls.dtype_combo.itemText(i) for i in range(window.controls.dtype_combo.count())]
+    assert dtypes[0] == "auto" and "float32" in dtypes
+
+
+def test_stop_and_run_shortcuts_drive_the_window(qtbot, window):
+    use_tiny(window, output_len="2000", batch="1")
+    window.controls.form.ignore_eos.setChecked(True)
+    window.findChild(QtGui.QAction, "runAction").trigger()
+    qtbot.waitUntil(lambda: len(window.store.steps) >= 3, timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(window.runFinished, timeout=RUN_TIMEOUT_MS) as done:
+        window.findChild(QtGui.QAction, "stopAction").trigger()
+    assert done.args[0].stopped
+
+
+def test_saving_a_plot_into_a_missing_folder_says_so(window, tmp_path):
+    assert not window.save_plot(str(tmp_path / "missing" / "plot.png"))
+    assert "could not save" in window.last_error
+
+
+def test_progress_shows_long_work_in_the_status_bar(window):
+    bar = window.status.progress
+    window._on_event(Progress("loading smollm2-135m", None))
+    assert not bar.isHidden() and (bar.minimum(), bar.maximum()) == (0, 0)   # busy
+    window._on_event(Progress("sweep batch: 8", 0.5))
+    assert bar.value() == 500 and "sweep batch: 8" in bar.format()
+    window._on_event(Progress("running", None))
+    assert bar.isHidden()

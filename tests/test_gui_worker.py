@@ -1,37 +1,63 @@
 """The worker thread: coalesced records, events in order, failures as one line, stop, calibration."""
 from gui_fixtures import config_dir, no_thread_left, step  # noqa: F401
 
+import threading
+
 import pytest
 from PySide6 import QtCore
 
 from backend.errors import InputError
 from backend.events import Progress, RequestsArrived, RunFinished
-from backend.profiles import GpuProfile, LOCAL_KEY, find_profile
+from backend.profiles import LOCAL_KEY, GpuProfile, find_profile
 from backend.records import Phase, RecordBatch
 from gui.worker import RunWorker, WorkerThread, merge_batches, running_threads
 
 
-@pytest.fixture
-def start_worker(qtbot):
-    threads = []
+class Collector(QtCore.QObject):
+    """Lives in the test's thread: the worker's signals reach it queued, as they reach the window."""
 
-    def start(run=None, measure=None):
-        kwargs = {k: v for k, v in (("run", run), ("measure", measure)) if v is not None}
-        wt = WorkerThread(RunWorker(**kwargs))
-        wt.starter = Starter()
-        wt.starter.run.connect(wt.worker.run)
-        wt.starter.calibrate.connect(wt.worker.calibrate)
-        threads.append(wt)
-        received = []
-        wt.worker.event.connect(lambda e: received.append(("event", e)))
-        wt.worker.records.connect(lambda b: received.append(("records", b)))
-        wt.worker.failed.connect(lambda m: received.append(("failed", m)))
-        wt.worker.finished.connect(lambda r: received.append(("finished", r)))
-        return wt, received
-    yield start
-    for wt in threads:
-        wt.stop_and_join()
-    assert not running_threads()
+    got_finished = QtCore.Signal(object)
+    got_failed = QtCore.Signal(str)
+    got_records = QtCore.Signal()
+    got_calibrated = QtCore.Signal(object, str)
+
+    def __init__(self, worker: RunWorker):
+        super().__init__()
+        self.received = []
+        self.threads = set()    # the threads the slots ran in
+        worker.event.connect(self.on_event)
+        worker.records.connect(self.on_records)
+        worker.failed.connect(self.on_failed)
+        worker.finished.connect(self.on_finished)
+        worker.calibrated.connect(self.on_calibrated)
+
+    def _note(self, kind, item):
+        self.threads.add(threading.get_ident())
+        self.received.append((kind, item))
+
+    @QtCore.Slot(object)
+    def on_event(self, e):
+        self._note("event", e)
+
+    @QtCore.Slot(object)
+    def on_records(self, b):
+        self._note("records", b)
+        self.got_records.emit()
+
+    @QtCore.Slot(str)
+    def on_failed(self, m):
+        self._note("failed", m)
+        self.got_failed.emit(m)
+
+    @QtCore.Slot(object)
+    def on_finished(self, r):
+        self._note("finished", r)
+        self.got_finished.emit(r)
+
+    @QtCore.Slot(object, str)
+    def on_calibrated(self, profile, path):
+        self._note("calibrated", profile)
+        self.got_calibrated.emit(profile, path)
 
 
 class Starter(QtCore.QObject):
@@ -41,8 +67,23 @@ class Starter(QtCore.QObject):
     calibrate = QtCore.Signal(str)
 
 
-def call_run(wt, config):
-    wt.starter.run.emit(config)
+@pytest.fixture
+def start_worker(qtbot):
+    started = []
+
+    def start(run=None, measure=None):
+        kwargs = {k: v for k, v in (("run", run), ("measure", measure)) if v is not None}
+        wt = WorkerThread(RunWorker(**kwargs))
+        wt.starter = Starter()
+        wt.starter.run.connect(wt.worker.run)
+        wt.starter.calibrate.connect(wt.worker.calibrate)
+        wt.collector = Collector(wt.worker)
+        started.append(wt)
+        return wt
+    yield start
+    for wt in started:
+        wt.stop_and_join()
+    assert not running_threads()
 
 
 def test_merge_batches_keeps_order_and_joins_text():
@@ -53,21 +94,24 @@ def test_merge_batches_keeps_order_and_joins_text():
     assert merged.text == {1: "hello", 2: "x"}
 
 
-def test_thousands_of_steps_arrive_coalesced_and_in_order(qtbot, start_worker):
+def test_thousands_of_steps_arrive_coalesced_in_order_and_off_the_gui_thread(qtbot, start_worker):
     n = 20_000
+    run_threads = set()
 
     def fast_run(config, emit, should_stop):
+        run_threads.add(threading.get_ident())
         for i in range(n):
             emit(RecordBatch(steps=[step(i, Phase.DECODE, float(i), 0.001, decode=1)]))
         return RunFinished("fast")
 
-    wt, received = start_worker(fast_run)
-    with qtbot.waitSignal(wt.worker.finished, timeout=60_000):
-        call_run(wt, None)
-    batches = [b for kind, b in received if kind == "records"]
-    steps = [s.step for b in batches for s in b.steps]
-    assert steps == list(range(n))
+    wt = start_worker(fast_run)
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=60_000):
+        wt.starter.run.emit(None)
+    batches = [b for kind, b in wt.collector.received if kind == "records"]
+    assert [s.step for b in batches for s in b.steps] == list(range(n))
     assert len(batches) < n // 10    # merged: far fewer signals than steps
+    assert run_threads.isdisjoint({threading.get_ident()})
+    assert wt.collector.threads == {threading.get_ident()}
 
 
 def test_events_flush_pending_records_first(qtbot, start_worker):
@@ -79,9 +123,10 @@ def test_events_flush_pending_records_first(qtbot, start_worker):
         emit(RecordBatch(steps=[step(2, Phase.DECODE, 2, 1, decode=1)]))
         return RunFinished("ordered")
 
-    wt, received = start_worker(run)
-    with qtbot.waitSignal(wt.worker.finished, timeout=10_000):
-        call_run(wt, None)
+    wt = start_worker(run)
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
+        wt.starter.run.emit(None)
+    received = wt.collector.received
     kinds = [k for k, _ in received]
     assert kinds[0] == "event" and kinds[-1] == "finished"
     arrived = kinds.index("event", 1)
@@ -100,13 +145,13 @@ def test_a_failure_is_one_line_and_the_thread_runs_the_next_job(qtbot, start_wor
             raise InputError("unknown model 'nope'\nsecond line")
         return RunFinished("ok")
 
-    wt, received = start_worker(run)
-    with qtbot.waitSignal(wt.worker.failed, timeout=10_000) as failed:
-        call_run(wt, "bad")
+    wt = start_worker(run)
+    with qtbot.waitSignal(wt.collector.got_failed, timeout=10_000) as failed:
+        wt.starter.run.emit("bad")
     assert failed.args == ["unknown model 'nope'"]
-    assert received[0][0] == "records"      # the partial records still came out
-    with qtbot.waitSignal(wt.worker.finished, timeout=10_000) as finished:
-        call_run(wt, "good")
+    assert wt.collector.received[0][0] == "records"      # the partial records still came out
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000) as finished:
+        wt.starter.run.emit("good")
     assert finished.args[0].run_id == "ok" and calls == ["bad", "good"]
 
 
@@ -118,10 +163,10 @@ def test_stop_ends_a_run_at_the_next_step_boundary(qtbot, start_worker):
             i += 1
         return RunFinished("endless", stopped=True)
 
-    wt, received = start_worker(endless)
-    with qtbot.waitSignal(wt.worker.records, timeout=10_000):
-        call_run(wt, None)
-    with qtbot.waitSignal(wt.worker.finished, timeout=5_000) as finished:
+    wt = start_worker(endless)
+    with qtbot.waitSignal(wt.collector.got_records, timeout=10_000):
+        wt.starter.run.emit(None)
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=5_000) as finished:
         wt.worker.request_stop()
     assert finished.args[0].stopped
 
@@ -132,10 +177,11 @@ def test_calibration_writes_this_machines_profile(qtbot, start_worker):
         return GpuProfile(key=LOCAL_KEY, name="Test CPU", vendor="test", memory_gb=8.0, bandwidth_gbs=20.0,
                           tflops={"fp32": 0.5}, source="measured in a test", measured=True)
 
-    wt, received = start_worker(measure=measure)
-    with qtbot.waitSignal(wt.worker.calibrated, timeout=10_000) as done:
+    wt = start_worker(measure=measure)
+    with qtbot.waitSignal(wt.collector.got_calibrated, timeout=10_000) as done:
         wt.starter.calibrate.emit("cpu")
     profile, path = done.args
     assert profile.name == "Test CPU" and path.endswith(".toml")
     assert find_profile(LOCAL_KEY).bandwidth_gbs == 20.0
-    assert received[0][0] == "event" and received[0][1].fraction == 0.5
+    first = wt.collector.received[0]
+    assert first[0] == "event" and first[1].fraction == 0.5

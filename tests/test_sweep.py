@@ -73,3 +73,12 @@ def test_bad_sizes_are_refused():
     with pytest.raises(InputError, match="--batches"):
         parse_sizes("1,0", "--batches")
     assert parse_sizes("8,1,2,2", "--batches") == [1, 2, 8]
+
+
+def test_a_sweep_folder_reads_back_its_points(tmp_path):
+    from backend.sweep import read_sweep
+    _, points = run(sweep_config(tmp_path, SweepSpec("batch", batches=[1, 2], context=16, steps=2)))
+    back = read_sweep(tmp_path)
+    assert [(p.x, p.bound) for p in back] == [(p.x, p.bound) for p in points]
+    assert back[0].tokens_per_s == pytest.approx(points[0].tokens_per_s)
+    assert read_sweep(tmp_path / "nothing-here") == []

@@ -8,6 +8,7 @@ from torch import nn
 from backend.errors import InputError
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, ModelShape, StepBatch
+from backend.models.packed import linear, linear_add
 
 
 class GPT2Layer(nn.Module):
@@ -25,12 +26,12 @@ class GPT2Layer(nn.Module):
     def forward(self, x: torch.Tensor, plan: AttentionPlan, cache_k: torch.Tensor, cache_v: torch.Tensor) -> torch.Tensor:
         n, d = x.shape
         h = F.layer_norm(x, (d,), self.ln1_w, self.ln1_b, self.eps)
-        q, k, v = F.linear(h, self.qkv, self.qkv_b).split(d, dim=-1)  # (N, d) each
+        q, k, v = linear(h, self.qkv, self.qkv_b).split(d, dim=-1)  # (N, d) each
         shape = (n, self.heads, self.head_dim)
-        x = x + F.linear(attend(q.view(shape), k.view(shape), v.view(shape), plan, cache_k, cache_v), self.o, self.o_b)
+        x = linear_add(attend(q.view(shape), k.view(shape), v.view(shape), plan, cache_k, cache_v), self.o, x, self.o_b)
         h = F.layer_norm(x, (d,), self.ln2_w, self.ln2_b, self.eps)
-        h = F.gelu(F.linear(h, self.fc, self.fc_b), approximate="tanh")  # (N, ff)
-        return x + F.linear(h, self.proj, self.proj_b)
+        h = F.gelu(linear(h, self.fc, self.fc_b), approximate="tanh")  # (N, ff)
+        return linear_add(h, self.proj, x, self.proj_b)
 
 
 class GPT2Model(nn.Module):
@@ -44,15 +45,26 @@ class GPT2Model(nn.Module):
         self.wpe = nn.Parameter(torch.empty(shape.max_position, d))
         self.layers = nn.ModuleList(GPT2Layer(shape) for _ in range(shape.num_layers))
         self.lnf_w, self.lnf_b = nn.Parameter(torch.empty(d)), nn.Parameter(torch.empty(d))
+        self.packed_head: torch.Tensor | None = None   # set by packed.pack_weights
 
-    def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
-        """Logits (M, vocab) in the model dtype, for batch.logit_rows only (the head is tied to wte)."""
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.wte   # tied
+
+    def forward(self, batch: StepBatch, cache: KVCache, static_decode: bool = False) -> torch.Tensor:
+        """Logits (M, vocab) in the model dtype, for batch.logit_rows only (the head is tied to wte).
+
+        static_decode: as in LlamaModel.forward.
+        """
         x = F.embedding(batch.input_ids, self.wte) + F.embedding(batch.positions, self.wpe)  # (N, d)
-        plan = AttentionPlan.build(batch, x.dtype)
+        if static_decode:
+            plan = AttentionPlan.static_decode(batch, cache.max_len, x.dtype)
+        else:
+            plan = AttentionPlan.build(batch, x.dtype)
         for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
             x = layer(x, plan, cache_k, cache_v)
         x = F.layer_norm(x[batch.logit_rows], x.shape[-1:], self.lnf_w, self.lnf_b, self.shape.norm_eps)  # (M, d)
-        return F.linear(x, self.wte)
+        return linear(x, self.wte if self.packed_head is None else self.packed_head)
 
     def hf_destinations(self) -> dict[str, torch.Tensor]:
         """transformers checkpoint name -> the view of our parameter it fills (same shape).
