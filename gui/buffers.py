@@ -32,6 +32,7 @@ class GrowableBuffer:
         self._index = {name: i for i, name in enumerate(self.columns)}
         self._data = np.empty((len(self.columns), max(1, capacity)))  # (C, capacity): columns contiguous
         self._size = 0
+        self._max_capacity = 1 << 62   # growth stops doubling here (a RecentBuffer's limit)
 
     def __len__(self) -> int:
         return self._size
@@ -52,7 +53,7 @@ class GrowableBuffer:
             return
         need = self._size + k
         if need > self.capacity:
-            grown = np.empty((len(self.columns), max(need, 2 * self.capacity)))
+            grown = np.empty((len(self.columns), max(need, min(2 * self.capacity, self._max_capacity))))
             grown[:, :self._size] = self._data[:, :self._size]
             self._data = grown
         self._data[:, self._size:need] = block.T
@@ -74,12 +75,54 @@ class GrowableBuffer:
         """Remove the oldest k rows and return a copy of them, shape (C, k)."""
         k = min(k, self._size)
         head = self._data[:, :k].copy()
+        self.discard_front(k)
+        return head
+
+    def discard_front(self, k: int) -> None:
+        """Remove the oldest k rows."""
+        k = min(k, self._size)
         self._data[:, :self._size - k] = self._data[:, k:self._size]
         self._size -= k
-        return head
 
     def clear(self) -> None:
         self._size = 0
+
+
+class RecentBuffer(GrowableBuffer):
+    """A GrowableBuffer that keeps only its newest rows: between `limit // 2` and `limit` of them.
+
+    When an append would pass the limit, the oldest rows are dropped down to half of it in one
+    move, so dropping costs about one row copy per row appended and the array never grows
+    past `limit` rows. `num_dropped` counts the rows gone, so `num_dropped + i` is row i's
+    position in everything ever appended.
+    """
+
+    def __init__(self, columns: Sequence[str], limit: int, capacity: int = 1024):
+        if limit < 2:
+            raise ValueError("a recent buffer must hold at least two rows")
+        super().__init__(columns, capacity=min(capacity, limit))
+        self._max_capacity = limit
+        self.limit = limit
+        self.num_dropped = 0
+
+    def append(self, rows) -> None:
+        block = np.asarray(rows, dtype=np.float64).reshape(-1, len(self.columns))  # (k, C)
+        if len(block) > self.limit:
+            self.num_dropped += len(block) - self.limit
+            block = block[-self.limit:]
+        if len(self) + len(block) > self.limit:
+            drop = min(len(self), len(self) + len(block) - self.limit // 2)
+            self.discard_front(drop)
+            self.num_dropped += drop
+        super().append(block)
+
+    @property
+    def num_appended(self) -> int:
+        return self.num_dropped + len(self)
+
+    def clear(self) -> None:
+        super().clear()
+        self.num_dropped = 0
 
 
 def merge_pairs(table: np.ndarray, rules: Sequence[Callable[[np.ndarray, np.ndarray], np.ndarray]]) -> np.ndarray:
