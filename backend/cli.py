@@ -34,6 +34,13 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is one line on stderr (exit 2), not the whole usage block above it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="a known name (see `models`), a HF folder, a .gguf file or a hub id")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | mps")
@@ -47,8 +54,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="main.py", description="See prefill and decode, measured on your hardware. "
-                                     "With no sub-command, opens the window.")
+    parser = _Parser(prog="main.py", description="See prefill and decode, measured on your hardware. "
+                     "With no sub-command, opens the window.")
     parser.add_argument("--model", help="(window) model to select")
     parser.add_argument("--profile", help="(window) GPU profile to select")
     parser.add_argument("--autostart", action="store_true", help="(window) start a run as soon as it opens")

@@ -10,7 +10,7 @@ replays the whole step with one launch, but only with the shapes and addresses i
     no request owns, and their logits are dropped;
   * token ids, positions and slots are copied into fixed buffers before each replay;
   * attention runs over each slot's whole max_len keys, masked on the device by position
-    (AttentionPlan.static_decode), so no shape depends on how far the requests have got and
+    (AttentionPlan.build with static_decode), so no shape depends on how far the requests have got and
     a graph stays valid as positions advance. The price is reading max_len keys per request
     instead of its context: size the cache to the workload (the runner does).
 

@@ -49,20 +49,31 @@ def ensure_writable(folder: str | os.PathLike) -> Path:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: never a half-written file."""
-    tmp = None
+    write_files(path.parent, {path.name: text})
+
+
+def write_files(folder: Path, texts: dict[str, str]) -> None:
+    """Write every file to a temporary beside it, then rename them all.
+
+    A failure (a full disk) leaves no temporary behind and every file already in the folder
+    as it was: nothing is renamed until all of them are written.
+    """
+    staged: list[tuple[str, Path]] = []
+    target = folder
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        for name, text in texts.items():
+            target = folder / name
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+            staged.append((tmp, target))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        for tmp, target in staged:
+            os.replace(tmp, target)
     except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise
+        raise RunError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)   # already renamed, unless something failed
 
 
 def _csv_text(header: list[str], rows) -> str:
@@ -82,6 +93,7 @@ class RunWriter:
     def __init__(self, folder: str | os.PathLike):
         self.folder = ensure_writable(folder)
         self._flushed = time.monotonic()
+        self.error: str | None = None   # set once a write fails; the run then ends with it
         self._files = {}
         self._writers = {}
         for name, cls in RECORD_FILES.items():
@@ -91,48 +103,77 @@ class RunWriter:
             self._writers[name].writerow(record_fields(cls))
 
     def add(self, batch: RecordBatch) -> None:
-        self._writers["steps.csv"].writerows(record_row(r) for r in batch.steps)
-        self._writers["tokens.csv"].writerows(record_row(r) for r in batch.tokens)
-        self._writers["requests.csv"].writerows(record_row(r) for r in batch.requests)
-        if time.monotonic() - self._flushed >= self.FLUSH_S:
-            self.flush()
+        if self.error is not None:
+            return   # the run is already ending on this error
+        try:
+            self._writers["steps.csv"].writerows(record_row(r) for r in batch.steps)
+            self._writers["tokens.csv"].writerows(record_row(r) for r in batch.tokens)
+            self._writers["requests.csv"].writerows(record_row(r) for r in batch.requests)
+            if time.monotonic() - self._flushed >= self.FLUSH_S:
+                self.flush()
+        except OSError as exc:
+            self._fail(exc)
 
     def flush(self) -> None:
-        for f in self._files.values():
-            f.flush()
+        try:
+            for f in self._files.values():
+                f.flush()
+        except OSError as exc:
+            self._fail(exc)
         self._flushed = time.monotonic()
 
     def close(self, run: RunData) -> None:
         """Finish the streamed CSVs (renamed into place) and write summary, run.json and trace."""
-        for name, f in self._files.items():
-            f.close()
+        if self.error is not None:
+            raise RunError(self.error)
+        try:
+            for f in self._files.values():
+                f.close()
+        except OSError as exc:
+            self._fail(exc)
+        for name in self._files:
             os.replace(self.folder / f"{name}.partial", self.folder / name)
         self._files.clear()
         _write_meta(self.folder, run)
 
     def abandon(self) -> None:
-        for f in self._files.values():
-            f.close()
+        """Close and delete the partial files of a run that ended in an exception: no half-written file stays."""
+        for name, f in self._files.items():
+            try:
+                f.close()
+            except OSError:
+                pass   # a full disk fails the last flush as well; the file is removed all the same
+            (self.folder / f"{name}.partial").unlink(missing_ok=True)
         self._files.clear()
+
+    def _fail(self, exc: OSError) -> None:
+        """A write failed (a full disk): stop writing, remove the partial files, end the run with one line."""
+        self.error = f"cannot write to output folder {self.folder}: {exc.strerror or exc}"
+        self.abandon()
+        raise RunError(self.error) from None
 
 
 def write_run(folder: str | os.PathLike, run: RunData) -> Path:
-    """Write a whole run held in memory (the window's Export CSV)."""
+    """Write a whole run held in memory (the window's Export CSV): all files or, on a failure, none."""
     path = ensure_writable(folder)
-    for name, cls in RECORD_FILES.items():
-        records = {"steps.csv": run.steps, "requests.csv": run.requests, "tokens.csv": run.tokens}[name]
-        atomic_write_text(path / name, _csv_text(record_fields(cls), (record_row(r) for r in records)))
-    _write_meta(path, run)
+    records = {"steps.csv": run.steps, "requests.csv": run.requests, "tokens.csv": run.tokens}
+    texts = {name: _csv_text(record_fields(cls), (record_row(r) for r in records[name]))
+             for name, cls in RECORD_FILES.items()}
+    write_files(path, {**texts, **_meta_texts(run)})
     return path
 
 
 def _write_meta(path: Path, run: RunData) -> None:
+    write_files(path, _meta_texts(run))
+
+
+def _meta_texts(run: RunData) -> dict[str, str]:
     summary_rows = [[k, v] for k, v in run.summary.items()]
-    atomic_write_text(path / "summary.csv", _csv_text(["metric", "value"], summary_rows))
     meta = {"format": FORMAT, "run_id": run.run_id, "info": run.info, "config": run.config,
             "summary": run.summary}
-    atomic_write_text(path / "run.json", json.dumps(meta, indent=2, default=_json_default) + "\n")
-    atomic_write_text(path / "trace.json", json.dumps(chrome_trace(run)))
+    return {"summary.csv": _csv_text(["metric", "value"], summary_rows),
+            "run.json": json.dumps(meta, indent=2, default=_json_default) + "\n",
+            "trace.json": json.dumps(chrome_trace(run))}
 
 
 def _json_default(value):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections import Counter
 import time
 
 from .events import ModelLoaded, Progress, RequestsArrived, RunFinished, SweepPoint
@@ -110,6 +111,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         _print_batch_summary(config, data, s, out)
     else:
         _print_load_summary(s, out)
+        _print_rejections(data.requests, out)
     if config.out_dir:
         print(f"records written to {config.out_dir}/ (steps.csv, requests.csv, tokens.csv, summary.csv, "
               f"run.json, trace.json)", file=out)
@@ -137,6 +139,13 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
         share = s.get("decode_share", math.nan)
         print(f"total   {_ms(s.get('e2e_mean_ms'))} measured  ~ TTFT {ttft:,.1f} ms + {n} x TPOT {tpot_v:,.1f} ms "
               f"= {total:,.1f} ms;  decode is {share * 100:.0f}% of it", file=out)
+
+
+def _print_rejections(requests, out) -> None:
+    """Why requests were refused: each distinct reason once, with how many it refused."""
+    reasons = Counter(r.finish_reason for r in requests if r.status is RequestStatus.REJECTED)
+    for reason, count in reasons.most_common():
+        print(f"rejected {count}: {reason}", file=out)
 
 
 def _print_load_summary(s: dict, out) -> None:

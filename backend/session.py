@@ -50,6 +50,9 @@ def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], reta
     tokens go to `emit` and to the output folder as they happen, so memory stays flat however
     long the run.
     """
+    if config.profile:
+        from .profiles import find_profile
+        find_profile(config.profile)   # a malformed profile file is refused before anything loads
     if config.endpoint is not None:
         from .remote import run_remote
         return run_remote(config, config.endpoint, emit, should_stop)

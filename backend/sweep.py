@@ -75,6 +75,10 @@ def _is_oom(exc: BaseException) -> bool:
             or "can't allocate memory" in text)
 
 
+class _Stopped(Exception):
+    """Stop was pressed between two timed steps of a point."""
+
+
 def _check_fits(shape, slots: int, length: int, dtype_bytes: int, device, what: str) -> None:
     """Refuse a KV cache larger than the free memory before allocating it (a CPU would swap, not fail)."""
     from .weights import free_memory
@@ -112,6 +116,8 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     t0 = time.perf_counter()
 
     def timed(batch_fn, cache) -> float:
+        if should_stop():
+            raise _Stopped   # Stop takes effect within one step, not at the end of the point
         synchronize(device)
         start = time.perf_counter()
         with torch.inference_mode():
@@ -154,6 +160,9 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
                 cost = step_cost(shape, dtype_bytes, [x], [x])
                 tokens = x
             del cache
+        except _Stopped:
+            note = "stopped by user"
+            break
         except Exception as exc:
             if not _is_oom(exc):
                 raise

@@ -209,39 +209,60 @@ def cpu_figures(loaded, theirs: Theirs, repeats: int, log) -> dict:
     return fig
 
 
+class OneRequest:
+    """One request in slot 0 of its own runner, prefilled, then stepped by hand: a bare decode loop."""
+
+    def __init__(self, loaded, prompt_len: int, max_steps: int, use_cuda_graphs: bool | None = None):
+        self.runner = Runner(loaded, 1, prompt_len + max_steps + 1, SamplingConfig(ignore_eos=True),
+                             use_cuda_graphs=use_cuda_graphs)
+        self.runner.warmup()
+        self.req = Request(0, random_prompts(1, prompt_len, loaded.shape.vocab_size, seed=7)[0], 10**6, 0.0)
+        self.req.slot = 0
+        token = self.runner.run(SchedulerOutput(prefill=[ScheduledChunk(self.req, prompt_len, is_prefill=True)]))[0]
+        self.req.num_computed, self.req.output_ids = prompt_len, [token]
+
+    def step(self) -> None:
+        sampled = self.runner.run(SchedulerOutput(decode=[self.req]))
+        self.req.num_computed += 1
+        self.req.output_ids.append(sampled[0])
+
+    def timed_steps(self, n: int) -> list[float]:
+        """Seconds of each of n steps, the device synchronized before each clock read."""
+        device = self.runner.device
+        times = []
+        for _ in range(n):
+            synchronize(device)
+            start = time.perf_counter()
+            self.step()
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+        return times
+
+
 def timing_overhead(loaded, blocks: int = 6, steps: int = 24) -> tuple[float, float, float]:
     """(per-step cost of the timing in µs, its share of the untimed step, A/B loop ratio - 1)."""
-    runner = Runner(loaded, 1, PROMPT_LEN + 2 * blocks * steps + 1, SamplingConfig(ignore_eos=True))
-    runner.warmup()
-    req = Request(0, random_prompts(1, PROMPT_LEN, loaded.shape.vocab_size, seed=7)[0], 10**6, 0.0)
-    req.slot = 0
-    token = runner.run(SchedulerOutput(prefill=[ScheduledChunk(req, PROMPT_LEN, is_prefill=True)]))[0]
-    req.num_computed, req.output_ids = PROMPT_LEN, [token]
-    records: list[StepRecord] = []
+    one = OneRequest(loaded, PROMPT_LEN, 2 * blocks * steps)
     device = loaded.device
-
-    def step():
-        sampled = runner.run(SchedulerOutput(decode=[req]))
-        req.num_computed += 1
-        req.output_ids.append(sampled[0])
+    records: list[StepRecord] = []
 
     def record(start: float, end: float) -> StepRecord:
-        ctx = req.num_computed
+        ctx = one.req.num_computed
         return StepRecord("bench", len(records), Phase.DECODE, num_requests=1, num_prefill_requests=0,
                           num_decode_requests=1, num_tokens=1, num_prefill_tokens=0, num_decode_tokens=1,
                           context_tokens=ctx, max_context_tokens=ctx, start_ms=start * 1000,
-                          duration_ms=(end - start) * 1000, kv_tokens=ctx, kv_capacity=runner.cache.max_len)
+                          duration_ms=(end - start) * 1000, kv_tokens=ctx, kv_capacity=one.runner.cache.max_len)
 
     def timed_step():
         synchronize(device)
         start = time.perf_counter()
-        step()
+        one.step()
         synchronize(device)
         records.append(record(start, time.perf_counter()))
 
     untimed, timed = [], []
     for i in range(blocks):
-        for fn, out in ((step, untimed), (timed_step, timed)) if i % 2 == 0 else ((timed_step, timed), (step, untimed)):
+        pair = [(one.step, untimed), (timed_step, timed)]
+        for fn, out in (pair if i % 2 == 0 else pair[::-1]):
             start = time.perf_counter()
             for _ in range(steps):
                 fn()
@@ -259,40 +280,36 @@ def timing_overhead(loaded, blocks: int = 6, steps: int = 24) -> tuple[float, fl
     return cost_s * 1e6, cost_s / base, statistics.median(timed) / base - 1
 
 
-def gpu_rows(repeats: int, log) -> list[str]:
-    """llama-1b in bf16 on the GPU: decode against bandwidth, prefill against the bf16 matmul rate."""
+def gpu_rows(repeats: int, log, model: str = "llama-1b", device: str = "cuda") -> list[str]:
+    """llama-1b in bf16 on the GPU: decode against bandwidth, prefill against the bf16 matmul rate.
+    (model and device only change for a smoke test of this function on the CPU.)"""
     log("calibrating the GPU")
-    profile = calibrate("cuda")
+    profile = calibrate(device)
     bandwidth = profile.bandwidth_gbs * 1e9
-    bf16 = profile.tflops.get("bf16")
-    loaded = load_model("llama-1b", "cuda", "bfloat16")
+    bf16 = profile.tflops["bf16"] * 1e12
+    loaded = load_model(model, device, "bfloat16")
     shape = loaded.shape
-    rows = [f"| GPU ceilings ({device_name(loaded.device)}) | bandwidth {profile.bandwidth_gbs:.0f} GB/s, "
-            f"bf16 matmul {bf16} TFLOP/s | | | |"]
+    rows = [f"| ceilings of the {device_name(loaded.device)} (backend.calibrate) | copy {profile.bandwidth_gbs:.0f} GB/s, "
+            f"bf16 matmul {profile.tflops['bf16']:.0f} TFLOP/s | | |"]
+    steps = OUTPUT_LEN * (repeats + 1)
     for graphs in (True, False):
-        ours = Ours(loaded, use_cuda_graphs=graphs)
-        label = "CUDA graphs" if graphs else "eager"
-        log(f"llama-1b decode, {label}")
-        prompt = random_prompts(1, PROMPT_LEN, shape.vocab_size, seed=1)
-        steps = []
-        for i in range(repeats + 1):
-            result = ours.run(prompt, OUTPUT_LEN)
-            if i:
-                steps += [s.duration_ms / 1000 for s in result.steps if s.phase is Phase.DECODE]
-        step_s = statistics.median(steps)
-        cost = step_cost(shape, 2, [1], [PROMPT_LEN + OUTPUT_LEN // 2])
-        share = cost.bytes / step_s / bandwidth
-        target = "≥ 70%" if graphs else "(for comparison)"
-        rows.append(f"| llama-1b bf16 batch-1 decode step, {label} | {step_s * 1000:.2f} ms = "
-                    f"{cost.bytes / step_s / 1e9:.0f} GB/s | | {share:.0%} of bandwidth | {target} |")
-    log("llama-1b prefill of 2048 tokens")
-    prompt = random_prompts(1, 2048, shape.vocab_size, seed=2)
+        label = "CUDA graphs" if graphs else "eager, for comparison"
+        log(f"{model} decode, {label}")
+        one = OneRequest(loaded, PROMPT_LEN, steps, use_cuda_graphs=graphs)
+        times = one.timed_steps(steps)[OUTPUT_LEN:]   # the first OUTPUT_LEN steps are a warm-up
+        step_s = statistics.median(times)
+        cost = step_cost(shape, 2, [1], [PROMPT_LEN + steps // 2])
+        rows.append(f"| {model} bf16 batch-1 decode step ({label}): {cost.bytes / 1e9:.2f} GB read | "
+                    f"{step_s * 1000:.3f} ms = {cost.bytes / step_s / 1e9:.0f} GB/s | "
+                    f"{cost.bytes / step_s / bandwidth:.0%} of the bandwidth | {'≥ 70%' if graphs else ''} |")
+    log(f"{model} prefill of 2048 tokens")
     ours = Ours(loaded)
+    prompt = random_prompts(1, 2048, shape.vocab_size, seed=2)
     times = [ours.run(prompt, 1).steps[0].duration_ms / 1000 for _ in range(repeats + 1)][1:]
     step_s = statistics.median(times)
     flops = step_cost(shape, 2, [2048], [2048]).flops
-    rows.append(f"| llama-1b bf16 prefill, 2048 tokens | {step_s * 1000:.1f} ms = {flops / step_s / 1e12:.0f} TFLOP/s "
-                f"| | {flops / step_s / (bf16 * 1e12):.0%} of bf16 matmul | ≥ 60% |")
+    rows.append(f"| {model} bf16 prefill, 2048 tokens: {flops / 1e12:.1f} TFLOP | {step_s * 1000:.1f} ms = "
+                f"{flops / step_s / 1e12:.0f} TFLOP/s | {flops / step_s / bf16:.0%} of the bf16 matmul rate | ≥ 60% |")
     return rows
 
 
@@ -391,7 +408,7 @@ def main() -> int:
             log("profiling")
             lines += ["", *profile_ours(loaded)]
     if torch.cuda.is_available():
-        lines += ["", "| GPU figure | ours | | fraction | target |", "|---|---|---|---|---|", *gpu_rows(args.repeats, log)]
+        lines += ["", "| GPU figure | ours | fraction | target |", "|---|---|---|---|", *gpu_rows(args.repeats, log)]
     elif args.gpu_only:
         raise SystemExit("--gpu-only: CUDA is not available here")
     else:

@@ -1,21 +1,28 @@
 """The controls dock: model, device, dtype, GPU profile, what to run, and Run / Stop."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from PySide6 import QtCore, QtWidgets
 
 from backend.config import ModelChoice, RunConfig
 from backend.device import available_devices, available_dtypes, device_name, resolve_device
 from backend.errors import InputError
-from backend.profiles import GpuProfile, LOCAL_KEY, find_profile, list_profiles, match_profile
+from backend.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
+                              match_profile)
+from backend.remote import APIS, RemoteEndpoint
+from backend.remote_client import safe_url
 from backend.weights import list_models
 
-from .fields import ValidatedField
+from .fields import ValidatedField, number
 from .run_form import RunForm
 
 OPEN_FOLDER = "Open folder…"
+REMOTE = "<remote endpoint>"   # the model list's entry for a server (item data; no model has this name)
+REMOTE_TITLE = "Remote endpoint (OpenAI-compatible)"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -26,15 +33,43 @@ def hub_id_or_path(text: str) -> str:
     raise ValueError(f"{text!r} is neither a hub id (owner/name) nor an existing folder or .gguf file")
 
 
+def endpoint_url(text: str) -> str:
+    """A server's base URL as the load driver takes it: host:port alone means http://host:port/v1."""
+    url = text.strip().rstrip("/")
+    if url and "://" not in url:
+        url = "http://" + url
+    if url and urlsplit(url).path == "":
+        url += "/v1"
+    try:
+        RemoteEndpoint(url, "model").validate()
+    except InputError as exc:
+        raise ValueError(str(exc).replace("--endpoint ", "URL ")) from None
+    return url
+
+
+def served_model(text: str) -> str:
+    if not text.strip():
+        raise ValueError("the served model name is required (the server lists it at GET <URL>/models)")
+    return text.strip()
+
+
+def env_api_key() -> str:
+    """The key from the environment, as the CLI reads it; typed keys are never saved."""
+    return (os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "").strip()
+
+
 class ControlsPanel(QtWidgets.QWidget):
     runRequested = QtCore.Signal()
     stopRequested = QtCore.Signal()
     calibrateRequested = QtCore.Signal(str)   # device
     choicesChanged = QtCore.Signal()          # model, device, dtype, profile or run settings
+    inputRejected = QtCore.Signal(str)        # a chosen file that cannot be used (profile, workload), one line
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self._running = False
+        self._profile_paths: list[str] = []   # profile files the user opened, kept across reloads
+        self.profile_problem = ""             # why this machine's measured profile is not listed
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self._model_group())
         layout.addWidget(self._run_group())
@@ -57,7 +92,8 @@ class ControlsPanel(QtWidgets.QWidget):
         self.stop_button.clicked.connect(self.stopRequested)
         self.form.changed.connect(self._update)
         self.form.changed.connect(self.choicesChanged)
-        self._update()
+        self.form.inputRejected.connect(self.inputRejected)
+        self._show_model_kind()
 
     # ---- building ----------------------------------------------------------------------------
 
@@ -79,6 +115,9 @@ class ControlsPanel(QtWidgets.QWidget):
             self.model_combo.addItem(f"{info.name} ({'synthetic' if random else 'bundled'}, "
                                      f"{info.params / 1e6:,.0f}M)", info.name)
             self.model_combo.setItemData(self.model_combo.count() - 1, info.source, QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.model_combo.addItem(REMOTE_TITLE, REMOTE)
+        self.model_combo.setItemData(self.model_combo.count() - 1, "Drive a vLLM, SGLang, TGI or llama.cpp server "
+                                     "with the workload", QtCore.Qt.ItemDataRole.ToolTipRole)
         self.model_combo.addItem(OPEN_FOLDER, None)
         self._model_index = 0
         self.hub_field = ValidatedField("", hub_id_or_path, allow_empty=True,
@@ -93,19 +132,28 @@ class ControlsPanel(QtWidgets.QWidget):
         self.profile_combo.setObjectName("profileCombo")
         self.calibrate_button = QtWidgets.QPushButton("Calibrate…")
         self.calibrate_button.setToolTip("Measure this machine's FLOP/s and bandwidth into a profile")
-        profile_row = QtWidgets.QHBoxLayout()
-        profile_row.addWidget(self.profile_combo, 1)
-        profile_row.addWidget(self.calibrate_button)
+        self.open_profile_button = QtWidgets.QPushButton("Open…")
+        self.open_profile_button.setObjectName("openProfileButton")
+        self.open_profile_button.setToolTip("Use a GPU profile TOML file of your own")
+        # the buttons under the list, not beside it: side by side they widen the dock past its width
+        profile_buttons = QtWidgets.QHBoxLayout()
+        profile_buttons.addWidget(self.open_profile_button)
+        profile_buttons.addWidget(self.calibrate_button)
         for combo in (self.model_combo, self.device_combo, self.dtype_combo, self.profile_combo):
             self._narrow(combo)
         form.addRow("Model", self.model_combo)
         form.addRow("", self.hub_field)
+        self.remote_box = self._remote_box()
+        form.addRow(self.remote_box)
         form.addRow("Device", self.device_combo)
         form.addRow("Dtype", self.dtype_combo)
-        form.addRow("GPU profile", profile_row)
+        form.addRow("GPU profile", self.profile_combo)
+        form.addRow("", profile_buttons)
+        self.model_form = form
         self.reload_profiles()
         self._device_changed()
         self.model_combo.activated.connect(self._model_activated)
+        self.model_combo.currentIndexChanged.connect(self._show_model_kind)
         self.model_combo.currentIndexChanged.connect(self.choicesChanged)
         self.hub_field.valueChanged.connect(self._update)
         self.hub_field.valueChanged.connect(self.choicesChanged)
@@ -113,7 +161,39 @@ class ControlsPanel(QtWidgets.QWidget):
         self.dtype_combo.currentIndexChanged.connect(self.choicesChanged)
         self.profile_combo.currentIndexChanged.connect(self.choicesChanged)
         self.calibrate_button.clicked.connect(lambda: self.calibrateRequested.emit(self.device_combo.currentText()))
+        self.open_profile_button.clicked.connect(self._open_profile_dialog)
         return group
+
+    def _remote_box(self) -> QtWidgets.QWidget:
+        """URL, served model, API key and API kind of an OpenAI-compatible server."""
+        box = QtWidgets.QWidget()
+        form = QtWidgets.QFormLayout(box)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.DontWrapRows)
+        self.url_field = ValidatedField("http://127.0.0.1:8000/v1", endpoint_url,
+                                        tooltip="the server's OpenAI API root, e.g. http://host:8000/v1")
+        self.served_field = ValidatedField("", served_model, placeholder="name the server serves",
+                                           tooltip="as listed by GET <URL>/models")
+        self.key_edit = QtWidgets.QLineEdit(env_api_key())
+        self.key_edit.setObjectName("apiKeyEdit")
+        self.key_edit.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
+        self.key_edit.setPlaceholderText("none, or $PHASESCOPE_API_KEY")
+        self.key_edit.setToolTip("Sent as a bearer token; never written to a file, a log or run.json")
+        self.api_combo = QtWidgets.QComboBox()
+        self.api_combo.addItems(APIS)
+        self.api_combo.setToolTip("/v1/completions, or /v1/chat/completions (text prompts only)")
+        self.timeout_field = ValidatedField("120", number("timeout", 0.0, 86_400.0, low_inclusive=False),
+                                            tooltip="seconds to wait to connect or for the next streamed event")
+        form.addRow("URL", self.url_field)
+        form.addRow("Served model", self.served_field)
+        form.addRow("API key", self.key_edit)
+        form.addRow("API", self.api_combo)
+        form.addRow("Timeout (s)", self.timeout_field)
+        for field in (self.url_field, self.served_field, self.timeout_field):
+            field.valueChanged.connect(self._update)
+            field.valueChanged.connect(self.choicesChanged)
+        self.api_combo.currentIndexChanged.connect(self._update)
+        return box
 
     def _run_group(self) -> QtWidgets.QGroupBox:
         group = QtWidgets.QGroupBox("What to run")
@@ -123,6 +203,17 @@ class ControlsPanel(QtWidgets.QWidget):
         return group
 
     # ---- reactions ---------------------------------------------------------------------------
+
+    def _show_model_kind(self) -> None:
+        """A remote server needs its URL and names, not a device or dtype, and runs workloads only."""
+        remote = self.is_remote()
+        form = self.model_form
+        form.setRowVisible(self.hub_field, not remote)
+        form.setRowVisible(self.remote_box, remote)
+        form.setRowVisible(self.device_combo, not remote)
+        form.setRowVisible(self.dtype_combo, not remote)
+        self.form.set_remote(remote)
+        self._update()
 
     def _model_activated(self, index: int) -> None:
         if self.model_combo.itemData(index) is not None:
@@ -169,12 +260,44 @@ class ControlsPanel(QtWidgets.QWidget):
         current = self.profile_combo.currentData()
         self.profile_combo.blockSignals(True)
         self.profile_combo.clear()
-        for p in list_profiles():
+        try:
+            profiles = list_profiles()
+            self.profile_problem = ""
+        except InputError as exc:   # this machine's measured profile is malformed: the shipped ones still serve
+            profiles = [load_profile(p) for p in sorted(SHIPPED_DIR.glob("*.toml"))]
+            self.profile_problem = f"{exc} (left out of the profile list; calibrate again to replace it)"
+            self.inputRejected.emit(self.profile_problem)
+        for p in profiles:
             self.profile_combo.addItem(f"{p.name} (measured)" if p.measured else p.name, p.key)
             self.profile_combo.setItemData(self.profile_combo.count() - 1, p.source, QtCore.Qt.ItemDataRole.ToolTipRole)
+        for path in self._profile_paths:
+            try:
+                self._add_profile_item(load_profile(path), path)
+            except InputError as exc:   # edited since it was opened
+                self.inputRejected.emit(str(exc))
         if current is not None:
             self.select_profile(current)
         self.profile_combo.blockSignals(False)
+
+    def add_profile_path(self, path: str) -> None:
+        """Add a profile TOML file to the list and select it; InputError names the file and field when malformed."""
+        profile = load_profile(path)   # refused here, before it becomes a choice
+        if path not in self._profile_paths:
+            self._profile_paths.append(path)
+            self._add_profile_item(profile, path)
+        self.select_profile(path)
+
+    def _add_profile_item(self, profile: GpuProfile, path: str) -> None:
+        self.profile_combo.addItem(f"{profile.name} ({Path(path).name})", path)
+        self.profile_combo.setItemData(self.profile_combo.count() - 1, path, QtCore.Qt.ItemDataRole.ToolTipRole)
+
+    def _open_profile_dialog(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a GPU profile", "", "GPU profile (*.toml)")
+        if path:
+            try:
+                self.add_profile_path(path)
+            except InputError as exc:
+                self.inputRejected.emit(str(exc))
 
     def _update(self) -> None:
         problems = self.errors()
@@ -186,18 +309,47 @@ class ControlsPanel(QtWidgets.QWidget):
     # ---- public ------------------------------------------------------------------------------
 
     def errors(self) -> list[str]:
-        return ([self.hub_field.error] if self.hub_field.error else []) + self.form.errors()
+        if not self.is_remote():
+            return ([self.hub_field.error] if self.hub_field.error else []) + self.form.errors()
+        errors = [f.error for f in (self.url_field, self.served_field, self.timeout_field) if f.error]
+        if self.api_combo.currentText() == "chat" and self.form.source_combo.currentText() != "text":
+            errors.append("the chat API sends text: set Prompts to text, or use the completions API")
+        return errors + self.form.errors()
 
     def set_running(self, running: bool) -> None:
         self._running = running
-        for widget in (self.model_combo, self.hub_field, self.device_combo, self.dtype_combo, self.profile_combo,
-                       self.calibrate_button, self.form):
+        for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo, self.profile_combo,
+                       self.open_profile_button, self.calibrate_button, self.form):
             widget.setEnabled(not running)
         self._update()
 
+    def is_remote(self) -> bool:
+        return self.model_combo.currentData() == REMOTE
+
+    def remote_url(self) -> str:
+        """The server's URL without any credentials it carries (for the status bar)."""
+        return safe_url(self.url_field.value or self.url_field.text())
+
+    def endpoint(self) -> RemoteEndpoint:
+        """The server as typed; the key as typed (or from the environment), held only in memory."""
+        key = self.key_edit.text().strip() or None
+        return RemoteEndpoint(self.url_field.value, self.served_field.value, key, self.api_combo.currentText(),
+                              self.timeout_field.value, read_metrics=True)
+
     def model_name(self) -> str:
+        if self.is_remote():
+            return self.served_field.value or ""
         typed = self.hub_field.value
         return typed if typed else self.model_combo.currentData()
+
+    def select_remote(self, url: str, model: str, api: str = "completions", api_key: str | None = None) -> None:
+        """Choose an OpenAI-compatible server (automation and tests)."""
+        self.model_combo.setCurrentIndex(self.model_combo.findData(REMOTE))
+        self.url_field.setText(url)
+        self.served_field.setText(model)
+        self.api_combo.setCurrentText(api)
+        if api_key is not None:
+            self.key_edit.setText(api_key)
 
     def select_model(self, name: str) -> None:
         """Pick a listed model by name, or else use the name as a hub id or path."""
@@ -227,8 +379,13 @@ class ControlsPanel(QtWidgets.QWidget):
         if problems:
             raise InputError(problems[0])
         kind = self.form.kind()
-        return RunConfig(mode=kind, model=ModelChoice(self.model_name(), self.device_combo.currentText(),
-                                                      self.dtype_combo.currentText()),
-                         sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
-                         workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
-                         profile=self.profile_combo.currentData())
+        config = RunConfig(mode=kind, model=ModelChoice(self.model_name(), self.device_combo.currentText(),
+                                                        self.dtype_combo.currentText()),
+                           sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
+                           workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
+                           profile=self.profile_combo.currentData())
+        if self.is_remote():
+            # the backend's execute sends the workload to the server when the config names one
+            config.model = ModelChoice(self.model_name())
+            config.endpoint = self.endpoint()
+        return config

@@ -107,6 +107,18 @@ class ValidatedField(QtWidgets.QWidget):
     def is_valid(self) -> bool:
         return not self.error
 
+    def changeEvent(self, event: QtCore.QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QtCore.QEvent.Type.EnabledChange:
+            self._show_error()
+
+    def _show_error(self) -> None:
+        """The reason beside the field, while the field is in use (a disabled one does not count)."""
+        shown = bool(self.error) and self.isEnabled()
+        self.error_label.setText(self.error)
+        self.error_label.setVisible(shown)
+        self.edit.setStyleSheet("border: 1px solid #c0392b;" if shown else "")
+
     def _check(self, text: str) -> None:
         was_valid = self.is_valid
         if self._allow_empty and not text.strip():
@@ -116,9 +128,7 @@ class ValidatedField(QtWidgets.QWidget):
                 self.value, self.error = self._parse(text), ""
             except ValueError as exc:
                 self.value, self.error = None, str(exc)
-        self.error_label.setText(self.error)
-        self.error_label.setVisible(bool(self.error))
-        self.edit.setStyleSheet("border: 1px solid #c0392b;" if self.error else "")
+        self._show_error()
         if was_valid != self.is_valid:
             self.validityChanged.emit()
         self.valueChanged.emit()

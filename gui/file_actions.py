@@ -1,12 +1,59 @@
 """The window's File menu: Export CSV, Open run and Save plot as PNG (methods of MainWindow)."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.exporters.*)
 from PySide6 import QtWidgets
 
-from backend.errors import InputError
-from backend.export import read_run, write_run
+from backend.errors import InputError, RunError
+from backend.export import ensure_writable, read_run, write_run
+from backend.sweep import SweepSpec, read_sweep, write_sweep
+
+from .run_store import RunStore
+
+LONG_FILES = ("steps.csv", "tokens.csv")   # copied whole from the run's folder: the window keeps only the newest
+
+
+def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
+    """Write the run on screen as the CLI's --out would; returns the folder and whether it is complete.
+
+    Steps and tokens are copied from the run's own folder (the worker's recording, or the
+    folder it was opened from); requests, summary and run.json come from the store, so a
+    failed run's unfinished requests are kept. Copies are staged first: a full disk leaves
+    the target as it was.
+    """
+    path = ensure_writable(folder)
+    source = store.source
+    if source is not None and not all((source / name).is_file() for name in LONG_FILES):
+        source = None
+    # the trace gets the steps when the store still holds them all; the CSVs always have them
+    data = store.to_run_data(with_records=source is None or store.is_complete)
+    staged: list[tuple[Path, Path]] = []
+    try:
+        if source is not None:
+            for name in LONG_FILES:
+                fd, tmp = tempfile.mkstemp(dir=path, prefix=f".{name}.", suffix=".tmp")
+                os.close(fd)
+                staged.append((Path(tmp), path / name))
+                shutil.copyfile(source / name, tmp)
+        points = store.sweep_points
+        if str(store.config.get("mode", "")).startswith("sweep") and points:
+            write_sweep(path, SweepSpec(kind=points[0].kind), points, data)
+        else:
+            write_run(path, data)
+        for tmp, final in staged:
+            os.replace(tmp, final)
+    except OSError as exc:
+        raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)   # already renamed, unless something failed
+    return path, source is not None or store.is_complete
 
 
 class FileActions:
@@ -14,15 +61,19 @@ class FileActions:
 
     def export_csv(self, folder: str) -> bool:
         """Write the run on screen (whole or partial) as the CLI's --out would."""
-        if self.store.num_requests == 0 and len(self.store.steps) == 0:
+        if self.running:
+            self.show_error("a run is under way: stop it or let it end, then export")
+            return False
+        if self.store.num_requests == 0 and self.store.num_steps == 0:
             self.show_error("nothing to export yet: run something or open a run first")
             return False
         try:
-            path = write_run(folder, self.store.to_run_data())
-        except (InputError, OSError) as exc:
+            path, complete = export_run(folder, self.store)
+        except (InputError, RunError) as exc:
             self.show_error(f"export failed: {exc}")
             return False
-        self.statusBar().showMessage(f"Exported CSV to {path}")
+        note = "" if complete else f" (the run's record on disk was lost: only its newest {len(self.store.steps):,} steps)"
+        self.statusBar().showMessage(f"Exported CSV to {path}{note}")
         return True
 
     def open_run(self, folder: str) -> bool:
@@ -30,11 +81,13 @@ class FileActions:
             return False
         try:
             run = read_run(folder)
+            sweep = read_sweep(folder)
         except InputError as exc:
             self.show_error(str(exc))
             return False
-        self.store.load(run)
+        self.store.load(run, folder, sweep)
         self.select_request(None)
+        self._show_run_kind(str(run.config.get("mode", "")), sweep[0].kind if sweep else None)
         self._show_run_info(run.info)
         self.timeline.set_follow(True)
         self.repaint_views()

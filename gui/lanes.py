@@ -1,6 +1,8 @@
 """Request lanes: one row per request with its queued, prefill and decode segments and token ticks."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -8,7 +10,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from backend.records import Phase, RequestStatus
 
 from .plot_style import (HIGHLIGHT_COLOR, PHASE_COLORS, QUEUED_COLOR, TICK_COLOR, cosmetic_pen, outline_color,
-                         rect_path, style_plot, swatch_title, tick_path)
+                         rect_path, set_title, style_plot, swatch_title, tick_path)
 from .run_store import STATUS_CODE, RunStore
 
 ROW_HALF = 0.38        # a lane's half height, in rows
@@ -16,14 +18,17 @@ MAX_TICKS = 20_000     # ticks are drawn only when this few are in view: denser 
 SEGMENTS = ("queued", "prefill", "decode")
 SEGMENT_COLORS = {"queued": QUEUED_COLOR, "prefill": PHASE_COLORS[Phase.PREFILL],
                   "decode": PHASE_COLORS[Phase.DECODE]}
+# a remote request's queue is the server's, unseen: from sending to the first token is its TTFT
+REMOTE_NAMES = {"prefill": "sent → first token", "decode": "streaming"}
 
 
 def lane_segments(store: RunStore, running: bool) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(start, end, row) of every queued, prefill and decode segment.
 
-    Requests still running end at the live edge. A running request's prefill start is the
-    start of the step that produced its first token (exact without chunking); its record,
-    when it finishes, brings the exact time it was scheduled.
+    Requests still running end at the live edge. Prefill starts when the request was first
+    admitted to a step: the engine reports it in the batch of that step, so a chunked
+    prefill spread over many steps shows whole while it runs. (A request whose admission
+    was never reported shows its queue up to its first token.)
     """
     lanes = store.lanes
     n = len(lanes)
@@ -35,7 +40,7 @@ def lane_segments(store: RunStore, running: bool) -> dict[str, tuple[np.ndarray,
     # where a segment has no end yet it runs to the live edge (or, after the run, to the last token)
     open_end = np.where(np.isnan(finish), now if running else np.fmax(last, arrival), finish)
     open_end = np.where(np.isnan(open_end), now, open_end)
-    pre_start = np.where(np.isnan(scheduled), store.prefill_start_guess(first), scheduled)
+    pre_start = np.where(np.isnan(scheduled), first, scheduled)
     # a rejected request never starts: its queue segment ends when it was turned away
     queue_end = np.where(np.isnan(pre_start), np.where(done & ~np.isnan(finish), finish, open_end), pre_start)
     pre_end = np.where(np.isnan(first), open_end, first)
@@ -51,6 +56,17 @@ def lane_segments(store: RunStore, running: bool) -> dict[str, tuple[np.ndarray,
     return result
 
 
+def room_for(rows: int, running: bool) -> int:
+    """Rows the lanes make room for: while a run adds requests, the next of 16, 24, 32, 48, 64, 96, ...
+
+    The row axis then changes a few times as a run grows, not with every arrival (each change
+    re-lays out its labels); once the run ends, exactly its rows."""
+    if not running or rows <= 16:
+        return max(rows, 1)
+    half = 2 ** (math.floor(math.log2(rows - 1)) - 1)
+    return math.ceil(rows / half) * half
+
+
 def describe_request(lane: dict) -> str:
     def ms(name):
         v = lane[name]
@@ -63,23 +79,34 @@ def describe_request(lane: dict) -> str:
             f"queue {ms('queue_ms')}, TTFT {ms('ttft_ms')}, TPOT {ms('tpot_ms')}, end-to-end {ms('e2e_ms')}")
 
 
+class RowAxis(pg.AxisItem):
+    """Rows are requests: whole numbers only (a tick between two rows would name no request)."""
+
+    def tickValues(self, minVal, maxVal, size):
+        levels = [(spacing, values) for spacing, values in super().tickValues(minVal, maxVal, size) if spacing >= 1]
+        return levels or [(1.0, [float(v) for v in range(math.ceil(minVal), math.floor(maxVal) + 1)])]
+
+
 class LanesView(pg.PlotWidget):
     requestClicked = QtCore.Signal(int)
 
     def __init__(self, store: RunStore, parent=None):
-        super().__init__(parent)
+        super().__init__(parent, axisItems={"left": RowAxis("left")})
         self.setObjectName("requestLanesPlot")
         self.store = store
         self._seen = None
-        self._rows = -1
+        self._room = -1               # rows the y range was last fitted to
+        self._generation = -1         # the store's run whose rows those are
+        self._zoomed = False          # the user zoomed or panned: the y range is theirs until the next run
         self._running = False
         self.selected_request: int | None = None
         plot = self.getPlotItem()
-        style_plot(plot, swatch_title("Request lanes", [(n, SEGMENT_COLORS[n]) for n in SEGMENTS])
-                   + "&nbsp;&nbsp;white tick: a generated token",
-                   "time since run start (ms)", "request (arrival order)")
+        style_plot(plot, "", "time since run start (ms)", "request (arrival order)")
+        self.set_remote(False)
         vb = plot.getViewBox()
         vb.invertY(True)
+        vb.enableAutoRange(axis="y", enable=False)
+        vb.sigRangeChangedManually.connect(lambda *_: setattr(self, "_zoomed", True))
         self.items: dict[str, QtWidgets.QGraphicsPathItem] = {}
         for name in SEGMENTS:
             item = QtWidgets.QGraphicsPathItem()
@@ -103,6 +130,13 @@ class LanesView(pg.PlotWidget):
         self._running = running
         self._seen = None
 
+    def set_remote(self, remote: bool) -> None:
+        """A remote server's lanes are seen from the client: sent, first token, streaming."""
+        names = REMOTE_NAMES if remote else {n: n for n in SEGMENTS}
+        title = swatch_title("Request lanes" + (" (client's clock)" if remote else ""),
+                             [(names[n], SEGMENT_COLORS[n]) for n in names])
+        set_title(self.getPlotItem(), title + "&nbsp;&nbsp;white tick: a generated token")
+
     def select_request(self, request_id: int | None) -> None:
         self.selected_request = request_id
         row = self.store.rows.get(request_id) if request_id is not None else None
@@ -119,11 +153,15 @@ class LanesView(pg.PlotWidget):
         if key == self._seen:
             return
         self._seen = key
-        rows = self.store.num_requests
-        if rows != self._rows:
-            self._rows = rows
-            # no panning into rows that do not exist; autorange then fits the lanes exactly
-            self.getPlotItem().getViewBox().setLimits(yMin=-0.6, yMax=max(rows, 1) - 0.4)
+        if self.store.generation != self._generation:
+            self._generation, self._zoomed = self.store.generation, False
+        room = room_for(self.store.num_requests, self._running)
+        if room != self._room:
+            self._room = room
+            vb = self.getPlotItem().getViewBox()
+            vb.setLimits(yMin=-0.6, yMax=room - 0.4)   # no panning into rows that cannot exist
+            if not self._zoomed:
+                vb.setYRange(-0.6, room - 0.4, padding=0)
         for name, (x0, x1, row) in lane_segments(self.store, self._running).items():
             self.items[name].setPath(rect_path(x0, x1, row - ROW_HALF, row + ROW_HALF))
         self._paint_ticks()

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .run_store import PHASE_CODE, RunStore
-from backend.records import Phase
+from backend.records import RequestStatus
+
+from .run_store import STATUS_CODE, RunStore
 
 RECENT_WINDOW_MS = 1000.0   # "tokens/s now" averages the steps of the last second
 
@@ -30,6 +31,8 @@ class LiveMetrics:
     num_waiting: int | None = None
     kv_tokens: int | None = None
     kv_capacity: int | None = None
+    load_source: str = "engine"                # "engine", "server" (its /metrics) or "client" (requests in flight)
+    kv_usage: float | None = None              # fraction in use, as a remote server reports it
     # the worked example: total latency = TTFT + (output_tokens - 1) x TPOT, on this run's means
     example_ttft_ms: float | None = None
     example_output_tokens: float | None = None
@@ -69,6 +72,8 @@ def compute(store: RunStore) -> LiveMetrics:
     if now > 0 and total_out > 0:
         m.output_tokens_per_s = total_out / (now / 1000.0)
     _step_metrics(store, m)
+    if store.remote:
+        _remote_load(store, m)
 
     if multi.any():
         n = out[multi]
@@ -92,21 +97,36 @@ def _step_metrics(store: RunStore, m: LiveMetrics) -> None:
     m.kv_tokens = int(steps.column("kv_tokens")[-1])
     m.kv_capacity = int(steps.column("kv_capacity")[-1])
 
-    phase, duration = steps.column("phase"), steps.column("duration_ms")
-    start = steps.column("start_ms")
+    duration, start = steps.column("duration_ms"), steps.column("start_ms")
     decode_tokens = steps.column("num_decode_tokens")
-    recent = start + duration >= start[-1] + duration[-1] - RECENT_WINDOW_MS
-    busy_ms = float(duration[recent].sum())
-    if busy_ms > 0 and decode_tokens[recent].sum() > 0:
-        span_ms = max(float(start[-1] + duration[-1] - start[recent][0]), busy_ms)
-        m.decode_tokens_per_s = float(decode_tokens[recent].sum()) / (span_ms / 1000.0)
+    # steps are in time order: the last second's begin where their end passes the cut
+    cut = start[-1] + duration[-1] - RECENT_WINDOW_MS
+    first = int(np.searchsorted(start + duration, cut, side="left"))
+    busy_ms = float(duration[first:].sum())
+    recent_tokens = float(decode_tokens[first:].sum())
+    if busy_ms > 0 and recent_tokens > 0:
+        span_ms = max(float(start[-1] + duration[-1] - start[first]), busy_ms)
+        m.decode_tokens_per_s = recent_tokens / (span_ms / 1000.0)
 
-    prefill = phase == PHASE_CODE[Phase.PREFILL]
-    decode = phase == PHASE_CODE[Phase.DECODE]
-    prefill_tokens = steps.column("num_prefill_tokens")[prefill].sum()
-    if prefill_tokens > 0:
-        m.prefill_ms_per_token = float(duration[prefill].sum() / prefill_tokens)
-    if decode_tokens[decode].sum() > 0:
-        m.decode_ms_per_token = float(duration[decode].sum() / decode_tokens[decode].sum())
+    # whole-run sums, kept by the store as steps arrive
+    if store.prefill_tokens > 0:
+        m.prefill_ms_per_token = store.prefill_ms / store.prefill_tokens
+    if store.decode_tokens > 0:
+        m.decode_ms_per_token = store.decode_ms / store.decode_tokens
     if m.prefill_ms_per_token and m.decode_ms_per_token:
         m.cost_ratio = m.decode_ms_per_token / m.prefill_ms_per_token
+
+
+def _remote_load(store: RunStore, m: LiveMetrics) -> None:
+    """A remote run's load: the server's own gauges when it serves them, else what the client has in flight."""
+    server = store.server
+    if server is not None and (server.running is not None or server.waiting is not None):
+        m.load_source = "server"
+        m.num_running = None if server.running is None else round(server.running)
+        m.num_waiting = None if server.waiting is None else round(server.waiting)
+    else:
+        m.load_source = "client"
+        done = store.lanes.column("status") >= STATUS_CODE[RequestStatus.FINISHED]
+        m.num_running, m.num_waiting = int((~done).sum()), 0
+    if server is not None:
+        m.kv_usage = server.kv_usage

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -25,8 +26,12 @@ from .throughput import ThroughputView
 from .timeline import TimelineView
 from .worker import WorkerThread
 
-REPAINT_MS = 33          # about 30 Hz: records arrive at any rate, the screen changes at this one
+REPAINT_MS = 30          # about 30 Hz: records arrive at any rate, the screen changes at this one
+NUMBERS_EVERY = 3        # the table and the metrics panel every third tick while running: digits cannot be read faster
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
+SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); the throughput plot below has the numbers"
+REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
+                  "its lanes and metrics come from the client's clock")
 
 
 class MainWindow(FileActions, QtWidgets.QMainWindow):
@@ -42,6 +47,7 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.store = RunStore()
         self.running = False
         self.last_error = ""
+        self.run_notes: list[str] = []   # a run's "note: ..." progress lines, kept for its final status
         self.error_box: QtWidgets.QMessageBox | None = None
         self.selected_request: int | None = None
         self._build_views()
@@ -55,14 +61,19 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.worker.event.connect(self._on_event)
         self.worker.records.connect(self._on_records)
         self.worker.finished.connect(self._on_finished)
+        self.worker.recorded.connect(self._on_recorded)
         self.worker.failed.connect(self._on_failed)
         self.worker.calibrated.connect(self._on_calibrated)
+        self._ticks = 0
         self.repaint_timer = QtCore.QTimer(self)
+        self.repaint_timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)   # a coarse one drifts below 30 Hz
         self.repaint_timer.setInterval(REPAINT_MS)
         self.repaint_timer.timeout.connect(self.repaint_views)
         self.repaint_timer.start()
         self._choices_changed()
         self.resize(1400, 900)
+        if self.controls.profile_problem:
+            self.show_error(self.controls.profile_problem)
 
     # ---- building ----------------------------------------------------------------------------
 
@@ -144,6 +155,7 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.controls.stopRequested.connect(self.stop_run)
         self.controls.calibrateRequested.connect(self.start_calibration)
         self.controls.choicesChanged.connect(self._choices_changed)
+        self.controls.inputRejected.connect(self.show_error)
 
     def _action(self, menu: QtWidgets.QMenu, text: str, slot, shortcut=None, name: str | None = None) -> QtGui.QAction:
         action = QtGui.QAction(text, self)
@@ -187,23 +199,34 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
             return
         # the last sweep stays on the throughput plot while other runs of the same model follow it
         same_model = config.model.name == self.store.config.get("model", {}).get("name")
-        sweep = self.store.sweep_points if same_model else []
+        sweep = (self.store.sweep_points, self.store.sweep_context) if same_model else ([], None)
         self.store.reset()
         if not config.mode.startswith("sweep"):
-            self.store.sweep_points = sweep
+            self.store.sweep_points, self.store.sweep_context = sweep
+        elif config.mode == "sweep-batch":
+            self.store.sweep_context = config.sweep.context
         self.store.config = config_dict(config)
+        self.store.remote = config.endpoint is not None
+        self.table.refresh()   # the table forgets the last run's rows now, before anything paints them
         self.select_request(None)
-        kind = "prompt" if config.mode == "sweep-prompt" else "batch"
-        self.throughput.set_kind(kind)
-        self.throughput_dock.setWindowTitle("Throughput vs " + ("prompt length" if kind == "prompt" else "batch size"))
-        self.timeline.set_empty_message("A sweep shows one bar per point (its median step); "
-                                        "the throughput plot below has the numbers"
-                                        if config.mode.startswith("sweep") else "")
+        self.run_notes = []
+        self._show_run_kind(config.mode, "prompt" if config.mode == "sweep-prompt" else None)
         self.timeline.set_follow(True)
         self._set_running(True)
-        self.statusBar().showMessage(f"Running {config.model.name} ({config.mode})…")
+        where = f" on {self.controls.remote_url()}" if self.store.remote else ""
+        self.statusBar().showMessage(f"Running {config.model.name}{where} ({config.mode})…")
         self.worker.clear_stop()
         self.startRun.emit(config)
+
+    def _show_run_kind(self, mode: str, sweep_kind: str | None) -> None:
+        """Titles and messages for the kind of run on screen (a sweep, a remote server's, or a local run)."""
+        kind = sweep_kind or "batch"
+        self.throughput.set_kind(kind)
+        self.throughput.set_inputs(context=self._prediction_context())
+        self.throughput_dock.setWindowTitle("Throughput vs " + ("prompt length" if kind == "prompt" else "batch size"))
+        message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if mode.startswith("sweep") else ""
+        self.timeline.set_empty_message(message)
+        self.lanes.set_remote(self.store.remote)
 
     def stop_run(self) -> None:
         if self.running:
@@ -223,6 +246,7 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.controls.set_running(running)
         self.run_action.setEnabled(not running)
         self.open_run_action.setEnabled(not running)
+        self.export_csv_action.setEnabled(not running)
         self.timeline.set_running(running)
         self.lanes.set_running(running)
         if not running:
@@ -233,12 +257,18 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.store.add_event(event)
         if isinstance(event, Progress):
             self.status.show_progress(event)
+            if event.message.startswith("note:"):   # the bar moves on at once: keep it for the status line
+                self.run_notes.append(event.message)
         elif isinstance(event, ModelLoaded):
             self.throughput.set_inputs(shape=event.shape, run_dtype=event.dtype)
             self._show_choices(event.name, f"{event.device} ({event.device_name})", event.dtype)
 
     def _on_records(self, batch) -> None:
         self.store.add_batch(batch)
+
+    def _on_recorded(self, folder: str) -> None:
+        """The worker's folder with the run's complete record (Export CSV copies from it)."""
+        self.store.source = Path(folder) if folder else None
 
     def _on_finished(self, result) -> None:
         self.store.add_event(result)
@@ -253,7 +283,8 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
                                          "requests finished; the records so far are kept")
         else:
             self.statusBar().showMessage(f"Finished: {s.get('num_finished', 0)} requests, "
-                                         f"{s.get('output_tokens_per_s', 0):,.1f} output tokens/s")
+                                         f"{s.get('output_tokens_per_s', 0):,.1f} output tokens/s"
+                                         + "".join(f"; {note}" for note in self.run_notes))
         self.runFinished.emit(result)
 
     def _on_failed(self, message: str) -> None:
@@ -271,8 +302,11 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
 
     def repaint_views(self) -> None:
         """The timer's tick: each visible view repaints if the store changed since it last looked."""
-        self.table.refresh()   # keeps row counts right even while hidden
-        for view in (self.timeline, self.lanes, self.throughput, self.metrics, self.text):
+        self._ticks += 1
+        numbers = not self.running or self._ticks % NUMBERS_EVERY == 0
+        if numbers:
+            self.table.refresh()   # keeps row counts right even while hidden
+        for view in (self.timeline, self.lanes, self.throughput, self.text) + ((self.metrics,) if numbers else ()):
             if view.isVisible():
                 view.refresh()
 
@@ -285,11 +319,20 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
 
     def _choices_changed(self) -> None:
         c = self.controls
+        if c.is_remote():
+            self._show_choices(c.model_name() or "", f"remote ({c.remote_url()})", "—")
+            return
         self._show_choices(c.model_name() or "", c.device_combo.currentText(), c.dtype_combo.currentText())
-        self.throughput.set_inputs(profile=c.profile(), context=c.form.prediction_context())
+        self.throughput.set_inputs(profile=c.profile(), context=self._prediction_context())
         name = c.model_name()
         if not self.running and name in SHAPES:
             self.throughput.set_inputs(shape=SHAPES[name], run_dtype=self._guess_dtype())
+
+    def _prediction_context(self) -> int:
+        """The context of the batch sweep on the plot (its points were measured there), else the form's."""
+        if self.store.sweep_context and any(p.kind == "batch" for p in self.store.sweep_points):
+            return self.store.sweep_context
+        return self.controls.form.prediction_context()
 
     def _guess_dtype(self) -> str:
         dtype = self.controls.dtype_combo.currentText()
@@ -318,7 +361,9 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         """Model, device and dtype as a run recorded them (run.json's info), and its shape for the prediction."""
         if isinstance(info.get("shape"), dict):
             self.throughput.set_inputs(shape=ModelShape(**info["shape"]), run_dtype=info.get("dtype"))
-        if "model" in info:
+        if info.get("target") == "remote":
+            self._show_choices(info.get("model", "?"), f"remote ({info.get('endpoint', '?')})", "—")
+        elif "model" in info:
             self._show_choices(info["model"], f"{info.get('device', '?')} ({info.get('device_name', '')})",
                                info.get("dtype", "?"))
 

@@ -24,10 +24,18 @@ def _ms(value: float | None, decimals: int = 1) -> str:
 def format_rows(m: LiveMetrics) -> dict[str, str]:
     rate = "—" if m.output_tokens_per_s is None else f"{m.output_tokens_per_s:,.1f}"
     decode_rate = "—" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:,.1f}"
-    load = "—" if m.num_running is None else f"{m.num_running} / {m.num_waiting}"
+    def count(n):
+        return "—" if n is None else f"{n}"
+    load = "—" if m.num_running is None and m.num_waiting is None else f"{count(m.num_running)} / {count(m.num_waiting)}"
     kv = "—"
     if m.kv_tokens is not None and m.kv_capacity:
         kv = f"{m.kv_tokens:,} / {m.kv_capacity:,} tokens ({100.0 * m.kv_tokens / m.kv_capacity:.0f}%)"
+    if m.load_source != "engine":   # a remote server: its own gauges where it serves them
+        if m.load_source == "server":
+            load += " (server)"
+        else:
+            load = f"{m.num_running} in flight / — (client's view)"
+        kv = "— (not published by the server)" if m.kv_usage is None else f"{100.0 * m.kv_usage:.0f}% (server)"
     return {
         "ttft": f"{_ms(m.ttft_mean_ms)} / {_ms(m.ttft_p99_ms)}",
         "tpot": f"{_ms(m.tpot_mean_ms, 2)} / {_ms(m.tpot_p99_ms, 2)}",

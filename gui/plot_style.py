@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtGui
+from PySide6 import QtGui, QtWidgets
 
 from backend.records import Phase
 
@@ -90,3 +90,10 @@ def style_plot(plot: pg.PlotItem, title: str, bottom: str, left: str) -> None:
     plot.setLabel("bottom", bottom)
     plot.setLabel("left", left)
     plot.showGrid(x=True, y=True, alpha=0.2)
+    # An axis (with its grid, as wide as the plot) is repainted whenever data under it changes;
+    # replaying its labels every frame costs more than the data. A cached pixmap is redrawn
+    # only when the axis itself changes (its range), else blitted.
+    for name in ("left", "bottom", "right"):
+        plot.getAxis(name).setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        # the labels name their units; a "(x0.001)" added as the range changes would only confuse them
+        plot.getAxis(name).enableAutoSIPrefix(False)

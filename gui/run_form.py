@@ -37,6 +37,7 @@ class RunForm(QtWidgets.QWidget):
     """Emits changed whenever a value or its validity changes."""
 
     changed = QtCore.Signal()
+    inputRejected = QtCore.Signal(str)   # a workload file that cannot be used, one line naming file and field
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -46,6 +47,7 @@ class RunForm(QtWidgets.QWidget):
             self.kind_combo.addItem(title, key)
         self.pages = QtWidgets.QStackedWidget()
         self.fields: dict[str, dict[str, ValidatedField]] = {}
+        self._remote = False   # a remote server's workload: the server schedules it
         self._preset_lengths: dict[str, str] = {}   # a preset's normal() length, kept when its text is unchanged
         self.pages.addWidget(self._batch_page())
         self.pages.addWidget(self._load_page())
@@ -106,6 +108,13 @@ class RunForm(QtWidgets.QWidget):
         self.preset_combo = QtWidgets.QComboBox()
         self.preset_combo.setObjectName("workloadCombo")
         self.preset_combo.addItems([*list_workloads(), CUSTOM])
+        self.open_workload_button = QtWidgets.QPushButton("Open…")
+        self.open_workload_button.setObjectName("openWorkloadButton")
+        self.open_workload_button.setToolTip("Use a workload TOML file of your own")
+        # the button under the list, not beside it: side by side they widen the dock past its width
+        preset_row = QtWidgets.QHBoxLayout()
+        preset_row.addWidget(self.open_workload_button)
+        preset_row.addStretch(1)
         self.arrival_combo = QtWidgets.QComboBox()
         self.arrival_combo.addItems(ARRIVALS)
         self.source_combo = QtWidgets.QComboBox()
@@ -129,6 +138,7 @@ class RunForm(QtWidgets.QWidget):
         self.workload_error.setStyleSheet("color: #c0392b;")
         self.workload_error.setWordWrap(True)
         form.addRow("Preset", self.preset_combo)
+        form.addRow("", preset_row)
         form.addRow("Requests", f["requests"])
         form.addRow("Arrival", self.arrival_combo)
         form.addRow("Rate (req/s)", f["rate"])
@@ -142,6 +152,7 @@ class RunForm(QtWidgets.QWidget):
         form.addRow("Chunk tokens", f["chunk_tokens"])
         form.addRow(self.workload_error)
         self.preset_combo.currentIndexChanged.connect(self._apply_preset)
+        self.open_workload_button.clicked.connect(self._open_workload_dialog)
         for combo in (self.arrival_combo, self.source_combo, self.policy_combo):
             combo.currentIndexChanged.connect(self._field_changed)
         return page
@@ -191,6 +202,16 @@ class RunForm(QtWidgets.QWidget):
         self.pages.adjustSize()
         self._field_changed()
 
+    def set_remote(self, remote: bool) -> None:
+        """A remote server takes workloads only, and schedules them itself (no policy, batch or chunk here)."""
+        self._remote = remote
+        kinds = self.kind_combo.model()
+        for i, (key, _) in enumerate(RUN_KINDS):
+            kinds.item(i).setEnabled(not remote or key == "load")
+        if remote:
+            self.set_kind("load")
+        self._field_changed()
+
     def _prompt_changed(self) -> None:
         has_text = bool(self.prompt_edit.toPlainText().strip())
         self.chat_check.setEnabled(has_text)
@@ -202,7 +223,12 @@ class RunForm(QtWidgets.QWidget):
         if name == CUSTOM:
             self._field_changed()
             return
-        spec = load_workload(name)
+        try:
+            spec = load_workload(name)
+        except InputError as exc:   # a file chosen earlier and broken since: the reason shows, Run waits
+            self.inputRejected.emit(str(exc))
+            self._field_changed()
+            return
         self._preset_lengths = {"prompt_len": spec.prompt_len.describe(), "output_len": spec.output_len.describe()}
         f = self.fields["load"]
         f["requests"].setText("" if spec.num_requests is None else str(spec.num_requests))
@@ -221,7 +247,9 @@ class RunForm(QtWidgets.QWidget):
         f["rate"].setEnabled(arrival in RATE_ARRIVALS)
         f["burstiness"].setEnabled(arrival == "gamma")
         f["concurrency"].setEnabled(arrival == "closed")
-        f["chunk_tokens"].setEnabled(self.policy_combo.currentText() == "chunked")
+        f["chunk_tokens"].setEnabled(self.policy_combo.currentText() == "chunked" and not self._remote)
+        f["max_batch"].setEnabled(not self._remote)
+        self.policy_combo.setEnabled(not self._remote)
         error = ""
         if self.kind() == "load" and not self._field_errors():
             try:
@@ -231,6 +259,23 @@ class RunForm(QtWidgets.QWidget):
         self.workload_error.setText(error)
         self.workload_error.setVisible(bool(error))
         self.changed.emit()
+
+    def open_workload(self, path: str) -> None:
+        """Add a workload TOML file to the presets and select it; InputError (file and field) when malformed."""
+        load_workload(path)   # refused here, before it becomes a choice
+        index = self.preset_combo.findText(path)
+        if index < 0:
+            index = self.preset_combo.count() - 1   # before "custom"
+            self.preset_combo.insertItem(index, path)
+        self.preset_combo.setCurrentIndex(index)
+
+    def _open_workload_dialog(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a workload file", "", "Workload (*.toml)")
+        if path:
+            try:
+                self.open_workload(path)
+            except InputError as exc:
+                self.inputRejected.emit(str(exc))
 
     # ---- reading -----------------------------------------------------------------------------
 

@@ -1,21 +1,25 @@
 """Everything the window knows about the run on screen, fed by records and events. No Qt.
 
 Slots hand each RecordBatch and event to a RunStore; the views read it when the repaint
-timer fires. Steps and tokens are kept exactly in compact numpy columns (for hover
-details, metrics and Export CSV); the step strip paints from a bounded copy whose older
-history is merged, so painting cost and memory stay flat on long runs.
+timer fires. Memory stays flat however long a run goes: the newest steps and tokens are
+kept exactly in compact numpy columns (for hover details, token ticks and the last
+second's rates), older ones are dropped, and the step strip paints from a bounded copy
+whose older history is merged. The complete record of a run lives on disk: the worker
+streams it into a run folder (`source`), and Export CSV copies it from there.
 """
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 
 import numpy as np
 
 from backend.events import ModelLoaded, RequestsArrived, RunFinished, SweepPoint
 from backend.export import RunData
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
+from backend.remote_metrics import ServerMetrics
 
-from .buffers import BoundedBuffer, GrowableBuffer
+from .buffers import BoundedBuffer, GrowableBuffer, RecentBuffer
 
 PHASES = (Phase.PREFILL, Phase.DECODE, Phase.MIXED)
 PHASE_CODE = {p: float(i) for i, p in enumerate(PHASES)}
@@ -29,15 +33,21 @@ TOKEN_COLUMNS = ("request_id", "index", "time_ms", "token_id")
 # one row per request, in order of first sight (arrival); NaN where not known yet
 LANE_COLUMNS = ("request_id", "arrival_ms", "scheduled_ms", "first_token_ms", "last_token_ms", "finish_ms",
                 "prompt_tokens", "output_tokens", "status", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")
+BAR_COLUMNS = ("start", "end", "tokens", "phase", "count")
+
+# Exact rows kept (about 9 MB each): over an hour of CPU steps, the last ~13 s of a fast GPU's
+STEPS_KEPT = 1 << 16
+TOKENS_KEPT = 1 << 18
+BARS_KEPT = 50_000    # the strip's exact and merged bars, each
 
 
 class RunStore:
-    def __init__(self, recent_steps: int = 50_000):
-        self.steps = GrowableBuffer(STEP_COLUMNS)
-        self.bars = BoundedBuffer(("start", "end", "tokens", "phase"),
-                                  {"start": "first", "end": "last", "tokens": "max", "phase": _merge_phase},
-                                  recent=recent_steps, history=recent_steps)
-        self.tokens = GrowableBuffer(TOKEN_COLUMNS)
+    def __init__(self, steps_kept: int = STEPS_KEPT, tokens_kept: int = TOKENS_KEPT, bars_kept: int = BARS_KEPT):
+        self.steps = RecentBuffer(STEP_COLUMNS, limit=steps_kept)
+        self.bars = BoundedBuffer(BAR_COLUMNS, {"start": "first", "end": "last", "tokens": "max",
+                                                "phase": _merge_phase, "count": "sum"},
+                                  recent=bars_kept, history=bars_kept)
+        self.tokens = RecentBuffer(TOKEN_COLUMNS, limit=tokens_kept)
         self.lanes = GrowableBuffer(LANE_COLUMNS, capacity=256)
         self.version = 0      # bumped on every change, never reset: views repaint when it differs from what they saw
         self.generation = 0   # bumped by reset: a new run (views holding counts start over)
@@ -52,12 +62,18 @@ class RunStore:
         self.records: dict[int, RequestRecord] = {}    # requests that finished (or were rejected / stopped)
         self.texts: dict[int, str] = {}
         self.sweep_points: list[SweepPoint] = []
+        self.sweep_context: int | None = None          # the context a batch sweep's points were measured at
         self.model: ModelLoaded | None = None
         self.info: dict = {}
         self.config: dict = {}
         self.run_id = ""
         self.finished: RunFinished | None = None
         self.changed_rows: set[int] = set()            # lanes changed since the table last looked
+        self.remote = False                            # a remote server's run: no steps, sent = scheduled
+        self.server: ServerMetrics | None = None       # the server's latest reading of its own load
+        self.source: Path | None = None                # the run folder holding the complete record
+        # whole-run sums for the per-token costs (the step buffer keeps only the newest steps)
+        self.prefill_ms = self.prefill_tokens = self.decode_ms = self.decode_tokens = 0.0
         self.version += 1
         self.generation += 1
 
@@ -70,6 +86,10 @@ class RunStore:
             for rid, arrival, prompt in zip(event.request_ids, event.arrival_ms, event.prompt_tokens):
                 row = self._row(rid)
                 self._set(row, arrival_ms=arrival, prompt_tokens=prompt)
+                if self.remote:   # sent when it arrived: from the client, the wait is all the server's
+                    self._set(row, scheduled_ms=arrival, queue_ms=0.0)
+        elif isinstance(event, ServerMetrics):
+            self.server = event
         elif isinstance(event, ModelLoaded):
             self.model = event
             self.info = {"model": event.name, "source": event.source, "device": event.device,
@@ -92,6 +112,10 @@ class RunStore:
             self._add_tokens(batch.tokens)
         for rid, piece in batch.text.items():
             self.texts[rid] = self.texts.get(rid, "") + piece
+        for rid, scheduled in batch.scheduled.items():
+            row = self._row(rid)
+            arrival = self.lanes.column("arrival_ms")[row]
+            self._set(row, scheduled_ms=scheduled, queue_ms=None if np.isnan(arrival) else scheduled - arrival)
         for record in batch.requests:
             self._add_request(record)
         self.version += 1
@@ -102,15 +126,23 @@ class RunStore:
         rows = np.array([[PHASE_CODE[s.phase] if c == "phase" else getattr(s, c) for c in STEP_COLUMNS]
                          for s in steps], dtype=np.float64)   # (k, len(STEP_COLUMNS))
         self.steps.append(rows)
-        start = rows[:, STEP_COLUMNS.index("start_ms")]
-        end = start + rows[:, STEP_COLUMNS.index("duration_ms")]
-        self.bars.append(np.column_stack([start, end, rows[:, STEP_COLUMNS.index("num_tokens")],
-                                          rows[:, STEP_COLUMNS.index("phase")]]))
+
+        def col(name):
+            return rows[:, STEP_COLUMNS.index(name)]
+        start, duration, phase = col("start_ms"), col("duration_ms"), col("phase")
+        self.bars.append(np.column_stack([start, start + duration, col("num_tokens"), phase, np.ones(len(rows))]))
+        prefill, decode = phase == PHASE_CODE[Phase.PREFILL], phase == PHASE_CODE[Phase.DECODE]
+        self.prefill_ms += float(duration[prefill].sum())
+        self.prefill_tokens += float(col("num_prefill_tokens")[prefill].sum())
+        self.decode_ms += float(duration[decode].sum())
+        self.decode_tokens += float(col("num_decode_tokens")[decode].sum())
 
     def _add_tokens(self, tokens: list[TokenRecord]) -> None:
         table = np.array([(t.request_id, t.index, t.time_ms, t.token_id) for t in tokens], dtype=np.float64)
         self.tokens.append(table)
-        rows = np.array([self._row(t.request_id) for t in tokens])
+        ids, where = np.unique(table[:, 0], return_inverse=True)   # a batch holds few requests, many tokens
+        request_rows = np.array([self._row(int(rid)) for rid in ids])
+        rows = request_rows[where]
         times, counts = table[:, 2], table[:, 1] + 1
         last, out = self.lanes.column("last_token_ms"), self.lanes.column("output_tokens")
         # fmax: NaN (no token yet) loses to any time
@@ -121,7 +153,7 @@ class RunStore:
         status = self.lanes.column("status")
         live = status[rows] < STATUS_CODE[RequestStatus.DECODING]
         status[rows[live]] = STATUS_CODE[RequestStatus.DECODING]
-        self.changed_rows.update(rows.tolist())
+        self.changed_rows.update(request_rows.tolist())
 
     def _add_request(self, r: RequestRecord) -> None:
         self.records[r.request_id] = r
@@ -166,19 +198,39 @@ class RunStore:
                 candidates.append(float(np.nanmax(col)))
         return max(candidates)
 
+    @property
+    def num_steps(self) -> int:
+        """Steps in the run so far (the buffer keeps the newest of them)."""
+        return self.steps.num_appended
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether every step and token of the run is still held (a short run)."""
+        return self.steps.num_dropped == 0 and self.tokens.num_dropped == 0
+
     def step(self, index: int) -> dict:
-        """One step's numbers by position in the run."""
+        """One step's numbers by position among the steps held."""
         values = {c: self.steps.column(c)[index] for c in STEP_COLUMNS}
         values["phase"] = PHASES[int(values["phase"])]
         return values
 
     def step_at(self, t_ms: float) -> int | None:
-        """The step running at time t, if any."""
+        """The held step running at time t, if any."""
         start = self.steps.column("start_ms")
         i = int(np.searchsorted(start, t_ms, side="right")) - 1
         if i < 0 or t_ms > start[i] + self.steps.column("duration_ms")[i]:
             return None
         return i
+
+    def bar_at(self, t_ms: float) -> dict | None:
+        """The strip's bar at time t: one step, or in older history several merged into one."""
+        start = self.bars.column("start")
+        i = int(np.searchsorted(start, t_ms, side="right")) - 1
+        if i < 0 or t_ms > self.bars.column("end")[i]:
+            return None
+        bar = {c: float(self.bars.column(c)[i]) for c in BAR_COLUMNS}
+        bar["phase"] = PHASES[int(bar["phase"])]
+        return bar
 
     def lane(self, row: int) -> dict:
         values = {c: float(self.lanes.column(c)[row]) for c in LANE_COLUMNS}
@@ -189,38 +241,32 @@ class RunStore:
     def request_text(self, request_id: int) -> str:
         return self.texts.get(request_id, "")
 
-    def prefill_start_guess(self, first_token_ms: np.ndarray) -> np.ndarray:
-        """Start of the step that produced each first token: where an unchunked prefill began.
-
-        Used for requests still running (their exact scheduled time comes with their record).
-        """
-        start = self.steps.column("start_ms")
-        end = start + self.steps.column("duration_ms")
-        if len(end) == 0:
-            return np.full_like(first_token_ms, np.nan)
-        i = np.clip(np.searchsorted(end, first_token_ms, side="left"), 0, len(end) - 1)
-        return np.where(np.isnan(first_token_ms), np.nan, start[i])
-
     # ---- whole runs ------------------------------------------------------------------------
 
-    def load(self, run: RunData) -> None:
-        """Show a saved run (Open run)."""
+    def load(self, run: RunData, folder: str | Path | None = None, sweep: list[SweepPoint] | None = None) -> None:
+        """Show a saved run (Open run) read from `folder`, with its sweep's points if it is a sweep."""
         self.reset()
         self.run_id, self.config, self.info = run.run_id, dict(run.config), dict(run.info)
+        self.remote = run.info.get("target") == "remote"
+        self.source = Path(folder) if folder is not None else None
+        self.sweep_points = list(sweep or [])
+        self.sweep_context = (run.config.get("sweep") or {}).get("context")
         for r in sorted(run.requests, key=lambda r: (r.arrival_ms, r.request_id)):
             self._row(r.request_id)
         self.add_batch(RecordBatch(steps=list(run.steps), tokens=list(run.tokens), requests=list(run.requests)))
         self.finished = RunFinished(run.run_id, dict(run.summary), data=run)
 
-    def to_run_data(self) -> RunData:
+    def to_run_data(self, with_records: bool = True) -> RunData:
         """The run as held (complete, or partial after a stop or failure) for Export CSV.
 
-        Steps and tokens always come from the store (the worker asks the backend not to keep
-        a second copy); requests, summary and info from the run's result when it has one.
+        Requests, summary and info come from the run's result when it has one; steps and
+        tokens (with_records) are the ones held: all of them while `is_complete`, else the
+        newest (the complete files are in `source`).
         """
-        steps = [self._step_record(i) for i in range(len(self.steps))]
-        table = self.tokens.table()
-        tokens = [TokenRecord(int(rid), int(idx), float(t), int(tok)) for rid, idx, t, tok in table.T]
+        steps, tokens = [], []
+        if with_records:
+            steps = [self._step_record(i) for i in range(len(self.steps))]
+            tokens = [TokenRecord(int(rid), int(idx), float(t), int(tok)) for rid, idx, t, tok in self.tokens.table().T]
         requests = [self.records.get(int(rid)) or self._partial_record(row)
                     for row, rid in enumerate(self.lanes.column("request_id"))]
         data = RunData(run_id=self.run_id, config=self.config, info=self.info, steps=steps, requests=requests,
@@ -253,7 +299,7 @@ class RunStore:
         return RequestRecord(request_id=lane["request_id"], status=RequestStatus.ERROR,
                              prompt_tokens=0 if np.isnan(prompt) else int(prompt),
                              output_tokens=int(lane["output_tokens"]), arrival_ms=opt("arrival_ms") or 0.0,
-                             first_token_ms=opt("first_token_ms"), finish_reason="run ended before this request",
+                             scheduled_ms=opt("scheduled_ms"), first_token_ms=opt("first_token_ms"), finish_reason="run ended before this request",
                              text=self.request_text(lane["request_id"]))
 
 

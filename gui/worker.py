@@ -2,21 +2,31 @@
 
 The worker never touches a widget. Step records are coalesced: a fast GPU emits thousands
 of RecordBatches a second, and one queued signal per batch would flood the event loop, so
-batches are merged and sent at most FLUSH_HZ times a second (each other event first
-flushes what is pending, so the window sees everything in order).
+batches are merged and sent at most FLUSH_HZ times a second. Arrivals (RequestsArrived,
+dozens a second under load) travel with them, merged into one event sent just before the
+records; every other event first flushes what is pending, so the window sees it in order.
+
+Every record is also streamed into a temporary run folder as it comes (the window keeps
+only the newest steps and tokens in memory; Export CSV copies the complete files from
+there). The folder lives until the next run or the end of the thread.
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from functools import partial
 import time
 import weakref
+from pathlib import Path
 
 from PySide6 import QtCore
 
 from backend.calibrate import calibrate as measure_device
 from backend.calibrate import write_profile
-from backend.events import Progress
+from backend.errors import InputError, RunError
+from backend.events import Progress, RequestsArrived, RunFinished
+from backend.export import RunData, RunWriter
 from backend.records import RecordBatch
 from backend.session import execute
 
@@ -50,24 +60,34 @@ def merge_batches(batches: list[RecordBatch]) -> RecordBatch:
     return merged
 
 
+def merge_arrivals(events: list[RequestsArrived]) -> RequestsArrived:
+    if len(events) == 1:
+        return events[0]
+    return RequestsArrived([i for e in events for i in e.request_ids], [t for e in events for t in e.arrival_ms],
+                           [n for e in events for n in e.prompt_tokens])
+
+
 class RunWorker(QtCore.QObject):
     started = QtCore.Signal()
-    event = QtCore.Signal(object)      # Progress, ModelLoaded, RequestsArrived, SweepPoint
+    event = QtCore.Signal(object)      # Progress, ModelLoaded, RequestsArrived, SweepPoint, ServerMetrics
     records = QtCore.Signal(object)    # one RecordBatch merging every batch since the last flush
     finished = QtCore.Signal(object)   # RunFinished
+    recorded = QtCore.Signal(str)      # the run folder holding the whole record ("" when recording failed)
     calibrated = QtCore.Signal(object, str)   # GpuProfile, path written
     failed = QtCore.Signal(str)        # one line
 
     def __init__(self, run=None, measure=measure_device, flush_hz: float = FLUSH_HZ):
         """run defaults to the backend's session.execute, measure to calibrate.calibrate."""
         super().__init__()
-        # the window's store keeps every step and token compactly: the backend need not hold a copy
+        # the record goes to disk as it comes: the backend need not hold a copy in memory
         self._run = run or partial(execute, retain_records=False)
         self._measure = measure
         self._interval = 1.0 / flush_hz
         self._stop = threading.Event()
-        self._pending: list[RecordBatch] = []
+        self._pending: list[RecordBatch | RequestsArrived] = []
         self._last_flush = 0.0
+        self._writer: RunWriter | None = None
+        self.recording: Path | None = None   # the last run's folder (removed when the next run starts)
 
     # called from the window's thread: plain thread-safe calls, not queued slots
     def request_stop(self) -> None:
@@ -84,13 +104,16 @@ class RunWorker(QtCore.QObject):
         self.started.emit()
         self._pending.clear()
         self._last_flush = 0.0
+        self._start_recording()
         try:
             result = self._run(config, self._emit, self.should_stop)
         except Exception as exc:  # every failure reaches the window as one line, never kills the thread
             self._flush()
+            self._close_recording(None)
             self.failed.emit(one_line(exc))
             return
         self._flush()
+        self._close_recording(result)
         self.finished.emit(result)
 
     @QtCore.Slot(str)
@@ -104,8 +127,46 @@ class RunWorker(QtCore.QObject):
             return
         self.calibrated.emit(profile, str(path))
 
+    # ---- the record on disk ------------------------------------------------------------------
+
+    def _start_recording(self) -> None:
+        self.discard_recording()
+        try:
+            self.recording = Path(tempfile.mkdtemp(prefix="phasescope-run-"))
+            self._writer = RunWriter(self.recording)
+        except (OSError, InputError):   # no room for a temporary folder: the run goes on, Export has what is held
+            self.discard_recording()
+
+    def _record(self, batch: RecordBatch) -> None:
+        try:
+            self._writer.add(batch)
+        except (OSError, RunError):   # e.g. the disk filled up: never fail the run for its copy
+            self.discard_recording()
+
+    def _close_recording(self, result: RunFinished | None) -> None:
+        """Rename the streamed files into place; run.json etc. from the result (a failed run has none)."""
+        if self._writer is not None:
+            data = result.data if result is not None and isinstance(result.data, RunData) else None
+            try:
+                self._writer.close(data or RunData(run_id=result.run_id if result is not None else ""))
+            except Exception:   # the files or the metadata could not be finished: the copy is incomplete
+                self.discard_recording()
+            self._writer = None
+        self.recorded.emit(str(self.recording) if self.recording is not None else "")
+
+    def discard_recording(self) -> None:
+        """Close and remove the last run's folder."""
+        if self._writer is not None:
+            self._writer.abandon()
+            self._writer = None
+        if self.recording is not None:
+            shutil.rmtree(self.recording, ignore_errors=True)
+            self.recording = None
+
+    # ---- events ------------------------------------------------------------------------------
+
     def _emit(self, item) -> None:
-        if isinstance(item, RecordBatch):
+        if isinstance(item, (RecordBatch, RequestsArrived)):
             self._pending.append(item)
             if time.monotonic() - self._last_flush >= self._interval:
                 self._flush()
@@ -114,9 +175,16 @@ class RunWorker(QtCore.QObject):
         self.event.emit(item)
 
     def _flush(self) -> None:
-        if self._pending:
-            batch = merge_batches(self._pending)
-            self._pending = []
+        """Send what is pending: the arrivals (their lanes first, in arrival order), then the records."""
+        arrivals = [item for item in self._pending if isinstance(item, RequestsArrived)]
+        batches = [item for item in self._pending if isinstance(item, RecordBatch)]
+        self._pending = []
+        if arrivals:
+            self.event.emit(merge_arrivals(arrivals))
+        if batches:
+            batch = merge_batches(batches)
+            if self._writer is not None:
+                self._record(batch)
             self.records.emit(batch)
         self._last_flush = time.monotonic()
 
@@ -140,3 +208,4 @@ class WorkerThread:
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()
+        self.worker.discard_recording()

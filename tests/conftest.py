@@ -1,5 +1,6 @@
 """Shared fixtures."""
 import os
+from pathlib import Path
 
 # As in main.py: idle OpenMP threads sleep rather than spin, so a test that shares the cores
 # with a Qt thread or a server process is not slowed several-fold.
@@ -14,3 +15,41 @@ def smollm2():
     from backend.weights import load_model
 
     return load_model("smollm2-135m", device="cpu", dtype="float32")
+
+
+def _child_processes() -> list[str]:
+    """Live (not zombie) child processes of this one, as "pid command" (Linux /proc; elsewhere multiprocessing's)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        import multiprocessing
+        return [f"{p.pid} {p.name}" for p in multiprocessing.active_children()]
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name, rest = (entry / "stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue   # it ended while we looked
+        state, ppid = rest.split()[:2]
+        if int(ppid) == os.getpid() and state != "Z":
+            found.append(f"{entry.name} {name.split('(', 1)[1]}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_running():
+    """Fails the session when a test left a non-daemon thread, a worker QThread or a child process behind."""
+    yield
+    import sys
+    import threading
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(timeout=5)   # one that is ending gets the moment it needs
+    threads = [t.name for t in threading.enumerate()
+               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    qthreads = sys.modules["gui.worker"].running_threads() if "gui.worker" in sys.modules else []
+    children = _child_processes()
+    assert not threads and not qthreads and not children, (
+        f"left running at the end of the session: threads {threads}, worker QThreads {len(qthreads)}, "
+        f"child processes {children}")

@@ -42,14 +42,14 @@ def two_request_run() -> list:
     """Events of a tiny hand-made run: two requests, prompts of 100 and 50 tokens, 4 and 3 output tokens.
 
     Request 0 arrives at 0 and is prefilled in [0, 10]; request 1 arrives at 5 and is
-    prefilled in [10, 15]; then decode steps of 2 ms.
+    prefilled in [10, 15] (each admission reported with its step); then decode steps of 2 ms.
     """
     events = [RequestsArrived([0], [0.0], [100])]
     events.append(RecordBatch(steps=[step(0, Phase.PREFILL, 0.0, 10.0, prefill=100, running=1, waiting=1, kv=101)],
-                              tokens=[TokenRecord(0, 0, 10.0, 7)], text={0: "Hello"}))
+                              tokens=[TokenRecord(0, 0, 10.0, 7)], text={0: "Hello"}, scheduled={0: 0.0}))
     events.append(RequestsArrived([1], [5.0], [50]))
     events.append(RecordBatch(steps=[step(1, Phase.PREFILL, 10.0, 5.0, prefill=50, running=2, kv=152)],
-                              tokens=[TokenRecord(1, 0, 15.0, 8)], text={1: "Hi"}))
+                              tokens=[TokenRecord(1, 0, 15.0, 8)], text={1: "Hi"}, scheduled={1: 10.0}))
     t, kv = 15.0, 152
     outputs = {0: 1, 1: 1}
     for i in range(2, 5):

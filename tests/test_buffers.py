@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from gui.buffers import BoundedBuffer, GrowableBuffer, merge_pairs
+from gui.buffers import BoundedBuffer, GrowableBuffer, RecentBuffer, merge_pairs
 
 
 def test_growable_buffer_keeps_every_row_in_order_across_growth():
@@ -83,3 +83,26 @@ def test_bounded_buffer_feeds_a_huge_block_in_slices():
     assert len(buf) <= 128
     # a "sum" rule conserves the total across every merge
     assert buf.column("tokens").sum() == make_steps(10_000)[:, 2].sum()
+
+
+def test_recent_buffer_keeps_the_newest_rows_in_a_fixed_array():
+    buf = RecentBuffer(["i"], limit=1000)
+    capacities = set()
+    for start in range(0, 100_000, 70):      # 70 rows at a time, as records arrive
+        buf.append(np.arange(start, min(start + 70, 100_000), dtype=float))
+        capacities.add(buf.capacity)
+    assert 500 <= len(buf) <= 1000
+    assert max(capacities) == 1000           # never grown past its limit
+    assert buf.num_appended == 100_000 and buf.num_dropped == 100_000 - len(buf)
+    # the newest rows, exact and in order: row i is the (num_dropped + i)-th ever appended
+    assert np.array_equal(buf.column("i"), np.arange(buf.num_dropped, 100_000, dtype=float))
+
+
+def test_recent_buffer_takes_a_block_larger_than_its_limit():
+    buf = RecentBuffer(["i"], limit=64)
+    buf.append(np.arange(10.0))
+    buf.append(np.arange(10.0, 1000.0))
+    assert buf.column("i").tolist() == list(np.arange(936.0, 1000.0))
+    assert buf.num_dropped == 936
+    buf.clear()
+    assert len(buf) == 0 and buf.num_dropped == 0

@@ -59,6 +59,6 @@ def test_live_plots_repaint_from_a_timer_for_seconds(qtbot):
     assert len(window.store.steps) == state["ticks"] * STEPS_PER_TICK > 0
     assert state["repaints"] > 10     # the repaint timer kept firing while records poured in
     # the last step made it into the plot
-    assert window.timeline.curves[Phase.DECODE].xData[-1] == window.store.bars.column("end")[-1]
+    assert window.timeline.bars[Phase.DECODE].shown[1][-1] == window.store.bars.column("end")[-1]
     assert window.table.model().rowCount() == REQUESTS
     assert window.metrics.values["load"].text() == f"{REQUESTS} / 0"

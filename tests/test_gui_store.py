@@ -1,13 +1,13 @@
 """The window's run store and live metrics, fed hand-made records (no Qt, no model)."""
 import math
 
-import numpy as np
 import pytest
-from gui_fixtures import no_thread_left, two_request_run  # noqa: F401
+from gui_fixtures import no_thread_left, step, two_request_run  # noqa: F401
 
-from backend.events import ModelLoaded, SweepPoint
+from backend.events import ModelLoaded, RequestsArrived, SweepPoint
 from backend.export import read_run, write_run
 from backend.records import Phase, RecordBatch, RequestStatus, TokenRecord
+from backend.remote_metrics import ServerMetrics
 from gui.live_metrics import compute
 from gui.run_store import RunStore
 
@@ -38,9 +38,9 @@ def test_lanes_follow_requests_live_then_take_their_records():
     assert live["status"] is RequestStatus.DECODING
     assert live["arrival_ms"] == 5.0 and live["first_token_ms"] == 15.0 and live["last_token_ms"] == 19.0
     assert live["output_tokens"] == 3
-    assert math.isnan(live["scheduled_ms"])
-    # a running request's prefill started with the step that produced its first token
-    assert store.prefill_start_guess(np.array([15.0, np.nan]))[0] == 10.0
+    # admitted with the step of [10, 15]: known while it runs, and its queue time with it
+    assert live["scheduled_ms"] == 10.0 and live["queue_ms"] == 5.0
+    assert math.isnan(live["finish_ms"])
     store.add_event(events[-1])
     done = store.lane(store.rows[1])
     assert done["status"] is RequestStatus.FINISHED and done["scheduled_ms"] == 10.0 and done["e2e_ms"] == 14.0
@@ -124,3 +124,76 @@ def test_events_besides_records_are_kept():
     version = store.version
     store.add_event(object())     # unknown events are ignored
     assert store.version == version
+
+
+def test_a_hundred_thousand_steps_keep_the_store_within_a_fixed_memory():
+    import tracemalloc
+    store = RunStore(steps_kept=8192, tokens_kept=32768, bars_kept=4096)
+    store.add_event(RequestsArrived(list(range(4)), [0.0] * 4, [16] * 4))
+    traced = {}
+    tracemalloc.start()
+    try:
+        for chunk in range(1000):                       # 100,000 steps, 100 per batch, 4 tokens each
+            batch = RecordBatch()
+            for i in range(chunk * 100, chunk * 100 + 100):
+                batch.steps.append(step(i, Phase.DECODE, i * 0.2, 0.2, decode=4, running=4))
+                batch.tokens.extend(TokenRecord(r, i, i * 0.2 + 0.2) for r in range(4))
+            store.add_batch(batch)
+            if chunk + 1 in (500, 1000):
+                traced[chunk + 1] = tracemalloc.get_traced_memory()[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # holding everything would take 100,000 x 17 x 8 B of steps and 400,000 x 4 x 8 B of tokens (26 MB)
+    assert peak < 6 * 2**20
+    assert traced[1000] - traced[500] < 256 * 2**10    # flat: the second 50,000 steps added nothing
+    assert store.num_steps == 100_000 and len(store.steps) <= 8192 and not store.is_complete
+    assert store.steps.column("step")[-1] == 99_999      # the newest steps are exact
+    assert store.bars.column("count").sum() == 100_000   # the strip still covers the whole run, merged
+    assert store.bars.column("start")[0] == 0.0
+    # whole-run figures do not forget the dropped steps
+    m = compute(store)
+    assert m.decode_ms_per_token == pytest.approx(0.2 / 4)
+    assert m.num_running == 4 and store.lane(0)["output_tokens"] == 100_000
+
+
+def test_older_bars_are_merged_and_described_as_such():
+    store = RunStore(steps_kept=64, tokens_kept=64, bars_kept=64)
+    store.add_batch(RecordBatch(steps=[step(i, Phase.DECODE, float(i), 1.0, decode=1 + i % 5) for i in range(1000)]))
+    assert store.step_at(2.5) is None                    # no longer held one by one
+    old = store.bar_at(2.5)
+    assert old["count"] > 1 and old["start"] <= 2.5 <= old["end"] and old["tokens"] == 5
+    assert store.bar_at(999.5)["count"] == 1 and store.step(store.step_at(999.5))["step"] == 999
+    assert store.bar_at(5000.0) is None
+
+
+def test_export_of_a_long_run_leaves_its_steps_to_the_recorded_files():
+    store = RunStore(steps_kept=64, tokens_kept=64)
+    store.add_batch(RecordBatch(steps=[step(i, Phase.DECODE, float(i), 1.0, decode=1) for i in range(200)]))
+    assert not store.is_complete
+    assert store.to_run_data(with_records=False).steps == []
+    held = store.to_run_data().steps
+    assert 32 <= len(held) <= 64 and held[-1].step == 199
+
+
+def test_a_remote_run_is_sent_when_it_arrives_and_shows_the_servers_load():
+    store = RunStore()
+    store.remote = True
+    store.add_event(RequestsArrived([0, 1], [0.0, 3.0], [7, 7]))
+    store.add_event(RecordBatch(tokens=[TokenRecord(0, 0, 40.0)], text={0: "Hello"}))
+    lane = store.lane(0)
+    assert lane["scheduled_ms"] == 0.0 and lane["queue_ms"] == 0.0 and lane["first_token_ms"] == 40.0
+    m = compute(store)
+    assert m.load_source == "client" and (m.num_running, m.num_waiting) == (2, 0)
+    store.add_event(ServerMetrics(50.0, running=5.0, waiting=1.0, kv_usage=0.5))
+    m = compute(store)
+    assert m.load_source == "server" and (m.num_running, m.num_waiting, m.kv_usage) == (5, 1, 0.5)
+
+
+def test_load_keeps_a_sweeps_points_and_the_folder_it_came_from(tmp_path):
+    write_run(tmp_path / "run", fed_store().to_run_data())
+    point = SweepPoint("prompt", 64, 2.0, 32000.0, 1.0, 1.0, None, None, None, None, "compute")
+    store = RunStore()
+    store.load(read_run(tmp_path / "run"), tmp_path / "run", [point])
+    assert store.sweep_points == [point] and store.source == tmp_path / "run"
+    assert store.is_complete and not store.remote

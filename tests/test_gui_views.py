@@ -18,7 +18,7 @@ from gui.requests_table import COLUMNS, SORT_ROLE, RequestsTable
 from gui.run_store import RunStore
 from gui.text_view import GeneratedText
 from gui.throughput import ThroughputView
-from gui.timeline import TimelineView, bar_outline
+from gui.timeline import TimelineView, follow_page, peak_bars
 
 
 @pytest.fixture
@@ -29,20 +29,34 @@ def store():
     return s
 
 
-def test_bar_outline_traces_each_bar_with_sorted_x():
-    x, y = bar_outline(np.array([0.0, 5.0]), np.array([4.0, 6.0]), np.array([10.0, 3.0]), 0.5)
-    assert x.tolist() == [0, 0, 4, 4, 5, 5, 6, 6]
-    assert y.tolist() == [0.5, 10, 10, 0.5, 0.5, 3, 3, 0.5]
-    assert np.all(np.diff(x) >= 0)
+def test_peak_bars_keeps_the_bars_in_view_and_merges_those_sharing_a_pixel():
+    start = np.arange(0.0, 100.0)                         # 100 bars of 1 ms, heights 1..5
+    end, height = start + 1.0, 1.0 + np.arange(100) % 5
+    s, e, h = peak_bars(start, end, height, 10.0, 20.0, px=0.5)   # two pixels a bar: all exact
+    assert s.tolist() == list(np.arange(9.0, 21.0)) and h.tolist() == list(height[9:21])
+    s, e, h = peak_bars(start, end, height, 0.0, 100.0, px=10.0)  # ten bars a pixel: one bar each
+    assert s.tolist() == list(np.arange(0.0, 100.0, 10.0)) and e.tolist() == list(np.arange(10.0, 101.0, 10.0))
+    assert h.tolist() == [5.0] * 10                      # the tallest survives
+    assert len(peak_bars(start, end, height, 200.0, 300.0, px=1.0)[0]) == 0
+
+
+def test_the_live_edge_is_followed_in_pages_not_every_frame():
+    assert follow_page(300.0) == (0.0, 512.0)            # short runs: doubling pages from 0
+    assert follow_page(7_000.0) == (0.0, 10_000.0)
+    lo, hi = follow_page(19_000.0)
+    assert hi - lo == 10_000.0 and lo + 5_000.0 < 19_000.0 <= lo + 7_500.0
+    assert follow_page(19_900.0) == (lo, hi)             # the same page while the edge stays on it
+    assert follow_page(20_100.0) == (lo + 2_500.0, hi + 2_500.0)   # then a quarter page on
 
 
 def test_timeline_paints_one_curve_per_phase_and_describes_the_hovered_step(qtbot, store):
     view = TimelineView(store)
     qtbot.addWidget(view)
     view.refresh()
-    assert len(view.curves[Phase.PREFILL].xData) == 2 * 4
-    assert len(view.curves[Phase.DECODE].xData) == 3 * 4
-    assert view.curves[Phase.MIXED].xData is None or len(view.curves[Phase.MIXED].xData) == 0
+    assert view.bars[Phase.PREFILL].shown[0].tolist() == [0.0, 10.0]
+    assert len(view.bars[Phase.DECODE].shown[0]) == 3
+    assert len(view.bars[Phase.MIXED].shown[0]) == 0
+    assert not view.bars[Phase.DECODE].path().isEmpty()
     text = view.hover_text(12.0)
     assert "step 1 · prefill" in text and "50 tokens" in text
     assert view.hover_text(100.0) == ""
@@ -81,7 +95,7 @@ def test_lane_of_a_running_request_reaches_the_live_edge():
         store.add_event(event)
     seg = lane_segments(store, running=True)
     assert seg["decode"][1].tolist() == [21.0, 21.0]   # both still decoding at the live edge
-    assert seg["prefill"][0].tolist() == [0.0, 10.0]   # guessed from the steps that gave the first tokens
+    assert seg["prefill"][0].tolist() == [0.0, 10.0]   # from the admissions reported with their steps
 
 
 def test_lanes_draw_ticks_and_highlight_the_selection(qtbot, store):
@@ -227,7 +241,7 @@ def test_a_new_run_with_as_many_steps_as_the_last_is_repainted(qtbot):
         store.add_event(event)
     view.refresh()
     table.refresh()
-    assert view.curves[Phase.PREFILL].xData[0] == 1000.0
+    assert view.bars[Phase.PREFILL].shown[0][0] == 1000.0
     assert table.model().rowCount() == 2
 
 
@@ -235,3 +249,73 @@ def test_log_axes_label_round_numbers_only():
     from gui.plot_style import RateAxis
     labels = RateAxis("left").logTickStrings([0.0, math.log10(2), math.log10(3), 3.0, math.log10(5e6)], 1, 1)
     assert labels == ["1", "2", "", "1k", "5M"]
+
+
+def test_a_chunked_prefill_lane_starts_at_its_admission_while_it_runs():
+    """Three chunks of one prompt, one per step: the lane shows the whole prefill before the first token."""
+    from backend.events import RequestsArrived
+    store = RunStore()
+    store.add_event(RequestsArrived([0], [0.0], [96]))
+    store.add_event(RecordBatch(steps=[step(0, Phase.PREFILL, 1.0, 4.0, prefill=32)], scheduled={0: 1.0}))
+    store.add_event(RecordBatch(steps=[step(1, Phase.PREFILL, 5.0, 4.0, prefill=32)]))
+    seg = lane_segments(store, running=True)
+    assert seg["queued"][0].tolist() == [0.0] and seg["queued"][1].tolist() == [1.0]
+    assert seg["prefill"][0].tolist() == [1.0] and seg["prefill"][1].tolist() == [9.0]   # up to the live edge
+    assert len(seg["decode"][0]) == 0
+    store.add_event(RecordBatch(steps=[step(2, Phase.PREFILL, 9.0, 4.0, prefill=32)],
+                                tokens=[TokenRecord(0, 0, 13.0)]))
+    seg = lane_segments(store, running=True)
+    assert seg["prefill"][0].tolist() == [1.0] and seg["prefill"][1].tolist() == [13.0]
+
+
+def test_hovering_older_history_describes_the_merged_bar(qtbot):
+    store = RunStore(steps_kept=64, tokens_kept=64, bars_kept=64)
+    store.add_event(RecordBatch(steps=[step(i, Phase.DECODE, float(i), 1.0, decode=3) for i in range(1000)]))
+    view = TimelineView(store)
+    qtbot.addWidget(view)
+    assert "steps merged · decode" in view.hover_text(2.5)
+    assert view.hover_text(999.5).startswith("step 999 · decode")
+
+
+def test_metrics_panel_shows_a_remote_servers_own_gauges(qtbot):
+    from backend.events import RequestsArrived
+    from backend.remote_metrics import ServerMetrics
+    store = RunStore()
+    store.remote = True
+    panel = MetricsPanel(store)
+    qtbot.addWidget(panel)
+    store.add_event(RequestsArrived([0, 1, 2], [0.0, 0.0, 0.0], [7, 7, 7]))
+    panel.refresh()
+    assert panel.values["load"].text() == "3 in flight / — (client's view)"
+    assert "not published" in panel.values["kv"].text()
+    store.add_event(ServerMetrics(10.0, running=5.0, waiting=1.0, kv_usage=0.5))
+    panel.refresh()
+    assert panel.values["load"].text() == "5 / 1 (server)"
+    assert panel.values["kv"].text() == "50% (server)"
+
+
+def test_the_height_fits_the_bars_in_view_even_when_a_phase_has_none_there(qtbot):
+    store = RunStore()
+    store.add_event(RecordBatch(steps=[step(0, Phase.PREFILL, 0.0, 10.0, prefill=500)]
+                                + [step(i, Phase.DECODE, 10.0 + i, 1.0, decode=4) for i in range(1, 200)]))
+    view = TimelineView(store)
+    qtbot.addWidget(view)
+    view.resize(600, 300)
+    view.show()
+    view.refresh()
+    vb = view.getPlotItem().getViewBox()
+    vb.setXRange(100.0, 200.0, padding=0)   # decode steps only: no prefill bar in view
+    view.grab()                             # paints, and auto-ranges the height on what is in view
+    assert vb.viewRange()[1][1] < np.log10(100)   # fitted to the 4-token steps, not the 500-token prefill
+    assert len(view.bars[Phase.PREFILL].shown[0]) == 0 and len(view.bars[Phase.DECODE].shown[0]) > 50
+
+
+def test_lane_rows_are_labelled_with_whole_numbers_and_grow_in_steps():
+    from gui.lanes import RowAxis, room_for
+    axis = RowAxis("left")
+    assert all(v == int(v) for _, values in axis.tickValues(-0.6, 0.6, 300) for v in values)
+    assert axis.tickValues(-0.6, 0.6, 300)[0][1] == [0.0]
+    # while running, room is made in a few steps as requests arrive; at the end, exactly their rows
+    rooms = {room_for(n, running=True) for n in range(1, 200)}
+    assert len(rooms) < 30 and all(room_for(n, True) >= n for n in range(1, 200))
+    assert room_for(137, running=False) == 137

@@ -1,17 +1,19 @@
 """The main window driving the real worker thread and the real engine on the `tiny` model."""
-from gui_fixtures import config_dir, no_thread_left  # noqa: F401
+from gui_fixtures import config_dir, no_thread_left, step  # noqa: F401
+from llama_server import FakeServer, free_port
 
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.config import BatchRun, ModelChoice, RunConfig
-from backend.events import Progress
+from backend.events import Progress, RequestsArrived, RunFinished, SweepPoint
 from backend.export import read_run
 from backend.profiles import LOCAL_KEY, GpuProfile
-from backend.records import Phase, RequestStatus
+from backend.records import Phase, RecordBatch, RequestStatus, TokenRecord
 from backend.session import execute
+from backend.sweep import SweepSpec, read_sweep
 from gui.lanes import lane_segments
-from gui.main_window import MainWindow, run_app
+from gui.main_window import REMOTE_MESSAGE, MainWindow, run_app
 from gui.worker import RunWorker
 
 RUN_TIMEOUT_MS = 120_000   # a shared CPU can be slow to load and warm up; a hang still fails
@@ -48,8 +50,8 @@ def test_a_run_fills_the_timeline_lanes_table_and_metrics(qtbot, window):
     assert not result.error and not result.stopped
     assert not window.running and window.controls.run_button.isEnabled()
     # the step strip: one prefill bar, then a decode bar per further token
-    assert len(window.timeline.curves[Phase.PREFILL].xData) == 4
-    assert len(window.timeline.curves[Phase.DECODE].xData) == 4 * 5
+    assert len(window.timeline.bars[Phase.PREFILL].shown[0]) == 1
+    assert len(window.timeline.bars[Phase.DECODE].shown[0]) == 5
     assert not window.lanes.items["prefill"].path().isEmpty()
     assert not window.lanes.items["decode"].path().isEmpty()
     assert window.table.model().rowCount() == 2
@@ -102,7 +104,7 @@ def test_open_run_shows_a_folder_written_by_the_cli(qtbot, window, tmp_path):
     assert window.open_run(str(tmp_path / "cli"))
     window.repaint_views()
     assert window.table.model().rowCount() == 3
-    assert len(window.timeline.curves[Phase.DECODE].xData) == 4 * 4
+    assert len(window.timeline.bars[Phase.DECODE].shown[0]) == 4
     assert window.status.labels["model"].text() == "model: tiny"
     assert window.metrics.values["done"].text() == "3 / 3"
     assert window.throughput.shape is not None     # the run's shape drives the prediction
@@ -198,6 +200,23 @@ def test_a_workload_through_the_load_driver(qtbot, window):
     assert (x1 - x0).max() > 0
 
 
+class FirstPointSpy(QtCore.QObject):
+    """Lives in the window's thread and notes what the window knew when the first sweep point came."""
+
+    def __init__(self, window: MainWindow):
+        super().__init__()
+        self.window = window
+        self.model_at_first_point = None
+        self.points = 0
+
+    @QtCore.Slot(object)
+    def on_event(self, event) -> None:
+        if isinstance(event, SweepPoint):
+            if self.points == 0:
+                self.model_at_first_point = self.window.store.model
+            self.points += 1
+
+
 def test_a_batch_sweep_streams_points_into_the_throughput_plot(qtbot, window):
     use_tiny(window)
     form = window.controls.form
@@ -205,7 +224,11 @@ def test_a_batch_sweep_streams_points_into_the_throughput_plot(qtbot, window):
     form.fields["sweep-batch"]["batches"].setText("1,2,4")
     form.fields["sweep-batch"]["context"].setText("32")
     form.fields["sweep-batch"]["steps"].setText("2")
+    spy = FirstPointSpy(window)
+    window.worker.event.connect(spy.on_event)   # queued to this thread, after the window's own slot
     run_to_end(qtbot, window)
+    # the sweep announced its model before its first point: status bar and roofline were set from the start
+    assert spy.model_at_first_point is not None and spy.model_at_first_point.name == "tiny"
     x, y = window.throughput.measured.xData, window.throughput.measured.yData
     assert x.tolist() == [0.0, 1.0, 2.0] and all(v > 0 for v in y)
     assert len(window.throughput.predicted.xData) > 0
@@ -213,6 +236,7 @@ def test_a_batch_sweep_streams_points_into_the_throughput_plot(qtbot, window):
     form.set_kind("batch")
     run_to_end(qtbot, window)
     assert window.throughput.measured.xData.tolist() == [0.0, 1.0, 2.0]
+    assert window.throughput.context == 32   # the prediction stays at the context the points were measured at
 
 
 def test_closing_mid_run_stops_the_worker_and_joins_its_thread(qtbot, tmp_path):
@@ -312,3 +336,108 @@ def test_progress_shows_long_work_in_the_status_bar(window):
     assert bar.value() == 500 and "sweep batch: 8" in bar.format()
     window._on_event(Progress("running", None))
     assert bar.isHidden()
+
+
+def use_remote(w: MainWindow, url: str, model: str = "ok") -> None:
+    """A short constant-rate workload (about a second: the server's /metrics is read once a second)."""
+    w.controls.select_remote(url, model)
+    form = w.controls.form
+    form.preset_combo.setCurrentText("custom")
+    form.arrival_combo.setCurrentText("constant")
+    form.source_combo.setCurrentText("synthetic")
+    f = form.fields["load"]
+    f["requests"].setText("5")
+    f["rate"].setText("4")
+    f["prompt_len"].setText("8")
+    f["output_len"].setText("5")
+
+
+def test_a_remote_run_fills_lanes_and_table_and_the_strip_says_why_it_is_empty(qtbot, window, tmp_path):
+    with FakeServer() as server:
+        use_remote(window, server.url)
+        window.controls.key_edit.setText("sk-secret-123")
+        assert window.controls.form.kind() == "load" and window.controls.errors() == []
+        assert not window.controls.device_combo.isVisibleTo(window)   # a server has no device or dtype here
+        result = run_to_end(qtbot, window)
+    assert not result.error and result.summary["num_finished"] == 5
+    assert server.auth[0] == "Bearer sk-secret-123"
+    assert window.table.model().rowCount() == 5
+    assert {window.store.lane(r)["status"] for r in range(5)} == {RequestStatus.FINISHED}
+    assert not window.lanes.items["prefill"].path().isEmpty()   # sent -> first token
+    assert not window.lanes.items["decode"].path().isEmpty()    # streaming
+    assert window.timeline.empty_label.isVisible()
+    assert window.timeline.empty_label.toPlainText() == REMOTE_MESSAGE
+    assert window.metrics.values["load"].text().endswith("(server)")
+    assert window.metrics.values["kv"].text() == "50% (server)"
+    assert window.text.toPlainText() == "Hello from the fake server"
+    assert window.status.labels["device"].text().startswith("device: remote (http://127.0.0.1:")
+    # the same files as a local run, and the key in none of them
+    assert window.export_csv(str(tmp_path / "remote"))
+    assert len(read_run(tmp_path / "remote").requests) == 5
+    for path in (tmp_path / "remote").iterdir():
+        assert "sk-secret-123" not in path.read_text(encoding="utf-8"), path.name
+
+
+def test_a_server_that_is_not_there_gives_one_message_and_the_app_keeps_working(qtbot, window):
+    use_remote(window, f"http://127.0.0.1:{free_port()}/v1")
+    result = run_to_end(qtbot, window)
+    assert result.error and "every request failed" in window.last_error
+    assert window.error_box is not None and window.error_box.isVisible()
+    rows = window.table.model().rowCount()
+    assert rows > 0 and {window.store.lane(r)["status"] for r in range(rows)} == {RequestStatus.ERROR}
+    window.error_box.close()
+    use_tiny(window)
+    result = run_to_end(qtbot, window)
+    assert not result.error and window.table.model().rowCount() == 2
+    assert not window.timeline.empty_label.isVisible()
+    assert len(window.timeline.bars[Phase.DECODE].shown[0]) > 0
+
+
+def test_the_api_key_comes_from_the_environment_and_is_masked(qtbot, monkeypatch):
+    monkeypatch.setenv("PHASESCOPE_API_KEY", "sk-from-env")
+    w = MainWindow()
+    qtbot.addWidget(w)
+    edit = w.findChild(QtWidgets.QLineEdit, "apiKeyEdit")
+    assert edit.text() == "sk-from-env"
+    assert edit.echoMode() == QtWidgets.QLineEdit.EchoMode.Password
+    w.controls.select_remote("127.0.0.1:8000", "served")
+    assert w.controls.endpoint().url == "http://127.0.0.1:8000/v1"   # a bare host:port gets /v1
+    assert w.controls.build_config().endpoint.api_key == "sk-from-env"
+    w.controls.url_field.setText("ftp://host")
+    assert not w.controls.run_button.isEnabled() and "http(s) URL" in w.controls.url_field.error
+
+
+def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(qtbot, tmp_path):
+    n = 100_000
+
+    def long_run(config, emit, should_stop):
+        emit(RequestsArrived([0], [0.0], [8]))
+        for start in range(0, n, 1000):
+            steps = range(start, start + 1000)
+            emit(RecordBatch(steps=[step(i, Phase.DECODE, i * 0.2, 0.2, decode=1) for i in steps],
+                             tokens=[TokenRecord(0, i, i * 0.2 + 0.2) for i in steps]))
+        return RunFinished("long", {"num_steps": n})
+
+    w = MainWindow(worker=RunWorker(run=long_run))
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
+        w.start_run()
+    assert w.store.num_steps == n and len(w.store.steps) < n
+    assert w.export_csv(str(tmp_path / "long"))
+    for name in ("steps.csv", "tokens.csv"):
+        with open(tmp_path / "long" / name, encoding="utf-8") as f:
+            assert sum(1 for _ in f) == n + 1, name    # a header and every row
+    assert len(read_run(tmp_path / "long").requests) == 1
+
+
+def test_open_run_of_a_sweep_folder_restores_its_points(qtbot, window, tmp_path):
+    config = RunConfig(mode="sweep-prompt", model=ModelChoice("tiny", "cpu"),
+                       sweep=SweepSpec(kind="prompt", lengths=[8, 16], steps=1, warmup=0),
+                       out_dir=str(tmp_path / "sweep"))
+    execute(config, lambda event: None, lambda: False)
+    assert window.open_run(str(tmp_path / "sweep"))
+    window.repaint_views()
+    assert window.throughput.measured.xData.tolist() == [3.0, 4.0]    # log2 of the prompt lengths
+    assert window.throughput_dock.windowTitle() == "Throughput vs prompt length"
+    assert window.export_csv(str(tmp_path / "again"))
+    assert [p.x for p in read_sweep(tmp_path / "again")] == [8, 16]

@@ -1,6 +1,7 @@
 """The worker thread: coalesced records, events in order, failures as one line, stop, calibration."""
 from gui_fixtures import config_dir, no_thread_left, step  # noqa: F401
 
+import os
 import threading
 
 import pytest
@@ -8,8 +9,9 @@ from PySide6 import QtCore
 
 from backend.errors import InputError
 from backend.events import Progress, RequestsArrived, RunFinished
+from backend.export import RunData, read_run
 from backend.profiles import LOCAL_KEY, GpuProfile, find_profile
-from backend.records import Phase, RecordBatch
+from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, TokenRecord
 from gui.worker import RunWorker, WorkerThread, merge_batches, running_threads
 
 
@@ -20,6 +22,7 @@ class Collector(QtCore.QObject):
     got_failed = QtCore.Signal(str)
     got_records = QtCore.Signal()
     got_calibrated = QtCore.Signal(object, str)
+    got_recorded = QtCore.Signal(str)
 
     def __init__(self, worker: RunWorker):
         super().__init__()
@@ -30,6 +33,7 @@ class Collector(QtCore.QObject):
         worker.failed.connect(self.on_failed)
         worker.finished.connect(self.on_finished)
         worker.calibrated.connect(self.on_calibrated)
+        worker.recorded.connect(self.on_recorded)
 
     def _note(self, kind, item):
         self.threads.add(threading.get_ident())
@@ -54,6 +58,11 @@ class Collector(QtCore.QObject):
         self._note("finished", r)
         self.got_finished.emit(r)
 
+    @QtCore.Slot(str)
+    def on_recorded(self, folder):
+        self._note("recorded", folder)
+        self.got_recorded.emit(folder)
+
     @QtCore.Slot(object, str)
     def on_calibrated(self, profile, path):
         self._note("calibrated", profile)
@@ -71,8 +80,8 @@ class Starter(QtCore.QObject):
 def start_worker(qtbot):
     started = []
 
-    def start(run=None, measure=None):
-        kwargs = {k: v for k, v in (("run", run), ("measure", measure)) if v is not None}
+    def start(run=None, measure=None, flush_hz=None):
+        kwargs = {k: v for k, v in (("run", run), ("measure", measure), ("flush_hz", flush_hz)) if v is not None}
         wt = WorkerThread(RunWorker(**kwargs))
         wt.starter = Starter()
         wt.starter.run.connect(wt.worker.run)
@@ -119,7 +128,7 @@ def test_events_flush_pending_records_first(qtbot, start_worker):
         emit(Progress("loading", None))
         emit(RecordBatch(steps=[step(0, Phase.PREFILL, 0, 1, prefill=3)]))
         emit(RecordBatch(steps=[step(1, Phase.DECODE, 1, 1, decode=1)]))
-        emit(RequestsArrived([7], [2.0], [5]))
+        emit(Progress("sweep point 2", 0.5))
         emit(RecordBatch(steps=[step(2, Phase.DECODE, 2, 1, decode=1)]))
         return RunFinished("ordered")
 
@@ -133,6 +142,28 @@ def test_events_flush_pending_records_first(qtbot, start_worker):
     before = [s.step for k, b in received[:arrived] if k == "records" for s in b.steps]
     after = [s.step for k, b in received[arrived:] if k == "records" for s in b.steps]
     assert before == [0, 1] and after == [2]
+
+
+def test_arrivals_travel_with_the_records_and_come_before_them(qtbot, start_worker):
+    def run(config, emit, should_stop):
+        for i in range(50):   # a fast engine: arrivals among thousands of steps
+            emit(RequestsArrived([i], [float(i)], [8]))
+            emit(RecordBatch(steps=[step(i, Phase.PREFILL, i, 1, prefill=8)], scheduled={i: float(i)}))
+        return RunFinished("arrivals")
+
+    wt = start_worker(run, flush_hz=0.001)   # the first item goes at once, the rest at the end
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
+        wt.starter.run.emit(None)
+    received = wt.collector.received[:-2]    # before "recorded" and "finished"
+    assert len(received) <= 3                # a few signals, not a hundred
+    arrived_at, stepped_at = {}, {}
+    for position, (kind, item) in enumerate(received):
+        if kind == "event":
+            arrived_at.update({rid: position for rid in item.request_ids})
+        else:
+            stepped_at.update({s.step: position for s in item.steps})
+    assert sorted(arrived_at) == sorted(stepped_at) == list(range(50))
+    assert all(arrived_at[i] < stepped_at[i] for i in range(50))   # a lane exists before its first step
 
 
 def test_a_failure_is_one_line_and_the_thread_runs_the_next_job(qtbot, start_worker):
@@ -185,3 +216,41 @@ def test_calibration_writes_this_machines_profile(qtbot, start_worker):
     assert find_profile(LOCAL_KEY).bandwidth_gbs == 20.0
     first = wt.collector.received[0]
     assert first[0] == "event" and first[1].fraction == 0.5
+
+
+def test_every_record_is_streamed_to_a_run_folder_that_lives_until_the_next_run(qtbot, start_worker):
+    done = RequestRecord(0, RequestStatus.FINISHED, 3, 2, arrival_ms=0.0, finish_ms=2.0)
+
+    def run(config, emit, should_stop):
+        emit(RecordBatch(steps=[step(0, Phase.PREFILL, 0, 1, prefill=3)], tokens=[TokenRecord(0, 0, 1.0)]))
+        emit(RecordBatch(steps=[step(1, Phase.DECODE, 1, 1, decode=1)], tokens=[TokenRecord(0, 1, 2.0)],
+                         requests=[done]))
+        return RunFinished("rec", {"num_finished": 1}, data=RunData("rec", requests=[done], summary={"num_finished": 1}))
+
+    wt = start_worker(run)
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
+        wt.starter.run.emit(None)
+    kinds = [k for k, _ in wt.collector.received]
+    assert kinds.index("recorded") < kinds.index("finished")   # the folder is known before the outcome
+    folder = next(f for k, f in wt.collector.received if k == "recorded")
+    saved = read_run(folder)
+    assert [s.step for s in saved.steps] == [0, 1] and len(saved.tokens) == 2
+    assert saved.run_id == "rec" and saved.summary == {"num_finished": 1}
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
+        wt.starter.run.emit(None)
+    second = [f for k, f in wt.collector.received if k == "recorded"][-1]
+    assert second != folder and not os.path.exists(folder)      # the last run's folder went with the new run
+    wt.stop_and_join()
+    assert not os.path.exists(second)                           # and the last one with the thread
+
+
+def test_a_failed_run_keeps_its_records_on_disk(qtbot, start_worker):
+    def run(config, emit, should_stop):
+        emit(RecordBatch(steps=[step(0, Phase.PREFILL, 0, 1, prefill=3)]))
+        raise RuntimeError("CUDA out of memory")
+
+    wt = start_worker(run)
+    with qtbot.waitSignal(wt.collector.got_failed, timeout=10_000):
+        wt.starter.run.emit(None)
+    folder = next(f for k, f in wt.collector.received if k == "recorded")
+    assert len(read_run(folder).steps) == 1

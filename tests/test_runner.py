@@ -119,7 +119,7 @@ def test_packing_is_refused_where_onednn_cannot_run_the_dtype():
 
 @pytest.mark.parametrize("arch", list(SHAPES))
 def test_a_wide_decode_batch_matches_each_request_alone(arch):
-    """Nine decode rows of different lengths: the CPU's batched-matmul decode attention, with its mask."""
+    """Nine decode rows of different lengths in one batch (masked attention), on packed weights."""
     model = random_model(arch, "cpu", packed=True)
     shape = SHAPES[arch]
     prompts = [[(3 * i + 5 * j + 2) % 96 for j in range(2 + i)] for i in range(9)]

@@ -4,10 +4,10 @@
 decode key length); `attend` runs per layer: it writes the step's keys and values into the
 cache in place and attends each query to its own slot.
 
-`AttentionPlan.static_decode` is the plan for a padded decode batch of fixed size (the CUDA
-graph path): every row attends over its slot's whole `max_len` keys, masked by its position,
-so no shape and no host value depends on the positions and a captured graph stays valid as
-they advance.
+With `static_decode` the plan is for a padded decode batch of fixed size (the CUDA graph
+path): every row attends over its slot's whole `max_len` keys, masked by its position, so no
+shape and no host value depends on the positions and a captured graph stays valid as they
+advance.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from backend.models.base import Segment, StepBatch
+from backend.models.base import KVCache, Segment, StepBatch
 
 
 @dataclass(slots=True)
@@ -30,7 +30,9 @@ class AttentionPlan:
     decode_mask: torch.Tensor | None # (D, 1, 1, decode_len) additive; None when every request sees every key
 
     @classmethod
-    def build(cls, batch: StepBatch, dtype: torch.dtype) -> AttentionPlan:
+    def build(cls, batch: StepBatch, cache: KVCache, dtype: torch.dtype, static_decode: bool = False) -> AttentionPlan:
+        """static_decode: a decode-only batch of fixed size (the CUDA graph path) whose rows attend
+        over their slots' whole max_len keys, masked by position: built from tensors alone, no host read."""
         device = batch.input_ids.device
         segments = []
         offset = 0
@@ -44,26 +46,19 @@ class AttentionPlan:
                 mask = _additive(keys[None, :] <= queries[:, None], dtype)  # (L, start+L)
             segments.append((offset, seg, mask))
             offset += seg.length
-        decode_len = 0
-        decode_mask = None
+        decode_len, decode_mask = 0, None
         if batch.num_decode:
-            # One host read per step (not per layer): the key length must be a Python int to slice the cache.
-            lo, hi = batch.decode_positions.aminmax()
-            lo, hi = int(lo), int(hi)
-            decode_len = hi + 1
-            if lo != hi:  # requests of different lengths: hide each one's keys past its own position
+            if static_decode:
+                decode_len, masked = cache.max_len, True
+            else:
+                # One host read per step (not per layer): the key length must be a Python int to slice the cache.
+                lo, hi = (int(x) for x in batch.decode_positions.aminmax())
+                decode_len, masked = hi + 1, lo != hi
+            if masked:  # hide each request's keys past its own position
                 visible = torch.arange(decode_len, device=device)[None, :] <= batch.decode_positions[:, None]
                 decode_mask = _additive(visible, dtype)[:, None, None, :]  # (D, 1, 1, T)
-        return cls(segments, offset, batch.decode_slots, batch.decode_positions, batch.decode_slot_range,
-                   decode_len, decode_mask)
-
-    @classmethod
-    def static_decode(cls, batch: StepBatch, max_len: int, dtype: torch.dtype) -> AttentionPlan:
-        """Decode only, keys over each slot's whole max_len: built from tensors alone (no host read)."""
-        keys = torch.arange(max_len, device=batch.input_ids.device)
-        visible = keys[None, :] <= batch.decode_positions[:, None]   # (D, max_len)
-        return cls([], 0, batch.decode_slots, batch.decode_positions, None, max_len,
-                   _additive(visible, dtype)[:, None, None, :])
+        return cls(segments, offset, batch.decode_slots, batch.decode_positions,
+                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask)
 
 
 def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -104,22 +99,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         # GQA without expanding the cache: the query heads that share a kv head become that head's
         # "query rows" (HF order: query head i uses kv head i // group), all at the same position.
         qd = q[p:].reshape(d, kv_heads, heads // kv_heads, hd)  # (D, kv, group, hd)
-        outs.append(_decode_attention(qd, ks, vs, plan.decode_mask).reshape(d, heads * hd))
+        o = F.scaled_dot_product_attention(qd, ks, vs, attn_mask=plan.decode_mask)  # (D, kv, group, hd)
+        outs.append(o.reshape(d, heads * hd))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
-
-MATMUL_DECODE_MIN_BATCH = 8
-
-
-def _decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """q (D, kv, group, hd) against k, v (D, kv, T, hd) -> (D, kv, group, hd).
-
-    On the CPU from batch 8 up, two batched matmuls around a softmax beat SDPA's flash kernel
-    by a quarter (its many tiny tiles cost more than the work); below that, and on GPUs, SDPA.
-    """
-    if not q.is_cpu or q.shape[0] < MATMUL_DECODE_MIN_BATCH:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)  # (D, kv, group, T)
-    if mask is not None:
-        scores += mask
-    return torch.matmul(torch.softmax(scores, dim=-1), v)

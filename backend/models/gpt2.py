@@ -8,7 +8,7 @@ from torch import nn
 from backend.errors import InputError
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, ModelShape, StepBatch
-from backend.models.packed import linear, linear_add
+from backend.models.packed import linear
 
 
 class GPT2Layer(nn.Module):
@@ -28,10 +28,10 @@ class GPT2Layer(nn.Module):
         h = F.layer_norm(x, (d,), self.ln1_w, self.ln1_b, self.eps)
         q, k, v = linear(h, self.qkv, self.qkv_b).split(d, dim=-1)  # (N, d) each
         shape = (n, self.heads, self.head_dim)
-        x = linear_add(attend(q.view(shape), k.view(shape), v.view(shape), plan, cache_k, cache_v), self.o, x, self.o_b)
+        x = x + linear(attend(q.view(shape), k.view(shape), v.view(shape), plan, cache_k, cache_v), self.o, self.o_b)
         h = F.layer_norm(x, (d,), self.ln2_w, self.ln2_b, self.eps)
         h = F.gelu(linear(h, self.fc, self.fc_b), approximate="tanh")  # (N, ff)
-        return linear_add(h, self.proj, x, self.proj_b)
+        return x + linear(h, self.proj, self.proj_b)
 
 
 class GPT2Model(nn.Module):
@@ -57,10 +57,7 @@ class GPT2Model(nn.Module):
         static_decode: as in LlamaModel.forward.
         """
         x = F.embedding(batch.input_ids, self.wte) + F.embedding(batch.positions, self.wpe)  # (N, d)
-        if static_decode:
-            plan = AttentionPlan.static_decode(batch, cache.max_len, x.dtype)
-        else:
-            plan = AttentionPlan.build(batch, x.dtype)
+        plan = AttentionPlan.build(batch, cache, x.dtype, static_decode)
         for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
             x = layer(x, plan, cache_k, cache_v)
         x = F.layer_norm(x[batch.logit_rows], x.shape[-1:], self.lnf_w, self.lnf_b, self.shape.norm_eps)  # (M, d)

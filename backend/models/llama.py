@@ -12,7 +12,7 @@ from torch import nn
 
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, ModelShape, StepBatch
-from backend.models.packed import linear, linear_add
+from backend.models.packed import linear
 
 
 class Rotary:
@@ -28,30 +28,24 @@ class Rotary:
         self.cos = self.sin = torch.empty(0, device="cpu")
 
     def lookup(self, positions: torch.Tensor, min_len: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N,) positions -> cos and signed sin (N, 1, hd), broadcast over heads (see apply_rotary)."""
+        """(N,) positions -> cos, sin (N, 1, hd): broadcast over heads."""
         if self.cos.shape[0] < min_len or self.cos.device != positions.device or self.cos.dtype != dtype:
             t = torch.arange(min_len, dtype=torch.float32, device=positions.device)
             freqs = torch.outer(t, self.inv_freq.to(positions.device))  # (L, hd/2)
             emb = torch.cat((freqs, freqs), dim=-1)                     # (L, hd): HF's half-split layout
-            sin = emb.sin()
-            sin[:, :sin.shape[1] // 2].neg_()
-            self.cos, self.sin = emb.cos().to(dtype), sin.to(dtype)
+            self.cos, self.sin = emb.cos().to(dtype), emb.sin().to(dtype)
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """x (N, heads, hd): rotate pairs (i, i + hd/2), the HF "rotate_half" convention.
-
-    rotate_half(x) * sin == roll(x, hd/2) * signed_sin, where the table's first half is
-    negated: the same products and sums as HF's form in three kernels instead of five.
-    """
-    rotated = x.roll(x.shape[-1] // 2, dims=-1).mul_(signed_sin)
-    return torch.mul(x, cos).add_(rotated)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (N, heads, hd): rotate pairs (i, i + hd/2), the HF "rotate_half" convention."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """F.rms_norm, but in plain kernels for float32 on the CPU, where F.rms_norm's
-    composite kernel measured 4x slower on a 512-token prefill (bench/README.md)."""
+    """F.rms_norm, but as plain kernels for float32 on the CPU: there F.rms_norm's composite
+    kernel measured 4x slower on 512 rows, 3-5% of a whole step (bench/README.md)."""
     if not x.is_cpu or x.dtype != torch.float32:
         return F.rms_norm(x, x.shape[-1:], weight, eps)
     scale = x.square().mean(-1, keepdim=True).add_(eps).rsqrt_()
@@ -82,10 +76,10 @@ class LlamaLayer(nn.Module):
         qk = apply_rotary(qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
         q, k = qk[:, :self.heads], qk[:, self.heads:]        # (N, heads, hd), (N, kv, hd)
         v = qkv[:, qk_size:].view(n, self.kv_heads, self.head_dim)  # (N, kv, hd)
-        x = linear_add(attend(q, k, v, plan, cache_k, cache_v), self.o, x)
+        x = x + linear(attend(q, k, v, plan, cache_k, cache_v), self.o)
         h = rms_norm(x, self.mlp_norm, self.eps)
         gate, up = linear(h, self.gate_up).chunk(2, dim=-1)  # (N, ff) each
-        return linear_add(F.silu(gate).mul_(up), self.down, x)
+        return x + linear(F.silu(gate) * up, self.down)
 
 
 class LlamaModel(nn.Module):
@@ -109,13 +103,10 @@ class LlamaModel(nn.Module):
         """Logits (M, vocab) in the model dtype, for batch.logit_rows only.
 
         static_decode: batch is decode-only and padded to a fixed size; attention runs over
-        each slot's whole max_len (see AttentionPlan.static_decode).
+        each slot's whole max_len (see AttentionPlan.build).
         """
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
-        if static_decode:
-            plan = AttentionPlan.static_decode(batch, cache.max_len, x.dtype)
-        else:
-            plan = AttentionPlan.build(batch, x.dtype)
+        plan = AttentionPlan.build(batch, cache, x.dtype, static_decode)
         cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
         for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
             x = layer(x, cos, sin, plan, cache_k, cache_v)

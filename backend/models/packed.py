@@ -1,10 +1,10 @@
 """The layers' matrices in oneDNN's packed layout, for the CPU.
 
 Behind `F.linear`, fp32 matrix products on the CPU go to MKL, whose kernels for a few rows
-(a decode step) read the weights at well under the memory bandwidth and slow down, not
-speed up, with a second thread. oneDNN's blocked weight layout -- what torch.compile's
-freezing pass uses on the CPU -- runs the same products in about half the time at batch 8
-and 32 and a fifth faster at batch 1 and in prefill (bench/README.md has the figures).
+(a decode step) read the weights at well under the memory bandwidth and gain nothing from a
+second thread. oneDNN's blocked weight layout -- what torch.compile's freezing pass uses on
+the CPU -- runs the same products faster at every batch size measured, most at batch 8 to 32
+where it takes about half the time (bench/README.md has the figures).
 
 `pack_weights` converts a loaded model once, in place: every 2-D parameter of its layers is
 replaced by its packed form (the plain copy is freed), and the LM head is packed too (a
@@ -14,9 +14,18 @@ where oneDNN is missing or cannot run the dtype; a packed model still runs on th
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# oneDNN and ideep above it each cache a compiled kernel per input shape, 1,024 by default;
+# prefill steps come in thousands of shapes, so a long load run grew by ~3 MB/s toward a
+# gigabyte or more. 256 of each keep every decode shape hot and memory flat (tests/test_soak.py).
+# Both are read when the caches are first used, which is after this import.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+os.environ.setdefault("LRU_CACHE_CAPACITY", "256")
 
 # oneDNN picks its blocking for a batch-size hint; 32 measured as good as 8 or 512 at every
 # batch from 1 to 512 on the reference CPU, and far better than the hint 1.
@@ -28,13 +37,6 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     if w.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
     return F.linear(x, w, b)
-
-
-def linear_add(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """residual + x @ w.T (+ b): one kernel with a packed weight (the residual add is fused)."""
-    if w.is_mkldnn:
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, w, b, "add")
-    return residual + F.linear(x, w, b)
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:

@@ -1,0 +1,262 @@
+"""The window under load: the real main window fed synthetic engine steps at 5,000 a second.
+
+    python bench/window_under_load.py [--rate 5000] [--seconds 20] [--batch 8] [--output-len 512]
+
+The steps come the way a small model on a GPU makes them: a run function on the real
+RunWorker's thread emits one RecordBatch per engine step (the step, a token and its text per
+running request, admissions and finished requests), paced by the wall clock, and they reach
+the window through the worker's real path (coalesced signals, the record streamed to disk).
+`--batch` requests decode together; each finishes after `--output-len` tokens and a new one
+arrives and is prefilled in a step of its own.
+
+Measured in the window's thread, second by second:
+- backlog: steps the worker has emitted minus steps the window has taken in;
+- frames: paint events of the step strip and of the request lanes;
+- event-loop lateness: how late a 10 ms precise timer fires;
+- memory: the process's resident set (RSS), whose change after the buffers fill should be flat.
+Offscreen (QT_QPA_PLATFORM=offscreen); prints a Markdown table for bench/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import pyqtgraph  # noqa: E402
+import PySide6  # noqa: E402
+from PySide6 import QtCore, QtWidgets  # noqa: E402
+
+from backend.events import RequestsArrived, RunFinished  # noqa: E402
+from backend.records import (Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord,  # noqa: E402
+                             TokenRecord)
+from gui.main_window import MainWindow  # noqa: E402
+from gui.worker import RunWorker  # noqa: E402
+
+PROMPT_TOKENS = 128
+TICK_MS = 10            # the responsiveness probe's interval
+WORDS = [" the", " phase", " of", " decode", " is", " memory", "-bound", "."]
+
+
+class SyntheticEngine:
+    """Emits `rate` engine steps a second from the worker's thread for `seconds`."""
+
+    def __init__(self, rate: float, seconds: float, batch: int, output_len: int):
+        self.rate, self.seconds, self.batch, self.output_len = rate, seconds, batch, output_len
+        self.emitted = 0            # steps handed to emit (read by the window's thread)
+        self.t0 = 0.0
+        self.cpu_s = 0.0            # the worker thread's CPU time: making, recording and sending the records
+
+    def __call__(self, config, emit, should_stop) -> RunFinished:
+        total = int(self.rate * self.seconds)
+        step_ms = 1000.0 / self.rate
+        running: dict[int, list] = {}       # request id -> [arrival_ms, scheduled_ms, first_token_ms, tokens]
+        next_id = 0
+        kv = 0
+        self.t0 = time.perf_counter()
+        cpu0 = time.thread_time()
+        i = 0
+        while i < total and not should_stop():
+            due = min(total, int((time.perf_counter() - self.t0) * self.rate))
+            while i < due:
+                now = (time.perf_counter() - self.t0) * 1000.0
+                batch = RecordBatch()
+                if len(running) < self.batch:   # a new request arrives and its prompt fills this step
+                    rid, next_id = next_id, next_id + 1
+                    emit(RequestsArrived([rid], [now], [PROMPT_TOKENS]))
+                    running[rid] = [now, now, now + step_ms, 1]
+                    batch.scheduled[rid] = now
+                    batch.tokens.append(TokenRecord(rid, 0, now + step_ms, 1))
+                    batch.text[rid] = WORDS[0]
+                    kv += PROMPT_TOKENS + 1
+                    batch.steps.append(step_record(i, Phase.PREFILL, now, step_ms, 1, PROMPT_TOKENS, 0, kv,
+                                                   len(running)))
+                else:
+                    for rid, life in list(running.items()):
+                        life[3] += 1
+                        batch.tokens.append(TokenRecord(rid, life[3] - 1, now + step_ms, life[3]))
+                        batch.text[rid] = WORDS[life[3] % len(WORDS)]
+                        if life[3] == self.output_len:
+                            del running[rid]
+                            kv -= PROMPT_TOKENS + self.output_len
+                            batch.requests.append(finished(rid, life, now + step_ms))
+                    kv += len(batch.tokens)
+                    batch.steps.append(step_record(i, Phase.DECODE, now, step_ms, len(batch.tokens), 0,
+                                                   len(batch.tokens), kv, len(running)))
+                emit(batch)
+                i += 1
+                self.emitted = i
+            time.sleep(0.001)   # the engine's own pause for the next step; lets the GIL go
+        self.cpu_s = time.thread_time() - cpu0
+        return RunFinished("window-under-load", {"num_steps": i}, stopped=i < total)
+
+
+def step_record(i, phase, start, duration, requests, prefill, decode, kv, running) -> StepRecord:
+    return StepRecord("window-under-load", i, phase, requests, 1 if prefill else 0, decode, prefill + decode,
+                      prefill, decode, kv, PROMPT_TOKENS + 512, start, duration, kv, 1 << 20, 0, running)
+
+
+def finished(rid: int, life: list, end: float) -> RequestRecord:
+    arrival, scheduled, first, n = life
+    return RequestRecord(rid, RequestStatus.FINISHED, PROMPT_TOKENS, n, arrival, scheduled, first, end,
+                         first - arrival, (end - first) / max(n - 1, 1), end - arrival, scheduled - arrival,
+                         finish_reason="length")
+
+
+class PaintCounter(QtCore.QObject):
+    def __init__(self, widget: QtWidgets.QWidget):
+        super().__init__()
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, obj, event) -> bool:
+        if event.type() == QtCore.QEvent.Type.Paint:
+            self.count += 1
+        return False
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+class Probe:
+    """Samples the window once a second and times a 10 ms timer, all in the window's thread."""
+
+    def __init__(self, window: MainWindow, engine: SyntheticEngine):
+        self.window, self.engine = window, engine
+        self.strip = PaintCounter(window.timeline.viewport())
+        self.lanes = PaintCounter(window.lanes.viewport())
+        self.ticks: list[float] = []
+        self.rows: list[dict] = []
+        self.tick_timer = QtCore.QTimer()
+        self.tick_timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
+        self.tick_timer.setInterval(TICK_MS)
+        self.tick_timer.timeout.connect(lambda: self.ticks.append(time.perf_counter()))
+        self.sample_timer = QtCore.QTimer()
+        self.sample_timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
+        self.sample_timer.setInterval(1000)
+        self.sample_timer.timeout.connect(self.sample)
+        self._last = None
+
+    def start(self) -> None:
+        self._last = (time.perf_counter(), 0, 0, 0)
+        self.tick_timer.start()
+        self.sample_timer.start()
+
+    def stop(self) -> None:
+        self.tick_timer.stop()
+        self.sample_timer.stop()
+
+    def sample(self) -> None:
+        now = time.perf_counter()
+        t_prev, strip_prev, lanes_prev, ticks_prev = self._last
+        span = now - t_prev
+        ticks = np.array(self.ticks[max(ticks_prev - 1, 0):])
+        late = np.maximum(np.diff(ticks) * 1000.0 - TICK_MS, 0.0) if len(ticks) > 1 else np.zeros(1)
+        emitted, received = self.engine.emitted, self.window.store.num_steps
+        self.rows.append({"t": now - self.engine.t0, "emitted": emitted, "received": received,
+                          "backlog": emitted - received, "strip_fps": (self.strip.count - strip_prev) / span,
+                          "lanes_fps": (self.lanes.count - lanes_prev) / span,
+                          "late_p99": float(np.percentile(late, 99)), "rss": rss_mb()})
+        self._last = (now, self.strip.count, self.lanes.count, len(self.ticks))
+
+    def lateness(self) -> np.ndarray:
+        return np.maximum(np.diff(np.array(self.ticks)) * 1000.0 - TICK_MS, 0.0)
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, PySide6 {PySide6.__version__}, "
+            f"pyqtgraph {pyqtgraph.__version__}, Qt platform {os.environ['QT_QPA_PLATFORM']}")
+
+
+def report(args, probe: Probe, engine: SyntheticEngine, window: MainWindow) -> str:
+    rows = probe.rows
+    late = probe.lateness()
+    half = [r for r in rows if r["t"] >= args.seconds / 2]
+    first, last = rows[: len(rows) // 4 or 1], rows[-(len(rows) // 4 or 1):]
+    backlog_ms = max(r["backlog"] for r in rows) / args.rate * 1000.0
+    strip = [r["strip_fps"] for r in rows[1:]] or [0.0]
+    lanes = [r["lanes_fps"] for r in rows[1:]] or [0.0]
+    rss0, rss1 = half[0]["rss"], half[-1]["rss"]
+    verdict = {True: "met", False: "missed"}
+    steps_per_s = engine.emitted / max(rows[-1]["t"], 1e-9)
+    lines = [
+        f"{time.strftime('%Y-%m-%d')}, {machine()}; load average {probe.load_before:.1f} before the run "
+        "(other processes sharing the cores).",
+        f"{engine.emitted:,} steps in {rows[-1]['t']:.1f} s ({steps_per_s:,.0f} steps/s, batch {args.batch}: "
+        f"{steps_per_s * args.batch:,.0f} tokens/s, {window.store.num_requests:,} requests). CPU time: the window's "
+        f"thread {probe.window_cpu_s:.1f} s, the worker's {engine.cpu_s:.1f} s (making, recording and sending the "
+        "records).",
+        "",
+        "| measure | target | measured | |",
+        "|---|---|---|---|",
+        f"| backlog of undelivered steps (emitted − taken in) | not growing | max {max(r['backlog'] for r in rows):,} "
+        f"steps ({backlog_ms:.0f} ms of records); mean {np.mean([r['backlog'] for r in first]):,.0f} in the first "
+        f"quarter, {np.mean([r['backlog'] for r in last]):,.0f} in the last | "
+        f"{verdict[np.mean([r['backlog'] for r in last]) <= 2 * max(np.mean([r['backlog'] for r in first]), 100)]} |",
+        f"| plot repaint rate (paint events per second) | ≥ 30 | step strip: mean {np.mean(strip):.1f}, lowest second "
+        f"{min(strip):.1f}; request lanes: mean {np.mean(lanes):.1f}, lowest {min(lanes):.1f} | "
+        f"{verdict[min(np.mean(strip), np.mean(lanes)) >= 30]} |",
+        f"| event loop: lateness of a 10 ms timer | p99 ≤ 50 ms | p50 {np.percentile(late, 50):.1f} ms, p99 "
+        f"{np.percentile(late, 99):.1f} ms, max {late.max():.1f} ms ({len(late):,} ticks) | "
+        f"{verdict[np.percentile(late, 99) <= 50]} |",
+        f"| memory (RSS) once the buffers are full, {half[0]['t']:.0f} s → {half[-1]['t']:.0f} s | flat within a few % "
+        f"| {rss0:,.0f} MB → {rss1:,.0f} MB ({rss1 - rss0:+.1f} MB, {100 * (rss1 / rss0 - 1):+.1f}%) | "
+        f"{verdict[abs(rss1 / rss0 - 1) <= 0.03]} |",
+        "",
+        "| second | steps emitted | taken in | backlog | strip fps | lanes fps | timer p99 late (ms) | RSS (MB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['t']:.0f} | {r['emitted']:,} | {r['received']:,} | {r['backlog']:,} | {r['strip_fps']:.1f} "
+                     f"| {r['lanes_fps']:.1f} | {r['late_p99']:.1f} | {r['rss']:,.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=5000.0, help="engine steps per second")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--batch", type=int, default=8, help="requests decoding together")
+    parser.add_argument("--output-len", type=int, default=512, help="tokens each request generates")
+    args = parser.parse_args()
+
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    engine = SyntheticEngine(args.rate, args.seconds, args.batch, args.output_len)
+    window = MainWindow(worker=RunWorker(run=engine))
+    window.resize(1400, 900)
+    window.show()
+    probe = Probe(window, engine)
+    probe.load_before = os.getloadavg()[0]
+    cpu0 = time.thread_time()
+    loop = QtCore.QEventLoop()
+    window.runFinished.connect(lambda _result: loop.quit())
+    window.runFailed.connect(lambda message: (print(f"error: {message}", file=sys.stderr), loop.quit()))
+    probe.start()
+    window.start_run()
+    loop.exec()
+    probe.stop()
+    probe.window_cpu_s = time.thread_time() - cpu0
+    table = report(args, probe, engine, window)
+    window.close()
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
