@@ -51,6 +51,7 @@ class SyntheticEngine:
 
     def __init__(self, rate: float, seconds: float, batch: int, output_len: int):
         self.rate, self.seconds, self.batch, self.output_len = rate, seconds, batch, output_len
+        self.max_context = PROMPT_TOKENS + output_len
         self.emitted = 0            # steps handed to emit (read by the window's thread)
         self.t0 = 0.0
         self.cpu_s = 0.0            # the worker thread's CPU time: making, recording and sending the records
@@ -78,7 +79,7 @@ class SyntheticEngine:
                     batch.text[rid] = WORDS[0]
                     kv += PROMPT_TOKENS + 1
                     batch.steps.append(step_record(i, Phase.PREFILL, now, step_ms, 1, PROMPT_TOKENS, 0, kv,
-                                                   len(running)))
+                                                   len(running), self.max_context))
                 else:
                     for rid, life in list(running.items()):
                         life[3] += 1
@@ -90,7 +91,7 @@ class SyntheticEngine:
                             batch.requests.append(finished(rid, life, now + step_ms))
                     kv += len(batch.tokens)
                     batch.steps.append(step_record(i, Phase.DECODE, now, step_ms, len(batch.tokens), 0,
-                                                   len(batch.tokens), kv, len(running)))
+                                                   len(batch.tokens), kv, len(running), self.max_context))
                 emit(batch)
                 i += 1
                 self.emitted = i
@@ -99,9 +100,9 @@ class SyntheticEngine:
         return RunFinished("window-under-load", {"num_steps": i}, stopped=i < total)
 
 
-def step_record(i, phase, start, duration, requests, prefill, decode, kv, running) -> StepRecord:
+def step_record(i, phase, start, duration, requests, prefill, decode, kv, running, max_context) -> StepRecord:
     return StepRecord("window-under-load", i, phase, requests, 1 if prefill else 0, decode, prefill + decode,
-                      prefill, decode, kv, PROMPT_TOKENS + 512, start, duration, kv, 1 << 20, 0, running)
+                      prefill, decode, kv, max_context, start, duration, kv, 1 << 20, 0, running)
 
 
 def finished(rid: int, life: list, end: float) -> RequestRecord:

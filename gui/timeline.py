@@ -13,7 +13,7 @@ from .run_store import PHASE_CODE, RunStore
 
 FOLLOW_WINDOW_MS = 10_000.0   # while running, show ten seconds around the live edge unless the user zoomed or panned
 BASELINE = 0.5                # bars start half a token up, so a 1-token decode step has height on the log axis
-WIDE_PX = 3                   # bars at least this wide are drawn as outlined rectangles, narrower ones as lines
+WIDE_PX = 6                   # bars at least this wide are drawn as outlined rectangles, narrower ones as lines
 
 
 def follow_page(now_ms: float, width_ms: float = FOLLOW_WINDOW_MS) -> tuple[float, float]:
@@ -52,8 +52,9 @@ class PhaseBars(QtWidgets.QGraphicsPathItem):
     """One phase's bars as paths that Qt paints on its own (no Python per frame).
 
     Bars a few pixels wide are filled rectangles with an outline; narrower ones are vertical
-    lines in the fill colour (filling thousands of thin rectangles that every scanline
-    crosses costs the raster engine hundreds of milliseconds; stroking lines, one or two).
+    lines in the fill colour, as wide as such bars typically are (filling hundreds of thin
+    rectangles that every scanline crosses costs the raster engine tens to hundreds of
+    milliseconds a frame; stroking lines, one or two).
     It holds all of the phase's bars (bounded by the store) and draws those in view; its
     dataBounds let the view's auto-range fit the height of the bars in view."""
 
@@ -61,6 +62,7 @@ class PhaseBars(QtWidgets.QGraphicsPathItem):
         super().__init__()
         self.setPen(cosmetic_pen(outline_color(color)))
         self.setBrush(QtGui.QColor(color))
+        self.color = color
         self.lines = QtWidgets.QGraphicsPathItem(self)
         self.lines.setPen(cosmetic_pen(color))
         self.start = self.end = self.height = np.empty(0)   # height in plot units (log10 on a log axis)
@@ -76,6 +78,10 @@ class PhaseBars(QtWidgets.QGraphicsPathItem):
         wide = (e - s) >= WIDE_PX * px
         self.setPath(rect_path(s[wide], e[wide], np.full(int(wide.sum()), self.base), h[wide]))
         thin = ~wide
+        if thin.any() and 0 < px < np.inf:
+            width = int(np.clip(np.median(e[thin] - s[thin]) / px, 1, WIDE_PX - 1))
+            if width != self.lines.pen().width():
+                self.lines.setPen(cosmetic_pen(self.color, width))
         self.lines.setPath(tick_path((s[thin] + e[thin]) / 2, np.full(int(thin.sum()), self.base), h[thin]))
 
     def dataBounds(self, axis: int, frac: float = 1.0, orthoRange=None):
