@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 
@@ -134,6 +134,9 @@ class RunWriter:
         for name in self._files:
             os.replace(self.folder / f"{name}.partial", self.folder / name)
         self._files.clear()
+        if not run.steps:
+            # a long run keeps no steps in memory: the trace takes them from the file just written
+            run = replace(run, steps=_read_records(self.folder / "steps.csv", StepRecord))
         _write_meta(self.folder, run)
 
     def abandon(self) -> None:

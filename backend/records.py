@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from functools import lru_cache
+from operator import attrgetter
 
 
 class Phase(str, Enum):
@@ -79,18 +81,21 @@ class TokenRecord:
     token_id: int = -1
 
 
-def record_fields(cls) -> list[str]:
+@lru_cache(maxsize=None)
+def record_fields(cls) -> tuple[str, ...]:
     """Column names of a record class, in declaration order (the CSV header)."""
-    return [f.name for f in fields(cls)]
+    return tuple(f.name for f in fields(cls))
+
+
+@lru_cache(maxsize=None)
+def _row_getter(cls):
+    """One attrgetter per record class: rows are made on the hot path of every step."""
+    return attrgetter(*record_fields(cls))
 
 
 def record_row(record) -> list:
     """A record's values in column order, enums written as their value."""
-    out = []
-    for name in record_fields(type(record)):
-        value = getattr(record, name)
-        out.append(value.value if isinstance(value, Enum) else value)
-    return out
+    return [v.value if isinstance(v, Enum) else v for v in _row_getter(type(record))(record)]
 
 
 @dataclass(slots=True)

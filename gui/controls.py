@@ -318,8 +318,8 @@ class ControlsPanel(QtWidgets.QWidget):
 
     def set_running(self, running: bool) -> None:
         self._running = running
-        for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo, self.profile_combo,
-                       self.open_profile_button, self.calibrate_button, self.form):
+        for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
+                       self.profile_combo, self.open_profile_button, self.calibrate_button, self.form):
             widget.setEnabled(not running)
         self._update()
 

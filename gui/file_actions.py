@@ -72,7 +72,8 @@ class FileActions:
         except (InputError, RunError) as exc:
             self.show_error(f"export failed: {exc}")
             return False
-        note = "" if complete else f" (the run's record on disk was lost: only its newest {len(self.store.steps):,} steps)"
+        note = "" if complete else (f" (the run's record on disk was lost: only its newest "
+                                    f"{len(self.store.steps):,} steps)")
         self.statusBar().showMessage(f"Exported CSV to {path}{note}")
         return True
 

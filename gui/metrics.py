@@ -26,7 +26,9 @@ def format_rows(m: LiveMetrics) -> dict[str, str]:
     decode_rate = "—" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:,.1f}"
     def count(n):
         return "—" if n is None else f"{n}"
-    load = "—" if m.num_running is None and m.num_waiting is None else f"{count(m.num_running)} / {count(m.num_waiting)}"
+    load = "—"
+    if m.num_running is not None or m.num_waiting is not None:
+        load = f"{count(m.num_running)} / {count(m.num_waiting)}"
     kv = "—"
     if m.kv_tokens is not None and m.kv_capacity:
         kv = f"{m.kv_tokens:,} / {m.kv_capacity:,} tokens ({100.0 * m.kv_tokens / m.kv_capacity:.0f}%)"

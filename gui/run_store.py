@@ -299,7 +299,8 @@ class RunStore:
         return RequestRecord(request_id=lane["request_id"], status=RequestStatus.ERROR,
                              prompt_tokens=0 if np.isnan(prompt) else int(prompt),
                              output_tokens=int(lane["output_tokens"]), arrival_ms=opt("arrival_ms") or 0.0,
-                             scheduled_ms=opt("scheduled_ms"), first_token_ms=opt("first_token_ms"), finish_reason="run ended before this request",
+                             scheduled_ms=opt("scheduled_ms"), first_token_ms=opt("first_token_ms"),
+                             finish_reason="run ended before this request",
                              text=self.request_text(lane["request_id"]))
 
 

@@ -45,6 +45,11 @@ def test_run_writes_every_file_with_the_documented_columns(tmp_path):
             header = next(csv.reader(f))
         assert set(wanted.split()) <= set(header), name
     assert {p.name for p in tmp_path.iterdir()} >= {"summary.csv", "run.json", "trace.json"}
+    import json
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    with open(tmp_path / "steps.csv") as f:
+        num_steps = sum(1 for _ in f) - 1
+    assert num_steps == 5 and len([e for e in trace if e["ph"] == "X" and e["pid"] == 1]) == num_steps
 
 
 def test_load_and_sweep_and_listings(tmp_path):

@@ -225,7 +225,8 @@ def test_every_record_is_streamed_to_a_run_folder_that_lives_until_the_next_run(
         emit(RecordBatch(steps=[step(0, Phase.PREFILL, 0, 1, prefill=3)], tokens=[TokenRecord(0, 0, 1.0)]))
         emit(RecordBatch(steps=[step(1, Phase.DECODE, 1, 1, decode=1)], tokens=[TokenRecord(0, 1, 2.0)],
                          requests=[done]))
-        return RunFinished("rec", {"num_finished": 1}, data=RunData("rec", requests=[done], summary={"num_finished": 1}))
+        data = RunData("rec", requests=[done], summary={"num_finished": 1})
+        return RunFinished("rec", {"num_finished": 1}, data=data)
 
     wt = start_worker(run)
     with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
@@ -254,3 +255,27 @@ def test_a_failed_run_keeps_its_records_on_disk(qtbot, start_worker):
         wt.starter.run.emit(None)
     folder = next(f for k, f in wt.collector.received if k == "recorded")
     assert len(read_run(folder).steps) == 1
+
+
+def test_a_recording_that_fails_is_dropped_and_the_run_goes_on(qtbot, start_worker, monkeypatch):
+    """A full disk under the temporary folder: the run is not failed for its copy."""
+    from backend.errors import RunError
+    from backend.export import RunWriter
+    tried = []
+
+    def full_disk(self, batch):
+        tried.append(batch)
+        raise RunError(f"cannot write to output folder {self.folder}: No space left on device")
+
+    monkeypatch.setattr(RunWriter, "add", full_disk)
+
+    def run(config, emit, should_stop):
+        emit(RecordBatch(steps=[step(0, Phase.PREFILL, 0, 1, prefill=3)]))
+        return RunFinished("full")
+
+    wt = start_worker(run)
+    with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000) as finished:
+        wt.starter.run.emit(None)
+    assert finished.args[0].run_id == "full" and tried
+    assert [f for k, f in wt.collector.received if k == "recorded"] == [""]   # Export falls back to the window's copy
+    assert wt.worker.recording is None
