@@ -87,7 +87,7 @@ def _runs(torch, dev, dtype) -> bool:
     return True
 
 
-def _matmul_flops(torch, dev, dtype, n: int, budget_s: float, sync) -> tuple[float, int]:
+def matmul_flops(torch, dev, dtype, n: int, budget_s: float, sync) -> tuple[float, int]:
     """FLOP/s of an n x n matmul (2 n^3 FLOPs), shrinking n while one run eats the budget."""
     while True:
         a = torch.randn(n, n, device=dev, dtype=dtype)
@@ -105,7 +105,7 @@ def _matmul_flops(torch, dev, dtype, n: int, budget_s: float, sync) -> tuple[flo
     return 2 * n**3 / _median_seconds(run, sync, once, budget_s), n
 
 
-def _copy_bandwidth(torch, dev, mib: int, budget_s: float, sync) -> float:
+def copy_bandwidth(torch, dev, mib: int, budget_s: float, sync) -> float:
     """Bytes/s of a large copy, counting the bytes read and the bytes written."""
     src = torch.empty(mib * 2**20 // 4, device=dev, dtype=torch.float32).fill_(1.0)   # touched, so really mapped
     dst = torch.empty_like(src)
@@ -188,12 +188,12 @@ def calibrate(device: str = "auto", progress: Callable[[str, float], None] | Non
     try:
         for i, (key, dt) in enumerate(dtypes):
             report(f"matrix multiply, {key}", i / steps)
-            flops, sizes[key] = _matmul_flops(torch, dev, dt, plan.matmul_n, plan.matmul_budget_s, sync)
+            flops, sizes[key] = matmul_flops(torch, dev, dt, plan.matmul_n, plan.matmul_budget_s, sync)
             tflops[key] = _significant(flops / 1e12)
     finally:
         torch.set_float32_matmul_precision(precision)
     report("memory bandwidth (copy)", len(dtypes) / steps)
-    bandwidth = _copy_bandwidth(torch, dev, plan.copy_mib, plan.copy_budget_s, sync)
+    bandwidth = copy_bandwidth(torch, dev, plan.copy_mib, plan.copy_budget_s, sync)
     report("done", 1.0)
 
     name, vendor, memory_gb = _describe(torch, dev)

@@ -94,6 +94,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     from .device import dtype_name, synchronize
     from .models import make_step_batch
     from .models.base import KVCache
+    from .models.packed import pack_weights
     from .profiles import dtype_key, find_profile
     from .roofline import step_cost, utilization
     from .session import config_dict, load, new_run_id, run_info
@@ -101,6 +102,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     spec: SweepSpec = config.sweep
     out_dir = ensure_writable(config.out_dir) if config.out_dir else None
     loaded, dev_name = load(config, emit)
+    pack_weights(loaded.model)   # as the runner does: the sweep times the same kernels as a run
     shape, device = loaded.shape, loaded.device
     emit(ModelLoaded(loaded.name, str(device), dev_name, dtype_name(loaded.dtype), loaded.source,
                      loaded.random_weights, shape.num_params(), loaded.weight_bytes, 0, shape))

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from backend.arrivals import RequestSpec  # noqa: E402
-from backend.calibrate import _copy_bandwidth, _matmul_flops, calibrate  # noqa: E402
+from backend.calibrate import copy_bandwidth, matmul_flops, calibrate  # noqa: E402
 from backend.config import SamplingConfig  # noqa: E402
 from backend.device import device_name, synchronize  # noqa: E402
 from backend.engine import Engine, EngineResult, FixedSource  # noqa: E402
@@ -165,12 +165,12 @@ def paired(ours: list[float], theirs: list[float]) -> tuple[float, float, float]
 
 def probe_bandwidth() -> float:
     """Copy bandwidth, bytes/s: calibrate's own measurement, shortened to run beside each of ours."""
-    return _copy_bandwidth(torch, torch.device("cpu"), 256, 0.5, lambda: None)
+    return copy_bandwidth(torch, torch.device("cpu"), 256, 0.5, lambda: None)
 
 
 def probe_matmul() -> float:
     """fp32 matmul FLOP/s of 2048x2048 products, as calibrate measures them."""
-    return _matmul_flops(torch, torch.device("cpu"), torch.float32, 2048, 1.0, lambda: None)[0]
+    return matmul_flops(torch, torch.device("cpu"), torch.float32, 2048, 1.0, lambda: None)[0]
 
 
 def cpu_figures(loaded, theirs: Theirs, repeats: int, log) -> dict:
