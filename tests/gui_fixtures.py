@@ -73,3 +73,25 @@ def two_request_run() -> list:
     ])
     events.append(finished)
     return events
+
+
+RUN_TIMEOUT_MS = 120_000   # a shared CPU can be slow to load and warm up; a hang still fails
+
+
+@pytest.fixture
+def window(qtbot):
+    from gui.main_window import MainWindow
+    w = MainWindow()
+    qtbot.addWidget(w)   # closed after the test: closeEvent stops the run and joins the thread
+    w.show()
+    return w
+
+
+def use_tiny(w, prompt_len="16", output_len="6", batch="2") -> None:
+    w.controls.select_model("tiny")
+    w.controls.device_combo.setCurrentText("cpu")
+    w.controls.form.set_kind("batch")
+    f = w.controls.form.fields["batch"]
+    f["prompt_len"].setText(prompt_len)
+    f["output_len"].setText(output_len)
+    f["batch"].setText(batch)

@@ -3,7 +3,7 @@
 The real worker thread and the real engine on the `tiny` model; files made in tmp_path.
 docs/reliability.md lists every case and the test that covers it.
 """
-from gui_fixtures import config_dir, no_thread_left  # noqa: F401
+from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
 
 import errno
 import json
@@ -22,25 +22,6 @@ from backend.session import execute
 from gui.main_window import MainWindow
 from test_reliability import BAD_PROFILES, BAD_WORKLOADS, PROFILE, WORKLOAD, bad_model, wordlevel_llama_folder
 
-RUN_TIMEOUT_MS = 120_000   # a shared CPU can be slow to load and warm up; a hang still fails
-
-
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow()
-    qtbot.addWidget(w)   # closed after the test: closeEvent stops the run and joins the thread
-    w.show()
-    return w
-
-
-def use_tiny(w: MainWindow, prompt_len="16", output_len="6", batch="2") -> None:
-    w.controls.select_model("tiny")
-    w.controls.device_combo.setCurrentText("cpu")
-    w.controls.form.set_kind("batch")
-    f = w.controls.form.fields["batch"]
-    f["prompt_len"].setText(prompt_len)
-    f["output_len"].setText(output_len)
-    f["batch"].setText(batch)
 
 
 def click(qtbot, button) -> None:

@@ -1,5 +1,5 @@
 """The main window driving the real worker thread and the real engine on the `tiny` model."""
-from gui_fixtures import config_dir, no_thread_left, step  # noqa: F401
+from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window, step  # noqa: F401
 from llama_server import FakeServer, free_port
 
 import pytest
@@ -16,25 +16,6 @@ from gui.lanes import lane_segments
 from gui.main_window import REMOTE_MESSAGE, MainWindow, run_app
 from gui.worker import RunWorker
 
-RUN_TIMEOUT_MS = 120_000   # a shared CPU can be slow to load and warm up; a hang still fails
-
-
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow()
-    qtbot.addWidget(w)   # closed after the test: closeEvent stops the run and joins the thread
-    w.show()
-    return w
-
-
-def use_tiny(w: MainWindow, prompt_len="16", output_len="6", batch="2") -> None:
-    w.controls.select_model("tiny")
-    w.controls.device_combo.setCurrentText("cpu")
-    w.controls.form.set_kind("batch")
-    f = w.controls.form.fields["batch"]
-    f["prompt_len"].setText(prompt_len)
-    f["output_len"].setText(output_len)
-    f["batch"].setText(batch)
 
 
 def run_to_end(qtbot, w: MainWindow):
