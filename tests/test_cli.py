@@ -111,14 +111,9 @@ def test_malformed_workload_file_names_the_field(tmp_path):
 def test_ctrl_c_stops_the_run_and_still_writes_the_records(tmp_path):
     import signal
     from backend.export import read_run
-    proc = subprocess.Popen([sys.executable, "main.py", "load", "--model", "tiny", "--requests", "400",
-                             "--arrival", "constant", "--rate", "20", "--output-len", "40", "--ignore-eos",
-                             "--out", str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    from faults import start_load_run
+    proc = start_load_run(tmp_path)
     try:
-        for line in proc.stderr:
-            if line.startswith("  arrived"):      # the first progress line: the run is under way
-                break
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -85,21 +85,12 @@ def test_unwritable_folder_is_refused_before_anything_is_written(tmp_path):
 
 
 def test_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    import errno
     from backend.errors import RunError
     from backend.export import atomic_write_text
+    from faults import fill_disk
     target = tmp_path / "summary.csv"
     target.write_text("old")
-    real_fdopen = os.fdopen
-
-    def full_disk(fd, *args, **kwargs):
-        f = real_fdopen(fd, *args, **kwargs)
-
-        def write(_text):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        f.write = write
-        return f
-    monkeypatch.setattr(os, "fdopen", full_disk)
+    fill_disk(monkeypatch)
     with pytest.raises(RunError, match="No space left on device"):
         atomic_write_text(target, "new")
     assert target.read_text() == "old"

@@ -5,7 +5,6 @@ docs/reliability.md lists every case and the test that covers it.
 """
 from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
 
-import errno
 import json
 import os
 import threading
@@ -20,6 +19,7 @@ from backend.export import read_run, write_run
 from backend.records import RequestStatus
 from backend.session import execute
 from gui.main_window import MainWindow
+from faults import fill_disk
 from test_reliability import BAD_PROFILES, BAD_WORKLOADS, PROFILE, WORKLOAD, bad_model, wordlevel_llama_folder
 
 
@@ -253,16 +253,7 @@ def test_a_full_disk_during_export_says_so_and_leaves_the_saved_files(qtbot, win
     out = tmp_path / "out"
     write_run(out, read_run_of(window, tmp_path / "first"))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real_fdopen = os.fdopen
-
-    def full_disk(fd, *args, **kwargs):
-        f = real_fdopen(fd, *args, **kwargs)
-
-        def write(_text):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        f.write = write
-        return f
-    monkeypatch.setattr(os, "fdopen", full_disk)
+    fill_disk(monkeypatch)
     assert not window.export_csv(str(out))
     monkeypatch.undo()
     assert "export failed" in window.last_error and "No space left on device" in window.last_error

@@ -23,6 +23,7 @@ from backend.records import RecordBatch, RequestStatus
 from backend.session import execute
 from backend.sweep import SweepSpec
 from backend.workload import apply_overrides, load_workload
+from faults import fill_disk, start_load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -326,24 +327,11 @@ def test_a_full_disk_ends_the_run_with_one_line_and_no_half_written_file(tmp_pat
 
 
 def test_a_full_disk_during_an_export_leaves_every_saved_file_as_it_was(tmp_path, monkeypatch):
-    import errno
-    from backend import export
     run = RunData("r1", {"mode": "batch"}, {"model": "tiny"}, summary={"ttft_mean_ms": 1.0})
     out = tmp_path / "out"
     write_run(out, RunData("r0", {"mode": "batch"}, {"model": "older"}))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real_fdopen = os.fdopen
-    opened = []
-
-    def fills_up_on_the_fifth_file(fd, *args, **kwargs):
-        f = real_fdopen(fd, *args, **kwargs)
-        opened.append(fd)
-        if len(opened) == 5:
-            def write(_text):
-                raise OSError(errno.ENOSPC, "No space left on device")
-            f.write = write
-        return f
-    monkeypatch.setattr(export.os, "fdopen", fills_up_on_the_fifth_file)
+    fill_disk(monkeypatch, files_that_fit=4)
     with pytest.raises(RunError, match="No space left on device"):
         write_run(out, run)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before   # the four written first were not renamed
@@ -437,16 +425,8 @@ def test_stop_during_a_sweep_point_ends_it_within_one_step(monkeypatch):
 
 
 def test_a_killed_load_run_leaves_its_records_on_disk_up_to_the_last_second(tmp_path):
-    proc = subprocess.Popen([sys.executable, "main.py", "load", "--model", "tiny", "--requests", "400",
-                             "--arrival", "constant", "--rate", "20", "--output-len", "40", "--ignore-eos",
-                             "--out", str(tmp_path)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_load_run(tmp_path, stdout=subprocess.DEVNULL)
     try:
-        # the first progress line comes a second after the model loaded: the writer, made before the
-        # model loaded, has flushed by the time that step reached the progress printer
-        for line in proc.stderr:
-            if line.startswith("  arrived"):
-                break
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
