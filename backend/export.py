@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -52,21 +53,26 @@ def atomic_write_text(path: Path, text: str) -> None:
     write_files(path.parent, {path.name: text})
 
 
-def write_files(folder: Path, texts: dict[str, str]) -> None:
+def write_files(folder: Path, contents: dict[str, str | Path]) -> None:
     """Write every file to a temporary beside it, then rename them all.
 
-    A failure (a full disk) leaves no temporary behind and every file already in the folder
-    as it was: nothing is renamed until all of them are written.
+    A content is the file's text, or a Path whose file is copied. A failure (a full disk)
+    leaves no temporary behind and every file already in the folder as it was: nothing is
+    renamed until all of them are written.
     """
     staged: list[tuple[str, Path]] = []
     target = folder
     try:
-        for name, text in texts.items():
+        for name, content in contents.items():
             target = folder / name
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
             staged.append((tmp, target))
+            if isinstance(content, Path):
+                os.close(fd)
+                shutil.copyfile(content, tmp)
+                continue
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
+                f.write(content)
         for tmp, target in staged:
             os.replace(tmp, target)
     except OSError as exc:
@@ -134,10 +140,7 @@ class RunWriter:
         for name in self._files:
             os.replace(self.folder / f"{name}.partial", self.folder / name)
         self._files.clear()
-        if not run.steps:
-            # a long run keeps no steps in memory: the trace takes them from the file just written
-            run = replace(run, steps=_read_records(self.folder / "steps.csv", StepRecord))
-        _write_meta(self.folder, run)
+        write_files(self.folder, _meta_texts(run, self.folder))
 
     def abandon(self) -> None:
         """Close and delete the partial files of a run that ended in an exception: no half-written file stays."""
@@ -156,21 +159,32 @@ class RunWriter:
         raise RunError(self.error) from None
 
 
-def write_run(folder: str | os.PathLike, run: RunData) -> Path:
-    """Write a whole run held in memory (the window's Export CSV): all files or, on a failure, none."""
+LONG_FILES = ("steps.csv", "tokens.csv")   # the files that grow with every step
+
+
+def write_run(folder: str | os.PathLike, run: RunData, records_from: Path | None = None,
+              extra: dict[str, str] | None = None) -> Path:
+    """Write a whole run (the window's Export CSV): all files or, on a failure, none.
+
+    With records_from (a run folder), steps.csv and tokens.csv are copied from there rather
+    than written from `run`, which may hold only the newest records of a long run. `extra`
+    adds files (a sweep's sweep.csv) to the same all-or-nothing write.
+    """
     path = ensure_writable(folder)
     records = {"steps.csv": run.steps, "requests.csv": run.requests, "tokens.csv": run.tokens}
-    texts = {name: _csv_text(record_fields(cls), (record_row(r) for r in records[name]))
-             for name, cls in RECORD_FILES.items()}
-    write_files(path, {**texts, **_meta_texts(run)})
+    contents: dict[str, str | Path] = {
+        name: (records_from / name if records_from is not None and name in LONG_FILES
+               else _csv_text(record_fields(cls), (record_row(r) for r in records[name])))
+        for name, cls in RECORD_FILES.items()}
+    write_files(path, {**contents, **_meta_texts(run, records_from), **(extra or {})})
     return path
 
 
-def _write_meta(path: Path, run: RunData) -> None:
-    write_files(path, _meta_texts(run))
-
-
-def _meta_texts(run: RunData) -> dict[str, str]:
+def _meta_texts(run: RunData, records_from: Path | None = None) -> dict[str, str]:
+    """summary.csv, run.json and trace.json; the trace reads the steps from `records_from`
+    when the run holds none in memory (a long run streamed to disk)."""
+    if not run.steps and records_from is not None:
+        run = replace(run, steps=_read_records(records_from / "steps.csv", StepRecord))
     summary_rows = [[k, v] for k, v in run.summary.items()]
     meta = {"format": FORMAT, "run_id": run.run_id, "info": run.info, "config": run.config,
             "summary": run.summary}

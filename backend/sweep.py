@@ -16,7 +16,7 @@ from typing import Callable
 from .errors import InputError
 from .events import ModelLoaded, Progress, RunFinished, SweepPoint
 from .engine import describe_failure
-from .export import RunData, atomic_write_text, ensure_writable
+from .export import RunData, ensure_writable
 from .records import Phase, RecordBatch, StepRecord
 
 GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than half of the batch's growth
@@ -221,7 +221,9 @@ def sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note
 SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms", "bound"]
 
 
-def write_sweep(folder, spec: SweepSpec, points: list[SweepPoint], data: RunData) -> None:
+def write_sweep(folder, spec: SweepSpec, points: list[SweepPoint], data: RunData,
+                records_from=None) -> None:
+    """The run's files and sweep.csv, written all together or not at all."""
     import csv
     import io
     from .export import write_run
@@ -230,8 +232,7 @@ def write_sweep(folder, spec: SweepSpec, points: list[SweepPoint], data: RunData
     w.writerow(["batch" if spec.kind == "batch" else "prompt_len", *SWEEP_COLUMNS])
     for p in points:
         w.writerow([p.x, *("" if getattr(p, c) is None else getattr(p, c) for c in SWEEP_COLUMNS)])
-    write_run(folder, data)
-    atomic_write_text(folder / "sweep.csv", buf.getvalue())
+    write_run(folder, data, records_from, extra={"sweep.csv": buf.getvalue()})
 
 
 def read_sweep(folder) -> list[SweepPoint]:

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -11,48 +9,29 @@ import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.expo
 from PySide6 import QtWidgets
 
 from backend.errors import InputError, RunError
-from backend.export import ensure_writable, read_run, write_run
+from backend.export import LONG_FILES, ensure_writable, read_run, write_run
 from backend.sweep import SweepSpec, read_sweep, write_sweep
 
 from .run_store import RunStore
-
-LONG_FILES = ("steps.csv", "tokens.csv")   # copied whole from the run's folder: the window keeps only the newest
-
 
 def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
     """Write the run on screen as the CLI's --out would; returns the folder and whether it is complete.
 
     Steps and tokens are copied from the run's own folder (the worker's recording, or the
     folder it was opened from); requests, summary and run.json come from the store, so a
-    failed run's unfinished requests are kept. Copies are staged first: a full disk leaves
-    the target as it was.
+    failed run's unfinished requests are kept. All files are written, or none (a full disk
+    leaves the target as it was).
     """
     path = ensure_writable(folder)
     source = store.source
     if source is not None and not all((source / name).is_file() for name in LONG_FILES):
         source = None
-    # the trace gets the steps when the store still holds them all; the CSVs always have them
-    data = store.to_run_data(with_records=source is None or store.is_complete)
-    staged: list[tuple[Path, Path]] = []
-    try:
-        if source is not None:
-            for name in LONG_FILES:
-                fd, tmp = tempfile.mkstemp(dir=path, prefix=f".{name}.", suffix=".tmp")
-                os.close(fd)
-                staged.append((Path(tmp), path / name))
-                shutil.copyfile(source / name, tmp)
-        points = store.sweep_points
-        if str(store.config.get("mode", "")).startswith("sweep") and points:
-            write_sweep(path, SweepSpec(kind=points[0].kind), points, data)
-        else:
-            write_run(path, data)
-        for tmp, final in staged:
-            os.replace(tmp, final)
-    except OSError as exc:
-        raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)   # already renamed, unless something failed
+    data = store.to_run_data(with_records=source is None)
+    points = store.sweep_points
+    if str(store.config.get("mode", "")).startswith("sweep") and points:
+        write_sweep(path, SweepSpec(kind=points[0].kind), points, data, records_from=source)
+    else:
+        write_run(path, data, records_from=source)
     return path, source is not None or store.is_complete
 
 

@@ -1,4 +1,5 @@
 """The main window driving the real worker thread and the real engine on the `tiny` model."""
+import json
 from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window, step  # noqa: F401
 from llama_server import FakeServer, free_port
 
@@ -409,6 +410,8 @@ def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(q
         with open(tmp_path / "long" / name, encoding="utf-8") as f:
             assert sum(1 for _ in f) == n + 1, name    # a header and every row
     assert len(read_run(tmp_path / "long").requests) == 1
+    trace = json.loads((tmp_path / "long" / "trace.json").read_text())["traceEvents"]
+    assert sum(1 for e in trace if e["ph"] == "X" and e["pid"] == 1) == n   # every step, read from the copy
 
 
 def test_open_run_of_a_sweep_folder_restores_its_points(qtbot, window, tmp_path):
