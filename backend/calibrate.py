@@ -105,6 +105,27 @@ def matmul_flops(torch, dev, dtype, n: int, budget_s: float, sync) -> tuple[floa
     return 2 * n**3 / _median_seconds(run, sync, once, budget_s), n
 
 
+def read_bandwidth(torch, dev, mib: int, budget_s: float, sync) -> float:
+    """Bytes/s of a plain read of a large buffer: what a memory-bound decode step reads its weights at.
+
+    On the CPU the project's C kernels read it on all threads (torch's sum reaches about two
+    thirds of that here); elsewhere, and without them, torch's sum does.
+    """
+    from backend.kernels import ops
+
+    src = torch.empty(mib * 2**20 // 4, device=dev, dtype=torch.float32).fill_(1.0)
+    if dev.type == "cpu" and ops.available():
+        def run():
+            ops.read(src)
+    else:
+        def run():
+            src.sum()
+
+    _time_once(run, sync)
+    once = _time_once(run, sync)
+    return src.numel() * src.element_size() / _median_seconds(run, sync, once, budget_s)
+
+
 def copy_bandwidth(torch, dev, mib: int, budget_s: float, sync) -> float:
     """Bytes/s of a large copy, counting the bytes read and the bytes written."""
     src = torch.empty(mib * 2**20 // 4, device=dev, dtype=torch.float32).fill_(1.0)   # touched, so really mapped
@@ -192,15 +213,17 @@ def calibrate(device: str = "auto", progress: Callable[[str, float], None] | Non
             tflops[key] = _significant(flops / 1e12)
     finally:
         torch.set_float32_matmul_precision(precision)
-    report("memory bandwidth (copy)", len(dtypes) / steps)
-    bandwidth = copy_bandwidth(torch, dev, plan.copy_mib, plan.copy_budget_s, sync)
+    report("memory bandwidth (copy and read)", len(dtypes) / steps)
+    bandwidth = max(copy_bandwidth(torch, dev, plan.copy_mib, plan.copy_budget_s / 2, sync),
+                    read_bandwidth(torch, dev, plan.copy_mib, plan.copy_budget_s / 2, sync))
     report("done", 1.0)
 
     name, vendor, memory_gb = _describe(torch, dev)
     matmuls = ", ".join(f"{key} {n}x{n}" for key, n in sizes.items())
     source = (f"Measured by phasescope calibrate{' --quick' if quick else ''} on {datetime.date.today()} with torch "
-              f"{torch.__version__} on {dev}: square matmuls ({matmuls}) and a {plan.copy_mib} MiB copy counting "
-              f"bytes read and written, each the median of repeats after warm-up. Measured, not datasheet figures.")
+              f"{torch.__version__} on {dev}: square matmuls ({matmuls}); bandwidth the larger of a {plan.copy_mib} MiB "
+              f"copy counting bytes read and written and a plain read of as much, each the median of repeats after "
+              f"warm-up. Measured, not datasheet figures.")
     return GpuProfile(key=LOCAL_KEY, name=name, vendor=vendor, memory_gb=_significant(memory_gb),
                       bandwidth_gbs=_significant(bandwidth / 1e9), tflops=tflops, source=source, measured=True)
 

@@ -5,8 +5,8 @@
 
 In one process, on one machine:
   1. the device's ceilings with backend.calibrate's measurements (fp32 2048x2048 matmul FLOP/s,
-     256 MiB copy bandwidth), probed right after each of our runs they are compared with, since
-     other work on a shared machine moves them by a factor of two;
+     256 MiB read and copy bandwidth), probed right after each of our runs they are compared with,
+     since other work on a shared machine moves them by a factor of two;
   2. a sanity check: our logits and transformers' for one prompt, both from the bundled GGUF
      (transformers dequantizes it itself: `from_pretrained(folder, gguf_file=...)`, which needs
      the `accelerate` package -- a bench-only dependency);
@@ -14,7 +14,7 @@ In one process, on one machine:
      output tokens, EOS ignored so the lengths match): ours through the whole engine (scheduler,
      runner, records), theirs through `generate`, interleaved run by run so that noise from
      other work on the machine hits both; medians over repeats after a warm-up run;
-  4. our batch-1 decode step against the weight-read floor (weight bytes / bandwidth) and our
+  4. our batch-1 decode step against the weight-read floor (weight bytes / read bandwidth) and our
      512-token prefill's FLOP/s (roofline step_cost) against the matmul rate, run by run;
   5. the cost of timing every step: the decode loop with per-step timing (synchronize, clock,
      StepRecord) against the same loop untimed;
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from backend.arrivals import RequestSpec  # noqa: E402
-from backend.calibrate import copy_bandwidth, matmul_flops, calibrate  # noqa: E402
+from backend.calibrate import calibrate, copy_bandwidth, matmul_flops, read_bandwidth  # noqa: E402
 from backend.config import SamplingConfig  # noqa: E402
 from backend.device import device_name, synchronize  # noqa: E402
 from backend.engine import Engine, EngineResult, FixedSource  # noqa: E402
@@ -163,9 +163,10 @@ def paired(ours: list[float], theirs: list[float]) -> tuple[float, float, float]
     return median_ms(ours), median_ms(theirs), statistics.median(t / o for o, t in zip(ours, theirs))
 
 
-def probe_bandwidth() -> float:
-    """Copy bandwidth, bytes/s: calibrate's own measurement, shortened to run beside each of ours."""
-    return copy_bandwidth(torch, torch.device("cpu"), 256, 0.5, lambda: None)
+def probe_bandwidth() -> tuple[float, float]:
+    """(read, copy) bandwidth, bytes/s: calibrate's own measurements, shortened to run beside each of ours."""
+    cpu = torch.device("cpu")
+    return read_bandwidth(torch, cpu, 256, 0.5, lambda: None), copy_bandwidth(torch, cpu, 256, 0.5, lambda: None)
 
 
 def probe_matmul() -> float:
@@ -289,7 +290,7 @@ def gpu_rows(repeats: int, log, model: str = "llama-1b", device: str = "cuda") -
     bf16 = profile.tflops["bf16"] * 1e12
     loaded = load_model(model, device, "bfloat16")
     shape = loaded.shape
-    rows = [f"| ceilings of the {device_name(loaded.device)} (backend.calibrate) | copy {profile.bandwidth_gbs:.0f} GB/s, "
+    rows = [f"| ceilings of the {device_name(loaded.device)} (backend.calibrate) | bandwidth {profile.bandwidth_gbs:.0f} GB/s, "
             f"bf16 matmul {profile.tflops['bf16']:.0f} TFLOP/s | | |"]
     steps = OUTPUT_LEN * (repeats + 1)
     for graphs in (True, False):
@@ -320,11 +321,12 @@ def machine() -> str:
 
 
 def cpu_report(fig: dict, weight_bytes: int, shape, overhead, sanity: str, repeats: int) -> list[str]:
-    bandwidths, rates = fig["bandwidth"], fig["matmul"]
+    bandwidths, copies, rates = [r for r, _ in fig["bandwidth"]], [c for _, c in fig["bandwidth"]], fig["matmul"]
     bandwidth, fp32 = statistics.median(bandwidths), statistics.median(rates)
     lines = [sanity, "",
              f"Ceilings, probed after each of our runs they are compared with (backend.calibrate's measurements): "
-             f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (range {min(bandwidths) / 1e9:.1f}-{max(bandwidths) / 1e9:.1f}), "
+             f"read bandwidth {bandwidth / 1e9:.1f} GB/s (range {min(bandwidths) / 1e9:.1f}-{max(bandwidths) / 1e9:.1f}; "
+             f"a copy, counting bytes read and written: {statistics.median(copies) / 1e9:.1f} GB/s), "
              f"fp32 matmul {fp32 / 1e9:.0f} GFLOP/s (range {min(rates) / 1e9:.0f}-{max(rates) / 1e9:.0f}). "
              f"Medians of {repeats} interleaved runs after a warm-up run; ratios are medians of run-by-run ratios.", "",
              "| figure | ours | transformers | ours vs transformers | target |",
@@ -340,7 +342,7 @@ def cpu_report(fig: dict, weight_bytes: int, shape, overhead, sanity: str, repea
     steps = fig["decode1_steps"]
     floors = [weight_bytes / bw for bw in bandwidths]
     over_floor = statistics.median(s / f for s, f in zip(steps, floors))
-    lines.append(f"| batch-1 decode step vs weight-read floor ({weight_bytes / 1e6:.0f} MB / {bandwidth / 1e9:.1f} GB/s "
+    lines.append(f"| batch-1 decode step vs weight-read floor ({weight_bytes / 1e6:.0f} MB / {bandwidth / 1e9:.1f} GB/s read "
                  f"= {statistics.median(floors) * 1000:.1f} ms) | {median_ms(steps):.1f} ms | | "
                  f"{over_floor:.2f}x the floor | ≤ 1.3x |")
     flops = step_cost(shape, 4, [512], [512]).flops
@@ -355,16 +357,36 @@ def cpu_report(fig: dict, weight_bytes: int, shape, overhead, sanity: str, repea
 
 
 def profile_ours(loaded) -> list[str]:
-    from torch.profiler import ProfilerActivity, profile
+    """torch.profiler's top operators; the C kernels (called through ctypes, which the profiler does
+    not see) are labelled `phasescope::<kernel>` with record_function for the profiled runs only."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from backend.kernels import ops
     ours = Ours(loaded)
     out = []
+    names = ("linear", "rms_norm", "silu_mul", "decode_attention")
+    plain = {name: getattr(ops, name) for name in names}
+
+    def labelled(name, fn):
+        def call(*args, **kwargs):
+            with record_function(f"phasescope::{name}"):
+                return fn(*args, **kwargs)
+        return call
+
     for label, prompts, new in (("batch-1 decode, 16 steps", random_prompts(1, PROMPT_LEN, loaded.shape.vocab_size, 3), 17),
+                                ("batch-32 decode, 16 steps", random_prompts(32, PROMPT_LEN, loaded.shape.vocab_size, 3), 17),
                                 ("512-token prefill", random_prompts(1, 512, loaded.shape.vocab_size, 4), 1)):
         ours.run(prompts, new)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            ours.run(prompts, new)
-        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8, max_name_column_width=48)
-        out += [f"torch.profiler, ours, {label}:", "```", table.strip(), "```", ""]
+        for name in names:
+            setattr(ops, name, labelled(name, plain[name]))
+        try:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                ours.run(prompts, new)
+        finally:
+            for name in names:
+                setattr(ops, name, plain[name])
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=48)
+        out += [f"torch.profiler, ours, {label} (the prompts' prefill included):", "```", table.strip(), "```", ""]
     return out
 
 

@@ -6,6 +6,8 @@ from backend.arrivals import RequestSpec
 from backend.config import SamplingConfig
 from backend.engine import Engine, FixedSource
 from backend.models import KVCache, make_step_batch
+from backend import kernels
+from backend.models import packed
 from backend.models.packed import can_pack, is_packed, pack_weights
 from backend.runner import Runner, sample
 from backend.scheduler import Scheduler, SchedulerConfig
@@ -84,11 +86,23 @@ def test_warmup_leaves_no_trace_in_the_results(use_cuda_graphs):
     assert len({tuple(tokens) for tokens in cold.values()}) > 1
 
 
-def test_the_runner_packs_cpu_weights_once_and_the_logits_stay():
+def _packed_as(layout: str, monkeypatch) -> type:
+    """Make pack_weights choose `layout`; the type its packed matrices then have."""
+    if layout == "onednn":   # as on a machine where the C kernels cannot be built
+        monkeypatch.setattr(packed, "can_use_panels", lambda device, dtype: False)
+        return torch.Tensor
+    assert packed.can_use_panels(torch.device("cpu"), torch.float32), kernels.reason()
+    return packed.Panels
+
+
+@pytest.mark.parametrize("layout", ["panels", "onednn"])
+def test_the_runner_packs_cpu_weights_once_and_the_logits_stay(layout, monkeypatch):
+    kind = _packed_as(layout, monkeypatch)
     model = loaded("llama", "cpu")
     plain = random_model("llama", "cpu")
     Runner(model, 2, 40, SamplingConfig())
-    assert is_packed(model.model) and model.model.layers[0].qkv.is_mkldnn
+    qkv = model.model.layers[0].qkv
+    assert is_packed(model.model) and isinstance(qkv, kind) and (layout == "panels" or qkv.is_mkldnn)
     qkv = model.model.layers[0].qkv
     assert pack_weights(model.model) and model.model.layers[0].qkv is qkv   # a second runner repacks nothing
     batch = [(0, 0, list(range(1, 12)))], [(1, 3, 7)]
@@ -102,12 +116,15 @@ def test_the_runner_packs_cpu_weights_once_and_the_logits_stay():
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_untied_heads_are_packed_in_place_and_tied_ones_keep_the_embedding():
+@pytest.mark.parametrize("layout", ["panels", "onednn"])
+def test_untied_heads_are_packed_in_place_and_tied_ones_keep_the_embedding(layout, monkeypatch):
+    kind = _packed_as(layout, monkeypatch)
     untied = load_model("tiny", "cpu", "float32").model
     assert untied.lm_head is not None and pack_weights(untied)
-    assert untied.lm_head.is_mkldnn and untied.packed_head is untied.lm_head and not untied.embed.is_mkldnn
+    assert isinstance(untied.lm_head, kind) and untied.packed_head is untied.lm_head and not untied.embed.is_mkldnn
+    assert ("lm_head" in dict(untied.named_parameters())) == (layout == "onednn")   # Panels are not parameters
     gpt2 = random_model("gpt2", "cpu", packed=True)
-    assert gpt2.packed_head.is_mkldnn and not gpt2.wte.is_mkldnn
+    assert isinstance(gpt2.packed_head, kind) and not gpt2.wte.is_mkldnn
 
 
 def test_packing_is_refused_where_onednn_cannot_run_the_dtype():
@@ -115,6 +132,7 @@ def test_packing_is_refused_where_onednn_cannot_run_the_dtype():
     assert not can_pack(torch.device("cpu"), torch.float64)
     model = random_model("llama", "cpu").to(torch.float64)
     assert not pack_weights(model) and not model.layers[0].qkv.is_mkldnn
+    assert not packed.can_use_panels(torch.device("cpu"), torch.float64)   # the C kernels are float32 only
 
 
 @pytest.mark.parametrize("arch", list(SHAPES))

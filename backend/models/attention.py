@@ -4,6 +4,10 @@
 decode key length); `attend` runs per layer: it writes the step's keys and values into the
 cache in place and attends each query to its own slot.
 
+On the CPU in float32 the decode tokens' attention (and their cache writes) is one call per
+layer into the project's C kernel (backend/kernels/attention.c) where it is built: torch's SDPA
+costs about 100 us a layer there for a few microseconds of arithmetic.
+
 With `static_decode` the plan is for a padded decode batch of fixed size (the CUDA graph
 path): every row attends over its slot's whole `max_len` keys, masked by its position, so no
 shape and no host value depends on the positions and a captured graph stays valid as they
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from backend.kernels import ops
 from backend.models.base import KVCache, Segment, StepBatch
 
 
@@ -26,8 +31,14 @@ class AttentionPlan:
     decode_slots: torch.Tensor
     decode_positions: torch.Tensor
     decode_range: tuple[int, int] | None
-    decode_len: int                  # keys the longest decode request sees (0: no decode tokens)
+    decode_len: int                  # keys the longest decode request sees (0: no decode tokens; -1: not computed)
     decode_mask: torch.Tensor | None # (D, 1, 1, decode_len) additive; None when every request sees every key
+    decode_kernel: bool = False      # decode tokens go to the C kernel (which needs no key length or mask)
+
+    @property
+    def rotates_in_kernel(self) -> bool:
+        """A decode-only step on the C kernel: it applies the rotary embedding itself, in the same pass."""
+        return self.decode_kernel and not self.segments
 
     @classmethod
     def build(cls, batch: StepBatch, cache: KVCache, dtype: torch.dtype, static_decode: bool = False) -> AttentionPlan:
@@ -47,7 +58,11 @@ class AttentionPlan:
             segments.append((offset, seg, mask))
             offset += seg.length
         decode_len, decode_mask = 0, None
-        if batch.num_decode:
+        use_kernel = (batch.num_decode > 0 and not static_decode and device.type == "cpu"
+                      and dtype == torch.float32 and ops.available())
+        if use_kernel:
+            decode_len = -1   # not known without a host read, and not needed
+        elif batch.num_decode:
             if static_decode:
                 decode_len, masked = cache.max_len, True
             else:
@@ -58,7 +73,7 @@ class AttentionPlan:
                 visible = torch.arange(decode_len, device=device)[None, :] <= batch.decode_positions[:, None]
                 decode_mask = _additive(visible, dtype)[:, None, None, :]  # (D, 1, 1, T)
         return cls(segments, offset, batch.decode_slots, batch.decode_positions,
-                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask)
+                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel)
 
 
 def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -67,10 +82,13 @@ def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan,
-           cache_k: torch.Tensor, cache_v: torch.Tensor) -> torch.Tensor:
+           cache_k: torch.Tensor, cache_v: torch.Tensor,
+           rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q (N, heads, hd), k and v (N, kv_heads, hd) for the step's flat tokens -> (N, heads * hd).
 
-    cache_k, cache_v: this layer's cache, (slots, kv_heads, max_len, hd).
+    cache_k, cache_v: this layer's cache, (slots, kv_heads, max_len, hd). rotary: (cos, sin) per
+    token for the C kernel to rotate q and k with, only for a decode-only step on the kernel
+    (plan.rotates_in_kernel); otherwise q and k come rotated.
     """
     n, heads, hd = q.shape
     kv_heads = k.shape[1]
@@ -85,7 +103,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=mask is None,
                                            enable_gqa=kv_heads != heads)  # (1, heads, L, hd)
         outs.append(o[0].transpose(0, 1).reshape(seg.length, heads * hd))
-    if plan.decode_len:
+    if plan.decode_kernel:
+        p = plan.num_prefill_tokens
+        outs.append(ops.decode_attention(q[p:], k[p:], v[p:], cache_k, cache_v, plan.decode_slots,
+                                         plan.decode_positions, rotary))
+    elif plan.decode_len:
         p = plan.num_prefill_tokens
         d = n - p
         cache_k[plan.decode_slots, :, plan.decode_positions] = k[p:]  # (D, kv, hd) into each slot's next position
@@ -102,4 +124,5 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         o = F.scaled_dot_product_attention(qd, ks, vs, attn_mask=plan.decode_mask)  # (D, kv, group, hd)
         outs.append(o.reshape(d, heads * hd))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
+
 

@@ -28,10 +28,10 @@ class GPT2Layer(nn.Module):
         h = F.layer_norm(x, (d,), self.ln1_w, self.ln1_b, self.eps)
         q, k, v = linear(h, self.qkv, self.qkv_b).split(d, dim=-1)  # (N, d) each
         shape = (n, self.heads, self.head_dim)
-        x = x + linear(attend(q.view(shape), k.view(shape), v.view(shape), plan, cache_k, cache_v), self.o, self.o_b)
+        x = linear(attend(q.view(shape), k.view(shape), v.view(shape), plan, cache_k, cache_v), self.o, self.o_b, residual=x)
         h = F.layer_norm(x, (d,), self.ln2_w, self.ln2_b, self.eps)
         h = F.gelu(linear(h, self.fc, self.fc_b), approximate="tanh")  # (N, ff)
-        return x + linear(h, self.proj, self.proj_b)
+        return linear(h, self.proj, self.proj_b, residual=x)
 
 
 class GPT2Model(nn.Module):

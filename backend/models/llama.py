@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend.kernels import ops
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, ModelShape, StepBatch
 from backend.models.packed import linear
@@ -43,13 +44,27 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def _cpu_float32(x: torch.Tensor) -> bool:
+    return x.is_cpu and x.dtype == torch.float32
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """F.rms_norm, but as plain kernels for float32 on the CPU: there F.rms_norm's composite
-    kernel measured 4x slower on 512 rows, 3-5% of a whole step (bench/README.md)."""
-    if not x.is_cpu or x.dtype != torch.float32:
+    """F.rms_norm; for float32 on the CPU one pass of the C kernel, or else plain kernels: there
+    F.rms_norm's composite kernel measured 4x slower on 512 rows (bench/README.md)."""
+    if not _cpu_float32(x):
         return F.rms_norm(x, x.shape[-1:], weight, eps)
+    if ops.available():
+        return ops.rms_norm(x, weight, eps)
     scale = x.square().mean(-1, keepdim=True).add_(eps).rsqrt_()
     return torch.mul(x, scale).mul_(weight)
+
+
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """(N, 2 ff) rows of [gate | up] -> silu(gate) * up, (N, ff)."""
+    if _cpu_float32(gate_up) and ops.available():
+        return ops.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 class LlamaLayer(nn.Module):
@@ -72,14 +87,15 @@ class LlamaLayer(nn.Module):
         h = rms_norm(x, self.attn_norm, self.eps)
         qkv = linear(h, self.qkv, self.qkv_bias)  # (N, (heads + 2 kv) * hd)
         qk_size = self.q_size + self.kv_size
-        # q and k sit side by side in each row: one rotary pass over both heads' sets.
-        qk = apply_rotary(qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
+        qk = qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim)
+        rotary = (cos, sin) if plan.rotates_in_kernel else None
+        if rotary is None:   # q and k sit side by side in each row: one rotary pass over both heads' sets
+            qk = apply_rotary(qk, cos, sin)
         q, k = qk[:, :self.heads], qk[:, self.heads:]        # (N, heads, hd), (N, kv, hd)
         v = qkv[:, qk_size:].view(n, self.kv_heads, self.head_dim)  # (N, kv, hd)
-        x = x + linear(attend(q, k, v, plan, cache_k, cache_v), self.o)
+        x = linear(attend(q, k, v, plan, cache_k, cache_v, rotary), self.o, residual=x)
         h = rms_norm(x, self.mlp_norm, self.eps)
-        gate, up = linear(h, self.gate_up).chunk(2, dim=-1)  # (N, ff) each
-        return x + linear(F.silu(gate) * up, self.down)
+        return linear(swiglu(linear(h, self.gate_up)), self.down, residual=x)  # gate_up: (N, 2 ff)
 
 
 class LlamaModel(nn.Module):

@@ -1,0 +1,129 @@
+"""The project's own CPU kernels (C, in this folder), built for this machine on first use.
+
+`ops` passes torch tensors to them. `load()` compiles every `*.c` here into one shared library with the system C compiler, tuned
+for this CPU (`-march=native`), caches it under the user's cache folder keyed by the sources,
+compiler and machine, loads it with ctypes and checks it against torch on a small product. On
+a machine without a compiler, or where the check fails, `load()` returns None and `reason()`
+says why; callers then use torch's kernels. PHASESCOPE_KERNELS=0 turns them off.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+_lib: ctypes.CDLL | None = None
+_reason = "not loaded yet"
+_tried = False
+# gnu11, not c11: strict ISO C turns off fused multiply-add contraction (-ffp-contract=off).
+FLAGS = ["-O3", "-shared", "-fPIC", "-pthread", "-std=gnu11", "-ffp-contract=fast"]
+
+
+def load() -> ctypes.CDLL | None:
+    """The kernels' library, built on first use; None where it cannot be had (see reason())."""
+    global _lib, _reason, _tried
+    if not _tried:
+        _tried = True
+        if os.environ.get("PHASESCOPE_KERNELS", "1") == "0":
+            _reason = "turned off (PHASESCOPE_KERNELS=0)"
+        else:
+            try:
+                _lib = _declare(ctypes.CDLL(str(build())))
+                _reason = ""
+            except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+                _reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    return _lib
+
+
+def reason() -> str:
+    """Why load() gave None ('' when the kernels are loaded)."""
+    return _reason
+
+
+def build(cache_dir: Path | None = None) -> Path:
+    """Compile the sources into a cached shared library (once per sources, compiler and machine)."""
+    sources = sorted(HERE.glob("*.c"))
+    compiler = _compiler()
+    digest = hashlib.sha256()
+    for f in sorted(HERE.glob("*.[ch]")):
+        digest.update(f.name.encode() + f.read_bytes())
+    digest.update(" ".join([*compiler, *FLAGS, platform.machine(), platform.processor(), _cpu_flags()]).encode())
+    folder = cache_dir or _cache_dir()
+    target = folder / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        out = Path(tmp) / target.name
+        base = [*compiler, *FLAGS, *map(str, sources), "-o", str(out)]
+        errors = ""
+        for arch in (["-march=native"], []):   # some compilers (or CPUs) refuse -march=native
+            done = subprocess.run(base[:len(compiler)] + arch + base[len(compiler):],
+                                  capture_output=True, text=True, timeout=300)
+            if done.returncode == 0:
+                out.replace(target)   # atomic: a concurrent build never sees half a file
+                return target
+            errors = done.stderr
+        raise RuntimeError(f"compiling the CPU kernels failed: {errors.strip() or 'no output'}")
+
+
+def _compiler() -> list[str]:
+    cc = os.environ.get("CC") or (sysconfig.get_config_var("CC") or "").strip() or "cc"
+    words = shlex.split(cc)
+    if not words or shutil.which(words[0]) is None:
+        raise RuntimeError(f"no C compiler found ({cc!r}); set CC to one")
+    return words
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
+    folder = Path(base) / "phasescope"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"phasescope-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags (Linux), so a cache shared by two machines keeps one build per CPU."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return sys.platform
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.psk_linear.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
+    lib.psk_linear.restype = None
+    lib.psk_decode_attention.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
+                                         i64, i64, i64, i64, i64]
+    lib.psk_decode_attention.restype = ctypes.c_int
+    lib.psk_rms_norm.argtypes = [ptr, ptr, ptr, i64, i64, ctypes.c_float]
+    lib.psk_rms_norm.restype = None
+    lib.psk_silu_mul.argtypes = [ptr, ptr, i64, i64]
+    lib.psk_silu_mul.restype = None
+    lib.psk_read.argtypes = [ptr, i64]
+    lib.psk_read.restype = ctypes.c_float
+    lib.psk_set_threads.argtypes = [ctypes.c_int]
+    lib.psk_set_threads.restype = ctypes.c_int
+    lib.psk_threads.argtypes = []
+    lib.psk_threads.restype = ctypes.c_int
+    lib.psk_panel_width.argtypes = []
+    lib.psk_panel_width.restype = ctypes.c_int
+    return lib

@@ -1,0 +1,122 @@
+/* Decode attention against the KV cache, one call per layer for all the step's decode tokens.
+
+   For decode token d (in slot s at position p) and kv head h: write its new key (rotated here
+   when the caller passes the rotary tables) and value into
+   the cache at [s][h][p], then attend each query head that shares kv head h to keys 0..p of that
+   slot: softmax(q . K / sqrt(hd)) . V. Torch's SDPA takes about 100 us a layer for this on a
+   batch of one (a kernel sized for long sequences); the arithmetic is a few microseconds.
+
+   Softmax runs online over blocks of BLOCK keys (a running maximum and sum, rescaling the output
+   when the maximum grows), so no buffer grows with the context. Work items (token, kv head) are
+   split evenly over the pool's threads.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pool.h"
+#include "simd.h"
+
+#define BLOCK 64             /* keys per softmax block (a multiple of 8) */
+
+typedef struct {
+    const float *q, *k, *v;          /* rows of the step's decode tokens, with their own strides */
+    int64_t q_stride, k_stride, v_stride;
+    float *cache_k, *cache_v;        /* (slots, kv_heads, max_len, hd) */
+    const int64_t *slots, *positions;
+    const float *cos, *sin;          /* (D, hd) per token, to rotate q and k here; NULL: already rotated */
+    float *out;                      /* (D, heads * hd) */
+    int64_t d, heads, kv_heads, max_len, hd;
+    float scale;
+} attention_job;
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+    v8 acc0 = {0}, acc1 = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 += load8(a + i) * load8(b + i);
+        acc1 += load8(a + i + 8) * load8(b + i + 8);
+    }
+    for (; i + 8 <= n; i += 8) acc0 += load8(a + i) * load8(b + i);
+    acc0 += acc1;
+    float s = 0.0f;
+    for (int c = 0; c < 8; c++) s += acc0[c];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Rotary embedding, the Hugging Face "rotate half" convention: pairs (i, i + hd/2). */
+static void rotate(const float *x, const float *cos, const float *sin, float *out, int64_t hd) {
+    const int64_t half = hd / 2;
+    for (int64_t i = 0; i < half; i++) out[i] = x[i] * cos[i] - x[i + half] * sin[i];
+    for (int64_t i = half; i < hd; i++) out[i] = x[i] * cos[i] + x[i - half] * sin[i];
+}
+
+static void attend_one(const attention_job *j, int64_t t, int64_t h) {
+    const int64_t hd = j->hd, group = j->heads / j->kv_heads, slot = j->slots[t], pos = j->positions[t];
+    float *keys = j->cache_k + ((slot * j->kv_heads + h) * j->max_len) * hd;   /* (max_len, hd) */
+    float *values = j->cache_v + ((slot * j->kv_heads + h) * j->max_len) * hd;
+    const float *k = j->k + t * j->k_stride + h * hd;
+    if (j->cos) rotate(k, j->cos + t * hd, j->sin + t * hd, keys + pos * hd, hd);
+    else memcpy(keys + pos * hd, k, hd * sizeof(float));
+    memcpy(values + pos * hd, j->v + t * j->v_stride + h * hd, hd * sizeof(float));
+
+    for (int64_t g = 0; g < group; g++) {
+        const int64_t head = h * group + g;
+        const float *q = j->q + t * j->q_stride + head * hd;
+        float rotated[hd];
+        if (j->cos) {
+            rotate(q, j->cos + t * hd, j->sin + t * hd, rotated, hd);
+            q = rotated;
+        }
+        float acc[hd], scores[BLOCK] = {0};
+        memset(acc, 0, sizeof acc);
+        float best = -INFINITY, total = 0.0f;
+        for (int64_t start = 0; start <= pos; start += BLOCK) {
+            const int64_t n = pos + 1 - start < BLOCK ? pos + 1 - start : BLOCK;
+            float block_best = -INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                scores[i] = dot(q, keys + (start + i) * hd, hd) * j->scale;
+                if (scores[i] > block_best) block_best = scores[i];
+            }
+            if (block_best > best) {   /* rescale what was summed under the old maximum */
+                const float r = expf(best - block_best);
+                total *= r;
+                for (int64_t c = 0; c < hd; c++) acc[c] *= r;
+                best = block_best;
+            }
+            for (int64_t i = 0; i < n; i += 8) {   /* scores past n are exp'd but unused */
+                const v8 e = exp8(load8(scores + i) - best);
+                memcpy(scores + i, &e, sizeof e);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                const float p = scores[i];
+                const float *v = values + (start + i) * hd;
+                total += p;
+                for (int64_t c = 0; c < hd; c++) acc[c] += p * v[c];
+            }
+        }
+        float *o = j->out + t * j->heads * hd + head * hd;
+        for (int64_t c = 0; c < hd; c++) o[c] = acc[c] / total;
+    }
+}
+
+static void attention_part(void *arg, int part, int parts) {
+    const attention_job *j = arg;
+    const int64_t items = j->d * j->kv_heads;
+    for (int64_t i = items * part / parts; i < items * (part + 1) / parts; i++)
+        attend_one(j, i / j->kv_heads, i % j->kv_heads);
+}
+
+/* cos and sin: (d, hd) rows for each token to rotate q and k with, or NULL if they are rotated.
+   Returns 0, or -1 when the query heads do not share the kv heads evenly. */
+int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
+                         const float *v, int64_t v_stride, float *cache_k, float *cache_v,
+                         const int64_t *slots, const int64_t *positions, const float *cos, const float *sin,
+                         float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t max_len, int64_t hd) {
+    if (kv_heads < 1 || heads % kv_heads || hd % 2) return -1;
+    attention_job job = {q, k, v, q_stride, k_stride, v_stride, cache_k, cache_v, slots, positions, cos, sin, out,
+                         d, heads, kv_heads, max_len, hd, 1.0f / sqrtf((float)hd)};
+    pool_run(attention_part, &job);
+    return 0;
+}

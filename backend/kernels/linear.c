@@ -1,0 +1,106 @@
+/* Matrix products for the few rows of a decode step, streaming the weights at memory speed.
+
+   y (n, out) = x (n, in) @ W^T (+ bias) (+ residual), float32, where W (out, in) is given packed in panels
+   of P = 32 outputs: wp[panel][k][32] = W[panel * 32 + j][k] (outputs padded with zero rows to
+   a multiple of 32). A panel is one contiguous run of memory read front to back, so a thread
+   streams its share of the matrix as one sequential read -- the pattern a core's prefetcher
+   serves at full speed. The plain (out, in) layout, read a few rows at a time, reached about
+   half of that here (bench/README.md).
+
+   Each thread takes a contiguous range of panels. Within a panel, up to XB rows of x at a time
+   are multiplied in outer-product form: for each k, the panel's 32 weights times x[j][k]
+   broadcast, accumulated in XB x 32 registers -- no horizontal sums, and for more rows of x the
+   panel is read again from cache, not from memory.
+*/
+#include <stdint.h>
+#include <string.h>
+
+#include "pool.h"
+
+#define P 32                         /* outputs per panel */
+#if defined(__AVX512F__)
+#define VW 16                        /* floats per vector register */
+#define XB 8                         /* rows of x per register tile: XB * P / VW = 16 accumulators */
+#else
+#define VW 8
+#define XB 2                         /* 8 accumulators of 16 registers (AVX2, NEON: 32 x 128-bit) */
+#endif
+#define V (P / VW)
+typedef float vf __attribute__((vector_size(VW * 4)));
+
+static inline vf load(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline vf splat(float s) { return (vf){0} + s; }
+
+/* One tile: rows [0, NB) of x (from xb) against one panel, written to y's columns [o, o + width).
+   NB is a constant at every call, so the partial sums stay in registers. */
+static inline __attribute__((always_inline)) void
+tile(const float *panel, const float *xb, const float *bias, const float *rb, float *yb,
+     int64_t out, int64_t in, int64_t o, int64_t width, const int NB) {
+    vf acc[XB][V];
+    for (int j = 0; j < NB; j++)
+        for (int v = 0; v < V; v++) acc[j][v] = (vf){0};
+    for (int64_t k = 0; k < in; k++) {
+        vf wv[V];
+        for (int v = 0; v < V; v++) wv[v] = load(panel + k * P + v * VW);
+        for (int j = 0; j < NB; j++) {
+            vf xv = splat(xb[j * in + k]);
+            for (int v = 0; v < V; v++) acc[j][v] += wv[v] * xv;
+        }
+    }
+    for (int j = 0; j < NB; j++) {
+        float row[P];
+        memcpy(row, acc[j], sizeof row);
+        float *yr = yb + j * out + o;
+        for (int c = 0; c < width; c++) yr[c] = row[c] + (bias ? bias[o + c] : 0.0f);
+        if (rb)
+            for (int c = 0; c < width; c++) yr[c] += rb[j * out + o + c];
+    }
+}
+
+/* Panels [p0, p1) of the product, for all n rows of x. */
+static void linear_panels(const float *wp, const float *x, const float *bias, const float *residual, float *y,
+                          int64_t n, int64_t out, int64_t in, int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; p++) {
+        const float *panel = wp + p * in * P;
+        const int64_t o = p * P, width = out - o < P ? out - o : P;
+        for (int64_t b = 0; b < n; b += XB) {
+            const float *xb = x + b * in;
+            float *yb = y + b * out;
+            const float *rb = residual ? residual + b * out : NULL;
+            switch (n - b < XB ? n - b : XB) {
+            case 1: tile(panel, xb, bias, rb, yb, out, in, o, width, 1); break;
+#if XB > 2
+            case 3: tile(panel, xb, bias, rb, yb, out, in, o, width, 3); break;
+            case 4: tile(panel, xb, bias, rb, yb, out, in, o, width, 4); break;
+            case 5: tile(panel, xb, bias, rb, yb, out, in, o, width, 5); break;
+            case 6: tile(panel, xb, bias, rb, yb, out, in, o, width, 6); break;
+            case 7: tile(panel, xb, bias, rb, yb, out, in, o, width, 7); break;
+            case 2: tile(panel, xb, bias, rb, yb, out, in, o, width, 2); break;
+#endif
+            default: tile(panel, xb, bias, rb, yb, out, in, o, width, XB); break;
+            }
+        }
+    }
+}
+
+typedef struct {
+    const float *w, *x, *bias, *residual;
+    float *y;
+    int64_t n, out, in;
+} linear_job;
+
+static void linear_part(void *arg, int part, int parts) {
+    const linear_job *job = arg;
+    int64_t panels = (job->out + P - 1) / P;   /* as even a split as the panel count allows */
+    int64_t p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
+    if (p0 < p1) linear_panels(job->w, job->x, job->bias, job->residual, job->y, job->n, job->out, job->in, p0, p1);
+}
+
+/* y = x @ W^T (+ bias) (+ residual); bias and residual may be NULL; residual is (n, out). */
+void psk_linear(const float *wp, const float *x, const float *bias, const float *residual, float *y,
+                int64_t n, int64_t out, int64_t in) {
+    linear_job job = {wp, x, bias, residual, y, n, out, in};
+    pool_run(linear_part, &job);
+}
+
+int psk_panel_width(void) { return P; }

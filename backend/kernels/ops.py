@@ -1,0 +1,95 @@
+"""Torch tensors in, the C kernels' results out: the only place that passes tensors' memory to C.
+
+Every function takes float32 CPU tensors and returns a new tensor; callers check `available()`
+(and the dtype and device) first and keep a torch path for everything else. The kernels' pool
+follows torch's thread count, as torch's own kernels do.
+"""
+from __future__ import annotations
+
+import torch
+
+from backend import kernels
+
+_pool_threads = 0
+
+
+def available() -> bool:
+    return kernels.load() is not None
+
+
+def _lib():
+    global _pool_threads
+    lib = kernels.load()
+    threads = torch.get_num_threads()
+    if threads != _pool_threads:
+        _pool_threads = lib.psk_set_threads(threads)
+    return lib
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x (..., in) @ W^T (+ bias) (+ residual (..., out)), W packed as (num_panels, in, width)."""
+    x = x.contiguous()
+    inp = x.shape[-1]
+    n = x.numel() // inp if inp else 0
+    y = torch.empty(*x.shape[:-1], out_features, dtype=x.dtype)
+    if residual is not None:
+        residual = residual.contiguous()
+    if n:
+        _lib().psk_linear(panels.data_ptr(), x.data_ptr(), _ptr(bias), _ptr(residual), y.data_ptr(), n, out_features, inp)
+    return y
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    d = x.shape[-1]
+    if x.numel():
+        _lib().psk_rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // d, d, eps)
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """(..., 2 ff) rows of [gate | up] -> silu(gate) * up, (..., ff)."""
+    gate_up = gate_up.contiguous()
+    ff = gate_up.shape[-1] // 2
+    out = torch.empty(*gate_up.shape[:-1], ff, dtype=gate_up.dtype)
+    if gate_up.numel():
+        _lib().psk_silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * ff), ff)
+    return out
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor,
+                     cache_v: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                     rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """One token per row: q (D, heads, hd), k and v (D, kv_heads, hd) -> (D, heads * hd).
+
+    Writes each row's key and value into its slot at its position of cache_k and cache_v
+    ((slots, kv_heads, max_len, hd)), then attends to that slot's keys 0..position. With
+    rotary = (cos, sin), each (D, ..., hd), q and k are rotated here first (not yet rotated).
+    """
+    # rows may be strided (views into the fused projection); heads and dims must not be
+    q, k, v = (t if t.stride(2) == 1 and t.stride(1) == t.shape[2] else t.contiguous() for t in (q, k, v))
+    d, heads, hd = q.shape
+    kv_heads = k.shape[1]
+    out = torch.empty(d, heads * hd, dtype=q.dtype)
+    slots, positions = slots.contiguous(), positions.contiguous()
+    cos, sin = (None, None) if rotary is None else (t.contiguous() for t in rotary)
+    failed = _lib().psk_decode_attention(
+        q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
+        cache_k.data_ptr(), cache_v.data_ptr(), slots.data_ptr(), positions.data_ptr(), _ptr(cos), _ptr(sin),
+        out.data_ptr(), d, heads, kv_heads, cache_k.shape[2], hd)
+    if failed:
+        raise ValueError(f"decode attention: {heads} query heads do not share {kv_heads} kv heads evenly "
+                         f"(or the head dimension {hd} is odd)")
+    return out
+
+
+def read(x: torch.Tensor) -> float:
+    """Sum of a float32 tensor by a plain streaming read on the pool's threads (a bandwidth probe)."""
+    x = x.contiguous()
+    return _lib().psk_read(x.data_ptr(), x.numel())
