@@ -110,7 +110,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
     print(f"model   {info.get('model')}  ({_params(info.get('num_params', 0))} params, "
           f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
     print(f"device  {info.get('device')} ({info.get('device_name')}), {info.get('dtype')}, "
-          f"{info.get('threads')} threads", file=out)
+          f"{info.get('threads')} threads" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
     if config.mode == "batch":
         _print_batch_summary(config, data, s, out)
     else:

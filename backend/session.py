@@ -173,10 +173,12 @@ def library_versions() -> dict:
 def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
     import torch
     from .device import dtype_name
+    from .models.packed import kernels_in_use
     return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
             "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
             "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
-            "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(), "kv_capacity": kv_capacity,
+            "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(),
+            "kernels": kernels_in_use(loaded.device, loaded.dtype), "kv_capacity": kv_capacity,
             "kv_slots": num_slots, "max_len": max_len,
             "versions": library_versions(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -5,6 +5,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -128,6 +129,15 @@ def test_a_forked_child_runs_the_kernels_alone():
     if child.exitcode is None:
         child.kill()
     assert child.exitcode == 0 and queue.get(timeout=5) is True
+
+
+def test_without_a_compiler_a_run_says_so_and_runs_on_torchs_kernels(tmp_path):
+    env = dict(os.environ, CC="no-such-compiler-here", XDG_CACHE_HOME=str(tmp_path))   # nothing cached either
+    done = subprocess.run([sys.executable, "main.py", "run", "--model", "tiny", "--prompt-len", "8", "--output-len", "3"],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "kernels: torch + oneDNN (phasescope C kernels unavailable: no C compiler found" in done.stdout
+    assert "Traceback" not in done.stderr
 
 
 def test_models_run_on_torchs_kernels_when_these_are_turned_off():

@@ -76,6 +76,17 @@ def can_use_panels(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype == torch.float32 and kernels.load() is not None
 
 
+def kernels_in_use(device: torch.device, dtype: torch.dtype) -> str:
+    """Which kernels a model on this device and dtype runs its layers on, in words (and why not ours)."""
+    if device.type != "cpu":
+        return "torch"
+    if can_use_panels(device, dtype):
+        return "phasescope C kernels (built for this CPU)"
+    why = "are float32 only" if dtype != torch.float32 else f"unavailable: {kernels.reason()}"
+    library = "oneDNN" if can_pack(device, dtype) else "MKL"
+    return f"torch + {library} (phasescope C kernels {why})"
+
+
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     """oneDNN is built in and runs this dtype here (bf16 needs CPU support that a probe checks)."""
     if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():

@@ -1,0 +1,104 @@
+"""What the C kernels (backend/kernels) gain: the same model step on them and on torch's kernels.
+
+    .venv/bin/python bench/kernels_ab.py [--rounds 5]
+
+One process, the bundled SmolLM2-135M in float32, two copies of the model: one packed for the
+C kernels (panels), one for oneDNN with torch's attention, RMSNorm and SwiGLU (what runs where
+the kernels cannot be built, and what ran before them). Each round times, for both copies,
+one after the other (alternating which goes first): a 512-token prefill and decode steps at
+batch 1, 8 and 32 with 128 tokens cached. Prints medians and the median of the round-by-round
+ratios, so load that drifts hits both sides.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from backend.kernels import ops  # noqa: E402
+from backend.models import KVCache, make_step_batch  # noqa: E402
+from backend.models import packed  # noqa: E402
+from backend.weights import BUNDLED, load_model  # noqa: E402
+
+BATCHES = (1, 8, 32)
+CACHED = 128
+STEPS = 8
+
+
+def build(use_kernels: bool):
+    loaded = load_model(BUNDLED, "cpu", "float32")
+    if use_kernels:
+        assert packed.pack_weights(loaded.model) and isinstance(loaded.model.layers[0].qkv, packed.Panels)
+    else:
+        saved = packed.can_use_panels
+        packed.can_use_panels = lambda device, dtype: False
+        try:
+            assert packed.pack_weights(loaded.model) and loaded.model.layers[0].qkv.is_mkldnn
+        finally:
+            packed.can_use_panels = saved
+    return loaded
+
+
+def timings(loaded, use_kernels: bool) -> dict[str, float]:
+    """Seconds: a 512-token prefill, and the median decode step at each batch size."""
+    model, shape = loaded.model, loaded.shape
+    available = ops.available
+    ops.available = (lambda: True) if use_kernels else (lambda: False)   # attention, RMSNorm, SwiGLU
+    try:
+        out = {}
+        with torch.inference_mode():
+            cache = KVCache(shape, max(BATCHES), 640, "cpu", torch.float32)
+            prompt = [(i * 7919) % shape.vocab_size for i in range(512)]
+            start = time.perf_counter()
+            model(make_step_batch([(0, 0, prompt)], [], "cpu"), cache)
+            out["prefill 512"] = time.perf_counter() - start
+            for batch in BATCHES:
+                model(make_step_batch([(s, 0, prompt[:CACHED]) for s in range(batch)], [], "cpu"), cache)
+                steps = []
+                for i in range(STEPS):
+                    start = time.perf_counter()
+                    logits = model(make_step_batch([], [(s, CACHED + i, 5) for s in range(batch)], "cpu"), cache)
+                    logits.argmax(-1).tolist()
+                    steps.append(time.perf_counter() - start)
+                out[f"decode batch {batch}"] = statistics.median(steps[1:])
+        return out
+    finally:
+        ops.available = available
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if not ops.available():
+        raise SystemExit("the C kernels are not built here: nothing to compare")
+    models = {True: build(True), False: build(False)}
+    for use in models:   # warm-up: first-call costs stay out
+        timings(models[use], use)
+    results: dict[bool, list[dict]] = {True: [], False: []}
+    for r in range(args.rounds):
+        for use in ((True, False) if r % 2 == 0 else (False, True)):
+            results[use].append(timings(models[use], use))
+    print(f"SmolLM2-135M fp32, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds after a warm-up; "
+          f"decode steps with {CACHED} tokens cached, medians of {STEPS - 1}\n")
+    print("| step | torch's kernels (oneDNN, SDPA) | C kernels | speed-up |\n|---|---|---|---|")
+    for key in results[True][0]:
+        theirs = [r[key] for r in results[False]]
+        ours = [r[key] for r in results[True]]
+        ratio = statistics.median(t / o for t, o in zip(theirs, ours))
+        print(f"| {key} | {statistics.median(theirs) * 1000:.1f} ms | {statistics.median(ours) * 1000:.1f} ms | {ratio:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
