@@ -165,18 +165,19 @@ def _reference_decode(q, k, v, cache_k, cache_v, slots, positions):
 
 
 @needs_kernels
-@pytest.mark.parametrize("heads, kv", [(6, 2), (4, 4), (8, 1)])
-def test_decode_attention_matches_sdpa_row_by_row(heads, kv):
-    hd, slots_n, max_len = 8, 5, 300
+@pytest.mark.parametrize("heads, kv, hd", [(6, 2, 8), (4, 4, 64), (8, 1, 128), (3, 3, 6), (2, 1, 40)])
+def test_decode_attention_matches_sdpa_row_by_row(heads, kv, hd):
+    """Head dims: the kernel's constant paths (64, 128), any multiple of 8, and any other."""
+    slots_n, max_len = 5, 300
     shape = ModelShape("llama", 64, heads * hd, 1, heads, kv, hd, 64, 512)
-    gen = torch.Generator().manual_seed(heads * 10 + kv)
+    gen = torch.Generator().manual_seed(heads * 10 + kv + hd)
     cache = KVCache(shape, slots_n, max_len, "cpu", torch.float32)
     cache.k[0].normal_(generator=gen)
     cache.v[0].normal_(generator=gen)
     expected_k, expected_v = cache.k[0].clone(), cache.v[0].clone()
     slots = torch.tensor([3, 0, 4, 1])
     positions = torch.tensor([0, 63, 64, 299])   # one key, a block, a block and one, many blocks
-    q = torch.randn(4, heads, hd, generator=gen) * 4   # large scores: the online softmax must rescale
+    q = torch.randn(4, heads, hd, generator=gen) * 32 / hd ** 0.5   # large scores: the online softmax must rescale
     k = torch.randn(4, kv, hd, generator=gen)
     v = torch.randn(4, kv, hd, generator=gen)
     expected = _reference_decode(q, k, v, expected_k, expected_v, slots, positions)

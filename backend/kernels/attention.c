@@ -30,26 +30,79 @@ typedef struct {
     float scale;
 } attention_job;
 
-static inline float dot(const float *a, const float *b, int64_t n) {
-    v8 acc0 = {0}, acc1 = {0};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 += load8(a + i) * load8(b + i);
-        acc1 += load8(a + i + 8) * load8(b + i + 8);
-    }
-    for (; i + 8 <= n; i += 8) acc0 += load8(a + i) * load8(b + i);
-    acc0 += acc1;
-    float s = 0.0f;
-    for (int c = 0; c < 8; c++) s += acc0[c];
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 /* Rotary embedding, the Hugging Face "rotate half" convention: pairs (i, i + hd/2). */
 static void rotate(const float *x, const float *cos, const float *sin, float *out, int64_t hd) {
     const int64_t half = hd / 2;
     for (int64_t i = 0; i < half; i++) out[i] = x[i] * cos[i] - x[i + half] * sin[i];
     for (int64_t i = half; i < hd; i++) out[i] = x[i] * cos[i] + x[i - half] * sin[i];
+}
+
+/* One query head against keys 0..n_keys-1 of its kv head: out = softmax(q . K * scale) . V.
+   HD is a constant at the calls that matter (64, 128), so q and the output's partial sums stay
+   in registers across the keys. HD must be a multiple of 8 here. */
+static inline __attribute__((always_inline)) void
+attend_head(const float *q, const float *keys, const float *values, int64_t n_keys, float scale,
+            float *out, const int64_t HD) {
+    const int64_t nv = HD / 8;
+    v8 qv[nv], acc[nv];
+    for (int64_t c = 0; c < nv; c++) {
+        qv[c] = load8(q + 8 * c) * scale;
+        acc[c] = (v8){0};
+    }
+    float scores[BLOCK] = {0}, best = -INFINITY, total = 0.0f;
+    for (int64_t start = 0; start < n_keys; start += BLOCK) {
+        const int64_t n = n_keys - start < BLOCK ? n_keys - start : BLOCK;
+        float block_best = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            const float *key = keys + (start + i) * HD;
+            v8 dot = {0};
+            for (int64_t c = 0; c < nv; c++) dot += qv[c] * load8(key + 8 * c);
+            float sc = 0.0f;
+            for (int l = 0; l < 8; l++) sc += dot[l];
+            scores[i] = sc;
+            if (sc > block_best) block_best = sc;
+        }
+        if (block_best > best) {   /* rescale what was summed under the old maximum */
+            const float r = expf(best - block_best);
+            total *= r;
+            for (int64_t c = 0; c < nv; c++) acc[c] *= r;
+            best = block_best;
+        }
+        for (int64_t i = 0; i < n; i += 8) {   /* scores past n are exp'd but unused */
+            const v8 e = exp8(load8(scores + i) - best);
+            memcpy(scores + i, &e, sizeof e);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const float p = scores[i];
+            const float *value = values + (start + i) * HD;
+            total += p;
+            for (int64_t c = 0; c < nv; c++) acc[c] += load8(value + 8 * c) * p;
+        }
+    }
+    for (int64_t c = 0; c < nv; c++) store8(out + 8 * c, acc[c] / total);
+}
+
+/* The same for any head dimension, one float at a time (no model here has one that is not a
+   multiple of 8). */
+static void attend_head_any(const float *q, const float *keys, const float *values, int64_t n_keys,
+                            float scale, float *out, int64_t hd) {
+    float best = -INFINITY, total = 0.0f, acc[hd];
+    memset(acc, 0, sizeof acc);
+    for (int64_t i = 0; i < n_keys; i++) {
+        float sc = 0.0f;
+        for (int64_t c = 0; c < hd; c++) sc += q[c] * keys[i * hd + c];
+        sc *= scale;
+        if (sc > best) {
+            const float r = expf(best - sc);
+            total *= r;
+            for (int64_t c = 0; c < hd; c++) acc[c] *= r;
+            best = sc;
+        }
+        const float p = expf(sc - best);
+        total += p;
+        for (int64_t c = 0; c < hd; c++) acc[c] += p * values[i * hd + c];
+    }
+    for (int64_t c = 0; c < hd; c++) out[c] = acc[c] / total;
 }
 
 static void attend_one(const attention_job *j, int64_t t, int64_t h) {
@@ -69,35 +122,14 @@ static void attend_one(const attention_job *j, int64_t t, int64_t h) {
             rotate(q, j->cos + t * hd, j->sin + t * hd, rotated, hd);
             q = rotated;
         }
-        float acc[hd], scores[BLOCK] = {0};
-        memset(acc, 0, sizeof acc);
-        float best = -INFINITY, total = 0.0f;
-        for (int64_t start = 0; start <= pos; start += BLOCK) {
-            const int64_t n = pos + 1 - start < BLOCK ? pos + 1 - start : BLOCK;
-            float block_best = -INFINITY;
-            for (int64_t i = 0; i < n; i++) {
-                scores[i] = dot(q, keys + (start + i) * hd, hd) * j->scale;
-                if (scores[i] > block_best) block_best = scores[i];
-            }
-            if (block_best > best) {   /* rescale what was summed under the old maximum */
-                const float r = expf(best - block_best);
-                total *= r;
-                for (int64_t c = 0; c < hd; c++) acc[c] *= r;
-                best = block_best;
-            }
-            for (int64_t i = 0; i < n; i += 8) {   /* scores past n are exp'd but unused */
-                const v8 e = exp8(load8(scores + i) - best);
-                memcpy(scores + i, &e, sizeof e);
-            }
-            for (int64_t i = 0; i < n; i++) {
-                const float p = scores[i];
-                const float *v = values + (start + i) * hd;
-                total += p;
-                for (int64_t c = 0; c < hd; c++) acc[c] += p * v[c];
-            }
-        }
         float *o = j->out + t * j->heads * hd + head * hd;
-        for (int64_t c = 0; c < hd; c++) o[c] = acc[c] / total;
+        switch (hd) {
+        case 64: attend_head(q, keys, values, pos + 1, j->scale, o, 64); break;
+        case 128: attend_head(q, keys, values, pos + 1, j->scale, o, 128); break;
+        default:
+            if (hd % 8 == 0) attend_head(q, keys, values, pos + 1, j->scale, o, hd);
+            else attend_head_any(q, keys, values, pos + 1, j->scale, o, hd);
+        }
     }
 }
 
@@ -109,12 +141,12 @@ static void attention_part(void *arg, int part, int parts) {
 }
 
 /* cos and sin: (d, hd) rows for each token to rotate q and k with, or NULL if they are rotated.
-   Returns 0, or -1 when the query heads do not share the kv heads evenly. */
+   Returns 0, or -1 when the query heads do not share the kv heads evenly (or hd is odd with cos). */
 int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                          const float *v, int64_t v_stride, float *cache_k, float *cache_v,
                          const int64_t *slots, const int64_t *positions, const float *cos, const float *sin,
                          float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t max_len, int64_t hd) {
-    if (kv_heads < 1 || heads % kv_heads || hd % 2) return -1;
+    if (kv_heads < 1 || heads % kv_heads || (cos && hd % 2)) return -1;
     attention_job job = {q, k, v, q_stride, k_stride, v_stride, cache_k, cache_v, slots, positions, cos, sin, out,
                          d, heads, kv_heads, max_len, hd, 1.0f / sqrtf((float)hd)};
     pool_run(attention_part, &job);
