@@ -212,3 +212,41 @@ def test_decode_attention_rotates_q_and_k_itself_when_given_the_tables():
     got = attend(qk[:, :heads], qk[:, heads:], v, plan, caches[1].k[0], caches[1].v[0], rotary=(cos, sin))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(caches[1].k[0], caches[0].k[0], atol=1e-6, rtol=1e-6)   # keys cached rotated
+
+
+@needs_kernels
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_whole_decode_layer_in_c_matches_the_layer_kernel_by_kernel(bias, monkeypatch):
+    """LlamaModel's decode-only fast path (layer.c) against LlamaLayer.forward on the same packed
+    weights: the same logits and the same cache, over steps with several slots at different lengths."""
+
+    from backend.models import build_model, llama, make_step_batch
+    from backend.models.packed import pack_weights
+    shape = ModelShape("llama", vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                       head_dim=16, intermediate_size=96, max_position=256, attention_bias=bias)
+    torch.manual_seed(1)
+    model = build_model(shape).eval().requires_grad_(False)
+    for p in model.parameters():
+        p.normal_(0, 0.3)
+    assert pack_weights(model)
+    prompts = {0: [5, 6, 7], 1: [9] * 11, 2: list(range(1, 30))}
+    from backend.kernels import ops
+    calls = []
+    monkeypatch.setattr(ops, "llama_decode_layer", lambda *a, _f=ops.llama_decode_layer: calls.append(1) or _f(*a))
+
+    def decode(fused: bool):
+        monkeypatch.setattr(llama, "Panels", Panels if fused else type("NotPanels", (), {}))
+        cache = KVCache(shape, 3, 64, "cpu", torch.float32)
+        with torch.inference_mode():
+            model(make_step_batch([(s, 0, p) for s, p in prompts.items()], [], "cpu"), cache)
+            steps = [model(make_step_batch([], [(s, len(p) + i, 3 + i) for s, p in prompts.items()], "cpu"), cache)
+                     for i in range(3)]
+        return torch.stack(steps), cache
+
+    fused, fused_cache = decode(True)
+    assert len(calls) == 3 * shape.num_layers   # every decode step went through layer.c
+    plain, plain_cache = decode(False)
+    assert len(calls) == 3 * shape.num_layers
+    torch.testing.assert_close(fused, plain, atol=1e-4, rtol=1e-4)
+    for a, b in zip(fused_cache.k + fused_cache.v, plain_cache.k + plain_cache.v):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

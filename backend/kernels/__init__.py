@@ -114,6 +114,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_decode_attention.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
                                          i64, i64, i64, i64, i64]
     lib.psk_decode_attention.restype = ctypes.c_int
+    lib.psk_llama_decode_layer.argtypes = [ptr, i64, *[ptr] * 7, *[ptr] * 7, *[i64] * 6, ctypes.c_float]
+    lib.psk_llama_decode_layer.restype = ctypes.c_int
     lib.psk_rms_norm.argtypes = [ptr, ptr, ptr, i64, i64, ctypes.c_float]
     lib.psk_rms_norm.restype = None
     lib.psk_silu_mul.argtypes = [ptr, ptr, i64, i64]

@@ -51,9 +51,8 @@ tile(const float *panel, const float *xb, const float *bias, const float *rb, fl
         float row[P];
         memcpy(row, acc[j], sizeof row);
         float *yr = yb + j * out + o;
-        for (int c = 0; c < width; c++) yr[c] = row[c] + (bias ? bias[o + c] : 0.0f);
-        if (rb)
-            for (int c = 0; c < width; c++) yr[c] += rb[j * out + o + c];
+        const float *rr = rb ? rb + j * out + o : NULL;   /* may be yr itself: read before written */
+        for (int c = 0; c < width; c++) yr[c] = row[c] + (bias ? bias[o + c] : 0.0f) + (rr ? rr[c] : 0.0f);
     }
 }
 
@@ -96,7 +95,8 @@ static void linear_part(void *arg, int part, int parts) {
     if (p0 < p1) linear_panels(job->w, job->x, job->bias, job->residual, job->y, job->n, job->out, job->in, p0, p1);
 }
 
-/* y = x @ W^T (+ bias) (+ residual); bias and residual may be NULL; residual is (n, out). */
+/* y = x @ W^T (+ bias) (+ residual); bias and residual may be NULL; residual is (n, out) and may
+   be y itself (an in-place residual add); x must not overlap y. */
 void psk_linear(const float *wp, const float *x, const float *bias, const float *residual, float *y,
                 int64_t n, int64_t out, int64_t in) {
     linear_job job = {wp, x, bias, residual, y, n, out, in};

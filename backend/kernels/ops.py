@@ -93,3 +93,24 @@ def read(x: torch.Tensor) -> float:
     """Sum of a float32 tensor by a plain streaming read on the pool's threads (a bandwidth probe)."""
     x = x.contiguous()
     return _lib().psk_read(x.data_ptr(), x.numel())
+
+
+def llama_decode_layer(x: torch.Tensor, weights: tuple, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                       step: tuple, scratch: torch.Tensor, heads: int, kv_heads: int, ff: int, eps: float) -> None:
+    """A whole Llama layer for a decode-only step, x (D, hidden) updated in place (layer.c).
+
+    weights: data pointers of (attn_norm, qkv, qkv_bias or None, o, mlp_norm, gate_up, down), the
+    matrices as panels. step: pointers of (slots, positions, cos, sin), the same for every layer.
+    scratch: at least decode_scratch_size(...) floats.
+    """
+    d, hidden = x.shape
+    hd = cache_k.shape[3]
+    failed = _lib().psk_llama_decode_layer(x.data_ptr(), d, *weights, cache_k.data_ptr(), cache_v.data_ptr(), *step,
+                                           scratch.data_ptr(), hidden, heads, kv_heads, hd, ff, cache_k.shape[2], eps)
+    if failed:
+        raise ValueError(f"decode layer: {heads} query heads do not share {kv_heads} kv heads evenly")
+
+
+def decode_scratch_size(d: int, hidden: int, heads: int, kv_heads: int, hd: int, ff: int) -> int:
+    """Floats of scratch llama_decode_layer needs for d tokens."""
+    return d * (hidden + (heads + 2 * kv_heads) * hd + heads * hd + 3 * ff)

@@ -13,7 +13,7 @@ from torch import nn
 from backend.kernels import ops
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, ModelShape, StepBatch
-from backend.models.packed import linear
+from backend.models.packed import Panels, linear
 
 
 class Rotary:
@@ -98,6 +98,13 @@ class LlamaLayer(nn.Module):
         return linear(swiglu(linear(h, self.gate_up)), self.down, residual=x)  # gate_up: (N, 2 ff)
 
 
+    def kernel_weights(self) -> tuple:
+        """Data pointers of the layer's weights for the C decode layer (its matrices are Panels)."""
+        bias = None if self.qkv_bias is None else self.qkv_bias.data_ptr()
+        return (self.attn_norm.data_ptr(), self.qkv.data.data_ptr(), bias, self.o.data.data_ptr(),
+                self.mlp_norm.data_ptr(), self.gate_up.data.data_ptr(), self.down.data.data_ptr())
+
+
 class LlamaModel(nn.Module):
     def __init__(self, shape: ModelShape, rope_freq_factors: torch.Tensor | None = None):
         super().__init__()
@@ -124,10 +131,29 @@ class LlamaModel(nn.Module):
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
         plan = AttentionPlan.build(batch, cache, x.dtype, static_decode)
         cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
-        for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
-            x = layer(x, cos, sin, plan, cache_k, cache_v)
+        if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, Panels):
+            x = self._decode_in_kernel(x, cos, sin, plan, cache)
+        else:
+            for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
+                x = layer(x, cos, sin, plan, cache_k, cache_v)
         x = rms_norm(x[batch.logit_rows], self.final_norm, self.shape.norm_eps)  # (M, d)
         return linear(x, self.head_weight if self.packed_head is None else self.packed_head)
+
+    def _decode_in_kernel(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: AttentionPlan,
+                          cache: KVCache) -> torch.Tensor:
+        """A decode-only step with every layer in one call to the C kernels (the same arithmetic as
+        LlamaLayer.forward, without the interpreter between its ten kernels)."""
+        s = self.shape
+        x = x.contiguous()                                     # (D, d), updated in place layer by layer
+        cos, sin = cos.contiguous(), sin.contiguous()          # (D, 1, hd)
+        slots, positions = plan.decode_slots.contiguous(), plan.decode_positions.contiguous()
+        step = (slots.data_ptr(), positions.data_ptr(), cos.data_ptr(), sin.data_ptr())
+        scratch = torch.empty(ops.decode_scratch_size(x.shape[0], s.hidden_size, s.num_heads, s.num_kv_heads,
+                                                      s.head_dim, s.intermediate_size), dtype=x.dtype)
+        for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
+            ops.llama_decode_layer(x, layer.kernel_weights(), cache_k, cache_v, step, scratch,
+                                   s.num_heads, s.num_kv_heads, s.intermediate_size, s.norm_eps)
+        return x
 
     def hf_destinations(self) -> dict[str, torch.Tensor]:
         """transformers checkpoint name -> the view of our parameter it fills (same shape)."""
