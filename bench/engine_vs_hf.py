@@ -364,7 +364,7 @@ def profile_ours(loaded) -> list[str]:
     from backend.kernels import ops
     ours = Ours(loaded)
     out = []
-    names = ("linear", "rms_norm", "silu_mul", "decode_attention")
+    names = ("linear", "rms_norm", "silu_mul", "decode_attention", "llama_decode_layer")
     plain = {name: getattr(ops, name) for name in names}
 
     def labelled(name, fn):
