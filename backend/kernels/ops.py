@@ -21,8 +21,9 @@ def _lib():
     global _pool_threads
     lib = kernels.load()
     threads = torch.get_num_threads()
-    if threads != _pool_threads:
-        _pool_threads = lib.psk_set_threads(threads)
+    if threads != _pool_threads:   # the pool may get fewer (it stops at 64): remember what was asked
+        lib.psk_set_threads(threads)
+        _pool_threads = threads
     return lib
 
 
