@@ -114,7 +114,7 @@ def read_bandwidth(torch, dev, mib: int, budget_s: float, sync) -> float:
     from backend.kernels import ops
 
     src = torch.empty(mib * 2**20 // 4, device=dev, dtype=torch.float32).fill_(1.0)
-    if dev.type == "cpu" and ops.available():
+    if ops.usable(dev, torch.float32):
         def run():
             ops.read(src)
     else:

@@ -68,19 +68,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    if not ops.available():
+    ours = ops.usable(torch.device("cpu"), torch.float32)
+    if not ours:
         print(f"note: the C kernels are not built here ({kernels.reason()}); their rows are left out", file=sys.stderr)
     weights = [torch.randn(*shape) for _ in range(LAYERS) for shape in SHAPES]
     transposed = [w.t().contiguous() for w in weights]            # (in, out): MKL's better layout for one row
     onednn = [torch.ops.mkldnn._reorder_linear_weight(w, 32) for w in weights]
-    panels = [Panels.pack(w, kernels.load().psk_panel_width()) for w in weights] if ops.available() else []
+    panels = [Panels.pack(w, kernels.load().psk_panel_width()) for w in weights] if ours else []
     nbytes = sum(w.numel() * w.element_size() for w in weights)
     src = torch.ones(nbytes // 4)
     dst = torch.empty_like(src)
     one_row = {576: torch.randn(1, 576), 1536: torch.randn(1, 1536)}
     kinds = products(weights, transposed, onednn, panels, one_row)
     kinds["read: sum (torch)"] = lambda: src.sum()
-    if ops.available():
+    if ours:
         kinds["read: backend/kernels (calibrate's read probe)"] = lambda: ops.read(src)
     kinds["copy (read + write, as calibrate)"] = lambda: dst.copy_(src)
 

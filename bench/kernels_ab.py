@@ -16,6 +16,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -35,52 +36,54 @@ CACHED = 128
 STEPS = 8
 
 
+@contextlib.contextmanager
+def torch_kernels(on: bool = True):
+    """While on, every model takes torch's path: packing, attention, RMSNorm, SwiGLU."""
+    saved = ops.usable
+    if on:
+        ops.usable = lambda device, dtype: False
+    try:
+        yield
+    finally:
+        ops.usable = saved
+
+
 def build(use_kernels: bool):
     loaded = load_model(BUNDLED, "cpu", "float32")
-    if use_kernels:
-        assert packed.pack_weights(loaded.model) and isinstance(loaded.model.layers[0].qkv, packed.Panels)
-    else:
-        saved = packed.can_use_panels
-        packed.can_use_panels = lambda device, dtype: False
-        try:
-            assert packed.pack_weights(loaded.model) and loaded.model.layers[0].qkv.is_mkldnn
-        finally:
-            packed.can_use_panels = saved
+    with torch_kernels(not use_kernels):
+        assert packed.pack_weights(loaded.model)
+    qkv = loaded.model.layers[0].qkv
+    assert isinstance(qkv, packed.Panels) if use_kernels else qkv.is_mkldnn
     return loaded
 
 
 def timings(loaded, use_kernels: bool) -> dict[str, float]:
     """Seconds: a 512-token prefill, and the median decode step at each batch size."""
     model, shape = loaded.model, loaded.shape
-    available = ops.available
-    ops.available = (lambda: True) if use_kernels else (lambda: False)   # attention, RMSNorm, SwiGLU
-    try:
-        out = {}
-        with torch.inference_mode():
-            cache = KVCache(shape, max(BATCHES), 640, "cpu", torch.float32)
-            prompt = [(i * 7919) % shape.vocab_size for i in range(512)]
-            start = time.perf_counter()
-            model(make_step_batch([(0, 0, prompt)], [], "cpu"), cache)
-            out["prefill 512"] = time.perf_counter() - start
-            for batch in BATCHES:
-                model(make_step_batch([(s, 0, prompt[:CACHED]) for s in range(batch)], [], "cpu"), cache)
-                steps = []
-                for i in range(STEPS):
-                    start = time.perf_counter()
-                    logits = model(make_step_batch([], [(s, CACHED + i, 5) for s in range(batch)], "cpu"), cache)
-                    logits.argmax(-1).tolist()
-                    steps.append(time.perf_counter() - start)
-                out[f"decode batch {batch}"] = statistics.median(steps[1:])
-        return out
-    finally:
-        ops.available = available
+    out = {}
+    with torch_kernels(not use_kernels), torch.inference_mode():
+        cache = KVCache(shape, max(BATCHES), 640, "cpu", torch.float32)
+        prompt = [(i * 7919) % shape.vocab_size for i in range(512)]
+        start = time.perf_counter()
+        model(make_step_batch([(0, 0, prompt)], [], "cpu"), cache)
+        out["prefill 512"] = time.perf_counter() - start
+        for batch in BATCHES:
+            model(make_step_batch([(s, 0, prompt[:CACHED]) for s in range(batch)], [], "cpu"), cache)
+            steps = []
+            for i in range(STEPS):
+                start = time.perf_counter()
+                logits = model(make_step_batch([], [(s, CACHED + i, 5) for s in range(batch)], "cpu"), cache)
+                logits.argmax(-1).tolist()
+                steps.append(time.perf_counter() - start)
+            out[f"decode batch {batch}"] = statistics.median(steps[1:])
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    if not ops.available():
+    if not ops.usable(torch.device("cpu"), torch.float32):
         raise SystemExit("the C kernels are not built here: nothing to compare")
     models = {True: build(True), False: build(False)}
     for use in models:   # warm-up: first-call costs stay out

@@ -7,6 +7,7 @@ from backend.config import SamplingConfig
 from backend.engine import Engine, FixedSource
 from backend.models import KVCache, make_step_batch
 from backend import kernels
+from backend.kernels import ops
 from backend.models import packed
 from backend.models.packed import can_pack, is_packed, pack_weights
 from backend.runner import Runner, sample
@@ -89,9 +90,9 @@ def test_warmup_leaves_no_trace_in_the_results(use_cuda_graphs):
 def _packed_as(layout: str, monkeypatch) -> type:
     """Make pack_weights choose `layout`; the type its packed matrices then have."""
     if layout == "onednn":   # as on a machine where the C kernels cannot be built
-        monkeypatch.setattr(packed, "can_use_panels", lambda device, dtype: False)
+        monkeypatch.setattr(ops, "usable", lambda device, dtype: False)
         return torch.Tensor
-    assert packed.can_use_panels(torch.device("cpu"), torch.float32), kernels.reason()
+    assert ops.usable(torch.device("cpu"), torch.float32), kernels.reason()
     return packed.Panels
 
 
@@ -132,7 +133,7 @@ def test_packing_is_refused_where_onednn_cannot_run_the_dtype():
     assert not can_pack(torch.device("cpu"), torch.float64)
     model = random_model("llama", "cpu").to(torch.float64)
     assert not pack_weights(model) and not model.layers[0].qkv.is_mkldnn
-    assert not packed.can_use_panels(torch.device("cpu"), torch.float64)   # the C kernels are float32 only
+    assert not ops.usable(torch.device("cpu"), torch.float64)   # the C kernels are float32 only
 
 
 @pytest.mark.parametrize("arch", list(SHAPES))

@@ -1,7 +1,7 @@
 """Torch tensors in, the C kernels' results out: the only place that passes tensors' memory to C.
 
-Every function takes float32 CPU tensors and returns a new tensor; callers check `available()`
-(and the dtype and device) first and keep a torch path for everything else. The kernels' pool
+Every function takes float32 CPU tensors and returns a new tensor (or updates one in place);
+callers check `usable(device, dtype)` first and keep a torch path for everything else. The kernels' pool
 follows torch's thread count, as torch's own kernels do.
 """
 from __future__ import annotations
@@ -13,8 +13,9 @@ from backend import kernels
 _pool_threads = 0
 
 
-def available() -> bool:
-    return kernels.load() is not None
+def usable(device: torch.device, dtype: torch.dtype) -> bool:
+    """The kernels are built for this machine and take this device and dtype (CPU, float32)."""
+    return device.type == "cpu" and dtype == torch.float32 and kernels.load() is not None
 
 
 def _lib():

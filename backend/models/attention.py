@@ -58,8 +58,7 @@ class AttentionPlan:
             segments.append((offset, seg, mask))
             offset += seg.length
         decode_len, decode_mask = 0, None
-        use_kernel = (batch.num_decode > 0 and not static_decode and device.type == "cpu"
-                      and dtype == torch.float32 and ops.available())
+        use_kernel = batch.num_decode > 0 and not static_decode and ops.usable(device, dtype)
         if use_kernel:
             decode_len = -1   # not known without a host read, and not needed
         elif batch.num_decode:
@@ -124,5 +123,3 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         o = F.scaled_dot_product_attention(qd, ks, vs, attn_mask=plan.decode_mask)  # (D, kv, group, hd)
         outs.append(o.reshape(d, heads * hd))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-

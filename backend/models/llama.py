@@ -44,24 +44,20 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def _cpu_float32(x: torch.Tensor) -> bool:
-    return x.is_cpu and x.dtype == torch.float32
-
-
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """F.rms_norm; for float32 on the CPU one pass of the C kernel, or else plain kernels: there
     F.rms_norm's composite kernel measured 4x slower on 512 rows (bench/README.md)."""
-    if not _cpu_float32(x):
-        return F.rms_norm(x, x.shape[-1:], weight, eps)
-    if ops.available():
+    if ops.usable(x.device, x.dtype):
         return ops.rms_norm(x, weight, eps)
+    if not x.is_cpu or x.dtype != torch.float32:
+        return F.rms_norm(x, x.shape[-1:], weight, eps)
     scale = x.square().mean(-1, keepdim=True).add_(eps).rsqrt_()
     return torch.mul(x, scale).mul_(weight)
 
 
 def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
     """(N, 2 ff) rows of [gate | up] -> silu(gate) * up, (N, ff)."""
-    if _cpu_float32(gate_up) and ops.available():
+    if ops.usable(gate_up.device, gate_up.dtype):
         return ops.silu_mul(gate_up)
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
@@ -96,7 +92,6 @@ class LlamaLayer(nn.Module):
         x = linear(attend(q, k, v, plan, cache_k, cache_v, rotary), self.o, residual=x)
         h = rms_norm(x, self.mlp_norm, self.eps)
         return linear(swiglu(linear(h, self.gate_up)), self.down, residual=x)  # gate_up: (N, 2 ff)
-
 
     def kernel_weights(self) -> tuple:
         """Data pointers of the layer's weights for the C decode layer (its matrices are Panels)."""

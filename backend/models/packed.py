@@ -71,16 +71,11 @@ def linear(x: torch.Tensor, w: torch.Tensor | Panels, b: torch.Tensor | None = N
     return y if residual is None else y.add_(residual)
 
 
-def can_use_panels(device: torch.device, dtype: torch.dtype) -> bool:
-    """The C kernels are built for this machine and run this dtype."""
-    return device.type == "cpu" and dtype == torch.float32 and kernels.load() is not None
-
-
 def kernels_in_use(device: torch.device, dtype: torch.dtype) -> str:
     """Which kernels a model on this device and dtype runs its layers on, in words (and why not ours)."""
     if device.type != "cpu":
         return "torch"
-    if can_use_panels(device, dtype):
+    if ops.usable(device, dtype):
         return "phasescope C kernels (built for this CPU)"
     why = "are float32 only" if dtype != torch.float32 else f"unavailable: {kernels.reason()}"
     library = "oneDNN" if can_pack(device, dtype) else "MKL"
@@ -112,7 +107,7 @@ def pack_weights(model: nn.Module) -> bool:
     if is_packed(model):
         return True
     head = model.head_weight
-    if can_use_panels(head.device, head.dtype):
+    if ops.usable(head.device, head.dtype):
         width = kernels.load().psk_panel_width()
         pack = lambda w: Panels.pack(w, width)   # noqa: E731
     elif can_pack(head.device, head.dtype):
