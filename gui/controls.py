@@ -17,7 +17,7 @@ from backend.remote import APIS, RemoteEndpoint
 from backend.remote_client import safe_url
 from backend.weights import list_models
 
-from .fields import ValidatedField, number
+from .fields import ValidatedField, number, open_file
 from .run_form import RunForm
 
 OPEN_FOLDER = "Open folder…"
@@ -292,12 +292,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.profile_combo.setItemData(self.profile_combo.count() - 1, path, QtCore.Qt.ItemDataRole.ToolTipRole)
 
     def _open_profile_dialog(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a GPU profile", "", "GPU profile (*.toml)")
-        if path:
-            try:
-                self.add_profile_path(path)
-            except InputError as exc:
-                self.inputRejected.emit(str(exc))
+        open_file(self, "Open a GPU profile", "GPU profile (*.toml)", self.add_profile_path, self.inputRejected)
 
     def _update(self) -> None:
         problems = self.errors()

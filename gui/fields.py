@@ -132,3 +132,14 @@ class ValidatedField(QtWidgets.QWidget):
         if was_valid != self.is_valid:
             self.validityChanged.emit()
         self.valueChanged.emit()
+
+
+def open_file(parent: QtWidgets.QWidget, title: str, file_filter: str, use: Callable[[str], object],
+              rejected: QtCore.SignalInstance) -> None:
+    """Ask for a file and hand its path to `use`; a file it refuses (InputError) goes to `rejected` as one line."""
+    path, _ = QtWidgets.QFileDialog.getOpenFileName(parent, title, "", file_filter)
+    if path:
+        try:
+            use(path)
+        except InputError as exc:
+            rejected.emit(str(exc))

@@ -9,7 +9,7 @@ from backend.sweep import SweepSpec
 from backend.workload import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
                               list_workloads, load_workload)
 
-from .fields import MAX_BATCH, ValidatedField, length, number, whole, whole_list
+from .fields import MAX_BATCH, ValidatedField, length, number, open_file, whole, whole_list
 
 RUN_KINDS = (
     ("batch", "One batch: prefill, then decode"),
@@ -270,12 +270,7 @@ class RunForm(QtWidgets.QWidget):
         self.preset_combo.setCurrentIndex(index)
 
     def _open_workload_dialog(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a workload file", "", "Workload (*.toml)")
-        if path:
-            try:
-                self.open_workload(path)
-            except InputError as exc:
-                self.inputRejected.emit(str(exc))
+        open_file(self, "Open a workload file", "Workload (*.toml)", self.open_workload, self.inputRejected)
 
     # ---- reading -----------------------------------------------------------------------------
 
