@@ -1,4 +1,5 @@
-/* Matrix products for the few rows of a decode step, streaming the weights at memory speed.
+/* Matrix products: a decode step's few rows streaming the weights at memory speed, and the same
+   kernel for a prefill's many rows at the matrix-multiply rate.
 
    y (n, out) = x (n, in) @ W^T (+ bias) (+ residual), float32, where W (out, in) is given packed in panels
    of P = 32 outputs: wp[panel][k][32] = W[panel * 32 + j][k] (outputs padded with zero rows to
