@@ -51,6 +51,12 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="always generate the full output length")
     p.add_argument("--out", help="write steps.csv, requests.csv, tokens.csv, summary.csv, run.json, trace.json here")
     p.add_argument("--profile", help="GPU profile name or TOML path (see `profiles`)")
+    threads_flag(p)
+
+
+def threads_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=_positive_int, help="CPU threads, pinned to as many cores (default: all cores; "
+                   "the window's engine takes all but one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 def common_config(args, mode: str) -> RunConfig:
     return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
-                     profile=args.profile, out_dir=args.out)
+                     profile=args.profile, out_dir=args.out, threads=args.threads)
 
 
 def run_config(args) -> RunConfig:

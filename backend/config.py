@@ -56,3 +56,4 @@ class RunConfig:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     out_dir: str | None = None
+    threads: int | None = None           # CPU threads (and as many cores); None: all cores, torch's default count

@@ -27,6 +27,7 @@ class ModelLoaded:
     weight_bytes: int
     kv_capacity: int     # KV cache capacity in tokens
     shape: object        # backend.models.base.ModelShape (for the roofline)
+    reused: bool = False # already in memory from an earlier run (the engine process keeps it)
 
 
 @dataclass(slots=True)
@@ -56,9 +57,29 @@ class SweepPoint:
 
 
 @dataclass(slots=True)
+class EngineStatus:
+    """The engine process as it reports itself, at a run's start and about once a second."""
+
+    pid: int
+    threads: int             # torch's (and the C kernels') thread count
+    affinity: list[int]      # the cores it may run on
+    cpu_s: float             # the process's CPU time so far
+    clock_s: float           # its monotonic clock then (shared with the window's on one machine)
+    imports_qt: bool         # it must not: the engine process owns no window
+
+
+@dataclass(slots=True)
 class RunFinished:
     run_id: str
     summary: dict = field(default_factory=dict)
     stopped: bool = False     # stopped by the user before the end
     error: str | None = None  # one-line message when the run failed part way
     data: object = None       # backend.export.RunData: every record of the run
+
+
+def merge_arrivals(events: list[RequestsArrived]) -> RequestsArrived:
+    """One event for several, in arrival order."""
+    if len(events) == 1:
+        return events[0]
+    return RequestsArrived([i for e in events for i in e.request_ids], [t for e in events for t in e.arrival_ms],
+                           [n for e in events for n in e.prompt_tokens])

@@ -107,3 +107,18 @@ class RecordBatch:
     requests: list[RequestRecord] = field(default_factory=list)   # requests that just finished
     text: dict[int, str] = field(default_factory=dict)            # request_id -> newly decoded text
     scheduled: dict[int, float] = field(default_factory=dict)     # request_id -> when it was first admitted
+
+
+def merge_batches(batches: list[RecordBatch]) -> RecordBatch:
+    """One batch holding several in order (the engine process and the window's worker send fewer, larger ones)."""
+    if len(batches) == 1:
+        return batches[0]
+    merged = RecordBatch()
+    for b in batches:
+        merged.steps.extend(b.steps)
+        merged.tokens.extend(b.tokens)
+        merged.requests.extend(b.requests)
+        for rid, piece in b.text.items():
+            merged.text[rid] = merged.text.get(rid, "") + piece
+        merged.scheduled.update(b.scheduled)
+    return merged

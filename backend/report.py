@@ -8,6 +8,7 @@ import time
 
 from .events import ModelLoaded, Progress, RequestsArrived, RunFinished, SweepPoint
 from .records import RecordBatch, RequestStatus
+from .threads import describe_threads
 
 
 def _gb(n: float) -> str:
@@ -109,8 +110,10 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         else info.get("source", "")
     print(f"model   {info.get('model')}  ({_params(info.get('num_params', 0))} params, "
           f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
+    threads = (describe_threads(info["threads"], info["affinity"]) if info.get("affinity")
+               else f"{info.get('threads')} threads")
     print(f"device  {info.get('device')} ({info.get('device_name')}), {info.get('dtype')}, "
-          f"{info.get('threads')} threads" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
+          f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
     if config.mode == "batch":
         _print_batch_summary(config, data, s, out)
     else:

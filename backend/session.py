@@ -43,28 +43,52 @@ def config_dict(config: RunConfig) -> dict:
     return data
 
 
-def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True) -> RunFinished:
+class ModelCache:
+    """Keeps the last model loaded, so that the next run on the same model, device and dtype
+    starts at once (the window's engine process holds one; a headless run needs none)."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._loaded = None
+
+    def get(self, config: RunConfig, emit: Emit):
+        """(the loaded model, its device's name, whether it was already loaded)."""
+        choice = config.model
+        key = (choice.name, choice.device, choice.dtype)
+        if key == self._key:
+            return (*self._loaded, True)
+        self._key = self._loaded = None   # the old model's memory goes before the new one is loaded
+        self._loaded = load(config, emit)
+        self._key = key
+        return (*self._loaded, False)
+
+
+def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
+            models: ModelCache | None = None) -> RunFinished:
     """Run `config` to the end (or until should_stop), emitting events; InputError for bad settings.
 
     With retain_records=False the returned RunData holds the request records only: steps and
     tokens go to `emit` and to the output folder as they happen, so memory stays flat however
-    long the run.
+    long the run. `models` keeps the model loaded for the next run.
     """
+    from .threads import apply_threads
     if config.profile:
         from .profiles import find_profile
         find_profile(config.profile)   # a malformed profile file is refused before anything loads
+    apply_threads(config.threads)
     if config.endpoint is not None:
         from .remote import run_remote
         return run_remote(config, config.endpoint, emit, should_stop)
+    models = models or ModelCache()
     if config.mode in ("sweep-batch", "sweep-prompt"):
         from .sweep import run_sweep
-        return run_sweep(config, emit, should_stop)
+        return run_sweep(config, emit, should_stop, models)
     if config.mode not in ("batch", "load"):
         raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch or sweep-prompt")
     validate(config)
     writer = RunWriter(config.out_dir) if config.out_dir else None   # a bad folder fails before the model loads
     try:
-        return _execute(config, emit, should_stop, writer, retain_records)
+        return _execute(config, emit, should_stop, writer, retain_records, models)
     finally:
         if writer is not None:
             writer.abandon()
@@ -105,14 +129,14 @@ def load(config: RunConfig, emit: Emit):
 
 
 def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None,
-             retain_records: bool) -> RunFinished:
+             retain_records: bool, models: ModelCache) -> RunFinished:
     from .device import dtype_name
     from .engine import Engine
     from .metrics import RunAccumulator
     from .runner import Runner
     from .scheduler import Scheduler, SchedulerConfig
 
-    loaded, dev_name = load(config, emit)
+    loaded, dev_name, reused = models.get(config, emit)
     shape = loaded.shape
     if config.mode == "batch":
         source = batch_source(config, loaded, emit)
@@ -129,7 +153,7 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
     kv_capacity = min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
     run_id = new_run_id()
     emit(ModelLoaded(loaded.name, str(loaded.device), dev_name, dtype_name(loaded.dtype), loaded.source,
-                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, kv_capacity, shape))
+                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, kv_capacity, shape, reused))
     emit(Progress("warming up", None))
     runner = Runner(loaded, num_slots, max_len, config.sampling)
     runner.warmup()
@@ -174,10 +198,11 @@ def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: i
     import torch
     from .device import dtype_name
     from .models.packed import kernels_in_use
+    from .threads import current_affinity
     return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
             "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
             "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
-            "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(),
+            "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(), "affinity": current_affinity(),
             "kernels": kernels_in_use(loaded.device, loaded.dtype), "kv_capacity": kv_capacity,
             "kv_slots": num_slots, "max_len": max_len,
             "versions": library_versions(),

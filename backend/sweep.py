@@ -88,7 +88,8 @@ def _check_fits(shape, slots: int, length: int, dtype_bytes: int, device, what: 
         raise MemoryError(f"{what} needs {need / 2**30:,.2f} GiB of KV cache; {free / 2**30:,.2f} GiB is free")
 
 
-def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> RunFinished:
+def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool], models) -> RunFinished:
+    """models: the session's ModelCache."""
     import torch
 
     from .device import dtype_name, synchronize
@@ -97,15 +98,15 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     from .models.packed import pack_weights
     from .profiles import dtype_key, find_profile
     from .roofline import step_cost, utilization
-    from .session import config_dict, load, new_run_id, run_info
+    from .session import config_dict, new_run_id, run_info
 
     spec: SweepSpec = config.sweep
     out_dir = ensure_writable(config.out_dir) if config.out_dir else None
-    loaded, dev_name = load(config, emit)
+    loaded, dev_name, reused = models.get(config, emit)
     pack_weights(loaded.model)   # as the runner does: the sweep times the same kernels as a run
     shape, device = loaded.shape, loaded.device
     emit(ModelLoaded(loaded.name, str(device), dev_name, dtype_name(loaded.dtype), loaded.source,
-                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, 0, shape))
+                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, 0, shape, reused))
     dtype = dtype_key(loaded.dtype)
     dtype_bytes = loaded.dtype.itemsize
     local = local_profile(dev_name, device.type == "cuda")

@@ -13,6 +13,8 @@ def add_tool_parsers(sub, model_flags) -> None:
     cal.add_argument("--device", default="auto")
     cal.add_argument("--out", help="profile TOML to write (default: this-machine.toml in the config folder)")
     cal.add_argument("--quick", action="store_true", help="smaller, faster measurements")
+    from .cli import threads_flag
+    threads_flag(cal)
 
     sweep = sub.add_parser("sweep", help="batch-size or prompt-length sweep against the roofline")
     kinds = sweep.add_subparsers(dest="kind", required=True)
@@ -47,9 +49,11 @@ def print_profiles() -> int:
 
 def run_calibrate(args) -> int:
     from .calibrate import calibrate, write_profile
+    from .threads import apply_threads
 
     def progress(message: str, fraction: float) -> None:
         print(f"... {message} ({fraction * 100:.0f}%)", file=sys.stderr)
+    apply_threads(args.threads)
     profile = calibrate(args.device, progress, quick=args.quick)
     path = write_profile(profile, args.out)
     print(f"{profile.name}: {profile.bandwidth_gbs:,.1f} GB/s, "

@@ -2,15 +2,17 @@
 
     python bench/window_under_load.py [--rate 5000] [--seconds 20] [--batch 8] [--output-len 512]
 
-The steps come the way a small model on a GPU makes them: a run function on the real
-RunWorker's thread emits one RecordBatch per engine step (the step, a token and its text per
-running request, admissions and finished requests), paced by the wall clock, and they reach
-the window through the worker's real path (coalesced signals, the record streamed to disk).
+The steps come the way a small model on a GPU makes them: a synthetic engine
+(bench/synthetic_engine.py) in the window's real engine process emits one RecordBatch per
+engine step (the step, a token and its text per running request, admissions and finished
+requests), paced by the wall clock, and they reach the window through the real path: batched
+onto the engine process's pipe, then the worker's coalesced signals and the record streamed
+to disk.
 `--batch` requests decode together; each finishes after `--output-len` tokens and a new one
 arrives and is prefilled in a step of its own.
 
 Measured in the window's thread, second by second:
-- backlog: steps the worker has emitted minus steps the window has taken in;
+- backlog: steps the engine process has emitted minus steps the window has taken in;
 - frames: paint events of the step strip and of the request lanes;
 - event-loop lateness: how late a 10 ms precise timer fires;
 - memory: the process's resident set (RSS), whose change after the buffers fill should be flat.
@@ -35,81 +37,12 @@ import pyqtgraph  # noqa: E402
 import PySide6  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from backend.events import RequestsArrived, RunFinished  # noqa: E402
-from backend.records import (Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord,  # noqa: E402
-                             TokenRecord)
+from backend.engine_process import EngineProcess  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.worker import RunWorker  # noqa: E402
+from synthetic_engine import SyntheticEngine  # noqa: E402  (bench/ is this script's folder)
 
-PROMPT_TOKENS = 128
 TICK_MS = 10            # the responsiveness probe's interval
-WORDS = [" the", " phase", " of", " decode", " is", " memory", "-bound", "."]
-
-
-class SyntheticEngine:
-    """Emits `rate` engine steps a second from the worker's thread for `seconds`."""
-
-    def __init__(self, rate: float, seconds: float, batch: int, output_len: int):
-        self.rate, self.seconds, self.batch, self.output_len = rate, seconds, batch, output_len
-        self.max_context = PROMPT_TOKENS + output_len
-        self.emitted = 0            # steps handed to emit (read by the window's thread)
-        self.t0 = 0.0
-        self.cpu_s = 0.0            # the worker thread's CPU time: making, recording and sending the records
-
-    def __call__(self, config, emit, should_stop) -> RunFinished:
-        total = int(self.rate * self.seconds)
-        step_ms = 1000.0 / self.rate
-        running: dict[int, list] = {}       # request id -> [arrival_ms, scheduled_ms, first_token_ms, tokens]
-        next_id = 0
-        kv = 0
-        self.t0 = time.perf_counter()
-        cpu0 = time.thread_time()
-        i = 0
-        while i < total and not should_stop():
-            due = min(total, int((time.perf_counter() - self.t0) * self.rate))
-            while i < due:
-                now = (time.perf_counter() - self.t0) * 1000.0
-                batch = RecordBatch()
-                if len(running) < self.batch:   # a new request arrives and its prompt fills this step
-                    rid, next_id = next_id, next_id + 1
-                    emit(RequestsArrived([rid], [now], [PROMPT_TOKENS]))
-                    running[rid] = [now, now, now + step_ms, 1]
-                    batch.scheduled[rid] = now
-                    batch.tokens.append(TokenRecord(rid, 0, now + step_ms, 1))
-                    batch.text[rid] = WORDS[0]
-                    kv += PROMPT_TOKENS + 1
-                    batch.steps.append(step_record(i, Phase.PREFILL, now, step_ms, 1, PROMPT_TOKENS, 0, kv,
-                                                   len(running), self.max_context))
-                else:
-                    for rid, life in list(running.items()):
-                        life[3] += 1
-                        batch.tokens.append(TokenRecord(rid, life[3] - 1, now + step_ms, life[3]))
-                        batch.text[rid] = WORDS[life[3] % len(WORDS)]
-                        if life[3] == self.output_len:
-                            del running[rid]
-                            kv -= PROMPT_TOKENS + self.output_len
-                            batch.requests.append(finished(rid, life, now + step_ms))
-                    kv += len(batch.tokens)
-                    batch.steps.append(step_record(i, Phase.DECODE, now, step_ms, len(batch.tokens), 0,
-                                                   len(batch.tokens), kv, len(running), self.max_context))
-                emit(batch)
-                i += 1
-                self.emitted = i
-            time.sleep(0.001)   # the engine's own pause for the next step; lets the GIL go
-        self.cpu_s = time.thread_time() - cpu0
-        return RunFinished("window-under-load", {"num_steps": i}, stopped=i < total)
-
-
-def step_record(i, phase, start, duration, requests, prefill, decode, kv, running, max_context) -> StepRecord:
-    return StepRecord("window-under-load", i, phase, requests, 1 if prefill else 0, decode, prefill + decode,
-                      prefill, decode, kv, max_context, start, duration, kv, 1 << 20, 0, running)
-
-
-def finished(rid: int, life: list, end: float) -> RequestRecord:
-    arrival, scheduled, first, n = life
-    return RequestRecord(rid, RequestStatus.FINISHED, PROMPT_TOKENS, n, arrival, scheduled, first, end,
-                         first - arrival, (end - first) / max(n - 1, 1), end - arrival, scheduled - arrival,
-                         finish_reason="length")
 
 
 class PaintCounter(QtCore.QObject):
@@ -212,8 +145,8 @@ def report(args, probe: Probe, engine: SyntheticEngine, window: MainWindow) -> s
         "(other processes sharing the cores).",
         f"{engine.emitted:,} steps in {rows[-1]['t']:.1f} s ({steps_per_s:,.0f} steps/s, batch {args.batch}: "
         f"{steps_per_s * args.batch:,.0f} tokens/s, {window.store.num_requests:,} requests). CPU time: the window's "
-        f"thread {probe.window_cpu_s:.1f} s, the worker's {engine.cpu_s:.1f} s (making, recording and sending the "
-        "records).",
+        f"thread {probe.window_cpu_s:.1f} s; the engine process's producing thread {engine.cpu_s:.1f} s (making and "
+        "sending the records).",
         "",
         "| measure | target | measured | |",
         "|---|---|---|---|",
@@ -248,7 +181,10 @@ def main() -> int:
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     engine = SyntheticEngine(args.rate, args.seconds, args.batch, args.output_len)
-    window = MainWindow(worker=RunWorker(run=engine))
+    process = EngineProcess(target=engine)
+    worker = RunWorker(run=process.execute)
+    worker.engine = process   # the window ends it when it closes
+    window = MainWindow(worker=worker)
     window.resize(1400, 900)
     window.show()
     probe = Probe(window, engine)
@@ -261,6 +197,7 @@ def main() -> int:
     probe.stop()
     table = report(args, probe, engine, window)
     window.close()
+    engine.remove()
     print(table)
     return 0
 

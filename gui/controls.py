@@ -15,6 +15,7 @@ from backend.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, 
                               match_profile)
 from backend.remote import APIS, RemoteEndpoint
 from backend.remote_client import safe_url
+from backend.threads import available_cores, window_default_threads
 from backend.weights import list_models
 
 from .fields import ValidatedField, number, open_file
@@ -128,6 +129,12 @@ class ControlsPanel(QtWidgets.QWidget):
         self.device_combo.addItems(available_devices())
         self.dtype_combo = QtWidgets.QComboBox()
         self.dtype_combo.setObjectName("dtypeCombo")
+        self.threads_spin = QtWidgets.QSpinBox()
+        self.threads_spin.setObjectName("threadsSpin")
+        self.threads_spin.setRange(1, max(len(available_cores()), 1))
+        self.threads_spin.setValue(window_default_threads())
+        self.threads_spin.setToolTip("CPU threads the engine process takes, pinned to as many cores; the default "
+                                     "leaves one core to the window. `--threads N` runs the same headless.")
         self.profile_combo = QtWidgets.QComboBox()
         self.profile_combo.setObjectName("profileCombo")
         self.calibrate_button = QtWidgets.QPushButton("Calibrate…")
@@ -147,6 +154,7 @@ class ControlsPanel(QtWidgets.QWidget):
         form.addRow(self.remote_box)
         form.addRow("Device", self.device_combo)
         form.addRow("Dtype", self.dtype_combo)
+        form.addRow("Threads", self.threads_spin)
         form.addRow("GPU profile", self.profile_combo)
         form.addRow("", profile_buttons)
         self.model_form = form
@@ -212,6 +220,7 @@ class ControlsPanel(QtWidgets.QWidget):
         form.setRowVisible(self.remote_box, remote)
         form.setRowVisible(self.device_combo, not remote)
         form.setRowVisible(self.dtype_combo, not remote)
+        form.setRowVisible(self.threads_spin, not remote)
         self.form.set_remote(remote)
         self._update()
 
@@ -314,7 +323,7 @@ class ControlsPanel(QtWidgets.QWidget):
     def set_running(self, running: bool) -> None:
         self._running = running
         for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
-                       self.profile_combo, self.open_profile_button, self.calibrate_button, self.form):
+                       self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button, self.form):
             widget.setEnabled(not running)
         self._update()
 
@@ -378,9 +387,10 @@ class ControlsPanel(QtWidgets.QWidget):
                                                         self.dtype_combo.currentText()),
                            sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
                            workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
-                           profile=self.profile_combo.currentData())
+                           profile=self.profile_combo.currentData(), threads=self.threads_spin.value())
         if self.is_remote():
             # the backend's execute sends the workload to the server when the config names one
             config.model = ModelChoice(self.model_name())
             config.endpoint = self.endpoint()
+            config.threads = None   # the server's threads are not ours to set
         return config

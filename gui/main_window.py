@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.errors import InputError
-from backend.events import ModelLoaded, Progress
+from backend.events import EngineStatus, ModelLoaded, Progress
 from backend.models.base import ModelShape
 from backend.models.shapes import SHAPES
 from backend.profiles import LOCAL_KEY
@@ -28,6 +29,8 @@ from .worker import WorkerThread
 
 REPAINT_MS = 30          # about 30 Hz: records arrive at any rate, the screen changes at this one
 NUMBERS_EVERY = 3        # the table and the metrics panel every third tick while running: digits cannot be read faster
+PAINT_SHARE = 0.5        # of a core, for the window's thread while a run goes; past it the repaints slow down
+REPAINT_MAX_MS = 250     # ... to at most 4 a second
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); the throughput plot below has the numbers"
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
@@ -70,6 +73,12 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.repaint_timer.setInterval(REPAINT_MS)
         self.repaint_timer.timeout.connect(self.repaint_views)
         self.repaint_timer.start()
+        self.window_cpu_share = 0.0   # the main thread's CPU over the last second, as a share of a core
+        self._cpu_clock = (time.monotonic(), time.thread_time())
+        self.cpu_timer = QtCore.QTimer(self)
+        self.cpu_timer.setInterval(1000)
+        self.cpu_timer.timeout.connect(self._sample_cpu)
+        self.cpu_timer.start()
         self._choices_changed()
         self.resize(1400, 900)
         if self.controls.profile_problem:
@@ -251,6 +260,7 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.lanes.set_running(running)
         if not running:
             self.status.hide_progress()
+            self.repaint_timer.setInterval(REPAINT_MS)
             self.repaint_views()
 
     def _on_event(self, event) -> None:
@@ -259,6 +269,8 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
             self.status.show_progress(event)
             if event.message.startswith("note:"):   # the bar moves on at once: keep it for the status line
                 self.run_notes.append(event.message)
+        elif isinstance(event, EngineStatus):
+            self.status.show_engine(event)
         elif isinstance(event, ModelLoaded):
             self.throughput.set_inputs(shape=event.shape, run_dtype=event.dtype)
             self._show_choices(event.name, f"{event.device} ({event.device_name})", event.dtype)
@@ -309,6 +321,21 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         for view in (self.timeline, self.lanes, self.throughput, self.text) + ((self.metrics,) if numbers else ()):
             if view.isVisible():
                 view.refresh()
+
+    def _sample_cpu(self) -> None:
+        """Once a second: what the window's own thread cost, and the repaint rate that keeps it in its share."""
+        now, cpu = time.monotonic(), time.thread_time()   # thread_time: this, the main thread's, CPU
+        self.window_cpu_share = (cpu - self._cpu_clock[1]) / max(now - self._cpu_clock[0], 1e-6)
+        self._cpu_clock = (now, cpu)
+        interval = self.repaint_timer.interval()
+        if self.running and self.window_cpu_share > PAINT_SHARE:
+            interval = min(REPAINT_MAX_MS, round(interval * 1.5))
+        elif self.window_cpu_share < PAINT_SHARE / 2:
+            interval = max(REPAINT_MS, round(interval / 1.5))
+        if interval != self.repaint_timer.interval():
+            self.repaint_timer.setInterval(interval)
+        if self.running:
+            self.status.show_window_cpu(self.window_cpu_share, interval)
 
     def select_request(self, request_id: int | None) -> None:
         self.selected_request = request_id
@@ -370,6 +397,7 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         """Stop a run at its next step and join the worker thread before the window goes."""
         self.repaint_timer.stop()
+        self.cpu_timer.stop()
         self.worker_thread.stop_and_join()
         super().closeEvent(event)
 

@@ -1,9 +1,11 @@
-"""The status bar's permanent part: what the run uses (model, device, dtype, profile) and its progress."""
+"""The status bar's permanent part: what the run uses (model, device, dtype, profile), its progress,
+and what the engine process and the window's own thread cost."""
 from __future__ import annotations
 
 from PySide6 import QtWidgets
 
-from backend.events import Progress
+from backend.events import EngineStatus, Progress
+from backend.threads import describe_threads
 
 QUIET_MESSAGES = ("running", "done")   # progress messages that need no bar
 
@@ -13,6 +15,15 @@ class RunStatus:
         self.labels = {key: QtWidgets.QLabel() for key in ("model", "device", "dtype", "profile")}
         for label in self.labels.values():
             status_bar.addPermanentWidget(label)
+        self.engine = QtWidgets.QLabel()
+        self.engine.setObjectName("engineStatus")
+        self.engine.setToolTip("The engine's own process: its threads, the cores it is pinned to, its CPU use")
+        self.window_cpu = QtWidgets.QLabel()
+        self.window_cpu.setObjectName("windowCpu")
+        self.window_cpu.setToolTip("CPU time of the window's main thread (painting, tables) over the last second")
+        for label in (self.engine, self.window_cpu):
+            status_bar.addPermanentWidget(label)
+        self._last_engine: EngineStatus | None = None
         self.progress = QtWidgets.QProgressBar()
         self.progress.setMaximumWidth(220)
         self.progress.setTextVisible(True)
@@ -22,6 +33,19 @@ class RunStatus:
     def show_choices(self, model: str, device: str, dtype: str, profile: str) -> None:
         for key, text in (("model", model), ("device", device), ("dtype", dtype), ("profile", profile)):
             self.labels[key].setText(f"{key}: {text}")
+
+    def show_engine(self, status: EngineStatus) -> None:
+        """e.g. "engine: 1 thread on core 1, 98% of a core" (the CPU share since its last report)."""
+        last, self._last_engine = self._last_engine, status
+        text = f"engine: {describe_threads(status.threads, status.affinity)}" if status.threads else "engine: running"
+        if last is not None and last.pid == status.pid and status.clock_s > last.clock_s:
+            share = (status.cpu_s - last.cpu_s) / (status.clock_s - last.clock_s)
+            text += f", {100 * share:.0f}% of a core"
+        self.engine.setText(text)
+
+    def show_window_cpu(self, share: float, frame_ms: int) -> None:
+        self.window_cpu.setText(f"window: {100 * share:.0f}% of a core" + (f", repaint every {frame_ms} ms"
+                                                                           if frame_ms > 40 else ""))
 
     def show_progress(self, event: Progress) -> None:
         self.progress.setFormat(event.message + (" %p%" if event.fraction is not None else ""))

@@ -1,6 +1,8 @@
 """The backend's Qt wrapper: runs a session in a QThread and reports through signals only.
 
-The worker never touches a widget. Step records are coalesced: a fast GPU emits thousands
+The run itself executes in the engine's own process (backend.engine_process): this thread
+sends it the settings, reads its records and turns them into the signals the views take, so
+painting neither slows the engine nor dies with it. The worker never touches a widget. Step records are coalesced: a fast GPU emits thousands
 of RecordBatches a second, and one queued signal per batch would flood the event loop, so
 batches are merged and sent at most FLUSH_HZ times a second. Arrivals (RequestsArrived,
 dozens a second under load) travel with them, merged into one event sent just before the
@@ -15,7 +17,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from functools import partial
 import time
 import weakref
 from pathlib import Path
@@ -25,10 +26,10 @@ from PySide6 import QtCore
 from backend.calibrate import calibrate as measure_device
 from backend.calibrate import write_profile
 from backend.errors import InputError, RunError
-from backend.events import Progress, RequestsArrived, RunFinished
+from backend.engine_process import EngineProcess
+from backend.events import Progress, RequestsArrived, RunFinished, merge_arrivals
 from backend.export import RunData, RunWriter
-from backend.records import RecordBatch
-from backend.session import execute
+from backend.records import RecordBatch, merge_batches
 
 FLUSH_HZ = 60
 
@@ -46,42 +47,25 @@ def one_line(exc: BaseException) -> str:
     return first or type(exc).__name__
 
 
-def merge_batches(batches: list[RecordBatch]) -> RecordBatch:
-    if len(batches) == 1:
-        return batches[0]
-    merged = RecordBatch()
-    for b in batches:
-        merged.steps.extend(b.steps)
-        merged.tokens.extend(b.tokens)
-        merged.requests.extend(b.requests)
-        for rid, piece in b.text.items():
-            merged.text[rid] = merged.text.get(rid, "") + piece
-        merged.scheduled.update(b.scheduled)
-    return merged
-
-
-def merge_arrivals(events: list[RequestsArrived]) -> RequestsArrived:
-    if len(events) == 1:
-        return events[0]
-    return RequestsArrived([i for e in events for i in e.request_ids], [t for e in events for t in e.arrival_ms],
-                           [n for e in events for n in e.prompt_tokens])
-
-
 class RunWorker(QtCore.QObject):
     started = QtCore.Signal()
-    event = QtCore.Signal(object)      # Progress, ModelLoaded, RequestsArrived, SweepPoint, ServerMetrics
+    event = QtCore.Signal(object)      # Progress, ModelLoaded, RequestsArrived, SweepPoint, ServerMetrics, EngineStatus
     records = QtCore.Signal(object)    # one RecordBatch merging every batch since the last flush
     finished = QtCore.Signal(object)   # RunFinished
     recorded = QtCore.Signal(str)      # the run folder holding the whole record ("" when recording failed)
     calibrated = QtCore.Signal(object, str)   # GpuProfile, path written
     failed = QtCore.Signal(str)        # one line
 
-    def __init__(self, run=None, measure=measure_device, flush_hz: float = FLUSH_HZ):
-        """run defaults to the backend's session.execute, measure to calibrate.calibrate."""
+    def __init__(self, run=None, measure=None, flush_hz: float = FLUSH_HZ):
+        """run and measure default to the engine process's (session.execute and calibrate.calibrate
+        in a child process); a run function given here runs in this thread (tests, benchmarks)."""
         super().__init__()
-        # the record goes to disk as it comes: the backend need not hold a copy in memory
-        self._run = run or partial(execute, retain_records=False)
-        self._measure = measure
+        self.engine: EngineProcess | None = None
+        if run is None:
+            self.engine = EngineProcess()
+            run, measure = self.engine.execute, measure or self.engine.calibrate
+        self._run = run
+        self._measure = measure or measure_device
         self._interval = 1.0 / flush_hz
         self._stop = threading.Event()
         self._pending: list[RecordBatch | RequestsArrived] = []
@@ -202,10 +186,13 @@ class WorkerThread:
         self.thread.start()
 
     def stop_and_join(self) -> None:
-        """Ask the run to stop at its next step boundary, then end the thread and wait for it."""
+        """Ask the run to stop at its next step boundary, end the thread and wait for it, then
+        end the engine process (no process outlives the window)."""
         if not self.thread.isRunning():
             return
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()
         self.worker.discard_recording()
+        if self.worker.engine is not None:
+            self.worker.engine.close()

@@ -15,11 +15,14 @@ from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, St
 
 @pytest.fixture(autouse=True)
 def no_thread_left():
-    """Fails a test that leaves a worker QThread running."""
+    """Fails a test that leaves a worker QThread or an engine process running."""
+    from backend.engine_process import live_engines
     from gui.worker import running_threads
     yield
     leaked = running_threads()
     assert not leaked, f"{len(leaked)} worker thread(s) still running after the test"
+    engines = live_engines()
+    assert not engines, f"engine process(es) {engines} still running after the test"
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +86,20 @@ def window(qtbot):
     from gui.main_window import MainWindow
     w = MainWindow()
     qtbot.addWidget(w)   # closed after the test: closeEvent stops the run and joins the thread
+    w.show()
+    return w
+
+
+@pytest.fixture
+def inprocess_window(qtbot):
+    """A window whose runs execute in this process, for tests that inject faults into the backend
+    with monkeypatch (which cannot reach the engine process)."""
+    from functools import partial
+    from backend.session import execute
+    from gui.main_window import MainWindow
+    from gui.worker import RunWorker
+    w = MainWindow(worker=RunWorker(run=partial(execute, retain_records=False)))
+    qtbot.addWidget(w)
     w.show()
     return w
 

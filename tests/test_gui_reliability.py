@@ -3,7 +3,7 @@
 The real worker thread and the real engine on the `tiny` model; files made in tmp_path.
 docs/reliability.md lists every case and the test that covers it.
 """
-from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
+from gui_fixtures import RUN_TIMEOUT_MS, config_dir, inprocess_window, no_thread_left, use_tiny, window  # noqa: F401
 
 import json
 import os
@@ -185,7 +185,8 @@ def test_every_bad_number_is_refused_as_it_is_typed(window):
         assert window.controls.run_button.isEnabled(), (kind, name, good)
 
 
-def test_a_batch_that_cannot_fit_says_what_it_needs_and_what_there_is(qtbot, window, monkeypatch):
+def test_a_batch_that_cannot_fit_says_what_it_needs_and_what_there_is(qtbot, inprocess_window, monkeypatch):
+    window = inprocess_window   # the fault is injected in this process
     import backend.weights
     monkeypatch.setattr(backend.weights, "free_memory", lambda device: 8 * 2**20)   # room for tiny's weights only
     use_tiny(window)
@@ -311,8 +312,9 @@ def fail_on_step(monkeypatch, step: int, exc: BaseException) -> dict:
     return calls
 
 
-def test_out_of_memory_mid_run_shows_it_and_the_partial_run_is_visible_and_exportable(qtbot, window, tmp_path,
+def test_out_of_memory_mid_run_shows_it_and_the_partial_run_is_visible_and_exportable(qtbot, inprocess_window, tmp_path,
                                                                                        monkeypatch):
+    window = inprocess_window   # the fault is injected in this process
     import torch
     fail_on_step(monkeypatch, 4, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     use_tiny(window, output_len="10")
@@ -326,8 +328,9 @@ def test_out_of_memory_mid_run_shows_it_and_the_partial_run_is_visible_and_expor
     assert all(r.finish_reason.startswith("run failed: out of memory") for r in run.requests)
 
 
-def test_an_exception_mid_run_shows_it_keeps_the_partial_run_and_the_next_run_starts_cleanly(qtbot, window, tmp_path,
+def test_an_exception_mid_run_shows_it_keeps_the_partial_run_and_the_next_run_starts_cleanly(qtbot, inprocess_window, tmp_path,
                                                                                              monkeypatch):
+    window = inprocess_window   # the fault is injected in this process
     fail_on_step(monkeypatch, 3, RuntimeError("device lost"))
     use_tiny(window, output_len="10")
     result = run_to_end(qtbot, window)
@@ -342,7 +345,8 @@ def test_an_exception_mid_run_shows_it_keeps_the_partial_run_and_the_next_run_st
     assert all(window.store.lane(r)["status"] is RequestStatus.FINISHED for r in range(2))
 
 
-def test_stop_in_the_window_ends_the_run_within_one_engine_step(qtbot, window, monkeypatch):
+def test_stop_in_the_window_ends_the_run_within_one_engine_step(qtbot, inprocess_window, monkeypatch):
+    window = inprocess_window   # the fault is injected in this process
     from backend.runner import Runner
     real_run = Runner.run
     calls = {"n": 0}

@@ -12,7 +12,8 @@ from backend.events import Progress, RequestsArrived, RunFinished
 from backend.export import RunData, read_run
 from backend.profiles import LOCAL_KEY, GpuProfile, find_profile
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, TokenRecord
-from gui.worker import RunWorker, WorkerThread, merge_batches, running_threads
+from backend.records import merge_batches
+from gui.worker import RunWorker, WorkerThread, running_threads
 
 
 class Collector(QtCore.QObject):

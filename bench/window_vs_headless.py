@@ -1,0 +1,169 @@
+"""What watching costs: the same batch in the real window and headless, alternately.
+
+    python bench/window_vs_headless.py [--repeats 3] [--threads N] [--cases smollm2-b1,smollm2-b8,tiny-b1]
+
+Each case (bundled SmolLM2 at batch 1 and 8, and `tiny`; 128-token synthetic prompt, 128
+output tokens, --ignore-eos, CPU, float32) runs `repeats` times on each side, the sides
+alternating (W H, H W, W H, ...) so that drift in the host's bandwidth falls on both:
+
+- window: the real app in its own process, under `app.exec()` and driven by timers only
+  (PySide6's QTest.qWait and pytest-qt's waits hold the GIL while they sleep); the run goes
+  to its engine process as a user's would, and its steps are read from the window's record;
+- headless: `main.py run ... --threads N --out DIR`, the reference, its steps from steps.csv.
+
+Both use the same thread count: the window's default (all cores but one) unless --threads.
+Prints each run's decode-step median and prefill time, the window/headless ratios of the
+medians over repeats, and the window's main-thread and the engine's CPU use, as Markdown.
+Under Xvfb for a real window (DISPLAY set), else offscreen.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = {"smollm2-b1": ("smollm2-135m", 1), "smollm2-b8": ("smollm2-135m", 8), "tiny-b1": ("tiny", 1)}
+PROMPT, OUTPUT = 128, 128
+
+
+def step_figures(steps_csv: Path) -> tuple[float, float]:
+    """(decode-step median, prefill time) in ms from a steps.csv."""
+    with open(steps_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    decode = [float(r["duration_ms"]) for r in rows if r["phase"] == "decode"]
+    prefill = sum(float(r["duration_ms"]) for r in rows if r["phase"] == "prefill")
+    return statistics.median(decode), prefill
+
+
+def headless(model: str, batch: int, threads: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="phasescope-bench-") as out:
+        cmd = [sys.executable, str(ROOT / "main.py"), "run", "--model", model, "--device", "cpu", "--dtype", "float32",
+               "--prompt-len", str(PROMPT), "--output-len", str(OUTPUT), "--batch", str(batch), "--ignore-eos",
+               "--threads", str(threads), "--out", out]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        decode, prefill = step_figures(Path(out) / "steps.csv")
+    return {"decode_ms": decode, "prefill_ms": prefill}
+
+
+def windowed(model: str, batch: int, threads: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="phasescope-bench-") as out:
+        result = Path(out) / "result.json"
+        cmd = [sys.executable, __file__, "--one-window", model, str(batch), str(threads), str(result)]
+        subprocess.run(cmd, check=True, cwd=ROOT)
+        return json.loads(result.read_text())
+
+
+def one_window(model: str, batch: int, threads: int, result_path: str) -> int:
+    """In its own process: open the window, run once, write the figures, quit. Timers only."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "xcb" if os.environ.get("DISPLAY") else "offscreen")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as main.py sets it
+    sys.path.insert(0, str(ROOT))
+    from PySide6 import QtCore, QtWidgets
+    from backend.events import EngineStatus, Progress
+    from gui.main_window import MainWindow
+
+    app = QtWidgets.QApplication(sys.argv[:1])
+    window = MainWindow()
+    window.resize(1400, 900)
+    window.show()
+    c = window.controls
+    c.select_model(model)
+    c.device_combo.setCurrentText("cpu")
+    c.dtype_combo.setCurrentText("float32")
+    c.threads_spin.setValue(threads)
+    c.form.set_kind("batch")
+    fields = c.form.fields["batch"]
+    fields["prompt_len"].setText(str(PROMPT))
+    fields["output_len"].setText(str(OUTPUT))
+    fields["batch"].setText(str(batch))
+    c.form.ignore_eos.setChecked(True)
+    clock = {}
+    engine: list[EngineStatus] = []
+
+    def on_event(event) -> None:
+        if isinstance(event, Progress) and event.message == "running":
+            clock["start"] = (time.monotonic(), time.thread_time())   # in the window's thread
+        elif isinstance(event, EngineStatus):
+            engine.append(event)
+
+    def on_recorded(folder: str) -> None:
+        wall, cpu = time.monotonic() - clock["start"][0], time.thread_time() - clock["start"][1]
+        decode, prefill = step_figures(Path(folder) / "steps.csv")
+        busy = [e for e in engine if e.clock_s >= clock["start"][0]] or engine
+        engine_share = ((busy[-1].cpu_s - busy[0].cpu_s) / (busy[-1].clock_s - busy[0].clock_s)
+                        if len(busy) > 1 and busy[-1].clock_s > busy[0].clock_s else float("nan"))
+        Path(result_path).write_text(json.dumps({
+            "decode_ms": decode, "prefill_ms": prefill, "window_cpu": cpu / wall, "engine_cpu": engine_share,
+            "engine_pid": engine[-1].pid if engine else None, "window_pid": os.getpid()}))
+        QtCore.QTimer.singleShot(0, window.close)
+        QtCore.QTimer.singleShot(0, app.quit)
+
+    window.worker.event.connect(on_event)
+    window.worker.recorded.connect(on_recorded)
+    window.runFailed.connect(lambda message: (print(f"error: {message}", file=sys.stderr), app.exit(1)))
+    QtCore.QTimer.singleShot(500, window.start_run)   # once the window has painted its first frame
+    return app.exec()
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--one-window":
+        model, batch, threads, result = sys.argv[2:6]
+        return one_window(model, int(batch), int(threads), result)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1))
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args()
+    display = "Xvfb/X11 (DISPLAY=" + os.environ["DISPLAY"] + ")" if os.environ.get("DISPLAY") else "offscreen"
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine()}, {args.threads} engine thread(s), window on {display}; "
+          f"{PROMPT}-token prompt, {OUTPUT} output tokens, --ignore-eos, float32\n")
+    print("| case | run | side | decode step median | prefill | window thread CPU | engine CPU |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    summary = []
+    for name in args.cases.split(","):
+        model, batch = CASES[name]
+        results = {"window": [], "headless": []}
+        for i in range(args.repeats):
+            order = ("window", "headless") if i % 2 == 0 else ("headless", "window")
+            for side in order:
+                r = windowed(model, batch, args.threads) if side == "window" else headless(model, batch, args.threads)
+                results[side].append(r)
+                cpu = (f"{100 * r['window_cpu']:.0f}% of a core", f"{100 * r['engine_cpu']:.0f}% of a core") \
+                    if side == "window" else ("—", "—")
+                print(f"| {name} | {i + 1} | {side} | {r['decode_ms']:.2f} ms | {r['prefill_ms']:.1f} ms | "
+                      f"{cpu[0]} | {cpu[1]} |", flush=True)
+        med = {side: {k: statistics.median(r[k] for r in rs) for k in ("decode_ms", "prefill_ms")}
+               for side, rs in results.items()}
+        summary.append((name, med))
+    print("\n| case | decode: window / headless | prefill: window / headless | target |")
+    print("|---|---:|---:|---|")
+    for name, med in summary:
+        d = med["window"]["decode_ms"] / med["headless"]["decode_ms"]
+        p = med["window"]["prefill_ms"] / med["headless"]["prefill_ms"]
+        print(f"| {name} | {d:.3f} ({med['window']['decode_ms']:.2f} / {med['headless']['decode_ms']:.2f} ms) | "
+              f"{p:.3f} ({med['window']['prefill_ms']:.1f} / {med['headless']['prefill_ms']:.1f} ms) | "
+              f"≤ 1.05: {'met' if max(d, p) <= 1.05 else 'missed'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
