@@ -29,10 +29,12 @@ def start_load_run(out_dir, stdout=subprocess.PIPE) -> subprocess.Popen:
     """A `main.py load` of 400 requests on `tiny`, returned once its first progress line is out.
 
     That line comes a second after the model loaded, so the run is under way and its record
-    writer (made before the model loaded) has flushed at least once.
+    writer (made before the model loaded) has flushed at least once. Each request decodes 600
+    tokens (about a second on tiny) while new ones arrive 20 a second, so several are always
+    running: a stop always finds some unfinished (with 40 tokens, none were, one time in ten).
     """
     proc = subprocess.Popen([sys.executable, "main.py", "load", "--model", "tiny", "--requests", "400",
-                             "--arrival", "constant", "--rate", "20", "--output-len", "40", "--ignore-eos",
+                             "--arrival", "constant", "--rate", "20", "--output-len", "600", "--ignore-eos",
                              "--out", str(out_dir)], cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         if line.startswith("  arrived"):
