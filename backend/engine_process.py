@@ -331,7 +331,7 @@ class _Job:
             self.answer("calibrated", profile)
 
     def answer(self, kind: str, payload) -> None:
-        self.flush()
+        self.flush(status=True)   # the last status covers the run's end, however short it was
         self.conn.send((kind, payload))
 
     def should_stop(self) -> bool:
@@ -349,15 +349,16 @@ class _Job:
         if not isinstance(event, (RecordBatch, RequestsArrived)) or time.monotonic() - self.last_flush >= 1.0 / FLUSH_HZ:
             self.flush()
 
-    def flush(self) -> None:
-        """Send what is pending in one message: arrivals (merged), records (merged), then other events in order."""
+    def flush(self, status: bool = False) -> None:
+        """Send what is pending in one message: arrivals (merged), records (merged), then other events in
+        order, and the engine's status when a second has passed since the last (or when asked)."""
         now = time.monotonic()
         arrivals = [e for e in self.pending if isinstance(e, RequestsArrived)]
         batches = [e for e in self.pending if isinstance(e, RecordBatch)]
         others = [e for e in self.pending if not isinstance(e, (RequestsArrived, RecordBatch))]
         events = ([merge_arrivals(arrivals)] if arrivals else []) + ([merge_batches(batches)] if batches else [])
         events += others
-        if now - self.last_status >= STATUS_EVERY_S:
+        if status or now - self.last_status >= STATUS_EVERY_S:
             events.append(engine_status())
             self.last_status = now
         self.pending = []

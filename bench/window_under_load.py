@@ -109,8 +109,9 @@ class Probe:
                           "late_p99": float(np.percentile(late, 99)), "rss": rss_mb()})
         self._last = (now, self.strip.count, self.lanes.count, len(self.ticks))
 
-    def lateness(self) -> np.ndarray:
-        return np.maximum(np.diff(np.array(self.ticks)) * 1000.0 - TICK_MS, 0.0)
+    def lateness(self, since: float = 0.0, until: float = float("inf")) -> np.ndarray:
+        ticks = np.array([t for t in self.ticks if since <= t <= until])
+        return np.maximum(np.diff(ticks) * 1000.0 - TICK_MS, 0.0) if len(ticks) > 1 else np.zeros(1)
 
 
 def machine() -> str:
@@ -125,8 +126,11 @@ def machine() -> str:
 
 
 def report(args, probe: Probe, engine: SyntheticEngine, window: MainWindow) -> str:
-    rows = probe.rows
-    late = probe.lateness()
+    # the seconds while steps were coming; the run's end (the summary, the table's last rows,
+    # the record's files closed) is reported on its own line
+    rows = [r for r in probe.rows if r["t"] <= args.seconds + 0.5]
+    after = probe.rows[len(rows):]
+    late = probe.lateness(until=engine.t0 + args.seconds + 0.5)
     quarter = max(len(rows) // 4, 1)
     backlog = [r["backlog"] for r in rows]
     backlog_first, backlog_last = np.mean(backlog[:quarter]), np.mean(backlog[-quarter:])
@@ -168,6 +172,10 @@ def report(args, probe: Probe, engine: SyntheticEngine, window: MainWindow) -> s
     for r in rows:
         lines.append(f"| {r['t']:.0f} | {r['emitted']:,} | {r['received']:,} | {r['backlog']:,} | {r['strip_fps']:.1f} "
                      f"| {r['lanes_fps']:.1f} | {r['late_p99']:.1f} | {r['rss']:,.0f} |")
+    end = probe.lateness(since=engine.t0 + args.seconds + 0.5)
+    if after and end.size:
+        lines += ["", f"After the last step, the run's end (its summary, the table's last rows, the record's files "
+                      f"closed) held the event loop for up to {end.max():,.0f} ms; RSS {after[-1]['rss']:,.0f} MB."]
     return "\n".join(lines)
 
 
@@ -181,10 +189,7 @@ def main() -> int:
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     engine = SyntheticEngine(args.rate, args.seconds, args.batch, args.output_len)
-    process = EngineProcess(target=engine)
-    worker = RunWorker(run=process.execute)
-    worker.engine = process   # the window ends it when it closes
-    window = MainWindow(worker=worker)
+    window = MainWindow(worker=RunWorker(engine=EngineProcess(target=engine)))
     window.resize(1400, 900)
     window.show()
     probe = Probe(window, engine)

@@ -86,30 +86,39 @@ def one_window(model: str, batch: int, threads: int, result_path: str) -> int:
     fields["output_len"].setText(str(OUTPUT))
     fields["batch"].setText(str(batch))
     c.form.ignore_eos.setChecked(True)
-    clock = {}
-    engine: list[EngineStatus] = []
+    class Probe(QtCore.QObject):
+        """Lives in the window's thread, so its slots run there (a plain function connected to
+        the worker's signals would run in the worker's thread)."""
 
-    def on_event(event) -> None:
-        if isinstance(event, Progress) and event.message == "running":
-            clock["start"] = (time.monotonic(), time.thread_time())   # in the window's thread
-        elif isinstance(event, EngineStatus):
-            engine.append(event)
+        def __init__(self):
+            super().__init__()
+            self.start = None               # (monotonic, the window thread's CPU time) when the run started
+            self.engine: list[EngineStatus] = []
 
-    def on_recorded(folder: str) -> None:
-        wall, cpu = time.monotonic() - clock["start"][0], time.thread_time() - clock["start"][1]
-        decode, prefill = step_figures(Path(folder) / "steps.csv")
-        busy = [e for e in engine if e.clock_s >= clock["start"][0]] or engine
-        engine_share = ((busy[-1].cpu_s - busy[0].cpu_s) / (busy[-1].clock_s - busy[0].clock_s)
-                        if len(busy) > 1 and busy[-1].clock_s > busy[0].clock_s else float("nan"))
-        Path(result_path).write_text(json.dumps({
-            "decode_ms": decode, "prefill_ms": prefill, "window_cpu": cpu / wall, "engine_cpu": engine_share,
-            "engine_pid": engine[-1].pid if engine else None, "window_pid": os.getpid()}))
-        QtCore.QTimer.singleShot(0, window.close)
-        QtCore.QTimer.singleShot(0, app.quit)
+        @QtCore.Slot(object)
+        def on_event(self, event) -> None:
+            if isinstance(event, Progress) and event.message == "running":
+                self.start = (time.monotonic(), time.thread_time())
+            elif isinstance(event, EngineStatus):
+                self.engine.append(event)
 
-    window.worker.event.connect(on_event)
-    window.worker.recorded.connect(on_recorded)
-    window.runFailed.connect(lambda message: (print(f"error: {message}", file=sys.stderr), app.exit(1)))
+        @QtCore.Slot(object)
+        def on_finished(self, _result) -> None:
+            wall, cpu = time.monotonic() - self.start[0], time.thread_time() - self.start[1]
+            decode, prefill = step_figures(window.store.source / "steps.csv")
+            before = [e for e in self.engine if e.clock_s < self.start[0]]
+            busy = before[-1:] + [e for e in self.engine if e.clock_s >= self.start[0]]
+            engine_share = ((busy[-1].cpu_s - busy[0].cpu_s) / (busy[-1].clock_s - busy[0].clock_s)
+                            if len(busy) > 1 else float("nan"))
+            Path(result_path).write_text(json.dumps({
+                "decode_ms": decode, "prefill_ms": prefill, "window_cpu": cpu / wall, "engine_cpu": engine_share,
+                "engine_pid": self.engine[-1].pid if self.engine else None, "window_pid": os.getpid()}))
+            QtCore.QTimer.singleShot(0, window.close)
+            QtCore.QTimer.singleShot(0, app.quit)
+
+    probe = Probe()
+    window.worker.event.connect(probe.on_event)
+    window.runFinished.connect(probe.on_finished)   # after the window has taken the run's folder in
     QtCore.QTimer.singleShot(500, window.start_run)   # once the window has painted its first frame
     return app.exec()
 

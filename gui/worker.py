@@ -56,14 +56,15 @@ class RunWorker(QtCore.QObject):
     calibrated = QtCore.Signal(object, str)   # GpuProfile, path written
     failed = QtCore.Signal(str)        # one line
 
-    def __init__(self, run=None, measure=None, flush_hz: float = FLUSH_HZ):
-        """run and measure default to the engine process's (session.execute and calibrate.calibrate
-        in a child process); a run function given here runs in this thread (tests, benchmarks)."""
+    def __init__(self, run=None, measure=None, flush_hz: float = FLUSH_HZ, engine: EngineProcess | None = None):
+        """Runs and calibrations go to `engine`, by default a new EngineProcess (session.execute
+        and calibrate.calibrate in a child process); a `run` function given instead runs in this
+        thread (tests that inject faults, benchmarks of the window alone)."""
         super().__init__()
-        self.engine: EngineProcess | None = None
-        if run is None:
-            self.engine = EngineProcess()
+        self.engine = engine if engine is not None or run is not None else EngineProcess()
+        if self.engine is not None:
             run, measure = self.engine.execute, measure or self.engine.calibrate
+            flush_hz = float("inf")   # the engine process already sends its records at most FLUSH_HZ a second
         self._run = run
         self._measure = measure or measure_device
         self._interval = 1.0 / flush_hz
