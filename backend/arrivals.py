@@ -1,6 +1,9 @@
-"""Arrivals: a workload spec turned into requests as wall-clock time passes.
+"""Arrivals: the request sources the engine and the remote driver draw from as wall-clock time passes.
 
-Reproducible from the workload's seed: arrival times come from one random stream, and each
+A RequestSource hands out RequestSpecs as their arrival times pass: FixedSource a fixed list
+(one batch for `run`), WorkloadSource a workload spec's requests.
+
+A workload is reproducible from its seed: arrival times come from one random stream, and each
 request's lengths and prompt from a stream of its own (seeded by the workload seed and the
 request index), so request i is the same whatever the timing.
 """
@@ -9,7 +12,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from backend.errors import InputError
 from backend.prompts import PROMPTS
@@ -28,6 +31,58 @@ class RequestSpec:
     def to_request(self, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
         return Request(self.request_id, self.prompt_ids, self.max_new_tokens, self.arrival_ms,
                        stop_ids=stop_ids, ignore_eos=ignore_eos, prompt_text=self.prompt_text)
+
+
+class RequestSource(Protocol):
+    """What the engine and the remote driver ask of a source of requests."""
+
+    @property
+    def num_total(self) -> int | None:
+        """Requests the source will hand out; None when not known in advance."""
+
+    def due(self, now_ms: float) -> list[RequestSpec]:
+        """The requests whose arrival time has passed, in arrival order."""
+
+    def next_arrival_ms(self) -> float | None:
+        """When the next known request arrives; None when none is pending."""
+
+    def on_finish(self, now_ms: float) -> None:
+        """A request left (finished or rejected); called once for every request handed out."""
+
+    def is_exhausted(self) -> bool:
+        """No request will arrive any more."""
+
+
+class FixedSource:
+    """A fixed list of requests (one batch for `run`)."""
+
+    def __init__(self, specs: list[RequestSpec]):
+        self._specs = sorted(specs, key=lambda s: s.arrival_ms)
+        self._next = 0
+
+    @property
+    def num_total(self) -> int:
+        return len(self._specs)
+
+    @property
+    def max_sequence_len(self) -> int:
+        return max((len(s.prompt_ids) + s.max_new_tokens for s in self._specs), default=1)
+
+    def due(self, now_ms: float) -> list[RequestSpec]:
+        out = []
+        while self._next < len(self._specs) and self._specs[self._next].arrival_ms <= now_ms:
+            out.append(self._specs[self._next])
+            self._next += 1
+        return out
+
+    def next_arrival_ms(self) -> float | None:
+        return self._specs[self._next].arrival_ms if self._next < len(self._specs) else None
+
+    def on_finish(self, now_ms: float) -> None:
+        pass
+
+    def is_exhausted(self) -> bool:
+        return self._next >= len(self._specs)
 
 
 class WorkloadSource:

@@ -10,7 +10,6 @@ import datetime
 import os
 import platform
 import statistics
-import tempfile
 import time
 import tomllib
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.errors import InputError, RunError
+from backend.export import WriteError, write_files
 from backend.profiles import LOCAL_KEY, GpuProfile, local_profile_path, parse_profile, profile_to_toml
 
 MIN_SAMPLE_S = 0.01    # fast kernels are looped until one timed sample lasts this long (sync cost amortized)
@@ -139,16 +139,6 @@ def copy_bandwidth(torch, dev, mib: int, budget_s: float, sync) -> float:
     return 2 * src.numel() * src.element_size() / _median_seconds(run, sync, once, budget_s)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
-
-
 def _cpu_memory_gb() -> float:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
@@ -174,7 +164,8 @@ def _describe(torch, dev) -> tuple[str, str, float]:
         return f"This machine: {props.name}", vendor, props.total_memory / 1e9
     if dev.type == "mps":
         return f"This machine: Apple GPU ({platform.machine()})", "Apple", _cpu_memory_gb()
-    name = _cpu_name()
+    from backend.device import cpu_name
+    name = cpu_name()
     vendor = next((v for v in ("Intel", "AMD", "Apple", "ARM") if v.lower() in name.lower()), platform.machine() or "CPU")
     return f"This machine: {name} ({torch.get_num_threads()} threads)", vendor, _cpu_memory_gb()
 
@@ -239,16 +230,9 @@ def write_profile(profile: GpuProfile, path: str | os.PathLike | None = None) ->
     parse_profile(tomllib.loads(text), target)   # refuse before replacing a good file with a bad one
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_files(target.parent, {target.name: text}, fsync=True)
     except OSError as exc:
         raise InputError(f"cannot write profile {target}: {exc.strerror or exc}") from None
+    except WriteError as exc:
+        raise InputError(f"cannot write profile {target}: {exc.reason}") from None
     return target

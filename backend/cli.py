@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_load_parser(sub, _model_flags)
 
     sub.add_parser("models", help="list the known models: sizes and where each comes from")
+    sub.add_parser("doctor", help="check this machine: Python, torch and its devices, C kernels, Qt and the "
+                   "display, the bundled model, the GPU profile (exit 1 if the window cannot run)")
     from .tools_cli import add_tool_parsers
     add_tool_parsers(sub, _model_flags)
     return parser
@@ -89,10 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command is None:
+            from .display_check import check_display
+            if check_display():   # before Qt loads: a missing library or display would abort the process
+                return 2
             from gui.main_window import run_app
             return run_app(model=args.model, profile=args.profile, autostart=args.autostart)
         if args.command == "models":
             return report.print_models()
+        if args.command == "doctor":
+            from .doctor import run_doctor
+            return run_doctor()
         if args.command == "run":
             return run_headless(run_config(args))
         if args.command == "load":
@@ -113,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    parser.error(f"unknown command {args.command}")
-    return 2
+    parser.error(f"unknown command {args.command}")   # exits with status 2
 
 
 def common_config(args, mode: str) -> RunConfig:

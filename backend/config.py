@@ -26,7 +26,6 @@ class EngineConfig:
     chunk_tokens: int = 512      # per-step token budget under the chunked policy
     kv_tokens: int | None = None # KV cache capacity in tokens; None derives it from free memory
     max_len: int | None = None   # longest sequence (prompt + output) one slot holds; None derives it from the workload
-    warmup_steps: int = 2        # untimed steps run before the clock starts
 
 
 @dataclass(slots=True)

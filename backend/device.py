@@ -81,6 +81,15 @@ def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
     return dtype
 
 
+def run_dtype_name(device_spec: str, dtype_spec: str) -> str | None:
+    """The dtype a run with these settings computes in ("auto" resolved as a run resolves it);
+    None where the device or the dtype would be refused."""
+    try:
+        return dtype_name(resolve_dtype(dtype_spec, resolve_device(device_spec)))
+    except InputError:
+        return None
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -98,6 +107,11 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return f"Apple GPU (MPS, {platform.machine()})"
+    return cpu_name()
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform reports."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

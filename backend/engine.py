@@ -10,45 +10,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .arrivals import RequestSource
+from .errors import one_line
 from .records import RecordBatch, RequestRecord, StepRecord, TokenRecord
 from .request import Request
 from .scheduler import Scheduler
-from .arrivals import RequestSpec
 from .events import RequestsArrived
 
 IDLE_POLL_S = 0.05  # longest idle sleep, so Stop is honoured while waiting for arrivals
-
-
-class FixedSource:
-    """A fixed list of requests (one batch for `run`); the same interface as WorkloadSource."""
-
-    def __init__(self, specs: list[RequestSpec]):
-        self._specs = sorted(specs, key=lambda s: s.arrival_ms)
-        self._next = 0
-
-    @property
-    def num_total(self) -> int:
-        return len(self._specs)
-
-    @property
-    def max_sequence_len(self) -> int:
-        return max((len(s.prompt_ids) + s.max_new_tokens for s in self._specs), default=1)
-
-    def due(self, now_ms: float) -> list[RequestSpec]:
-        out = []
-        while self._next < len(self._specs) and self._specs[self._next].arrival_ms <= now_ms:
-            out.append(self._specs[self._next])
-            self._next += 1
-        return out
-
-    def next_arrival_ms(self) -> float | None:
-        return self._specs[self._next].arrival_ms if self._next < len(self._specs) else None
-
-    def on_finish(self, now_ms: float) -> None:
-        pass
-
-    def is_exhausted(self) -> bool:
-        return self._next >= len(self._specs)
 
 
 @dataclass(slots=True)
@@ -80,7 +49,8 @@ class Engine:
         self._text: dict[int, str] = {}
         self._announced: set[int] = set()   # requests whose admission time was emitted
 
-    def run(self, source, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> EngineResult:
+    def run(self, source: RequestSource, emit: Callable[[object], None],
+            should_stop: Callable[[], bool]) -> EngineResult:
         result = EngineResult(self.run_id)
         t0 = self.clock()
 
@@ -127,18 +97,19 @@ class Engine:
                 step_index += 1
                 for rid in sampled:
                     req = self._requests[rid]
-                    batch.tokens.append(TokenRecord(rid, len(req.output_ids) - 1, end, req.output_ids[-1]))
+                    batch.tokens.append(TokenRecord(request_id=rid, index=len(req.output_ids) - 1, time_ms=end,
+                                                    token_id=req.output_ids[-1]))
                 self._stream_text(sampled, batch)
                 self._retire(finished, batch, source, end)
                 self._collect(batch, result, emit)
         except Exception as exc:  # the partial run is kept; the caller shows the message
-            result.error = describe_failure(exc)
+            result.error = one_line(exc, typed=True)
         self._record_unfinished(result, emit)
         return result
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _admit_arrivals(self, source, now: float) -> list[Request]:
+    def _admit_arrivals(self, source: RequestSource, now: float) -> list[Request]:
         arrived = []
         for spec in source.due(now):
             req = spec.to_request(self.stop_ids, self.ignore_eos)
@@ -149,16 +120,11 @@ class Engine:
 
     def _step_record(self, index: int, out, contexts: list[int], kv_tokens: int, start: float,
                      end: float) -> StepRecord:
-        num_prefill_tokens = sum(c.num_tokens for c in out.prefill)
-        return StepRecord(
-            run_id=self.run_id, step=index, phase=out.phase,
-            num_requests=len(out.prefill) + len(out.decode), num_prefill_requests=len(out.prefill),
-            num_decode_requests=len(out.decode), num_tokens=num_prefill_tokens + len(out.decode),
-            num_prefill_tokens=num_prefill_tokens, num_decode_tokens=len(out.decode),
-            context_tokens=sum(contexts), max_context_tokens=max(contexts, default=0),
-            start_ms=start, duration_ms=end - start, kv_tokens=kv_tokens,
-            kv_capacity=self.scheduler.config.kv_capacity, num_waiting=self.scheduler.num_waiting,
-            num_running=self.scheduler.num_running)
+        return StepRecord.measured(
+            run_id=self.run_id, step=index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
+            num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
+            kv_tokens=kv_tokens, kv_capacity=self.scheduler.config.kv_capacity,
+            num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running)
 
     def _stream_text(self, sampled: dict[int, int], batch: RecordBatch) -> None:
         if self.tokenizer is None:
@@ -173,7 +139,7 @@ class Engine:
                 batch.text[rid] = text[len(old):] if text.startswith(old) else text
             self._text[rid] = text
 
-    def _retire(self, requests: list[Request], batch: RecordBatch, source, now: float) -> None:
+    def _retire(self, requests: list[Request], batch: RecordBatch, source: RequestSource, now: float) -> None:
         for req in requests:
             batch.requests.append(req.to_record(self._final_text(req)))
             source.on_finish(now)
@@ -205,11 +171,3 @@ class Engine:
         if batch.requests:
             self._collect(batch, result, emit)
 
-
-def describe_failure(exc: BaseException) -> str:
-    """One line for a failure inside the run (the CLI prints it; the window shows it)."""
-    name = type(exc).__name__
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
-    if "OutOfMemory" in name or "out of memory" in text.lower():
-        return f"out of memory: {text}"
-    return f"{name}: {text}"

@@ -34,7 +34,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from .errors import InputError, RunError
+from .errors import InputError, RunError, one_line
 from .events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, merge_arrivals
 from .records import RecordBatch, merge_batches
 
@@ -311,8 +311,7 @@ class _Job:
         except InputError as exc:
             self.answer("input-error", str(exc))
         except Exception as exc:   # one line to the window; the process stays up for the next run
-            from .engine import describe_failure
-            self.answer("error", describe_failure(exc))
+            self.answer("error", one_line(exc, typed=True))
         else:
             self.answer("finished", result)
 
@@ -325,8 +324,7 @@ class _Job:
         except InputError as exc:
             self.answer("input-error", str(exc))
         except Exception as exc:
-            from .engine import describe_failure
-            self.answer("error", describe_failure(exc))
+            self.answer("error", one_line(exc, typed=True))
         else:
             self.answer("calibrated", profile)
 

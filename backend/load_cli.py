@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from .config import EngineConfig, RunConfig
+from .scheduler import POLICIES
 
 
 def add_load_parser(sub, model_flags) -> None:
     p = sub.add_parser("load", help="drive a workload of requests through static / continuous / chunked scheduling")
     model_flags(p)
     p.add_argument("--workload", default="poisson-chat", help="a preset name (profiles/workloads/) or a TOML path")
-    p.add_argument("--policy", default="continuous", choices=["static", "continuous", "chunked"])
+    p.add_argument("--policy", default=EngineConfig().policy, choices=POLICIES)
     p.add_argument("--max-batch", type=int, default=32, help="requests running at once (KV cache slots)")
     p.add_argument("--chunk-tokens", type=int, default=512, help="per-step token budget (chunked policy)")
     p.add_argument("--kv-tokens", type=int, help="KV cache capacity in tokens (default: every slot full length)")

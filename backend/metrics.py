@@ -4,8 +4,10 @@ Latency figures (TTFT, TPOT, end-to-end, queue) are over finished requests; inte
 latencies are the gaps between consecutive tokens of each request, from the token records.
 Phase rates come from the step records: prefill tokens/s is the prompt tokens of prefill-only
 steps over the time of those steps, and likewise for decode; mixed steps (chunked prefill) hold
-both kinds of token in one pass and cannot be split, so they count in neither rate. A figure
-with no data behind it is NaN, never a misleading zero.
+both kinds of token in one pass and cannot be split, so they count in neither rate. The same
+steps' sums that a roofline needs (steps, tokens, context tokens, attention pairs, logit rows)
+are kept per phase, so a summary alone gives each phase's FLOPs and bytes. A figure with no
+data behind it is NaN, never a misleading zero.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
+from backend.roofline import PhaseTotals
 
 NAN = float("nan")
 
@@ -54,6 +57,8 @@ class RunAccumulator:
         self.phase_ms = {phase: 0.0 for phase in Phase}
         self.prefill_tokens = 0   # in prefill-only steps
         self.decode_tokens = 0    # in decode-only steps
+        # what the roofline needs of the prefill-only and decode-only steps (backend.roofline.phase_roofline)
+        self.roofline = {Phase.PREFILL: PhaseTotals(), Phase.DECODE: PhaseTotals()}
         self.first_ms = math.inf
         self.last_ms = -math.inf
         self.requests: list[RequestRecord] = []
@@ -78,8 +83,12 @@ class RunAccumulator:
             self.phase_ms[s.phase] += s.duration_ms
             if s.phase is Phase.PREFILL:
                 self.prefill_tokens += s.num_prefill_tokens
+                self.roofline[Phase.PREFILL].add_step(s.num_prefill_requests, s.num_prefill_tokens, s.context_tokens,
+                                                      s.duration_ms)
             elif s.phase is Phase.DECODE:
                 self.decode_tokens += s.num_decode_tokens
+                self.roofline[Phase.DECODE].add_step(s.num_decode_requests, s.num_decode_tokens, s.context_tokens,
+                                                     s.duration_ms)
             self.first_ms = min(self.first_ms, s.start_ms)
             self.last_ms = max(self.last_ms, s.start_ms + s.duration_ms)
 
@@ -130,6 +139,8 @@ class RunAccumulator:
         # Per-token decode time over per-token prefill time: how much dearer a decoded token is.
         out["decode_prefill_cost_ratio"] = _ratio(out["prefill_tokens_per_s"], out["decode_tokens_per_s"])
         timed = [r for r in finished if r.first_token_ms is not None and r.finish_ms is not None]
+        for phase, totals in self.roofline.items():
+            out.update(totals.to_summary(phase.value))
         out["decode_share"] = _ratio(sum(r.finish_ms - r.first_token_ms for r in timed),
                                      sum(r.finish_ms - r.arrival_ms for r in timed))
 

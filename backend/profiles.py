@@ -13,9 +13,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import profiles as _shipped
 from backend.errors import InputError
 
-SHIPPED_DIR = Path(__file__).resolve().parents[1] / "profiles"
+SHIPPED_DIR: Path = _shipped.HERE   # the top-level `profiles` package: found the same way installed or not
 LOCAL_KEY = "this-machine"
 
 # Short dtype keys used in [tflops], and every spelling a caller may pass for each.
@@ -239,3 +240,32 @@ def profile_to_toml(profile: GpuProfile) -> str:
     lines += ["", "[tflops]"]
     lines += [f"{key} = {float(value)!r}" for key, value in profile.tflops.items()]
     return "\n".join(lines) + "\n"
+
+
+def run_profile(device: str, device_name: str) -> GpuProfile | None:
+    """The roofline of the device a run ran on: what its summary's bounds are judged against.
+
+    This machine's calibrated profile when it was measured on that device (its name holds
+    the device's name, as calibrate writes it); else, on a CPU, the generic CPU profile, and
+    on a CUDA device the shipped profile matching its name. None when there is none (an
+    unknown GPU, an Apple GPU never calibrated). A calibrated file that cannot be read is
+    passed over, not fatal: the run itself is over by the time its summary is printed.
+    """
+    kind = str(device).split(":", 1)[0].lower()
+    wanted = set(_words(device_name))
+    local_path = local_profile_path()
+    if local_path.is_file() and wanted:
+        try:
+            local = load_profile(local_path, measured=True)
+        except InputError:
+            local = None
+        if local is not None and wanted <= set(_words(local.name)):
+            return local
+    if kind == "cpu":
+        return load_profile(SHIPPED_DIR / "cpu.toml")
+    if kind == "cuda":
+        try:
+            return match_profile(device_name)
+        except InputError:   # the calibrated file again, read by list_profiles
+            return None
+    return None

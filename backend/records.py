@@ -4,6 +4,7 @@ Times are milliseconds since the run started, read from one monotonic clock.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from functools import lru_cache
@@ -49,6 +50,22 @@ class StepRecord:
     num_waiting: int = 0       # requests arrived but not yet admitted, after the step
     num_running: int = 0       # requests admitted and not finished, after the step
 
+    @classmethod
+    def measured(cls, *, run_id: str, step: int, phase: Phase, prefill_tokens: Sequence[int], num_decode: int,
+                 contexts: Sequence[int], start_ms: float, duration_ms: float, kv_tokens: int = 0,
+                 kv_capacity: int = 0, num_waiting: int = 0, num_running: int = 0) -> StepRecord:
+        """The record of a step that prefilled one chunk of `prefill_tokens[i]` tokens per prefilling
+        request and decoded one token for each of `num_decode` requests; `contexts` holds every
+        request's context (cache + new tokens). Every producer of steps builds them here."""
+        num_prefill_tokens = sum(prefill_tokens)
+        return cls(run_id=run_id, step=step, phase=phase,
+                   num_requests=len(prefill_tokens) + num_decode, num_prefill_requests=len(prefill_tokens),
+                   num_decode_requests=num_decode, num_tokens=num_prefill_tokens + num_decode,
+                   num_prefill_tokens=num_prefill_tokens, num_decode_tokens=num_decode,
+                   context_tokens=sum(contexts), max_context_tokens=max(contexts, default=0),
+                   start_ms=start_ms, duration_ms=duration_ms, kv_tokens=kv_tokens, kv_capacity=kv_capacity,
+                   num_waiting=num_waiting, num_running=num_running)
+
 
 @dataclass(slots=True)
 class RequestRecord:
@@ -69,6 +86,27 @@ class RequestRecord:
     num_preemptions: int = 0
     finish_reason: str = ""              # "eos", "length", "stop", or why it was rejected / failed
     text: str = ""                       # generated text (empty for synthetic token prompts)
+
+    @classmethod
+    def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,
+                   arrival_ms: float, scheduled_ms: float | None = None, first_token_ms: float | None = None,
+                   last_token_ms: float | None = None, finish_ms: float | None = None, num_preemptions: int = 0,
+                   finish_reason: str = "", text: str = "") -> RequestRecord:
+        """The record of a request from its moments; the latencies are derived here, for the engine and
+        the remote client alike. TPOT is the mean gap between output tokens after the first:
+        (last - first) / (output_tokens - 1)."""
+        tpot = None
+        if first_token_ms is not None and last_token_ms is not None and output_tokens > 1:
+            tpot = (last_token_ms - first_token_ms) / (output_tokens - 1)
+        return cls(request_id=request_id, status=status, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                   arrival_ms=arrival_ms, scheduled_ms=scheduled_ms, first_token_ms=first_token_ms,
+                   finish_ms=finish_ms, ttft_ms=_since(first_token_ms, arrival_ms), tpot_ms=tpot,
+                   e2e_ms=_since(finish_ms, arrival_ms), queue_ms=_since(scheduled_ms, arrival_ms),
+                   num_preemptions=num_preemptions, finish_reason=finish_reason, text=text)
+
+
+def _since(moment: float | None, start: float) -> float | None:
+    return None if moment is None else moment - start
 
 
 @dataclass(slots=True)

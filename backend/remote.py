@@ -22,12 +22,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .arrivals import RequestSource
 from .config import RunConfig, SamplingConfig
-from .errors import InputError
+from .errors import InputError, one_line
 from .events import Progress, RequestsArrived, RunFinished
 from .export import RunData, RunWriter
 from .records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
-from .remote_client import RemoteFailure, StreamState, Streamer, TextPieces, describe, request_record, safe_url
+from .remote_client import MAX_DETAIL, RemoteFailure, StreamState, Streamer, TextPieces, request_record, safe_url
 from .remote_metrics import ServerMetrics, metrics_url, poll_metrics
 
 Emit = Callable[[object], None]
@@ -80,6 +81,11 @@ def add_remote_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-server-metrics", action="store_true", help="do not poll the server's /metrics")
 
 
+def env_api_key() -> str:
+    """The API key from the environment: PHASESCOPE_API_KEY, else OPENAI_API_KEY ("" for none)."""
+    return (os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "").strip()
+
+
 def endpoint_from_args(args) -> RemoteEndpoint | None:
     """The endpoint the flags name, or None for a local run; InputError for bad flags."""
     if args.endpoint is None:
@@ -92,8 +98,7 @@ def endpoint_from_args(args) -> RemoteEndpoint | None:
     url = args.endpoint.rstrip("/")
     if urlsplit(url).path == "":
         url += "/v1"   # a bare host:port means the usual /v1 root
-    key = args.api_key or os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
-    key = key.strip() or None   # a key read from a file often ends in a newline
+    key = (args.api_key or env_api_key()).strip() or None   # a key read from a file often ends in a newline
     endpoint = RemoteEndpoint(url, args.served_model, key, args.api, args.request_timeout,
                               not args.no_server_metrics)
     endpoint.validate()
@@ -153,7 +158,8 @@ _DONE = object()
 class _RemoteRun:
     """The asyncio side of one remote run; hands events to the calling thread through a queue."""
 
-    def __init__(self, run_id: str, endpoint: RemoteEndpoint, sampling: SamplingConfig, source, pieces: TextPieces):
+    def __init__(self, run_id: str, endpoint: RemoteEndpoint, sampling: SamplingConfig, source: RequestSource,
+                 pieces: TextPieces):
         self.run_id = run_id
         self.endpoint = endpoint
         self.sampling = sampling
@@ -218,7 +224,7 @@ class _RemoteRun:
         try:
             asyncio.run(self._main())
         except Exception as exc:   # a bug or an unexpected library error: keep what was recorded
-            self.crash = self._redact(describe(exc))
+            self.crash = self._redact(one_line(exc, typed=True, limit=MAX_DETAIL))
         finally:
             self._flush()
             self.events.put(_DONE)
@@ -281,7 +287,8 @@ class _RemoteRun:
             record = request_record(state, spec, self.now_ms(), RequestStatus.FINISHED, state.finish_reason or "stop")
             self.num_ok += 1
         except Exception as exc:   # RemoteFailure, or a client-side surprise that must not lose the request
-            failure = exc if isinstance(exc, RemoteFailure) else RemoteFailure("client_error", describe(exc))
+            failure = exc if isinstance(exc, RemoteFailure) \
+                else RemoteFailure("client_error", one_line(exc, typed=True, limit=MAX_DETAIL))
             self.errors[failure.kind] += 1
             reason = f"{failure.kind}: {self._redact(failure.detail)}"
             record = request_record(state, spec, self.now_ms(), RequestStatus.ERROR, reason)
@@ -309,7 +316,7 @@ class _RemoteRun:
         state.token_times.append(now)
         state.token_indices.append(index)
         state.text.append(text)
-        token = TokenRecord(state.request_id, index, now)
+        token = TokenRecord(request_id=state.request_id, index=index, time_ms=now)
         self.tokens.append(token)
         self._pending.tokens.append(token)
         self._pending.text[state.request_id] = self._pending.text.get(state.request_id, "") + text

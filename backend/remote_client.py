@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .config import SamplingConfig
+from .errors import one_line
 from .records import RequestRecord, RequestStatus
 
 MAX_DETAIL = 300
@@ -100,12 +101,6 @@ def error_message(response_text: str) -> str:
     return str(payload)[:MAX_DETAIL]
 
 
-def describe(exc: BaseException) -> str:
-    """One line: the exception's type and the first line of its message."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:MAX_DETAIL]}" if lines else type(exc).__name__
-
-
 def connect_failure(exc: BaseException, url: str) -> RemoteFailure:
     """Name a failure to connect by its root cause (httpx wraps the socket error a few times)."""
     causes = []
@@ -149,14 +144,11 @@ def request_record(state: StreamState, spec, now_ms: float, status: RequestStatu
     finish = state.finish_ms if state.finish_ms is not None else now_ms
     times = state.token_times
     n_out = max(state.completion_tokens or 0, len(times))   # a chunk with text holds at least one token
-    first = times[0] if times else None
-    tpot = (times[-1] - first) / (n_out - 1) if times and n_out > 1 else None
     prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else len(spec.prompt_ids)
-    return RequestRecord(
+    return RequestRecord.from_times(
         request_id=spec.request_id, status=status, prompt_tokens=prompt_tokens, output_tokens=n_out,
-        arrival_ms=state.arrival_ms, scheduled_ms=state.arrival_ms, first_token_ms=first, finish_ms=finish,
-        ttft_ms=None if first is None else first - state.arrival_ms, tpot_ms=tpot,
-        e2e_ms=finish - state.arrival_ms, queue_ms=0.0, finish_reason=reason, text="".join(state.text))
+        arrival_ms=state.arrival_ms, scheduled_ms=state.arrival_ms, first_token_ms=times[0] if times else None,
+        last_token_ms=times[-1] if times else None, finish_ms=finish, finish_reason=reason, text="".join(state.text))
 
 
 class Streamer:
@@ -234,9 +226,10 @@ class Streamer:
             what = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for the next event"
             raise RemoteFailure("timeout", f"no answer within {self.timeout_s:g} s {what}") from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise RemoteFailure("stream_cut", f"the server closed the connection ({describe(exc)})") from None
+            raise RemoteFailure("stream_cut", "the server closed the connection "
+                                f"({one_line(exc, typed=True, limit=MAX_DETAIL)})") from None
         except httpx.HTTPError as exc:   # the rest: a proxy error, an unsupported scheme, a write failure
-            raise RemoteFailure("transport_error", describe(exc)) from None
+            raise RemoteFailure("transport_error", one_line(exc, typed=True, limit=MAX_DETAIL)) from None
         except ValueError as exc:   # a non-streamed JSON body that does not parse
             raise RemoteFailure("malformed_event", str(exc)[:MAX_DETAIL]) from None
 

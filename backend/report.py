@@ -5,9 +5,11 @@ import math
 import sys
 from collections import Counter
 import time
+from types import SimpleNamespace
 
 from .events import ModelLoaded, Progress, RequestsArrived, RunFinished, SweepPoint
 from .records import RecordBatch, RequestStatus
+from .roofline import Bound, PhaseRoofline, PhaseTotals, phase_roofline
 from .threads import describe_threads
 
 
@@ -133,19 +135,123 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
     print("", file=out)
     ttft, tpot = s.get("ttft_mean_ms", math.nan), s.get("tpot_mean_ms", math.nan)
     print(f"prefill  TTFT {_ms(ttft):>12}   {_rate(s.get('prefill_tokens_per_s')):>16}   "
-          f"one pass over every prompt token (compute-bound)", file=out)
+          f"one pass over every prompt token", file=out)
     print(f"decode   TPOT {_ms(tpot):>12}   {_rate(s.get('decode_tokens_per_s')):>16}   "
-          f"one step per token, every weight read each step (memory-bound)", file=out)
+          f"one step per token, every weight read each step", file=out)
     ratio = s.get("decode_prefill_cost_ratio", math.nan)
     if not math.isnan(ratio):
         print(f"a decoded token costs {ratio:,.1f}x a prefilled token", file=out)
-    if finished and not math.isnan(ttft):
-        n = out_tokens - 1
-        tpot_v = 0.0 if math.isnan(tpot) else tpot
-        total = ttft + n * tpot_v
-        share = s.get("decode_share", math.nan)
-        print(f"total   {_ms(s.get('e2e_mean_ms'))} measured  ~ TTFT {ttft:,.1f} ms + {n} x TPOT {tpot_v:,.1f} ms "
-              f"= {total:,.1f} ms;  decode is {share * 100:.0f}% of it", file=out)
+    info = data.info
+    totals = {phase: PhaseTotals.from_summary(s, phase) for phase in ("prefill", "decode")}
+    if info.get("shape") is not None and any(t is not None and t.steps for t in totals.values()):
+        from .profiles import run_profile
+        device, name = info.get("device", ""), info.get("device_name", "")
+        for label, text in roofline_lines(info["shape"], info.get("dtype"), device, name, totals,
+                                          run_profile(device, name)):
+            print(f"roofline {text}" if label == "roofline" else f"  {label:<7} {text}", file=out)
+    breakdown = breakdown_of(finished)
+    if breakdown is not None:
+        print(f"total    {breakdown_text(*breakdown)}", file=out)
+
+
+# ---- lines the CLI summary and the window's metrics panel share ----------------------------------
+
+def _significant(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def flops_text(flops_per_s: float) -> str:
+    return f"{_significant(flops_per_s / 1e12)} TFLOP/s" if flops_per_s >= 1e12 \
+        else f"{_significant(flops_per_s / 1e9)} GFLOP/s"
+
+
+def bandwidth_text(bytes_per_s: float) -> str:
+    return f"{_significant(bytes_per_s / 1e12)} TB/s" if bytes_per_s >= 1e12 \
+        else f"{_significant(bytes_per_s / 1e9)} GB/s"
+
+
+def profile_label(profile) -> str:
+    """Which roofline a run's bounds were judged against, said so the reader can weigh them."""
+    if profile.measured:
+        return "this machine (calibrated)"
+    if profile.key == "cpu":
+        return "generic CPU profile (run `calibrate` for this machine's)"
+    return f"{profile.name} datasheet profile (run `calibrate` for this device's measured figures)"
+
+
+def bound_text(r: PhaseRoofline, dtype_key: str) -> str:
+    """A measured phase against the roof over it, e.g. '154 GFLOP/s = 85% of the fp32 matmul peak;
+    240 FLOP/byte, above the ridge: compute-bound'."""
+    over = " (so the profile is low)" if r.peak_share > 1 else ""
+    if r.bound is Bound.COMPUTE:
+        return (f"{flops_text(r.flops_per_s)} = {100 * r.mfu:.0f}% of the {dtype_key} matmul peak{over}; "
+                f"{_significant(r.intensity)} FLOP/byte, above the ridge: compute-bound")
+    return (f"{bandwidth_text(r.bytes_per_s)} = {100 * r.mbu:.0f}% of the bandwidth{over}; "
+            f"{_significant(r.intensity)} FLOP/byte, below the ridge: memory-bound")
+
+
+def roofline_lines(shape, dtype, device: str, device_name: str, totals: dict, profile) -> list[tuple[str, str]]:
+    """(label, text) lines placing each measured phase under the roof of the run's own device.
+
+    shape: a ModelShape or its dict (run.json's info "shape"); totals: {"prefill": PhaseTotals
+    or None, "decode": ...}; profile: the device's, from profiles.run_profile (None: there is
+    none). Nothing where nothing can be computed: no shape, no steps of a phase, no profile peak.
+    """
+    from .errors import InputError
+    from .profiles import dtype_key
+    if shape is None or not dtype or not any(t is not None and t.steps for t in totals.values()):
+        return []
+    if isinstance(shape, dict):
+        shape = SimpleNamespace(**shape)
+    try:
+        key = dtype_key(dtype)
+    except InputError:
+        return []
+    if profile is None:
+        return [("roofline", f"no profile for {device_name or device}, so no bound is given "
+                             f"(run `calibrate` to measure this device's)")]
+    if key not in profile.dtypes:
+        return [("roofline", f"{profile_label(profile)} has no {key} peak, so no bound is given")]
+    lines = [("roofline", f"{profile_label(profile)}: {key} {flops_text(profile.peak_flops(key))}, "
+                          f"{bandwidth_text(profile.bandwidth_bytes_per_s)}, "
+                          f"ridge {_significant(profile.ridge(key))} FLOP/byte")]
+    for phase in ("prefill", "decode"):
+        r = phase_roofline(shape, key, totals.get(phase), profile)
+        if r is not None:
+            lines.append((phase, bound_text(r, key)))
+    return lines
+
+
+def breakdown_of(requests) -> tuple | None:
+    """(TTFT, decode ms, total, fewest and most decode steps, TPOT) means over finished requests, or None.
+
+    Per request the latency is its TTFT plus its decode steps' time, by the definition of TPOT
+    ((last token - first token) / (output tokens - 1)): a breakdown of the latency, not a check of it.
+    """
+    timed = [r for r in requests if r.ttft_ms is not None and r.e2e_ms is not None and r.output_tokens >= 1]
+    if not timed:
+        return None
+    n = len(timed)
+    ttft = sum(r.ttft_ms for r in timed) / n
+    total = sum(r.e2e_ms for r in timed) / n
+    steps = [r.output_tokens - 1 for r in timed]
+    tpots = [r.tpot_ms for r in timed if r.tpot_ms is not None]
+    tpot = sum(tpots) / len(tpots) if tpots else math.nan
+    return ttft, total - ttft, total, min(steps), max(steps), tpot
+
+
+def breakdown_text(ttft_ms: float, decode_ms: float, total_ms: float, fewest_steps: int, most_steps: int,
+                   tpot_ms: float, times: str = "x") -> str:
+    """'TTFT 780.1 ms + 63 decode steps x 15.41 ms = 1,749.0 ms, decode 55%' (means over requests)."""
+    if most_steps <= 0:
+        return f"TTFT {_ms(ttft_ms)} = {_ms(total_ms)}: one output token, no decode step"
+    share = f"decode {100 * decode_ms / total_ms:.0f}%" if total_ms > 0 else ""
+    if fewest_steps == most_steps:
+        steps = f"{most_steps} decode step{'s' if most_steps != 1 else ''} {times} {tpot_ms:,.2f} ms"
+    else:
+        steps = (f"decode {_ms(decode_ms)} ({fewest_steps} to {most_steps} decode steps, "
+                 f"TPOT {tpot_ms:,.2f} ms on average)")
+    return f"TTFT {_ms(ttft_ms)} + {steps} = {_ms(total_ms)}" + (f", {share}" if share else "")
 
 
 def _print_rejections(requests, out) -> None:

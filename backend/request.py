@@ -73,28 +73,9 @@ class Request:
         self.finish_ms = now_ms
 
     def to_record(self, text: str = "") -> RequestRecord:
-        tpot = None
-        if len(self.token_times_ms) >= 2:
-            # Mean gap between output tokens after the first: (last - first) / (n - 1).
-            tpot = (self.token_times_ms[-1] - self.token_times_ms[0]) / (len(self.token_times_ms) - 1)
-        return RequestRecord(
-            request_id=self.request_id,
-            status=self.status,
-            prompt_tokens=len(self.prompt_ids),
-            output_tokens=len(self.output_ids),
-            arrival_ms=self.arrival_ms,
-            scheduled_ms=self.scheduled_ms,
+        return RequestRecord.from_times(
+            request_id=self.request_id, status=self.status, prompt_tokens=len(self.prompt_ids),
+            output_tokens=len(self.output_ids), arrival_ms=self.arrival_ms, scheduled_ms=self.scheduled_ms,
             first_token_ms=self.first_token_ms,
-            finish_ms=self.finish_ms,
-            ttft_ms=_minus(self.first_token_ms, self.arrival_ms),
-            tpot_ms=tpot,
-            e2e_ms=_minus(self.finish_ms, self.arrival_ms),
-            queue_ms=_minus(self.scheduled_ms, self.arrival_ms),
-            num_preemptions=self.num_preemptions,
-            finish_reason=self.finish_reason,
-            text=text,
-        )
-
-
-def _minus(a: float | None, b: float) -> float | None:
-    return None if a is None else a - b
+            last_token_ms=self.token_times_ms[-1] if self.token_times_ms else None, finish_ms=self.finish_ms,
+            num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text)

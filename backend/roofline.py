@@ -111,9 +111,13 @@ def layer_params(shape: ModelShape) -> int:
     return linear_params_per_layer(shape) + bias + 2 * d   # two RMSNorm weights
 
 
-def _cost(shape: ModelShape, dtype_bytes: int, tokens: int, pairs: int, context_tokens: int,
-          logit_rows: int) -> StepCost:
-    """A step's cost from its totals: tokens, attention (query, key) pairs, context tokens."""
+def _cost(shape: ModelShape, dtype_bytes: int, tokens: int, pairs: float, context_tokens: int,
+          logit_rows: int, steps: int = 1) -> StepCost:
+    """The cost of `steps` steps from their totals: tokens, attention (query, key) pairs, context tokens.
+
+    Everything is linear in the totals but the weights, which every step reads once: a
+    phase's cost is this over its steps' sums.
+    """
     d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
     linear_flops = 2 * linear_params_per_layer(shape) * layers * tokens
     attention_flops = 4 * shape.num_heads * shape.head_dim * pairs * layers
@@ -121,7 +125,7 @@ def _cost(shape: ModelShape, dtype_bytes: int, tokens: int, pairs: int, context_
 
     final_norm = 2 * d if _is_gpt2(shape) else d
     gathered_rows = 2 * tokens if _is_gpt2(shape) else tokens   # GPT-2: token + position rows
-    weight_params = layer_params(shape) * layers + final_norm + vocab * d + gathered_rows * d
+    weight_params = steps * (layer_params(shape) * layers + final_norm + vocab * d) + gathered_rows * d
     weight_bytes = weight_params * dtype_bytes
 
     kv_per_token = 2 * layers * shape.num_kv_heads * shape.head_dim * dtype_bytes
@@ -219,3 +223,102 @@ def utilization(cost: StepCost, measured_s: float, profile: GpuProfile, dtype) -
         mfu=achieved_flops / profile.peak_flops(dtype),
         mbu=achieved_bytes_s / profile.bandwidth_bytes_per_s,
     )
+
+
+def step_pairs(requests, tokens, context_tokens):
+    """Attention (query, key) pairs of a step known only by its totals, as a StepRecord gives them.
+
+    Exact when the step's requests share one length: every decode step (one new token each, so
+    the pairs are the context tokens) and a batch of equal prompts. Otherwise an estimate that
+    splits the tokens and the context evenly among the requests; it undercounts the causal
+    triangles of unequal prompts, a small term next to the matmuls of a prefill. Works
+    elementwise on numpy arrays as on numbers.
+    """
+    k = requests + (requests == 0)                  # a step with no request adds nothing; no division by zero
+    cached = (context_tokens - tokens) * (context_tokens > tokens)
+    return tokens * cached / k + tokens * (tokens / k + 1) / 2
+
+
+@dataclass(slots=True)
+class PhaseTotals:
+    """Sums over one phase's steps of what their roofline cost depends on (phase_cost turns them into one)."""
+
+    steps: int = 0
+    tokens: int = 0            # new tokens processed
+    pairs: float = 0.0         # attention (query, key) pairs, by step_pairs
+    context_tokens: int = 0
+    logit_rows: int = 0        # one per request per step (an intermediate prefill chunk needs none: overcounted)
+    time_ms: float = 0.0
+
+    def add(self, steps: int, tokens: int, pairs: float, context_tokens: int, logit_rows: int,
+            time_ms: float) -> None:
+        self.steps += int(steps)
+        self.tokens += int(tokens)
+        self.pairs += float(pairs)
+        self.context_tokens += int(context_tokens)
+        self.logit_rows += int(logit_rows)
+        self.time_ms += float(time_ms)
+
+    def add_step(self, requests: int, tokens: int, context_tokens: int, duration_ms: float) -> None:
+        self.add(1, tokens, step_pairs(requests, tokens, context_tokens), context_tokens, requests, duration_ms)
+
+    def to_summary(self, phase: str) -> dict[str, float]:
+        """The summary.csv entries of a phase ("prefill" or "decode"; its time is `{phase}_time_ms` already)."""
+        return {f"{phase}_steps": self.steps, f"{phase}_tokens": self.tokens,
+                f"{phase}_context_tokens": self.context_tokens, f"{phase}_attention_pairs": self.pairs,
+                f"{phase}_logit_rows": self.logit_rows}
+
+    @classmethod
+    def from_summary(cls, summary: dict, phase: str) -> PhaseTotals | None:
+        """The totals back from a summary; None where it lacks them (a remote run, an older run folder)."""
+        keys = ("steps", "tokens", "attention_pairs", "context_tokens", "logit_rows", "time_ms")
+        values = [summary.get(f"{phase}_{k}") for k in keys]
+        if any(v is None or v != v for v in values):   # missing or NaN
+            return None
+        steps, tokens, pairs, context, rows, time_ms = values
+        return cls(int(steps), int(tokens), float(pairs), int(context), int(rows), float(time_ms))
+
+
+def phase_cost(shape: ModelShape, dtype_bytes: int, totals: PhaseTotals) -> StepCost:
+    """The FLOPs and bytes of all of a phase's steps together."""
+    return _cost(shape, dtype_bytes, totals.tokens, totals.pairs, totals.context_tokens, totals.logit_rows,
+                 steps=totals.steps)
+
+
+@dataclass(slots=True, frozen=True)
+class PhaseRoofline:
+    """Where a measured phase sits on a device's roofline."""
+
+    flops_per_s: float     # achieved: the phase's FLOPs over its measured time
+    bytes_per_s: float
+    intensity: float       # FLOP/byte
+    ridge: float           # the profile's ridge point for the run's dtype, FLOP/byte
+    bound: Bound           # which roof the intensity puts the phase under
+    mfu: float             # flops_per_s / the profile's peak
+    mbu: float             # bytes_per_s / the profile's bandwidth
+
+    @property
+    def peak_share(self) -> float:
+        """The measured rate as a fraction of the roof that bounds the phase."""
+        return self.mfu if self.bound is Bound.COMPUTE else self.mbu
+
+
+def phase_roofline(shape: ModelShape, dtype, totals: PhaseTotals | None,
+                   profile: GpuProfile | None) -> PhaseRoofline | None:
+    """A measured phase on a profile's roofline: achieved FLOP/s and bytes/s, intensity, bound, share of peak.
+
+    The one place the CLI summary and the window's metrics panel take a phase's bound from.
+    None when there is nothing to say: no steps of the phase, no time measured, no profile,
+    or a profile without a peak for the run's dtype.
+    """
+    from backend.profiles import dtype_bytes, dtype_key
+    if totals is None or profile is None or totals.steps <= 0 or totals.tokens <= 0 or not totals.time_ms > 0:
+        return None
+    key = dtype_key(dtype)
+    if key not in profile.dtypes:
+        return None
+    cost = phase_cost(shape, dtype_bytes(key), totals)
+    util = utilization(cost, totals.time_ms / 1000.0, profile, key)
+    return PhaseRoofline(flops_per_s=util.achieved_flops, bytes_per_s=util.achieved_bytes_s,
+                         intensity=cost.intensity, ridge=profile.ridge(key), bound=predict(cost, profile, key).bound,
+                         mfu=util.mfu, mbu=util.mbu)

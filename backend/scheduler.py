@@ -61,7 +61,6 @@ class ScheduledChunk:
 
     request: Request
     num_tokens: int
-    is_prefill: bool
     start: int = field(init=False)       # tokens already in the request's cache slot
     samples: bool = field(init=False)    # the chunk completes the sequence: the step samples a token
 
@@ -84,7 +83,7 @@ class SchedulerOutput:
     @property
     def chunks(self) -> list[ScheduledChunk]:
         """Prefill chunks then one chunk per decode, the runner's flat token order (until update())."""
-        return self.prefill + [ScheduledChunk(r, 1, is_prefill=False) for r in self.decode]
+        return self.prefill + [ScheduledChunk(r, 1) for r in self.decode]
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -175,18 +174,6 @@ class Scheduler:
             self._take_sample(request, sampled, now_ms, finished)
         return finished
 
-    def abort(self, reason: str, now_ms: float) -> list[Request]:
-        """End every waiting and running request (a stopped or failed run), each with `reason`."""
-        ended = list(self._running) + list(self._waiting)
-        for request in ended:
-            request.finish(now_ms, reason, RequestStatus.ERROR)
-            if request.slot is not None:
-                heapq.heappush(self._free_slots, request.slot)
-                request.slot = None
-        self._running.clear()
-        self._waiting.clear()
-        return ended
-
     def _rejection(self, request: Request) -> str:
         cfg = self.config
         prompt, new = len(request.prompt_ids), request.max_new_tokens
@@ -212,7 +199,7 @@ class Scheduler:
                 break
             reserved += need
             self._admit(now_ms)
-            out.prefill.append(ScheduledChunk(head, head.num_uncomputed, is_prefill=True))
+            out.prefill.append(ScheduledChunk(head, head.num_uncomputed))
 
     def _schedule_chunked(self, out: SchedulerOutput, now_ms: float) -> None:
         budget = self.config.chunk_tokens
@@ -224,7 +211,7 @@ class Scheduler:
                 return
             if request.status is RequestStatus.PREFILLING:
                 n = min(request.num_uncomputed, budget, room)
-                out.prefill.append(ScheduledChunk(request, n, is_prefill=True))
+                out.prefill.append(ScheduledChunk(request, n))
                 budget -= n
                 room -= n
         self._admit_waiting(out, now_ms, budget)
@@ -249,7 +236,7 @@ class Scheduler:
                 return
             self._admit(now_ms)
             n = head.num_uncomputed if budget is None else min(head.num_uncomputed, budget)
-            out.prefill.append(ScheduledChunk(head, n, is_prefill=True))
+            out.prefill.append(ScheduledChunk(head, n))
             if budget is not None:
                 budget -= n
 

@@ -17,6 +17,7 @@ from .errors import InputError
 from .events import ModelLoaded, Progress, RunFinished
 from .export import RunData, RunWriter
 from .records import RecordBatch
+from .scheduler import POLICIES
 
 Emit = Callable[[object], None]
 
@@ -111,8 +112,8 @@ def validate(config: RunConfig) -> None:
     positive("--chunk-tokens", e.chunk_tokens)
     if e.kv_tokens is not None:
         positive("--kv-tokens", e.kv_tokens)
-    if e.policy not in ("static", "continuous", "chunked"):
-        raise InputError(f"unknown policy {e.policy!r}: use static, continuous or chunked")
+    if e.policy not in POLICIES:
+        raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
     if s.temperature < 0:
         raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
     if not 0 < s.top_p <= 1:
@@ -211,10 +212,10 @@ def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: i
 
 def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
     """Refuse, before allocating, a KV cache larger than the device's free memory."""
-    from .weights import free_memory
-    cache_bytes = num_slots * max_len * loaded.shape.kv_bytes_per_token(loaded.dtype.itemsize)
-    free = free_memory(loaded.device)
-    if free is not None and cache_bytes > free:
+    from .weights import kv_shortfall
+    shortfall = kv_shortfall(loaded.shape, num_slots, max_len, loaded.dtype.itemsize, loaded.device)
+    if shortfall is not None:
+        cache_bytes, free = shortfall
         raise InputError(f"the KV cache for {num_slots:,} sequences of {max_len:,} tokens needs "
                          f"{cache_bytes / 2**30:,.2f} GiB; {free / 2**30:,.2f} GiB is free on {loaded.device}: "
                          f"lower the batch size or the lengths")
@@ -222,8 +223,7 @@ def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
 
 def batch_source(config: RunConfig, loaded, emit: Emit):
     """`run`: B requests arriving together, each the same text prompt or its own random tokens."""
-    from .engine import FixedSource
-    from .arrivals import RequestSpec
+    from .arrivals import FixedSource, RequestSpec
     b = config.batch
     tok = loaded.tokenizer
     ids = None

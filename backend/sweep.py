@@ -13,9 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import InputError
+from .errors import InputError, is_out_of_memory, one_line
 from .events import ModelLoaded, Progress, RunFinished, SweepPoint
-from .engine import describe_failure
 from .export import RunData, ensure_writable
 from .records import Phase, RecordBatch, StepRecord
 
@@ -69,22 +68,16 @@ def _predict(profile, cost, dtype) -> tuple[float | None, str]:
     return p.time_s * 1000, p.bound.value
 
 
-def _is_oom(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return (isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__ or "out of memory" in text
-            or "can't allocate memory" in text)
-
-
 class _Stopped(Exception):
     """Stop was pressed between two timed steps of a point."""
 
 
 def _check_fits(shape, slots: int, length: int, dtype_bytes: int, device, what: str) -> None:
-    """Refuse a KV cache larger than the free memory before allocating it (a CPU would swap, not fail)."""
-    from .weights import free_memory
-    need = slots * length * shape.kv_bytes_per_token(dtype_bytes)
-    free = free_memory(device)
-    if free is not None and need > free:
+    """A KV cache larger than the free memory is the point's out-of-memory, before it is allocated."""
+    from .weights import kv_shortfall
+    shortfall = kv_shortfall(shape, slots, length, dtype_bytes, device)
+    if shortfall is not None:
+        need, free = shortfall
         raise MemoryError(f"{what} needs {need / 2**30:,.2f} GiB of KV cache; {free / 2**30:,.2f} GiB is free")
 
 
@@ -167,9 +160,9 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
             note = "stopped by user"
             break
         except Exception as exc:
-            if not _is_oom(exc):
+            if not is_out_of_memory(exc):
                 raise
-            note = f"stopped at {spec.kind} {x}: it does not fit in memory ({describe_failure(exc)})"
+            note = f"stopped at {spec.kind} {x}: it does not fit in memory ({one_line(exc, typed=True)})"
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             break
@@ -182,12 +175,13 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
                            predicted_local_ms, bound)
         points.append(point)
         start_ms = (time.perf_counter() - t0) * 1000 - median_s * 1000
-        phase = Phase.DECODE if spec.kind == "batch" else Phase.PREFILL
-        ctx = spec.context if spec.kind == "batch" else x
-        step = StepRecord(run_id, len(steps), phase, x if spec.kind == "batch" else 1,
-                          0 if spec.kind == "batch" else 1, x if spec.kind == "batch" else 0, tokens,
-                          0 if spec.kind == "batch" else tokens, tokens if spec.kind == "batch" else 0,
-                          ctx * (x if spec.kind == "batch" else 1), ctx, start_ms, median_s * 1000, 0, 0)
+        if spec.kind == "batch":   # x requests decoding one token each at the context
+            phase, prefill_tokens, num_decode, contexts = Phase.DECODE, [], x, [spec.context] * x
+        else:                      # one prompt of x tokens
+            phase, prefill_tokens, num_decode, contexts = Phase.PREFILL, [x], 0, [x]
+        step = StepRecord.measured(run_id=run_id, step=len(steps), phase=phase, prefill_tokens=prefill_tokens,
+                                   num_decode=num_decode, contexts=contexts, start_ms=start_ms,
+                                   duration_ms=median_s * 1000)
         steps.append(step)
         emit(point)
         emit(RecordBatch(steps=[step]))

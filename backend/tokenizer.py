@@ -2,6 +2,7 @@
 
 transformers is imported only when a Hugging Face folder (or an unusual GGUF) is loaded, so the
 window opens fast; the bundled GGUF builds a `tokenizers` BPE from its own vocabulary and merges.
+transformers is optional (the `hf` extra); without it those tokenizers fail in one line naming it.
 """
 from __future__ import annotations
 
@@ -171,13 +172,29 @@ class _BPETokenizer(Tokenizer):
                                 add_special_tokens=False).ids
 
 
+# transformers is an optional dependency (the `hf` extra): most models never need it.
+HF_EXTRA_HINT = "pip install 'phasescope[hf]' (or pip install transformers)"
+
+
+def _auto_tokenizer(source: Path):
+    """transformers' AutoTokenizer, or an InputError in one line saying what to install."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "transformers":
+            raise InputError(f"{source}: this tokenizer needs transformers, which is not installed; "
+                             f"install it with {HF_EXTRA_HINT}") from None
+        raise InputError(f"{source}: this tokenizer needs transformers, which failed to import "
+                         f"({type(exc).__name__}: {exc})".splitlines()[0]) from None
+    return AutoTokenizer
+
+
 class _TransformersTokenizer(Tokenizer):
     """transformers' AutoTokenizer: Hugging Face folders, and GGUF tokenizers we do not rebuild ourselves."""
 
     def __init__(self, folder: Path, gguf_file: str | None = None):
-        from transformers import AutoTokenizer
-
         source = folder / gguf_file if gguf_file else folder
+        AutoTokenizer = _auto_tokenizer(source)
         try:
             self._tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf_file) if gguf_file \
                 else AutoTokenizer.from_pretrained(str(folder))

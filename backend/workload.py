@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import profiles as _shipped
 from backend.errors import InputError
 
-WORKLOAD_DIR = Path(__file__).resolve().parents[1] / "profiles" / "workloads"
+WORKLOAD_DIR: Path = _shipped.WORKLOADS   # profiles/workloads, found through the `profiles` package
 ARRIVALS = ("burst", "constant", "poisson", "gamma", "closed")
 RATE_ARRIVALS = ("constant", "poisson", "gamma")
 PROMPT_SOURCES = ("synthetic", "text")

@@ -45,7 +45,8 @@ from backend.arrivals import RequestSpec  # noqa: E402
 from backend.calibrate import calibrate, copy_bandwidth, matmul_flops, read_bandwidth  # noqa: E402
 from backend.config import SamplingConfig  # noqa: E402
 from backend.device import device_name, synchronize  # noqa: E402
-from backend.engine import Engine, EngineResult, FixedSource  # noqa: E402
+from backend.arrivals import FixedSource  # noqa: E402
+from backend.engine import Engine, EngineResult  # noqa: E402
 from backend.records import Phase, StepRecord  # noqa: E402
 from backend.request import Request  # noqa: E402
 from backend.roofline import step_cost  # noqa: E402
@@ -219,7 +220,7 @@ class OneRequest:
         self.runner.warmup()
         self.req = Request(0, random_prompts(1, prompt_len, loaded.shape.vocab_size, seed=7)[0], 10**6, 0.0)
         self.req.slot = 0
-        token = self.runner.run(SchedulerOutput(prefill=[ScheduledChunk(self.req, prompt_len, is_prefill=True)]))[0]
+        token = self.runner.run(SchedulerOutput(prefill=[ScheduledChunk(self.req, prompt_len)]))[0]
         self.req.num_computed, self.req.output_ids = prompt_len, [token]
 
     def step(self) -> None:

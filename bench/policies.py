@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig  # noqa: E402
+from backend.device import cpu_name  # noqa: E402
+from backend.scheduler import POLICIES  # noqa: E402
 from backend.session import execute  # noqa: E402
 from backend.workload import apply_overrides, load_workload  # noqa: E402
 
@@ -33,14 +34,14 @@ def main() -> int:
     args = parser.parse_args()
     spec = apply_overrides(load_workload(args.workload), num_requests=args.requests, rate=args.rate)
     rows = []
-    for policy in ("static", "continuous", "chunked"):
+    for policy in POLICIES:
         config = RunConfig(mode="load", model=ModelChoice(args.model, "auto", "auto"),
                            sampling=SamplingConfig(ignore_eos=True), workload=spec,
                            engine=EngineConfig(policy=policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens))
         print(f"... {policy}", file=sys.stderr, flush=True)
         s = execute(config, lambda e: None, lambda: False).summary
         rows.append((policy, s))
-    print(f"\n{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+    print(f"\n{time.strftime('%Y-%m-%d')}, {cpu_name()}, {os.cpu_count()} cores; "
           f"model {args.model}; workload {args.workload}: {args.requests} requests, {spec.arrival} at {args.rate}/s, "
           f"prompts {spec.prompt_len.describe()}, outputs {spec.output_len.describe()}; max batch {args.max_batch}, "
           f"chunk {args.chunk_tokens} tokens\n")

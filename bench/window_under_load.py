@@ -37,6 +37,7 @@ import pyqtgraph  # noqa: E402
 import PySide6  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
+from backend.device import cpu_name  # noqa: E402
 from backend.engine_process import EngineProcess  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.worker import RunWorker  # noqa: E402
@@ -115,13 +116,7 @@ class Probe:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, PySide6 {PySide6.__version__}, "
+    return (f"{cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}, PySide6 {PySide6.__version__}, "
             f"pyqtgraph {pyqtgraph.__version__}, Qt platform {os.environ['QT_QPA_PLATFORM']}")
 
 

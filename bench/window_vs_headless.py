@@ -124,13 +124,9 @@ def one_window(model: str, batch: int, threads: int, result_path: str) -> int:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    sys.path.insert(0, str(ROOT))
+    from backend.device import cpu_name
+    return f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def main() -> int:

@@ -1,8 +1,6 @@
 """The controls dock: model, device, dtype, GPU profile, what to run, and Run / Stop."""
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -13,10 +11,10 @@ from backend.device import available_devices, available_dtypes, device_name, res
 from backend.errors import InputError
 from backend.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
                               match_profile)
-from backend.remote import APIS, RemoteEndpoint
+from backend.remote import APIS, RemoteEndpoint, env_api_key
 from backend.remote_client import safe_url
 from backend.threads import available_cores, window_default_threads
-from backend.weights import list_models
+from backend.weights import is_hub_id, list_models
 
 from .fields import ValidatedField, number, open_file
 from .run_form import RunForm
@@ -24,12 +22,11 @@ from .run_form import RunForm
 OPEN_FOLDER = "Open folder…"
 REMOTE = "<remote endpoint>"   # the model list's entry for a server (item data; no model has this name)
 REMOTE_TITLE = "Remote endpoint (OpenAI-compatible)"
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def hub_id_or_path(text: str) -> str:
     text = text.strip()
-    if Path(text).expanduser().exists() or (_HUB_ID.fullmatch(text) and not text.lower().endswith(".gguf")):
+    if Path(text).expanduser().exists() or is_hub_id(text):
         return text
     raise ValueError(f"{text!r} is neither a hub id (owner/name) nor an existing folder or .gguf file")
 
@@ -52,11 +49,6 @@ def served_model(text: str) -> str:
     if not text.strip():
         raise ValueError("the served model name is required (the server lists it at GET <URL>/models)")
     return text.strip()
-
-
-def env_api_key() -> str:
-    """The key from the environment, as the CLI reads it; typed keys are never saved."""
-    return (os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "").strip()
 
 
 class ControlsPanel(QtWidgets.QWidget):

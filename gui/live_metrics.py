@@ -5,11 +5,14 @@ as soon as they have a first token, not only once they finish.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from backend.records import RequestStatus
+from backend.profiles import local_profile_path, run_profile
+from backend.records import Phase, RequestStatus
+from backend.report import roofline_lines
 
 from .run_store import STATUS_CODE, RunStore
 
@@ -33,13 +36,18 @@ class LiveMetrics:
     kv_capacity: int | None = None
     load_source: str = "engine"                # "engine", "server" (its /metrics) or "client" (requests in flight)
     kv_usage: float | None = None              # fraction in use, as a remote server reports it
-    # the worked example: total latency = TTFT + (output_tokens - 1) x TPOT, on this run's means
+    # where the time goes: each request's latency is its TTFT plus its decode steps' time (by the
+    # definition of TPOT), so the means break the latency down, they do not check it
+    example_requests: int = 0                  # requests with two output tokens or more, running ones included
     example_ttft_ms: float | None = None
     example_output_tokens: float | None = None
+    example_decode_steps: tuple[int, int] | None = None   # fewest and most decode steps among them
     example_tpot_ms: float | None = None
-    example_total_ms: float | None = None
-    measured_e2e_ms: float | None = None       # mean of the same requests' measured latency
+    example_decode_ms: float | None = None     # mean time after the first token
+    example_total_ms: float | None = None      # example_ttft_ms + example_decode_ms: the mean latency so far
     decode_share: float | None = None          # decode part of the total
+    # each phase under the roof of the run's own device: (label, text) from backend.report.roofline_lines
+    roofline: list[tuple[str, str]] = field(default_factory=list)
     prefill_ms_per_token: float | None = None  # prefill steps' time per prompt token
     decode_ms_per_token: float | None = None   # decode steps' time per generated token
     cost_ratio: float | None = None            # decode_ms_per_token / prefill_ms_per_token
@@ -77,15 +85,49 @@ def compute(store: RunStore) -> LiveMetrics:
 
     if multi.any():
         n = out[multi]
+        m.example_requests = int(multi.sum())
         m.example_ttft_ms = float(ttft[multi[has_first]].mean())
         m.example_output_tokens = float(n.mean())
+        m.example_decode_steps = (int(n.min()) - 1, int(n.max()) - 1)
         m.example_tpot_ms = float(tpot.mean())
-        decode_ms = float(((n - 1) * tpot).mean())
-        m.example_total_ms = m.example_ttft_ms + decode_ms
-        m.measured_e2e_ms = float((last - arrival)[multi].mean())
+        m.example_decode_ms = float((last - first)[multi].mean())
+        m.example_total_ms = m.example_ttft_ms + m.example_decode_ms
         if m.example_total_ms > 0:
-            m.decode_share = decode_ms / m.example_total_ms
+            m.decode_share = m.example_decode_ms / m.example_total_ms
+    if not store.remote:
+        m.roofline = _roofline(store)
     return m
+
+
+_profiles: dict = {}   # (device, device name, the calibrated file and its mtime) -> the profile
+
+
+def device_profile(device: str, device_name: str):
+    """backend.profiles.run_profile, read again only when the calibrated profile changes (calibrate in the window)."""
+    path = local_profile_path()
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        stamp = None
+    key = (device, device_name, str(path), stamp)
+    if key not in _profiles:
+        _profiles.clear()
+        _profiles[key] = run_profile(device, device_name)
+    return _profiles[key]
+
+
+def _roofline(store: RunStore) -> list[tuple[str, str]]:
+    """The same lines as the CLI's summary, from the store's whole-run sums of the prefill and decode steps."""
+    if store.model is not None:   # a live run
+        shape, dtype, device, name = store.model.shape, store.model.dtype, store.model.device, store.model.device_name
+    else:                         # a saved run: run.json's info
+        info = store.info
+        shape, dtype, device, name = info.get("shape"), info.get("dtype"), info.get("device", ""), \
+            info.get("device_name", "")
+    totals = {"prefill": store.roofline[Phase.PREFILL], "decode": store.roofline[Phase.DECODE]}
+    if shape is None or not any(t.steps for t in totals.values()):
+        return []
+    return roofline_lines(shape, dtype, device, name, totals, device_profile(device, name))
 
 
 def _step_metrics(store: RunStore, m: LiveMetrics) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from backend.device import run_dtype_name
 from backend.errors import InputError
 from backend.events import EngineStatus, ModelLoaded, Progress
 from backend.models.base import ModelShape
@@ -361,11 +362,9 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
             return self.store.sweep_context
         return self.controls.form.prediction_context()
 
-    def _guess_dtype(self) -> str:
-        dtype = self.controls.dtype_combo.currentText()
-        if dtype != "auto":
-            return dtype
-        return "bfloat16" if self.controls.device_combo.currentText().startswith("cuda") else "float32"
+    def _guess_dtype(self) -> str | None:
+        """The dtype the next run will use, as the backend resolves it (None keeps the last one)."""
+        return run_dtype_name(self.controls.device_combo.currentText(), self.controls.dtype_combo.currentText())
 
     def _show_choices(self, model: str, device: str, dtype: str) -> None:
         self.status.show_choices(model, device, dtype, self.controls.profile_combo.currentText())

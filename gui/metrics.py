@@ -1,7 +1,11 @@
-"""The live metrics panel: latency, throughput, load and the worked example of the two phases."""
+"""The live metrics panel: latency, throughput, load, and where the time goes in the two phases."""
 from __future__ import annotations
 
+from html import escape
+
 from PySide6 import QtCore, QtWidgets
+
+from backend.report import breakdown_text
 
 from .live_metrics import LiveMetrics, compute
 from .run_store import RunStore
@@ -50,24 +54,26 @@ def format_rows(m: LiveMetrics) -> dict[str, str]:
 
 
 def worked_example(m: LiveMetrics) -> str:
-    """The seed's arithmetic with this run's numbers (HTML)."""
+    """Where the time goes, with this run's numbers (HTML): the latency broken down, each phase's roofline."""
+    lines = []
     if m.example_total_ms is None:
-        return ("<i>The worked example appears once a request has two output tokens: total latency = "
-                "TTFT + (output tokens − 1) × TPOT.</i>")
-    n = m.example_output_tokens
-    decode_ms = m.example_total_ms - m.example_ttft_ms
-    lines = [
-        "<b>Where the time goes</b> (means over requests so far)",
-        f"total ≈ TTFT + (output tokens − 1) × TPOT<br>"
-        f"&nbsp;&nbsp;= {m.example_ttft_ms:.1f} ms + ({n:.0f} − 1) × {m.example_tpot_ms:.2f} ms<br>"
-        f"&nbsp;&nbsp;= {m.example_ttft_ms:.1f} ms + {decode_ms:.1f} ms = <b>{m.example_total_ms:.1f} ms</b>"
-        f" (measured {m.measured_e2e_ms:.1f} ms)",
-        f"decode share of the latency: <b>{100.0 * m.decode_share:.0f}%</b>",
-    ]
-    if m.cost_ratio is not None:
-        lines.append(f"per-token cost: decode {m.decode_ms_per_token:.3f} ms vs prefill "
-                     f"{m.prefill_ms_per_token:.3f} ms → a decode token costs <b>{m.cost_ratio:.1f}×</b> "
-                     f"a prompt token (decode reads every weight for few tokens)")
+        lines.append("<i>The breakdown appears once a request has two output tokens: its latency is its TTFT "
+                     "plus its decode steps × TPOT.</i>")
+    else:
+        fewest, most = m.example_decode_steps
+        requests = f"{m.example_requests} request{'s' if m.example_requests != 1 else ''}"
+        lines += [f"<b>Where the time goes</b> (means over {requests} so far)",
+                  escape(breakdown_text(m.example_ttft_ms, m.example_decode_ms, m.example_total_ms, fewest, most,
+                                        m.example_tpot_ms, times="×"))]
+        if m.cost_ratio is not None:
+            lines.append(f"per-token cost: decode {m.decode_ms_per_token:.3f} ms vs prefill "
+                         f"{m.prefill_ms_per_token:.3f} ms → a decode token costs <b>{m.cost_ratio:.1f}×</b> "
+                         f"a prompt token (decode reads every weight for few tokens)")
+    for label, text in m.roofline:
+        text = escape(text, quote=False)
+        for word in ("compute-bound", "memory-bound"):
+            text = text.replace(word, f"<b>{word}</b>")
+        lines.append(f"<br><b>Roofline</b> — {text}" if label == "roofline" else f"{label}: {text}")
     return "<br>".join(lines)
 
 

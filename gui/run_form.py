@@ -5,6 +5,7 @@ from PySide6 import QtCore, QtWidgets
 
 from backend.config import BatchRun, EngineConfig, SamplingConfig
 from backend.errors import InputError
+from backend.scheduler import POLICIES
 from backend.sweep import SweepSpec
 from backend.workload import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
                               list_workloads, load_workload)
@@ -17,7 +18,6 @@ RUN_KINDS = (
     ("sweep-batch", "Batch-size sweep (decode)"),
     ("sweep-prompt", "Prompt-length sweep (prefill)"),
 )
-POLICIES = ("continuous", "chunked", "static")
 CUSTOM = "custom"
 
 
@@ -122,6 +122,7 @@ class RunForm(QtWidgets.QWidget):
         self.policy_combo = QtWidgets.QComboBox()
         self.policy_combo.setObjectName("policyCombo")
         self.policy_combo.addItems(POLICIES)
+        self.policy_combo.setCurrentText(EngineConfig().policy)
         f = self.fields["load"] = {
             "requests": ValidatedField("32", whole("requests", 1, 1_000_000), allow_empty=True,
                                        placeholder="the preset's duration"),

@@ -18,6 +18,7 @@ from backend.events import ModelLoaded, RequestsArrived, RunFinished, SweepPoint
 from backend.export import RunData
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
 from backend.remote_metrics import ServerMetrics
+from backend.roofline import PhaseTotals, step_pairs
 
 from .buffers import BoundedBuffer, GrowableBuffer, RecentBuffer
 
@@ -74,6 +75,8 @@ class RunStore:
         self.source: Path | None = None                # the run folder holding the complete record
         # whole-run sums for the per-token costs (the step buffer keeps only the newest steps)
         self.prefill_ms = self.prefill_tokens = self.decode_ms = self.decode_tokens = 0.0
+        # and what the roofline needs of them (backend.roofline.phase_roofline), as the CLI's summary keeps it
+        self.roofline = {Phase.PREFILL: PhaseTotals(), Phase.DECODE: PhaseTotals()}
         self.version += 1
         self.generation += 1
 
@@ -136,6 +139,13 @@ class RunStore:
         self.prefill_tokens += float(col("num_prefill_tokens")[prefill].sum())
         self.decode_ms += float(duration[decode].sum())
         self.decode_tokens += float(col("num_decode_tokens")[decode].sum())
+        context = col("context_tokens")
+        for phase, mask, kind in ((Phase.PREFILL, prefill, "prefill"), (Phase.DECODE, decode, "decode")):
+            if mask.any():
+                requests, tokens = col(f"num_{kind}_requests")[mask], col(f"num_{kind}_tokens")[mask]
+                pairs = step_pairs(requests, tokens, context[mask]).sum()
+                self.roofline[phase].add(int(mask.sum()), tokens.sum(), pairs, context[mask].sum(), requests.sum(),
+                                         duration[mask].sum())
 
     def _add_tokens(self, tokens: list[TokenRecord]) -> None:
         table = np.array([(t.request_id, t.index, t.time_ms, t.token_id) for t in tokens], dtype=np.float64)
@@ -266,7 +276,8 @@ class RunStore:
         steps, tokens = [], []
         if with_records:
             steps = [self._step_record(i) for i in range(len(self.steps))]
-            tokens = [TokenRecord(int(rid), int(idx), float(t), int(tok)) for rid, idx, t, tok in self.tokens.table().T]
+            tokens = [TokenRecord(request_id=int(rid), index=int(idx), time_ms=float(t), token_id=int(tok))
+                      for rid, idx, t, tok in self.tokens.table().T]
         requests = [self.records.get(int(rid)) or self._partial_record(row)
                     for row, rid in enumerate(self.lanes.column("request_id"))]
         data = RunData(run_id=self.run_id, config=self.config, info=self.info, steps=steps, requests=requests,

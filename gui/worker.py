@@ -25,7 +25,7 @@ from PySide6 import QtCore
 
 from backend.calibrate import calibrate as measure_device
 from backend.calibrate import write_profile
-from backend.errors import InputError, RunError
+from backend.errors import InputError, RunError, one_line
 from backend.engine_process import EngineProcess
 from backend.events import Progress, RequestsArrived, RunFinished, merge_arrivals
 from backend.export import RunData, RunWriter
@@ -39,12 +39,6 @@ _threads: weakref.WeakSet[QtCore.QThread] = weakref.WeakSet()
 def running_threads() -> list[QtCore.QThread]:
     """Worker threads still running (tests fail when one outlives them)."""
     return [t for t in list(_threads) if t.isRunning()]
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    return first or type(exc).__name__
 
 
 class RunWorker(QtCore.QObject):

@@ -9,7 +9,8 @@ import torch
 from backend.arrivals import RequestSpec
 from backend.config import SamplingConfig
 from backend.cuda_graphs import StaticDecoder, bucket_sizes
-from backend.engine import Engine, FixedSource
+from backend.arrivals import FixedSource
+from backend.engine import Engine
 from backend.models import KVCache, ModelShape, build_model, make_step_batch
 from backend.models.packed import pack_weights
 from backend.runner import Runner

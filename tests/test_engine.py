@@ -127,3 +127,22 @@ def test_out_of_memory_mid_run_says_so_and_keeps_the_records(monkeypatch):
     assert finished.error.startswith("out of memory: CUDA out of memory")
     assert len(finished.data.steps) == 3
     assert all(r.finish_reason.startswith("run failed: out of memory") for r in finished.data.requests)
+
+
+def test_a_failure_is_one_line_and_every_out_of_memory_error_says_so():
+    """One rule for the engine, the sweep, the engine process and the window: a MemoryError or a
+    CPU allocator's failure is an out-of-memory as much as torch's OutOfMemoryError (the engine's
+    line used to name only the latter)."""
+    import torch
+    from backend.errors import is_out_of_memory, one_line
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 8 GiB\nmore detail")
+    assert one_line(cpu, typed=True).startswith("out of memory: [enforce fail at alloc_cpu.cpp:114]")
+    assert one_line(MemoryError(), typed=True) == "out of memory: MemoryError"
+    assert one_line(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), typed=True) \
+        == "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert one_line(RuntimeError("device lost\n  at step 3"), typed=True) == "RuntimeError: device lost"
+    assert one_line(RuntimeError("device lost\n  at step 3")) == "device lost"
+    assert one_line(ValueError("x" * 500), typed=True, limit=10) == "ValueError: " + "x" * 10
+    assert one_line(ValueError()) == one_line(ValueError(), typed=True) == "ValueError"
+    assert not is_out_of_memory(RuntimeError("device lost"))

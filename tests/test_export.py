@@ -86,12 +86,12 @@ def test_unwritable_folder_is_refused_before_anything_is_written(tmp_path):
 
 def test_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     from backend.errors import RunError
-    from backend.export import atomic_write_text
+    from backend.export import write_files
     from faults import fill_disk
     target = tmp_path / "summary.csv"
     target.write_text("old")
     fill_disk(monkeypatch)
     with pytest.raises(RunError, match="No space left on device"):
-        atomic_write_text(target, "new")
+        write_files(tmp_path, {"summary.csv": "new"})
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.csv"]

@@ -2,7 +2,7 @@
 import math
 
 import pytest
-from gui_fixtures import no_thread_left, step, two_request_run  # noqa: F401
+from gui_fixtures import config_dir, no_thread_left, step, two_request_run  # noqa: F401
 
 from backend.events import ModelLoaded, RequestsArrived, SweepPoint
 from backend.export import read_run, write_run
@@ -76,11 +76,47 @@ def test_live_metrics_match_a_hand_computation():
     assert m.prefill_ms_per_token == pytest.approx(0.1)
     assert m.decode_ms_per_token == pytest.approx(6 / 5)
     assert m.cost_ratio == pytest.approx(12.0)
-    # the worked example: TTFT + (n - 1) x TPOT on the means, equal here to the measured latency
-    assert m.example_output_tokens == pytest.approx(3.5)
-    assert m.example_total_ms == pytest.approx(10 + ((3 * 11 / 3) + (2 * 2)) / 2)
-    assert m.measured_e2e_ms == pytest.approx((21 + 14) / 2)
-    assert 0 < m.decode_share < 1
+    # where the time goes: mean TTFT + mean time after the first token (3 steps of 11/3 ms, 2 of 2 ms)
+    assert m.example_requests == 2 and m.example_output_tokens == pytest.approx(3.5)
+    assert m.example_decode_steps == (2, 3)
+    assert m.example_decode_ms == pytest.approx((11 + 4) / 2)
+    assert m.example_total_ms == pytest.approx(10 + 7.5)
+    assert m.decode_share == pytest.approx(7.5 / 17.5)
+    assert m.roofline == []   # no ModelLoaded, so no shape to count FLOPs with
+
+
+def loaded(device_name: str = "Test CPU") -> ModelLoaded:
+    from backend.models.shapes import SHAPES
+    shape = SHAPES["smollm2-135m"]
+    return ModelLoaded("smollm2-135m", "cpu", device_name, "float32", "test", False, shape.num_params(),
+                       4 * shape.num_params(), 1024, shape)
+
+
+def test_live_metrics_place_each_phase_under_the_devices_roof():
+    from backend.profiles import local_profile_path
+    from backend.roofline import phase_cost
+    store = RunStore()
+    store.add_event(loaded())
+    for event in two_request_run():
+        store.add_event(event)
+    # the store's whole-run sums of the two prefill steps and the three decode steps
+    prefill, decode = store.roofline[Phase.PREFILL], store.roofline[Phase.DECODE]
+    assert (prefill.steps, prefill.tokens, prefill.time_ms) == (2, 150, 15.0)
+    assert (decode.steps, decode.tokens, decode.context_tokens, decode.time_ms) == (3, 5, 5, 6.0)
+    m = compute(store)
+    labels = [label for label, _ in m.roofline]
+    assert labels == ["roofline", "prefill", "decode"]
+    assert m.roofline[0][1].startswith("generic CPU profile")   # nothing calibrated for "Test CPU"
+    # calibrated for this CPU with an absurd bandwidth: the same decode steps come out compute-bound
+    local_profile_path().parent.mkdir(parents=True, exist_ok=True)
+    local_profile_path().write_text('name = "This machine: Test CPU (2 threads)"\nvendor = "x"\nmemory_gb = 8\n'
+                                    'bandwidth_gbs = 1e9\nsource = ""\n[tflops]\nfp32 = 0.1\n')
+    m = compute(store)
+    text = dict(m.roofline)
+    assert text["roofline"].startswith("this machine (calibrated)")
+    assert text["decode"].endswith("compute-bound")
+    flops = phase_cost(store.model.shape, 4, decode).flops
+    assert f"= {100 * flops / 0.006 / 0.1e12:.0f}% of the fp32 matmul peak" in text["decode"]   # 6 ms of decode
 
 
 def test_live_metrics_of_an_empty_store_are_all_unknown():

@@ -150,8 +150,29 @@ def test_metrics_panel_shows_the_worked_example(qtbot, store):
     panel.refresh()
     assert panel.values["ttft"].text().startswith("10.0 ms")
     assert "157 / 1,024 tokens" in panel.values["kv"].text()
-    assert "TTFT + (output tokens − 1) × TPOT" in panel.example.text()
-    assert "12.0×" in panel.example.text()
+    text = panel.example.text()
+    assert "TTFT 10.0 ms + decode 7.5 ms (2 to 3 decode steps, TPOT 2.83 ms on average) = 17.5 ms, decode 43%" in text
+    assert "measured" not in text   # a breakdown, not a check of the latency against itself
+    assert "12.0×" in text
+    assert "-bound" not in text     # no shape known (no ModelLoaded): no bound is made up
+
+
+def test_metrics_panel_gives_each_phase_the_bound_of_the_devices_roofline(qtbot):
+    from backend.events import ModelLoaded
+    shape = SHAPES["smollm2-135m"]
+    s = RunStore()
+    s.add_event(ModelLoaded("smollm2-135m", "cpu", "Test CPU", "float32", "test", False, shape.num_params(),
+                            4 * shape.num_params(), 1024, shape))
+    for event in two_request_run():
+        s.add_event(event)
+    panel = MetricsPanel(s)
+    qtbot.addWidget(panel)
+    panel.refresh()
+    text = panel.example.text()
+    assert "<b>Roofline</b> — generic CPU profile (run `calibrate` for this machine's)" in text
+    # 100- and 50-token prompts against a 25.7 FLOP/byte ridge; decode at one token a step
+    assert "prefill: " in text and "above the ridge: <b>compute-bound</b>" in text
+    assert "decode: " in text and "below the ridge: <b>memory-bound</b>" in text
 
 
 def test_generated_text_streams_the_first_request_then_the_selected_one(qtbot):

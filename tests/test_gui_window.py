@@ -39,6 +39,10 @@ def test_a_run_fills_the_timeline_lanes_table_and_metrics(qtbot, window):
     assert window.table.model().rowCount() == 2
     assert window.table.model().index(0, 1).data() == "finished"
     assert window.metrics.values["ttft"].text() != "— / —"
+    # where the time goes: the phases' bounds from the engine process's ModelLoaded shape and the steps
+    example = window.metrics.example.text()
+    assert "<b>Roofline</b>" in example and "prefill: " in example and "decode: " in example
+    assert "-bound</b>" in example
     assert window.status.labels["model"].text() == "model: tiny"
     assert window.status.labels["dtype"].text() == "dtype: float32"
     # the tiny model's byte tokenizer decodes its (random) tokens into some text

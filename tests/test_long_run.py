@@ -2,7 +2,8 @@
 import itertools
 import tracemalloc
 
-from backend.engine import Engine, FixedSource
+from backend.arrivals import FixedSource
+from backend.engine import Engine
 from backend.export import RunWriter, read_run, RunData
 from backend.metrics import RunAccumulator
 from backend.scheduler import Scheduler, SchedulerConfig

@@ -61,6 +61,13 @@ def test_summary_on_hand_built_records():
     assert s["decode_prefill_cost_ratio"] == pytest.approx(12.5)
     assert s["decode_share"] == pytest.approx((40 + 30) / (80 + 70))
     assert "goodput_requests_per_s" not in s
+    # what the roofline needs, per phase, of the prefill-only and decode-only steps (the mixed one in neither)
+    assert (s["prefill_steps"], s["prefill_tokens"], s["prefill_context_tokens"], s["prefill_logit_rows"]) == \
+        (1, 100, 100, 1)
+    assert s["prefill_attention_pairs"] == 100 * 101 / 2          # the causal triangle of a fresh prompt
+    assert (s["decode_steps"], s["decode_tokens"], s["decode_context_tokens"], s["decode_logit_rows"]) == \
+        (2, 4, 4, 4)
+    assert s["decode_attention_pairs"] == 4                       # one per context token of a decode step
 
 
 def test_goodput_counts_requests_meeting_both_slos():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from backend.errors import InputError
 from backend.profiles import (
     DTYPE_KEYS, SHIPPED_DIR, GpuProfile, config_dir, dtype_bytes, find_profile, list_profiles, load_profile,
-    local_profile_path, match_profile, parse_profile, profile_to_toml,
+    local_profile_path, match_profile, parse_profile, profile_to_toml, run_profile,
 )
 
 REQUIRED_DEVICES = ["h200-sxm", "h100-sxm", "h100-pcie", "a100-80gb-sxm", "a100-40gb", "l40s", "l4", "a10g", "t4",
@@ -177,6 +177,32 @@ def test_local_profile_is_listed_as_measured(tmp_path, monkeypatch):
     local = list_profiles()[-1]
     assert local.key == "this-machine" and local.measured
     assert find_profile("this-machine").measured
+
+
+def calibrated(name: str) -> None:
+    """This machine's profile as calibrate writes it: named for the device it measured."""
+    local_profile_path().parent.mkdir(parents=True, exist_ok=True)
+    local_profile_path().write_text(VALID.replace('"Test GPU"', f'"This machine: {name}"'))
+
+
+def test_run_profile_is_the_calibrated_one_for_the_device_it_measured():
+    cpu = "AMD EPYC 7B13 64-Core Processor"
+    assert run_profile("cpu", cpu).key == "cpu"                          # nothing calibrated: the generic CPU
+    calibrated(f"{cpu} (2 threads)")
+    assert run_profile("cpu", cpu).measured and run_profile("cpu", cpu).key == "this-machine"
+    # a CUDA run on the same machine is not judged by the CPU's measurement
+    assert run_profile("cuda:0", "NVIDIA H100 80GB HBM3").key == "h100-sxm"
+    assert run_profile("cuda:0", "NVIDIA GeForce GTX 1080") is None       # no profile for it: no bound
+    assert run_profile("mps", "Apple GPU (MPS, arm64)") is None
+    calibrated("NVIDIA H100 80GB HBM3")
+    assert run_profile("cuda:0", "NVIDIA H100 80GB HBM3").measured
+    assert run_profile("cpu", cpu).key == "cpu"                          # measured on the GPU, not this CPU
+
+
+def test_run_profile_passes_over_an_unreadable_calibration():
+    local_profile_path().parent.mkdir(parents=True)
+    local_profile_path().write_text("not = [toml")
+    assert run_profile("cpu", "Some CPU").key == "cpu"
 
 
 def test_config_dir_falls_back_to_xdg(tmp_path, monkeypatch):

@@ -9,8 +9,8 @@ import pytest
 from backend.errors import InputError
 from backend.profiles import GpuProfile, find_profile
 from backend.roofline import (
-    CROSSOVER_CAP, Bound, crossover_batch, layer_params, predict, predict_decode, predict_prefill, step_cost,
-    utilization,
+    CROSSOVER_CAP, Bound, PhaseTotals, crossover_batch, layer_params, phase_cost, phase_roofline, predict,
+    predict_decode, predict_prefill, step_cost, step_pairs, utilization,
 )
 
 
@@ -182,3 +182,81 @@ def test_bad_steps_are_refused(new, context):
 def test_roofline_module_does_not_import_torch():
     code = "import sys, backend.roofline; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1]).returncode == 0
+
+
+def profile_with(bandwidth_gbs: float, fp32_tflops: float = 1.0) -> GpuProfile:
+    return GpuProfile(key="p", name="p", vendor="x", memory_gb=1.0, bandwidth_gbs=bandwidth_gbs,
+                      tflops={"fp32": fp32_tflops}, source="test")
+
+
+def decode_totals(batch: int, first_context: int, steps: int, time_ms: float) -> PhaseTotals:
+    """The decode steps of `batch` requests from `first_context` tokens on, as the engine records them."""
+    totals = PhaseTotals()
+    for i in range(steps):
+        totals.add_step(requests=batch, tokens=batch, context_tokens=batch * (first_context + i),
+                        duration_ms=time_ms / steps)
+    return totals
+
+
+def test_step_pairs_are_exact_for_decode_steps_and_equal_prompts():
+    # decode: one new token per request, each attending to its whole context
+    assert step_pairs(3, 3, 3 * 40) == step_cost(TINY_LLAMA, 4, [1] * 3, [40] * 3).attention_flops / (4 * 2 * 4)
+    # a batch of equal fresh prompts: the causal triangle of each
+    assert step_pairs(2, 2 * 5, 2 * 5) == 2 * 15
+    # a chunk of 2 after 4 cached tokens: 2 x 4 pairs with the cache + the triangle 1 + 2
+    assert step_pairs(1, 2, 6) == 11
+    assert step_pairs(0, 0, 0) == 0
+    import numpy as np
+    got = step_pairs(np.array([3.0, 2.0]), np.array([3.0, 10.0]), np.array([120.0, 10.0]))
+    assert list(got) == [120.0, 30.0]
+
+
+def test_a_phase_costs_the_sum_of_its_steps():
+    totals = decode_totals(batch=2, first_context=9, steps=4, time_ms=8.0)
+    steps = [step_cost(TINY_LLAMA, 4, [1, 1], [9 + i, 9 + i]) for i in range(4)]
+    cost = phase_cost(TINY_LLAMA, 4, totals)
+    assert cost.flops == pytest.approx(sum(c.flops for c in steps))
+    assert cost.bytes == pytest.approx(sum(c.bytes for c in steps))
+    assert cost.weight_bytes == pytest.approx(sum(c.weight_bytes for c in steps))   # the weights are read each step
+    assert (totals.steps, totals.tokens, totals.logit_rows, totals.time_ms) == (4, 8, 8, 8.0)
+
+
+def test_phase_bound_follows_the_profile():
+    totals = decode_totals(batch=1, first_context=128, steps=10, time_ms=50.0)
+    cost = phase_cost(LLAMA_1B, 4, totals)
+    assert cost.intensity < 1.0                       # batch-1 decode: about one FLOP per 2 bytes in fp32
+    normal = phase_roofline(LLAMA_1B, "float32", totals, profile_with(bandwidth_gbs=50.0))
+    assert normal.bound is Bound.MEMORY and normal.ridge == pytest.approx(1e12 / 50e9)
+    assert normal.bytes_per_s == pytest.approx(cost.bytes / 0.05)
+    assert normal.peak_share == normal.mbu == pytest.approx(cost.bytes / 0.05 / 50e9)
+    # a profile with an absurd bandwidth puts the ridge below decode's intensity: compute-bound, judged by FLOP/s
+    absurd = phase_roofline(LLAMA_1B, "float32", totals, profile_with(bandwidth_gbs=1e9))
+    assert absurd.bound is Bound.COMPUTE and absurd.ridge < cost.intensity
+    assert absurd.peak_share == absurd.mfu == pytest.approx(cost.flops / 0.05 / 1e12)
+    assert absurd.intensity == normal.intensity == pytest.approx(cost.intensity)
+
+
+def test_prefill_phase_is_compute_bound_on_a_datasheet_gpu():
+    totals = PhaseTotals()
+    totals.add_step(requests=1, tokens=2048, context_tokens=2048, duration_ms=20.0)
+    h100 = find_profile("h100-sxm")
+    r = phase_roofline(LLAMA_1B, "bfloat16", totals, h100)
+    assert r.bound is Bound.COMPUTE and r.intensity > h100.ridge("bf16")
+    assert r.peak_share == pytest.approx(phase_cost(LLAMA_1B, 2, totals).flops / 0.02 / h100.peak_flops("bf16"))
+
+
+def test_phase_roofline_says_nothing_it_cannot_compute():
+    device = profile_with(bandwidth_gbs=50.0)
+    assert phase_roofline(LLAMA_1B, "float32", PhaseTotals(), device) is None             # no steps of the phase
+    assert phase_roofline(LLAMA_1B, "float32", None, device) is None
+    totals = decode_totals(batch=1, first_context=8, steps=2, time_ms=4.0)
+    assert phase_roofline(LLAMA_1B, "bfloat16", totals, device) is None                  # no bf16 peak in it
+    assert phase_roofline(LLAMA_1B, "float32", totals, None) is None                     # no profile at all
+
+
+def test_phase_totals_round_trip_through_a_summary():
+    totals = decode_totals(batch=3, first_context=20, steps=5, time_ms=12.5)
+    summary = {**totals.to_summary("decode"), "decode_time_ms": totals.time_ms}
+    assert PhaseTotals.from_summary(summary, "decode") == totals
+    assert PhaseTotals.from_summary(summary, "prefill") is None
+    assert PhaseTotals.from_summary({**summary, "decode_steps": float("nan")}, "decode") is None

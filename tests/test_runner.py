@@ -4,7 +4,8 @@ import torch
 
 from backend.arrivals import RequestSpec
 from backend.config import SamplingConfig
-from backend.engine import Engine, FixedSource
+from backend.arrivals import FixedSource
+from backend.engine import Engine
 from backend.models import KVCache, make_step_batch
 from backend import kernels
 from backend.kernels import ops

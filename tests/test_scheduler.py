@@ -232,16 +232,6 @@ def test_missing_sample_is_an_error():
         sched.update(out, {}, 1.0)
 
 
-def test_abort_ends_everything_with_the_reason():
-    sched = Scheduler(config(max_batch=1))
-    sched.add(req(0, 4, 3))
-    sched.add(req(1, 4, 3))
-    run_step(sched, 0.0)
-    ended = sched.abort("stopped by the user", 5.0)
-    assert sorted(r.request_id for r in ended) == [0, 1] and not sched.has_work
-    assert all(r.status is RequestStatus.ERROR and r.finish_reason == "stopped by the user" for r in ended)
-
-
 @settings(max_examples=60, deadline=None)
 @given(policy=st.sampled_from(["static", "continuous", "chunked"]),
        max_batch=st.integers(1, 6), kv=st.integers(40, 400), chunk=st.integers(1, 64),

@@ -1,4 +1,6 @@
 """Tokenizers: the bundled GGUF's BPE rebuilt exactly, its chat template, and the byte fallback."""
+import sys
+
 import pytest
 
 from backend.errors import InputError
@@ -83,3 +85,20 @@ def test_folder_without_tokenizer_files_falls_back_to_bytes(tmp_path):
     (tmp_path / "config.json").write_text('{"vocab_size": 100}')
     tok = Tokenizer.from_hf_folder(tmp_path)
     assert isinstance(tok, ByteTokenizer) and tok.vocab_size == 100 and "no tokenizer files" in tok.name
+
+
+@pytest.mark.parametrize("gguf", [False, True], ids=["hf-folder", "gguf"])
+def test_without_transformers_the_tokenizer_says_which_extra_to_install(tmp_path, monkeypatch, gguf):
+    # transformers is optional (the `hf` extra); None in sys.modules makes its import fail as if absent.
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    if gguf:   # a GGUF whose tokenizer we do not rebuild ourselves goes to transformers too
+        path = tmp_path / "model.gguf"
+        call = lambda: Tokenizer.from_gguf({"tokenizer.ggml.model": "llama"}, path)
+    else:
+        (tmp_path / "tokenizer.json").write_text("{}")
+        path, call = tmp_path, lambda: Tokenizer.from_hf_folder(tmp_path)
+    with pytest.raises(InputError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    assert "transformers" in message and "phasescope[hf]" in message

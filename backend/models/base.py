@@ -96,11 +96,3 @@ class KVCache:
         size = (num_slots, shape.num_kv_heads, max_len, shape.head_dim)
         self.k = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.num_layers)]
         self.v = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.num_layers)]
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
-    def move_slot(self, src: int, dst: int, length: int) -> None:
-        """Copy a slot's first `length` cached tokens to another slot (used to compact slots)."""
-        for t in self.k + self.v:
-            t[dst, :, :length].copy_(t[src, :, :length])
