@@ -1,7 +1,13 @@
 """Plain settings objects shared by the CLI and the window. No torch here."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # annotations only: settings import nothing above them
+    from backend.remote.target import RemoteEndpoint
+    from backend.engine.sweep import SweepSpec
+    from backend.workload.spec import WorkloadSpec
 
 
 @dataclass(slots=True)
@@ -48,11 +54,29 @@ class RunConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     batch: BatchRun = field(default_factory=BatchRun)
-    workload: object | None = None       # backend.workload.WorkloadSpec for mode "load"
-    sweep: object | None = None          # backend.sweep.SweepSpec for the sweep modes
-    endpoint: object | None = None       # backend.remote.RemoteEndpoint: drive a server instead of a local model
+    workload: WorkloadSpec | None = None   # for mode "load"
+    sweep: SweepSpec | None = None         # for the sweep modes
+    endpoint: RemoteEndpoint | None = None # drive a server instead of a local model
     profile: str | None = None           # GPU profile name or path
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     out_dir: str | None = None
     threads: int | None = None           # CPU threads (and as many cores); None: all cores, torch's default count
+
+
+def config_dict(config: RunConfig) -> dict:
+    """The full configuration as plain data for run.json (reproducible from it).
+
+    The remote endpoint is left out: it carries the API key, which is never written; a
+    remote run records its endpoint's safe parts itself."""
+    def plain(value):
+        if is_dataclass(value):
+            return {k: plain(v) for k, v in asdict(value).items()}
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+    data = plain(config)
+    data.pop("endpoint", None)
+    return data

@@ -34,9 +34,9 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from .errors import InputError, RunError, one_line
-from .events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, merge_arrivals
-from .records import RecordBatch, merge_batches
+from backend.errors import InputError, RunError, one_line
+from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, merge_arrivals
+from backend.records import RecordBatch, merge_batches
 
 FLUSH_HZ = 60          # record messages a second at most: a fast GPU makes thousands of steps a second
 STATUS_EVERY_S = 1.0   # the engine's CPU use, for the window's status bar
@@ -226,7 +226,7 @@ class _Received:
     """What the window's side has seen of a run, to report it if the child dies or is ended."""
 
     def __init__(self, config):
-        from .metrics import RunAccumulator
+        from backend.io.summary import RunAccumulator
         self.config = config
         self.accumulator = RunAccumulator()
         self.run_id = ""
@@ -249,8 +249,9 @@ class _Received:
         return "before its first step" if self.last_step is None else f"step {self.last_step}"
 
     def finished(self, stopped: bool = False, error: str | None = None) -> RunFinished:
-        from .export import RunData
-        from .session import config_dict, new_run_id
+        from backend.io.export import RunData
+        from backend.config import config_dict
+        from backend.records import new_run_id
         run_id = self.run_id or new_run_id()
         summary = self.accumulator.summary(self.config.slo_ttft_ms, self.config.slo_tpot_ms)
         data = RunData(run_id=run_id, config=config_dict(self.config), info=dict(self.info),
@@ -275,7 +276,8 @@ def serve(conn: Connection, target: Callable | None) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C in the terminal is the window's to handle
     if target is None:
-        from .session import ModelCache, execute
+        from backend.loaders.cache import ModelCache
+        from backend.session import execute
         target = partial(execute, retain_records=False, models=ModelCache())
     while True:
         try:
@@ -316,8 +318,8 @@ class _Job:
             self.answer("finished", result)
 
     def calibrate(self, device: str) -> None:
-        from .calibrate import calibrate
-        from .threads import apply_threads
+        from backend.roofline.calibrate import calibrate
+        from backend.engine.threads import apply_threads
         try:
             apply_threads(None)   # the machine's measure: every core, not the last run's share
             profile = calibrate(device, lambda message, fraction: self.emit(Progress(message, fraction)))
@@ -366,7 +368,7 @@ class _Job:
 
 
 def engine_status() -> EngineStatus:
-    from .threads import current_affinity
+    from backend.engine.threads import current_affinity
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else 0
     return EngineStatus(os.getpid(), threads, current_affinity(), time.process_time(), time.monotonic(),

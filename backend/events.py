@@ -1,10 +1,27 @@
 """Events a run emits while it goes, besides the RecordBatch of each step.
 
-The CLI prints them; the window's worker forwards them as Qt signals.
+The CLI prints them; the window's worker forwards them as Qt signals. `Target` is the one
+interface of everything that runs a workload (the local engine, a sweep, a remote server, the
+engine process): settings in, these events out through `emit`, a RunFinished back.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:   # annotations only: the vocabulary imports nothing above it
+    from backend.config import RunConfig
+    from backend.io.export import RunData
+    from backend.models.base import ModelShape
+
+Emit = Callable[[object], None]
+
+
+class Target(Protocol):
+    """Runs `config` to the end or until should_stop() (checked at every step boundary), emitting
+    events as they happen; InputError for settings it refuses before it starts."""
+
+    def __call__(self, config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished: ...
 
 
 @dataclass(slots=True)
@@ -26,7 +43,7 @@ class ModelLoaded:
     num_params: int
     weight_bytes: int
     kv_capacity: int     # KV cache capacity in tokens
-    shape: object        # backend.models.base.ModelShape (for the roofline)
+    shape: ModelShape    # for the roofline
     reused: bool = False # already in memory from an earlier run (the engine process keeps it)
 
 
@@ -74,7 +91,7 @@ class RunFinished:
     summary: dict = field(default_factory=dict)
     stopped: bool = False     # stopped by the user before the end
     error: str | None = None  # one-line message when the run failed part way
-    data: object = None       # backend.export.RunData: every record of the run
+    data: RunData | None = None   # every record of the run
 
 
 def merge_arrivals(events: list[RequestsArrived]) -> RequestsArrived:

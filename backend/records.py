@@ -4,6 +4,8 @@ Times are milliseconds since the run started, read from one monotonic clock.
 """
 from __future__ import annotations
 
+import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -160,3 +162,8 @@ def merge_batches(batches: list[RecordBatch]) -> RecordBatch:
             merged.text[rid] = merged.text.get(rid, "") + piece
         merged.scheduled.update(b.scheduled)
     return merged
+
+
+def new_run_id() -> str:
+    """e.g. 20261201-093012-a3f0: when the run started, and four random hex digits."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)

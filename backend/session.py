@@ -1,67 +1,26 @@
-"""One run from settings to records: load the model, build the engine, run, summarize, write.
+"""One run from settings to records: choose the target that runs it, and run it.
 
-`execute` is what the CLI and the window's worker both call; it emits events as it goes
-(Progress, ModelLoaded, RequestsArrived, a RecordBatch per step) and returns RunFinished.
+`execute` is what the CLI and the window's engine process call. Every target has the same
+signature (`events.Target`: config, emit, should_stop -> RunFinished) and streams the same
+events (Progress, ModelLoaded, RequestsArrived, a RecordBatch per step); nothing imports back
+from here:
+
+- the local engine (`engine.local.run_local`) for `run` and `load`;
+- a batch-size or prompt-length sweep over the same model (`engine.sweep.run_sweep`);
+- a remote OpenAI-compatible server (`remote.target.run_remote`) when the config names one.
 """
 from __future__ import annotations
 
-import platform
-import random
-import secrets
-import time
-from dataclasses import asdict, is_dataclass
+from functools import partial
 from typing import Callable
 
-from .config import RunConfig
-from .errors import InputError
-from .events import ModelLoaded, Progress, RunFinished
-from .export import RunData, RunWriter
-from .records import RecordBatch
-from .scheduler import POLICIES
+from backend.config import RunConfig
+from backend.errors import InputError
+from backend.events import Emit, RunFinished, Target
+from backend.loaders.cache import ModelCache
 
-Emit = Callable[[object], None]
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def config_dict(config: RunConfig) -> dict:
-    """The full configuration as plain data for run.json (reproducible from it).
-
-    The remote endpoint is left out: it carries the API key, which is never written; a
-    remote run records its endpoint's safe parts itself."""
-    def plain(value):
-        if is_dataclass(value):
-            return {k: plain(v) for k, v in asdict(value).items()}
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
-    data = plain(config)
-    data.pop("endpoint", None)
-    return data
-
-
-class ModelCache:
-    """Keeps the last model loaded, so that the next run on the same model, device and dtype
-    starts at once (the window's engine process holds one; a headless run needs none)."""
-
-    def __init__(self) -> None:
-        self._key: tuple | None = None
-        self._loaded = None
-
-    def get(self, config: RunConfig, emit: Emit):
-        """(the loaded model, its device's name, whether it was already loaded)."""
-        choice = config.model
-        key = (choice.name, choice.device, choice.dtype)
-        if key == self._key:
-            return (*self._loaded, True)
-        self._key = self._loaded = None   # the old model's memory goes before the new one is loaded
-        self._loaded = load(config, emit)
-        self._key = key
-        return (*self._loaded, False)
+SWEEP_MODES = ("sweep-batch", "sweep-prompt")
+LOCAL_MODES = ("batch", "load")
 
 
 def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
@@ -72,194 +31,23 @@ def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], reta
     tokens go to `emit` and to the output folder as they happen, so memory stays flat however
     long the run. `models` keeps the model loaded for the next run.
     """
-    from .threads import apply_threads
+    from backend.engine.threads import apply_threads
     if config.profile:
-        from .profiles import find_profile
+        from backend.roofline.profiles import find_profile
         find_profile(config.profile)   # a malformed profile file is refused before anything loads
     apply_threads(config.threads)
+    return target_for(config, models or ModelCache(), retain_records)(config, emit, should_stop)
+
+
+def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
+    """The target that runs this config."""
     if config.endpoint is not None:
-        from .remote import run_remote
-        return run_remote(config, config.endpoint, emit, should_stop)
-    models = models or ModelCache()
-    if config.mode in ("sweep-batch", "sweep-prompt"):
-        from .sweep import run_sweep
-        return run_sweep(config, emit, should_stop, models)
-    if config.mode not in ("batch", "load"):
-        raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch or sweep-prompt")
-    validate(config)
-    writer = RunWriter(config.out_dir) if config.out_dir else None   # a bad folder fails before the model loads
-    try:
-        return _execute(config, emit, should_stop, writer, retain_records, models)
-    finally:
-        if writer is not None:
-            writer.abandon()
-
-
-def validate(config: RunConfig) -> None:
-    """Checks that need no model; each failure is one line naming the setting."""
-    def positive(name, value):
-        if value is None or value <= 0:
-            raise InputError(f"{name} must be a positive number, got {value}")
-    b, e, s = config.batch, config.engine, config.sampling
-    if config.mode == "batch":
-        positive("--batch", b.batch)
-        positive("--output-len", b.output_len)
-        if b.prompt is None:
-            positive("--prompt-len", b.prompt_len)
-        elif not b.prompt.strip():
-            raise InputError("--prompt is empty: give some text, or use --prompt-len N for synthetic tokens")
-    positive("--max-batch", e.max_batch)
-    positive("--chunk-tokens", e.chunk_tokens)
-    if e.kv_tokens is not None:
-        positive("--kv-tokens", e.kv_tokens)
-    if e.policy not in POLICIES:
-        raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
-    if s.temperature < 0:
-        raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
-    if not 0 < s.top_p <= 1:
-        raise InputError(f"--top-p must be in (0, 1], got {s.top_p}")
-
-
-def load(config: RunConfig, emit: Emit):
-    """Load the model the config names, announcing it."""
-    from .device import device_name
-    from .weights import load_model
-    emit(Progress(f"loading {config.model.name}", None))
-    loaded = load_model(config.model.name, config.model.device, config.model.dtype)
-    return loaded, device_name(loaded.device)
-
-
-def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None,
-             retain_records: bool, models: ModelCache) -> RunFinished:
-    from .device import dtype_name
-    from .engine import Engine
-    from .metrics import RunAccumulator
-    from .runner import Runner
-    from .scheduler import Scheduler, SchedulerConfig
-
-    loaded, dev_name, reused = models.get(config, emit)
-    shape = loaded.shape
-    if config.mode == "batch":
-        source = batch_source(config, loaded, emit)
-        num_slots = config.batch.batch
-        policy = "static"
-        max_len = source.max_sequence_len
-    else:
-        source = workload_source(config, loaded)
-        num_slots = config.engine.max_batch
-        policy = config.engine.policy
-        max_len = config.engine.max_len or longest_sequence(config.workload)
-        max_len = min(max_len, shape.max_position)
-        check_kv_fits(loaded, num_slots, max_len)
-    kv_capacity = min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
-    run_id = new_run_id()
-    emit(ModelLoaded(loaded.name, str(loaded.device), dev_name, dtype_name(loaded.dtype), loaded.source,
-                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, kv_capacity, shape, reused))
-    emit(Progress("warming up", None))
-    runner = Runner(loaded, num_slots, max_len, config.sampling)
-    runner.warmup()
-    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
-                                          kv_capacity=kv_capacity, max_len=max_len))
-    engine = Engine(scheduler, runner, run_id, tokenizer=loaded.tokenizer,
-                    stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos,
-                    retain_records=retain_records)
-    accumulator = RunAccumulator()
-    emit(Progress("running", None))
-
-    def sink(event):
-        if isinstance(event, RecordBatch):
-            accumulator.add(event)
-            if writer is not None:
-                writer.add(event)
-        emit(event)
-
-    result = engine.run(source, sink, should_stop)
-    summary = accumulator.summary(config.slo_ttft_ms, config.slo_tpot_ms)
-    info = run_info(loaded, dev_name, kv_capacity, max_len, num_slots)
-    data = RunData(run_id=run_id, config=config_dict(config), info=info, steps=result.steps,
-                   requests=result.requests, tokens=result.tokens, summary=summary)
-    if writer is not None:
-        writer.close(data)
-    return RunFinished(run_id, summary, result.stopped, result.error, data)
-
-
-def library_versions() -> dict:
-    from importlib import metadata
-    from . import __version__
-    versions = {"phasescope": __version__, "python": platform.python_version()}
-    for package in ("torch", "numpy", "gguf", "tokenizers", "safetensors", "transformers"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    return versions
-
-
-def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
-    import torch
-    from .device import dtype_name
-    from .models.packed import kernels_in_use
-    from .threads import current_affinity
-    return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
-            "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
-            "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
-            "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(), "affinity": current_affinity(),
-            "kernels": kernels_in_use(loaded.device, loaded.dtype), "kv_capacity": kv_capacity,
-            "kv_slots": num_slots, "max_len": max_len,
-            "versions": library_versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-
-def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
-    """Refuse, before allocating, a KV cache larger than the device's free memory."""
-    from .weights import kv_shortfall
-    shortfall = kv_shortfall(loaded.shape, num_slots, max_len, loaded.dtype.itemsize, loaded.device)
-    if shortfall is not None:
-        cache_bytes, free = shortfall
-        raise InputError(f"the KV cache for {num_slots:,} sequences of {max_len:,} tokens needs "
-                         f"{cache_bytes / 2**30:,.2f} GiB; {free / 2**30:,.2f} GiB is free on {loaded.device}: "
-                         f"lower the batch size or the lengths")
-
-
-def batch_source(config: RunConfig, loaded, emit: Emit):
-    """`run`: B requests arriving together, each the same text prompt or its own random tokens."""
-    from .arrivals import FixedSource, RequestSpec
-    b = config.batch
-    tok = loaded.tokenizer
-    ids = None
-    if b.prompt is not None:
-        ids = tok.apply_chat_template(b.prompt) if b.chat else tok.encode(b.prompt)
-        if not ids:
-            raise InputError("the prompt encodes to no tokens")
-        if tok.decode(tok.encode(b.prompt)).strip() != b.prompt.strip():
-            emit(Progress(f"note: {loaded.name}'s tokenizer does not round-trip this prompt exactly "
-                          f"(characters outside its vocabulary are replaced); the model sees the replaced text"))
-    prompt_len = len(ids) if ids is not None else b.prompt_len
-    limit = loaded.shape.max_position
-    if prompt_len + b.output_len > limit:
-        raise InputError(f"prompt of {prompt_len} tokens + {b.output_len} output tokens exceeds "
-                         f"{loaded.name}'s context of {limit} tokens")
-    check_kv_fits(loaded, b.batch, prompt_len + b.output_len)
-    if ids is not None:
-        prompts = [list(ids)] * b.batch
-    else:
-        rng = random.Random(config.sampling.seed)
-        vocab = loaded.shape.vocab_size
-        prompts = [[rng.randrange(vocab) for _ in range(b.prompt_len)] for _ in range(b.batch)]
-    text = b.prompt or ""
-    return FixedSource([RequestSpec(i, 0.0, p, text, b.output_len) for i, p in enumerate(prompts)])
-
-
-def longest_sequence(spec) -> int:
-    """Prompt + output tokens of the longest request the workload can draw (sizes the cache slots)."""
-    def upper(dist) -> int:
-        return dist.value if dist.kind == "fixed" else dist.high
-    return upper(spec.prompt_len) + upper(spec.output_len)
-
-
-def workload_source(config: RunConfig, loaded):
-    """`load`: the workload's requests, drawn from its seed."""
-    from .arrivals import WorkloadSource
-    tok = loaded.tokenizer
-    return WorkloadSource(config.workload, tokenize=tok.encode, vocab_size=loaded.shape.vocab_size,
-                          max_prompt_len=loaded.shape.max_position)
+        from backend.remote.target import run_remote
+        return run_remote
+    if config.mode in SWEEP_MODES:
+        from backend.engine.sweep import run_sweep
+        return partial(run_sweep, models=models)
+    if config.mode in LOCAL_MODES:
+        from backend.engine.local import run_local
+        return partial(run_local, retain_records=retain_records, models=models)
+    raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch or sweep-prompt")

@@ -4,7 +4,7 @@
     .venv/bin/python bench/engine_vs_hf.py --gpu-only          # the GPU rows alone (bench/gpu_check.sh)
 
 In one process, on one machine:
-  1. the device's ceilings with backend.calibrate's measurements (fp32 2048x2048 matmul FLOP/s,
+  1. the device's ceilings with backend.roofline.calibrate's measurements (fp32 2048x2048 matmul FLOP/s,
      256 MiB read and copy bandwidth), probed right after each of our runs they are compared with,
      since other work on a shared machine moves them by a factor of two;
   2. a sanity check: our logits and transformers' for one prompt, both from the bundled GGUF
@@ -41,18 +41,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from backend.arrivals import RequestSpec  # noqa: E402
-from backend.calibrate import calibrate, copy_bandwidth, matmul_flops, read_bandwidth  # noqa: E402
+from backend.workload.arrivals import RequestSpec  # noqa: E402
+from backend.roofline.calibrate import calibrate, copy_bandwidth, matmul_flops, read_bandwidth  # noqa: E402
 from backend.config import SamplingConfig  # noqa: E402
-from backend.device import device_name, synchronize  # noqa: E402
-from backend.arrivals import FixedSource  # noqa: E402
-from backend.engine import Engine, EngineResult  # noqa: E402
+from backend.loaders.device import device_name, synchronize  # noqa: E402
+from backend.workload.arrivals import FixedSource  # noqa: E402
+from backend.engine.loop import Engine, EngineResult  # noqa: E402
 from backend.records import Phase, StepRecord  # noqa: E402
-from backend.request import Request  # noqa: E402
-from backend.roofline import step_cost  # noqa: E402
-from backend.runner import Runner  # noqa: E402
-from backend.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput  # noqa: E402
-from backend.weights import BUNDLED, bundled_gguf, load_model  # noqa: E402
+from backend.engine.request import Request  # noqa: E402
+from backend.roofline.cost import step_cost  # noqa: E402
+from backend.engine.runner import Runner  # noqa: E402
+from backend.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput  # noqa: E402
+from backend.loaders.weights import BUNDLED, bundled_gguf, load_model  # noqa: E402
 
 PROMPT_LEN, OUTPUT_LEN = 128, 64
 TTFT_PROMPTS = (128, 512)
@@ -291,7 +291,7 @@ def gpu_rows(repeats: int, log, model: str = "llama-1b", device: str = "cuda") -
     bf16 = profile.tflops["bf16"] * 1e12
     loaded = load_model(model, device, "bfloat16")
     shape = loaded.shape
-    rows = [f"| ceilings of the {device_name(loaded.device)} (backend.calibrate) | bandwidth {profile.bandwidth_gbs:.0f} GB/s, "
+    rows = [f"| ceilings of the {device_name(loaded.device)} (backend.roofline.calibrate) | bandwidth {profile.bandwidth_gbs:.0f} GB/s, "
             f"bf16 matmul {profile.tflops['bf16']:.0f} TFLOP/s | | |"]
     steps = OUTPUT_LEN * (repeats + 1)
     for graphs in (True, False):
@@ -325,7 +325,7 @@ def cpu_report(fig: dict, weight_bytes: int, shape, overhead, sanity: str, repea
     bandwidths, copies, rates = [r for r, _ in fig["bandwidth"]], [c for _, c in fig["bandwidth"]], fig["matmul"]
     bandwidth, fp32 = statistics.median(bandwidths), statistics.median(rates)
     lines = [sanity, "",
-             f"Ceilings, probed after each of our runs they are compared with (backend.calibrate's measurements): "
+             f"Ceilings, probed after each of our runs they are compared with (backend.roofline.calibrate's measurements): "
              f"read bandwidth {bandwidth / 1e9:.1f} GB/s (range {min(bandwidths) / 1e9:.1f}-{max(bandwidths) / 1e9:.1f}; "
              f"a copy, counting bytes read and written: {statistics.median(copies) / 1e9:.1f} GB/s), "
              f"fp32 matmul {fp32 / 1e9:.0f} GFLOP/s (range {min(rates) / 1e9:.0f}-{max(rates) / 1e9:.0f}). "

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from backend.kernels import ops  # noqa: E402
 from backend.models import KVCache, make_step_batch  # noqa: E402
 from backend.models import packed  # noqa: E402
-from backend.weights import BUNDLED, load_model  # noqa: E402
+from backend.loaders.weights import BUNDLED, load_model  # noqa: E402
 
 BATCHES = (1, 8, 32)
 CACHED = 128

@@ -17,10 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig  # noqa: E402
-from backend.device import cpu_name  # noqa: E402
-from backend.scheduler import POLICIES  # noqa: E402
+from backend.loaders.device import cpu_name  # noqa: E402
+from backend.engine.scheduler import POLICIES  # noqa: E402
 from backend.session import execute  # noqa: E402
-from backend.workload import apply_overrides, load_workload  # noqa: E402
+from backend.workload.spec import apply_overrides, load_workload  # noqa: E402
 
 
 def main() -> int:

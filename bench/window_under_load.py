@@ -37,7 +37,7 @@ import pyqtgraph  # noqa: E402
 import PySide6  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from backend.device import cpu_name  # noqa: E402
+from backend.loaders.device import cpu_name  # noqa: E402
 from backend.engine_process import EngineProcess  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.worker import RunWorker  # noqa: E402

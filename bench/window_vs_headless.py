@@ -125,7 +125,7 @@ def one_window(model: str, batch: int, threads: int, result_path: str) -> int:
 
 def machine() -> str:
     sys.path.insert(0, str(ROOT))
-    from backend.device import cpu_name
+    from backend.loaders.device import cpu_name
     return f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 

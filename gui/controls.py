@@ -7,14 +7,14 @@ from urllib.parse import urlsplit
 from PySide6 import QtCore, QtWidgets
 
 from backend.config import ModelChoice, RunConfig
-from backend.device import available_devices, available_dtypes, device_name, resolve_device
+from backend.loaders.device import available_devices, available_dtypes, device_name, resolve_device
 from backend.errors import InputError
-from backend.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
+from backend.roofline.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
                               match_profile)
-from backend.remote import APIS, RemoteEndpoint, env_api_key
-from backend.remote_client import safe_url
-from backend.threads import available_cores, window_default_threads
-from backend.weights import is_hub_id, list_models
+from backend.remote.target import APIS, RemoteEndpoint, env_api_key
+from backend.remote.client import safe_url
+from backend.engine.threads import available_cores, window_default_threads
+from backend.loaders.weights import is_hub_id, list_models
 
 from .fields import ValidatedField, number, open_file
 from .run_form import RunForm

@@ -6,7 +6,7 @@ from typing import Callable
 from PySide6 import QtCore, QtWidgets
 
 from backend.errors import InputError
-from backend.workload import LengthDist
+from backend.workload.spec import LengthDist
 
 MAX_TOKENS = 1 << 20
 MAX_BATCH = 1 << 16

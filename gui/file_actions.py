@@ -9,8 +9,8 @@ import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.expo
 from PySide6 import QtWidgets
 
 from backend.errors import InputError, RunError
-from backend.export import LONG_FILES, ensure_writable, read_run, write_run
-from backend.sweep import SweepSpec, read_sweep, write_sweep
+from backend.io.export import LONG_FILES, ensure_writable, read_run, write_run
+from backend.engine.sweep import SweepSpec, read_sweep, write_sweep
 
 from .run_store import RunStore
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backend.profiles import local_profile_path, run_profile
+from backend.roofline.profiles import local_profile_path, run_profile
 from backend.records import Phase, RequestStatus
-from backend.report import roofline_lines
+from backend.cli.report import roofline_lines
 
 from .run_store import STATUS_CODE, RunStore
 
@@ -46,7 +46,7 @@ class LiveMetrics:
     example_decode_ms: float | None = None     # mean time after the first token
     example_total_ms: float | None = None      # example_ttft_ms + example_decode_ms: the mean latency so far
     decode_share: float | None = None          # decode part of the total
-    # each phase under the roof of the run's own device: (label, text) from backend.report.roofline_lines
+    # each phase under the roof of the run's own device: (label, text) from backend.cli.report.roofline_lines
     roofline: list[tuple[str, str]] = field(default_factory=list)
     prefill_ms_per_token: float | None = None  # prefill steps' time per prompt token
     decode_ms_per_token: float | None = None   # decode steps' time per generated token
@@ -103,7 +103,7 @@ _profiles: dict = {}   # (device, device name, the calibrated file and its mtime
 
 
 def device_profile(device: str, device_name: str):
-    """backend.profiles.run_profile, read again only when the calibrated profile changes (calibrate in the window)."""
+    """backend.roofline.profiles.run_profile, read again only when the calibrated profile changes (calibrate in the window)."""
     path = local_profile_path()
     try:
         stamp = os.stat(path).st_mtime_ns

@@ -8,13 +8,13 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from backend.device import run_dtype_name
+from backend.loaders.device import run_dtype_name
 from backend.errors import InputError
 from backend.events import EngineStatus, ModelLoaded, Progress
 from backend.models.base import ModelShape
 from backend.models.shapes import SHAPES
-from backend.profiles import LOCAL_KEY
-from backend.session import config_dict
+from backend.roofline.profiles import LOCAL_KEY
+from backend.config import config_dict
 
 from .controls import ControlsPanel
 from .file_actions import FileActions

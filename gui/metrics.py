@@ -5,7 +5,7 @@ from html import escape
 
 from PySide6 import QtCore, QtWidgets
 
-from backend.report import breakdown_text
+from backend.cli.report import breakdown_text
 
 from .live_metrics import LiveMetrics, compute
 from .run_store import RunStore

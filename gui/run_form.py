@@ -5,9 +5,9 @@ from PySide6 import QtCore, QtWidgets
 
 from backend.config import BatchRun, EngineConfig, SamplingConfig
 from backend.errors import InputError
-from backend.scheduler import POLICIES
-from backend.sweep import SweepSpec
-from backend.workload import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
+from backend.engine.scheduler import POLICIES
+from backend.engine.sweep import SweepSpec
+from backend.workload.spec import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
                               list_workloads, load_workload)
 
 from .fields import MAX_BATCH, ValidatedField, length, number, open_file, whole, whole_list

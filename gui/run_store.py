@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from backend.events import ModelLoaded, RequestsArrived, RunFinished, SweepPoint
-from backend.export import RunData
+from backend.io.export import RunData
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
-from backend.remote_metrics import ServerMetrics
-from backend.roofline import PhaseTotals, step_pairs
+from backend.remote.metrics import ServerMetrics
+from backend.roofline.cost import PhaseTotals, step_pairs
 
 from .buffers import BoundedBuffer, GrowableBuffer, RecentBuffer
 
@@ -75,7 +75,7 @@ class RunStore:
         self.source: Path | None = None                # the run folder holding the complete record
         # whole-run sums for the per-token costs (the step buffer keeps only the newest steps)
         self.prefill_ms = self.prefill_tokens = self.decode_ms = self.decode_tokens = 0.0
-        # and what the roofline needs of them (backend.roofline.phase_roofline), as the CLI's summary keeps it
+        # and what the roofline needs of them (backend.roofline.cost.phase_roofline), as the CLI's summary keeps it
         self.roofline = {Phase.PREFILL: PhaseTotals(), Phase.DECODE: PhaseTotals()}
         self.version += 1
         self.generation += 1

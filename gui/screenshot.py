@@ -18,8 +18,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from backend.calibrate import calibrate, write_profile  # noqa: E402
-from backend.profiles import LOCAL_KEY  # noqa: E402
+from backend.roofline.calibrate import calibrate, write_profile  # noqa: E402
+from backend.roofline.profiles import LOCAL_KEY  # noqa: E402
 
 from .main_window import MainWindow  # noqa: E402
 

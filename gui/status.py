@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6 import QtWidgets
 
 from backend.events import EngineStatus, Progress
-from backend.threads import describe_threads
+from backend.engine.threads import describe_threads
 
 QUIET_MESSAGES = ("running", "done")   # progress messages that need no bar
 

@@ -7,8 +7,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from backend.profiles import GpuProfile, dtype_bytes, dtype_key
-from backend.roofline import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill
+from backend.roofline.profiles import GpuProfile, dtype_bytes, dtype_key
+from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill
 
 from .plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, STEP_TIME_COLOR, cosmetic_pen,
                          RateAxis, set_title, style_plot, swatch_title)

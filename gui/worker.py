@@ -23,12 +23,12 @@ from pathlib import Path
 
 from PySide6 import QtCore
 
-from backend.calibrate import calibrate as measure_device
-from backend.calibrate import write_profile
+from backend.roofline.calibrate import calibrate as measure_device
+from backend.roofline.calibrate import write_profile
 from backend.errors import InputError, RunError, one_line
 from backend.engine_process import EngineProcess
 from backend.events import Progress, RequestsArrived, RunFinished, merge_arrivals
-from backend.export import RunData, RunWriter
+from backend.io.export import RunData, RunWriter
 from backend.records import RecordBatch, merge_batches
 
 FLUSH_HZ = 60

@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def smollm2():
     """The bundled SmolLM2-135M-Instruct, loaded once per session on the CPU in float32."""
-    from backend.weights import load_model
+    from backend.loaders.weights import load_model
 
     return load_model("smollm2-135m", device="cpu", dtype="float32")
 

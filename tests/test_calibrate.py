@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from backend.calibrate import calibrate, write_profile
+from backend.roofline.calibrate import calibrate, write_profile
 from backend.errors import InputError
-from backend.profiles import GpuProfile, find_profile, list_profiles, load_profile, local_profile_path
+from backend.roofline.profiles import GpuProfile, find_profile, list_profiles, load_profile, local_profile_path
 
 
 @pytest.fixture(scope="module")

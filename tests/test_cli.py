@@ -112,7 +112,7 @@ def test_malformed_workload_file_names_the_field(tmp_path):
 
 def test_ctrl_c_stops_the_run_and_still_writes_the_records(tmp_path):
     import signal
-    from backend.export import read_run
+    from backend.io.export import read_run
     from faults import start_load_run
     proc = start_load_run(tmp_path)
     try:

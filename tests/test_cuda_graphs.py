@@ -6,17 +6,17 @@ captured graphs (bench/gpu_check.sh runs them there).
 import pytest
 import torch
 
-from backend.arrivals import RequestSpec
+from backend.workload.arrivals import RequestSpec
 from backend.config import SamplingConfig
-from backend.cuda_graphs import StaticDecoder, bucket_sizes
-from backend.arrivals import FixedSource
-from backend.engine import Engine
+from backend.engine.cuda_graphs import StaticDecoder, bucket_sizes
+from backend.workload.arrivals import FixedSource
+from backend.engine.loop import Engine
 from backend.models import KVCache, ModelShape, build_model, make_step_batch
 from backend.models.packed import pack_weights
-from backend.runner import Runner
-from backend.scheduler import Scheduler, SchedulerConfig
-from backend.tokenizer import ByteTokenizer
-from backend.weights import LoadedModel
+from backend.engine.runner import Runner
+from backend.engine.scheduler import Scheduler, SchedulerConfig
+from backend.loaders.tokenizer import ByteTokenizer
+from backend.loaders.weights import LoadedModel
 
 SHAPES = {
     "llama": ModelShape(arch="llama", vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from backend.device import (available_devices, available_dtypes, device_name, dtype_name, resolve_device,
+from backend.loaders.device import (available_devices, available_dtypes, device_name, dtype_name, resolve_device,
                             resolve_dtype, run_dtype_name, synchronize)
 from backend.errors import InputError
 
@@ -36,7 +36,7 @@ def test_the_dtype_a_run_will_use_is_resolved_as_the_run_resolves_it(monkeypatch
     """What the window predicts with before a run: "auto" is bfloat16 on CUDA (float16 without
     bf16), float16 on MPS, float32 on a CPU (the window used to guess float32 for a CUDA machine's
     "auto" device, bfloat16 on a CUDA without bf16, and float32 on MPS)."""
-    import backend.device as device
+    import backend.loaders.device as device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from backend import cli, display_check
-from backend.display_check import check_display, missing_libraries, platforms_dir, probe
+from backend.cli import main as cli
+from backend.cli import display_check
+from backend.cli.display_check import check_display, missing_libraries, platforms_dir, probe
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_DISPLAY_LINE = ("error: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are not set); on a machine "
@@ -72,7 +73,9 @@ def test_the_cli_exits_2_with_the_line_before_the_window_is_made(monkeypatch, ca
     monkeypatch.setenv("DISPLAY", ":0")
     monkeypatch.setattr(display_check, "platforms_dir", lambda: plugins)
     monkeypatch.setattr(display_check, "missing_libraries", lambda plugin: ["libxcb-cursor.so.0"])
-    assert cli.main([]) == 2
+    opened = []
+    assert cli.main([], open_window=lambda **choices: opened.append(choices) or 0) == 2
+    assert opened == []   # refused before the window (and Qt) was reached
     captured = capsys.readouterr()
     assert captured.err == CURSOR_LINE + "\n" and captured.out == ""
 

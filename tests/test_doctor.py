@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backend import doctor
+from backend.cli import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("python", "torch", "compiler", "kernels", "qt", "model", "profile")
@@ -55,9 +55,9 @@ def test_doctor_without_a_display_exits_1_and_says_what_to_do():
 
 
 def test_a_missing_bundled_model_is_a_fix_line(monkeypatch):
-    import backend.weights
+    import backend.loaders.weights
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
-    monkeypatch.setattr(backend.weights, "bundled_gguf", lambda: None)
+    monkeypatch.setattr(backend.loaders.weights, "bundled_gguf", lambda: None)
     out = io.StringIO()
     assert doctor.run_doctor(out) == 1
     text = out.getvalue()

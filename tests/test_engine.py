@@ -3,10 +3,10 @@ import pytest
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig
 from backend.errors import InputError
-from backend.export import read_run
+from backend.io.export import read_run
 from backend.records import Phase, RecordBatch, RequestStatus
 from backend.session import execute
-from backend.workload import LengthDist, load_workload, apply_overrides
+from backend.workload.spec import LengthDist, load_workload, apply_overrides
 
 
 def batch_config(tmp_path=None, **batch) -> RunConfig:
@@ -91,7 +91,7 @@ def test_stop_ends_the_run_and_keeps_every_record():
 
 
 def test_a_failure_mid_run_keeps_the_partial_records(monkeypatch):
-    from backend.runner import Runner
+    from backend.engine.runner import Runner
     real_run = Runner.run
     count = {"n": 0}
 
@@ -113,7 +113,7 @@ def test_prompt_longer_than_the_context_is_refused():
 
 def test_out_of_memory_mid_run_says_so_and_keeps_the_records(monkeypatch):
     import torch
-    from backend.runner import Runner
+    from backend.engine.runner import Runner
     real_run = Runner.run
     count = {"n": 0}
 

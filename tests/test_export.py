@@ -5,7 +5,7 @@ import os
 import pytest
 
 from backend.errors import InputError
-from backend.export import RunData, RunWriter, chrome_trace, read_run, write_run
+from backend.io.export import RunData, RunWriter, chrome_trace, read_run, write_run
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
 
 
@@ -86,7 +86,7 @@ def test_unwritable_folder_is_refused_before_anything_is_written(tmp_path):
 
 def test_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     from backend.errors import RunError
-    from backend.export import write_files
+    from backend.io.export import write_files
     from faults import fill_disk
     target = tmp_path / "summary.csv"
     target.write_text("old")

@@ -15,7 +15,7 @@ from PySide6 import QtCore, QtWidgets
 
 from backend.config import BatchRun, ModelChoice, RunConfig
 from backend.errors import InputError
-from backend.export import read_run, write_run
+from backend.io.export import read_run, write_run
 from backend.records import RequestStatus
 from backend.session import execute
 from gui.main_window import MainWindow
@@ -187,8 +187,8 @@ def test_every_bad_number_is_refused_as_it_is_typed(window):
 
 def test_a_batch_that_cannot_fit_says_what_it_needs_and_what_there_is(qtbot, inprocess_window, monkeypatch):
     window = inprocess_window   # the fault is injected in this process
-    import backend.weights
-    monkeypatch.setattr(backend.weights, "free_memory", lambda device: 8 * 2**20)   # room for tiny's weights only
+    import backend.loaders.weights
+    monkeypatch.setattr(backend.loaders.weights, "free_memory", lambda device: 8 * 2**20)   # room for tiny's weights only
     use_tiny(window)
     window.controls.select_model("llama-1b")      # its weights alone do not fit: refused before allocating
     message = run_to_failure(qtbot, window)
@@ -299,7 +299,7 @@ def test_opening_a_bad_run_folder_names_what_is_wrong_and_a_good_one_still_opens
 
 def fail_on_step(monkeypatch, step: int, exc: BaseException) -> dict:
     """Runner.run raises `exc` on its `step`-th call (counted across runs), then works again."""
-    from backend.runner import Runner
+    from backend.engine.runner import Runner
     real_run = Runner.run
     calls = {"n": 0}
 
@@ -347,7 +347,7 @@ def test_an_exception_mid_run_shows_it_keeps_the_partial_run_and_the_next_run_st
 
 def test_stop_in_the_window_ends_the_run_within_one_engine_step(qtbot, inprocess_window, monkeypatch):
     window = inprocess_window   # the fault is injected in this process
-    from backend.runner import Runner
+    from backend.engine.runner import Runner
     real_run = Runner.run
     calls = {"n": 0}
 

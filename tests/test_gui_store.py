@@ -5,9 +5,9 @@ import pytest
 from gui_fixtures import config_dir, no_thread_left, step, two_request_run  # noqa: F401
 
 from backend.events import ModelLoaded, RequestsArrived, SweepPoint
-from backend.export import read_run, write_run
+from backend.io.export import read_run, write_run
 from backend.records import Phase, RecordBatch, RequestStatus, TokenRecord
-from backend.remote_metrics import ServerMetrics
+from backend.remote.metrics import ServerMetrics
 from gui.live_metrics import compute
 from gui.run_store import RunStore
 
@@ -93,8 +93,8 @@ def loaded(device_name: str = "Test CPU") -> ModelLoaded:
 
 
 def test_live_metrics_place_each_phase_under_the_devices_roof():
-    from backend.profiles import local_profile_path
-    from backend.roofline import phase_cost
+    from backend.roofline.profiles import local_profile_path
+    from backend.roofline.cost import phase_cost
     store = RunStore()
     store.add_event(loaded())
     for event in two_request_run():

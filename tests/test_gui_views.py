@@ -7,7 +7,7 @@ from gui_fixtures import config_dir, no_thread_left, step, two_request_run  # no
 
 from backend.events import SweepPoint
 from backend.models.shapes import SHAPES
-from backend.profiles import find_profile
+from backend.roofline.profiles import find_profile
 from backend.records import Phase, RecordBatch, TokenRecord
 from gui.lanes import LanesView, lane_segments
 from gui.metrics import MetricsPanel
@@ -300,7 +300,7 @@ def test_hovering_older_history_describes_the_merged_bar(qtbot):
 
 def test_metrics_panel_shows_a_remote_servers_own_gauges(qtbot):
     from backend.events import RequestsArrived
-    from backend.remote_metrics import ServerMetrics
+    from backend.remote.metrics import ServerMetrics
     store = RunStore()
     store.remote = True
     panel = MetricsPanel(store)

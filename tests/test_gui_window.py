@@ -8,11 +8,11 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.config import BatchRun, ModelChoice, RunConfig
 from backend.events import Progress, RequestsArrived, RunFinished, SweepPoint
-from backend.export import read_run
-from backend.profiles import LOCAL_KEY, GpuProfile
+from backend.io.export import read_run
+from backend.roofline.profiles import LOCAL_KEY, GpuProfile
 from backend.records import Phase, RecordBatch, RequestStatus, TokenRecord
 from backend.session import execute
-from backend.sweep import SweepSpec, read_sweep
+from backend.engine.sweep import SweepSpec, read_sweep
 from gui.lanes import lane_segments
 from gui.main_window import REMOTE_MESSAGE, MainWindow, run_app
 from gui.worker import RunWorker

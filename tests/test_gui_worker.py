@@ -9,8 +9,8 @@ from PySide6 import QtCore
 
 from backend.errors import InputError
 from backend.events import Progress, RequestsArrived, RunFinished
-from backend.export import RunData, read_run
-from backend.profiles import LOCAL_KEY, GpuProfile, find_profile
+from backend.io.export import RunData, read_run
+from backend.roofline.profiles import LOCAL_KEY, GpuProfile, find_profile
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, TokenRecord
 from backend.records import merge_batches
 from gui.worker import RunWorker, WorkerThread, running_threads
@@ -261,7 +261,7 @@ def test_a_failed_run_keeps_its_records_on_disk(qtbot, start_worker):
 def test_a_recording_that_fails_is_dropped_and_the_run_goes_on(qtbot, start_worker, monkeypatch):
     """A full disk under the temporary folder: the run is not failed for its copy."""
     from backend.errors import RunError
-    from backend.export import RunWriter
+    from backend.io.export import RunWriter
     tried = []
 
     def full_disk(self, batch):

@@ -141,7 +141,7 @@ def test_without_a_compiler_a_run_says_so_and_runs_on_torchs_kernels(tmp_path):
 
 
 def test_models_run_on_torchs_kernels_when_these_are_turned_off():
-    code = ("from backend import kernels; from backend.weights import load_model; from backend.runner import Runner; "
+    code = ("from backend import kernels; from backend.loaders.weights import load_model; from backend.engine.runner import Runner; "
             "from backend.config import SamplingConfig; "
             "m = load_model('tiny', 'cpu', 'float32'); Runner(m, 1, 16, SamplingConfig()); "
             "print(kernels.load(), kernels.reason(), m.model.layers[0].qkv.is_mkldnn)")

@@ -2,12 +2,12 @@
 import itertools
 import tracemalloc
 
-from backend.arrivals import FixedSource
-from backend.engine import Engine
-from backend.export import RunWriter, read_run, RunData
-from backend.metrics import RunAccumulator
-from backend.scheduler import Scheduler, SchedulerConfig
-from backend.arrivals import RequestSpec
+from backend.workload.arrivals import FixedSource
+from backend.engine.loop import Engine
+from backend.io.export import RunWriter, read_run, RunData
+from backend.io.summary import RunAccumulator
+from backend.engine.scheduler import Scheduler, SchedulerConfig
+from backend.workload.arrivals import RequestSpec
 
 NUM_REQUESTS = 10_000
 TOKENS_EACH = 10          # one prefill + 9 decode steps each, one request at a time: 100,000 steps

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from backend.metrics import inter_token_latencies, percentiles, summarize
+from backend.io.summary import inter_token_latencies, percentiles, summarize
 from backend.records import Phase, RequestRecord, RequestStatus, StepRecord, TokenRecord
 
 

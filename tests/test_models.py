@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from backend.hf_loader import copy_weights, shape_from_config
+from backend.loaders.hf import copy_weights, shape_from_config
 from backend.models import KVCache, build_model, make_step_batch
 from backend.models.base import ModelShape
 

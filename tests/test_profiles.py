@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.errors import InputError
-from backend.profiles import (
+from backend.roofline.profiles import (
     DTYPE_KEYS, SHIPPED_DIR, GpuProfile, config_dir, dtype_bytes, find_profile, list_profiles, load_profile,
     local_profile_path, match_profile, parse_profile, profile_to_toml, run_profile,
 )
@@ -264,5 +264,5 @@ def test_profile_to_toml_round_trips(tmp_path_factory, name, source, match, numb
 
 
 def test_profiles_module_does_not_import_torch():
-    code = "import sys, backend.profiles; sys.exit('torch' in sys.modules)"
+    code = "import sys, backend.roofline.profiles; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1]).returncode == 0

@@ -18,11 +18,11 @@ import pytest
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig
 from backend.errors import RunError
 from backend.events import Progress
-from backend.export import RunData, read_run, write_run
+from backend.io.export import RunData, read_run, write_run
 from backend.records import RecordBatch, RequestStatus
 from backend.session import execute
-from backend.sweep import SweepSpec
-from backend.workload import apply_overrides, load_workload
+from backend.engine.sweep import SweepSpec
+from backend.workload.spec import apply_overrides, load_workload
 from faults import fill_disk, start_load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def bad_model(tmp_path: Path, case: str) -> str:
         (folder / "config.json").write_text(json.dumps({"architectures": ["BertModel"], "hidden_size": 8}))
         return str(folder)
     if case in ("truncated-gguf", "corrupt-gguf"):
-        from backend.weights import bundled_gguf
+        from backend.loaders.weights import bundled_gguf
         path = tmp_path / f"{case}.gguf"
         if case == "truncated-gguf":
             with open(bundled_gguf(), "rb") as f:
@@ -341,7 +341,7 @@ def test_a_full_disk_during_an_export_leaves_every_saved_file_as_it_was(tmp_path
 
 def counting_runner(monkeypatch, on_call):
     """Runner.run wrapped: on_call(n) runs before the n-th step's computation (1-based)."""
-    from backend.runner import Runner
+    from backend.engine.runner import Runner
     real_run = Runner.run
     calls = {"n": 0}
 

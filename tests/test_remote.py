@@ -10,12 +10,12 @@ import pytest
 from backend.config import RunConfig
 from backend.errors import InputError
 from backend.events import RequestsArrived
-from backend.export import read_run
+from backend.io.export import read_run
 from backend.records import RecordBatch, RequestStatus
-from backend.remote import RemoteEndpoint, add_remote_flags, endpoint_from_args, run_remote
-from backend.remote_client import connect_failure
-from backend.remote_metrics import ServerMetrics, metrics_url, server_metrics
-from backend.workload import workload_from_dict
+from backend.remote.target import RemoteEndpoint, add_remote_flags, endpoint_from_args, run_remote
+from backend.remote.client import connect_failure
+from backend.remote.metrics import ServerMetrics, metrics_url, server_metrics
+from backend.workload.spec import workload_from_dict
 from tests.llama_server import FakeServer, free_port, llama_server
 
 SENTINEL = "sk-SENTINEL-4f1c9e-never-written"
@@ -34,9 +34,9 @@ def drive(endpoint, spec, out=None, stop=lambda: False, on_event=lambda e: None,
         events.append(event)
         on_event(event)
 
-    config = RunConfig(mode="load", workload=spec, out_dir=None if out is None else str(out))
+    config = RunConfig(mode="load", workload=spec, out_dir=None if out is None else str(out), endpoint=endpoint)
     config.sampling.ignore_eos = ignore_eos
-    return run_remote(config, endpoint, emit, stop), events
+    return run_remote(config, emit, stop), events
 
 
 def assert_key_nowhere(folder: Path, key: str):

@@ -6,13 +6,13 @@ import pytest
 
 from backend.config import BatchRun, RunConfig
 from backend.events import RunFinished
-from backend.export import RunData
-from backend.metrics import summarize
+from backend.io.export import RunData
+from backend.io.summary import summarize
 from backend.models.base import ModelShape
-from backend.profiles import local_profile_path
+from backend.roofline.profiles import local_profile_path
 from backend.records import Phase, RequestRecord, RequestStatus, StepRecord, TokenRecord
-from backend.report import breakdown_text, print_run
-from backend.roofline import PhaseTotals, phase_cost
+from backend.cli.report import breakdown_text, print_run
+from backend.roofline.cost import PhaseTotals, phase_cost
 
 SHAPE = ModelShape("llama", vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
                    head_dim=64, intermediate_size=1536, max_position=2048, tie_embeddings=True)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from backend.records import RequestStatus
-from backend.request import Request
+from backend.engine.request import Request
 
 
 def test_token_model_counts():

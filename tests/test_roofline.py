@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from backend.errors import InputError
-from backend.profiles import GpuProfile, find_profile
-from backend.roofline import (
+from backend.roofline.profiles import GpuProfile, find_profile
+from backend.roofline.cost import (
     CROSSOVER_CAP, Bound, PhaseTotals, crossover_batch, layer_params, phase_cost, phase_roofline, predict,
     predict_decode, predict_prefill, step_cost, step_pairs, utilization,
 )
@@ -180,7 +180,7 @@ def test_bad_steps_are_refused(new, context):
 
 
 def test_roofline_module_does_not_import_torch():
-    code = "import sys, backend.roofline; sys.exit('torch' in sys.modules)"
+    code = "import sys, backend.roofline.cost; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1]).returncode == 0
 
 

@@ -2,18 +2,18 @@
 import pytest
 import torch
 
-from backend.arrivals import RequestSpec
+from backend.workload.arrivals import RequestSpec
 from backend.config import SamplingConfig
-from backend.arrivals import FixedSource
-from backend.engine import Engine
+from backend.workload.arrivals import FixedSource
+from backend.engine.loop import Engine
 from backend.models import KVCache, make_step_batch
 from backend import kernels
 from backend.kernels import ops
 from backend.models import packed
 from backend.models.packed import can_pack, is_packed, pack_weights
-from backend.runner import Runner, sample
-from backend.scheduler import Scheduler, SchedulerConfig
-from backend.weights import load_model
+from backend.engine.runner import Runner, sample
+from backend.engine.scheduler import Scheduler, SchedulerConfig
+from backend.loaders.weights import load_model
 
 from tests.test_cuda_graphs import SHAPES, loaded, random_model
 

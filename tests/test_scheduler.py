@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from backend.errors import InputError
 from backend.records import Phase, RequestStatus
-from backend.request import Request
-from backend.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from backend.arrivals import WorkloadSource
-from backend.workload import apply_overrides, load_workload
+from backend.engine.request import Request
+from backend.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from backend.workload.arrivals import WorkloadSource
+from backend.workload.spec import apply_overrides, load_workload
 
 EOS = 2
 
@@ -60,7 +60,7 @@ def simulate(source: WorkloadSource, cfg: SchedulerConfig, max_steps: int = 200_
     sched, sim, now = Scheduler(cfg), Sim(), 0.0
     for _ in range(max_steps):
         for spec in source.due(now):
-            sim.requests.append(spec.to_request())
+            sim.requests.append(Request.from_spec(spec))
             sched.add(sim.requests[-1])
         if not sched.has_work:
             if source.is_exhausted():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.export import read_run
+from backend.io.export import read_run
 from backend.records import RequestStatus
 
 ROOT = Path(__file__).resolve().parents[1]

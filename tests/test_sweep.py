@@ -7,7 +7,7 @@ from backend.config import ModelChoice, RunConfig
 from backend.errors import InputError
 from backend.events import Progress, SweepPoint
 from backend.session import execute
-from backend.sweep import SweepSpec, measured_crossover, parse_sizes
+from backend.engine.sweep import SweepSpec, measured_crossover, parse_sizes
 
 
 def sweep_config(tmp_path, spec: SweepSpec, profile="h100-sxm") -> RunConfig:
@@ -43,7 +43,7 @@ def test_prompt_sweep_reports_prefill_rate(tmp_path):
 
 
 def test_a_batch_that_does_not_fit_stops_the_sweep_and_keeps_what_fit(tmp_path, monkeypatch):
-    import backend.weights
+    import backend.loaders.weights
     from backend.models.shapes import SHAPES
     per_slot = SHAPES["tiny"].kv_bytes_per_token(4) * (64 + 2 + 2)
     points = []
@@ -51,7 +51,7 @@ def test_a_batch_that_does_not_fit_stops_the_sweep_and_keeps_what_fit(tmp_path, 
     def emit(event):
         if isinstance(event, Progress) and event.message.startswith("sweep") and not points:
             # the model is loaded: from now on the device has room for 3 sequences' KV cache
-            monkeypatch.setattr(backend.weights, "free_memory", lambda device: 3 * per_slot)
+            monkeypatch.setattr(backend.loaders.weights, "free_memory", lambda device: 3 * per_slot)
         if isinstance(event, SweepPoint):
             points.append(event)
     config = sweep_config(tmp_path, SweepSpec("batch", batches=[1, 2, 4, 8], context=64, steps=2))
@@ -76,7 +76,7 @@ def test_bad_sizes_are_refused():
 
 
 def test_a_sweep_folder_reads_back_its_points(tmp_path):
-    from backend.sweep import read_sweep
+    from backend.engine.sweep import read_sweep
     _, points = run(sweep_config(tmp_path, SweepSpec("batch", batches=[1, 2], context=16, steps=2)))
     back = read_sweep(tmp_path)
     assert [(p.x, p.bound) for p in back] == [(p.x, p.bound) for p in points]

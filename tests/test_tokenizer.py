@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from backend.errors import InputError
-from backend.tokenizer import ByteTokenizer, Tokenizer
+from backend.loaders.tokenizer import ByteTokenizer, Tokenizer
 
 QUESTION = "What is the capital of France?"
 

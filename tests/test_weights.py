@@ -4,10 +4,10 @@ import json
 import pytest
 import torch
 
-from backend import weights
+from backend.loaders import weights
 from backend.errors import InputError
 from backend.models import KVCache, make_step_batch
-from backend.weights import bundled_gguf, list_models, load_model
+from backend.loaders.weights import bundled_gguf, list_models, load_model
 
 
 def greedy(loaded, prompt: list[int], steps: int) -> list[int]:

@@ -41,8 +41,8 @@ omp = os.environ.get("OMP_WAIT_POLICY")
 import backend, gui, profiles
 import gui.main_window   # the window's modules import (no window is opened)
 from backend import kernels
-from backend.profiles import SHIPPED_DIR, list_profiles
-from backend.workload import WORKLOAD_DIR, list_workloads, load_workload
+from backend.roofline.profiles import SHIPPED_DIR, list_profiles
+from backend.workload.spec import WORKLOAD_DIR, list_workloads, load_workload
 print(json.dumps({
     "site": sysconfig.get_paths()["purelib"],
     "backend": backend.__file__, "gui": gui.main_window.__file__, "profiles": profiles.__file__,
@@ -132,7 +132,7 @@ def test_installed_package_is_the_one_imported_and_finds_its_data(installed, tmp
     assert set(SHIPPED_PROFILES) <= set(found["profiles_found"]), found["profiles_found"]
     assert sorted(found["workloads_found"]) == SHIPPED_WORKLOADS
     # The installed script sets what main.py sets, before torch loads.
-    assert found["entry_point"] == "backend.__main__:main"
+    assert found["entry_point"] == "gui.app:main"
     assert found["omp"] == "PASSIVE"
     # transformers is an extra, not a requirement.
     assert not [r for r in found["requires"] if r.startswith("transformers") and "extra ==" not in r]

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.errors import InputError
-from backend.prompts import PROMPTS
-from backend.arrivals import WorkloadSource
-from backend.workload import (ARRIVALS, KEYS, LengthDist, WorkloadSpec, apply_overrides,
+from backend.workload.prompts import PROMPTS
+from backend.workload.arrivals import WorkloadSource
+from backend.workload.spec import (ARRIVALS, KEYS, LengthDist, WorkloadSpec, apply_overrides,
                               list_workloads, load_workload, validate_workload, workload_from_dict)
 
 PRESETS = {"poisson-chat", "long-prompts-during-decode", "burst-64", "closed-loop-8", "mixed-lengths"}

@@ -2,7 +2,7 @@
 
 The result is a GpuProfile marked measured, written as `this-machine.toml` in the user's
 configuration folder, so every profile list offers it beside the datasheet profiles. torch
-is imported inside the functions that need it: `backend.profiles` stays light.
+is imported inside the functions that need it: `backend.roofline.profiles` stays light.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.errors import InputError, RunError
-from backend.export import WriteError, write_files
-from backend.profiles import LOCAL_KEY, GpuProfile, local_profile_path, parse_profile, profile_to_toml
+from backend.files import WriteError, write_files
+from backend.roofline.profiles import LOCAL_KEY, GpuProfile, local_profile_path, parse_profile, profile_to_toml
 
 MIN_SAMPLE_S = 0.01    # fast kernels are looped until one timed sample lasts this long (sync cost amortized)
 MAX_REPEATS = 30
@@ -164,7 +164,7 @@ def _describe(torch, dev) -> tuple[str, str, float]:
         return f"This machine: {props.name}", vendor, props.total_memory / 1e9
     if dev.type == "mps":
         return f"This machine: Apple GPU ({platform.machine()})", "Apple", _cpu_memory_gb()
-    from backend.device import cpu_name
+    from backend.loaders.device import cpu_name
     name = cpu_name()
     vendor = next((v for v in ("Intel", "AMD", "Apple", "ARM") if v.lower() in name.lower()), platform.machine() or "CPU")
     return f"This machine: {name} ({torch.get_num_threads()} threads)", vendor, _cpu_memory_gb()
@@ -180,7 +180,7 @@ def calibrate(device: str = "auto", progress: Callable[[str, float], None] | Non
     """Measure this machine's device; progress(message, fraction done) is called along the way."""
     import torch
 
-    from backend.device import resolve_device
+    from backend.loaders.device import resolve_device
 
     report = progress or (lambda message, fraction: None)
     dev = resolve_device(device)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from backend.errors import InputError
 from backend.records import Phase, RequestStatus
-from backend.request import Request
+from backend.engine.request import Request
 
 POLICIES = ("static", "continuous", "chunked")
 

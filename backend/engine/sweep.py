@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import InputError, is_out_of_memory, one_line
-from .events import ModelLoaded, Progress, RunFinished, SweepPoint
-from .export import RunData, ensure_writable
-from .records import Phase, RecordBatch, StepRecord
+from backend.errors import InputError, is_out_of_memory, one_line
+from backend.events import ModelLoaded, Progress, RunFinished, SweepPoint
+from backend.io.export import RunData, ensure_writable
+from backend.records import Phase, RecordBatch, StepRecord
 
 GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than half of the batch's growth
 
@@ -53,7 +53,7 @@ def measured_crossover(points: list[SweepPoint]) -> int | None:
 
 def local_profile(device_name: str, is_cuda: bool):
     """This machine's profile: the calibrated one if any, else the shipped one that matches."""
-    from .profiles import LOCAL_KEY, find_profile, list_profiles, match_profile
+    from backend.roofline.profiles import LOCAL_KEY, find_profile, list_profiles, match_profile
     for p in list_profiles():
         if p.key == LOCAL_KEY:
             return p
@@ -61,7 +61,7 @@ def local_profile(device_name: str, is_cuda: bool):
 
 
 def _predict(profile, cost, dtype) -> tuple[float | None, str]:
-    from .roofline import predict
+    from backend.roofline.cost import predict
     if profile is None or dtype not in profile.dtypes:
         return None, ""
     p = predict(cost, profile, dtype)
@@ -74,24 +74,28 @@ class _Stopped(Exception):
 
 def _check_fits(shape, slots: int, length: int, dtype_bytes: int, device, what: str) -> None:
     """A KV cache larger than the free memory is the point's out-of-memory, before it is allocated."""
-    from .weights import kv_shortfall
+    from backend.loaders.weights import kv_shortfall
     shortfall = kv_shortfall(shape, slots, length, dtype_bytes, device)
     if shortfall is not None:
         need, free = shortfall
         raise MemoryError(f"{what} needs {need / 2**30:,.2f} GiB of KV cache; {free / 2**30:,.2f} GiB is free")
 
 
-def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool], models) -> RunFinished:
-    """models: the session's ModelCache."""
+def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool], models=None) -> RunFinished:
+    """The sweep as a target; `models` (a ModelCache) keeps the model loaded for the next run."""
+    from backend.loaders.cache import ModelCache
+    models = models or ModelCache()
     import torch
 
-    from .device import dtype_name, synchronize
-    from .models import make_step_batch
-    from .models.base import KVCache
-    from .models.packed import pack_weights
-    from .profiles import dtype_key, find_profile
-    from .roofline import step_cost, utilization
-    from .session import config_dict, new_run_id, run_info
+    from backend.loaders.device import dtype_name, synchronize
+    from backend.models import make_step_batch
+    from backend.models.base import KVCache
+    from backend.models.packed import pack_weights
+    from backend.roofline.profiles import dtype_key, find_profile
+    from backend.roofline.cost import step_cost, utilization
+    from backend.config import config_dict
+    from backend.engine.local import run_info
+    from backend.records import new_run_id
 
     spec: SweepSpec = config.sweep
     out_dir = ensure_writable(config.out_dir) if config.out_dir else None
@@ -196,7 +200,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
 
 
 def sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note: str) -> dict:
-    from .roofline import CROSSOVER_CAP, crossover_batch
+    from backend.roofline.cost import CROSSOVER_CAP, crossover_batch
     summary: dict = {"kind": spec.kind, "num_points": len(points), "note": note}
     if spec.kind == "batch":
         summary["context"] = spec.context
@@ -221,7 +225,7 @@ def write_sweep(folder, spec: SweepSpec, points: list[SweepPoint], data: RunData
     """The run's files and sweep.csv, written all together or not at all."""
     import csv
     import io
-    from .export import write_run
+    from backend.io.export import write_run
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["batch" if spec.kind == "batch" else "prompt_len", *SWEEP_COLUMNS])

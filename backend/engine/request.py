@@ -10,8 +10,12 @@ the recompute of a preempted request are all the same operation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from backend.records import RequestRecord, RequestStatus
+
+if TYPE_CHECKING:
+    from backend.workload.arrivals import RequestSpec
 
 _DONE = frozenset({RequestStatus.FINISHED, RequestStatus.REJECTED, RequestStatus.ERROR})
 
@@ -35,6 +39,12 @@ class Request:
     token_times_ms: list[float] = field(default_factory=list)   # one per output token
     num_preemptions: int = 0
     finish_reason: str = ""
+
+    @classmethod
+    def from_spec(cls, spec: RequestSpec, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
+        """The engine's state for a request a source drew."""
+        return cls(spec.request_id, spec.prompt_ids, spec.max_new_tokens, spec.arrival_ms,
+                   stop_ids=stop_ids, ignore_eos=ignore_eos, prompt_text=spec.prompt_text)
 
     @property
     def all_ids(self) -> list[int]:

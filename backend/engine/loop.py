@@ -10,12 +10,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .arrivals import RequestSource
-from .errors import one_line
-from .records import RecordBatch, RequestRecord, StepRecord, TokenRecord
-from .request import Request
-from .scheduler import Scheduler
-from .events import RequestsArrived
+from backend.workload.arrivals import RequestSource
+from backend.errors import one_line
+from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
+from backend.engine.request import Request
+from backend.engine.scheduler import Scheduler
+from backend.events import RequestsArrived
 
 IDLE_POLL_S = 0.05  # longest idle sleep, so Stop is honoured while waiting for arrivals
 
@@ -112,7 +112,7 @@ class Engine:
     def _admit_arrivals(self, source: RequestSource, now: float) -> list[Request]:
         arrived = []
         for spec in source.due(now):
-            req = spec.to_request(self.stop_ids, self.ignore_eos)
+            req = Request.from_spec(spec, self.stop_ids, self.ignore_eos)
             self._requests[req.request_id] = req
             self.scheduler.add(req)
             arrived.append(req)

@@ -19,7 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
-from backend.roofline import PhaseTotals
+from backend.roofline.cost import PhaseTotals
 
 NAN = float("nan")
 
@@ -57,7 +57,7 @@ class RunAccumulator:
         self.phase_ms = {phase: 0.0 for phase in Phase}
         self.prefill_tokens = 0   # in prefill-only steps
         self.decode_tokens = 0    # in decode-only steps
-        # what the roofline needs of the prefill-only and decode-only steps (backend.roofline.phase_roofline)
+        # what the roofline needs of the prefill-only and decode-only steps (backend.roofline.cost.phase_roofline)
         self.roofline = {Phase.PREFILL: PhaseTotals(), Phase.DECODE: PhaseTotals()}
         self.first_ms = math.inf
         self.last_ms = -math.inf

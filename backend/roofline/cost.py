@@ -44,7 +44,7 @@ from backend.errors import InputError
 
 if TYPE_CHECKING:
     from backend.models.base import ModelShape
-    from backend.profiles import GpuProfile
+    from backend.roofline.profiles import GpuProfile
 
 CROSSOVER_CAP = 1 << 20   # crossover_batch's answer when decode never turns compute-bound
 
@@ -311,7 +311,7 @@ def phase_roofline(shape: ModelShape, dtype, totals: PhaseTotals | None,
     None when there is nothing to say: no steps of the phase, no time measured, no profile,
     or a profile without a peak for the run's dtype.
     """
-    from backend.profiles import dtype_bytes, dtype_key
+    from backend.roofline.profiles import dtype_bytes, dtype_key
     if totals is None or profile is None or totals.steps <= 0 or totals.tokens <= 0 or not totals.time_ms > 0:
         return None
     key = dtype_key(dtype)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .config import RunConfig
+from backend.config import RunConfig
 
 
 def add_tool_parsers(sub, model_flags) -> None:
@@ -13,7 +13,7 @@ def add_tool_parsers(sub, model_flags) -> None:
     cal.add_argument("--device", default="auto")
     cal.add_argument("--out", help="profile TOML to write (default: this-machine.toml in the config folder)")
     cal.add_argument("--quick", action="store_true", help="smaller, faster measurements")
-    from .cli import threads_flag
+    from backend.cli.flags import threads_flag
     threads_flag(cal)
 
     sweep = sub.add_parser("sweep", help="batch-size or prompt-length sweep against the roofline")
@@ -30,8 +30,8 @@ def add_tool_parsers(sub, model_flags) -> None:
 
 
 def print_profiles() -> int:
-    from .profiles import list_profiles
-    from .report import print_table
+    from backend.roofline.profiles import list_profiles
+    from backend.cli.report import print_table
     rows = [("name", "device", "memory", "bandwidth", "bf16", "fp16", "fp32", "ridge bf16", "ridge fp16", "ridge fp32")]
     for p in list_profiles():
         def tf(k):
@@ -48,8 +48,8 @@ def print_profiles() -> int:
 
 
 def run_calibrate(args) -> int:
-    from .calibrate import calibrate, write_profile
-    from .threads import apply_threads
+    from backend.roofline.calibrate import calibrate, write_profile
+    from backend.engine.threads import apply_threads
 
     def progress(message: str, fraction: float) -> None:
         print(f"... {message} ({fraction * 100:.0f}%)", file=sys.stderr)
@@ -63,9 +63,9 @@ def run_calibrate(args) -> int:
 
 
 def sweep_config(args) -> RunConfig:
-    from .cli import common_config
-    from .sweep import SweepSpec, parse_sizes
-    from .errors import InputError
+    from backend.cli.flags import common_config
+    from backend.engine.sweep import SweepSpec, parse_sizes
+    from backend.errors import InputError
     config = common_config(args, f"sweep-{args.kind}")
     if args.steps <= 0:
         raise InputError(f"--steps must be positive, got {args.steps}")

@@ -1,8 +1,8 @@
 """`load`: a workload of requests through the scheduler, with flags overriding the workload file."""
 from __future__ import annotations
 
-from .config import EngineConfig, RunConfig
-from .scheduler import POLICIES
+from backend.config import EngineConfig, RunConfig
+from backend.engine.scheduler import POLICIES
 
 
 def add_load_parser(sub, model_flags) -> None:
@@ -23,13 +23,13 @@ def add_load_parser(sub, model_flags) -> None:
     p.add_argument("--output-len", help="N or A:B (uniform)")
     p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective")
     p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective")
-    from .remote import add_remote_flags
+    from backend.remote.target import add_remote_flags
     add_remote_flags(p)
 
 
 def load_config(args) -> RunConfig:
-    from .cli import common_config
-    from .workload import apply_overrides, load_workload
+    from backend.cli.flags import common_config
+    from backend.workload.spec import apply_overrides, load_workload
     spec = load_workload(args.workload)
     overrides = {} if args.seed is None else {"seed": args.seed}   # else the workload file's seed
     for flag, field in [("requests", "num_requests"), ("duration", "duration_s"), ("arrival", "arrival"),
@@ -44,6 +44,6 @@ def load_config(args) -> RunConfig:
                                  kv_tokens=args.kv_tokens)
     config.slo_ttft_ms = args.slo_ttft_ms
     config.slo_tpot_ms = args.slo_tpot_ms
-    from .remote import endpoint_from_args
+    from backend.remote.target import endpoint_from_args
     config.endpoint = endpoint_from_args(args)
     return config

@@ -16,7 +16,7 @@ import torch
 
 from backend.errors import InputError
 from backend.models.base import ModelShape
-from backend.tokenizer import Tokenizer
+from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama",

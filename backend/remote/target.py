@@ -22,16 +22,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .arrivals import RequestSource
-from .config import RunConfig, SamplingConfig
-from .errors import InputError, one_line
-from .events import Progress, RequestsArrived, RunFinished
-from .export import RunData, RunWriter
-from .records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
-from .remote_client import MAX_DETAIL, RemoteFailure, StreamState, Streamer, TextPieces, request_record, safe_url
-from .remote_metrics import ServerMetrics, metrics_url, poll_metrics
+from backend.workload.arrivals import RequestSource
+from backend.config import RunConfig, SamplingConfig
+from backend.errors import InputError, one_line
+from backend.events import Emit, Progress, RequestsArrived, RunFinished
+from backend.io.export import RunData, RunWriter
+from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
+from backend.remote.client import MAX_DETAIL, RemoteFailure, StreamState, Streamer, TextPieces, request_record, safe_url
+from backend.remote.metrics import ServerMetrics, metrics_url, poll_metrics
 
-Emit = Callable[[object], None]
 APIS = ("completions", "chat")
 FLUSH_S = 0.05        # records reach `emit` in batches at most this old
 POLL_S = 0.04         # the dispatcher's longest sleep, so Stop lands within ~100 ms
@@ -105,12 +104,14 @@ def endpoint_from_args(args) -> RemoteEndpoint | None:
     return endpoint
 
 
-def run_remote(config: RunConfig, endpoint: RemoteEndpoint, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
-    """Send `config.workload` to the endpoint, emitting events as for a local run; InputError for bad settings."""
-    from .metrics import summarize
-    from .session import config_dict, new_run_id
-    from .arrivals import WorkloadSource
-    from .workload import validate_workload
+def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
+    """Send `config.workload` to `config.endpoint`, emitting events as for a local run; InputError for bad settings."""
+    from backend.io.summary import summarize
+    from backend.config import config_dict
+    from backend.records import new_run_id
+    from backend.workload.arrivals import WorkloadSource
+    from backend.workload.spec import validate_workload
+    endpoint = config.endpoint
     endpoint.validate()
     if config.workload is None:
         raise InputError("a remote run needs a workload (--workload NAME|PATH)")
@@ -143,7 +144,7 @@ def run_remote(config: RunConfig, endpoint: RemoteEndpoint, emit: Emit, should_s
 
 
 def _info(endpoint: RemoteEndpoint, run: _RemoteRun) -> dict:
-    from . import __version__
+    from backend import __version__
     return {"target": "remote", "endpoint": safe_url(endpoint.url), "served_model": endpoint.model,
             "model": endpoint.model, "api": endpoint.api, "device": "remote",
             "server_metrics": bool(run.metrics_peak),

@@ -7,10 +7,10 @@ from collections import Counter
 import time
 from types import SimpleNamespace
 
-from .events import ModelLoaded, Progress, RequestsArrived, RunFinished, SweepPoint
-from .records import RecordBatch, RequestStatus
-from .roofline import Bound, PhaseRoofline, PhaseTotals, phase_roofline
-from .threads import describe_threads
+from backend.events import ModelLoaded, Progress, RequestsArrived, RunFinished, SweepPoint
+from backend.records import RecordBatch, RequestStatus
+from backend.roofline.cost import Bound, PhaseRoofline, PhaseTotals, phase_roofline
+from backend.engine.threads import describe_threads
 
 
 def _gb(n: float) -> str:
@@ -30,7 +30,7 @@ def _rate(value: float) -> str:
 
 
 def print_models() -> int:
-    from .weights import list_models
+    from backend.loaders.weights import list_models
     rows = [("name", "arch", "params", "fp32", "bf16", "source")]
     for m in list_models():
         rows.append((m.name, m.arch, _params(m.params), _gb(m.bytes_fp32), _gb(m.bytes_bf16), m.source))
@@ -144,7 +144,7 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
     info = data.info
     totals = {phase: PhaseTotals.from_summary(s, phase) for phase in ("prefill", "decode")}
     if info.get("shape") is not None and any(t is not None and t.steps for t in totals.values()):
-        from .profiles import run_profile
+        from backend.roofline.profiles import run_profile
         device, name = info.get("device", ""), info.get("device_name", "")
         for label, text in roofline_lines(info["shape"], info.get("dtype"), device, name, totals,
                                           run_profile(device, name)):
@@ -197,8 +197,8 @@ def roofline_lines(shape, dtype, device: str, device_name: str, totals: dict, pr
     or None, "decode": ...}; profile: the device's, from profiles.run_profile (None: there is
     none). Nothing where nothing can be computed: no shape, no steps of a phase, no profile peak.
     """
-    from .errors import InputError
-    from .profiles import dtype_key
+    from backend.errors import InputError
+    from backend.roofline.profiles import dtype_key
     if shape is None or not dtype or not any(t is not None and t.steps for t in totals.values()):
         return []
     if isinstance(shape, dict):

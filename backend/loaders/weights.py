@@ -9,12 +9,12 @@ from pathlib import Path
 
 import torch
 
-from backend.device import dtype_name, resolve_device, resolve_dtype
+from backend.loaders.device import dtype_name, resolve_device, resolve_dtype
 from backend.errors import InputError
-from backend.gguf_loader import gguf_checkpoint
-from backend.hf_loader import Checkpoint, copy_weights, hf_folder_checkpoint, hub_checkpoint
+from backend.loaders.gguf import gguf_checkpoint
+from backend.loaders.hf import Checkpoint, copy_weights, hf_folder_checkpoint, hub_checkpoint
 from backend.models import SHAPES, SYNTHETIC, ModelShape, build_model
-from backend.tokenizer import ByteTokenizer, Tokenizer
+from backend.loaders.tokenizer import ByteTokenizer, Tokenizer
 
 BUNDLED = "smollm2-135m"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import InputError
+from backend.errors import InputError
 
 # The cores this process could use when it started: a run that pinned itself to fewer must
 # not shrink what the next run may choose from.

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .config import SamplingConfig
-from .errors import one_line
-from .records import RequestRecord, RequestStatus
+from backend.config import SamplingConfig
+from backend.errors import one_line
+from backend.records import RequestRecord, RequestStatus
 
 MAX_DETAIL = 300
 _PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")   # a word or a mark, with the space before it

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from backend.errors import InputError
-from backend.hf_loader import Checkpoint
+from backend.loaders.hf import Checkpoint
 from backend.models.base import ModelShape
-from backend.tokenizer import Tokenizer
+from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = ("llama", "qwen2")
 _TOP_NAMES = {

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import torch
 
-from .config import SamplingConfig
-from .cuda_graphs import StaticDecoder
-from .device import synchronize
-from .models import make_step_batch
-from .models.base import KVCache
-from .models.packed import pack_weights
+from backend.config import SamplingConfig
+from backend.engine.cuda_graphs import StaticDecoder
+from backend.loaders.device import synchronize
+from backend.models import make_step_batch
+from backend.models.base import KVCache
+from backend.models.packed import pack_weights
 
 MASK_ALIGN = 16   # the static path's key length (= cache max_len) is padded to this: fused attention kernels want aligned masks
 
@@ -33,7 +33,7 @@ class Runner:
 
     On the CPU the model's matrices are packed for oneDNN once (backend/models/packed.py).
     use_cuda_graphs (default: on for CUDA, off elsewhere) sends decode-only steps through the
-    static-shape padded path of backend/cuda_graphs.py, captured as CUDA graphs on a GPU and
+    static-shape padded path of backend/engine/cuda_graphs.py, captured as CUDA graphs on a GPU and
     run eagerly elsewhere; the cache then holds one scratch slot more for the padding rows.
     """
 

@@ -65,7 +65,7 @@ def _torch_item(torch) -> Item:
     if isinstance(torch, BaseException):
         return Item("torch", f"not importable ({type(torch).__name__}: {torch})",
                     "install torch: make run does it, or .venv/bin/python -m pip install torch")
-    from backend.device import available_devices, device_name
+    from backend.loaders.device import available_devices, device_name
     if torch.version.hip:
         build = f"ROCm {torch.version.hip} build"
     elif torch.version.cuda:
@@ -119,7 +119,7 @@ def _version(*distributions: str) -> str:
 
 
 def _qt_item() -> Item:
-    from .display_check import probe
+    from backend.cli.display_check import probe
     pyside = _version("PySide6", "PySide6-Essentials", "PySide6_Essentials")
     pyqtgraph = _version("pyqtgraph") if importlib.util.find_spec("pyqtgraph") else ""
     if not pyside or importlib.util.find_spec("PySide6") is None:
@@ -136,7 +136,7 @@ def _qt_item() -> Item:
 def _model_item(torch) -> Item:
     if isinstance(torch, BaseException):
         return Item("model", "not checked (it needs torch)")
-    from backend.weights import BUNDLED, BUNDLED_FILE, _INSTALL_BUNDLED, bundled_gguf
+    from backend.loaders.weights import BUNDLED, BUNDLED_FILE, _INSTALL_BUNDLED, bundled_gguf
     path = bundled_gguf()
     if path is None:
         return Item("model", f"{BUNDLED}: {BUNDLED_FILE} not installed",
@@ -146,8 +146,8 @@ def _model_item(torch) -> Item:
 
 
 def _profile_item(torch) -> Item:
-    from .errors import InputError
-    from .profiles import LOCAL_KEY, find_profile, list_profiles, local_profile_path, match_profile
+    from backend.errors import InputError
+    from backend.roofline.profiles import LOCAL_KEY, find_profile, list_profiles, local_profile_path, match_profile
     note = ""
     try:
         local = next((p for p in list_profiles() if p.key == LOCAL_KEY), None)
@@ -158,7 +158,7 @@ def _profile_item(torch) -> Item:
                     f"({local_profile_path()})")
     hint = "; python main.py calibrate measures this machine" + note
     if not isinstance(torch, BaseException) and torch.cuda.is_available():
-        from .device import device_name
+        from backend.loaders.device import device_name
         name = device_name(torch.device("cuda", torch.cuda.current_device()))
         shipped = match_profile(name)
         if shipped is None:

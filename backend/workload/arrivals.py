@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from backend.errors import InputError
-from backend.prompts import PROMPTS
-from backend.request import Request
-from backend.workload import WorkloadSpec
+from backend.workload.prompts import PROMPTS
+from backend.workload.spec import WorkloadSpec
 
 
 @dataclass(slots=True)
@@ -27,10 +26,6 @@ class RequestSpec:
     prompt_ids: list[int]
     prompt_text: str           # the text the prompt came from ("" for synthetic tokens)
     max_new_tokens: int
-
-    def to_request(self, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
-        return Request(self.request_id, self.prompt_ids, self.max_new_tokens, self.arrival_ms,
-                       stop_ids=stop_ids, ignore_eos=ignore_eos, prompt_text=self.prompt_text)
 
 
 class RequestSource(Protocol):

@@ -1,0 +1,1 @@
+"""The command line: no sub-command opens the window; sub-commands run headless."""

@@ -1,0 +1,54 @@
+"""The flags every sub-command shares, and the parser that reports a bad one in one line."""
+from __future__ import annotations
+
+import argparse
+
+from backend.config import ModelChoice, RunConfig, SamplingConfig
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+class Parser(argparse.ArgumentParser):
+    """A bad flag is one line on stderr (exit 2), not the whole usage block above it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m", help="a known name (see `models`), a HF folder, a .gguf file or a hub id")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | mps")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--seed", type=int, help="seeds sampling and synthetic prompts (default 0; for load, the workload's)")
+    p.add_argument("--temperature", type=number, default=0.0, help="0 (the default) is greedy")
+    p.add_argument("--top-p", type=number, default=1.0)
+    p.add_argument("--ignore-eos", action="store_true", help="always generate the full output length")
+    p.add_argument("--out", help="write steps.csv, requests.csv, tokens.csv, summary.csv, run.json, trace.json here")
+    p.add_argument("--profile", help="GPU profile name or TOML path (see `profiles`)")
+    threads_flag(p)
+
+
+def threads_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=positive_int, help="CPU threads, pinned to as many cores (default: all cores; "
+                   "the window's engine takes all but one)")
+
+
+def common_config(args, mode: str) -> RunConfig:
+    return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype),
+                     sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
+                     profile=args.profile, out_dir=args.out, threads=args.threads)

@@ -1,0 +1,122 @@
+"""The command line: sub-commands run headless; with none, the window opens (through the
+`open_window` the program's start passes in: backend never imports the gui).
+
+Exit status: 0 success, 1 a failure during the run, 2 bad input, 130 stopped by Ctrl+C.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+from typing import Callable
+
+from backend.cli import report
+from backend.cli.flags import Parser, common_config, model_flags, positive_int
+from backend.config import BatchRun, EngineConfig, RunConfig
+from backend.errors import InputError, RunError
+from backend.events import ModelLoaded, Progress, RequestsArrived
+from backend.records import RecordBatch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="main.py", description="See prefill and decode, measured on your hardware. "
+                     "With no sub-command, opens the window.")
+    parser.add_argument("--model", help="(window) model to select")
+    parser.add_argument("--profile", help="(window) GPU profile to select")
+    parser.add_argument("--autostart", action="store_true", help="(window) start a run as soon as it opens")
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="one batch: one prefill pass, then one decode step per token")
+    model_flags(run)
+    run.add_argument("--prompt", help="prompt text (every request in the batch gets it)")
+    run.add_argument("--prompt-len", type=positive_int, default=128, help="synthetic prompt tokens when no --prompt")
+    run.add_argument("--chat", action="store_true", help="apply the model's chat template to --prompt")
+    run.add_argument("--output-len", type=positive_int, default=64)
+    run.add_argument("--batch", type=positive_int, default=1)
+
+    from backend.cli.load import add_load_parser
+    add_load_parser(sub, model_flags)
+
+    sub.add_parser("models", help="list the known models: sizes and where each comes from")
+    sub.add_parser("doctor", help="check this machine: Python, torch and its devices, C kernels, Qt and the "
+                   "display, the bundled model, the GPU profile (exit 1 if the window cannot run)")
+    from backend.cli.tools import add_tool_parsers
+    add_tool_parsers(sub, model_flags)
+    return parser
+
+
+def main(argv: list[str] | None = None, open_window: Callable[..., int] | None = None) -> int:
+    """The exit status. `open_window(model=, profile=, autostart=)` opens the window when no
+    sub-command is given (gui.app passes it; without it, that is a usage error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command is None:
+            if open_window is None:
+                parser.error("give a sub-command (the window opens from main.py or the phasescope command)")
+            from backend.cli.display_check import check_display
+            if check_display():   # before Qt loads: a missing library or display would abort the process
+                return 2
+            return open_window(model=args.model, profile=args.profile, autostart=args.autostart)
+        if args.command == "models":
+            return report.print_models()
+        if args.command == "doctor":
+            from backend.cli.doctor import run_doctor
+            return run_doctor()
+        if args.command == "run":
+            return run_headless(run_config(args))
+        if args.command == "load":
+            from backend.cli.load import load_config
+            return run_headless(load_config(args))
+        if args.command == "profiles":
+            from backend.cli.tools import print_profiles
+            return print_profiles()
+        if args.command == "calibrate":
+            from backend.cli.tools import run_calibrate
+            return run_calibrate(args)
+        if args.command == "sweep":
+            from backend.cli.tools import sweep_config
+            return run_headless(sweep_config(args))
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    parser.error(f"unknown command {args.command}")   # exits with status 2
+
+
+def run_config(args) -> RunConfig:
+    config = common_config(args, "batch")
+    config.batch = BatchRun(prompt=args.prompt, chat=args.chat, prompt_len=args.prompt_len,
+                            output_len=args.output_len, batch=args.batch)
+    config.engine = EngineConfig(policy="static", max_batch=args.batch)
+    return config
+
+
+def run_headless(config: RunConfig) -> int:
+    """Run with Ctrl+C as a stop request: the records measured so far are still written."""
+    from backend.session import execute
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    progress = report.LiveProgress(enabled=config.mode == "load")
+    sweep = None
+    if config.sweep is not None:
+        from backend.cli.tools import SweepPrinter
+        sweep = progress.sweep = SweepPrinter(config.sweep.kind)
+    try:
+        finished = execute(config, progress.on_event, stop.is_set, retain_records=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        progress.close()
+    if sweep is not None:
+        sweep.finish(finished, config)
+    else:
+        report.print_run(config, finished)
+    if finished.error:
+        print(f"error: {finished.error}", file=sys.stderr)
+        return 1
+    return 130 if finished.stopped else 0

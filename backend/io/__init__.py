@@ -1,0 +1,1 @@
+"""Run folders: the streaming writer, the reader, summaries."""

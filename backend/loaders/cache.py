@@ -1,0 +1,35 @@
+"""Loading a model for a run, announced, and keeping it for the next run on the same settings."""
+from __future__ import annotations
+
+from backend.config import RunConfig
+from backend.events import Emit, Progress
+
+
+def load(config: RunConfig, emit: Emit):
+    """Load the model the config names, announcing it; (the loaded model, its device's name)."""
+    from backend.loaders.device import device_name
+    from backend.loaders.weights import load_model
+    emit(Progress(f"loading {config.model.name}", None))
+    loaded = load_model(config.model.name, config.model.device, config.model.dtype)
+    return loaded, device_name(loaded.device)
+
+
+class ModelCache:
+    """Keeps the last model loaded, so that the next run on the same model, device and dtype
+    starts at once (the window's engine process holds one; a headless run needs none)."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._loaded = None
+
+    def get(self, config: RunConfig, emit: Emit):
+        """(the loaded model, its device's name, whether it was already loaded)."""
+        choice = config.model
+        key = (choice.name, choice.device, choice.dtype)
+        if key == self._key:
+            return (*self._loaded, True)
+        self._key = self._loaded = None   # the old model's memory goes before the new one is loaded
+        self._loaded = load(config, emit)
+        self._key = key
+        return (*self._loaded, False)
+

@@ -1,0 +1,1 @@
+"""Driving an OpenAI-compatible server: the target, its streaming client, and the server's /metrics."""

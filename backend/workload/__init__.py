@@ -1,0 +1,1 @@
+"""Workloads: arrival processes, length distributions, prompts and the request sources built from them."""

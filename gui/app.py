@@ -1,0 +1,26 @@
+"""The program's start, shared by `python main.py` and the installed `phasescope` command.
+
+The environment is set here, before anything imports torch: idle OpenMP threads sleep instead
+of spinning (with a GUI thread or other work sharing the cores, spinning threads made a CPU
+decode step ~4x slower: 57 ms -> 250 ms on 2 cores). Sub-commands run headless in backend.cli;
+with none, the window opens. Qt is imported only then, so a headless run never loads it.
+"""
+import os
+import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def open_window(model: str | None = None, profile: str | None = None, autostart: bool = False) -> int:
+    from gui.main_window import run_app
+    return run_app(model=model, profile=profile, autostart=autostart)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the window (no sub-command) or a sub-command; the exit status."""
+    from backend.cli.main import main as cli_main
+    return cli_main(sys.argv[1:] if argv is None else argv, open_window=open_window)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
