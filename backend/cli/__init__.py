@@ -1,1 +1,2 @@
-"""The command line: no sub-command opens the window; sub-commands run headless."""
+"""The command line: the sub-commands (run headless), their shared flags, the printed summary, doctor,
+and the display check that runs before the window opens (which gui/app.py does: backend never imports the gui)."""
