@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 import threading
+from pathlib import Path
 import time
 
 from typing import Callable
@@ -22,7 +23,9 @@ from backend.records import RecordBatch
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="main.py", description="See prefill and decode, measured on your hardware. "
+    # "main.py" from a checkout, "phasescope" from the installed command
+    prog = "phasescope" if Path(sys.argv[0]).name == "phasescope" else "main.py"
+    parser = Parser(prog=prog, description="See prefill and decode, measured on your hardware. "
                      "With no sub-command, opens the window.")
     parser.add_argument("--model", help="(window) model to select")
     parser.add_argument("--profile", help="(window) GPU profile to select")
