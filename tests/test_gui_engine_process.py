@@ -8,7 +8,6 @@ import signal
 import time
 
 import pytest
-from PySide6 import QtCore
 
 from backend.engine_process import live_engines
 from backend.events import ModelLoaded

@@ -10,16 +10,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
-import time
-
 from typing import Callable
 
 from backend.cli import report
 from backend.cli.flags import Parser, common_config, model_flags, positive_int
 from backend.config import BatchRun, EngineConfig, RunConfig
 from backend.errors import InputError, RunError
-from backend.events import ModelLoaded, Progress, RequestsArrived
-from backend.records import RecordBatch
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -16,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from backend.errors import InputError, RunError
-from backend.files import WriteError, write_files
+from backend.files import write_files
 from backend.records import (Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord,
                       record_fields, record_row)
 
