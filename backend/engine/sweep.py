@@ -51,15 +51,6 @@ def measured_crossover(points: list[SweepPoint]) -> int | None:
     return None
 
 
-def local_profile(device_name: str, is_cuda: bool):
-    """This machine's profile: the calibrated one if any, else the shipped one that matches."""
-    from backend.roofline.profiles import LOCAL_KEY, find_profile, list_profiles, match_profile
-    for p in list_profiles():
-        if p.key == LOCAL_KEY:
-            return p
-    return match_profile(device_name) if is_cuda else find_profile("cpu")
-
-
 def _predict(profile, cost, dtype) -> tuple[float | None, str]:
     from backend.roofline.cost import predict
     if profile is None or dtype not in profile.dtypes:
@@ -91,7 +82,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     from backend.models import make_step_batch
     from backend.models.base import KVCache
     from backend.models.packed import pack_weights
-    from backend.roofline.profiles import dtype_key, find_profile
+    from backend.roofline.profiles import dtype_key, find_profile, run_profile
     from backend.roofline.cost import step_cost, utilization
     from backend.config import config_dict
     from backend.engine.local import run_info
@@ -106,7 +97,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
                      loaded.random_weights, shape.num_params(), loaded.weight_bytes, 0, shape, reused))
     dtype = dtype_key(loaded.dtype)
     dtype_bytes = loaded.dtype.itemsize
-    local = local_profile(dev_name, device.type == "cuda")
+    local = run_profile(str(device), dev_name)   # this machine's roofline, as the run summary judges it
     selected = find_profile(config.profile) if config.profile else local
     sizes = spec.batches if spec.kind == "batch" else spec.lengths
     run_id = new_run_id()
