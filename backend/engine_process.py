@@ -35,8 +35,8 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from backend.errors import InputError, RunError, one_line
-from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, merge_arrivals
-from backend.records import RecordBatch, merge_batches
+from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, coalesce
+from backend.records import RecordBatch
 
 FLUSH_HZ = 60          # record messages a second at most: a fast GPU makes thousands of steps a second
 STATUS_EVERY_S = 1.0   # the engine's CPU use, for the window's status bar
@@ -240,8 +240,7 @@ class _Received:
                 self.last_step = event.steps[-1].step
                 self.run_id = self.run_id or event.steps[0].run_id
         elif isinstance(event, ModelLoaded):
-            self.info = {"model": event.name, "source": event.source, "device": event.device,
-                         "device_name": event.device_name, "dtype": event.dtype, "kv_capacity": event.kv_capacity}
+            self.info.update(event.info())
         elif isinstance(event, EngineStatus):
             self.info.update(engine_pid=event.pid, threads=event.threads, affinity=event.affinity)
 
@@ -308,27 +307,27 @@ class _Job:
         self.last_status = 0.0
 
     def run(self, target: Callable, config) -> None:
+        self._answer_with("finished", lambda: target(config, self.emit, self.should_stop))
+
+    def calibrate(self, device: str) -> None:
+        from backend.roofline.calibrate import calibrate
+        from backend.engine.threads import apply_threads
+
+        def measure():
+            apply_threads(None)   # the machine's measure: every core, not the last run's share
+            return calibrate(device, lambda message, fraction: self.emit(Progress(message, fraction)))
+        self._answer_with("calibrated", measure)
+
+    def _answer_with(self, kind: str, work: Callable[[], object]) -> None:
+        """Do the job and send its result as `kind`, or its failure in one line."""
         try:
-            result = target(config, self.emit, self.should_stop)
+            result = work()
         except InputError as exc:
             self.answer("input-error", str(exc))
         except Exception as exc:   # one line to the window; the process stays up for the next run
             self.answer("error", one_line(exc, typed=True))
         else:
-            self.answer("finished", result)
-
-    def calibrate(self, device: str) -> None:
-        from backend.roofline.calibrate import calibrate
-        from backend.engine.threads import apply_threads
-        try:
-            apply_threads(None)   # the machine's measure: every core, not the last run's share
-            profile = calibrate(device, lambda message, fraction: self.emit(Progress(message, fraction)))
-        except InputError as exc:
-            self.answer("input-error", str(exc))
-        except Exception as exc:
-            self.answer("error", one_line(exc, typed=True))
-        else:
-            self.answer("calibrated", profile)
+            self.answer(kind, result)
 
     def answer(self, kind: str, payload) -> None:
         self.flush(status=True)   # the last status covers the run's end, however short it was
@@ -353,11 +352,8 @@ class _Job:
         """Send what is pending in one message: arrivals (merged), records (merged), then other events in
         order, and the engine's status when a second has passed since the last (or when asked)."""
         now = time.monotonic()
-        arrivals = [e for e in self.pending if isinstance(e, RequestsArrived)]
-        batches = [e for e in self.pending if isinstance(e, RecordBatch)]
-        others = [e for e in self.pending if not isinstance(e, (RequestsArrived, RecordBatch))]
-        events = ([merge_arrivals(arrivals)] if arrivals else []) + ([merge_batches(batches)] if batches else [])
-        events += others
+        arrivals, batch, others = coalesce(self.pending)
+        events = [e for e in (arrivals, batch) if e is not None] + others
         if status or now - self.last_status >= STATUS_EVERY_S:
             events.append(engine_status())
             self.last_status = now

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from backend.records import RecordBatch, merge_batches
+
 if TYPE_CHECKING:   # annotations only: the vocabulary imports nothing above it
     from backend.config import RunConfig
     from backend.io.export import RunData
@@ -45,6 +47,12 @@ class ModelLoaded:
     kv_capacity: int     # KV cache capacity in tokens
     shape: ModelShape    # for the roofline
     reused: bool = False # already in memory from an earlier run (the engine process keeps it)
+
+    def info(self) -> dict:
+        """The model's part of run.json's info, for a run known only by its events."""
+        return {"model": self.name, "source": self.source, "device": self.device, "device_name": self.device_name,
+                "dtype": self.dtype, "random_weights": self.random_weights, "num_params": self.num_params,
+                "weight_bytes": self.weight_bytes, "kv_capacity": self.kv_capacity}
 
 
 @dataclass(slots=True)
@@ -84,6 +92,12 @@ class EngineStatus:
     clock_s: float           # its monotonic clock then (shared with the window's on one machine)
     imports_qt: bool         # it must not: the engine process owns no window
 
+    def cpu_share_since(self, earlier: EngineStatus) -> float | None:
+        """Its CPU use between an earlier report and this one, as a share of one core (None if not comparable)."""
+        if earlier.pid != self.pid or self.clock_s <= earlier.clock_s:
+            return None
+        return (self.cpu_s - earlier.cpu_s) / (self.clock_s - earlier.clock_s)
+
 
 @dataclass(slots=True)
 class RunFinished:
@@ -92,6 +106,16 @@ class RunFinished:
     stopped: bool = False     # stopped by the user before the end
     error: str | None = None  # one-line message when the run failed part way
     data: RunData | None = None   # every record of the run
+
+
+def coalesce(pending: list) -> tuple[RequestsArrived | None, RecordBatch | None, list]:
+    """What piled up since the last send, as (the arrivals merged, the RecordBatches merged, every
+    other event in order); None where there was none. Arrivals go first, so their lanes exist
+    when the records that fill them arrive."""
+    arrivals = [e for e in pending if isinstance(e, RequestsArrived)]
+    batches = [e for e in pending if isinstance(e, RecordBatch)]
+    others = [e for e in pending if not isinstance(e, (RequestsArrived, RecordBatch))]
+    return (merge_arrivals(arrivals) if arrivals else None, merge_batches(batches) if batches else None, others)
 
 
 def merge_arrivals(events: list[RequestsArrived]) -> RequestsArrived:

@@ -108,8 +108,8 @@ def one_window(model: str, batch: int, threads: int, result_path: str) -> int:
             decode, prefill = step_figures(window.store.source / "steps.csv")
             before = [e for e in self.engine if e.clock_s < self.start[0]]
             busy = before[-1:] + [e for e in self.engine if e.clock_s >= self.start[0]]
-            engine_share = ((busy[-1].cpu_s - busy[0].cpu_s) / (busy[-1].clock_s - busy[0].clock_s)
-                            if len(busy) > 1 else float("nan"))
+            share = busy[-1].cpu_share_since(busy[0]) if len(busy) > 1 else None
+            engine_share = float("nan") if share is None else share
             Path(result_path).write_text(json.dumps({
                 "decode_ms": decode, "prefill_ms": prefill, "window_cpu": cpu / wall, "engine_cpu": engine_share,
                 "engine_pid": self.engine[-1].pid if self.engine else None, "window_pid": os.getpid()}))

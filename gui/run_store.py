@@ -95,10 +95,7 @@ class RunStore:
             self.server = event
         elif isinstance(event, ModelLoaded):
             self.model = event
-            self.info = {"model": event.name, "source": event.source, "device": event.device,
-                         "device_name": event.device_name, "dtype": event.dtype,
-                         "random_weights": event.random_weights, "num_params": event.num_params,
-                         "weight_bytes": event.weight_bytes, "kv_capacity": event.kv_capacity}
+            self.info = event.info()
         elif isinstance(event, SweepPoint):
             self.sweep_points.append(event)
         elif isinstance(event, RunFinished):

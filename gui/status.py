@@ -38,8 +38,8 @@ class RunStatus:
         """e.g. "engine: 1 thread on core 1, 98% of a core" (the CPU share since its last report)."""
         last, self._last_engine = self._last_engine, status
         text = f"engine: {describe_threads(status.threads, status.affinity)}" if status.threads else "engine: running"
-        if last is not None and last.pid == status.pid and status.clock_s > last.clock_s:
-            share = (status.cpu_s - last.cpu_s) / (status.clock_s - last.clock_s)
+        share = status.cpu_share_since(last) if last is not None else None
+        if share is not None:
             text += f", {100 * share:.0f}% of a core"
         self.engine.setText(text)
 

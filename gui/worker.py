@@ -27,9 +27,9 @@ from backend.roofline.calibrate import calibrate as measure_device
 from backend.roofline.calibrate import write_profile
 from backend.errors import InputError, RunError, one_line
 from backend.engine_process import EngineProcess
-from backend.events import Progress, RequestsArrived, RunFinished, merge_arrivals
+from backend.events import Progress, RequestsArrived, RunFinished, coalesce
 from backend.io.export import RunData, RunWriter
-from backend.records import RecordBatch, merge_batches
+from backend.records import RecordBatch
 
 FLUSH_HZ = 60
 
@@ -155,13 +155,11 @@ class RunWorker(QtCore.QObject):
 
     def _flush(self) -> None:
         """Send what is pending: the arrivals (their lanes first, in arrival order), then the records."""
-        arrivals = [item for item in self._pending if isinstance(item, RequestsArrived)]
-        batches = [item for item in self._pending if isinstance(item, RecordBatch)]
+        arrivals, batch, _ = coalesce(self._pending)   # only arrivals and records are held back
         self._pending = []
-        if arrivals:
-            self.event.emit(merge_arrivals(arrivals))
-        if batches:
-            batch = merge_batches(batches)
+        if arrivals is not None:
+            self.event.emit(arrivals)
+        if batch is not None:
             if self._writer is not None:
                 self._record(batch)
             self.records.emit(batch)
