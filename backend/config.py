@@ -49,7 +49,7 @@ class BatchRun:
 class RunConfig:
     """Everything one run needs; written to run.json so a run can be reproduced."""
 
-    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt
+    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt | sweep-precision
     model: ModelChoice = field(default_factory=ModelChoice)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)

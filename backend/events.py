@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from backend.precision import Precision, from_info
 from backend.records import RecordBatch, merge_batches
 
 if TYPE_CHECKING:   # annotations only: the vocabulary imports nothing above it
@@ -39,7 +40,7 @@ class ModelLoaded:
     name: str
     device: str          # e.g. "cpu", "cuda:0"
     device_name: str     # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
-    dtype: str           # e.g. "float32"
+    dtype: str           # the weights' precision, e.g. "float32", "q4_1" (backend.precision)
     source: str          # where the weights came from
     random_weights: bool
     num_params: int
@@ -47,12 +48,19 @@ class ModelLoaded:
     kv_capacity: int     # KV cache capacity in tokens
     shape: ModelShape    # for the roofline
     reused: bool = False # already in memory from an earlier run (the engine process keeps it)
+    weight_bits: float | None = None   # bits per matrix weight, scales included (None: the dtype's own)
+    activation_dtype: str = ""         # activations and KV cache ("" : the dtype itself)
 
     def info(self) -> dict:
         """The model's part of run.json's info, for a run known only by its events."""
         return {"model": self.name, "source": self.source, "device": self.device, "device_name": self.device_name,
-                "dtype": self.dtype, "random_weights": self.random_weights, "num_params": self.num_params,
+                "dtype": self.dtype, "weight_bits": self.weight_bits, "activation_dtype": self.activation_dtype,
+                "random_weights": self.random_weights, "num_params": self.num_params,
                 "weight_bytes": self.weight_bytes, "kv_capacity": self.kv_capacity}
+
+    @property
+    def precision(self) -> Precision | None:
+        return from_info(self.info())
 
 
 @dataclass(slots=True)
@@ -62,6 +70,23 @@ class RequestsArrived:
     request_ids: list[int]
     arrival_ms: list[float]
     prompt_tokens: list[int]
+
+
+@dataclass(slots=True)
+class PrecisionPoint:
+    """One precision of a precision sweep: the same model and step shapes, other bytes per weight."""
+
+    dtype: str                         # the precision's name (backend.precision)
+    weight_bytes: int                  # what a step reads of the weights
+    weight_bits: float                 # per matrix weight, scales included
+    ttft_ms: float                     # median prefill step of the batch's prompts
+    tpot_ms: float                     # median decode step
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    predicted_ttft_ms: float | None    # the selected profile's roofline
+    predicted_tpot_ms: float | None
+    predicted_local_ttft_ms: float | None   # this machine's profile
+    predicted_local_tpot_ms: float | None
 
 
 @dataclass(slots=True)

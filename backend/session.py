@@ -6,7 +6,8 @@ events (Progress, ModelLoaded, RequestsArrived, a RecordBatch per step); nothing
 from here:
 
 - the local engine (`engine.local.run_local`) for `run` and `load`;
-- a batch-size or prompt-length sweep over the same model (`engine.sweep.run_sweep`);
+- a batch-size or prompt-length sweep over the same model (`engine.sweep.run_sweep`), or the
+  same steps at each weight precision (`engine.precision_sweep.run_precision_sweep`);
 - a remote OpenAI-compatible server (`remote.target.run_remote`) when the config names one.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from backend.errors import InputError
 from backend.events import Emit, RunFinished, Target
 from backend.loaders.cache import ModelCache
 
-SWEEP_MODES = ("sweep-batch", "sweep-prompt")
+SWEEP_MODES = ("sweep-batch", "sweep-prompt", "sweep-precision")
 LOCAL_MODES = ("batch", "load")
 
 
@@ -44,10 +45,13 @@ def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> T
     if config.endpoint is not None:
         from backend.remote.target import run_remote
         return run_remote
+    if config.mode == "sweep-precision":
+        from backend.engine.precision_sweep import run_precision_sweep
+        return partial(run_precision_sweep, models=models)
     if config.mode in SWEEP_MODES:
         from backend.engine.sweep import run_sweep
         return partial(run_sweep, models=models)
     if config.mode in LOCAL_MODES:
         from backend.engine.local import run_local
         return partial(run_local, retain_records=retain_records, models=models)
-    raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch or sweep-prompt")
+    raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch, sweep-prompt or sweep-precision")

@@ -3,7 +3,8 @@
 #   1. the tests that exercise the CUDA path (captured graphs against the plain decode, the runner,
 #      the models against transformers) on the GPU;
 #   2. the GPU rows of bench/engine_vs_hf.py: llama-1b in bf16, batch-1 decode against the measured
-#      bandwidth (with and without CUDA graphs) and a 2,048-token prefill against the bf16 matmul rate.
+#      bandwidth (with and without CUDA graphs) and a 2,048-token prefill against the bf16 matmul rate;
+#      int8 weight-only (torch's kernel) batch-1 decode beside it.
 #
 # Run from anywhere: bash bench/gpu_check.sh        (logs go to $OUT, or /tmp/gpu-check/ without it)
 # Needs python3 with a CUDA build of torch, pytest, numpy and transformers (the device image has
@@ -24,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$LOGS/gpu.txt"
 
 status=0
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_graphs.py tests/test_runner.py tests/test_models.py \
+timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_graphs.py tests/test_runner.py tests/test_models.py tests/test_quant.py \
     2>&1 | tee "$LOGS/tests.log" || status=1
 timeout 300 $PY bench/engine_vs_hf.py --gpu-only 2>&1 | tee "$LOGS/gpu_bench.md" || status=1
 exit $status

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from PySide6 import QtCore, QtWidgets
 
 from backend.config import ModelChoice, RunConfig
-from backend.loaders.device import available_devices, available_dtypes, device_name, resolve_device
+from backend.loaders.device import available_devices, available_precisions, device_name, resolve_device
 from backend.errors import InputError
 from backend.roofline.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
                               match_profile)
@@ -239,7 +239,7 @@ class ControlsPanel(QtWidgets.QWidget):
         current = self.dtype_combo.currentText()
         self.dtype_combo.blockSignals(True)
         self.dtype_combo.clear()
-        self.dtype_combo.addItems(["auto", *available_dtypes(device)])
+        self.dtype_combo.addItems(["auto", *available_precisions(device)])
         self.dtype_combo.setCurrentText(current if current else "auto")
         self.dtype_combo.blockSignals(False)
         self._preselect_profile(device)
@@ -300,6 +300,8 @@ class ControlsPanel(QtWidgets.QWidget):
         self.problem_label.setText("Cannot run yet: " + problems[0] if problems else "")
         self.problem_label.setVisible(bool(problems))
         self.run_button.setEnabled(not self._running and not problems)
+        # a precision sweep loads the model at each of its own precisions
+        self.dtype_combo.setEnabled(not self._running and self.form.kind() != "sweep-precision")
         self.stop_button.setEnabled(self._running)
 
     # ---- public ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from PySide6 import QtWidgets
 
 from backend.errors import InputError, RunError
 from backend.io.export import LONG_FILES, ensure_writable, read_run, write_run
+from backend.engine.precision_sweep import read_precision_sweep, write_precision_sweep
 from backend.engine.sweep import SweepSpec, read_sweep, write_sweep
 
 from .run_store import RunStore
@@ -28,7 +29,10 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
         source = None
     data = store.to_run_data(with_records=source is None)
     points = store.sweep_points
-    if str(store.config.get("mode", "")).startswith("sweep") and points:
+    mode = str(store.config.get("mode", ""))
+    if mode == "sweep-precision":
+        write_precision_sweep(path, store.precision_points, data, records_from=source)
+    elif mode.startswith("sweep") and points:
         write_sweep(path, SweepSpec(kind=points[0].kind), points, data, records_from=source)
     else:
         write_run(path, data, records_from=source)
@@ -61,13 +65,19 @@ class FileActions:
             return False
         try:
             run = read_run(folder)
-            sweep = read_sweep(folder)
+            mode = str(run.config.get("mode", ""))
+            # a precision sweep's sweep.csv has a row per precision, not per batch size or prompt length
+            precision = read_precision_sweep(folder)
+            if precision or mode == "sweep-precision":
+                mode, sweep = "sweep-precision", []
+            else:
+                sweep = read_sweep(folder)
         except InputError as exc:
             self.show_error(str(exc))
             return False
-        self.store.load(run, folder, sweep)
+        self.store.load(run, folder, sweep, precision)
         self.select_request(None)
-        self._show_run_kind(str(run.config.get("mode", "")), sweep[0].kind if sweep else None)
+        self._show_run_kind(mode, sweep[0].kind if sweep else None)
         self._show_run_info(run.info)
         self.timeline.set_follow(True)
         self.repaint_views()

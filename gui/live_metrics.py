@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backend.precision import from_info
 from backend.roofline.profiles import local_profile_path, run_profile
 from backend.records import Phase, RequestStatus
 from backend.cli.report import roofline_lines
@@ -118,12 +119,15 @@ def device_profile(device: str, device_name: str):
 
 def _roofline(store: RunStore) -> list[tuple[str, str]]:
     """The same lines as the CLI's summary, from the store's whole-run sums of the prefill and decode steps."""
+    if store.config.get("mode") == "sweep-precision":   # its steps ran at several precisions: no one roof
+        return []
     if store.model is not None:   # a live run
-        shape, dtype, device, name = store.model.shape, store.model.dtype, store.model.device, store.model.device_name
+        shape, device, name = store.model.shape, store.model.device, store.model.device_name
+        dtype = store.model.precision or store.model.dtype
     else:                         # a saved run: run.json's info
         info = store.info
-        shape, dtype, device, name = info.get("shape"), info.get("dtype"), info.get("device", ""), \
-            info.get("device_name", "")
+        shape, device, name = info.get("shape"), info.get("device", ""), info.get("device_name", "")
+        dtype = from_info(info) or info.get("dtype")
     totals = {"prefill": store.roofline[Phase.PREFILL], "decode": store.roofline[Phase.DECODE]}
     if shape is None or not any(t.steps for t in totals.values()):
         return []

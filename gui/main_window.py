@@ -9,6 +9,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.loaders.device import run_dtype_name
+from backend.precision import from_info
 from backend.errors import InputError
 from backend.events import EngineStatus, ModelLoaded, Progress
 from backend.models.base import ModelShape
@@ -20,6 +21,7 @@ from .controls import ControlsPanel
 from .file_actions import FileActions
 from .lanes import LanesView
 from .metrics import MetricsPanel
+from .precision_view import PrecisionView
 from .requests_table import RequestsTable
 from .run_store import RunStore
 from .status import RunStatus
@@ -34,6 +36,7 @@ PAINT_SHARE = 0.5        # of a core, for the window's thread while a run goes; 
 REPAINT_MAX_MS = 250     # ... to at most 4 a second
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); the throughput plot below has the numbers"
+PRECISION_TITLE = "TTFT and TPOT by weight precision"
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
                   "its lanes and metrics come from the client's clock")
 
@@ -96,11 +99,12 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.lanes.getPlotItem().getViewBox().sigRangeChangedManually.connect(
             lambda *_: self.timeline.set_follow(False))
         self.throughput = ThroughputView(self.store)
+        self.precision = PrecisionView(self.store)
         self.table = RequestsTable(self.store)
         self.text = GeneratedText(self.store)
         self.metrics = MetricsPanel(self.store)
         self.current_plot: pg.PlotWidget = self.timeline
-        for plot in (self.timeline, self.lanes, self.throughput):
+        for plot in (self.timeline, self.lanes, self.throughput, self.precision):
             plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
         self.lanes.requestClicked.connect(self.select_request)
         self.table.requestSelected.connect(self.select_request)
@@ -148,7 +152,22 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         column.setSpacing(0)
         column.addWidget(self.throughput, 1)
         column.addWidget(self.throughput.note)
-        self.throughput_dock = self._dock("Throughput vs batch size", throughput, "throughputDock")
+        precision = QtWidgets.QWidget()
+        column = QtWidgets.QVBoxLayout(precision)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.precision, 1)
+        column.addWidget(self.precision.note)
+        # the throughput plot and a precision sweep's share the dock, a tab each: a precision sweep
+        # brings its tab forward, a batch or prompt sweep the throughput's
+        self.roofline_tabs = QtWidgets.QTabWidget()
+        self.roofline_tabs.setObjectName("rooflineTabs")
+        self.roofline_tabs.setDocumentMode(True)
+        self.roofline_tabs.addTab(throughput, "Throughput")
+        self.roofline_tabs.addTab(precision, "Precision")
+        self._throughput_title = "Throughput vs batch size"
+        self.throughput_dock = self._dock(self._throughput_title, self.roofline_tabs, "throughputDock")
+        self.roofline_tabs.currentChanged.connect(self._show_dock_title)
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
         self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
@@ -207,13 +226,17 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         except InputError as exc:
             self.show_error(str(exc))
             return
-        # the last sweep stays on the throughput plot while other runs of the same model follow it
+        # the last sweep stays on the throughput plot (a precision sweep on its tab) while other runs
+        # of the same model follow it
         same_model = config.model.name == self.store.config.get("model", {}).get("name")
         sweep = (self.store.sweep_points, self.store.sweep_context) if same_model else ([], None)
+        precision = (self.store.precision_points, self.store.precision_summary) if same_model else ([], None)
         self.store.reset()
-        if not config.mode.startswith("sweep"):
+        if config.mode not in ("sweep-batch", "sweep-prompt"):   # each sweep keeps the other's tab
             self.store.sweep_points, self.store.sweep_context = sweep
-        elif config.mode == "sweep-batch":
+        if config.mode != "sweep-precision":
+            self.store.precision_points, self.store.precision_summary = precision
+        if config.mode == "sweep-batch":
             self.store.sweep_context = config.sweep.context
         self.store.config = config_dict(config)
         self.store.remote = config.endpoint is not None
@@ -233,10 +256,21 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         kind = sweep_kind or "batch"
         self.throughput.set_kind(kind)
         self.throughput.set_inputs(context=self._prediction_context())
-        self.throughput_dock.setWindowTitle("Throughput vs " + ("prompt length" if kind == "prompt" else "batch size"))
-        message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if mode.startswith("sweep") else ""
+        self._throughput_title = "Throughput vs " + ("prompt length" if kind == "prompt" else "batch size")
+        if mode == "sweep-precision":
+            self.roofline_tabs.setCurrentWidget(self.precision.parentWidget())
+        elif mode.startswith("sweep") or not self.store.precision_points:
+            self.roofline_tabs.setCurrentWidget(self.throughput.parentWidget())
+        self._show_dock_title()
+        one_bar_a_point = mode in ("sweep-batch", "sweep-prompt")   # a precision sweep shows every timed step
+        message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else ""
         self.timeline.set_empty_message(message)
         self.lanes.set_remote(self.store.remote)
+
+    def _show_dock_title(self, *_) -> None:
+        """The bottom dock is named after its tab on screen."""
+        on_precision = self.roofline_tabs.currentWidget() is self.precision.parentWidget()
+        self.throughput_dock.setWindowTitle(PRECISION_TITLE if on_precision else self._throughput_title)
 
     def stop_run(self) -> None:
         if self.running:
@@ -273,7 +307,9 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         elif isinstance(event, EngineStatus):
             self.status.show_engine(event)
         elif isinstance(event, ModelLoaded):
-            self.throughput.set_inputs(shape=event.shape, run_dtype=event.dtype)
+            # a precision sweep loads the model at each of its precisions: none of them is the run's dtype
+            run_dtype = None if self._is_precision_sweep() else event.precision or event.dtype
+            self.throughput.set_inputs(shape=event.shape, run_dtype=run_dtype)
             self._show_choices(event.name, f"{event.device} ({event.device_name})", event.dtype)
 
     def _on_records(self, batch) -> None:
@@ -291,6 +327,11 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         s = result.summary
         if result.error:
             self.show_error(f"the run failed part way: {result.error} (the records so far are kept)")
+        elif s.get("kind") == "precision":
+            count = s.get("num_points", 0)
+            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: precision sweep, {count} "
+                                         f"precision{'s' if count != 1 else ''} measured"
+                                         + "".join(f"; {note}" for note in [s.get("note"), *self.run_notes] if note))
         elif result.stopped:
             self.statusBar().showMessage(f"Stopped: {s.get('num_finished', 0)} of {s.get('num_requests', 0)} "
                                          "requests finished; the records so far are kept")
@@ -319,7 +360,8 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         numbers = not self.running or self._ticks % NUMBERS_EVERY == 0
         if numbers:
             self.table.refresh()   # keeps row counts right even while hidden
-        for view in (self.timeline, self.lanes, self.throughput, self.text) + ((self.metrics,) if numbers else ()):
+        for view in (self.timeline, self.lanes, self.throughput, self.precision, self.text) + \
+                ((self.metrics,) if numbers else ()):
             if view.isVisible():
                 view.refresh()
 
@@ -386,12 +428,17 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
     def _show_run_info(self, info: dict) -> None:
         """Model, device and dtype as a run recorded them (run.json's info), and its shape for the prediction."""
         if isinstance(info.get("shape"), dict):
-            self.throughput.set_inputs(shape=ModelShape(**info["shape"]), run_dtype=info.get("dtype"))
+            # a precision sweep's info names all its precisions ("float32,q8_0"): none is the run's dtype
+            run_dtype = None if self._is_precision_sweep() else from_info(info) or info.get("dtype")
+            self.throughput.set_inputs(shape=ModelShape(**info["shape"]), run_dtype=run_dtype)
         if info.get("target") == "remote":
             self._show_choices(info.get("model", "?"), f"remote ({info.get('endpoint', '?')})", "—")
         elif "model" in info:
             self._show_choices(info["model"], f"{info.get('device', '?')} ({info.get('device_name', '')})",
                                info.get("dtype", "?"))
+
+    def _is_precision_sweep(self) -> bool:
+        return self.store.config.get("mode") == "sweep-precision"
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         """Stop a run at its next step and join the worker thread before the window goes."""

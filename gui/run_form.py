@@ -6,7 +6,7 @@ from PySide6 import QtCore, QtWidgets
 from backend.config import BatchRun, EngineConfig, SamplingConfig
 from backend.errors import InputError
 from backend.engine.scheduler import POLICIES
-from backend.engine.sweep import SweepSpec
+from backend.engine.sweep import PRECISION_DEFAULT, SweepSpec, parse_dtypes
 from backend.workload.spec import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
                               list_workloads, load_workload)
 
@@ -17,12 +17,23 @@ RUN_KINDS = (
     ("load", "Workload through the load driver"),
     ("sweep-batch", "Batch-size sweep (decode)"),
     ("sweep-prompt", "Prompt-length sweep (prefill)"),
+    ("sweep-precision", "Precision sweep (bytes per weight)"),
 )
 CUSTOM = "custom"
 
 
 def mean_length(dist: LengthDist) -> float:
     return {"fixed": dist.value, "uniform": (dist.low + dist.high) / 2}.get(dist.kind, dist.mean)
+
+
+def precision_list(text: str) -> list[str]:
+    """Comma-separated precisions (float32,q8_0,...) as `sweep precision --dtypes` takes them."""
+    if not text.replace(",", "").strip():
+        raise ValueError("precisions: give a comma-separated list such as float32,q8_0,q4_1")
+    try:
+        return parse_dtypes(text, "precisions")
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _form(parent: QtWidgets.QWidget) -> QtWidgets.QFormLayout:
@@ -53,6 +64,7 @@ class RunForm(QtWidgets.QWidget):
         self.pages.addWidget(self._load_page())
         self.pages.addWidget(self._sweep_batch_page())
         self.pages.addWidget(self._sweep_prompt_page())
+        self.pages.addWidget(self._sweep_precision_page())
         self.fields["sampling"] = {
             "temperature": ValidatedField("0", number("temperature", 0.0, 10.0), tooltip="0 is greedy"),
             "seed": ValidatedField("0", whole("seed", 0, 2**31 - 1)),
@@ -180,6 +192,27 @@ class RunForm(QtWidgets.QWidget):
         }
         form.addRow("Prompt lengths", f["lengths"])
         form.addRow("Steps per point", f["steps"])
+        return page
+
+    def _sweep_precision_page(self) -> QtWidgets.QWidget:
+        page = QtWidgets.QWidget()
+        form = _form(page)
+        f = self.fields["sweep-precision"] = {
+            "dtypes": ValidatedField(",".join(PRECISION_DEFAULT), precision_list,
+                                     tooltip="the same model loaded at each: float32, bfloat16, float16, "
+                                             "q8_0, q4_0, q4_1, int8 (the Dtype above is not used)"),
+            "prompt_len": ValidatedField("512", whole("prompt length"), tooltip="tokens in each prompt"),
+            "output_len": ValidatedField("64", whole("output length"),
+                                         tooltip="decode steps timed (their median is the TPOT)"),
+            "batch": ValidatedField("1", whole("batch size", 1, MAX_BATCH),
+                                    tooltip="requests prefilled and decoded together"),
+            "steps": ValidatedField("3", whole("timed prefills", 1, 10_000), tooltip="their median is the TTFT"),
+        }
+        form.addRow("Precisions", f["dtypes"])
+        form.addRow("Prompt tokens", f["prompt_len"])
+        form.addRow("Output tokens", f["output_len"])
+        form.addRow("Batch size", f["batch"])
+        form.addRow("Prefills timed", f["steps"])
         return page
 
     def _length_parser(self, key: str, name: str):
@@ -339,6 +372,11 @@ class RunForm(QtWidgets.QWidget):
         if kind == "sweep-prompt":
             f = self.fields[kind]
             return SweepSpec(kind="prompt", lengths=sorted(set(f["lengths"].value)), steps=f["steps"].value)
+        if kind == "sweep-precision":   # as the CLI's `sweep precision` builds it (cli.tools.sweep_config)
+            f = self.fields[kind]
+            return SweepSpec(kind="precision", steps=f["steps"].value, dtypes=list(f["dtypes"].value),
+                             prompt_len=f["prompt_len"].value, output_len=f["output_len"].value,
+                             batch=f["batch"].value)
         return None
 
     def prediction_context(self) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.events import ModelLoaded, RequestsArrived, RunFinished, SweepPoint
+from backend.events import ModelLoaded, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.io.export import RunData
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
 from backend.remote.metrics import ServerMetrics
@@ -64,6 +64,8 @@ class RunStore:
         self.texts: dict[int, str] = {}
         self.sweep_points: list[SweepPoint] = []
         self.sweep_context: int | None = None          # the context a batch sweep's points were measured at
+        self.precision_points: list[PrecisionPoint] = []   # a precision sweep's, in the order measured
+        self.precision_summary: dict | None = None     # and its RunFinished summary (ratios, skipped precisions)
         self.model: ModelLoaded | None = None
         self.info: dict = {}
         self.config: dict = {}
@@ -98,9 +100,13 @@ class RunStore:
             self.info = event.info()
         elif isinstance(event, SweepPoint):
             self.sweep_points.append(event)
+        elif isinstance(event, PrecisionPoint):
+            self.precision_points.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event
             self.run_id = event.run_id or self.run_id
+            if event.summary.get("kind") == "precision":
+                self.precision_summary = dict(event.summary)
         else:
             return
         self.version += 1
@@ -250,14 +256,19 @@ class RunStore:
 
     # ---- whole runs ------------------------------------------------------------------------
 
-    def load(self, run: RunData, folder: str | Path | None = None, sweep: list[SweepPoint] | None = None) -> None:
-        """Show a saved run (Open run) read from `folder`, with its sweep's points if it is a sweep."""
+    def load(self, run: RunData, folder: str | Path | None = None, sweep: list[SweepPoint] | None = None,
+             precision: list[PrecisionPoint] | None = None) -> None:
+        """Show a saved run (Open run) read from `folder`, with its sweep's points if it is a sweep
+        (a batch or prompt sweep's `sweep`, a precision sweep's `precision`)."""
         self.reset()
         self.run_id, self.config, self.info = run.run_id, dict(run.config), dict(run.info)
         self.remote = run.info.get("target") == "remote"
         self.source = Path(folder) if folder is not None else None
         self.sweep_points = list(sweep or [])
         self.sweep_context = (run.config.get("sweep") or {}).get("context")
+        self.precision_points = list(precision or [])
+        if run.summary.get("kind") == "precision":
+            self.precision_summary = dict(run.summary)
         for r in sorted(run.requests, key=lambda r: (r.arrival_ms, r.request_id)):
             self._row(r.request_id)
         self.add_batch(RecordBatch(steps=list(run.steps), tokens=list(run.tokens), requests=list(run.requests)))

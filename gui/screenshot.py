@@ -1,12 +1,14 @@
 """Render the README's screenshot: the window after real runs of the bundled model, offscreen.
 
     python -m gui.screenshot [docs/screenshot.png]
+    python -m gui.screenshot --precision [precision.png]
 
 It first measures this machine quickly (calibrate --quick, into a temporary configuration
 folder: the user's own profile is left alone), so the throughput plot compares the measured
 points with this machine's roofline rather than a generic CPU's. Then it runs a short
 batch-size sweep (for the throughput plot) and a chat workload through the load driver, and
-saves the whole window at 1400 x 900.
+saves the whole window at 1400 x 900. With --precision it runs a small precision sweep of the
+bundled model instead (float32, bfloat16, q8_0, q4_1), for the precision tab.
 """
 from __future__ import annotations
 
@@ -46,10 +48,13 @@ def measure_this_machine(folder: str) -> None:
     print(f"this machine: {profile.tflops} TFLOP/s, {profile.bandwidth_gbs} GB/s")
 
 
-def main(path: str = "docs/screenshot.png") -> int:
+def main(*args: str) -> int:
+    precision = "--precision" in args
+    paths = [a for a in args if a != "--precision"]
+    path = paths[0] if paths else "precision.png" if precision else "docs/screenshot.png"
     with tempfile.TemporaryDirectory(prefix="phasescope-config-") as folder:
         measure_this_machine(folder)
-        return shoot(path)
+        return shoot_precision(path) if precision else shoot(path)
 
 
 def shoot(path: str) -> int:
@@ -82,5 +87,29 @@ def shoot(path: str) -> int:
     return 0
 
 
+def shoot_precision(path: str, dtypes: str = "float32,bfloat16,q8_0,q4_1", prompt_len: str = "128",
+                    output_len: str = "16") -> int:
+    """The window after a small precision sweep of the bundled model, its precision tab in front."""
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    window = MainWindow()
+    window.resize(1400, 900)
+    window.show()
+    controls, form = window.controls, window.controls.form
+    controls.select_model("smollm2-135m")
+    controls.device_combo.setCurrentText("cpu")
+    controls.select_profile(LOCAL_KEY)
+    form.set_kind("sweep-precision")
+    f = form.fields["sweep-precision"]
+    for key, text in (("dtypes", dtypes), ("prompt_len", prompt_len), ("output_len", output_len), ("steps", "2")):
+        f[key].setText(text)
+    run_and_wait(app, window)
+    window.repaint_views()
+    app.processEvents()
+    window.grab().save(path)
+    window.close()
+    print(f"wrote {path}")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:2]))
+    sys.exit(main(*sys.argv[1:3]))

@@ -7,7 +7,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from backend.roofline.profiles import GpuProfile, dtype_bytes, dtype_key
+from backend.errors import InputError
+from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes
 from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill
 
 from .plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, STEP_TIME_COLOR, cosmetic_pen,
@@ -30,10 +31,17 @@ class Log2Axis(pg.AxisItem):
         return [f"{2.0 ** v:g}" if v >= 0 else f"1/{2.0 ** -v:g}" for v in values]
 
 
-def prediction_dtype(profile: GpuProfile, run_dtype: str) -> str:
-    """The run's dtype when the profile has a figure for it, else the profile's first (e.g. a T4's fp16)."""
-    key = dtype_key(run_dtype)
-    return key if key in profile.tflops else profile.dtypes[0]
+def prediction_dtype(profile: GpuProfile, run_dtype) -> tuple:
+    """(what to price the prediction at, its bytes): the run's precision where the profile has a
+    peak for it, else the profile's first dtype (e.g. a T4's fp16), at that dtype's bytes."""
+    try:
+        precision = as_precision(run_dtype)
+    except InputError:
+        precision = None
+    if precision is not None and profile.has_peak(precision):
+        return precision, precision
+    key = profile.dtypes[0]
+    return key, dtype_bytes(key)
 
 
 class ThroughputView(pg.PlotWidget):
@@ -169,8 +177,7 @@ class ThroughputView(pg.PlotWidget):
         if self.shape is None or self.profile is None:
             self.predicted.setData([], [])
             return ["the prediction appears once a model's shape is known (after a run starts)"]
-        dtype = prediction_dtype(self.profile, self.run_dtype)
-        nbytes = dtype_bytes(dtype)
+        dtype, nbytes = prediction_dtype(self.profile, self.run_dtype)
         lo, hi = BATCH_RANGE if self.kind == "batch" else PROMPT_RANGE
         notes = []
         if self.kind == "batch":
@@ -187,7 +194,8 @@ class ThroughputView(pg.PlotWidget):
         else:
             times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype).time_s for n in xs]
         self.predicted.setData(np.log2(xs), xs / np.array(times))
-        set_title(self.getPlotItem(), self._title(f"{self.profile.key} {dtype} (predicted)"))
+        label = dtype.name if hasattr(dtype, "name") else dtype
+        set_title(self.getPlotItem(), self._title(f"{self.profile.key} {label} (predicted)"))
         if self.crossover is not None and self.crossover < CROSSOVER_CAP:
             self.crossover_line.setValue(math.log2(self.crossover))
             self.crossover_line.show()

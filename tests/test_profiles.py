@@ -70,9 +70,18 @@ def test_dtype_spellings(spelling):
 
 
 def test_unknown_dtype_is_refused():
-    with pytest.raises(InputError, match="int8"):
-        find_profile("h100-sxm").peak_flops("int8")
+    with pytest.raises(InputError, match="fp8"):
+        find_profile("h100-sxm").peak_flops("fp8")
     assert dtype_bytes("float32") == 4
+
+
+def test_quantized_precisions_are_priced_at_the_peak_their_arithmetic_runs_at():
+    """GGUF blocks are multiplied in fp32 by the CPU kernels; int8 weight-only at its activations' dtype."""
+    from backend.precision import precision
+    h100 = find_profile("h100-sxm")
+    assert h100.peak_key("q4_1") == "fp32" and dtype_bytes("q4_1") == 4
+    assert h100.peak_key(precision("int8", "bfloat16")) == "bf16"
+    assert h100.peak_flops(precision("int8", "bfloat16")) == h100.peak_flops("bf16")
 
 
 def test_bandwidth_and_ridge_units():

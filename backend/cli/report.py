@@ -7,7 +7,8 @@ from collections import Counter
 import time
 from types import SimpleNamespace
 
-from backend.events import ModelLoaded, Progress, RequestsArrived, RunFinished, SweepPoint
+from backend.events import ModelLoaded, PrecisionPoint, Progress, RequestsArrived, RunFinished, SweepPoint
+from backend.precision import from_info
 from backend.records import RecordBatch, RequestStatus
 from backend.roofline.cost import Bound, PhaseRoofline, PhaseTotals, phase_roofline
 from backend.engine.threads import describe_threads
@@ -67,7 +68,7 @@ class LiveProgress:
         elif isinstance(event, ModelLoaded):
             self.loaded = event
             self._last = time.monotonic()   # the first status line comes a second into the run
-        elif isinstance(event, SweepPoint) and self.sweep is not None:
+        elif isinstance(event, (SweepPoint, PrecisionPoint)) and self.sweep is not None:
             self.sweep.on_point(event)
         elif isinstance(event, RequestsArrived):
             self.arrived += len(event.request_ids)
@@ -114,7 +115,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
           f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
     threads = (describe_threads(info["threads"], info["affinity"]) if info.get("affinity")
                else f"{info.get('threads')} threads")
-    print(f"device  {info.get('device')} ({info.get('device_name')}), {info.get('dtype')}, "
+    print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}, "
           f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
     if config.mode == "batch":
         _print_batch_summary(config, data, s, out)
@@ -146,7 +147,7 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
     if info.get("shape") is not None and any(t is not None and t.steps for t in totals.values()):
         from backend.roofline.profiles import run_profile
         device, name = info.get("device", ""), info.get("device_name", "")
-        for label, text in roofline_lines(info["shape"], info.get("dtype"), device, name, totals,
+        for label, text in roofline_lines(info["shape"], from_info(info) or info.get("dtype"), device, name, totals,
                                           run_profile(device, name)):
             print(f"roofline {text}" if label == "roofline" else f"  {label:<7} {text}", file=out)
     breakdown = breakdown_of(finished)
@@ -155,6 +156,14 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
 
 
 # ---- lines the CLI summary and the window's metrics panel share ----------------------------------
+
+def precision_text(info: dict) -> str:
+    """'float32', or for quantized weights 'q4_1 weights (5.74 bits), float32 activations'."""
+    p = from_info(info)
+    if p is None or not p.is_quantized:
+        return str(info.get("dtype"))
+    return f"{p.name} weights ({p.weight_bits:.2f} bits), {p.activation} activations"
+
 
 def _significant(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
@@ -210,15 +219,16 @@ def roofline_lines(shape, dtype, device: str, device_name: str, totals: dict, pr
     if profile is None:
         return [("roofline", f"no profile for {device_name or device}, so no bound is given "
                              f"(run `calibrate` to measure this device's)")]
-    if key not in profile.dtypes:
+    if not profile.has_peak(dtype):
         return [("roofline", f"{profile_label(profile)} has no {key} peak, so no bound is given")]
-    lines = [("roofline", f"{profile_label(profile)}: {key} {flops_text(profile.peak_flops(key))}, "
+    used = profile.peak_key(dtype)
+    lines = [("roofline", f"{profile_label(profile)}: {key} {flops_text(profile.peak_flops(dtype))}, "
                           f"{bandwidth_text(profile.bandwidth_bytes_per_s)}, "
-                          f"ridge {_significant(profile.ridge(key))} FLOP/byte")]
+                          f"ridge {_significant(profile.ridge(dtype))} FLOP/byte")]
     for phase in ("prefill", "decode"):
-        r = phase_roofline(shape, key, totals.get(phase), profile)
+        r = phase_roofline(shape, dtype, totals.get(phase), profile)
         if r is not None:
-            lines.append((phase, bound_text(r, key)))
+            lines.append((phase, bound_text(r, used)))
     return lines
 
 

@@ -27,6 +27,14 @@ def add_tool_parsers(sub, model_flags) -> None:
     model_flags(p)
     p.add_argument("--lengths", default="32,64,128,256,512,1024,2048")
     p.add_argument("--steps", type=int, default=3, help="timed prefills per length (median reported)")
+    q = kinds.add_parser("precision", help="TTFT and TPOT of the same model at each weight precision")
+    model_flags(q)
+    q.add_argument("--dtypes", default="float32,bfloat16,q8_0,q4_1",
+                   help="comma-separated precisions: float32, bfloat16, float16, q8_0, q4_0, q4_1, int8")
+    q.add_argument("--prompt-len", type=int, default=512, help="tokens in each prompt")
+    q.add_argument("--output-len", type=int, default=64, help="decode steps timed (median reported as TPOT)")
+    q.add_argument("--batch", type=int, default=1, help="requests prefilled and decoded together")
+    q.add_argument("--steps", type=int, default=3, help="timed prefills per precision (median reported as TTFT)")
 
 
 def print_profiles() -> int:
@@ -69,7 +77,14 @@ def sweep_config(args) -> RunConfig:
     config = common_config(args, f"sweep-{args.kind}")
     if args.steps <= 0:
         raise InputError(f"--steps must be positive, got {args.steps}")
-    if args.kind == "batch":
+    if args.kind == "precision":
+        from backend.engine.sweep import parse_dtypes
+        for flag, value in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len), ("--batch", args.batch)):
+            if value <= 0:
+                raise InputError(f"{flag} must be positive, got {value}")
+        config.sweep = SweepSpec("precision", steps=args.steps, dtypes=parse_dtypes(args.dtypes),
+                                 prompt_len=args.prompt_len, output_len=args.output_len, batch=args.batch)
+    elif args.kind == "batch":
         if args.context <= 0:
             raise InputError(f"--context must be positive, got {args.context}")
         config.sweep = SweepSpec("batch", batches=parse_sizes(args.batches, "--batches"), context=args.context,
@@ -87,6 +102,12 @@ class SweepPrinter:
     """Prints each sweep point as it is measured, then the crossover summary."""
 
     def __init__(self, kind: str):
+        self.kind = kind
+        if kind == "precision":
+            self.header = (f"{'dtype':>9} {'weights':>9} {'bits':>5} {'TTFT ms':>9} {'TPOT ms':>9} {'prefill tok/s':>14} "
+                           f"{'decode tok/s':>13} {'pred TTFT':>10} {'pred TPOT':>10}")
+            self.printed = False
+            return
         self.header = f"{'batch' if kind == 'batch' else 'prompt':>7} {'step ms':>10} {'tokens/s':>11} {'MFU':>7} " \
                       f"{'MBU':>7} {'pred ms':>10} {'local ms':>10}  bound"
         self.printed = False
@@ -95,6 +116,11 @@ class SweepPrinter:
         if not self.printed:
             print(self.header)
             self.printed = True
+        if self.kind == "precision":
+            print(f"{p.dtype:>9} {p.weight_bytes / 1e6:>7,.0f}MB {p.weight_bits:>5.2f} {p.ttft_ms:>9.1f} {p.tpot_ms:>9.2f} "
+                  f"{p.prefill_tokens_per_s:>14,.0f} {p.decode_tokens_per_s:>13,.1f} "
+                  f"{_fmt(p.predicted_ttft_ms, '>10.1f')} {_fmt(p.predicted_tpot_ms, '>10.2f')}", flush=True)
+            return
         print(f"{p.x:>7} {p.step_ms:>10.2f} {p.tokens_per_s:>11,.1f} {_fmt(p.mfu, '>7.1%')} {_fmt(p.mbu, '>7.1%')} "
               f"{_fmt(p.predicted_ms, '>10.3f')} {_fmt(p.predicted_local_ms, '>10.3f')}  {p.bound}", flush=True)
 
@@ -107,6 +133,12 @@ class SweepPrinter:
                 return "none (decode stays memory-bound)" if v is None else str(v)
             print(f"crossover batch: measured {show(s.get('measured_crossover_batch'))}, predicted for the profile "
                   f"{show(s.get('predicted_crossover_batch'))}, for this machine {show(s.get('predicted_local_crossover_batch'))}")
+        if s.get("kind") == "precision":
+            for key, value in s.items():
+                if key.endswith("_bytes_ratio"):
+                    name = key.removesuffix("_bytes_ratio")
+                    print(f"{name}: {value:.2f}x fewer weight bytes than {info.get('dtype', '').split(',')[0]}; "
+                          f"TPOT {s[name + '_tpot_speedup']:.2f}x faster, TTFT {s[name + '_ttft_speedup']:.2f}x faster")
         if s.get("note"):
             print(s["note"])
         if config.out_dir:

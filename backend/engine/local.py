@@ -15,7 +15,7 @@ from typing import Callable
 from backend.config import RunConfig, config_dict
 from backend.engine.scheduler import POLICIES
 from backend.errors import InputError
-from backend.events import Emit, ModelLoaded, Progress, RunFinished
+from backend.events import Emit, Progress, RunFinished
 from backend.io.export import RunData, RunWriter
 from backend.loaders.cache import ModelCache
 from backend.records import RecordBatch, new_run_id
@@ -61,7 +61,6 @@ def validate(config: RunConfig) -> None:
 
 def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None,
              retain_records: bool, models: ModelCache) -> RunFinished:
-    from backend.loaders.device import dtype_name
     from backend.engine.loop import Engine
     from backend.io.summary import RunAccumulator
     from backend.engine.runner import Runner
@@ -83,8 +82,7 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
         check_kv_fits(loaded, num_slots, max_len)
     kv_capacity = min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
     run_id = new_run_id()
-    emit(ModelLoaded(loaded.name, str(loaded.device), dev_name, dtype_name(loaded.dtype), loaded.source,
-                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, kv_capacity, shape, reused))
+    emit(loaded.loaded_event(dev_name, kv_capacity, reused))
     emit(Progress("warming up", None))
     runner = Runner(loaded, num_slots, max_len, config.sampling)
     runner.warmup()
@@ -135,8 +133,10 @@ def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: i
     return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
             "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
             "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
-            "dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(), "affinity": current_affinity(),
-            "kernels": kernels_in_use(loaded.device, loaded.dtype), "kv_capacity": kv_capacity,
+            "dtype": loaded.precision.name, "weight_bits": loaded.precision.weight_bits,
+            "activation_dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(),
+            "affinity": current_affinity(), "kernels": kernels_in_use(loaded.device, loaded.dtype, loaded.precision),
+            "kv_capacity": kv_capacity,
             "kv_slots": num_slots, "max_len": max_len,
             "versions": library_versions(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from backend.errors import InputError, is_out_of_memory, one_line
-from backend.events import ModelLoaded, Progress, RunFinished, SweepPoint
+from backend.events import Progress, RunFinished, SweepPoint
 from backend.io.export import RunData, ensure_writable
 from backend.records import Phase, RecordBatch, StepRecord
 
@@ -23,12 +23,32 @@ GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than ha
 
 @dataclass(slots=True)
 class SweepSpec:
-    kind: str = "batch"                                   # batch | prompt
+    kind: str = "batch"                                   # batch | prompt | precision
     batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
     lengths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024, 2048])
     context: int = 512                                    # batch sweep: tokens each request attends to
     steps: int = 8                                        # timed steps (or prefills) per point
     warmup: int = 2
+    # precision sweep (engine/precision_sweep.py): B prompts of prompt_len, output_len decode steps
+    dtypes: list[str] = field(default_factory=lambda: list(PRECISION_DEFAULT))
+    prompt_len: int = 512
+    output_len: int = 64
+    batch: int = 1
+
+
+PRECISION_DEFAULT = ("float32", "bfloat16", "q8_0", "q4_1")
+
+
+def parse_dtypes(text: str, flag: str = "--dtypes") -> list[str]:
+    """"float32,q8_0" -> their canonical names, each once, in the order given."""
+    from backend.precision import NAMES, canonical
+    try:
+        names = [canonical(part) for part in text.split(",") if part.strip()]
+    except InputError:
+        names = []
+    if not names or "auto" in names:
+        raise InputError(f"{flag} takes comma-separated precisions from {', '.join(NAMES)}; got {text!r}")
+    return list(dict.fromkeys(names))
 
 
 def parse_sizes(text: str, flag: str) -> list[int]:
@@ -53,7 +73,7 @@ def measured_crossover(points: list[SweepPoint]) -> int | None:
 
 def _predict(profile, cost, dtype) -> tuple[float | None, str]:
     from backend.roofline.cost import predict
-    if profile is None or dtype not in profile.dtypes:
+    if profile is None or not profile.has_peak(dtype):
         return None, ""
     p = predict(cost, profile, dtype)
     return p.time_s * 1000, p.bound.value
@@ -78,11 +98,11 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     models = models or ModelCache()
     import torch
 
-    from backend.loaders.device import dtype_name, synchronize
+    from backend.loaders.device import synchronize
     from backend.models import make_step_batch
     from backend.models.base import KVCache
     from backend.models.packed import pack_weights
-    from backend.roofline.profiles import dtype_key, find_profile, run_profile
+    from backend.roofline.profiles import find_profile, run_profile
     from backend.roofline.cost import step_cost, utilization
     from backend.config import config_dict
     from backend.engine.local import run_info
@@ -93,10 +113,9 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     loaded, dev_name, reused = models.get(config, emit)
     pack_weights(loaded.model)   # as the runner does: the sweep times the same kernels as a run
     shape, device = loaded.shape, loaded.device
-    emit(ModelLoaded(loaded.name, str(device), dev_name, dtype_name(loaded.dtype), loaded.source,
-                     loaded.random_weights, shape.num_params(), loaded.weight_bytes, 0, shape, reused))
-    dtype = dtype_key(loaded.dtype)
-    dtype_bytes = loaded.dtype.itemsize
+    emit(loaded.loaded_event(dev_name, 0, reused))
+    dtype = loaded.precision            # priced by its matrices' bytes and its compute peak
+    dtype_bytes = loaded.precision
     local = run_profile(str(device), dev_name)   # this machine's roofline, as the run summary judges it
     selected = find_profile(config.profile) if config.profile else local
     sizes = spec.batches if spec.kind == "batch" else spec.lengths
@@ -126,7 +145,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
                 if spec.context + spec.warmup + spec.steps > shape.max_position:
                     raise InputError(f"--context {spec.context} is beyond {loaded.name}'s {shape.max_position} tokens")
                 length = spec.context + spec.warmup + spec.steps
-                _check_fits(shape, x, length, dtype_bytes, device, f"batch {x}")
+                _check_fits(shape, x, length, loaded.dtype.itemsize, device, f"batch {x}")
                 cache = KVCache(shape, x, length, device, loaded.dtype)
                 for t in cache.k + cache.v:
                     t.normal_(0, 1)   # placeholder keys and values: the cost does not depend on them
@@ -142,7 +161,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
             else:
                 if x > shape.max_position:
                     raise InputError(f"prompt length {x} is beyond {loaded.name}'s {shape.max_position} tokens")
-                _check_fits(shape, 1, x, dtype_bytes, device, f"prompt {x}")
+                _check_fits(shape, 1, x, loaded.dtype.itemsize, device, f"prompt {x}")
                 cache = KVCache(shape, 1, x, device, loaded.dtype)
                 ids = [j % shape.vocab_size for j in range(x)]
                 for w in range(spec.warmup):
@@ -162,7 +181,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
                 torch.cuda.empty_cache()
             break
         median_s = statistics.median(times)
-        util = utilization(cost, median_s, local, dtype) if local is not None and dtype in local.dtypes else None
+        util = utilization(cost, median_s, local, dtype) if local is not None and local.has_peak(dtype) else None
         predicted_ms, bound = _predict(selected, cost, dtype)
         predicted_local_ms, _ = _predict(local, cost, dtype)
         point = SweepPoint(spec.kind, x, median_s * 1000, tokens / median_s, cost.flops, cost.bytes,
@@ -197,7 +216,7 @@ def sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note
         summary["context"] = spec.context
         summary["measured_crossover_batch"] = measured_crossover(points)
         for label, profile in (("predicted", selected), ("predicted_local", local)):
-            if profile is not None and dtype in profile.dtypes:
+            if profile is not None and profile.has_peak(dtype):
                 b = crossover_batch(shape, dtype_bytes, spec.context, profile, dtype)
                 summary[f"{label}_crossover_batch"] = None if b >= CROSSOVER_CAP else b
     if points:
@@ -239,6 +258,8 @@ def read_sweep(folder) -> list[SweepPoint]:
         with open(path, encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
             x_col = (reader.fieldnames or [""])[0]
+            if x_col not in ("batch", "prompt_len"):   # another sweep's file (a precision sweep's)
+                return []
             kind = "batch" if x_col == "batch" else "prompt"
             return [SweepPoint(kind, int(row[x_col]), float(row["step_ms"]), float(row["tokens_per_s"]),
                                float(row["flops"]), float(row["bytes"]), number(row["mfu"]), number(row["mbu"]),

@@ -4,7 +4,9 @@
 for this CPU (`-march=native`), caches it under the user's cache folder keyed by the sources,
 compiler and machine, loads it with ctypes and checks it against torch on a small product. On
 a machine without a compiler, or where the check fails, `load()` returns None and `reason()`
-says why; callers then use torch's kernels. PHASESCOPE_KERNELS=0 turns them off.
+says why; callers then use torch's kernels. PHASESCOPE_KERNELS=0 turns them off;
+PHASESCOPE_KERNELS_ARCH replaces -march=native (e.g. "-march=x86-64-v3" builds for AVX2 machines,
+"-march=x86-64" for the portable C paths, which the tests check against the native build).
 """
 from __future__ import annotations
 
@@ -56,7 +58,9 @@ def build(cache_dir: Path | None = None) -> Path:
     digest = hashlib.sha256()
     for f in sorted(HERE.glob("*.[ch]")):
         digest.update(f.name.encode() + f.read_bytes())
-    digest.update(" ".join([*compiler, *FLAGS, platform.machine(), platform.processor(), _cpu_flags()]).encode())
+    arches = _arches()
+    digest.update(" ".join([*compiler, *FLAGS, *sum(arches, []), platform.machine(), platform.processor(),
+                            _cpu_flags()]).encode())
     folder = cache_dir or _cache_dir()
     target = folder / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
     if target.exists():
@@ -66,7 +70,7 @@ def build(cache_dir: Path | None = None) -> Path:
         out = Path(tmp) / target.name
         base = [*compiler, *FLAGS, *map(str, sources), "-o", str(out)]
         errors = ""
-        for arch in (["-march=native"], []):   # some compilers (or CPUs) refuse -march=native
+        for arch in arches:
             done = subprocess.run(base[:len(compiler)] + arch + base[len(compiler):],
                                   capture_output=True, text=True, timeout=300)
             if done.returncode == 0:
@@ -74,6 +78,12 @@ def build(cache_dir: Path | None = None) -> Path:
                 return target
             errors = done.stderr
         raise RuntimeError(f"compiling the CPU kernels failed: {errors.strip() or 'no output'}")
+
+
+def _arches() -> list[list[str]]:
+    """The architecture flags to try in turn (some compilers, or CPUs, refuse -march=native)."""
+    chosen = os.environ.get("PHASESCOPE_KERNELS_ARCH")
+    return [shlex.split(chosen)] if chosen else [["-march=native"], []]
 
 
 def _compiler() -> list[str]:
@@ -114,8 +124,19 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_decode_attention.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
                                          i64, i64, i64, i64, i64]
     lib.psk_decode_attention.restype = ctypes.c_int
-    lib.psk_llama_decode_layer.argtypes = [ptr, i64, *[ptr] * 7, *[ptr] * 7, *[i64] * 6, ctypes.c_float]
-    lib.psk_llama_decode_layer.restype = ctypes.c_int
+    lib.psk_llama_decode_layers.argtypes = [i64, ptr, i64, ptr, ptr, ptr, ptr, *[ptr] * 5, *[i64] * 6, ctypes.c_float]
+    lib.psk_llama_decode_layers.restype = ctypes.c_int
+    c_int = ctypes.c_int
+    lib.psk_qlinear.argtypes = [c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
+    lib.psk_qlinear.restype = c_int
+    lib.psk_quantize_rows.argtypes = [c_int, ptr, i64, i64, ptr]
+    lib.psk_quantize_rows.restype = None
+    lib.psk_dequantize_rows.argtypes = [c_int, ptr, i64, i64, ptr]
+    lib.psk_dequantize_rows.restype = None
+    lib.psk_quant_pack.argtypes = [c_int, ptr, i64, i64, ptr]
+    lib.psk_quant_pack.restype = None
+    lib.psk_quant_packed_bytes.argtypes = [c_int, i64, i64]
+    lib.psk_quant_packed_bytes.restype = i64
     lib.psk_rms_norm.argtypes = [ptr, ptr, ptr, i64, i64, ctypes.c_float]
     lib.psk_rms_norm.restype = None
     lib.psk_silu_mul.argtypes = [ptr, ptr, i64, i64]

@@ -5,6 +5,13 @@
 
 void psk_linear(const float *wp, const float *x, const float *bias, const float *residual, float *y,
                 int64_t n, int64_t out, int64_t in);
+void psk_linear_panel(const float *panel, const float *x, const float *bias, const float *residual, float *y,
+                      int64_t n, int64_t out, int64_t in, int64_t o, int64_t width);
+int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, const float *residual, float *y,
+                int64_t n, int64_t out, int64_t in);
+/* Either product by the matrix's kind (quant.h: PSK_F32 panels or a quantized panel layout). */
+int psk_matmul(int kind, const void *w, const float *x, const float *bias, const float *residual, float *y,
+               int64_t n, int64_t out, int64_t in);
 void psk_rms_norm(const float *x, const float *weight, float *out, int64_t n, int64_t d, float eps);
 void psk_silu_mul(const float *x, float *out, int64_t n, int64_t d);
 int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride,

@@ -57,29 +57,35 @@ tile(const float *panel, const float *xb, const float *bias, const float *rb, fl
     }
 }
 
+/* One panel (in, 32) against all n rows of x, into y's columns [o, o + width). Also what
+   qlinear.c's prefill path runs on a pair of its 16-row panels dequantized to floats. */
+void psk_linear_panel(const float *panel, const float *x, const float *bias, const float *residual, float *y,
+                      int64_t n, int64_t out, int64_t in, int64_t o, int64_t width) {
+    for (int64_t b = 0; b < n; b += XB) {
+        const float *xb = x + b * in;
+        float *yb = y + b * out;
+        const float *rb = residual ? residual + b * out : NULL;
+        switch (n - b < XB ? n - b : XB) {
+        case 1: tile(panel, xb, bias, rb, yb, out, in, o, width, 1); break;
+#if XB > 2
+        case 3: tile(panel, xb, bias, rb, yb, out, in, o, width, 3); break;
+        case 4: tile(panel, xb, bias, rb, yb, out, in, o, width, 4); break;
+        case 5: tile(panel, xb, bias, rb, yb, out, in, o, width, 5); break;
+        case 6: tile(panel, xb, bias, rb, yb, out, in, o, width, 6); break;
+        case 7: tile(panel, xb, bias, rb, yb, out, in, o, width, 7); break;
+        case 2: tile(panel, xb, bias, rb, yb, out, in, o, width, 2); break;
+#endif
+        default: tile(panel, xb, bias, rb, yb, out, in, o, width, XB); break;
+        }
+    }
+}
+
 /* Panels [p0, p1) of the product, for all n rows of x. */
 static void linear_panels(const float *wp, const float *x, const float *bias, const float *residual, float *y,
                           int64_t n, int64_t out, int64_t in, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
-        const float *panel = wp + p * in * P;
         const int64_t o = p * P, width = out - o < P ? out - o : P;
-        for (int64_t b = 0; b < n; b += XB) {
-            const float *xb = x + b * in;
-            float *yb = y + b * out;
-            const float *rb = residual ? residual + b * out : NULL;
-            switch (n - b < XB ? n - b : XB) {
-            case 1: tile(panel, xb, bias, rb, yb, out, in, o, width, 1); break;
-#if XB > 2
-            case 3: tile(panel, xb, bias, rb, yb, out, in, o, width, 3); break;
-            case 4: tile(panel, xb, bias, rb, yb, out, in, o, width, 4); break;
-            case 5: tile(panel, xb, bias, rb, yb, out, in, o, width, 5); break;
-            case 6: tile(panel, xb, bias, rb, yb, out, in, o, width, 6); break;
-            case 7: tile(panel, xb, bias, rb, yb, out, in, o, width, 7); break;
-            case 2: tile(panel, xb, bias, rb, yb, out, in, o, width, 2); break;
-#endif
-            default: tile(panel, xb, bias, rb, yb, out, in, o, width, XB); break;
-            }
-        }
+        psk_linear_panel(wp + p * in * P, x, bias, residual, y, n, out, in, o, width);
     }
 }
 

@@ -46,6 +46,58 @@ def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch
     return y
 
 
+# The kernels' codes for the matrix formats (quant.h): float32 panels, then the GGUF block formats.
+KINDS = {"float32": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3}
+BLOCK = 32
+
+
+def quantize_rows(w: torch.Tensor, fmt: str) -> torch.Tensor:
+    """A float32 (rows, in) matrix as rows of GGUF blocks, uint8 (rows, in / 32 * block bytes)."""
+    w = w.detach().to(torch.float32).contiguous()
+    rows, inp = w.shape
+    out = torch.empty(rows, inp // BLOCK * _block_bytes(fmt), dtype=torch.uint8)
+    if w.numel():
+        _lib().psk_quantize_rows(KINDS[fmt], w.data_ptr(), rows, inp, out.data_ptr())
+    return out
+
+
+def dequantize_rows(blocks: torch.Tensor, fmt: str, inp: int) -> torch.Tensor:
+    """Rows of GGUF blocks back to float32 (rows, in): the exact values the products multiply by."""
+    blocks = blocks.contiguous()
+    w = torch.empty(blocks.shape[0], inp, dtype=torch.float32)
+    if w.numel():
+        _lib().psk_dequantize_rows(KINDS[fmt], blocks.data_ptr(), blocks.shape[0], inp, w.data_ptr())
+    return w
+
+
+def quant_pack(blocks: torch.Tensor, fmt: str, inp: int) -> torch.Tensor:
+    """Rows of GGUF blocks (out, in / 32 * block bytes) -> the quantized products' panels (quant.h)."""
+    blocks = blocks.contiguous()
+    out = blocks.shape[0]
+    packed = torch.empty(_lib().psk_quant_packed_bytes(KINDS[fmt], out, inp), dtype=torch.uint8)
+    _lib().psk_quant_pack(KINDS[fmt], blocks.data_ptr(), out, inp, packed.data_ptr())
+    return packed
+
+
+def qlinear(x: torch.Tensor, packed: torch.Tensor, fmt: str, out_features: int,
+            bias: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x (..., in) @ W^T (+ bias) (+ residual) for W packed by quant_pack; in is a multiple of 32."""
+    x = x.contiguous()
+    inp = x.shape[-1]
+    n = x.numel() // inp if inp else 0
+    y = torch.empty(*x.shape[:-1], out_features, dtype=x.dtype)
+    if residual is not None:
+        residual = residual.contiguous()
+    if n and _lib().psk_qlinear(KINDS[fmt], packed.data_ptr(), x.data_ptr(), _ptr(bias), _ptr(residual),
+                                y.data_ptr(), n, out_features, inp):
+        raise MemoryError("quantized product: no memory for the quantized activations")
+    return y
+
+
+def _block_bytes(fmt: str) -> int:
+    return {"q8_0": 34, "q4_0": 18, "q4_1": 20}[fmt]
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     x = x.contiguous()
     out = torch.empty_like(x)
@@ -97,18 +149,20 @@ def read(x: torch.Tensor) -> float:
     return _lib().psk_read(x.data_ptr(), x.numel())
 
 
-def llama_decode_layer(x: torch.Tensor, weights: tuple, cache_k: torch.Tensor, cache_v: torch.Tensor,
-                       step: tuple, scratch: torch.Tensor, heads: int, kv_heads: int, ff: int, eps: float) -> None:
-    """A whole Llama layer for a decode-only step, x (D, hidden) updated in place (layer.c).
+def llama_decode_layers(x: torch.Tensor, weights: torch.Tensor, kinds: torch.Tensor, cache_ptrs: torch.Tensor,
+                        step: tuple, scratch: torch.Tensor, heads: int, kv_heads: int, hd: int, ff: int,
+                        max_len: int, eps: float) -> None:
+    """Every layer of a decode step in one call (layer.c): x (D, hidden) updated in place.
 
-    weights: data pointers of (attn_norm, qkv, qkv_bias or None, o, mlp_norm, gate_up, down), the
-    matrices as panels. step: pointers of (slots, positions, cos, sin), the same for every layer.
-    scratch: at least decode_scratch_size(...) floats.
-    """
+    weights: int64 (layers, 7) of llama_decode_layer's weight pointers (0 for no bias); kinds:
+    int64 (layers, 4) of KINDS codes; cache_ptrs: int64 (2, layers), the caches' k then v pointers."""
     d, hidden = x.shape
-    hd = cache_k.shape[3]
-    failed = _lib().psk_llama_decode_layer(x.data_ptr(), d, *weights, cache_k.data_ptr(), cache_v.data_ptr(), *step,
-                                           scratch.data_ptr(), hidden, heads, kv_heads, hd, ff, cache_k.shape[2], eps)
+    layers = weights.shape[0]
+    failed = _lib().psk_llama_decode_layers(layers, x.data_ptr(), d, weights.data_ptr(), kinds.data_ptr(),
+                                            cache_ptrs[0].data_ptr(), cache_ptrs[1].data_ptr(), *step,
+                                            scratch.data_ptr(), hidden, heads, kv_heads, hd, ff, max_len, eps)
+    if failed == -2:
+        raise MemoryError("decode layer: no memory for the quantized activations")
     if failed:
         raise ValueError(f"decode layer: {heads} query heads do not share {kv_heads} kv heads evenly")
 

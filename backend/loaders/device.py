@@ -55,6 +55,7 @@ def resolve_device(spec: str) -> torch.device:
 
 
 def available_dtypes(device: torch.device) -> list[str]:
+    """The float dtypes this device computes in (what --dtype may name besides the quantized precisions)."""
     if device.type == "cuda":
         return ["float32", "float16"] + (["bfloat16"] if torch.cuda.is_bf16_supported() else [])
     if device.type == "mps":
@@ -64,6 +65,14 @@ def available_dtypes(device: torch.device) -> list[str]:
         except (RuntimeError, TypeError):
             return ["float32", "float16"]
     return ["float32", "bfloat16", "float16"]
+
+
+def available_precisions(device: torch.device) -> list[str]:
+    """Every --dtype this device runs: its float dtypes, the GGUF block formats where the CPU kernels
+    are built (CPU only), and int8 weight-only."""
+    from backend.kernels import ops
+    blocks = ["q8_0", "q4_0", "q4_1"] if ops.usable(device, torch.float32) else []
+    return [*available_dtypes(device), *blocks, "int8"]
 
 
 def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
@@ -82,10 +91,15 @@ def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
 
 
 def run_dtype_name(device_spec: str, dtype_spec: str) -> str | None:
-    """The dtype a run with these settings computes in ("auto" resolved as a run resolves it);
-    None where the device or the dtype would be refused."""
+    """The dtype (or quantized precision) a run with these settings runs at ("auto" resolved as a run
+    resolves it, before the checkpoint is read); None where the device or the dtype would be refused."""
+    from backend.precision import canonical
     try:
-        return dtype_name(resolve_dtype(dtype_spec, resolve_device(device_spec)))
+        device = resolve_device(device_spec)
+        name = canonical(dtype_spec)
+        if name != "auto" and name not in available_dtypes(device):
+            return name if name in available_precisions(device) else None
+        return dtype_name(resolve_dtype(dtype_spec, device))
     except InputError:
         return None
 

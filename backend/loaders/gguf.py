@@ -1,4 +1,7 @@
-"""GGUF files (llama.cpp's format): shape from the metadata, tensors dequantized to float32, tokenizer from the vocab."""
+"""GGUF files (llama.cpp's format): shape from the metadata, tensors dequantized to float32, tokenizer from the vocab.
+
+Tensors stored as Q8_0, Q4_0 or Q4_1 are also kept as their blocks (Checkpoint.blocks), which a
+quantized run packs as they are."""
 from __future__ import annotations
 
 import re
@@ -14,6 +17,7 @@ from backend.models.base import ModelShape
 from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = ("llama", "qwen2")
+BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1")   # GGUF types the CPU kernels run as stored
 _TOP_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -100,19 +104,27 @@ def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
     elif scaling != "none":
         raise InputError(f"{path}: rope scaling {scaling!r} is not supported")
 
+    blocks: dict[str, torch.Tensor] = {}
+
     def tensors_hf() -> Iterator[tuple[str, torch.Tensor]]:
         for gguf_name, tensor in tensors.items():
             if gguf_name == "rope_freqs.weight":
                 continue
             w = read(tensor)
+            raw = None
+            if tensor.tensor_type.name.lower() in BLOCK_FORMATS:   # (rows, row bytes): a block row per weight row
+                raw = torch.from_numpy(np.array(tensor.data, dtype=np.uint8).reshape(w.shape[0], -1))
             if permuted and gguf_name.endswith(("attn_q.weight", "attn_q.bias")):
-                w = _unpermute(w, shape.num_heads)
+                w, raw = (None if t is None else _unpermute(t, shape.num_heads) for t in (w, raw))
             elif permuted and gguf_name.endswith(("attn_k.weight", "attn_k.bias")):
-                w = _unpermute(w, shape.num_kv_heads)
+                w, raw = (None if t is None else _unpermute(t, shape.num_kv_heads) for t in (w, raw))
+            if raw is not None:
+                blocks[_hf_name(gguf_name)] = raw
             yield _hf_name(gguf_name), w
 
     kinds = sorted({t.tensor_type.name for t in tensors.values()})
     tokenizer = Tokenizer.from_gguf(fields, path)
+    formats = {_hf_name(n): t.tensor_type.name.lower() for n, t in tensors.items()}
     return Checkpoint(name or path.stem, shape, factors, tensors_hf, tokenizer,
-                      f"{'bundled ' if name else ''}GGUF {path.name if name else path} "
-                      f"({' + '.join(kinds)}, dequantized)")
+                      f"{'bundled ' if name else ''}GGUF {path.name if name else path} ({' + '.join(kinds)})",
+                      formats, blocks)

@@ -9,7 +9,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,6 +37,11 @@ class Checkpoint:
     tensors: Callable[[], Iterator[tuple[str, torch.Tensor]]]  # yields transformers-named tensors, lazily
     tokenizer: Tokenizer
     source: str
+    # transformers name -> the format the file stores it in ("f32", "bf16", "q4_1", "q6_k", ...)
+    formats: dict[str, str] = field(default_factory=dict)
+    # transformers name -> its GGUF blocks (uint8 rows) for the formats the CPU kernels run
+    # (q8_0, q4_0, q4_1): filled while tensors() is read, so a quantized run uses the file's bytes
+    blocks: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:

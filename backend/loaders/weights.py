@@ -9,11 +9,14 @@ from pathlib import Path
 
 import torch
 
+from backend.loaders import quant
 from backend.loaders.device import dtype_name, resolve_device, resolve_dtype
 from backend.errors import InputError
+from backend.events import ModelLoaded
 from backend.loaders.gguf import gguf_checkpoint
 from backend.loaders.hf import Checkpoint, copy_weights, hf_folder_checkpoint, hub_checkpoint
 from backend.models import SHAPES, SYNTHETIC, ModelShape, build_model
+from backend.precision import BLOCK_FORMATS, Precision, canonical, precision
 from backend.loaders.tokenizer import ByteTokenizer, Tokenizer
 
 BUNDLED = "smollm2-135m"
@@ -27,14 +30,26 @@ _STD = 0.02
 @dataclass(slots=True)
 class LoadedModel:
     name: str
-    model: torch.nn.Module      # eval mode, on `device`, in `dtype`
+    model: torch.nn.Module      # eval mode, on `device`, activations in `dtype`
     shape: ModelShape
     tokenizer: Tokenizer
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype          # activations, norms, KV cache (float32 for the GGUF block formats)
     source: str                 # where the weights came from, for people
     random_weights: bool
-    weight_bytes: int
+    weight_bytes: int           # what a step reads: the layers, the final norm and the LM head
+    precision: Precision | None = None   # the matrices' format; None: plain `dtype`
+
+    def __post_init__(self):
+        if self.precision is None:
+            self.precision = precision(dtype_name(self.dtype))
+
+    def loaded_event(self, device_name: str, kv_capacity: int, reused: bool) -> ModelLoaded:
+        """The ModelLoaded event a run emits for this model."""
+        p = self.precision
+        return ModelLoaded(self.name, str(self.device), device_name, p.name, self.source, self.random_weights,
+                           self.shape.num_params(), self.weight_bytes, kv_capacity, self.shape, reused,
+                           p.weight_bits, p.activation)
 
 
 @dataclass(slots=True)
@@ -70,22 +85,35 @@ def list_models() -> list[ModelInfo]:
 
 
 def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    """A model ready to run. dtype: a float dtype, a GGUF block format (q8_0, q4_0, q4_1: the CPU
+    kernels), int8 (weight-only, torch), or auto: bfloat16 on CUDA, float16 on MPS, and on the CPU
+    float32 -- or, for a GGUF the kernels can run, the formats it stores (Q4_1 stays Q4_1)."""
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    if name_or_path in SYNTHETIC:
-        shape = SHAPES[name_or_path]
-        _check_memory(name_or_path, shape, dev, dt)
-        model = _empty_model(shape, None, dev, dt)
+    wanted = canonical(dtype)
+    ckpt = None if name_or_path in SYNTHETIC else _find_checkpoint(name_or_path)
+    target = quant.choose(wanted, dev, ckpt)   # None: plain floats
+    dt = resolve_dtype("auto" if target is not None or wanted in BLOCK_FORMATS else wanted, dev)
+    if target is not None and target != "int8":
+        dt = torch.float32                      # the block formats' activations
+    name = name_or_path if ckpt is None else ckpt.name
+    shape = SHAPES[name_or_path] if ckpt is None else ckpt.shape
+    _check_memory(name, shape, dev, dt)
+    model = _empty_model(shape, None if ckpt is None else ckpt.rope_freq_factors, dev, dt)
+    if ckpt is None:
         _fill_random(model, seed=0)
-        return LoadedModel(name_or_path, model, shape, ByteTokenizer(shape.vocab_size), dev, dt,
-                           f"random weights (seed 0, std {_STD}), synthetic shape {name_or_path}", True,
-                           _weight_bytes(model))
-    ckpt = _find_checkpoint(name_or_path)
-    _check_memory(ckpt.name, ckpt.shape, dev, dt)
-    model = _empty_model(ckpt.shape, ckpt.rope_freq_factors, dev, dt)
-    copy_weights(model, ckpt.tensors(), ckpt.source)
-    return LoadedModel(ckpt.name, model, ckpt.shape, ckpt.tokenizer, dev, dt,
-                       f"{ckpt.source} to {dtype_name(dt)}", False, _weight_bytes(model))
+        source = f"random weights (seed 0, std {_STD}), synthetic shape {name_or_path}"
+    else:
+        copy_weights(model, ckpt.tensors(), ckpt.source)
+        source = ckpt.source
+    tokenizer = ByteTokenizer(shape.vocab_size) if ckpt is None else ckpt.tokenizer
+    if target is None:
+        return LoadedModel(name, model, shape, tokenizer, dev, dt, f"{source} to {dtype_name(dt)}" if ckpt else source,
+                           ckpt is None, _weight_bytes(model))
+    how = quant.apply(model, target, ckpt)
+    if ckpt is not None:
+        ckpt.blocks.clear()                     # packed: the file's copies are no longer needed
+    prec, weight_bytes = quant.effective(model, target, dt)
+    return LoadedModel(name, model, shape, tokenizer, dev, dt, f"{source}: {how}", ckpt is None, weight_bytes, prec)
 
 
 def _find_checkpoint(name: str) -> Checkpoint:

@@ -96,3 +96,4 @@ class KVCache:
         size = (num_slots, shape.num_kv_heads, max_len, shape.head_dim)
         self.k = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.num_layers)]
         self.v = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.num_layers)]
+        self.pointers: torch.Tensor | None = None   # the tensors' addresses, for the C decode layers (llama.py)

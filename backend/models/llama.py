@@ -13,7 +13,7 @@ from torch import nn
 from backend.kernels import ops
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, ModelShape, StepBatch
-from backend.models.packed import Panels, linear
+from backend.models.packed import Panels, QuantPanels, kind_code, linear
 
 
 class Rotary:
@@ -94,10 +94,12 @@ class LlamaLayer(nn.Module):
         return linear(swiglu(linear(h, self.gate_up)), self.down, residual=x)  # gate_up: (N, 2 ff)
 
     def kernel_weights(self) -> tuple:
-        """Data pointers of the layer's weights for the C decode layer (its matrices are Panels)."""
+        """Data pointers of the layer's weights for the C decode layer (its matrices are Panels or
+        QuantPanels), then the matrices' format codes."""
         bias = None if self.qkv_bias is None else self.qkv_bias.data_ptr()
         return (self.attn_norm.data_ptr(), self.qkv.data.data_ptr(), bias, self.o.data.data_ptr(),
-                self.mlp_norm.data_ptr(), self.gate_up.data.data_ptr(), self.down.data.data_ptr())
+                self.mlp_norm.data_ptr(), self.gate_up.data.data_ptr(), self.down.data.data_ptr(),
+                *(kind_code(w) for w in (self.qkv, self.o, self.gate_up, self.down)))
 
 
 class LlamaModel(nn.Module):
@@ -111,6 +113,7 @@ class LlamaModel(nn.Module):
         self.lm_head = None if shape.tie_embeddings else nn.Parameter(torch.empty(shape.vocab_size, shape.hidden_size))
         self.rotary = Rotary(shape, rope_freq_factors)
         self.packed_head: torch.Tensor | None = None   # set by packed.pack_weights
+        self._kernel_tables: tuple[torch.Tensor, torch.Tensor] | None = None   # _decode_in_kernel's pointers
 
     @property
     def head_weight(self) -> torch.Tensor:
@@ -126,7 +129,7 @@ class LlamaModel(nn.Module):
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
         plan = AttentionPlan.build(batch, cache, x.dtype, static_decode)
         cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
-        if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, Panels):
+        if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, (Panels, QuantPanels)):
             x = self._decode_in_kernel(x, cos, sin, plan, cache)
         else:
             for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
@@ -145,9 +148,15 @@ class LlamaModel(nn.Module):
         step = (slots.data_ptr(), positions.data_ptr(), cos.data_ptr(), sin.data_ptr())
         scratch = torch.empty(ops.decode_scratch_size(x.shape[0], s.hidden_size, s.num_heads, s.num_kv_heads,
                                                       s.head_dim, s.intermediate_size), dtype=x.dtype)
-        for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
-            ops.llama_decode_layer(x, layer.kernel_weights(), cache_k, cache_v, step, scratch,
-                                   s.num_heads, s.num_kv_heads, s.intermediate_size, s.norm_eps)
+        if self._kernel_tables is None:   # the packed weights never move: their pointers are taken once
+            rows = [layer.kernel_weights() for layer in self.layers]
+            self._kernel_tables = (torch.tensor([[p or 0 for p in r[:7]] for r in rows], dtype=torch.long),
+                                   torch.tensor([r[7:] for r in rows], dtype=torch.long))
+        if getattr(cache, "pointers", None) is None:
+            cache.pointers = torch.tensor([[t.data_ptr() for t in cache.k], [t.data_ptr() for t in cache.v]],
+                                          dtype=torch.long)   # (2, layers)
+        ops.llama_decode_layers(x, *self._kernel_tables, cache.pointers, step, scratch, s.num_heads,
+                                s.num_kv_heads, s.head_dim, s.intermediate_size, cache.max_len, s.norm_eps)
         return x
 
     def hf_destinations(self) -> dict[str, torch.Tensor]:

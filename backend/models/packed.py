@@ -11,6 +11,10 @@ thread. Two packed layouts do better; `pack_weights` picks one per model, once, 
   * oneDNN's blocked layout (what torch.compile's freezing pass uses on the CPU), for bfloat16
     and wherever the C kernels cannot be built; about twice as fast as MKL at batch 8 to 32.
 
+  * Quantized panels (QuantPanels), for the C kernels' products with GGUF Q8_0, Q4_0 or Q4_1
+    blocks (backend/kernels/quant.h): chosen at load for a quantized precision, from the
+    checkpoint's own blocks where it stores that format, else quantized from the floats.
+
 Every 2-D parameter of the layers is replaced by its packed form (the plain copy is freed), and
 the LM head is packed too (a tied head keeps the plain embedding for the lookup, so a tied model
 holds that matrix twice). `linear` runs any of the three forms, so the models have one code path.
@@ -18,6 +22,7 @@ holds that matrix twice). `linear` runs any of the three forms, so the models ha
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +31,7 @@ from torch import nn
 
 from backend import kernels
 from backend.kernels import ops
+from backend.precision import precision
 
 # oneDNN and ideep above it each cache a compiled kernel per input shape, 1,024 by default;
 # prefill steps come in thousands of shapes, so a long load run grew by ~3 MB/s toward a
@@ -59,9 +65,113 @@ class Panels:
         return self.out_features, self.data.shape[1]
 
 
-def linear(x: torch.Tensor, w: torch.Tensor | Panels, b: torch.Tensor | None = None,
+@dataclass(slots=True, frozen=True)
+class QuantPanels:
+    """An (out, in) matrix in a GGUF block format, packed for the quantized products (quant.h)."""
+
+    data: torch.Tensor      # uint8, the panels
+    fmt: str                # q8_0, q4_0 or q4_1
+    out_features: int
+    in_features: int
+
+    @classmethod
+    def from_blocks(cls, blocks: torch.Tensor, fmt: str, in_features: int) -> QuantPanels:
+        """From rows of GGUF blocks, uint8 (out, in / 32 * block bytes): the file's bytes, used as is."""
+        return cls(ops.quant_pack(blocks, fmt, in_features), fmt, blocks.shape[0], in_features)
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor, fmt: str) -> QuantPanels:
+        return cls.from_blocks(ops.quantize_rows(w, fmt), fmt, w.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.out_features, self.in_features
+
+    @property
+    def nbytes(self) -> int:
+        """The format's bytes for this matrix, scales included (what a step reads)."""
+        return precision(self.fmt).matrix_bytes(self.out_features, self.in_features)
+
+
+@dataclass(slots=True, frozen=True)
+class Int8Weight:
+    """int8 weight-only: an (out, in) int8 matrix with one scale per output row (any device).
+
+    Run by torch's weight-only kernel (`torch._weight_int8pack_mm`, as gpt-fast does) where the
+    device has it, else by a float product of the weights cast on the fly (correct, not fast)."""
+
+    weight: torch.Tensor    # int8 (out, in)
+    scales: torch.Tensor    # (out,), the activation dtype
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Int8Weight:
+        w = w.detach()
+        scales = (w.float().abs().amax(dim=1) / 127).clamp_min(1e-12)   # (out,)
+        q = torch.round(w.float() / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+        return cls(q.contiguous(), scales.to(w.dtype))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.weight.shape)
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.numel() + self.scales.numel() * self.scales.element_size()
+
+
+def int8_kernel(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch's fused int8 weight-only kernel runs on this device and dtype (a probe)."""
+    try:
+        x = torch.ones(2, 32, device=device, dtype=dtype)
+        got = torch._weight_int8pack_mm(x, torch.ones(8, 32, device=device, dtype=torch.int8),
+                                        torch.ones(8, device=device, dtype=dtype))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+    return bool((got == 32).all())
+
+
+def _int8_linear(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1])
+    if _INT8_FUSED.get((x.device.type, x.dtype)) is None:
+        _INT8_FUSED[(x.device.type, x.dtype)] = int8_kernel(x.device, x.dtype)
+    if _INT8_FUSED[(x.device.type, x.dtype)]:
+        y = torch._weight_int8pack_mm(flat.contiguous(), w.weight, w.scales)
+    else:
+        y = F.linear(flat, w.weight.to(x.dtype)) * w.scales
+    return y.view(*x.shape[:-1], w.out_features)
+
+
+_INT8_FUSED: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def matrix_bytes(w: torch.Tensor | Panels | QuantPanels | Int8Weight) -> int:
+    """Bytes a step reads of one matrix in any of its forms (padding left out)."""
+    if isinstance(w, (QuantPanels, Int8Weight)):
+        return w.nbytes
+    if isinstance(w, Panels):
+        return w.out_features * w.data.shape[1] * w.data.element_size()
+    return w.numel() * w.element_size()
+
+
+def kind_code(w: torch.Tensor | Panels | QuantPanels) -> int:
+    """The C kernels' code for a packed matrix's format (ops.KINDS)."""
+    return ops.KINDS[w.fmt] if isinstance(w, QuantPanels) else ops.KINDS["float32"]
+
+
+def linear(x: torch.Tensor, w: torch.Tensor | Panels | QuantPanels, b: torch.Tensor | None = None,
            residual: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w.T (+ b) (+ residual) for a plain (out, in) weight, Panels or a oneDNN-packed weight."""
+    """x @ w.T (+ b) (+ residual) for a plain (out, in) weight, Panels, QuantPanels or a oneDNN-packed weight."""
+    if isinstance(w, QuantPanels):
+        return ops.qlinear(x, w.data, w.fmt, w.out_features, b, residual)
+    if isinstance(w, Int8Weight):
+        y = _int8_linear(x, w)
+        if b is not None:
+            y = y.add_(b)
+        return y if residual is None else y.add_(residual)
     if isinstance(w, Panels):
         return ops.linear(x, w.data, w.out_features, b, residual)
     if w.is_mkldnn:
@@ -71,8 +181,13 @@ def linear(x: torch.Tensor, w: torch.Tensor | Panels, b: torch.Tensor | None = N
     return y if residual is None else y.add_(residual)
 
 
-def kernels_in_use(device: torch.device, dtype: torch.dtype) -> str:
-    """Which kernels a model on this device and dtype runs its layers on, in words (and why not ours)."""
+def kernels_in_use(device: torch.device, dtype: torch.dtype, precision=None) -> str:
+    """Which kernels a model on this device and dtype (and Precision) runs its layers on, in words."""
+    if precision is not None and precision.is_block:
+        return f"phasescope C kernels ({precision.name} blocks dequantized in registers, float32 arithmetic)"
+    if precision is not None and precision.name == "int8":
+        fused = int8_kernel(device, dtype)
+        return "torch int8 weight-only (" + ("_weight_int8pack_mm)" if fused else "cast per product, no fused kernel)")
     if device.type != "cpu":
         return "torch"
     if ops.usable(device, dtype):
@@ -98,16 +213,30 @@ def is_packed(model: nn.Module) -> bool:
     return getattr(model, "packed_head", None) is not None
 
 
-def pack_weights(model: nn.Module) -> bool:
+def pack_weights(model: nn.Module, formats: Callable[[torch.Tensor], tuple[str, torch.Tensor | None]] | None = None) -> bool:
     """Pack the model's matrices in place if this device and dtype allow it; True if it is packed.
 
     The model needs `layers`, `head_weight` (the plain LM head matrix), `packed_head` and,
     when the head is not tied, an `lm_head` parameter. Calling it again does nothing.
+
+    formats: for quantized weights (the loader's choice), maps each plain matrix to its format
+    (float32, q8_0, q4_0, q4_1) and the checkpoint's own GGUF blocks for it in that format, or
+    None to quantize the floats here.
     """
     if is_packed(model):
         return True
     head = model.head_weight
-    if ops.usable(head.device, head.dtype):
+    if formats is not None:
+        if not ops.usable(head.device, head.dtype):
+            return False
+        width = kernels.load().psk_panel_width()
+
+        def pack(w):
+            fmt, blocks = formats(w)
+            if fmt == "float32":
+                return Panels.pack(w, width)
+            return QuantPanels.quantize(w, fmt) if blocks is None else QuantPanels.from_blocks(blocks, fmt, w.shape[1])
+    elif ops.usable(head.device, head.dtype):
         width = kernels.load().psk_panel_width()
         pack = lambda w: Panels.pack(w, width)   # noqa: E731
     elif can_pack(head.device, head.dtype):
@@ -126,9 +255,24 @@ def pack_weights(model: nn.Module) -> bool:
     return True
 
 
-def _replace(module: nn.Module, name: str, packed: nn.Parameter | Panels) -> None:
+def quantize_int8(model: nn.Module) -> None:
+    """Replace every layer matrix and the LM head by int8 weight-only (Int8Weight), in place."""
+    if is_packed(model):
+        raise ValueError("quantize_int8: the model is already packed")
+    with torch.no_grad():
+        for layer in model.layers:
+            for name, p in list(layer.named_parameters(recurse=False)):
+                if p.ndim == 2:
+                    _replace(layer, name, Int8Weight.quantize(p))
+        head = Int8Weight.quantize(model.head_weight)
+        if getattr(model, "lm_head", None) is not None:
+            _replace(model, "lm_head", head)
+        model.packed_head = head
+
+
+def _replace(module: nn.Module, name: str, packed: nn.Parameter | Panels | QuantPanels | Int8Weight) -> None:
     """Swap a parameter for its packed form; Panels are plain attributes, not parameters."""
-    if isinstance(packed, Panels):
+    if isinstance(packed, (Panels, QuantPanels, Int8Weight)):
         del module._parameters[name]
     setattr(module, name, packed)
 

