@@ -94,6 +94,11 @@ def sweep_config(args) -> RunConfig:
     return config
 
 
+def _change(speedup: float) -> str:
+    """A time's ratio to the first point's, in words: '2.58x shorter', '1.56x longer'."""
+    return f"{speedup:.2f}x shorter" if speedup >= 1 else f"{1 / speedup:.2f}x longer"
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -138,7 +143,7 @@ class SweepPrinter:
                 if key.endswith("_bytes_ratio"):
                     name = key.removesuffix("_bytes_ratio")
                     print(f"{name}: {value:.2f}x fewer weight bytes than {info.get('dtype', '').split(',')[0]}; "
-                          f"TPOT {s[name + '_tpot_speedup']:.2f}x faster, TTFT {s[name + '_ttft_speedup']:.2f}x faster")
+                          f"TPOT {_change(s[name + '_tpot_speedup'])}, TTFT {_change(s[name + '_ttft_speedup'])}")
         if s.get("note"):
             print(s["note"])
         if config.out_dir:

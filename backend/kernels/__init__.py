@@ -119,16 +119,14 @@ def _cpu_flags() -> str:
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.psk_linear.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
-    lib.psk_linear.restype = None
     lib.psk_decode_attention.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
                                          i64, i64, i64, i64, i64]
     lib.psk_decode_attention.restype = ctypes.c_int
     lib.psk_llama_decode_layers.argtypes = [i64, ptr, i64, ptr, ptr, ptr, ptr, *[ptr] * 5, *[i64] * 6, ctypes.c_float]
     lib.psk_llama_decode_layers.restype = ctypes.c_int
     c_int = ctypes.c_int
-    lib.psk_qlinear.argtypes = [c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
-    lib.psk_qlinear.restype = c_int
+    lib.psk_matmul.argtypes = [c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
+    lib.psk_matmul.restype = c_int
     lib.psk_quantize_rows.argtypes = [c_int, ptr, i64, i64, ptr]
     lib.psk_quantize_rows.restype = None
     lib.psk_dequantize_rows.argtypes = [c_int, ptr, i64, i64, ptr]

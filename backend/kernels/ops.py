@@ -35,14 +35,21 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None = None,
            residual: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., in) @ W^T (+ bias) (+ residual (..., out)), W packed as (num_panels, in, width)."""
+    return _product(x, panels, "float32", out_features, bias, residual)
+
+
+def _product(x: torch.Tensor, weights: torch.Tensor, fmt: str, out_features: int, bias: torch.Tensor | None,
+             residual: torch.Tensor | None) -> torch.Tensor:
+    """Either product (float32 panels or quantized ones) through the kernels' one entry, psk_matmul."""
     x = x.contiguous()
     inp = x.shape[-1]
     n = x.numel() // inp if inp else 0
     y = torch.empty(*x.shape[:-1], out_features, dtype=x.dtype)
     if residual is not None:
         residual = residual.contiguous()
-    if n:
-        _lib().psk_linear(panels.data_ptr(), x.data_ptr(), _ptr(bias), _ptr(residual), y.data_ptr(), n, out_features, inp)
+    if n and _lib().psk_matmul(KINDS[fmt], weights.data_ptr(), x.data_ptr(), _ptr(bias), _ptr(residual),
+                               y.data_ptr(), n, out_features, inp):
+        raise MemoryError("matrix product: no memory for its scratch")
     return y
 
 
@@ -82,16 +89,7 @@ def quant_pack(blocks: torch.Tensor, fmt: str, inp: int) -> torch.Tensor:
 def qlinear(x: torch.Tensor, packed: torch.Tensor, fmt: str, out_features: int,
             bias: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., in) @ W^T (+ bias) (+ residual) for W packed by quant_pack; in is a multiple of 32."""
-    x = x.contiguous()
-    inp = x.shape[-1]
-    n = x.numel() // inp if inp else 0
-    y = torch.empty(*x.shape[:-1], out_features, dtype=x.dtype)
-    if residual is not None:
-        residual = residual.contiguous()
-    if n and _lib().psk_qlinear(KINDS[fmt], packed.data_ptr(), x.data_ptr(), _ptr(bias), _ptr(residual),
-                                y.data_ptr(), n, out_features, inp):
-        raise MemoryError("quantized product: no memory for the quantized activations")
-    return y
+    return _product(x, packed, fmt, out_features, bias, residual)
 
 
 def _block_bytes(fmt: str) -> int:
@@ -162,7 +160,7 @@ def llama_decode_layers(x: torch.Tensor, weights: torch.Tensor, kinds: torch.Ten
                                             cache_ptrs[0].data_ptr(), cache_ptrs[1].data_ptr(), *step,
                                             scratch.data_ptr(), hidden, heads, kv_heads, hd, ff, max_len, eps)
     if failed == -2:
-        raise MemoryError("decode layer: no memory for the quantized activations")
+        raise MemoryError("decode layer: no memory for a product's scratch")
     if failed:
         raise ValueError(f"decode layer: {heads} query heads do not share {kv_heads} kv heads evenly")
 
