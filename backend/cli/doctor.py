@@ -105,8 +105,11 @@ def _kernels_item(torch) -> Item:
         lib = kernels.load()
         return Item("kernels", "phasescope C kernels built and loaded" if lib is not None
                     else f"phasescope C kernels unavailable: {kernels.reason()}")
+    from backend.kernels import ops
     from backend.models.packed import kernels_in_use
-    return Item("kernels", f"CPU float32 runs use {kernels_in_use(torch.device('cpu'), torch.float32)}")
+    blocks = ("; GGUF Q8_0/Q4_0/Q4_1 weights run on them too" if ops.usable(torch.device("cpu"), torch.float32)
+              else "; so --dtype q8_0/q4_0/q4_1 cannot run here (--dtype int8 can)")
+    return Item("kernels", f"CPU float32 runs use {kernels_in_use(torch.device('cpu'), torch.float32)}{blocks}")
 
 
 def _version(*distributions: str) -> str:
