@@ -1,7 +1,7 @@
 """phasescope: see prefill and decode, measured on your own hardware.
 
 `python main.py` opens the window; `python main.py SUBCOMMAND ...` runs headless
-(run, load, sweep, models, profiles, calibrate, doctor). `python main.py --help` lists them.
+(run, load, sweep, compare, models, profiles, calibrate, doctor). `python main.py --help` lists them.
 The installed `phasescope` command starts the same way (gui/app.py).
 """
 import sys

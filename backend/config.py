@@ -62,6 +62,7 @@ class RunConfig:
     slo_tpot_ms: float | None = None
     out_dir: str | None = None
     threads: int | None = None           # CPU threads (and as many cores); None: all cores, torch's default count
+    repeats: int = 1                     # the same settings run back to back, the model loaded once (session.execute)
 
 
 def config_dict(config: RunConfig) -> dict:

@@ -15,6 +15,7 @@ from backend.records import RecordBatch, merge_batches
 if TYPE_CHECKING:   # annotations only: the vocabulary imports nothing above it
     from backend.config import RunConfig
     from backend.io.export import RunData
+    from backend.io.repeats import RepeatsSummary
     from backend.models.base import ModelShape
 
 Emit = Callable[[object], None]
@@ -61,6 +62,14 @@ class ModelLoaded:
     @property
     def precision(self) -> Precision | None:
         return from_info(self.info())
+
+
+@dataclass(slots=True)
+class RepeatStarted:
+    """Repeat `index` of `count` (from 1) of a run of --repeats N begins: its times start at 0 again."""
+
+    index: int
+    count: int
 
 
 @dataclass(slots=True)
@@ -131,6 +140,7 @@ class RunFinished:
     stopped: bool = False     # stopped by the user before the end
     error: str | None = None  # one-line message when the run failed part way
     data: RunData | None = None   # every record of the run
+    repeats: RepeatsSummary | None = None   # a run of --repeats N > 1: every repeat's figures; the rest is the last's
 
 
 def coalesce(pending: list) -> tuple[RequestsArrived | None, RecordBatch | None, list]:

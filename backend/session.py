@@ -9,15 +9,23 @@ from here:
 - a batch-size or prompt-length sweep over the same model (`engine.sweep.run_sweep`), or the
   same steps at each weight precision (`engine.precision_sweep.run_precision_sweep`);
 - a remote OpenAI-compatible server (`remote.target.run_remote`) when the config names one.
+
+With `config.repeats` N > 1 the same target runs N times back to back on one ModelCache (the
+model loaded once; each run still warms up before its timed steps), each repeat announced by a
+RepeatStarted and its events streamed as they come; the last repeat's RunFinished comes back
+with `repeats` holding every repeat's figures and their intervals (and, with an output folder,
+repeat-K folders beside repeats.csv and repeats.json: backend.io.repeats).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Callable
 
-from backend.config import RunConfig
+from backend.config import RunConfig, config_dict
 from backend.errors import InputError
-from backend.events import Emit, RunFinished, Target
+from backend.events import Emit, PrecisionPoint, Progress, RepeatStarted, RunFinished, SweepPoint, Target
+from backend.records import RecordBatch
 from backend.loaders.cache import ModelCache
 
 SWEEP_MODES = ("sweep-batch", "sweep-prompt", "sweep-precision")
@@ -33,11 +41,60 @@ def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], reta
     long the run. `models` keeps the model loaded for the next run.
     """
     from backend.engine.threads import apply_threads
+    repeats = config.repeats
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats must be a positive whole number, got {repeats!r}")
     if config.profile:
         from backend.roofline.profiles import find_profile
         find_profile(config.profile)   # a malformed profile file is refused before anything loads
     apply_threads(config.threads)
-    return target_for(config, models or ModelCache(), retain_records)(config, emit, should_stop)
+    target = target_for(config, models or ModelCache(), retain_records)
+    if repeats == 1:
+        return target(config, emit, should_stop)
+    return execute_repeats(config, target, emit, should_stop)
+
+
+def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
+    """`target` run config.repeats times; a repeat that fails or is stopped ends the series and
+    is left out of the figures (its folder keeps what it wrote)."""
+    from backend.io.export import ensure_writable
+    from backend.io.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
+    out = ensure_writable(config.out_dir) if config.out_dir else None
+    figures: list[dict] = []
+    run_ids: list[str] = []
+    folders: list[str] = []
+    finished, note = None, ""
+    for k in range(1, config.repeats + 1):
+        if should_stop():
+            note = f"stopped before repeat {k}"
+            break
+        emit(RepeatStarted(k, config.repeats))
+        emit(Progress(f"repeat {k} of {config.repeats}", (k - 1) / config.repeats))
+        one = replace(config, out_dir=str(repeat_folder(out, k)) if out is not None else None)
+        durations: dict[str, list[float]] = {}
+        points: list = []
+
+        def capture(event, durations=durations, points=points) -> None:
+            if isinstance(event, RecordBatch):
+                for step in event.steps:
+                    durations.setdefault(step.phase.value, []).append(step.duration_ms)
+            elif isinstance(event, (SweepPoint, PrecisionPoint)):
+                points.append(event)
+            emit(event)
+        finished = target(one, capture, should_stop)
+        if finished.error or finished.stopped:
+            note = f"repeat {k} {'failed' if finished.error else 'was stopped'}: left out of the figures"
+            break
+        figures.append(repeat_figures(finished.summary, durations, points))
+        run_ids.append(finished.run_id)
+        folders.append(one.out_dir or "")
+    if finished is None:
+        return RunFinished("", stopped=True)
+    summary = summarize_repeats(figures, config.repeats, run_ids, folders if out is not None else [], note)
+    if out is not None and figures:
+        write_repeats(out, summary, config_dict(config), finished.data.info if finished.data else {})
+    finished.repeats = summary
+    return finished
 
 
 def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:

@@ -16,10 +16,16 @@ def open_window(model: str | None = None, profile: str | None = None, autostart:
     return run_app(model=model, profile=profile, autostart=autostart)
 
 
+def render_plots(plots, folder):
+    """compare --out's PNGs, drawn with the window's libraries (imported only when asked)."""
+    from gui.plot_export import render_plots as render
+    return render(plots, folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the window (no sub-command) or a sub-command; the exit status."""
     from backend.cli.main import main as cli_main
-    return cli_main(sys.argv[1:] if argv is None else argv, open_window=open_window)
+    return cli_main(sys.argv[1:] if argv is None else argv, open_window=open_window, render_plots=render_plots)
 
 
 if __name__ == "__main__":

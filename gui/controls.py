@@ -381,7 +381,8 @@ class ControlsPanel(QtWidgets.QWidget):
                                                         self.dtype_combo.currentText()),
                            sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
                            workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
-                           profile=self.profile_combo.currentData(), threads=self.threads_spin.value())
+                           profile=self.profile_combo.currentData(), threads=self.threads_spin.value(),
+                           repeats=self.form.repeats())
         if self.is_remote():
             # the backend's execute sends the workload to the server when the config names one
             config.model = ModelChoice(self.model_name())

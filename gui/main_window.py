@@ -11,17 +11,20 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from backend.loaders.device import run_dtype_name
 from backend.precision import from_info
 from backend.errors import InputError
-from backend.events import EngineStatus, ModelLoaded, Progress
+from backend.events import EngineStatus, ModelLoaded, Progress, RepeatStarted
 from backend.models.base import ModelShape
 from backend.models.shapes import SHAPES
 from backend.roofline.profiles import LOCAL_KEY
 from backend.config import config_dict
 
+from .compare_actions import CompareActions
 from .controls import ControlsPanel
+from .distributions import DistributionsView
 from .file_actions import FileActions
 from .lanes import LanesView
-from .metrics import MetricsPanel
+from .metrics import MetricsPanel, repeats_text
 from .precision_view import PrecisionView
+from .reference_actions import ReferenceActions
 from .requests_table import RequestsTable
 from .run_store import RunStore
 from .status import RunStatus
@@ -37,16 +40,21 @@ REPAINT_MAX_MS = 250     # ... to at most 4 a second
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); the throughput plot below has the numbers"
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
+DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
+# what a new repeat keeps of the store: the settings, the model, and an earlier sweep shown beside this run
+REPEAT_KEEPS = ("config", "model", "info", "remote", "sweep_points", "sweep_context", "precision_points",
+                "precision_summary")
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
                   "its lanes and metrics come from the client's clock")
 
 
-class MainWindow(FileActions, QtWidgets.QMainWindow):
+class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainWindow):
     startRun = QtCore.Signal(object)
     startCalibration = QtCore.Signal(str)
     # emitted in the window's thread once it has taken in the outcome (tests and automation wait on these)
     runFinished = QtCore.Signal(object)
     runFailed = QtCore.Signal(str)
+    comparisonFinished = QtCore.Signal(object)   # a Compare policies series ended (compare_actions.Series)
 
     def __init__(self, worker=None, parent=None):
         super().__init__(parent)
@@ -57,6 +65,8 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.run_notes: list[str] = []   # a run's "note: ..." progress lines, kept for its final status
         self.error_box: QtWidgets.QMessageBox | None = None
         self.selected_request: int | None = None
+        self._build_references()
+        self._build_compare()
         self._build_views()
         self._build_docks()
         self._build_actions()
@@ -103,8 +113,11 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.table = RequestsTable(self.store)
         self.text = GeneratedText(self.store)
         self.metrics = MetricsPanel(self.store)
+        self.distributions = DistributionsView(self.store, self.references)
+        self.throughput.set_references(self.references)
+        self.metrics.set_references(self.references)
         self.current_plot: pg.PlotWidget = self.timeline
-        for plot in (self.timeline, self.lanes, self.throughput, self.precision):
+        for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.distributions.plot):
             plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
         self.lanes.requestClicked.connect(self.select_request)
         self.table.requestSelected.connect(self.select_request)
@@ -123,6 +136,7 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         splitter.addWidget(self.timeline)
         splitter.addWidget(self.lanes)
         splitter.setSizes([220, 330])
+        self.central_splitter = splitter   # a reference's strip and lanes go under these (align_reference)
         central = QtWidgets.QWidget()
         layout = QtWidgets.QVBoxLayout(central)
         layout.setContentsMargins(4, 2, 4, 2)
@@ -165,18 +179,22 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.roofline_tabs.setDocumentMode(True)
         self.roofline_tabs.addTab(throughput, "Throughput")
         self.roofline_tabs.addTab(precision, "Precision")
+        self.roofline_tabs.addTab(self.distributions, "Latency CDF")
         self._throughput_title = "Throughput vs batch size"
         self.throughput_dock = self._dock(self._throughput_title, self.roofline_tabs, "throughputDock")
         self.roofline_tabs.currentChanged.connect(self._show_dock_title)
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
+        self.references_dock = self._dock("References", self.reference_panel, "referencesDock")
         self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, self.metrics_dock)
         self.splitDockWidget(self.metrics_dock, self.text_dock, QtCore.Qt.Orientation.Vertical)
+        self.splitDockWidget(self.metrics_dock, self.references_dock, QtCore.Qt.Orientation.Vertical)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.throughput_dock)
         self.splitDockWidget(self.throughput_dock, self.table_dock, QtCore.Qt.Orientation.Horizontal)
         self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 370], QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.metrics_dock, self.text_dock], [430, 150], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.metrics_dock, self.references_dock, self.text_dock], [430, 120, 150],
+                         QtCore.Qt.Orientation.Vertical)
         self.resizeDocks([self.throughput_dock], [290], QtCore.Qt.Orientation.Vertical)
         self.resizeDocks([self.throughput_dock, self.table_dock], [470, 570], QtCore.Qt.Orientation.Horizontal)
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
@@ -201,6 +219,8 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         file_menu = bar.addMenu("&File")
         self.open_run_action = self._action(file_menu, "&Open run…", self._open_run_dialog,
                                             QtGui.QKeySequence.StandardKey.Open, "openRunAction")
+        self.add_reference_action = self._action(file_menu, "Add &reference run…", self._add_reference_dialog,
+                                                 "Ctrl+Shift+O", "addReferenceAction")
         self.export_csv_action = self._action(file_menu, "&Export CSV…", self._export_dialog, "Ctrl+E",
                                               "exportCsvAction")
         self.save_plot_action = self._action(file_menu, "Save plot as &PNG…", self._save_plot_dialog, "Ctrl+Shift+S",
@@ -213,7 +233,8 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self._action(run_menu, "&Calibrate this machine…",
                      lambda: self.start_calibration(self.controls.device_combo.currentText()))
         view_menu = bar.addMenu("&View")
-        for dock in (self.controls_dock, self.metrics_dock, self.text_dock, self.throughput_dock, self.table_dock):
+        for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
+                     self.throughput_dock, self.table_dock):
             view_menu.addAction(dock.toggleViewAction())
 
     # ---- running -----------------------------------------------------------------------------
@@ -226,6 +247,13 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         except InputError as exc:
             self.show_error(str(exc))
             return
+        if self.controls.form.compare_policies():
+            self.start_comparison(config)
+        else:
+            self._launch(config)
+
+    def _launch(self, config, what: str = "") -> None:
+        """Start one run of these settings (`what`: how the status bar names it, besides its model and mode)."""
         # the last sweep stays on the throughput plot (a precision sweep on its tab) while other runs
         # of the same model follow it
         same_model = config.model.name == self.store.config.get("model", {}).get("name")
@@ -247,7 +275,8 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self.timeline.set_follow(True)
         self._set_running(True)
         where = f" on {self.controls.remote_url()}" if self.store.remote else ""
-        self.statusBar().showMessage(f"Running {config.model.name}{where} ({config.mode})…")
+        self.statusBar().showMessage(f"Running {config.model.name}{where} ({config.mode}"
+                                     + (f", {what}" if what else "") + ")…")
         self.worker.clear_stop()
         self.startRun.emit(config)
 
@@ -259,7 +288,9 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         self._throughput_title = "Throughput vs " + ("prompt length" if kind == "prompt" else "batch size")
         if mode == "sweep-precision":
             self.roofline_tabs.setCurrentWidget(self.precision.parentWidget())
-        elif mode.startswith("sweep") or not self.store.precision_points:
+        elif mode.startswith("sweep") or (not self.store.precision_points
+                                          and self.roofline_tabs.currentWidget() is not self.distributions):
+            # (a run's latency distributions stay in front when they are: a load run has them too)
             self.roofline_tabs.setCurrentWidget(self.throughput.parentWidget())
         self._show_dock_title()
         one_bar_a_point = mode in ("sweep-batch", "sweep-prompt")   # a precision sweep shows every timed step
@@ -269,10 +300,15 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
 
     def _show_dock_title(self, *_) -> None:
         """The bottom dock is named after its tab on screen."""
-        on_precision = self.roofline_tabs.currentWidget() is self.precision.parentWidget()
-        self.throughput_dock.setWindowTitle(PRECISION_TITLE if on_precision else self._throughput_title)
+        tab = self.roofline_tabs.currentWidget()
+        self.throughput_dock.setWindowTitle(PRECISION_TITLE if tab is self.precision.parentWidget() else
+                                            DISTRIBUTIONS_TITLE if tab is self.distributions else
+                                            self._throughput_title)
+        if tab is self.distributions:
+            self.distributions.refresh()
 
     def stop_run(self) -> None:
+        self._cancel_series()
         if self.running:
             self.worker.request_stop()
             self.statusBar().showMessage("Stopping at the next step boundary…")
@@ -299,6 +335,9 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
             self.repaint_views()
 
     def _on_event(self, event) -> None:
+        if isinstance(event, RepeatStarted):
+            self._start_repeat(event)
+            return
         self.store.add_event(event)
         if isinstance(event, Progress):
             self.status.show_progress(event)
@@ -311,6 +350,24 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
             run_dtype = None if self._is_precision_sweep() else event.precision or event.dtype
             self.throughput.set_inputs(shape=event.shape, run_dtype=run_dtype)
             self._show_choices(event.name, f"{event.device} ({event.device_name})", event.dtype)
+
+    def _start_repeat(self, event: RepeatStarted) -> None:
+        """Each repeat's times start at 0: the views show one repeat at a time, the last one kept at the end."""
+        if event.index > 1:
+            kept = {name: getattr(self.store, name) for name in REPEAT_KEEPS}
+            self.store.reset()
+            for name, value in kept.items():
+                setattr(self.store, name, value)
+            mode = self.store.config.get("mode")
+            if mode in ("sweep-batch", "sweep-prompt"):
+                self.store.sweep_points = []   # a sweep's points are measured again
+            elif mode == "sweep-precision":
+                self.store.precision_points, self.store.precision_summary = [], None
+            self.table.refresh()
+            self.select_request(None)
+            self.timeline.set_follow(True)
+        self.statusBar().showMessage(f"Running {self.store.config.get('model', {}).get('name', '')}: "
+                                     f"repeat {event.index} of {event.count}…")
 
     def _on_records(self, batch) -> None:
         self.store.add_batch(batch)
@@ -339,12 +396,17 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
             self.statusBar().showMessage(f"Finished: {s.get('num_finished', 0)} requests, "
                                          f"{s.get('output_tokens_per_s', 0):,.1f} output tokens/s"
                                          + "".join(f"; {note}" for note in self.run_notes))
+        if result.repeats is not None and not result.error:
+            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: "
+                                         + repeats_text(result.repeats))
         self.runFinished.emit(result)
+        self._series_run_ended(result)
 
     def _on_failed(self, message: str) -> None:
         self._set_running(False)
         self.show_error(message)
         self.runFailed.emit(message)
+        self._series_run_ended(None)
 
     def _on_calibrated(self, profile, path: str) -> None:
         self._set_running(False)
@@ -360,8 +422,9 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         numbers = not self.running or self._ticks % NUMBERS_EVERY == 0
         if numbers:
             self.table.refresh()   # keeps row counts right even while hidden
+        # a CDF sorts every value: with the numbers' cadence, not every frame
         for view in (self.timeline, self.lanes, self.throughput, self.precision, self.text) + \
-                ((self.metrics,) if numbers else ()):
+                self.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()
 
@@ -444,6 +507,7 @@ class MainWindow(FileActions, QtWidgets.QMainWindow):
         """Stop a run at its next step and join the worker thread before the window goes."""
         self.repaint_timer.stop()
         self.cpu_timer.stop()
+        self.series = None   # a Compare policies series starts nothing more
         self.worker_thread.stop_and_join()
         super().closeEvent(event)
 

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 from html import escape
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.cli.report import breakdown_text
 
 from .live_metrics import LiveMetrics, compute
+from .references import COMPARED, compared_figures, delta_percent
 from .run_store import RunStore
+
+BETTER_COLOR = "#1e8449"
+WORSE_COLOR = "#c0392b"
 
 ROWS = (
     ("ttft", "TTFT (mean / p99)"),
@@ -19,6 +23,30 @@ ROWS = (
     ("done", "Requests finished / seen"),
     ("kv", "KV cache in use"),
 )
+
+
+# a run of several repeats: these figures' mean ± the 95% interval's half width (RunFinished.repeats)
+REPEATED = (("ttft_mean_ms", "TTFT mean", " ms", 1), ("tpot_mean_ms", "TPOT mean", " ms", 2),
+            ("output_tokens_per_s", "output tokens/s", "", 1))
+
+
+def repeats_parts(summary) -> list[str]:
+    """"TTFT mean 12.3 ± 0.4 ms", ... for the figures the repeats measured (± — for one repeat)."""
+    parts = []
+    for key, title, unit, decimals in REPEATED:
+        iv = summary.metrics.get(key)
+        if iv is None or iv.n == 0 or iv.mean != iv.mean:
+            continue
+        half = "—" if iv.half_width != iv.half_width else f"{iv.half_width:,.{decimals}f}"
+        parts.append(f"{title} {iv.mean:,.{decimals}f} ± {half}{unit}")
+    return parts
+
+
+def repeats_text(summary) -> str:
+    """One line for the status bar: how many repeats counted, and the main figures over them."""
+    head = f"{summary.num_done} of {summary.requested} repeats"
+    note = f" ({summary.note})" if summary.note else ""
+    return f"{head}: " + ", ".join(repeats_parts(summary)) + f" (mean ± 95% CI){note}"
 
 
 def _ms(value: float | None, decimals: int = 1) -> str:
@@ -51,6 +79,22 @@ def format_rows(m: LiveMetrics) -> dict[str, str]:
         "done": f"{m.num_finished} / {m.num_requests}",
         "kv": kv,
     }
+
+
+def figure_text(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def delta_html(current: float | None, reference: float | None, lower_is_better: bool) -> str:
+    """The reference's figure, and in brackets the current run against it (green: better, red: worse)."""
+    delta = delta_percent(current, reference)
+    if delta is None:
+        return figure_text(reference)
+    better = (delta < 0) == lower_is_better
+    color = "#666" if abs(delta) < 1 else BETTER_COLOR if better else WORSE_COLOR
+    return f'{figure_text(reference)} <span style="color:{color}">({delta:+.0f}%)</span>'
 
 
 def worked_example(m: LiveMetrics) -> str:
@@ -94,6 +138,23 @@ class MetricsPanel(QtWidgets.QWidget):
             self.values[key] = label
             form.addRow(title, label)
         layout.addLayout(form)
+        self.repeats_label = QtWidgets.QLabel()   # a run of several repeats: the figures over them
+        self.repeats_label.setObjectName("repeatsLabel")
+        self.repeats_label.setWordWrap(True)
+        self.repeats_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.repeats_label.hide()
+        layout.addWidget(self.repeats_label)
+        # against the references: this run's figures, then a column per shown reference
+        self.references = None
+        self.compare_box = QtWidgets.QGroupBox("Against references (in brackets: this run vs the reference)")
+        self.compare_box.setObjectName("compareBox")
+        self.compare_grid = QtWidgets.QGridLayout(self.compare_box)
+        self.compare_grid.setHorizontalSpacing(10)
+        self.compare_grid.setVerticalSpacing(2)
+        self.compare_box.hide()
+        self.compare_cells: dict[tuple[int | None, str], QtWidgets.QLabel] = {}   # (reference key, figure key)
+        self.compare_columns: list[int] = []   # the shown references' keys, in column order
+        layout.addWidget(self.compare_box)
         self.example = QtWidgets.QLabel(worked_example(self.metrics))
         self.example.setWordWrap(True)
         self.example.setTextFormat(QtCore.Qt.TextFormat.RichText)
@@ -103,11 +164,66 @@ class MetricsPanel(QtWidgets.QWidget):
         layout.addWidget(self.example)
         layout.addStretch(1)
 
+    def set_references(self, references) -> None:
+        self.references = references
+        self._seen = -1
+
     def refresh(self) -> None:
-        if self.store.version == self._seen:
+        key = (self.store.version, self.references.version if self.references is not None else None)
+        if key == self._seen:
             return
-        self._seen = self.store.version
+        self._seen = key
         self.metrics = compute(self.store)
-        for key, text in format_rows(self.metrics).items():
-            self.values[key].setText(text)
+        for name, text in format_rows(self.metrics).items():
+            self.values[name].setText(text)
         self.example.setText(worked_example(self.metrics))
+        finished = self.store.finished
+        summary = getattr(finished, "repeats", None) if finished is not None else None
+        if summary is not None:
+            self.repeats_label.setText(f"<b>Over {summary.num_done} of {summary.requested} repeats</b> "
+                                       "(mean ± 95% CI):<br>" + "<br>".join(map(escape, repeats_parts(summary))))
+        self.repeats_label.setVisible(summary is not None)
+        self._refresh_comparison()
+
+    def _refresh_comparison(self) -> None:
+        shown = self.references.visible() if self.references is not None else []
+        self.compare_box.setVisible(bool(shown))
+        if not shown:
+            return
+        if [r.key for r in shown] != self.compare_columns:
+            self._build_comparison(shown)
+        current = compared_figures(self.store)
+        for key, _title, _lower in COMPARED:
+            self.compare_cells[(None, key)].setText(figure_text(current[key]))
+        for ref in shown:
+            for key, _title, lower in COMPARED:
+                self.compare_cells[(ref.key, key)].setText(delta_html(current[key], ref.figures[key], lower))
+
+    def _build_comparison(self, shown) -> None:
+        """The grid's cells for these references (rebuilt only when the shown references change)."""
+        grid = self.compare_grid
+        while grid.count():
+            widget = grid.takeAt(0).widget()
+            if widget is not None:
+                widget.hide()   # at once: deleteLater waits for the event loop
+                widget.deleteLater()
+        self.compare_cells = {}
+        right = QtCore.Qt.AlignmentFlag.AlignRight
+        grid.addWidget(QtWidgets.QLabel("<b>this run</b>"), 0, 1, alignment=right)
+        for column, ref in enumerate(shown, start=2):
+            label = QtWidgets.QLabel(f'<b><span style="color:{ref.color}">&#9632;</span> {escape(ref.name)}</b>')
+            label.setToolTip(ref.label)
+            grid.addWidget(label, 0, column, alignment=right)
+        for row, (key, title, _lower) in enumerate(COMPARED, start=1):
+            grid.addWidget(QtWidgets.QLabel(title), row, 0)
+            for column, ref_key in enumerate([None] + [r.key for r in shown], start=1):
+                cell = QtWidgets.QLabel("—")
+                cell.setTextFormat(QtCore.Qt.TextFormat.RichText)
+                cell.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight)
+                grid.addWidget(cell, row, column)
+                self.compare_cells[(ref_key, key)] = cell
+        self.compare_columns = [r.key for r in shown]
+
+    def comparison_text(self, reference_key: int | None, figure: str) -> str:
+        """A cell's words without markup (tests read them)."""
+        return QtGui.QTextDocumentFragment.fromHtml(self.compare_cells[(reference_key, figure)].text()).toPlainText()

@@ -1,6 +1,8 @@
 """What to run: one batch, a workload through the load driver, or a sweep; and sampling settings."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6 import QtCore, QtWidgets
 
 from backend.config import BatchRun, EngineConfig, SamplingConfig
@@ -20,6 +22,8 @@ RUN_KINDS = (
     ("sweep-precision", "Precision sweep (bytes per weight)"),
 )
 CUSTOM = "custom"
+MAX_REPEATS = 1000
+COMPARED_POLICIES = ("static", "continuous", "chunked")   # what Compare policies runs, in this order
 
 
 def mean_length(dist: LengthDist) -> float:
@@ -34,6 +38,17 @@ def precision_list(text: str) -> list[str]:
         return parse_dtypes(text, "precisions")
     except InputError as exc:
         raise ValueError(str(exc)) from None
+
+
+def one_precision(text: str) -> str:
+    """One precision (q8_0, bfloat16, ...) for Compare policies' "also at dtype"."""
+    try:
+        names = parse_dtypes(text, "also at dtype")
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    if len(names) != 1:
+        raise ValueError(f"also at dtype takes one precision, got {text.strip()!r}")
+    return names[0]
 
 
 def _form(parent: QtWidgets.QWidget) -> QtWidgets.QFormLayout:
@@ -69,11 +84,19 @@ class RunForm(QtWidgets.QWidget):
             "temperature": ValidatedField("0", number("temperature", 0.0, 10.0), tooltip="0 is greedy"),
             "seed": ValidatedField("0", whole("seed", 0, 2**31 - 1)),
         }
+        self.fields["shared"] = {
+            "repeats": ValidatedField("1", whole("repeats", 1, MAX_REPEATS),
+                                      tooltip="the same settings run back to back, the model loaded once; "
+                                              "the views show one repeat at a time, the end the mean ± 95% CI"),
+        }
         self.ignore_eos = QtWidgets.QCheckBox("ignore EOS (fixed output length)")
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.kind_combo)
         layout.addWidget(self.pages)
+        shared = QtWidgets.QWidget()
+        _form(shared).addRow("Repeats", self.fields["shared"]["repeats"])
+        layout.addWidget(shared)
         sampling = QtWidgets.QGroupBox("Sampling")
         form = _form(sampling)
         form.addRow("Temperature", self.fields["sampling"]["temperature"])
@@ -146,7 +169,16 @@ class RunForm(QtWidgets.QWidget):
             "output_len": ValidatedField("64", self._length_parser("output_len", "output length")),
             "max_batch": ValidatedField("32", whole("max batch", 1, MAX_BATCH)),
             "chunk_tokens": ValidatedField("512", whole("chunk tokens")),
+            "compare_dtype": ValidatedField("", one_precision, allow_empty=True, placeholder="none (e.g. q8_0)",
+                                            tooltip="one more run: the Policy above at this precision"),
+            "compare_chunk": ValidatedField("", whole("second chunk tokens"), allow_empty=True,
+                                            placeholder="none (e.g. 128)",
+                                            tooltip="one more run: chunked at this chunk size"),
         }
+        self.compare_check = QtWidgets.QCheckBox("Compare policies (static, continuous, chunked)")
+        self.compare_check.setObjectName("compareCheck")
+        self.compare_check.setToolTip("Run runs the workload under each policy in turn, each saved to its own "
+                                      "folder and added as a reference; Stop cancels the rest")
         self.workload_error = QtWidgets.QLabel()
         self.workload_error.setStyleSheet("color: #c0392b;")
         self.workload_error.setWordWrap(True)
@@ -163,11 +195,15 @@ class RunForm(QtWidgets.QWidget):
         form.addRow("Policy", self.policy_combo)
         form.addRow("Max batch", f["max_batch"])
         form.addRow("Chunk tokens", f["chunk_tokens"])
+        form.addRow(self.compare_check)
+        form.addRow("  also at dtype", f["compare_dtype"])
+        form.addRow("  also chunk tokens", f["compare_chunk"])
         form.addRow(self.workload_error)
         self.preset_combo.currentIndexChanged.connect(self._apply_preset)
         self.open_workload_button.clicked.connect(self._open_workload_dialog)
         for combo in (self.arrival_combo, self.source_combo, self.policy_combo):
             combo.currentIndexChanged.connect(self._field_changed)
+        self.compare_check.toggled.connect(self._field_changed)
         return page
 
     def _sweep_batch_page(self) -> QtWidgets.QWidget:
@@ -281,7 +317,11 @@ class RunForm(QtWidgets.QWidget):
         f["rate"].setEnabled(arrival in RATE_ARRIVALS)
         f["burstiness"].setEnabled(arrival == "gamma")
         f["concurrency"].setEnabled(arrival == "closed")
-        f["chunk_tokens"].setEnabled(self.policy_combo.currentText() == "chunked" and not self._remote)
+        compare = self.compare_check.isChecked() and not self._remote
+        f["chunk_tokens"].setEnabled((self.policy_combo.currentText() == "chunked" or compare) and not self._remote)
+        self.compare_check.setEnabled(not self._remote)
+        f["compare_dtype"].setEnabled(compare)
+        f["compare_chunk"].setEnabled(compare)
         f["max_batch"].setEnabled(not self._remote)
         self.policy_combo.setEnabled(not self._remote)
         error = ""
@@ -316,7 +356,8 @@ class RunForm(QtWidgets.QWidget):
 
     def _active_fields(self) -> list[ValidatedField]:
         page = self.fields[self.kind()]
-        return [f for f in (*page.values(), *self.fields["sampling"].values()) if f.isEnabled()]
+        return [f for f in (*page.values(), *self.fields["sampling"].values(), *self.fields["shared"].values())
+                if f.isEnabled()]
 
     def _field_errors(self) -> list[str]:
         return [f.error for f in self._active_fields() if f.error]
@@ -339,6 +380,25 @@ class RunForm(QtWidgets.QWidget):
         f = self.fields["load"]
         return EngineConfig(policy=self.policy_combo.currentText(), max_batch=f["max_batch"].value or 32,
                             chunk_tokens=f["chunk_tokens"].value or 512)
+
+    def repeats(self) -> int:
+        return self.fields["shared"]["repeats"].value or 1
+
+    def compare_policies(self) -> bool:
+        """Whether Run runs the workload under each policy (Compare policies, a local load run only)."""
+        return self.kind() == "load" and not self._remote and self.compare_check.isChecked()
+
+    def compare_engines(self, engine: EngineConfig) -> list[tuple[str, EngineConfig, str | None]]:
+        """The runs of Compare policies, as (name, engine, dtype or None for the form's): each policy,
+        then the Policy at the second dtype and chunked at the second chunk size where they are given."""
+        f = self.fields["load"]
+        runs = [(policy, replace(engine, policy=policy), None) for policy in COMPARED_POLICIES]
+        if f["compare_dtype"].value:
+            runs.append((f"{engine.policy} {f['compare_dtype'].value}", engine, f["compare_dtype"].value))
+        if f["compare_chunk"].value and f["compare_chunk"].value != engine.chunk_tokens:
+            runs.append((f"chunked {f['compare_chunk'].value}",
+                         replace(engine, policy="chunked", chunk_tokens=f["compare_chunk"].value), None))
+        return runs
 
     def sampling(self) -> SamplingConfig:
         f = self.fields["sampling"]

@@ -2,13 +2,17 @@
 
     python -m gui.screenshot [docs/screenshot.png]
     python -m gui.screenshot --precision [precision.png]
+    python -m gui.screenshot --references [references.png]
 
 It first measures this machine quickly (calibrate --quick, into a temporary configuration
 folder: the user's own profile is left alone), so the throughput plot compares the measured
 points with this machine's roofline rather than a generic CPU's. Then it runs a short
 batch-size sweep (for the throughput plot) and a chat workload through the load driver, and
 saves the whole window at 1400 x 900. With --precision it runs a small precision sweep of the
-bundled model instead (float32, bfloat16, q8_0, q4_1), for the precision tab.
+bundled model instead (float32, bfloat16, q8_0, q4_1), for the precision tab. With --references
+it runs the chat workload twice, under the static and the continuous policy, saves each run and
+adds both as references: the window then compares static against continuous in every view (the
+current run on screen is the continuous one, with the static reference's steps and lanes under it).
 """
 from __future__ import annotations
 
@@ -49,11 +53,14 @@ def measure_this_machine(folder: str) -> None:
 
 
 def main(*args: str) -> int:
-    precision = "--precision" in args
-    paths = [a for a in args if a != "--precision"]
-    path = paths[0] if paths else "precision.png" if precision else "docs/screenshot.png"
+    precision, references = "--precision" in args, "--references" in args
+    paths = [a for a in args if not a.startswith("--")]
+    path = paths[0] if paths else ("precision.png" if precision else "references.png" if references
+                                   else "docs/screenshot.png")
     with tempfile.TemporaryDirectory(prefix="phasescope-config-") as folder:
         measure_this_machine(folder)
+        if references:
+            return shoot_references(path)
         return shoot_precision(path) if precision else shoot(path)
 
 
@@ -106,6 +113,43 @@ def shoot_precision(path: str, dtypes: str = "float32,bfloat16,q8_0,q4_1", promp
     window.repaint_views()
     app.processEvents()
     window.grab().save(path)
+    window.close()
+    print(f"wrote {path}")
+    return 0
+
+
+def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10") -> int:
+    """The window comparing the chat workload under the static and the continuous policy, as references."""
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    window = MainWindow()
+    window.resize(1400, 1150)   # taller: two more plots (the reference's strip and lanes) share the centre
+    window.show()
+    controls, form = window.controls, window.controls.form
+    controls.select_model(model)
+    controls.device_combo.setCurrentText("cpu")
+    controls.select_profile(LOCAL_KEY)
+    form.set_kind("sweep-batch")   # the throughput plot's own measured points, under the references' decode steps
+    form.fields["sweep-batch"]["batches"].setText("1,2,4,8")
+    form.fields["sweep-batch"]["context"].setText("256")
+    form.fields["sweep-batch"]["steps"].setText("3")
+    run_and_wait(app, window)
+    with tempfile.TemporaryDirectory(prefix="phasescope-references-") as saved:
+        for policy in ("static", "continuous"):
+            form.set_kind("load")
+            form.preset_combo.setCurrentText("poisson-chat")
+            form.fields["load"]["requests"].setText(requests)
+            form.fields["load"]["rate"].setText("3")
+            form.fields["load"]["max_batch"].setText("4")
+            form.policy_combo.setCurrentText(policy)
+            run_and_wait(app, window)
+            folder = os.path.join(saved, policy)
+            if not window.export_csv(folder) or window.add_reference(folder) is None:
+                raise SystemExit(f"error: {window.last_error}")
+        window.align_reference(window.references.items[0].key)   # static's steps under the current run's
+        window.roofline_tabs.setCurrentWidget(window.distributions)
+        window.repaint_views()
+        app.processEvents()
+        window.grab().save(path)
     window.close()
     print(f"wrote {path}")
     return 0

@@ -56,6 +56,9 @@ class ThroughputView(pg.PlotWidget):
         self.context = 512
         self.crossover: int | None = None
         self._seen = None
+        self.references = None      # a ReferenceSet: one curve each (set_references)
+        self.reference_curves: dict[int, pg.PlotDataItem] = {}
+        self._predicted_name = "profile (predicted)"
         plot = self.getPlotItem()
         # measured points sit far below a datasheet's roofline on a small machine: only a log axis shows both
         plot.setLogMode(x=False, y=True)
@@ -113,18 +116,28 @@ class ThroughputView(pg.PlotWidget):
             style_plot(plot, self._title(), "prompt length (tokens, log2)", "prefill tokens/s (log)")
             plot.setLabel("right", "TTFT (ms)")
 
-    def _title(self, predicted: str = "profile (predicted)") -> str:
+    def _title(self, predicted: str | None = None) -> str:
         """The title with the legend under it, in short lines (a legend box inside would cover the curves,
-        and a long title would widen the plot past a narrow dock)."""
+        and a long title would widen the plot past a narrow dock); the references three to a line."""
+        predicted = predicted or self._predicted_name
         title = "Decode tokens/s vs batch size" if self.kind == "batch" else "Prefill tokens/s vs prompt length"
         measured = swatch_title("", [("measured", MEASURED_COLOR, "&#9679;"),
                                      ("step ms (right)" if self.kind == "batch" else "TTFT ms (right)",
                                       STEP_TIME_COLOR)])
         predictions = swatch_title("", [(predicted, PREDICTED_COLOR, "- -"),
                                         ("this machine (predicted)", LOCAL_COLOR, "&#9660;")])
-        return f'{title}<br><span style="font-size:8pt">{measured}<br>{predictions}</span>'
+        shown = [r for r in self.references.visible()] if self.references is not None else []
+        lines = [swatch_title("", [(r.name, r.color, "&#9679;") for r in shown[i:i + 3]])
+                 for i in range(0, len(shown), 3)]
+        refs = "".join(f"<br>{line}" for line in lines)
+        return f'{title}<br><span style="font-size:8pt">{measured}<br>{predictions}{refs}</span>'
 
     # ---- inputs ------------------------------------------------------------------------------
+
+    def set_references(self, references) -> None:
+        """The window's ReferenceSet: each reference's points drawn in its colour under the current run's."""
+        self.references = references
+        self._seen = None
 
     def set_kind(self, kind: str) -> None:
         if kind != self.kind:
@@ -151,10 +164,11 @@ class ThroughputView(pg.PlotWidget):
         points = [p for p in self.store.sweep_points if p.kind == self.kind]
         finished = self.store.finished
         key = (self.store.generation, len(points), self.kind, id(self.shape), self.run_dtype, self.profile,
-               self.context, id(finished))
+               self.context, id(finished), self.references.version if self.references is not None else None)
         if key == self._seen:
             return
         self._seen = key
+        self._paint_references()
         x = np.log2([p.x for p in points]) if points else np.empty(0)
         self.measured.setData(x, [p.tokens_per_s for p in points])
         self.step_time.setData(x, [p.step_ms for p in points])
@@ -163,11 +177,44 @@ class ThroughputView(pg.PlotWidget):
         notes = [] if points else [f"run a {'batch-size' if self.kind == 'batch' else 'prompt-length'} sweep "
                                    "to add measured points"]
         notes += self._paint_prediction()
+        notes += self._reference_notes()
         measured = finished.summary.get("measured_crossover_batch") if finished is not None else None
         if self.kind == "batch" and measured:
             notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
+
+    def _reference_notes(self) -> list[str]:
+        steps = [r.name for r in self.references.visible() if r.throughput_points(self.kind)[2] == "steps"] \
+            if self.references is not None else []
+        none = [r.name for r in self.references.visible() if r.throughput_points(self.kind)[2] == "none"] \
+            if self.references is not None else []
+        notes = []
+        if steps:
+            notes.append(f"{', '.join(steps)}: not sweeps: each batch size's median decode-only step of the run "
+                         "(at the contexts it had)")
+        if none:
+            notes.append(f"{', '.join(none)}: no points on this plot")
+        return notes
+
+    def _paint_references(self) -> None:
+        """A curve per reference, created once and kept until it is removed; hidden ones are kept hidden."""
+        refs = {r.key: r for r in self.references} if self.references is not None else {}
+        plot = self.getPlotItem()
+        for gone in set(self.reference_curves) - set(refs):
+            plot.removeItem(self.reference_curves.pop(gone))
+        for key, ref in refs.items():
+            curve = self.reference_curves.get(key)
+            if curve is None:
+                # drawn under the current run's points (a lower z): the new curve grows over the old one
+                curve = plot.plot([], [], pen=cosmetic_pen(ref.color, 1), symbol="o", symbolSize=6,
+                                  symbolBrush=ref.color, symbolPen=ref.color)
+                curve.setZValue(-1)
+                self.reference_curves[key] = curve
+            x, y, _ = ref.throughput_points(self.kind)
+            curve.setData(x, y)
+            curve.setVisible(ref.visible)
+        set_title(plot, self._title())
 
     def _paint_prediction(self) -> list[str]:
         """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""
@@ -195,7 +242,8 @@ class ThroughputView(pg.PlotWidget):
             times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype).time_s for n in xs]
         self.predicted.setData(np.log2(xs), xs / np.array(times))
         label = dtype.name if hasattr(dtype, "name") else dtype
-        set_title(self.getPlotItem(), self._title(f"{self.profile.key} {label} (predicted)"))
+        self._predicted_name = f"{self.profile.key} {label} (predicted)"
+        set_title(self.getPlotItem(), self._title())
         if self.crossover is not None and self.crossover < CROSSOVER_CAP:
             self.crossover_line.setValue(math.log2(self.crossover))
             self.crossover_line.show()

@@ -132,6 +132,7 @@ class TimelineView(pg.PlotWidget):
         self._running = False
         self._follow = True
         self._page: tuple[float, float] | None = None   # the x range last set to follow the live edge
+        self.extent_ms = 0.0        # a reference's length drawn under this strip: a stopped strip fits it too
         plot = self.getPlotItem()
         style_plot(plot, swatch_title("Engine steps: one bar per forward pass",
                                       [(p.value, c) for p, c in PHASE_COLORS.items()]),
@@ -220,6 +221,8 @@ class TimelineView(pg.PlotWidget):
 
     def _follow_edge(self) -> None:
         now = self.store.now_ms()
+        if not self._running:
+            now = max(now, self.extent_ms)
         if now <= 0:
             return
         vb = self.getPlotItem().getViewBox()

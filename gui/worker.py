@@ -10,7 +10,8 @@ records; every other event first flushes what is pending, so the window sees it 
 
 Every record is also streamed into a temporary run folder as it comes (the window keeps
 only the newest steps and tokens in memory; Export CSV copies the complete files from
-there). The folder lives until the next run or the end of the thread.
+there). The folder lives until the next run or the end of the thread. A run of several
+repeats keeps only the last repeat's record there, as the window keeps only its steps.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from backend.roofline.calibrate import calibrate as measure_device
 from backend.roofline.calibrate import write_profile
 from backend.errors import InputError, RunError, one_line
 from backend.engine_process import EngineProcess
-from backend.events import Progress, RequestsArrived, RunFinished, coalesce
+from backend.events import Progress, RepeatStarted, RequestsArrived, RunFinished, coalesce
 from backend.io.export import RunData, RunWriter
 from backend.records import RecordBatch
 
@@ -151,6 +152,8 @@ class RunWorker(QtCore.QObject):
                 self._flush()
             return
         self._flush()
+        if isinstance(item, RepeatStarted) and item.index > 1:
+            self._start_recording()   # the last repeat's record only (the window shows one repeat at a time)
         self.event.emit(item)
 
     def _flush(self) -> None:

@@ -41,6 +41,9 @@ def model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="always generate the full output length")
     p.add_argument("--out", help="write steps.csv, requests.csv, tokens.csv, summary.csv, run.json, trace.json here")
     p.add_argument("--profile", help="GPU profile name or TOML path (see `profiles`)")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="run the same settings N times back to back, the model loaded once; with --out, each repeat "
+                        "is written to OUT/repeat-K and OUT/repeats.csv holds each metric's mean, 95%% interval and CV")
     threads_flag(p)
 
 
@@ -52,4 +55,4 @@ def threads_flag(p: argparse.ArgumentParser) -> None:
 def common_config(args, mode: str) -> RunConfig:
     return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
-                     profile=args.profile, out_dir=args.out, threads=args.threads)
+                     profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats)

@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -16,6 +17,7 @@ from backend.cli import report
 from backend.cli.flags import Parser, common_config, model_flags, positive_int
 from backend.config import BatchRun, EngineConfig, RunConfig
 from backend.errors import InputError, RunError
+from backend.io.plots import RenderPlots
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,12 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "display, the bundled model, the GPU profile (exit 1 if the window cannot run)")
     from backend.cli.tools import add_tool_parsers
     add_tool_parsers(sub, model_flags)
+    from backend.cli.compare import add_compare_parser
+    add_compare_parser(sub)
     return parser
 
 
-def main(argv: list[str] | None = None, open_window: Callable[..., int] | None = None) -> int:
+def main(argv: list[str] | None = None, open_window: Callable[..., int] | None = None,
+         render_plots: RenderPlots | None = None) -> int:
     """The exit status. `open_window(model=, profile=, autostart=)` opens the window when no
-    sub-command is given (gui.app passes it; without it, that is a usage error)."""
+    sub-command is given (gui.app passes it; without it, that is a usage error).
+    `render_plots(plots, folder) -> written paths` draws `compare --out`'s PNGs (backend.io.plots:
+    the window's libraries draw them; without it, compare writes its CSV only and says so)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -79,6 +86,9 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
         if args.command == "sweep":
             from backend.cli.tools import sweep_config
             return run_headless(sweep_config(args))
+        if args.command == "compare":
+            from backend.cli.compare import run_compare
+            return run_compare(args, render_plots)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -111,10 +121,19 @@ def run_headless(config: RunConfig) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
         progress.close()
+    repeats = finished.repeats
+    shown = config   # with repeats: the last repeat's summary, with its own folder
+    if repeats is not None and config.out_dir:
+        from backend.io.repeats import repeat_folder
+        last = repeats.num_done + (1 if finished.error or finished.stopped else 0)
+        shown = replace(config, out_dir=str(repeat_folder(config.out_dir, last)))
     if sweep is not None:
-        sweep.finish(finished, config)
+        sweep.finish(finished, shown)
     else:
-        report.print_run(config, finished)
+        report.print_run(shown, finished)
+    if repeats is not None:
+        from backend.cli.repeats import print_repeats
+        print_repeats(repeats, config.mode, config.out_dir)
     if finished.error:
         print(f"error: {finished.error}", file=sys.stderr)
         return 1
