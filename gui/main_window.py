@@ -115,6 +115,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.metrics = MetricsPanel(self.store)
         self.distributions = DistributionsView(self.store, self.references)
         self.throughput.set_references(self.references)
+        self.precision.set_references(self.references)
         self.metrics.set_references(self.references)
         self.current_plot: pg.PlotWidget = self.timeline
         for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.distributions.plot):

@@ -54,6 +54,8 @@ class PrecisionView(pg.PlotWidget):
         super().__init__(parent)
         self.setObjectName("precisionPlot")
         self.store = store
+        self.references = None      # a ReferenceSet (set_references): each precision sweep among them drawn too
+        self._ref_curves: dict[int, tuple] = {}   # reference key -> its (TPOT, TTFT) curves, made once
         self._seen = None
         plot = self.getPlotItem()
         self.unity = pg.InfiniteLine(pos=1.0, angle=0, movable=False,
@@ -102,10 +104,38 @@ class PrecisionView(pg.PlotWidget):
         return (f"Weight bytes, TPOT and TTFT at each precision, each ÷ {base}"
                 f'<br><span style="font-size:8pt">{legend}</span>')
 
+    def set_references(self, references) -> None:
+        self.references = references
+        self._seen = None
+
+    def _paint_references(self, order: dict[str, int]) -> list[str]:
+        """Each shown reference's TPOT and TTFT ratios (to its own first precision), at the x of the same
+        precision in this run; a reference's precision this run did not measure is left out. Their names."""
+        shown = {r.key: r for r in self.references.visible() if r.precision} if self.references is not None else {}
+        plot = self.getPlotItem()
+        for key in [k for k in self._ref_curves if k not in shown]:
+            for curve in self._ref_curves.pop(key):
+                plot.removeItem(curve)
+        for key, ref in shown.items():
+            if key not in self._ref_curves:
+                pen = pg.mkPen(ref.color, width=2, style=QtCore.Qt.PenStyle.DotLine)
+                self._ref_curves[key] = tuple(plot.plot([], [], pen=pen, symbol=symbol, symbolSize=7,
+                                                        symbolBrush=ref.color, symbolPen=ref.color)
+                                              for symbol in ("o", "t1"))
+            at = [(order[p.dtype], p) for p in ref.precision if p.dtype in order]
+            x = np.array([i for i, _ in at], dtype=np.float64)
+            tpot = ratios([p.tpot_ms for p in ref.precision])
+            ttft = ratios([p.ttft_ms for p in ref.precision])
+            keep = [k for k, p in enumerate(ref.precision) if p.dtype in order]
+            self._ref_curves[key][0].setData(x, tpot[keep] if keep else [])
+            self._ref_curves[key][1].setData(x, ttft[keep] if keep else [])
+        return [ref.name for ref in shown.values()]
+
     def refresh(self) -> None:
         points = self.store.precision_points
         summary = self.store.precision_summary
-        key = (self.store.generation, len(points), id(summary))
+        key = (self.store.generation, len(points), id(summary),
+               self.references.version if self.references is not None else None)
         if key == self._seen:
             return
         self._seen = key
@@ -114,6 +144,7 @@ class PrecisionView(pg.PlotWidget):
         if not points:
             for curve in self.curves.values():
                 curve.setData([], [])
+            self._paint_references({})
             self.labels = []
             plot.getAxis("bottom").setTicks([[]])
             set_title(plot, self._title("the first", profile))
@@ -130,13 +161,15 @@ class PrecisionView(pg.PlotWidget):
             self.curves[name].setData(x, y)
         self.labels = [tick_label(p) for p in points]
         plot.getAxis("bottom").setTicks([list(enumerate(self.labels))])
+        drawn = self._paint_references({p.dtype: i for i, p in enumerate(points)})
         base = points[0].dtype
         set_title(plot, self._title(base, profile))
         plot.setLabel("left", f"ratio to {base}")
         top = max([1.0] + [float(v) for y in data.values() for v in y if math.isfinite(v)])
         plot.setXRange(-0.5, len(points) - 0.5, padding=0)
         plot.setYRange(0, top * 1.1, padding=0)
-        self.note.setText(self._figures(points) + self._skipped(summary))
+        self.note.setText(self._figures(points) + self._skipped(summary)
+                          + (f" · dotted: {', '.join(drawn)} (each ÷ its own first precision)" if drawn else ""))
         self.note.setToolTip(self._ratios(points))
 
     @staticmethod

@@ -213,3 +213,25 @@ def test_a_real_precision_sweep_of_the_bundled_model_from_the_window(qtbot, wind
     phases = window.store.steps.column("phase").tolist()
     assert len(phases) == 6 and phases.count(0.0) == 2
     assert window.statusBar().currentMessage().startswith("Finished: precision sweep, 2 precisions measured")
+
+
+def test_a_reference_precision_sweep_is_drawn_over_the_run_at_the_same_precisions(qtbot, window, tmp_path):
+    """Another machine's (or build's) precision sweep as a reference: its TPOT and TTFT ratios, each over
+    its own first precision, dotted in its colour at the x of the same precision; one this run lacks is left out."""
+    write_sweep_folder(tmp_path / "current")
+    other = [dataclasses.replace(POINTS[0], tpot_ms=50.0, ttft_ms=100.0),
+             dataclasses.replace(POINTS[2], tpot_ms=25.0, ttft_ms=120.0),          # q4_1 only: no q8_0
+             dataclasses.replace(POINTS[1], dtype="q4_0", tpot_ms=10.0)]            # not in the current run
+    write_sweep_folder(tmp_path / "reference", other)
+    assert window.open_run(str(tmp_path / "current")), window.last_error
+    ref = window.add_reference(str(tmp_path / "reference"))
+    assert ref is not None
+    window.repaint_views()
+    view = window.precision
+    tpot, ttft = view._ref_curves[ref.key]
+    assert tpot.xData.tolist() == [0.0, 2.0] and tpot.yData.tolist() == pytest.approx([1.0, 0.5])
+    assert ttft.yData.tolist() == pytest.approx([1.0, 1.2])
+    assert ref.name in view.note.text()
+    window.remove_reference(ref.key)
+    window.repaint_views()
+    assert ref.key not in view._ref_curves
