@@ -63,6 +63,7 @@ class RunConfig:
     out_dir: str | None = None
     threads: int | None = None           # CPU threads (and as many cores); None: all cores, torch's default count
     repeats: int = 1                     # the same settings run back to back, the model loaded once (session.execute)
+    simulate: bool = False               # price each step on `profile` with a cost model, on a virtual clock (no weights)
 
 
 def config_dict(config: RunConfig) -> dict:

@@ -8,7 +8,9 @@ from here:
 - the local engine (`engine.local.run_local`) for `run` and `load`;
 - a batch-size or prompt-length sweep over the same model (`engine.sweep.run_sweep`), or the
   same steps at each weight precision (`engine.precision_sweep.run_precision_sweep`);
-- a remote OpenAI-compatible server (`remote.target.run_remote`) when the config names one.
+- a remote OpenAI-compatible server (`remote.target.run_remote`) when the config names one;
+- the simulator (`engine.simulate.run_simulated`) with `config.simulate`: the real scheduler,
+  each step priced on `config.profile` by a cost model, on a virtual clock.
 
 With `config.repeats` N > 1 the same target runs N times back to back on one ModelCache (the
 model loaded once; each run still warms up before its timed steps), each repeat announced by a
@@ -99,6 +101,9 @@ def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: 
 
 def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
     """The target that runs this config."""
+    if config.simulate:
+        from backend.engine.simulate import run_simulated
+        return partial(run_simulated, retain_records=retain_records)
     if config.endpoint is not None:
         from backend.remote.target import run_remote
         return run_remote

@@ -52,7 +52,14 @@ def threads_flag(p: argparse.ArgumentParser) -> None:
                    "the window's engine takes all but one)")
 
 
+def simulate_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--simulate", action="store_true",
+                   help="no model: the real scheduler and workload, each step's time priced on --profile by a cost "
+                        "model, on a virtual clock (--model must be a known shape, e.g. llama-8b)")
+
+
 def common_config(args, mode: str) -> RunConfig:
     return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
-                     profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats)
+                     profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats,
+                     simulate=getattr(args, "simulate", False))

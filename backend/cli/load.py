@@ -23,6 +23,8 @@ def add_load_parser(sub, model_flags) -> None:
     p.add_argument("--output-len", help="N or A:B (uniform)")
     p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective")
     p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective")
+    from backend.cli.flags import simulate_flag
+    simulate_flag(p)
     from backend.remote.target import add_remote_flags
     add_remote_flags(p)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from backend.cli import report
-from backend.cli.flags import Parser, common_config, model_flags, positive_int
+from backend.cli.flags import Parser, common_config, model_flags, positive_int, simulate_flag
 from backend.config import BatchRun, EngineConfig, RunConfig
 from backend.errors import InputError, RunError
 from backend.io.plots import RenderPlots
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--chat", action="store_true", help="apply the model's chat template to --prompt")
     run.add_argument("--output-len", type=positive_int, default=64)
     run.add_argument("--batch", type=positive_int, default=1)
+    simulate_flag(run)
 
     from backend.cli.load import add_load_parser
     add_load_parser(sub, model_flags)

@@ -113,10 +113,17 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         else info.get("source", "")
     print(f"model   {info.get('model')}  ({_params(info.get('num_params', 0))} params, "
           f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
-    threads = (describe_threads(info["threads"], info["affinity"]) if info.get("affinity")
-               else f"{info.get('threads')} threads")
-    print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}, "
-          f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
+    if info.get("target") == "simulated":
+        c = info.get("cost_model", {})
+        print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}; SIMULATED: "
+              f"{info.get('virtual_s', 0):,.1f} s of virtual time in {info.get('wall_s', 0):,.1f} s; cost model "
+              f"mfu {c.get('mfu')}, mbu {c.get('mbu')}, {c.get('step_ms')} ms/step, {c.get('token_ms')} ms/token, "
+              f"{c.get('request_ms')} ms/request", file=out)
+    else:
+        threads = (describe_threads(info["threads"], info["affinity"]) if info.get("affinity")
+                   else f"{info.get('threads')} threads")
+        print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}, "
+              f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
     if config.mode == "batch":
         _print_batch_summary(config, data, s, out)
     else:
@@ -147,8 +154,13 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
     if info.get("shape") is not None and any(t is not None and t.steps for t in totals.values()):
         from backend.roofline.profiles import run_profile
         device, name = info.get("device", ""), info.get("device_name", "")
+        if info.get("target") == "simulated":   # judged against the profile it was priced on
+            from backend.roofline.profiles import find_profile
+            profile = find_profile(info["profile"])
+        else:
+            profile = run_profile(device, name)
         for label, text in roofline_lines(info["shape"], from_info(info) or info.get("dtype"), device, name, totals,
-                                          run_profile(device, name)):
+                                          profile):
             print(f"roofline {text}" if label == "roofline" else f"  {label:<7} {text}", file=out)
     breakdown = breakdown_of(finished)
     if breakdown is not None:
