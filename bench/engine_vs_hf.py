@@ -406,13 +406,14 @@ def profile_ours(loaded) -> list[str]:
     return out
 
 
-def write_readme(text: str) -> None:
+def write_readme(text: str, begin: str = BEGIN, end: str = END) -> None:
+    """The report into bench/README.md between a benchmark's markers (bench/engine_vs_llamacpp.py has its own)."""
     body = README.read_text(encoding="utf-8")
-    if BEGIN not in body or END not in body:
-        raise SystemExit(f"{README} has no {BEGIN} ... {END} markers to write between")
-    head, rest = body.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+    if begin not in body or end not in body:
+        raise SystemExit(f"{README} has no {begin} ... {end} markers to write between")
+    head, rest = body.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    README.write_text(f"{head}{begin}\n{text}\n{end}{tail}", encoding="utf-8")
 
 
 def main() -> int:

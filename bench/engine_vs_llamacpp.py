@@ -60,7 +60,7 @@ import gguf  # noqa: E402
 import llama_cpp as lc  # noqa: E402
 import torch  # noqa: E402
 
-from engine_vs_hf import Ours  # noqa: E402
+from engine_vs_hf import Ours, write_readme  # noqa: E402
 from backend.loaders.device import cpu_name  # noqa: E402
 from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
 from backend.records import Phase  # noqa: E402
@@ -73,9 +73,7 @@ PROMPT_LEN, NEW_TOKENS, QUICK_NEW_TOKENS = 128, 64, 16
 MAX_SEQS, CTX_PER_SEQ, N_BATCH = 32, 512, 512   # n_ctx = 32 x 512: each sequence's own 512 cells
 FIRST_ID = 100                                   # below: the control tokens (0..16 here) and some margin
 FLOOR_TARGET = 1.15
-README = Path(__file__).with_name("README.md")
 BEGIN, END = "<!-- engine_vs_llamacpp:begin -->", "<!-- engine_vs_llamacpp:end -->"
-HEADING = "## This engine against llama.cpp"
 GGML_LOG_WARN, GGML_LOG_ERROR, GGML_LOG_CONT = 3, 4, 5
 LLAMA_LOG: list[str] = []
 _partial = {"level": 0, "text": ""}    # a log line that llama.cpp sends in pieces (GGML_LOG_CONT)
@@ -388,16 +386,6 @@ def floor_table(samples: dict, llama_bytes: dict[str, int], ours_bytes: dict[str
     return lines
 
 
-def write_readme(text: str) -> None:
-    body = README.read_text(encoding="utf-8")
-    if BEGIN not in body or END not in body:
-        body = f"{body.rstrip()}\n\n{HEADING}\n\n```\n.venv/bin/python bench/engine_vs_llamacpp.py " \
-               f"[--repeats 3] [--threads N] [--readme] [--quick]\n```\n\n{BEGIN}\n{END}\n"
-    head, rest = body.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3, help="timed passes after the warm-up pass")
@@ -442,7 +430,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.readme:
-        write_readme(text)
+        write_readme(text, BEGIN, END)
     return 0
 
 

@@ -9,10 +9,11 @@ import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.expo
 from PySide6 import QtWidgets
 
 from backend.errors import InputError, RunError
-from backend.io.export import LONG_FILES, ensure_writable, read_run, write_run
-from backend.engine.precision_sweep import read_precision_sweep, write_precision_sweep
-from backend.engine.sweep import SweepSpec, read_sweep, write_sweep
+from backend.io.export import LONG_FILES, ensure_writable, write_run
+from backend.engine.precision_sweep import write_precision_sweep
+from backend.engine.sweep import SweepSpec, write_sweep
 
+from .references import read_run_folder
 from .run_store import RunStore
 
 def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
@@ -64,14 +65,9 @@ class FileActions:
         if self.running:
             return False
         try:
-            run = read_run(folder)
-            mode = str(run.config.get("mode", ""))
-            # a precision sweep's sweep.csv has a row per precision, not per batch size or prompt length
-            precision = read_precision_sweep(folder)
-            if precision or mode == "sweep-precision":
-                mode, sweep = "sweep-precision", []
-            else:
-                sweep = read_sweep(folder)
+            run, sweep, precision = read_run_folder(folder)
+            mode = "sweep-precision" if precision or run.config.get("mode") == "sweep-precision" \
+                else str(run.config.get("mode", ""))
         except InputError as exc:
             self.show_error(str(exc))
             return False

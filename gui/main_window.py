@@ -161,18 +161,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
         self.metrics_dock = self._dock("Live metrics", self.metrics, "metricsDock")
         self.text_dock = self._dock("Generated text", self.text, "textDock")
-        throughput = QtWidgets.QWidget()
-        column = QtWidgets.QVBoxLayout(throughput)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.setSpacing(0)
-        column.addWidget(self.throughput, 1)
-        column.addWidget(self.throughput.note)
-        precision = QtWidgets.QWidget()
-        column = QtWidgets.QVBoxLayout(precision)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.setSpacing(0)
-        column.addWidget(self.precision, 1)
-        column.addWidget(self.precision.note)
+        throughput, precision = (_with_note(view) for view in (self.throughput, self.precision))
         # the throughput plot and a precision sweep's share the dock, a tab each: a precision sweep
         # brings its tab forward, a batch or prompt sweep the throughput's
         self.roofline_tabs = QtWidgets.QTabWidget()
@@ -530,3 +519,14 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
     if autostart:
         QtCore.QTimer.singleShot(0, window.start_run)
     return app.exec()
+
+
+def _with_note(view) -> QtWidgets.QWidget:
+    """A plot with its note under it, as one tab."""
+    page = QtWidgets.QWidget()
+    column = QtWidgets.QVBoxLayout(page)
+    column.setContentsMargins(0, 0, 0, 0)
+    column.setSpacing(0)
+    column.addWidget(view, 1)
+    column.addWidget(view.note)
+    return page

@@ -64,95 +64,83 @@ def main(*args: str) -> int:
         return shoot_precision(path) if precision else shoot(path)
 
 
-def shoot(path: str) -> int:
+def open_window(model: str = "smollm2-135m", height: int = 900):
+    """(the app, a shown window on `model`, CPU and this machine's profile, its run form)."""
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     window = MainWindow()
-    window.resize(1400, 900)
+    window.resize(1400, height)
     window.show()
-    controls, form = window.controls, window.controls.form
-    controls.select_model("smollm2-135m")
+    controls = window.controls
+    controls.select_model(model)
     controls.device_combo.setCurrentText("cpu")
     controls.select_profile(LOCAL_KEY)   # preselected on a CPU once measured; said here so it cannot drift
+    return app, window, controls.form
+
+
+def set_batch_sweep(form, batches: str, steps: str) -> None:
     form.set_kind("sweep-batch")
-    form.fields["sweep-batch"]["batches"].setText("1,2,4,8,16,32")
+    form.fields["sweep-batch"]["batches"].setText(batches)
     form.fields["sweep-batch"]["context"].setText("256")
-    form.fields["sweep-batch"]["steps"].setText("4")
-    run_and_wait(app, window)
+    form.fields["sweep-batch"]["steps"].setText(steps)
+
+
+def set_chat_load(form, policy: str, requests: str = "10") -> None:
+    """The chat workload preset, 10 requests at 3 a second, at most 4 at once."""
     form.set_kind("load")
     form.preset_combo.setCurrentText("poisson-chat")
-    form.fields["load"]["requests"].setText("10")
+    form.fields["load"]["requests"].setText(requests)
     form.fields["load"]["rate"].setText("3")
     form.fields["load"]["max_batch"].setText("4")
-    form.policy_combo.setCurrentText("continuous")
-    run_and_wait(app, window)
-    window.select_request(2)
+    form.policy_combo.setCurrentText(policy)
+
+
+def save(app, window, path: str) -> int:
     window.repaint_views()
     app.processEvents()
     window.grab().save(path)
     window.close()
     print(f"wrote {path}")
     return 0
+
+
+def shoot(path: str) -> int:
+    app, window, form = open_window()
+    set_batch_sweep(form, "1,2,4,8,16,32", "4")
+    run_and_wait(app, window)
+    set_chat_load(form, "continuous")
+    run_and_wait(app, window)
+    window.select_request(2)
+    return save(app, window, path)
 
 
 def shoot_precision(path: str, dtypes: str = "float32,bfloat16,q8_0,q4_1", prompt_len: str = "128",
                     output_len: str = "16") -> int:
     """The window after a small precision sweep of the bundled model, its precision tab in front."""
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    window = MainWindow()
-    window.resize(1400, 900)
-    window.show()
-    controls, form = window.controls, window.controls.form
-    controls.select_model("smollm2-135m")
-    controls.device_combo.setCurrentText("cpu")
-    controls.select_profile(LOCAL_KEY)
+    app, window, form = open_window()
     form.set_kind("sweep-precision")
     f = form.fields["sweep-precision"]
     for key, text in (("dtypes", dtypes), ("prompt_len", prompt_len), ("output_len", output_len), ("steps", "2")):
         f[key].setText(text)
     run_and_wait(app, window)
-    window.repaint_views()
-    app.processEvents()
-    window.grab().save(path)
-    window.close()
-    print(f"wrote {path}")
-    return 0
+    return save(app, window, path)
 
 
 def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10") -> int:
     """The window comparing the chat workload under the static and the continuous policy, as references."""
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    window = MainWindow()
-    window.resize(1400, 1150)   # taller: two more plots (the reference's strip and lanes) share the centre
-    window.show()
-    controls, form = window.controls, window.controls.form
-    controls.select_model(model)
-    controls.device_combo.setCurrentText("cpu")
-    controls.select_profile(LOCAL_KEY)
-    form.set_kind("sweep-batch")   # the throughput plot's own measured points, under the references' decode steps
-    form.fields["sweep-batch"]["batches"].setText("1,2,4,8")
-    form.fields["sweep-batch"]["context"].setText("256")
-    form.fields["sweep-batch"]["steps"].setText("3")
+    # taller: two more plots (the reference's strip and lanes) share the centre
+    app, window, form = open_window(model, height=1150)
+    set_batch_sweep(form, "1,2,4,8", "3")   # the throughput plot's own measured points, under the references'
     run_and_wait(app, window)
     with tempfile.TemporaryDirectory(prefix="phasescope-references-") as saved:
         for policy in ("static", "continuous"):
-            form.set_kind("load")
-            form.preset_combo.setCurrentText("poisson-chat")
-            form.fields["load"]["requests"].setText(requests)
-            form.fields["load"]["rate"].setText("3")
-            form.fields["load"]["max_batch"].setText("4")
-            form.policy_combo.setCurrentText(policy)
+            set_chat_load(form, policy, requests)
             run_and_wait(app, window)
             folder = os.path.join(saved, policy)
             if not window.export_csv(folder) or window.add_reference(folder) is None:
                 raise SystemExit(f"error: {window.last_error}")
         window.align_reference(window.references.items[0].key)   # static's steps under the current run's
         window.roofline_tabs.setCurrentWidget(window.distributions)
-        window.repaint_views()
-        app.processEvents()
-        window.grab().save(path)
-    window.close()
-    print(f"wrote {path}")
-    return 0
+        return save(app, window, path)
 
 
 if __name__ == "__main__":

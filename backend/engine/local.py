@@ -62,7 +62,6 @@ def validate(config: RunConfig) -> None:
 def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | None,
              retain_records: bool, models: ModelCache) -> RunFinished:
     from backend.engine.loop import Engine
-    from backend.io.summary import RunAccumulator
     from backend.engine.runner import Runner
     from backend.engine.scheduler import Scheduler, SchedulerConfig
 
@@ -80,7 +79,7 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
         max_len = config.engine.max_len or longest_sequence(config.workload)
         max_len = min(max_len, shape.max_position)
         check_kv_fits(loaded, num_slots, max_len)
-    kv_capacity = min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
+    kv_capacity = kv_capacity_of(config, num_slots, max_len)
     run_id = new_run_id()
     emit(loaded.loaded_event(dev_name, kv_capacity, reused))
     emit(Progress("warming up", None))
@@ -91,8 +90,23 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
     engine = Engine(scheduler, runner, run_id, tokenizer=loaded.tokenizer,
                     stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos,
                     retain_records=retain_records)
-    accumulator = RunAccumulator()
     emit(Progress("running", None))
+    return drive(engine, source, config, run_id, emit, should_stop, writer,
+                 lambda: run_info(loaded, dev_name, kv_capacity, max_len, num_slots))
+
+
+def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
+    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length."""
+    return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
+
+
+def drive(engine, source, config: RunConfig, run_id: str, emit: Emit, should_stop: Callable[[], bool],
+          writer: RunWriter | None, info: Callable[[], dict]) -> RunFinished:
+    """Run the engine loop over the source to the end: every record batch to the summary, the
+    writer and `emit`; then the run's files (info() is asked after the run). The local and the
+    simulated targets both end this way."""
+    from backend.io.summary import RunAccumulator
+    accumulator = RunAccumulator()
 
     def sink(event):
         if isinstance(event, RecordBatch):
@@ -103,8 +117,7 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
 
     result = engine.run(source, sink, should_stop)
     summary = accumulator.summary(config.slo_ttft_ms, config.slo_tpot_ms)
-    info = run_info(loaded, dev_name, kv_capacity, max_len, num_slots)
-    data = RunData(run_id=run_id, config=config_dict(config), info=info, steps=result.steps,
+    data = RunData(run_id=run_id, config=config_dict(config), info=info(), steps=result.steps,
                    requests=result.requests, tokens=result.tokens, summary=summary)
     if writer is not None:
         writer.close(data)

@@ -16,11 +16,11 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from backend.config import RunConfig, config_dict
+from backend.config import RunConfig
 from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.precision import Precision, canonical, precision
-from backend.records import RecordBatch, new_run_id
+from backend.records import new_run_id
 from backend.roofline.cost import linear_params_per_layer, step_cost
 from backend.roofline.profiles import GpuProfile, find_profile
 
@@ -154,11 +154,10 @@ def check_memory(shape, prec: Precision, profile: GpuProfile, kv_capacity: int) 
 def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
                   cost_model: CostModel | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload) with every step priced on config.profile."""
-    from backend.engine.local import longest_sequence, validate
+    from backend.engine.local import drive, kv_capacity_of, longest_sequence, validate
     from backend.engine.loop import Engine
     from backend.engine.scheduler import Scheduler, SchedulerConfig
-    from backend.io.export import RunData, RunWriter
-    from backend.io.summary import RunAccumulator
+    from backend.io.export import RunWriter
     from backend.workload.arrivals import FixedSource, RequestSpec, WorkloadSource
 
     if not config.profile:
@@ -191,7 +190,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
             source = WorkloadSource(spec, tokenize=None, vocab_size=shape.vocab_size, max_prompt_len=shape.max_position)
             num_slots, policy = config.engine.max_batch, config.engine.policy
             max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
-        kv_capacity = min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
+        kv_capacity = kv_capacity_of(config, num_slots, max_len)
         check_memory(shape, prec, profile, kv_capacity)
         run_id = new_run_id()
         device = f"simulated {profile.key}"
@@ -204,32 +203,20 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, kv_capacity=kv_capacity,
                                               max_len=max_len, chunk_tokens=config.engine.chunk_tokens))
         engine = Engine(scheduler, runner, run_id, retain_records=retain_records, clock=clock.now, sleep=clock.advance)
-        accumulator = RunAccumulator()
         emit(Progress("simulating", None))
-
-        def sink(event):
-            if isinstance(event, RecordBatch):
-                accumulator.add(event)
-                if writer is not None:
-                    writer.add(event)
-            emit(event)
-
         wall_start = time.perf_counter()
-        result = engine.run(source, sink, should_stop)
-        summary = accumulator.summary(config.slo_ttft_ms, config.slo_tpot_ms)
-        info = {"target": "simulated", "profile": profile.key, "profile_name": profile.name,
-                "cost_model": asdict(model), "model": config.model.name, "source": source_text,
-                "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
-                "weight_bytes": weight_bytes, "shape": asdict(shape), "device": device, "device_name": profile.name,
-                "dtype": prec.name, "weight_bits": prec.weight_bits, "activation_dtype": prec.activation,
-                "kv_capacity": kv_capacity, "kv_slots": num_slots, "max_len": max_len,
-                "virtual_s": clock.seconds, "wall_s": time.perf_counter() - wall_start,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        data = RunData(run_id=run_id, config=config_dict(config), info=info, steps=result.steps,
-                       requests=result.requests, tokens=result.tokens, summary=summary)
-        if writer is not None:
-            writer.close(data)
-        return RunFinished(run_id, summary, result.stopped, result.error, data)
+
+        def info() -> dict:
+            return {"target": "simulated", "profile": profile.key, "profile_name": profile.name,
+                    "cost_model": asdict(model), "model": config.model.name, "source": source_text,
+                    "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
+                    "weight_bytes": weight_bytes, "shape": asdict(shape), "device": device, "device_name": profile.name,
+                    "dtype": prec.name, "weight_bits": prec.weight_bits, "activation_dtype": prec.activation,
+                    "kv_capacity": kv_capacity, "kv_slots": num_slots, "max_len": max_len,
+                    "virtual_s": clock.seconds, "wall_s": time.perf_counter() - wall_start,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+        return drive(engine, source, config, run_id, emit, should_stop, writer, info)
     finally:
         if writer is not None:
             writer.abandon()

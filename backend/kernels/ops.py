@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from backend import kernels
+from backend.precision import precision
 
 _pool_threads = 0
 
@@ -62,7 +63,7 @@ def quantize_rows(w: torch.Tensor, fmt: str) -> torch.Tensor:
     """A float32 (rows, in) matrix as rows of GGUF blocks, uint8 (rows, in / 32 * block bytes)."""
     w = w.detach().to(torch.float32).contiguous()
     rows, inp = w.shape
-    out = torch.empty(rows, inp // BLOCK * _block_bytes(fmt), dtype=torch.uint8)
+    out = torch.empty(rows, inp // BLOCK * precision(fmt).block_bytes, dtype=torch.uint8)
     if w.numel():
         _lib().psk_quantize_rows(KINDS[fmt], w.data_ptr(), rows, inp, out.data_ptr())
     return out
@@ -90,10 +91,6 @@ def qlinear(x: torch.Tensor, packed: torch.Tensor, fmt: str, out_features: int,
             bias: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., in) @ W^T (+ bias) (+ residual) for W packed by quant_pack; in is a multiple of 32."""
     return _product(x, packed, fmt, out_features, bias, residual)
-
-
-def _block_bytes(fmt: str) -> int:
-    return {"q8_0": 34, "q4_0": 18, "q4_1": 20}[fmt]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
