@@ -27,11 +27,18 @@ class SamplingConfig:
 
 @dataclass(slots=True)
 class EngineConfig:
-    policy: str = "continuous"   # static | continuous | chunked
+    policy: str = "continuous"   # static | continuous | chunked | disaggregated
     max_batch: int = 32          # requests running at once (= KV cache slots)
     chunk_tokens: int = 512      # per-step token budget under the chunked policy
     kv_tokens: int | None = None # KV cache capacity in tokens; None derives it from free memory
     max_len: int | None = None   # longest sequence (prompt + output) one slot holds; None derives it from the workload
+    # disaggregated: prompts on prefill workers, their KV handed to decode workers (backend/engine/disaggregated.py)
+    prefill_workers: int = 1     # engine processes (simulated: devices) that run prompt chunks only
+    decode_workers: int = 1      # engine processes (simulated: devices) that run decode steps only
+    kv_transport: str = "auto"   # auto | shm | pipe: how the KV goes from a prefill to a decode process
+    kv_link: str | None = None   # simulated: a link of profiles/links/kv-links.toml (None: the profile's default)
+    kv_link_gbs: float | None = None   # simulated: the link's bandwidth in GB/s (overrides the link's)
+    kv_link_us: float | None = None    # simulated: the link's latency per hand-off in microseconds
 
 
 @dataclass(slots=True)
@@ -49,7 +56,7 @@ class BatchRun:
 class RunConfig:
     """Everything one run needs; written to run.json so a run can be reproduced."""
 
-    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt | sweep-precision
+    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt | sweep-precision | sweep-rate | sweep-concurrency
     model: ModelChoice = field(default_factory=ModelChoice)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)

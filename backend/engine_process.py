@@ -34,6 +34,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Callable
 
+from backend.engine.processes import describe_exit
 from backend.errors import InputError, RunError, one_line
 from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, coalesce
 from backend.records import RecordBatch
@@ -54,21 +55,6 @@ _live: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 def live_engines() -> list[int]:
     """Pids of the engine processes still running (tests fail when one outlives them)."""
     return [e.pid for e in list(_live) if e.is_alive()]
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """How a child process ended, for one line: "ended by signal 11 (SIGSEGV)"."""
-    if exitcode is None:
-        return "stopped answering"
-    if exitcode < 0:
-        number = -exitcode
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = "unknown signal"
-        hint = "; the system may have run out of memory" if number == signal.SIGKILL else ""
-        return f"ended by signal {number} ({name}{hint})"
-    return f"exited with status {exitcode}"
 
 
 class EngineProcess:

@@ -96,6 +96,8 @@ class PrecisionPoint:
     predicted_tpot_ms: float | None
     predicted_local_ttft_ms: float | None   # this machine's profile
     predicted_local_tpot_ms: float | None
+    simulated_ttft_ms: float | None = None  # the cost model's prices on this machine's profile
+    simulated_tpot_ms: float | None = None
 
 
 @dataclass(slots=True)
@@ -113,6 +115,7 @@ class SweepPoint:
     predicted_ms: float | None        # for the selected profile
     predicted_local_ms: float | None  # for this machine's calibrated or generic profile
     bound: str                        # "compute" or "memory" (for the selected profile)
+    simulated_ms: float | None = None  # the cost model's price of the point on this machine's profile
 
 
 @dataclass(slots=True)

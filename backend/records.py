@@ -51,11 +51,12 @@ class StepRecord:
     kv_capacity: int           # KV cache capacity in tokens
     num_waiting: int = 0       # requests arrived but not yet admitted, after the step
     num_running: int = 0       # requests admitted and not finished, after the step
+    worker: str = ""           # the engine process that ran it under the disaggregated policy ("prefill-0", "decode-1")
 
     @classmethod
     def measured(cls, *, run_id: str, step: int, phase: Phase, prefill_tokens: Sequence[int], num_decode: int,
                  contexts: Sequence[int], start_ms: float, duration_ms: float, kv_tokens: int = 0,
-                 kv_capacity: int = 0, num_waiting: int = 0, num_running: int = 0) -> StepRecord:
+                 kv_capacity: int = 0, num_waiting: int = 0, num_running: int = 0, worker: str = "") -> StepRecord:
         """The record of a step that prefilled one chunk of `prefill_tokens[i]` tokens per prefilling
         request and decoded one token for each of `num_decode` requests; `contexts` holds every
         request's context (cache + new tokens). Every producer of steps builds them here."""
@@ -66,7 +67,7 @@ class StepRecord:
                    num_prefill_tokens=num_prefill_tokens, num_decode_tokens=num_decode,
                    context_tokens=sum(contexts), max_context_tokens=max(contexts, default=0),
                    start_ms=start_ms, duration_ms=duration_ms, kv_tokens=kv_tokens, kv_capacity=kv_capacity,
-                   num_waiting=num_waiting, num_running=num_running)
+                   num_waiting=num_waiting, num_running=num_running, worker=worker)
 
 
 @dataclass(slots=True)
@@ -88,6 +89,14 @@ class RequestRecord:
     num_preemptions: int = 0
     finish_reason: str = ""              # "eos", "length", "stop", or why it was rejected / failed
     text: str = ""                       # generated text (empty for synthetic token prompts)
+    # The disaggregated policy's split of TTFT: queue_ms + prefill_ms + kv_transfer_ms + first_decode_ms
+    prefill_ms: float | None = None      # first prefill step's start to the prompt's KV complete (prefill worker)
+    kv_transfer_ms: float | None = None  # prompt's KV complete to its KV written into the decode worker's cache
+    kv_bytes: int | None = None          # KV cache bytes handed from the prefill worker to the decode worker
+    first_decode_ms: float | None = None # KV in the decode worker's cache to the first token (its next step)
+    # where a remote run's token counts come from: "server" (its usage), "tokenizer" (counted here), "estimate"
+    prompt_tokens_source: str = ""
+    output_tokens_source: str = ""
 
     @classmethod
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,

@@ -10,7 +10,12 @@ from here:
   same steps at each weight precision (`engine.precision_sweep.run_precision_sweep`);
 - a remote OpenAI-compatible server (`remote.target.run_remote`) when the config names one;
 - the simulator (`engine.simulate.run_simulated`) with `config.simulate`: the real scheduler,
-  each step priced on `config.profile` by a cost model, on a virtual clock.
+  each step priced on `config.profile` by a cost model, on a virtual clock (and the sweeps,
+  simulated: `engine.simulate_sweep.run_simulated_sweep`);
+- a load sweep (`engine.load_sweep.run_load_sweep`, `sweep rate|concurrency`): one `load` run
+  per point through whichever of these targets runs `load` for the config;
+- the disaggregated policy: prefill and decode engine processes (`engine.disaggregated`), or
+  prefill and decode devices with a KV link between them, simulated (`engine.simulate_disagg`).
 
 With `config.repeats` N > 1 the same target runs N times back to back on one ModelCache (the
 model loaded once; each run still warms up before its timed steps), each repeat announced by a
@@ -32,6 +37,7 @@ from backend.loaders.cache import ModelCache
 
 SWEEP_MODES = ("sweep-batch", "sweep-prompt", "sweep-precision")
 LOCAL_MODES = ("batch", "load")
+LOAD_SWEEP_MODES = ("sweep-rate", "sweep-concurrency")
 
 
 def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
@@ -101,6 +107,19 @@ def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: 
 
 def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
     """The target that runs this config."""
+    if config.engine.policy == "disaggregated" and config.endpoint is None and config.mode == "load":
+        if config.simulate:
+            from backend.engine.simulate_disagg import run_simulated_disaggregated
+            return partial(run_simulated_disaggregated, retain_records=retain_records)
+        from backend.engine.disaggregated import run_disaggregated
+        return partial(run_disaggregated, retain_records=retain_records)
+    if config.mode in LOAD_SWEEP_MODES:   # each point a load run through the target that runs `load`
+        from backend.engine.load_sweep import run_load_sweep
+        inner = target_for(replace(config, mode="load", sweep=None), models, retain_records=False)
+        return partial(run_load_sweep, target=inner)
+    if config.simulate and config.mode in SWEEP_MODES:
+        from backend.engine.simulate_sweep import run_simulated_sweep
+        return run_simulated_sweep
     if config.simulate:
         from backend.engine.simulate import run_simulated
         return partial(run_simulated, retain_records=retain_records)
@@ -116,4 +135,5 @@ def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> T
     if config.mode in LOCAL_MODES:
         from backend.engine.local import run_local
         return partial(run_local, retain_records=retain_records, models=models)
-    raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch, sweep-prompt or sweep-precision")
+    raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch, sweep-prompt, sweep-precision, "
+                     f"sweep-rate or sweep-concurrency")

@@ -138,6 +138,11 @@ class ControlsPanel(QtWidgets.QWidget):
         profile_buttons = QtWidgets.QHBoxLayout()
         profile_buttons.addWidget(self.open_profile_button)
         profile_buttons.addWidget(self.calibrate_button)
+        self.simulate_check = QtWidgets.QCheckBox("Simulate on this profile")
+        self.simulate_check.setObjectName("simulateCheck")
+        self.simulate_check.setToolTip("No model is run: the real scheduler and workload, each step's time priced on "
+                                       "the profile by its cost model, on a virtual clock (a known shape such as "
+                                       "llama-8b; `--simulate --profile NAME` headless)")
         for combo in (self.model_combo, self.device_combo, self.dtype_combo, self.profile_combo):
             self._narrow(combo)
         form.addRow("Model", self.model_combo)
@@ -149,6 +154,7 @@ class ControlsPanel(QtWidgets.QWidget):
         form.addRow("Threads", self.threads_spin)
         form.addRow("GPU profile", self.profile_combo)
         form.addRow("", profile_buttons)
+        form.addRow("", self.simulate_check)
         self.model_form = form
         self.reload_profiles()
         self._device_changed()
@@ -160,6 +166,8 @@ class ControlsPanel(QtWidgets.QWidget):
         self.device_combo.currentIndexChanged.connect(self._device_changed)
         self.dtype_combo.currentIndexChanged.connect(self.choicesChanged)
         self.profile_combo.currentIndexChanged.connect(self.choicesChanged)
+        self.simulate_check.toggled.connect(self._show_model_kind)
+        self.simulate_check.toggled.connect(self.choicesChanged)
         self.calibrate_button.clicked.connect(lambda: self.calibrateRequested.emit(self.device_combo.currentText()))
         self.open_profile_button.clicked.connect(self._open_profile_dialog)
         return group
@@ -210,9 +218,11 @@ class ControlsPanel(QtWidgets.QWidget):
         form = self.model_form
         form.setRowVisible(self.hub_field, not remote)
         form.setRowVisible(self.remote_box, remote)
-        form.setRowVisible(self.device_combo, not remote)
+        simulated = self.is_simulated()
+        form.setRowVisible(self.device_combo, not remote and not simulated)
         form.setRowVisible(self.dtype_combo, not remote)
-        form.setRowVisible(self.threads_spin, not remote)
+        form.setRowVisible(self.threads_spin, not remote and not simulated)
+        form.setRowVisible(self.simulate_check, not remote)
         self.form.set_remote(remote)
         self._update()
 
@@ -307,6 +317,12 @@ class ControlsPanel(QtWidgets.QWidget):
     # ---- public ------------------------------------------------------------------------------
 
     def errors(self) -> list[str]:
+        if self.is_simulated():
+            from backend.models.shapes import SHAPES
+            errors = [self.hub_field.error] if self.hub_field.error else []
+            if not errors and self.model_name() not in SHAPES:
+                errors.append(f"a simulation needs a known model shape ({', '.join(SHAPES)}), not {self.model_name()!r}")
+            return errors + self.form.errors()
         if not self.is_remote():
             return ([self.hub_field.error] if self.hub_field.error else []) + self.form.errors()
         errors = [f.error for f in (self.url_field, self.served_field, self.timeout_field) if f.error]
@@ -317,12 +333,16 @@ class ControlsPanel(QtWidgets.QWidget):
     def set_running(self, running: bool) -> None:
         self._running = running
         for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
-                       self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button, self.form):
+                       self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button,
+                       self.simulate_check, self.form):
             widget.setEnabled(not running)
         self._update()
 
     def is_remote(self) -> bool:
         return self.model_combo.currentData() == REMOTE
+
+    def is_simulated(self) -> bool:
+        return self.simulate_check.isChecked() and not self.is_remote()
 
     def remote_url(self) -> str:
         """The server's URL without any credentials it carries (for the status bar)."""
@@ -383,6 +403,10 @@ class ControlsPanel(QtWidgets.QWidget):
                            workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
                            profile=self.profile_combo.currentData(), threads=self.threads_spin.value(),
                            repeats=self.form.repeats())
+        if self.is_simulated():
+            config.simulate = True
+            config.model = ModelChoice(self.model_name(), "auto", self.dtype_combo.currentText())
+            config.threads = None   # nothing runs on this machine's cores but the scheduler
         if self.is_remote():
             # the backend's execute sends the workload to the server when the config names one
             config.model = ModelChoice(self.model_name())

@@ -11,12 +11,14 @@ from backend.records import Phase, RequestStatus
 
 from .plot_style import (HIGHLIGHT_COLOR, PHASE_COLORS, QUEUED_COLOR, TICK_COLOR, cosmetic_pen, outline_color,
                          rect_path, set_title, style_plot, swatch_title, tick_path)
+
+TRANSFER_COLOR = "#1fa187"   # a disaggregated run's KV hand-off, between its prefill and its decode
 from .run_store import STATUS_CODE, RunStore
 
 ROW_HALF = 0.38        # a lane's half height, in rows
 MAX_TICKS = 20_000     # ticks are drawn only when this few are in view: denser ones would be a solid smear
-SEGMENTS = ("queued", "prefill", "decode")
-SEGMENT_COLORS = {"queued": QUEUED_COLOR, "prefill": PHASE_COLORS[Phase.PREFILL],
+SEGMENTS = ("queued", "prefill", "KV transfer", "decode")
+SEGMENT_COLORS = {"queued": QUEUED_COLOR, "prefill": PHASE_COLORS[Phase.PREFILL], "KV transfer": TRANSFER_COLOR,
                   "decode": PHASE_COLORS[Phase.DECODE]}
 # a remote request's queue is the server's, unseen: from sending to the first token is its TTFT
 REMOTE_NAMES = {"prefill": "sent → first token", "decode": "streaming"}
@@ -29,6 +31,10 @@ def lane_segments(store: RunStore, running: bool) -> dict[str, tuple[np.ndarray,
     admitted to a step: the engine reports it in the batch of that step, so a chunked
     prefill spread over many steps shows whole while it runs. (A request whose admission
     was never reported shows its queue up to its first token.)
+
+    A request of a disaggregated run, once finished, has its prefill end where its KV was
+    complete; its KV transfer follows, and its decode starts when the KV was in the decode
+    worker's cache (the first decode step is the decode segment's first part).
     """
     lanes = store.lanes
     n = len(lanes)
@@ -44,10 +50,15 @@ def lane_segments(store: RunStore, running: bool) -> dict[str, tuple[np.ndarray,
     # a rejected request never starts: its queue segment ends when it was turned away
     queue_end = np.where(np.isnan(pre_start), np.where(done & ~np.isnan(finish), finish, open_end), pre_start)
     pre_end = np.where(np.isnan(first), open_end, first)
+    handed = ~np.isnan(lanes.column("kv_transfer_ms")) & ~np.isnan(lanes.column("prefill_ms")) & ~np.isnan(pre_start)
+    kv_start = np.where(handed, pre_start + np.nan_to_num(lanes.column("prefill_ms")), np.nan)
+    kv_end = kv_start + lanes.column("kv_transfer_ms")
+    pre_end = np.where(handed, kv_start, pre_end)
     out = {
         "queued": (arrival, queue_end, rows),
         "prefill": (pre_start, pre_end, rows),
-        "decode": (first, open_end, rows),
+        "KV transfer": (kv_start, kv_end, rows),
+        "decode": (np.where(handed, kv_end, first), open_end, rows),
     }
     result = {}
     for name, (x0, x1, r) in out.items():
@@ -132,7 +143,9 @@ class LanesView(pg.PlotWidget):
 
     def set_remote(self, remote: bool) -> None:
         """A remote server's lanes are seen from the client: sent, first token, streaming."""
-        names = REMOTE_NAMES if remote else {n: n for n in SEGMENTS}
+        self._remote = remote
+        self._transfer_shown = bool(self.store.workers)   # the KV transfer's swatch: a disaggregated run's only
+        names = REMOTE_NAMES if remote else {n: n for n in SEGMENTS if n != "KV transfer" or self._transfer_shown}
         title = swatch_title("Request lanes" + (" (client's clock)" if remote else ""),
                              [(names[n], SEGMENT_COLORS[n]) for n in names])
         set_title(self.getPlotItem(), title + "&nbsp;&nbsp;white tick: a generated token")
@@ -162,6 +175,8 @@ class LanesView(pg.PlotWidget):
             vb.setLimits(yMin=-0.6, yMax=room - 0.4)   # no panning into rows that cannot exist
             if not self._zoomed:
                 vb.setYRange(-0.6, room - 0.4, padding=0)
+        if bool(self.store.workers) != self._transfer_shown:
+            self.set_remote(self._remote)
         for name, (x0, x1, row) in lane_segments(self.store, self._running).items():
             self.items[name].setPath(rect_path(x0, x1, row - ROW_HALF, row + ROW_HALF))
         self._paint_ticks()

@@ -52,6 +52,12 @@ class LiveMetrics:
     prefill_ms_per_token: float | None = None  # prefill steps' time per prompt token
     decode_ms_per_token: float | None = None   # decode steps' time per generated token
     cost_ratio: float | None = None            # decode_ms_per_token / prefill_ms_per_token
+    simulated_on: str = ""                     # the profile a simulated run's steps were priced on ("" if measured)
+    # a disaggregated run: TTFT's means split into queue, prefill, KV transfer and first decode step,
+    # over the finished requests that were handed from a prefill worker to a decode worker
+    handed_off: int = 0
+    ttft_split: dict[str, float] | None = None
+    kv_bytes_mean: float | None = None
 
 
 def _mean(x: np.ndarray) -> float | None:
@@ -97,6 +103,10 @@ def compute(store: RunStore) -> LiveMetrics:
             m.decode_share = m.example_decode_ms / m.example_total_ms
     if not store.remote:
         m.roofline = _roofline(store)
+    _ttft_split(store, m)
+    device = str(store.model.device if store.model is not None else store.info.get("device", ""))
+    if device.startswith("simulated "):
+        m.simulated_on = device.removeprefix("simulated ")
     return m
 
 
@@ -131,7 +141,34 @@ def _roofline(store: RunStore) -> list[tuple[str, str]]:
     totals = {"prefill": store.roofline[Phase.PREFILL], "decode": store.roofline[Phase.DECODE]}
     if shape is None or not any(t.steps for t in totals.values()):
         return []
-    return roofline_lines(shape, dtype, device, name, totals, device_profile(device, name))
+    if str(device).startswith("simulated "):   # judged against the profile its steps were priced on
+        profile = simulated_profile(store.config.get("profile") or str(device).removeprefix("simulated "))
+    else:
+        profile = device_profile(device, name)
+    return roofline_lines(shape, dtype, device, name, totals, profile)
+
+
+def simulated_profile(name: str):
+    from backend.errors import InputError
+    from backend.roofline.profiles import find_profile
+    try:
+        return find_profile(name)
+    except InputError:
+        return None
+
+
+def _ttft_split(store: RunStore, m: LiveMetrics) -> None:
+    from backend.engine.pd_summary import ttft_split
+    splits, sizes = [], []
+    for r in store.records.values():
+        split = ttft_split(r) if r.status is RequestStatus.FINISHED else None
+        if split is not None:
+            splits.append(split)
+            sizes.append(r.kv_bytes or 0)
+    if splits:
+        m.handed_off = len(splits)
+        m.ttft_split = {k: float(np.mean([s[k] for s in splits])) for k in splits[0]}
+        m.kv_bytes_mean = float(np.mean(sizes))
 
 
 def _step_metrics(store: RunStore, m: LiveMetrics) -> None:

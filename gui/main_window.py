@@ -31,6 +31,7 @@ from .status import RunStatus
 from .text_view import GeneratedText
 from .throughput import ThroughputView
 from .timeline import TimelineView
+from .worker_strip import WorkerStripView
 from .worker import WorkerThread
 
 REPAINT_MS = 30          # about 30 Hz: records arrive at any rate, the screen changes at this one
@@ -46,6 +47,7 @@ REPEAT_KEEPS = ("config", "model", "info", "remote", "sweep_points", "sweep_cont
                 "precision_summary")
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
                   "its lanes and metrics come from the client's clock")
+TITLE = "phasescope — prefill and decode, step by step"
 
 
 class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainWindow):
@@ -58,7 +60,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
 
     def __init__(self, worker=None, parent=None):
         super().__init__(parent)
-        self.setWindowTitle("phasescope — prefill and decode, step by step")
+        self.setWindowTitle(TITLE)
         self.store = RunStore()
         self.running = False
         self.last_error = ""
@@ -108,6 +110,13 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
             plot.getPlotItem().getAxis("left").setWidth(AXIS_WIDTH)
         self.lanes.getPlotItem().getViewBox().sigRangeChangedManually.connect(
             lambda *_: self.timeline.set_follow(False))
+        # a disaggregated run's strip: one row per worker, in place of the one engine's strip
+        self.worker_strip = WorkerStripView(self.store)
+        self.worker_strip.setXLink(self.timeline)
+        self.worker_strip.getPlotItem().getAxis("left").setWidth(AXIS_WIDTH)
+        self.worker_strip.getPlotItem().getViewBox().sigRangeChangedManually.connect(
+            lambda *_: self.timeline.set_follow(False))
+        self.worker_strip.hide()
         self.throughput = ThroughputView(self.store)
         self.precision = PrecisionView(self.store)
         self.table = RequestsTable(self.store)
@@ -135,8 +144,9 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         header.addWidget(hint)
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         splitter.addWidget(self.timeline)
+        splitter.addWidget(self.worker_strip)
         splitter.addWidget(self.lanes)
-        splitter.setSizes([220, 330])
+        splitter.setSizes([220, 0, 330])
         self.central_splitter = splitter   # a reference's strip and lanes go under these (align_reference)
         central = QtWidgets.QWidget()
         layout = QtWidgets.QVBoxLayout(central)
@@ -385,7 +395,10 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         else:
             self.statusBar().showMessage(f"Finished: {s.get('num_finished', 0)} requests, "
                                          f"{s.get('output_tokens_per_s', 0):,.1f} output tokens/s"
-                                         + "".join(f"; {note}" for note in self.run_notes))
+                                         + "".join(f"; {note}" for note in self.run_notes)
+                                         # a remote run's own doubts: client-limited, estimated counts, early stops
+                                         + "".join(f"; {w}" for w in (result.data.info.get("warnings", [])
+                                                                      if result.data is not None else [])))
         if result.repeats is not None and not result.error:
             self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: "
                                          + repeats_text(result.repeats))
@@ -413,10 +426,21 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         if numbers:
             self.table.refresh()   # keeps row counts right even while hidden
         # a CDF sorts every value: with the numbers' cadence, not every frame
-        for view in (self.timeline, self.lanes, self.throughput, self.precision, self.text) + \
+        self._show_worker_strip(bool(self.store.workers))
+        for view in (self.timeline, self.worker_strip, self.lanes, self.throughput, self.precision, self.text) + \
                 self.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()
+
+    def _show_worker_strip(self, show: bool) -> None:
+        """A disaggregated run's per-worker rows take the strip's place; the strip folds to nothing but
+        stays (its time axis drives the rows' and the lanes')."""
+        if show == self.worker_strip.isVisibleTo(self):
+            return
+        sizes = self.central_splitter.sizes()   # strip, worker rows, lanes (and a reference's strip and lanes)
+        self.worker_strip.setVisible(show)
+        strip = sizes[0] + sizes[1]
+        self.central_splitter.setSizes(([0, strip] if show else [strip, 0]) + sizes[2:])
 
     def _sample_cpu(self) -> None:
         """Once a second: what the window's own thread cost, and the repaint rate that keeps it in its share."""
@@ -462,7 +486,11 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         return run_dtype_name(self.controls.device_combo.currentText(), self.controls.dtype_combo.currentText())
 
     def _show_choices(self, model: str, device: str, dtype: str) -> None:
+        simulated = device.startswith("simulated")
+        if simulated:   # said where it cannot be missed: none of these times was measured
+            device = "SIMULATED on " + device.removeprefix("simulated ")
         self.status.show_choices(model, device, dtype, self.controls.profile_combo.currentText())
+        self.setWindowTitle(TITLE + (" — SIMULATED: step times from a cost model, not measured" if simulated else ""))
 
     def show_error(self, message: str) -> None:
         """A message box that does not block (tests and runs go on), and the same line in the status bar."""

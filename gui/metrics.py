@@ -100,6 +100,9 @@ def delta_html(current: float | None, reference: float | None, lower_is_better: 
 def worked_example(m: LiveMetrics) -> str:
     """Where the time goes, with this run's numbers (HTML): the latency broken down, each phase's roofline."""
     lines = []
+    if m.simulated_on:
+        lines.append(f'<span style="color:#c0392b"><b>SIMULATED</b> on {escape(m.simulated_on)}: every time here is '
+                     f"the cost model's price of a step, none was measured</span>")
     if m.example_total_ms is None:
         lines.append("<i>The breakdown appears once a request has two output tokens: its latency is its TTFT "
                      "plus its decode steps × TPOT.</i>")
@@ -113,12 +116,25 @@ def worked_example(m: LiveMetrics) -> str:
             lines.append(f"per-token cost: decode {m.decode_ms_per_token:.3f} ms vs prefill "
                          f"{m.prefill_ms_per_token:.3f} ms → a decode token costs <b>{m.cost_ratio:.1f}×</b> "
                          f"a prompt token (decode reads every weight for few tokens)")
+    if m.ttft_split is not None:
+        lines.append(ttft_split_html(m))
     for label, text in m.roofline:
         text = escape(text, quote=False)
         for word in ("compute-bound", "memory-bound"):
             text = text.replace(word, f"<b>{word}</b>")
         lines.append(f"<br><b>Roofline</b> — {text}" if label == "roofline" else f"{label}: {text}")
     return "<br>".join(lines)
+
+
+def ttft_split_html(m: LiveMetrics) -> str:
+    """A disaggregated run's TTFT: queue + prefill + KV transfer + first decode step (means)."""
+    s = m.ttft_split
+    total = sum(s.values())
+    n = m.handed_off
+    return (f"<br><b>TTFT, disaggregated</b> (means over {n} request{'s' if n != 1 else ''} handed off): "
+            f"queue {s['queue']:,.1f} + prefill {s['prefill']:,.1f} + <b>KV transfer {s['kv_transfer']:,.1f}</b> "
+            f"({(m.kv_bytes_mean or 0) / 1e6:,.2f} MB) + first decode step {s['first_decode']:,.1f} "
+            f"= {total:,.1f} ms")
 
 
 class MetricsPanel(QtWidgets.QWidget):

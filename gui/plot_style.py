@@ -17,6 +17,8 @@ MEASURED_COLOR = "#2f6fd6"
 STEP_TIME_COLOR = "#e6772e"
 PREDICTED_COLOR = "#555555"
 LOCAL_COLOR = "#27ae60"
+SIMULATED_COLOR = "#16a085"          # this machine's cost model beside the measured points
+PROFILE_SIMULATED_COLOR = "#7f8c8d"  # the selected profile's cost model beside its roofline
 CROSSOVER_COLOR = "#c0392b"
 
 

@@ -73,8 +73,14 @@ class PrecisionView(pg.PlotWidget):
         self.predicted_ttft = plot.plot([], [], pen=pg.mkPen(TTFT_COLOR, width=2, style=dashed), connect="finite")
         for curve in (self.predicted_tpot, self.predicted_ttft):
             curve.setZValue(10)   # over the measured curves: a decode prediction lies on the bytes' line
+        # this machine's cost model (what --simulate charges), a cross beside each measured point
+        self.simulated_tpot = plot.plot([], [], pen=None, symbol="x", symbolSize=10, symbolBrush=TPOT_COLOR,
+                                        symbolPen=TPOT_COLOR)
+        self.simulated_ttft = plot.plot([], [], pen=None, symbol="x", symbolSize=10, symbolBrush=TTFT_COLOR,
+                                        symbolPen=TTFT_COLOR)
         self.curves = {"bytes": self.weight_bytes, "tpot": self.tpot, "ttft": self.ttft,
-                       "predicted_tpot": self.predicted_tpot, "predicted_ttft": self.predicted_ttft}
+                       "predicted_tpot": self.predicted_tpot, "predicted_ttft": self.predicted_ttft,
+                       "simulated_tpot": self.simulated_tpot, "simulated_ttft": self.simulated_ttft}
         style_plot(plot, self._title("the first"), "", "ratio to the first precision")
         plot.showGrid(x=False, y=True, alpha=0.2)
         self.labels: list[str] = []   # the precisions' tick labels, as on screen
@@ -98,7 +104,8 @@ class PrecisionView(pg.PlotWidget):
         """The title with its legend under it, in short lines, as the throughput plot has it."""
         where = f" ({profile})" if profile else ""
         legend = swatch_title("", [("weight bytes", BYTES_COLOR), ("TPOT", TPOT_COLOR, "&#9679;"),
-                                   ("TTFT", TTFT_COLOR, "&#9650;"), (f"predicted{where}", "#555555", "- -")])
+                                   ("TTFT", TTFT_COLOR, "&#9650;"), (f"predicted{where}", "#555555", "- -"),
+                                   ("this machine (simulated)", "#555555", "&times;")])
         # the title names the curves and leaves the verdict to them: the predictions show TPOT following
         # the bytes, and a CPU without bfloat16 arithmetic decodes bfloat16 slower than float32 all the same
         return (f"Weight bytes, TPOT and TTFT at each precision, each ÷ {base}"
@@ -156,7 +163,9 @@ class PrecisionView(pg.PlotWidget):
         data = {"bytes": ratios([p.weight_bytes for p in points]), "tpot": ratios([p.tpot_ms for p in points]),
                 "ttft": ratios([p.ttft_ms for p in points]),
                 "predicted_tpot": ratios([p.predicted_tpot_ms for p in points]),
-                "predicted_ttft": ratios([p.predicted_ttft_ms for p in points])}
+                "predicted_ttft": ratios([p.predicted_ttft_ms for p in points]),
+                "simulated_tpot": ratios([p.simulated_tpot_ms for p in points]),
+                "simulated_ttft": ratios([p.simulated_ttft_ms for p in points])}
         for name, y in data.items():
             self.curves[name].setData(x, y)
         self.labels = [tick_label(p) for p in points]
@@ -168,7 +177,7 @@ class PrecisionView(pg.PlotWidget):
         top = max([1.0] + [float(v) for y in data.values() for v in y if math.isfinite(v)])
         plot.setXRange(-0.5, len(points) - 0.5, padding=0)
         plot.setYRange(0, top * 1.1, padding=0)
-        self.note.setText(self._figures(points) + self._skipped(summary)
+        self.note.setText(self._figures(points) + self._simulated(points) + self._skipped(summary)
                           + (f" · dotted: {', '.join(drawn)} (each ÷ its own first precision)" if drawn else ""))
         self.note.setToolTip(self._ratios(points))
 
@@ -176,6 +185,14 @@ class PrecisionView(pg.PlotWidget):
     def _figures(points) -> str:
         """The measured medians in one short line: "TTFT / TPOT (ms): float32 120.3 / 61.20 · q8_0 ..."."""
         return "TTFT / TPOT (ms): " + " · ".join(f"{p.dtype} {p.ttft_ms:,.1f} / {p.tpot_ms:,.2f}" for p in points)
+
+    @staticmethod
+    def _simulated(points) -> str:
+        """The cost model's error on the measured medians, e.g. " · simulated (×): TTFT 4.1%, TPOT 7.9% off"."""
+        pairs = {"TTFT": [(p.simulated_ttft_ms, p.ttft_ms) for p in points if p.simulated_ttft_ms],
+                 "TPOT": [(p.simulated_tpot_ms, p.tpot_ms) for p in points if p.simulated_tpot_ms]}
+        parts = [f"{name} {sum(abs(s - m) / m for s, m in v) / len(v) * 100:.1f}%" for name, v in pairs.items() if v]
+        return f"\nsimulated on this machine's profile (×), mean error: {', '.join(parts)}" if parts else ""
 
     @staticmethod
     def _ratios(points) -> str:

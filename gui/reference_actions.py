@@ -111,7 +111,9 @@ class ReferenceActions:
         self.central_splitter.addWidget(self.ref_timeline)
         self.central_splitter.addWidget(self.ref_lanes)
         total = sum(self.central_splitter.sizes()) or 550
-        self.central_splitter.setSizes([int(total * f) for f in (0.2, 0.3, 0.2, 0.3)])
+        rows = 0.2 if self.worker_strip.isVisibleTo(self) else 0.0   # a disaggregated run's rows take the strip's share
+        fractions = (0.2 - rows, rows, 0.3, 0.2, 0.3)   # strip, worker rows, lanes, the reference's strip and lanes
+        self.central_splitter.setSizes([int(total * f) for f in fractions])
         self.timeline.extent_ms = ref.store.now_ms()   # a stopped strip fits the reference's run too
         self.timeline.set_follow(self.timeline.follow)
         self.ref_timeline.refresh()

@@ -23,7 +23,8 @@ RUN_KINDS = (
 )
 CUSTOM = "custom"
 MAX_REPEATS = 1000
-COMPARED_POLICIES = ("static", "continuous", "chunked")   # what Compare policies runs, in this order
+COMPARED_POLICIES = ("static", "continuous", "chunked", "disaggregated")   # what Compare policies runs, in this order
+FORM_POLICIES = (*POLICIES, "disaggregated")   # the scheduler's policies, and prefill and decode engine processes
 
 
 def mean_length(dist: LengthDist) -> float:
@@ -156,7 +157,7 @@ class RunForm(QtWidgets.QWidget):
         self.source_combo.addItems(PROMPT_SOURCES)
         self.policy_combo = QtWidgets.QComboBox()
         self.policy_combo.setObjectName("policyCombo")
-        self.policy_combo.addItems(POLICIES)
+        self.policy_combo.addItems(FORM_POLICIES)
         self.policy_combo.setCurrentText(EngineConfig().policy)
         f = self.fields["load"] = {
             "requests": ValidatedField("32", whole("requests", 1, 1_000_000), allow_empty=True,
@@ -169,13 +170,19 @@ class RunForm(QtWidgets.QWidget):
             "output_len": ValidatedField("64", self._length_parser("output_len", "output length")),
             "max_batch": ValidatedField("32", whole("max batch", 1, MAX_BATCH)),
             "chunk_tokens": ValidatedField("512", whole("chunk tokens")),
+            "prefill_workers": ValidatedField("1", whole("prefill workers", 1, 64),
+                                              tooltip="disaggregated: engine processes (simulated: devices) "
+                                                      "that run prompts only"),
+            "decode_workers": ValidatedField("1", whole("decode workers", 1, 64),
+                                             tooltip="disaggregated: engine processes (simulated: devices) "
+                                                     "that run decode steps only, the prompts' KV handed to them"),
             "compare_dtype": ValidatedField("", one_precision, allow_empty=True, placeholder="none (e.g. q8_0)",
                                             tooltip="one more run: the Policy above at this precision"),
             "compare_chunk": ValidatedField("", whole("second chunk tokens"), allow_empty=True,
                                             placeholder="none (e.g. 128)",
                                             tooltip="one more run: chunked at this chunk size"),
         }
-        self.compare_check = QtWidgets.QCheckBox("Compare policies (static, continuous, chunked)")
+        self.compare_check = QtWidgets.QCheckBox("Compare policies (static, continuous, chunked, disaggregated)")
         self.compare_check.setObjectName("compareCheck")
         self.compare_check.setToolTip("Run runs the workload under each policy in turn, each saved to its own "
                                       "folder and added as a reference; Stop cancels the rest")
@@ -195,6 +202,8 @@ class RunForm(QtWidgets.QWidget):
         form.addRow("Policy", self.policy_combo)
         form.addRow("Max batch", f["max_batch"])
         form.addRow("Chunk tokens", f["chunk_tokens"])
+        form.addRow("  prefill workers", f["prefill_workers"])
+        form.addRow("  decode workers", f["decode_workers"])
         form.addRow(self.compare_check)
         form.addRow("  also at dtype", f["compare_dtype"])
         form.addRow("  also chunk tokens", f["compare_chunk"])
@@ -318,7 +327,10 @@ class RunForm(QtWidgets.QWidget):
         f["burstiness"].setEnabled(arrival == "gamma")
         f["concurrency"].setEnabled(arrival == "closed")
         compare = self.compare_check.isChecked() and not self._remote
-        f["chunk_tokens"].setEnabled((self.policy_combo.currentText() == "chunked" or compare) and not self._remote)
+        f["chunk_tokens"].setEnabled((self.policy_combo.currentText() in ("chunked", "disaggregated") or compare)
+                                     and not self._remote)
+        for name in ("prefill_workers", "decode_workers"):
+            f[name].setEnabled((self.policy_combo.currentText() == "disaggregated" or compare) and not self._remote)
         self.compare_check.setEnabled(not self._remote)
         f["compare_dtype"].setEnabled(compare)
         f["compare_chunk"].setEnabled(compare)
@@ -379,7 +391,8 @@ class RunForm(QtWidgets.QWidget):
     def engine(self) -> EngineConfig:
         f = self.fields["load"]
         return EngineConfig(policy=self.policy_combo.currentText(), max_batch=f["max_batch"].value or 32,
-                            chunk_tokens=f["chunk_tokens"].value or 512)
+                            chunk_tokens=f["chunk_tokens"].value or 512,
+                            prefill_workers=f["prefill_workers"].value or 1, decode_workers=f["decode_workers"].value or 1)
 
     def repeats(self) -> int:
         return self.fields["shared"]["repeats"].value or 1

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from backend.engine.pd_events import WorkerLayout
 from backend.events import ModelLoaded, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.io.export import RunData
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
@@ -21,19 +22,21 @@ from backend.remote.metrics import ServerMetrics
 from backend.roofline.cost import PhaseTotals, step_pairs
 
 from .buffers import BoundedBuffer, GrowableBuffer, RecentBuffer
+from .worker_rows import WorkerRows
 
 PHASES = (Phase.PREFILL, Phase.DECODE, Phase.MIXED)
 PHASE_CODE = {p: float(i) for i, p in enumerate(PHASES)}
 STATUSES = tuple(RequestStatus)
 STATUS_CODE = {s: float(i) for i, s in enumerate(STATUSES)}
 
-# every StepRecord field but run_id (one per run), the phase stored as its code
-STEP_COLUMNS = tuple(f.name for f in fields(StepRecord) if f.name != "run_id")
+# every numeric StepRecord field (not run_id, one per run, nor the worker's name), the phase stored as its code
+STEP_COLUMNS = tuple(f.name for f in fields(StepRecord) if f.name != "run_id" and f.type != "str")
 _STEP_TYPES = {f.name: f.type for f in fields(StepRecord)}
 TOKEN_COLUMNS = ("request_id", "index", "time_ms", "token_id")
 # one row per request, in order of first sight (arrival); NaN where not known yet
 LANE_COLUMNS = ("request_id", "arrival_ms", "scheduled_ms", "first_token_ms", "last_token_ms", "finish_ms",
-                "prompt_tokens", "output_tokens", "status", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")
+                "prompt_tokens", "output_tokens", "status", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms",
+                "prefill_ms", "kv_transfer_ms")   # the last two: a disaggregated run's hand-off, once finished
 BAR_COLUMNS = ("start", "end", "tokens", "phase", "count")
 
 # Exact rows kept (about 9 MB each): over an hour of CPU steps, the last ~13 s of a fast GPU's
@@ -72,6 +75,7 @@ class RunStore:
         self.run_id = ""
         self.finished: RunFinished | None = None
         self.changed_rows: set[int] = set()            # lanes changed since the table last looked
+        self.workers = WorkerRows()                    # a disaggregated run's steps, one row per worker
         self.remote = False                            # a remote server's run: no steps, sent = scheduled
         self.server: ServerMetrics | None = None       # the server's latest reading of its own load
         self.source: Path | None = None                # the run folder holding the complete record
@@ -95,6 +99,8 @@ class RunStore:
                     self._set(row, scheduled_ms=arrival, queue_ms=0.0)
         elif isinstance(event, ServerMetrics):
             self.server = event
+        elif isinstance(event, WorkerLayout):
+            self.workers.set_layout(event.names)
         elif isinstance(event, ModelLoaded):
             self.model = event
             self.info = event.info()
@@ -129,6 +135,8 @@ class RunStore:
     def _add_steps(self, steps: list[StepRecord]) -> None:
         if not self.run_id:
             self.run_id = steps[0].run_id
+        if steps[0].worker or self.workers:
+            self.workers.add(steps)
         rows = np.array([[PHASE_CODE[s.phase] if c == "phase" else getattr(s, c) for c in STEP_COLUMNS]
                          for s in steps], dtype=np.float64)   # (k, len(STEP_COLUMNS))
         self.steps.append(rows)
@@ -176,7 +184,7 @@ class RunStore:
         self._set(row, arrival_ms=r.arrival_ms, scheduled_ms=r.scheduled_ms, first_token_ms=r.first_token_ms,
                   finish_ms=r.finish_ms, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens,
                   status=STATUS_CODE[r.status], ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms, e2e_ms=r.e2e_ms,
-                  queue_ms=r.queue_ms)
+                  queue_ms=r.queue_ms, prefill_ms=r.prefill_ms, kv_transfer_ms=r.kv_transfer_ms)
 
     def _row(self, request_id: int) -> int:
         row = self.rows.get(request_id)

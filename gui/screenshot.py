@@ -3,6 +3,7 @@
     python -m gui.screenshot [docs/screenshot.png]
     python -m gui.screenshot --precision [precision.png]
     python -m gui.screenshot --references [references.png]
+    python -m gui.screenshot --simulate [simulate.png]
 
 It first measures this machine quickly (calibrate --quick, into a temporary configuration
 folder: the user's own profile is left alone), so the throughput plot compares the measured
@@ -13,6 +14,8 @@ bundled model instead (float32, bfloat16, q8_0, q4_1), for the precision tab. Wi
 it runs the chat workload twice, under the static and the continuous policy, saves each run and
 adds both as references: the window then compares static against continuous in every view (the
 current run on screen is the continuous one, with the static reference's steps and lanes under it).
+With --simulate it runs a batch-size sweep of the bundled model (measured, with this machine's cost
+model beside it), then "Simulate on this profile": a chat workload of llama-8b on an H100.
 """
 from __future__ import annotations
 
@@ -53,14 +56,16 @@ def measure_this_machine(folder: str) -> None:
 
 
 def main(*args: str) -> int:
-    precision, references = "--precision" in args, "--references" in args
+    precision, references, simulate = "--precision" in args, "--references" in args, "--simulate" in args
     paths = [a for a in args if not a.startswith("--")]
     path = paths[0] if paths else ("precision.png" if precision else "references.png" if references
-                                   else "docs/screenshot.png")
+                                   else "simulate.png" if simulate else "docs/screenshot.png")
     with tempfile.TemporaryDirectory(prefix="phasescope-config-") as folder:
         measure_this_machine(folder)
         if references:
             return shoot_references(path)
+        if simulate:
+            return shoot_simulated(path)
         return shoot_precision(path) if precision else shoot(path)
 
 
@@ -141,6 +146,22 @@ def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10
         window.align_reference(window.references.items[0].key)   # static's steps under the current run's
         window.roofline_tabs.setCurrentWidget(window.distributions)
         return save(app, window, path)
+
+
+def shoot_simulated(path: str) -> int:
+    """A measured batch sweep beside this machine's cost model, then a chat workload simulated on an H100."""
+    app, window, form = open_window()
+    set_batch_sweep(form, "1,2,4,8,16", "3")
+    run_and_wait(app, window)
+    controls = window.controls
+    controls.select_model("llama-8b")
+    controls.select_profile("h100-sxm")
+    controls.simulate_check.setChecked(True)
+    set_chat_load(form, "continuous", requests="200")
+    form.fields["load"]["rate"].setText("20")
+    form.fields["load"]["max_batch"].setText("32")
+    run_and_wait(app, window)
+    return save(app, window, path)
 
 
 if __name__ == "__main__":

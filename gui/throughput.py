@@ -11,8 +11,8 @@ from backend.errors import InputError
 from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes
 from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill
 
-from .plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, STEP_TIME_COLOR, cosmetic_pen,
-                         RateAxis, set_title, style_plot, swatch_title)
+from .plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, PROFILE_SIMULATED_COLOR,
+                         SIMULATED_COLOR, STEP_TIME_COLOR, cosmetic_pen, RateAxis, set_title, style_plot, swatch_title)
 from .run_store import RunStore
 
 BATCH_RANGE = (1, 1024)        # the prediction curve's x range for batch sweeps
@@ -77,6 +77,12 @@ class ThroughputView(pg.PlotWidget):
         self.predicted = plot.plot([], [], pen=pg.mkPen(PREDICTED_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine))
         self.local = plot.plot([], [], pen=pg.mkPen(LOCAL_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine),
                                symbol="t", symbolSize=6, symbolBrush=LOCAL_COLOR)
+        # the cost model's prices: this machine's beside the measured points, the profile's beside its roofline
+        self.simulated = plot.plot([], [], pen=pg.mkPen(SIMULATED_COLOR, width=1, style=QtCore.Qt.PenStyle.DotLine),
+                                   symbol="x", symbolSize=8, symbolBrush=SIMULATED_COLOR, symbolPen=SIMULATED_COLOR)
+        self.profile_simulated = plot.plot([], [], pen=pg.mkPen(PROFILE_SIMULATED_COLOR, width=1,
+                                                                style=QtCore.Qt.PenStyle.DashDotLine))
+        self._simulated_name = "profile (simulated)"
         self.crossover_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(CROSSOVER_COLOR, width=1))
         plot.addItem(self.crossover_line, ignoreBounds=True)
         self.crossover_line.hide()
@@ -121,11 +127,14 @@ class ThroughputView(pg.PlotWidget):
         and a long title would widen the plot past a narrow dock); the references three to a line."""
         predicted = predicted or self._predicted_name
         title = "Decode tokens/s vs batch size" if self.kind == "batch" else "Prefill tokens/s vs prompt length"
-        measured = swatch_title("", [("measured", MEASURED_COLOR, "&#9679;"),
+        measured = swatch_title("", [("simulated run" if self._run_simulated() else "measured", MEASURED_COLOR,
+                                      "&#9679;"),
                                      ("step ms (right)" if self.kind == "batch" else "TTFT ms (right)",
                                       STEP_TIME_COLOR)])
         predictions = swatch_title("", [(predicted, PREDICTED_COLOR, "- -"),
                                         ("this machine (predicted)", LOCAL_COLOR, "&#9660;")])
+        predictions += "<br>" + swatch_title("", [(self._simulated_name, PROFILE_SIMULATED_COLOR, "-&middot;-"),
+                                                  ("this machine (simulated)", SIMULATED_COLOR, "&times;")])
         shown = [r for r in self.references.visible()] if self.references is not None else []
         lines = [swatch_title("", [(r.name, r.color, "&#9679;") for r in shown[i:i + 3]])
                  for i in range(0, len(shown), 3)]
@@ -174,8 +183,11 @@ class ThroughputView(pg.PlotWidget):
         self.step_time.setData(x, [p.step_ms for p in points])
         local = [(xi, p.x / (p.predicted_local_ms / 1000.0)) for xi, p in zip(x, points) if p.predicted_local_ms]
         self.local.setData([a for a, _ in local], [b for _, b in local])
+        simulated = [(xi, p) for xi, p in zip(x, points) if p.simulated_ms]
+        self.simulated.setData([a for a, _ in simulated], [p.x / (p.simulated_ms / 1000.0) for _, p in simulated])
         notes = [] if points else [f"run a {'batch-size' if self.kind == 'batch' else 'prompt-length'} sweep "
                                    "to add measured points"]
+        notes += self._simulation_notes(simulated)
         notes += self._paint_prediction()
         notes += self._reference_notes()
         measured = finished.summary.get("measured_crossover_batch") if finished is not None else None
@@ -183,6 +195,22 @@ class ThroughputView(pg.PlotWidget):
             notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
+
+    def _run_simulated(self) -> bool:
+        return self.store.info.get("target") == "simulated" or str(self.store.info.get("device", "")).startswith(
+            "simulated")
+
+    def _simulation_notes(self, simulated: list) -> list[str]:
+        """The cost model's error on the measured points, in words: measured and simulated side by side."""
+        if not simulated:
+            return []
+        errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for _, p in simulated]
+        finished = self.store.finished
+        info = finished.data.info if finished is not None and finished.data is not None else self.store.info
+        where = info.get("local_profile") or "this machine's profile"
+        return [f"simulated on {where} (×): step-time error {sum(errors) / len(errors):.1f}% on average, "
+                f"{max(errors):.1f}% at worst over {len(errors)} point{'s' if len(errors) != 1 else ''}"
+                " (`calibrate --fit` fits the cost model to measured runs)"]
 
     def _reference_notes(self) -> list[str]:
         steps = [r.name for r in self.references.visible() if r.throughput_points(self.kind)[2] == "steps"] \
@@ -216,6 +244,30 @@ class ThroughputView(pg.PlotWidget):
             curve.setVisible(ref.visible)
         set_title(plot, self._title())
 
+    def _paint_profile_simulation(self, xs, dtype) -> list[str]:
+        """The selected profile's cost model over the same range: the roofline plus the efficiencies and overheads
+        a real engine has (what `--simulate --profile` charges)."""
+        from backend.precision import Precision
+        from backend.roofline.step_time import CostModel
+        if not isinstance(dtype, Precision):
+            self.profile_simulated.setData([], [])
+            return []
+        try:
+            model = CostModel.for_profile(self.profile)
+        except InputError as exc:
+            self.profile_simulated.setData([], [])
+            return [f"{self.profile.key}: no simulation ({exc})"]
+        if self.kind == "batch":
+            times = [model.step_seconds(self.shape, dtype, self.profile, [1] * int(b), [self.context] * int(b))
+                     for b in xs]
+        else:
+            times = [model.step_seconds(self.shape, dtype, self.profile, [int(n)], [int(n)]) for n in xs]
+        self.profile_simulated.setData(np.log2(xs), xs / np.array(times))
+        self._simulated_name = f"{self.profile.key} (simulated)"
+        fitted = "fitted" if self.profile.simulation.get("fitted") else "placeholder"
+        return [f"{self.profile.key} (simulated): the cost model's {fitted} efficiencies and overheads on its "
+                f"roofline ({model.source.split(':')[0]})"]
+
     def _paint_prediction(self) -> list[str]:
         """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""
         self.crossover = None
@@ -243,6 +295,7 @@ class ThroughputView(pg.PlotWidget):
         self.predicted.setData(np.log2(xs), xs / np.array(times))
         label = dtype.name if hasattr(dtype, "name") else dtype
         self._predicted_name = f"{self.profile.key} {label} (predicted)"
+        notes += self._paint_profile_simulation(xs, dtype)
         set_title(self.getPlotItem(), self._title())
         if self.crossover is not None and self.crossover < CROSSOVER_CAP:
             self.crossover_line.setValue(math.log2(self.crossover))

@@ -71,9 +71,19 @@ def test_folder_from_another_version_is_refused(tmp_path):
 def test_missing_column_is_named(tmp_path):
     write_run(tmp_path, sample_run())
     lines = (tmp_path / "steps.csv").read_text().splitlines()
-    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 1)[0] for l in lines) + "\n")
-    with pytest.raises(InputError, match="missing column"):
+    (tmp_path / "steps.csv").write_text("\n".join(l.split(",", 1)[1] for l in lines) + "\n")   # no run_id
+    with pytest.raises(InputError, match="missing column.*run_id"):
         read_run(tmp_path)
+
+
+def test_a_run_from_before_the_worker_column_still_reads(tmp_path):
+    """Columns added later with a default (a step's worker, a request's KV hand-off) may be absent."""
+    write_run(tmp_path, sample_run())
+    lines = (tmp_path / "steps.csv").read_text().splitlines()
+    assert lines[0].endswith(",worker")
+    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 1)[0] for l in lines) + "\n")
+    run = read_run(tmp_path)
+    assert run.steps and all(s.worker == "" for s in run.steps)
 
 
 def test_unwritable_folder_is_refused_before_anything_is_written(tmp_path):

@@ -101,8 +101,9 @@ def test_compare_policies_adds_a_reference_per_policy(qtbot, window, cache_dir):
         qtbot.mouseClick(window.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
     series = done.args[0]
     refs = list(window.references)
-    assert [run_policy(r.run.config, r.run.info) for r in refs] == ["static", "continuous", "chunked"]
-    assert [r.name for r in refs] == ["R1 static", "R2 continuous", "R3 chunked"]
+    assert [run_policy(r.run.config, r.run.info) for r in refs] == ["static", "continuous", "chunked",
+                                                                      "disaggregated"]
+    assert [r.name for r in refs] == ["R1 static", "R2 continuous", "R3 chunked", "R4 disaggregated"]
     assert all(len(r.run.requests) == 4 and r.run.steps for r in refs)
     assert all(r.folder.parent == series.folder.resolve() for r in refs)
     assert series.folder.is_relative_to(cache_dir)
@@ -114,9 +115,10 @@ def test_compare_policies_adds_a_reference_per_policy(qtbot, window, cache_dir):
     window.distributions.refresh()
     assert set(window.distributions.curves) == {r.key for r in refs}
     assert all(window.distributions.counts[r.key] == 4 for r in refs)
-    assert "Compared 3 of 3 runs" in window.statusBar().currentMessage()
-    # the last run is still the current one
-    assert window.store.config["engine"]["policy"] == "chunked" and window.store.num_requests == 4
+    assert "Compared 4 of 4 runs" in window.statusBar().currentMessage()
+    # the last run is still the current one: the disaggregated one, its steps in one row per worker
+    assert window.store.config["engine"]["policy"] == "disaggregated" and window.store.num_requests == 4
+    assert window.store.workers.names == ["prefill-0", "decode-0"] and window.worker_strip.isVisibleTo(window)
 
 
 def test_compare_policies_adds_the_second_dtype_and_chunk_size_when_given(window):
@@ -132,7 +134,8 @@ def test_compare_policies_adds_the_second_dtype_and_chunk_size_when_given(window
     runs = form.compare_engines(window.controls.build_config().engine)
     assert [(name, e.policy, e.chunk_tokens, dtype) for name, e, dtype in runs] == [
         ("static", "static", 512, None), ("continuous", "continuous", 512, None), ("chunked", "chunked", 512, None),
-        ("continuous q8_0", "continuous", 512, "q8_0"), ("chunked 4", "chunked", 4, None)]
+        ("disaggregated", "disaggregated", 512, None), ("continuous q8_0", "continuous", 512, "q8_0"),
+        ("chunked 4", "chunked", 4, None)]
     form.compare_check.setChecked(False)
     assert not f["compare_dtype"].isEnabled() and not form.compare_policies()
 

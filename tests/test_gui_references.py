@@ -142,7 +142,7 @@ def test_a_corrupt_reference_is_refused_with_one_line_and_the_others_stay(window
     bad = tmp_path / "bad"
     shutil.copytree(saved["static"], bad)
     lines = (bad / "steps.csv").read_text().splitlines()
-    (bad / "steps.csv").write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    (bad / "steps.csv").write_text("\n".join(line.split(",", 1)[1] for line in lines) + "\n")   # no run_id column
     assert window.add_reference(str(bad)) is None
     assert "not added as a reference" in window.last_error and "missing column(s)" in window.last_error
     assert "\n" not in window.last_error

@@ -281,10 +281,10 @@ def test_opening_a_bad_run_folder_names_what_is_wrong_and_a_good_one_still_opens
     (cases["old-version"] / "run.json").write_text(json.dumps(meta))
     (cases["no-tokens"] / "tokens.csv").unlink()
     lines = (cases["no-column"] / "steps.csv").read_text().splitlines()
-    (cases["no-column"] / "steps.csv").write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    (cases["no-column"] / "steps.csv").write_text("\n".join(line.split(",", 1)[1] for line in lines) + "\n")
     (cases["bad-json"] / "run.json").write_text("{not json")
     expected = {"old-version": "another version", "no-tokens": "missing tokens.csv",
-                "no-column": "missing column(s) num_running", "bad-json": "not valid JSON"}
+                "no-column": "missing column(s) run_id", "bad-json": "not valid JSON"}
     for name, words in expected.items():
         assert not window.open_run(str(cases[name]))
         assert words in window.last_error, (name, window.last_error)

@@ -108,6 +108,7 @@ def test_token_id_prompts_get_the_servers_own_message(llama):
     finished, _ = drive(RemoteEndpoint(llama, "smollm2", SENTINEL, "completions", 30.0, False), spec)
     assert finished.summary["errors_http_500"] == 2
     assert "valid string" in finished.data.requests[0].finish_reason
+    assert finished.error.startswith("the server refused token-id prompts") and "\n" not in finished.error
 
 
 def test_prompt_beyond_the_context_is_an_error(llama):

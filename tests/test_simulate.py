@@ -46,7 +46,9 @@ def test_run_json_says_simulated_and_records_the_cost_model(thousand):
     assert info["target"] == "simulated"
     assert info["profile"] == "h100-sxm"
     assert info["device"] == "simulated h100-sxm"
-    assert info["cost_model"] == {"mfu": 0.6, "mbu": 0.8, "step_ms": 0.2, "token_ms": 0.0005, "request_ms": 0.005}
+    assert info["cost_model"] == {"mfu": 0.6, "afu": 0.3, "mbu": 0.8, "step_ms": 0.2, "token_ms": 0.0005,
+                                  "request_ms": 0.005}
+    assert info["cost_model_source"].startswith("placeholders, not fitted")
     assert "simulated on h100-sxm" in info["source"]
 
 
@@ -54,7 +56,7 @@ def test_step_durations_are_the_cost_models_price(thousand):
     run = read_run(thousand)
     shape, profile = SHAPES["llama-8b"], find_profile("h100-sxm")
     prec = resolve_precision("auto", profile)
-    model = CostModel(**run.info["cost_model"])
+    model = CostModel.from_terms(run.info["cost_model"])
     assert not any(r.num_preemptions for r in run.requests)   # so every prefill is one whole 512-token prompt
     decodes = [s for s in run.steps if s.phase is Phase.DECODE][::97]
     prefills = [s for s in run.steps if s.phase is Phase.PREFILL][::53]

@@ -113,6 +113,7 @@ def test_wheel_holds_the_kernel_sources_and_the_shipped_profiles(installed):
         assert f"profiles/{name}.toml" in names
     for name in SHIPPED_WORKLOADS:
         assert f"profiles/workloads/{name}.toml" in names
+    assert "profiles/links/kv-links.toml" in names   # the simulated disaggregated policy's KV links
     # Every package of the checkout is in the wheel (a sub-package that discovery missed fails here).
     for init in [*ROOT.glob("backend/**/__init__.py"), *ROOT.glob("gui/**/__init__.py"), ROOT / "profiles/__init__.py"]:
         assert init.relative_to(ROOT).as_posix() in names

@@ -7,9 +7,17 @@ from backend.engine.scheduler import POLICIES
 
 def add_load_parser(sub, model_flags) -> None:
     p = sub.add_parser("load", help="drive a workload of requests through static / continuous / chunked scheduling")
+    load_flags(p, model_flags)
+
+
+def load_flags(p, model_flags) -> None:
+    """The flags of `load`, which the load sweeps (`sweep rate|concurrency`) take too."""
     model_flags(p)
     p.add_argument("--workload", default="poisson-chat", help="a preset name (profiles/workloads/) or a TOML path")
-    p.add_argument("--policy", default=EngineConfig().policy, choices=POLICIES)
+    p.add_argument("--policy", default=EngineConfig().policy, choices=(*POLICIES, "disaggregated"),
+                   help="disaggregated: prompts on prefill engine processes, their KV handed to decode ones")
+    from backend.cli.pd_flags import add_disaggregated_flags
+    add_disaggregated_flags(p)
     p.add_argument("--max-batch", type=int, default=32, help="requests running at once (KV cache slots)")
     p.add_argument("--chunk-tokens", type=int, default=512, help="per-step token budget (chunked policy)")
     p.add_argument("--kv-tokens", type=int, help="KV cache capacity in tokens (default: every slot full length)")
@@ -44,6 +52,8 @@ def load_config(args) -> RunConfig:
     config.workload = apply_overrides(spec, **overrides)
     config.engine = EngineConfig(policy=args.policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens,
                                  kv_tokens=args.kv_tokens)
+    from backend.cli.pd_flags import apply_disaggregated_flags
+    apply_disaggregated_flags(args, config.engine)
     config.slo_ttft_ms = args.slo_ttft_ms
     config.slo_tpot_ms = args.slo_tpot_ms
     from backend.remote.target import endpoint_from_args

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_tool_parsers(sub, model_flags)
     from backend.cli.compare import add_compare_parser
     add_compare_parser(sub)
+    from backend.cli.example import add_example_parser
+    add_example_parser(sub)
     return parser
 
 
@@ -84,9 +86,15 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
         if args.command == "calibrate":
             from backend.cli.tools import run_calibrate
             return run_calibrate(args)
+        if args.command == "sweep" and args.kind == "pd-ratio":
+            from backend.cli.pd_sweep import run_pd_sweep
+            return run_pd_sweep(args)
         if args.command == "sweep":
             from backend.cli.tools import sweep_config
             return run_headless(sweep_config(args))
+        if args.command == "example":
+            from backend.cli.example import run_example
+            return run_example(args)
         if args.command == "compare":
             from backend.cli.compare import run_compare
             return run_compare(args, render_plots)

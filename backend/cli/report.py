@@ -11,6 +11,7 @@ from backend.events import ModelLoaded, PrecisionPoint, Progress, RequestsArrive
 from backend.precision import from_info
 from backend.records import RecordBatch, RequestStatus
 from backend.roofline.cost import Bound, PhaseRoofline, PhaseTotals, phase_roofline
+from backend.engine.load_sweep import LoadPoint
 from backend.engine.threads import describe_threads
 
 
@@ -68,7 +69,7 @@ class LiveProgress:
         elif isinstance(event, ModelLoaded):
             self.loaded = event
             self._last = time.monotonic()   # the first status line comes a second into the run
-        elif isinstance(event, (SweepPoint, PrecisionPoint)) and self.sweep is not None:
+        elif isinstance(event, (SweepPoint, PrecisionPoint, LoadPoint)) and self.sweep is not None:
             self.sweep.on_point(event)
         elif isinstance(event, RequestsArrived):
             self.arrived += len(event.request_ids)
@@ -106,6 +107,10 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         errors = {k[len('errors_'):]: int(v) for k, v in s.items() if k.startswith("errors_")}
         if errors:
             print("errors   " + ", ".join(f"{k} {v}" for k, v in errors.items()), file=out)
+        from backend.remote.honesty import client_line
+        print(client_line(info), file=out)
+        for line in info.get("warnings", []):   # what the run knows is wrong with its own figures
+            print(f"warning  {line}", file=out)
         if config.out_dir:
             print(f"records written to {config.out_dir}/", file=out)
         return
@@ -114,21 +119,27 @@ def print_run(config, finished: RunFinished, out=None) -> None:
     print(f"model   {info.get('model')}  ({_params(info.get('num_params', 0))} params, "
           f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
     if info.get("target") == "simulated":
-        c = info.get("cost_model", {})
         print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}; SIMULATED: "
-              f"{info.get('virtual_s', 0):,.1f} s of virtual time in {info.get('wall_s', 0):,.1f} s; cost model "
-              f"mfu {c.get('mfu')}, mbu {c.get('mbu')}, {c.get('step_ms')} ms/step, {c.get('token_ms')} ms/token, "
-              f"{c.get('request_ms')} ms/request", file=out)
+              f"{info.get('virtual_s', 0):,.1f} s of virtual time in {info.get('wall_s', 0):,.1f} s", file=out)
+        print(f"        cost model {cost_model_text(info.get('cost_model', {}))}: "
+              f"{info.get('cost_model_source') or 'no source recorded'}", file=out)
     else:
         threads = (describe_threads(info["threads"], info["affinity"]) if info.get("affinity")
                    else f"{info.get('threads')} threads")
         print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}, "
               f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
+    if info.get("layout"):
+        from backend.cli.pd_report import print_layout
+        print_layout(info["layout"], s, out)
     if config.mode == "batch":
         _print_batch_summary(config, data, s, out)
     else:
         _print_load_summary(s, out)
         _print_rejections(data.requests, out)
+    from backend.io.cost import cost_text
+    cost = cost_text(s, info.get("priced_on", ""))
+    if cost:
+        print(cost, file=out)
     if config.out_dir:
         print(f"records written to {config.out_dir}/ (steps.csv, requests.csv, tokens.csv, summary.csv, "
               f"run.json, trace.json)", file=out)
@@ -168,6 +179,15 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
 
 
 # ---- lines the CLI summary and the window's metrics panel share ----------------------------------
+
+def cost_model_text(c: dict) -> str:
+    """'matmuls 0.60, attention 0.30, memory 0.80 of peak; 0.2 ms/step, ...' from run.json's cost_model."""
+    def g(key):
+        value = c.get(key)
+        return "?" if value is None else f"{value:.3g}"
+    return (f"matmuls {g('mfu')}, attention {g('afu')}, memory {g('mbu')} of peak; {g('step_ms')} ms/step, "
+            f"{g('token_ms')} ms/token, {g('request_ms')} ms/request")
+
 
 def precision_text(info: dict) -> str:
     """'float32', or for quantized weights 'q4_1 weights (5.74 bits), float32 activations'."""

@@ -13,28 +13,46 @@ def add_tool_parsers(sub, model_flags) -> None:
     cal.add_argument("--device", default="auto")
     cal.add_argument("--out", help="profile TOML to write (default: this-machine.toml in the config folder)")
     cal.add_argument("--quick", action="store_true", help="smaller, faster measurements")
-    from backend.cli.flags import threads_flag
+    cal.add_argument("--fit", nargs="+", metavar="RUN_DIR", default=[],
+                     help="fit the simulator's cost model (efficiencies, overheads) to these measured runs' steps "
+                          "and store it in the profile; e.g. a batch sweep, a prompt sweep and a load run")
+    cal.add_argument("--check", nargs="+", metavar="RUN_DIR", default=[],
+                     help="with --fit: report the error on these runs (default: each --fit run left out in turn)")
+    from backend.cli.flags import simulate_flag, threads_flag
     threads_flag(cal)
 
     sweep = sub.add_parser("sweep", help="batch-size or prompt-length sweep against the roofline")
     kinds = sweep.add_subparsers(dest="kind", required=True)
     b = kinds.add_parser("batch", help="decode step time and tokens/s by batch size at a fixed context")
     model_flags(b)
+    simulate_flag(b)
     b.add_argument("--batches", default="1,2,4,8,16,32,64")
     b.add_argument("--context", type=int, default=512, help="tokens each request attends to")
     b.add_argument("--steps", type=int, default=8, help="timed steps per batch size (median reported)")
     p = kinds.add_parser("prompt", help="TTFT and prefill tokens/s by prompt length")
     model_flags(p)
+    simulate_flag(p)
     p.add_argument("--lengths", default="32,64,128,256,512,1024,2048")
     p.add_argument("--steps", type=int, default=3, help="timed prefills per length (median reported)")
     q = kinds.add_parser("precision", help="TTFT and TPOT of the same model at each weight precision")
     model_flags(q)
+    simulate_flag(q)
     q.add_argument("--dtypes", default="float32,bfloat16,q8_0,q4_1",
                    help="comma-separated precisions: float32, bfloat16, float16, q8_0, q4_0, q4_1, int8")
     q.add_argument("--prompt-len", type=int, default=512, help="tokens in each prompt")
     q.add_argument("--output-len", type=int, default=64, help="decode steps timed (median reported as TPOT)")
     q.add_argument("--batch", type=int, default=1, help="requests prefilled and decoded together")
     q.add_argument("--steps", type=int, default=3, help="timed prefills per precision (median reported as TTFT)")
+    from backend.cli.load import load_flags
+    r = kinds.add_parser("rate", help="the same workload at each arrival rate: throughput per device against per "
+                         "user, the Pareto front and the goodput under the SLOs (real, simulated or remote)")
+    load_flags(r, model_flags)
+    r.add_argument("--rates", default="1,2,4,8", help="comma-separated arrivals per second (Poisson unless --arrival gamma)")
+    c = kinds.add_parser("concurrency", help="the same workload at each number of closed-loop users: as `sweep rate`")
+    load_flags(c, model_flags)
+    c.add_argument("--concurrencies", default="1,2,4,8,16", help="comma-separated numbers of users")
+    from backend.cli.pd_sweep import add_pd_ratio_parser
+    add_pd_ratio_parser(kinds, model_flags)
 
 
 def print_profiles() -> int:
@@ -56,6 +74,12 @@ def print_profiles() -> int:
 
 
 def run_calibrate(args) -> int:
+    if args.check and not args.fit:
+        from backend.errors import InputError
+        raise InputError("--check needs --fit RUN_DIR ...: the runs to fit on")
+    if args.fit:
+        from backend.cli.fit import run_fit
+        return run_fit(args)
     from backend.roofline.calibrate import calibrate, write_profile
     from backend.engine.threads import apply_threads
 
@@ -63,17 +87,40 @@ def run_calibrate(args) -> int:
         print(f"... {message} ({fraction * 100:.0f}%)", file=sys.stderr)
     apply_threads(args.threads)
     profile = calibrate(args.device, progress, quick=args.quick)
+    fitted = _fitted_terms(args.out)
     path = write_profile(profile, args.out)
     print(f"{profile.name}: {profile.bandwidth_gbs:,.1f} GB/s, "
           + ", ".join(f"{k} {v:,.2f} TFLOP/s" for k, v in profile.tflops.items()))
     print(f"written to {path}; it now appears in `profiles` as {profile.key}")
+    if fitted:
+        print("the simulator's fitted terms were priced on the old peaks and are dropped: "
+              "run `calibrate --fit RUN_DIR ...` again on fresh runs")
     return 0
+
+
+def _fitted_terms(out) -> bool:
+    """Whether the profile about to be replaced held fitted [simulation] terms."""
+    from backend.errors import InputError
+    from backend.roofline.profiles import load_profile, local_profile_path
+    from pathlib import Path
+    path = Path(out) if out else local_profile_path()
+    try:
+        return path.is_file() and bool(load_profile(path).simulation)
+    except InputError:
+        return False
 
 
 def sweep_config(args) -> RunConfig:
     from backend.cli.flags import common_config
-    from backend.engine.sweep import SweepSpec, parse_sizes
+    from backend.engine.sweep import SweepSpec, parse_rates, parse_sizes
     from backend.errors import InputError
+    if args.kind in ("rate", "concurrency"):
+        from backend.cli.load import load_config
+        config = load_config(args)
+        config.mode = f"sweep-{args.kind}"
+        config.sweep = (SweepSpec("rate", rates=parse_rates(args.rates)) if args.kind == "rate"
+                        else SweepSpec("concurrency", concurrencies=parse_sizes(args.concurrencies, "--concurrencies")))
+        return config
     config = common_config(args, f"sweep-{args.kind}")
     if args.steps <= 0:
         raise InputError(f"--steps must be positive, got {args.steps}")
@@ -94,6 +141,23 @@ def sweep_config(args) -> RunConfig:
     return config
 
 
+def _finish_load_summary(s: dict, info: dict, config) -> None:
+    unit = "arrivals/s" if s.get("kind") == "rate" else "users"
+    target = info.get("device") or info.get("endpoint") or "?"
+    print(f"\nmodel {info.get('model') or info.get('served_model')} on {target}"
+          + (" (SIMULATED)" if info.get("target") == "simulated" else ""))
+    if s.get("pareto"):
+        print(f"Pareto front (no point better on both throughput per device and per user): {s['pareto']} {unit}")
+    if s.get("best_goodput_at") is not None:
+        print(f"best goodput: {s['best_goodput_requests_per_s']:.2f} req/s within the SLOs at {s['best_goodput_at']:g} {unit}")
+    elif config.slo_ttft_ms is None and config.slo_tpot_ms is None:
+        print("no goodput: give --slo-ttft-ms and/or --slo-tpot-ms")
+    if s.get("note"):
+        print(s["note"])
+    if config.out_dir:
+        print(f"written to {config.out_dir}/sweep.csv, each point's records in its own folder")
+
+
 def _change(speedup: float) -> str:
     """A time's ratio to the first point's, in words: '2.58x shorter', '1.56x longer'."""
     return f"{speedup:.2f}x shorter" if speedup >= 1 else f"{1 / speedup:.2f}x longer"
@@ -108,6 +172,12 @@ class SweepPrinter:
 
     def __init__(self, kind: str):
         self.kind = kind
+        if kind in ("rate", "concurrency"):
+            self.header = (f"{'rate/s' if kind == 'rate' else 'users':>7} {'done':>5} {'tok/s/device':>13} "
+                           f"{'tok/s/user':>11} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9} "
+                           f"{'goodput':>8}")
+            self.printed = False
+            return
         if kind == "precision":
             self.header = (f"{'dtype':>9} {'weights':>9} {'bits':>5} {'TTFT ms':>9} {'TPOT ms':>9} {'prefill tok/s':>14} "
                            f"{'decode tok/s':>13} {'pred TTFT':>10} {'pred TPOT':>10}")
@@ -121,6 +191,12 @@ class SweepPrinter:
         if not self.printed:
             print(self.header)
             self.printed = True
+        if self.kind in ("rate", "concurrency"):
+            print(f"{p.x:>7g} {p.num_finished:>5} {p.tokens_per_s_per_device:>13,.1f} {p.tokens_per_s_per_user:>11,.1f} "
+                  f"{p.ttft_p50_ms:>9,.1f} {p.ttft_p99_ms:>9,.1f} {p.tpot_p50_ms:>9,.2f} {p.tpot_p99_ms:>9,.2f} "
+                  f"{_fmt(None if p.goodput_requests_per_s != p.goodput_requests_per_s else p.goodput_requests_per_s, '>8.2f')}",
+                  flush=True)
+            return
         if self.kind == "precision":
             print(f"{p.dtype:>9} {p.weight_bytes / 1e6:>7,.0f}MB {p.weight_bits:>5.2f} {p.ttft_ms:>9.1f} {p.tpot_ms:>9.2f} "
                   f"{p.prefill_tokens_per_s:>14,.0f} {p.decode_tokens_per_s:>13,.1f} "
@@ -131,13 +207,22 @@ class SweepPrinter:
 
     def finish(self, finished, config) -> None:
         s, info = finished.summary, finished.data.info
+        if self.kind in ("rate", "concurrency"):
+            _finish_load_summary(s, info, config)
+            return
         print(f"\nmodel {info.get('model')} on {info.get('device_name')} ({info.get('dtype')}); "
               f"profile {info.get('profile')} (local: {info.get('local_profile')})")
+        if s.get("simulated_mape") is not None:
+            print(f"simulated on {info.get('local_profile')} beside the measured points: step-time error "
+                  f"{s['simulated_mape']:.1f}% on average, {s['simulated_worst']:.1f}% at worst")
         if s.get("kind") == "batch":
             def show(v):
                 return "none (decode stays memory-bound)" if v is None else str(v)
-            print(f"crossover batch: measured {show(s.get('measured_crossover_batch'))}, predicted for the profile "
-                  f"{show(s.get('predicted_crossover_batch'))}, for this machine {show(s.get('predicted_local_crossover_batch'))}")
+            seen = "simulated" if info.get("target") == "simulated" else "measured"
+            print(f"crossover batch: {seen} {show(s.get('measured_crossover_batch'))}, predicted for the profile "
+                  f"{show(s.get('predicted_crossover_batch'))}"
+                  + (f", for this machine {show(s.get('predicted_local_crossover_batch'))}"
+                     if info.get("local_profile") else ""))
         if s.get("kind") == "precision":
             for key, value in s.items():
                 if key.endswith("_bytes_ratio"):

@@ -91,8 +91,10 @@ def _execute(config: RunConfig, emit: Emit, should_stop, writer: RunWriter | Non
                     stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos,
                     retain_records=retain_records)
     emit(Progress("running", None))
+    from backend.roofline.profiles import run_profile
     return drive(engine, source, config, run_id, emit, should_stop, writer,
-                 lambda: run_info(loaded, dev_name, kv_capacity, max_len, num_slots))
+                 lambda: run_info(loaded, dev_name, kv_capacity, max_len, num_slots),
+                 priced_on=run_profile(str(loaded.device), dev_name))
 
 
 def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
@@ -100,24 +102,33 @@ def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
     return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
 
 
-def drive(engine, source, config: RunConfig, run_id: str, emit: Emit, should_stop: Callable[[], bool],
-          writer: RunWriter | None, info: Callable[[], dict]) -> RunFinished:
-    """Run the engine loop over the source to the end: every record batch to the summary, the
-    writer and `emit`; then the run's files (info() is asked after the run). The local and the
-    simulated targets both end this way."""
-    from backend.io.summary import RunAccumulator
-    accumulator = RunAccumulator()
-
-    def sink(event):
+def recording_sink(accumulator, writer: RunWriter | None, emit: Emit) -> Emit:
+    """An emit that also adds every record batch to the summary's accumulator and the run's writer."""
+    def sink(event) -> None:
         if isinstance(event, RecordBatch):
             accumulator.add(event)
             if writer is not None:
                 writer.add(event)
         emit(event)
+    return sink
 
-    result = engine.run(source, sink, should_stop)
+
+def drive(engine, source, config: RunConfig, run_id: str, emit: Emit, should_stop: Callable[[], bool],
+          writer: RunWriter | None, info: Callable[[], dict], priced_on=None) -> RunFinished:
+    """Run the engine loop over the source to the end: every record batch to the summary, the
+    writer and `emit`; then the run's files (info() is asked after the run). The local and the
+    simulated targets both end this way. With a profile that has a price (`priced_on`, the
+    device the steps ran or were priced on) the summary gains the cost per million tokens."""
+    from backend.io.cost import cost_figures
+    from backend.io.summary import RunAccumulator
+    accumulator = RunAccumulator()
+    result = engine.run(source, recording_sink(accumulator, writer, emit), should_stop)
     summary = accumulator.summary(config.slo_ttft_ms, config.slo_tpot_ms)
-    data = RunData(run_id=run_id, config=config_dict(config), info=info(), steps=result.steps,
+    run_info_ = info()
+    if priced_on is not None and priced_on.price_per_hour is not None:
+        summary.update(cost_figures(summary, priced_on.price_per_hour))
+        run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
+    data = RunData(run_id=run_id, config=config_dict(config), info=run_info_, steps=result.steps,
                    requests=result.requests, tokens=result.tokens, summary=summary)
     if writer is not None:
         writer.close(data)

@@ -24,7 +24,8 @@ from backend.io.export import RunData, ensure_writable
 from backend.records import Phase, RecordBatch, StepRecord
 
 COLUMNS = ["dtype", "weight_bytes", "weight_bits", "ttft_ms", "tpot_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
-           "predicted_ttft_ms", "predicted_tpot_ms", "predicted_local_ttft_ms", "predicted_local_tpot_ms"]
+           "predicted_ttft_ms", "predicted_tpot_ms", "predicted_local_ttft_ms", "predicted_local_tpot_ms",
+           "simulated_ttft_ms", "simulated_tpot_ms"]
 
 
 def run_precision_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], bool],
@@ -42,6 +43,7 @@ def run_precision_sweep(config, emit: Callable[[object], None], should_stop: Cal
     from backend.records import new_run_id
     from backend.roofline.cost import predict, step_cost
     from backend.roofline.profiles import find_profile, run_profile
+    from backend.roofline.step_time import CostModel
 
     spec = config.sweep
     models = models or ModelCache()
@@ -126,10 +128,17 @@ def run_precision_sweep(config, emit: Callable[[object], None], should_stop: Cal
 
         def predicted(profile, cost):
             return predict(cost, profile, prec).time_s * 1000 if profile is not None and profile.has_peak(prec) else None
+
+        def simulated(new_tokens, contexts):
+            """What `--simulate` on this machine's profile charges: measured and simulated side by side."""
+            if local is None or not local.has_peak(prec):
+                return None
+            return CostModel.for_profile(local).step_seconds(shape, prec, local, new_tokens, contexts) * 1000
         point = PrecisionPoint(prec.name, loaded.weight_bytes, prec.weight_bits, ttft * 1000, tpot * 1000,
                                b * prompt_len / ttft, b / tpot, predicted(selected, prefill_cost),
                                predicted(selected, decode_cost), predicted(local, prefill_cost),
-                               predicted(local, decode_cost))
+                               predicted(local, decode_cost), simulated([prompt_len] * b, [prompt_len] * b),
+                               simulated([1] * b, [prompt_len + output_len // 2] * b))
         points.append(point)
         emit(point)
         info = run_info(loaded, dev_name, 0, length, b)
@@ -186,7 +195,7 @@ def read_precision_sweep(folder) -> list[PrecisionPoint]:
             if (reader.fieldnames or [""])[0] != "dtype":
                 return []
             return [PrecisionPoint(row["dtype"], int(float(row["weight_bytes"])), float(row["weight_bits"]),
-                                   *(None if row[c] == "" else float(row[c]) for c in COLUMNS[3:]))
+                                   *(None if row.get(c, "") == "" else float(row[c]) for c in COLUMNS[3:]))
                     for row in reader]
     except (KeyError, ValueError) as exc:
         raise InputError(f"{path}: not a precision sweep file from this version ({exc})") from None

@@ -13,7 +13,7 @@ this machine's time while every time in the records is the simulated device's.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Callable
 
 from backend.config import RunConfig
@@ -21,58 +21,13 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.precision import Precision, canonical, precision
 from backend.records import new_run_id
-from backend.roofline.cost import linear_params_per_layer, step_cost
+from backend.roofline.cost import linear_params_per_layer
 from backend.roofline.profiles import GpuProfile, find_profile
+from backend.roofline.step_time import CostModel, is_cpu_profile
 
 SIM_TOKEN = 0   # every sampled token: never a stop id (the simulated requests have none)
 
-
-@dataclass(slots=True, frozen=True)
-class CostModel:
-    """One step's time: the slower of its compute and its memory traffic, each at an achievable
-    fraction of the profile's peak, plus fixed overheads per step, per token and per request.
-
-    The defaults (`for_profile`) are placeholders typical of published measurements of serving
-    engines (MFU around 0.5-0.6 for large prefills, MBU around 0.7-0.8 for decode, a few hundred
-    microseconds of launch and scheduling per step on a GPU); they are to be fitted to measured
-    runs, which this module does not do.
-    """
-
-    mfu: float = 0.6               # achievable fraction of the peak FLOP/s
-    mbu: float = 0.8               # achievable fraction of the memory bandwidth
-    step_ms: float = 0.2           # per step: kernel launches, scheduling, the host's bookkeeping
-    token_ms: float = 0.0005       # per token processed: input preparation, embedding gather
-    request_ms: float = 0.005      # per request in the step: sampling, detokenizing, its metadata
-
-    @classmethod
-    def for_profile(cls, profile: GpuProfile) -> CostModel:
-        """The placeholder defaults for a GPU, or a CPU's equivalents (slower host work, lower
-        fractions of peak for the plain matmuls a CPU engine runs)."""
-        if is_cpu_profile(profile):
-            return cls(mfu=0.4, mbu=0.6, step_ms=1.0, token_ms=0.002, request_ms=0.02)
-        return cls()
-
-    def validate(self) -> None:
-        for name in ("mfu", "mbu"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise InputError(f"cost model {name} must be in (0, 1], got {value}")
-        for name in ("step_ms", "token_ms", "request_ms"):
-            if getattr(self, name) < 0:
-                raise InputError(f"cost model {name} must not be negative, got {getattr(self, name)}")
-
-    def step_seconds(self, shape, prec: Precision, profile: GpuProfile, new_tokens: list[int],
-                     contexts: list[int], logit_rows: int | None = None) -> float:
-        """The price of one step: request i computes new_tokens[i] tokens attending to contexts[i]."""
-        cost = step_cost(shape, prec, new_tokens, contexts, logit_rows)
-        compute_s = cost.flops / (profile.peak_flops(prec) * self.mfu)
-        memory_s = cost.bytes / (profile.bandwidth_bytes_per_s * self.mbu)
-        overhead_ms = self.step_ms + self.token_ms * sum(new_tokens) + self.request_ms * len(new_tokens)
-        return max(compute_s, memory_s) + overhead_ms / 1000.0
-
-
-def is_cpu_profile(profile: GpuProfile) -> bool:
-    return profile.key == "cpu" or profile.vendor.lower() == "generic" or "cpu" in profile.name.lower()
+__all__ = ["CostModel", "VirtualClock", "SimRunner", "run_simulated", "is_cpu_profile"]
 
 
 class VirtualClock:
@@ -207,8 +162,8 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         wall_start = time.perf_counter()
 
         def info() -> dict:
-            return {"target": "simulated", "profile": profile.key, "profile_name": profile.name,
-                    "cost_model": asdict(model), "model": config.model.name, "source": source_text,
+            return {"target": "simulated", "profile": config.profile, "profile_name": profile.name,
+                    "cost_model": model.terms(), "cost_model_source": model.source, "model": config.model.name, "source": source_text,
                     "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
                     "weight_bytes": weight_bytes, "shape": asdict(shape), "device": device, "device_name": profile.name,
                     "dtype": prec.name, "weight_bits": prec.weight_bits, "activation_dtype": prec.activation,
@@ -216,7 +171,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
                     "virtual_s": clock.seconds, "wall_s": time.perf_counter() - wall_start,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
-        return drive(engine, source, config, run_id, emit, should_stop, writer, info)
+        return drive(engine, source, config, run_id, emit, should_stop, writer, info, priced_on=profile)
     finally:
         if writer is not None:
             writer.abandon()

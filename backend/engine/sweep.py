@@ -23,7 +23,7 @@ GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than ha
 
 @dataclass(slots=True)
 class SweepSpec:
-    kind: str = "batch"                                   # batch | prompt | precision
+    kind: str = "batch"                                   # batch | prompt | precision | rate | concurrency
     batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
     lengths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024, 2048])
     context: int = 512                                    # batch sweep: tokens each request attends to
@@ -34,6 +34,9 @@ class SweepSpec:
     prompt_len: int = 512
     output_len: int = 64
     batch: int = 1
+    # load sweeps (engine/load_sweep.py): one load run per arrival rate or per number of closed-loop users
+    rates: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
+    concurrencies: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
 
 
 PRECISION_DEFAULT = ("float32", "bfloat16", "q8_0", "q4_1")
@@ -49,6 +52,17 @@ def parse_dtypes(text: str, flag: str = "--dtypes") -> list[str]:
     if not names or "auto" in names:
         raise InputError(f"{flag} takes comma-separated precisions from {', '.join(NAMES)}; got {text!r}")
     return list(dict.fromkeys(names))
+
+
+def parse_rates(text: str, flag: str = "--rates") -> list[float]:
+    """"0.5,1,2" -> [0.5, 1.0, 2.0]; one clear message for anything else."""
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes comma-separated numbers, got {text!r}") from None
+    if not rates or any(not 0 < r < float("inf") for r in rates):
+        raise InputError(f"{flag} needs positive rates, got {text!r}")
+    return sorted(set(rates))
 
 
 def parse_sizes(text: str, flag: str) -> list[int]:
@@ -104,6 +118,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     from backend.models.packed import pack_weights
     from backend.roofline.profiles import find_profile, run_profile
     from backend.roofline.cost import step_cost, utilization
+    from backend.roofline.step_time import CostModel
     from backend.config import config_dict
     from backend.engine.local import run_info
     from backend.records import new_run_id
@@ -124,6 +139,15 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
     steps: list[StepRecord] = []
     note = ""
     t0 = time.perf_counter()
+
+    sim = CostModel.for_profile(local) if local is not None and local.has_peak(dtype) else None
+
+    def simulated_ms(cost, x) -> float | None:
+        """What `--simulate --profile <this machine>` charges for the point: measured and simulated side by side."""
+        if sim is None:
+            return None
+        tokens, requests = (x, x) if spec.kind == "batch" else (x, 1)
+        return (sim.cost_seconds(cost, local, dtype) + sim.overhead_seconds(tokens, requests)) * 1000
 
     def timed(batch_fn, cache) -> float:
         if should_stop():
@@ -186,7 +210,7 @@ def run_sweep(config, emit: Callable[[object], None], should_stop: Callable[[], 
         predicted_local_ms, _ = _predict(local, cost, dtype)
         point = SweepPoint(spec.kind, x, median_s * 1000, tokens / median_s, cost.flops, cost.bytes,
                            util.mfu if util else None, util.mbu if util else None, predicted_ms,
-                           predicted_local_ms, bound)
+                           predicted_local_ms, bound, simulated_ms(cost, x))
         points.append(point)
         start_ms = (time.perf_counter() - t0) * 1000 - median_s * 1000
         if spec.kind == "batch":   # x requests decoding one token each at the context
@@ -219,6 +243,10 @@ def sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note
             if profile is not None and profile.has_peak(dtype):
                 b = crossover_batch(shape, dtype_bytes, spec.context, profile, dtype)
                 summary[f"{label}_crossover_batch"] = None if b >= CROSSOVER_CAP else b
+    errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for p in points if p.simulated_ms is not None]
+    if errors:
+        summary["simulated_mape"] = sum(errors) / len(errors)
+        summary["simulated_worst"] = max(errors)
     if points:
         best = max(points, key=lambda p: p.tokens_per_s)
         summary["best_tokens_per_s"] = best.tokens_per_s
@@ -227,7 +255,8 @@ def sweep_summary(spec, points, shape, dtype_bytes, selected, local, dtype, note
     return summary
 
 
-SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms", "bound"]
+SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms", "bound",
+                 "simulated_ms"]
 
 
 def write_sweep(folder, spec: SweepSpec, points: list[SweepPoint], data: RunData,
@@ -263,7 +292,8 @@ def read_sweep(folder) -> list[SweepPoint]:
             kind = "batch" if x_col == "batch" else "prompt"
             return [SweepPoint(kind, int(row[x_col]), float(row["step_ms"]), float(row["tokens_per_s"]),
                                float(row["flops"]), float(row["bytes"]), number(row["mfu"]), number(row["mbu"]),
-                               number(row["predicted_ms"]), number(row["predicted_local_ms"]), row["bound"])
+                               number(row["predicted_ms"]), number(row["predicted_local_ms"]), row["bound"],
+                               number(row.get("simulated_ms") or ""))
                     for row in reader]
     except (KeyError, ValueError) as exc:
         raise InputError(f"{path}: not a sweep file from this version ({exc})") from None

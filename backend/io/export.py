@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 
@@ -209,12 +209,15 @@ def _converter(annotation: str):
 
 def _read_records(path: Path, cls) -> list:
     converters = {f.name: _converter(f.type) for f in fields(cls)}
-    required = [f.name for f in fields(cls)]
+    # a column added later with a default (a step's worker, a request's KV hand-off) may be absent from older runs
+    optional = {f.name for f in fields(cls) if f.default is not MISSING}
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
+        present = set(reader.fieldnames or [])
+        missing = [f.name for f in fields(cls) if f.name not in present and f.name not in optional]
         if missing:
             raise InputError(f"{path}: missing column(s) {', '.join(missing)} (from another version?)")
+        required = [f.name for f in fields(cls) if f.name in present]
         out = []
         for line, row in enumerate(reader, start=2):
             try:

@@ -57,6 +57,8 @@ class RunAccumulator:
         self.phase_ms = {phase: 0.0 for phase in Phase}
         self.prefill_tokens = 0   # in prefill-only steps
         self.decode_tokens = 0    # in decode-only steps
+        self.mixed_prefill_tokens = 0
+        self.mixed_decode_tokens = 0
         # what the roofline needs of the prefill-only and decode-only steps (backend.roofline.cost.phase_roofline)
         self.roofline = {Phase.PREFILL: PhaseTotals(), Phase.DECODE: PhaseTotals()}
         self.first_ms = math.inf
@@ -89,6 +91,9 @@ class RunAccumulator:
                 self.decode_tokens += s.num_decode_tokens
                 self.roofline[Phase.DECODE].add_step(s.num_decode_requests, s.num_decode_tokens, s.context_tokens,
                                                      s.duration_ms)
+            else:   # a mixed step's time is split between the phases by its tokens (backend.io.cost)
+                self.mixed_prefill_tokens += s.num_prefill_tokens
+                self.mixed_decode_tokens += s.num_decode_tokens
             self.first_ms = min(self.first_ms, s.start_ms)
             self.last_ms = max(self.last_ms, s.start_ms + s.duration_ms)
 
@@ -134,6 +139,10 @@ class RunAccumulator:
         out["prefill_time_ms"] = phase_ms[Phase.PREFILL]
         out["decode_time_ms"] = phase_ms[Phase.DECODE]
         out["mixed_time_ms"] = phase_ms[Phase.MIXED]
+        out["mixed_prefill_tokens"] = self.mixed_prefill_tokens
+        out["mixed_decode_tokens"] = self.mixed_decode_tokens
+        out["num_input_tokens"] = sum(r.prompt_tokens for r in served if r.output_tokens)
+        out["num_output_tokens"] = output_tokens
         out["prefill_tokens_per_s"] = _ratio(self.prefill_tokens, phase_ms[Phase.PREFILL] / 1000.0)
         out["decode_tokens_per_s"] = _ratio(self.decode_tokens, phase_ms[Phase.DECODE] / 1000.0)
         # Per-token decode time over per-token prefill time: how much dearer a decoded token is.

@@ -116,6 +116,16 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     return LoadedModel(name, model, shape, tokenizer, dev, dt, f"{source}: {how}", ckpt is None, weight_bytes, prec)
 
 
+def model_header(name_or_path: str) -> tuple[ModelShape, Tokenizer]:
+    """A model's shape and tokenizer without reading its weights (the disaggregated policy's
+    coordinator draws the workload with them while its engine processes load the model)."""
+    if name_or_path in SYNTHETIC:
+        shape = SHAPES[name_or_path]
+        return shape, ByteTokenizer(shape.vocab_size)
+    ckpt = _find_checkpoint(name_or_path)
+    return ckpt.shape, ckpt.tokenizer
+
+
 def _find_checkpoint(name: str) -> Checkpoint:
     if name == BUNDLED:
         path = bundled_gguf()

@@ -3,9 +3,15 @@
 A request either ends with the server's finish reason or raises RemoteFailure, whose `kind`
 (connection_refused, dns_failure, http_404, timeout, stream_cut, malformed_event, ...) is what
 the run summary counts and whose `detail` keeps the server's own message.
+
+This runs inside the client's worker processes (backend.remote.worker), so its hot path is kept
+short: the event stream is read as bytes, each chunk timed once as it arrives, `data:` lines
+found with bytes.find and parsed with json.loads on the bytes; the stream is read to its very
+end (past `data: [DONE]`) so that httpx returns the connection to its pool for the next request.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -17,11 +23,12 @@ import httpx
 
 from backend.config import SamplingConfig
 from backend.errors import one_line
-from backend.records import RequestRecord, RequestStatus
 
 MAX_DETAIL = 300
+DRAIN_S = 10.0         # after [DONE], how long to wait for the end of the response body (a starved loop is slow)
 _PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")   # a word or a mark, with the space before it
 OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "min_tokens")   # extras some servers reject with 400/422
+_CONNECT_EVENTS = ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete")
 
 
 class RemoteFailure(Exception):
@@ -44,6 +51,7 @@ class StreamState:
     prompt_tokens: int | None = None       # from the server's usage
     completion_tokens: int | None = None
     finish_reason: str | None = None
+    num_events: int = 0
 
 
 @dataclass(slots=True)
@@ -139,20 +147,12 @@ class TextPieces:
         return self._ids[piece]
 
 
-def request_record(state: StreamState, spec, now_ms: float, status: RequestStatus, reason: str) -> RequestRecord:
-    """The request's record from what its stream delivered; token counts are the server's where it gave them."""
-    finish = state.finish_ms if state.finish_ms is not None else now_ms
-    times = state.token_times
-    n_out = max(state.completion_tokens or 0, len(times))   # a chunk with text holds at least one token
-    prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else len(spec.prompt_ids)
-    return RequestRecord.from_times(
-        request_id=spec.request_id, status=status, prompt_tokens=prompt_tokens, output_tokens=n_out,
-        arrival_ms=state.arrival_ms, scheduled_ms=state.arrival_ms, first_token_ms=times[0] if times else None,
-        last_token_ms=times[-1] if times else None, finish_ms=finish, finish_reason=reason, text="".join(state.text))
-
-
 class Streamer:
-    """Sends requests over one pooled client and reads their event streams."""
+    """Sends requests over one pooled client and reads their event streams.
+
+    `on_token(state, text, now_ms)` is called for every event that carries text, with the time
+    its chunk arrived. `num_connections` counts the TCP connections the pool opened.
+    """
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, api: str, headers: dict[str, str],
                  sampling: SamplingConfig, timeout_s: float, now_ms: Callable[[], float]):
@@ -163,12 +163,19 @@ class Streamer:
         self.api = api
         self.headers = headers
         self.sampling = sampling
+        self.timeout = httpx.Timeout(timeout_s, pool=None)
         self.timeout_s = timeout_s
         self.now_ms = now_ms
         self.compat = Compat()
+        self.num_connections = 0
+        self._extensions = {"trace": self._trace}
+
+    async def _trace(self, name: str, info: dict) -> None:
+        if name in _CONNECT_EVENTS:
+            self.num_connections += 1
 
     async def send(self, prompt: str | list[int], max_tokens: int, state: StreamState,
-                   on_token: Callable[[StreamState, str], None]) -> None:
+                   on_token: Callable[[StreamState, str, float], None]) -> None:
         """Stream one completion into `state`, retrying once per optional field the server rejects."""
         while True:
             body = request_body(self.model, self.api, prompt, max_tokens, self.sampling, self.compat)
@@ -187,39 +194,18 @@ class Streamer:
         return next((name for name in OPTIONAL_FIELDS if name in body and name in failure.detail), None)
 
     async def _stream(self, body: dict, state: StreamState, on_token) -> None:
-        timeout = httpx.Timeout(self.timeout_s, pool=None)
         try:
-            async with self.client.stream("POST", self.url, json=body, headers=self.headers,
-                                          timeout=timeout) as response:
+            async with self.client.stream("POST", self.url, json=body, headers=self.headers, timeout=self.timeout,
+                                          extensions=self._extensions) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")
                     raise RemoteFailure(f"http_{response.status_code}", error_message(text))
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # a server that ignored stream: true answers in one piece
-                    self._on_event(json.loads(await response.aread()), state, on_token)
+                    self._on_event(json.loads(await response.aread()), state, on_token, self.now_ms())
                     state.finish_ms = self.now_ms()
                     return
-                done, num_events = False, 0
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue   # blank separators, comments, "event:" lines
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        done = True
-                        break
-                    try:
-                        event = json.loads(payload)
-                    except ValueError:
-                        raise RemoteFailure("malformed_event", f"not JSON: {payload[:80]!r}") from None
-                    num_events += 1
-                    self._on_event(event, state, on_token)
-                state.finish_ms = self.now_ms()
-                if num_events == 0 and not done:
-                    # llama-cpp-python does this when a prompt exceeds its context (it logs why)
-                    raise RemoteFailure("empty_stream", f"HTTP {response.status_code}, then the stream closed "
-                                        "without a single event (see the server's log)")
-                if not done and state.finish_reason is None:
-                    raise RemoteFailure("stream_cut", "the event stream ended before the completion did")
+                await self._read_events(response, state, on_token)
         except httpx.ConnectError as exc:
             raise connect_failure(exc, self.shown_url) from None
         except httpx.TimeoutException as exc:
@@ -233,27 +219,79 @@ class Streamer:
         except ValueError as exc:   # a non-streamed JSON body that does not parse
             raise RemoteFailure("malformed_event", str(exc)[:MAX_DETAIL]) from None
 
-    def _on_event(self, event, state: StreamState, on_token) -> None:
+    async def _read_events(self, response: httpx.Response, state: StreamState, on_token) -> None:
+        # raw bytes unless the server compressed them: the decoders cost a few calls per chunk
+        encoded = response.headers.get("content-encoding", "identity") not in ("identity", "")
+        chunks = (response.aiter_bytes() if encoded else response.aiter_raw()).__aiter__()
+        buf = b""
+        done = False
+        while not done:
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            now = self.now_ms()   # one reading per chunk, as its bytes arrive: every event in it came then
+            buf = buf + chunk if buf else chunk
+            start = 0
+            while True:
+                end = buf.find(b"\n", start)
+                if end < 0:
+                    break
+                line = buf[start:end]
+                start = end + 1
+                if not line.startswith(b"data:"):
+                    continue   # blank separators, comments, "event:" lines
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    done = True
+                    state.finish_ms = now
+                    break
+                try:
+                    event = json.loads(payload)
+                except ValueError:
+                    raise RemoteFailure("malformed_event", f"not JSON: {payload[:80]!r}") from None
+                state.num_events += 1
+                self._on_event(event, state, on_token, now)
+            buf = buf[start:] if start else buf
+        if done:
+            # the rest of the body (its terminating chunk): read to the end, or the pool drops the connection
+            try:
+                await asyncio.wait_for(_drain(chunks), DRAIN_S)
+            except (asyncio.TimeoutError, httpx.HTTPError):
+                pass   # a server that keeps the body open after [DONE]: this connection is not reused
+            return
+        state.finish_ms = self.now_ms()
+        if state.num_events == 0:
+            # llama-cpp-python does this when a prompt exceeds its context (it logs why)
+            raise RemoteFailure("empty_stream", f"HTTP {response.status_code}, then the stream closed "
+                                "without a single event (see the server's log)")
+        if state.finish_reason is None:
+            raise RemoteFailure("stream_cut", "the event stream ended before the completion did")
+
+    def _on_event(self, event, state: StreamState, on_token, now: float) -> None:
         if not isinstance(event, dict):
             raise RemoteFailure("malformed_event", f"expected a JSON object, got {str(event)[:80]!r}")
+        choices = event.get("choices")
         if "error" in event or event.get("object") == "error":   # a failure reported inside the stream
             raise RemoteFailure("server_error", error_message(json.dumps(event)))
-        choices = event.get("choices")
         usage = event.get("usage")
         if not isinstance(choices, list) or (not choices and not usage):
             raise RemoteFailure("malformed_event", f"no choices in {json.dumps(event)[:80]!r}")
-        if isinstance(usage, dict):
-            for name in ("prompt_tokens", "completion_tokens"):
-                if isinstance(usage.get(name), int):
-                    setattr(state, name, usage[name])
+        if usage and isinstance(usage, dict):
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(prompt, int):
+                state.prompt_tokens = prompt
+            if isinstance(completion, int):
+                state.completion_tokens = completion
         for choice in choices:
             if not isinstance(choice, dict):
                 raise RemoteFailure("malformed_event", f"a choice is not an object: {str(choice)[:80]!r}")
             text = self._choice_text(choice)
             if text:
-                on_token(state, text)
-            if choice.get("finish_reason"):
-                state.finish_reason = str(choice["finish_reason"])
+                on_token(state, text, now)
+            reason = choice.get("finish_reason")
+            if reason:
+                state.finish_reason = str(reason)
 
     def _choice_text(self, choice: dict) -> str:
         if self.api == "chat":
@@ -265,3 +303,8 @@ class Streamer:
         else:
             text = choice.get("text")
         return text if isinstance(text, str) else ""
+
+
+async def _drain(chunks) -> None:
+    async for _ in chunks:
+        pass

@@ -2,9 +2,12 @@
 
 The server's engine steps are invisible from outside, so a remote run has request and token
 records only, timed on this machine's clock: sent, first token, every later token, end. The
-requests go out from an asyncio loop on a helper thread (one pooled HTTP client, every request
-in flight at once); the calling thread receives the events, so a slow `emit` never delays the
-clock readings.
+coordinator (an asyncio loop on a helper thread) draws the workload's arrivals and builds each
+prompt to its true length; the streams themselves run in client worker processes
+(backend.remote.worker: one event loop and one connection pool each, `--client-workers N`,
+default one per core), whose records come back as one merged stream. The calling thread
+receives the events, so a slow `emit` never delays the clock readings. At the end the run says
+what it knows about its own figures (backend.remote.honesty).
 """
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import platform
 import queue
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -28,12 +31,17 @@ from backend.errors import InputError, one_line
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
 from backend.io.export import RunData, RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
-from backend.remote.client import MAX_DETAIL, RemoteFailure, StreamState, Streamer, TextPieces, request_record, safe_url
+from backend.remote.client import MAX_DETAIL, safe_url
+from backend.remote.honesty import ClientLoad, client_report, early_stop_line, token_count_lines
 from backend.remote.metrics import ServerMetrics, metrics_url, poll_metrics
+from backend.remote.pool import WorkerPool, default_workers
+from backend.remote.prompts import PromptBuilder, load_tokenizer
 
 APIS = ("completions", "chat")
 FLUSH_S = 0.05        # records reach `emit` in batches at most this old
 POLL_S = 0.04         # the dispatcher's longest sleep, so Stop lands within ~100 ms
+LOOKAHEAD_MS = 20.0   # requests go to their worker this early; it sends each at its planned time
+RESERVE = 2           # closed loop: next requests each worker holds, sent the moment one of its users is free
 ABORT_AFTER = 4       # this many failures and not one success: the server refuses every request
 # Synthetic prompts are random ids: kept in [1000, 32000) to miss the special and control tokens
 # most tokenizers put first, and within the smallest vocabulary in common use (Llama 2, Mistral).
@@ -50,6 +58,8 @@ class RemoteEndpoint:
     api: str = "completions"                      # completions | chat
     timeout_s: float = 120.0                      # longest wait to connect or for the next event
     read_metrics: bool = True                     # poll the server's Prometheus /metrics
+    tokenizer: str | None = None                  # the served model's tokenizer: .gguf, HF folder or hub id
+    client_workers: int | None = None             # client worker processes; None: one per core
 
     def validate(self) -> None:
         parts = urlsplit(self.url)
@@ -66,6 +76,8 @@ class RemoteEndpoint:
             raise InputError(f"--api {self.api!r}: use completions or chat")
         if not self.timeout_s > 0:
             raise InputError(f"--request-timeout must be a positive number of seconds, got {self.timeout_s}")
+        if self.client_workers is not None and self.client_workers < 1:
+            raise InputError(f"--client-workers must be at least 1, got {self.client_workers}")
 
 
 def add_remote_flags(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +90,12 @@ def add_remote_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--request-timeout", type=float, default=120.0, metavar="S",
                    help="seconds to wait to connect or for the next streamed event")
     g.add_argument("--no-server-metrics", action="store_true", help="do not poll the server's /metrics")
+    g.add_argument("--tokenizer", metavar="GGUF|FOLDER|HUB_ID",
+                   help="the served model's tokenizer, so text prompts are exactly --prompt-len tokens and counts "
+                   "are true (default: the bundled one when the served model is SmolLM2, else estimates)")
+    g.add_argument("--client-workers", type=int, metavar="N",
+                   help=f"client processes sharing the streams, one event loop each (default: one per core, "
+                   f"{default_workers()} here)")
 
 
 def env_api_key() -> str:
@@ -88,7 +106,7 @@ def env_api_key() -> str:
 def endpoint_from_args(args) -> RemoteEndpoint | None:
     """The endpoint the flags name, or None for a local run; InputError for bad flags."""
     if args.endpoint is None:
-        for flag in ("served_model", "api_key"):
+        for flag in ("served_model", "api_key", "tokenizer", "client_workers"):
             if getattr(args, flag) is not None:
                 raise InputError(f"--{flag.replace('_', '-')} needs --endpoint URL")
         return None
@@ -99,7 +117,7 @@ def endpoint_from_args(args) -> RemoteEndpoint | None:
         url += "/v1"   # a bare host:port means the usual /v1 root
     key = (args.api_key or env_api_key()).strip() or None   # a key read from a file often ends in a newline
     endpoint = RemoteEndpoint(url, args.served_model, key, args.api, args.request_timeout,
-                              not args.no_server_metrics)
+                              not args.no_server_metrics, args.tokenizer, args.client_workers)
     endpoint.validate()
     return endpoint
 
@@ -119,22 +137,49 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
     if endpoint.api == "chat" and spec.prompt_source != "text":
         raise InputError("--api chat sends text: use a workload with prompt_source = \"text\", or --api completions "
                          "(synthetic token ids go to /v1/completions)")
-    pieces = TextPieces()
-    source = WorkloadSource(spec, tokenize=pieces.encode, vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID)
+    tokenizer = None
+    if spec.prompt_source == "text" or endpoint.tokenizer:
+        if endpoint.tokenizer or "smollm2" in endpoint.model.lower():
+            emit(Progress("loading the served model's tokenizer", None))
+        tokenizer = load_tokenizer(endpoint.tokenizer, endpoint.model)
+    builder = PromptBuilder(tokenizer, chat=endpoint.api == "chat")
+    num_workers = endpoint.client_workers or default_workers()
+    drawn = spec
+    if spec.arrival == "closed":   # each worker holds its users' next requests in reserve (see _RemoteRun)
+        drawn = replace(spec, concurrency=spec.concurrency + RESERVE * min(num_workers, spec.concurrency))
+    source = WorkloadSource(drawn, tokenize=builder.content_ids, vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID)
     writer = RunWriter(config.out_dir) if config.out_dir else None
-    run = _RemoteRun(new_run_id(), endpoint, config.sampling, source, pieces)
+    run = _RemoteRun(new_run_id(), endpoint, config.sampling, source, builder, num_workers,
+                     synthetic=spec.prompt_source != "text",
+                     users=spec.concurrency if spec.arrival == "closed" else None)
     try:
-        emit(Progress(f"sending {spec.name} to {safe_url(endpoint.url)} ({endpoint.model})", None))
+        emit(Progress(f"sending {spec.name} to {safe_url(endpoint.url)} ({endpoint.model}) from {num_workers} "
+                      f"client worker{'s' * (num_workers > 1)}", None))
         run.start()
         run.pump(emit, writer, should_stop)
         summary = summarize([], run.requests, run.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
         summary.update({f"errors_{kind}": n for kind, n in sorted(run.errors.items())})
         summary.update({f"server_{name}_max": value for name, value in run.metrics_peak.items()})
+        figures, client_info, warnings = client_report(run.client_load())
+        summary.update(figures)
+        finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
+        prompt_estimates = sum(r.prompt_tokens_source == "estimate" for r in finished)
+        output_estimates = sum(r.output_tokens_source == "estimate" for r in finished)
+        summary.update({"num_stopped_early": run.num_early, "num_prompt_tokens_estimated": prompt_estimates,
+                        "num_output_tokens_estimated": output_estimates})
+        warnings += token_count_lines(len(finished), prompt_estimates, output_estimates)
+        warnings += early_stop_line(run.num_early, len(finished), run.early_reasons)
         cfg = config_dict(config)
         cfg["remote"] = {"url": safe_url(endpoint.url), "model": endpoint.model, "api": endpoint.api,
-                         "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics}
-        data = RunData(run_id=run.run_id, config=cfg, info=_info(endpoint, run), requests=run.requests,
-                       tokens=run.tokens, summary=summary)
+                         "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics,
+                         "tokenizer": endpoint.tokenizer, "client_workers": num_workers}
+        info = _info(endpoint, run)
+        info.update({"client": client_info, "warnings": warnings, "tokenizer": builder.name,
+                     "connections_opened": client_info["connections_opened"],
+                     "token_counts": {"prompt": dict(Counter(r.prompt_tokens_source for r in finished)),
+                                      "output": dict(Counter(r.output_tokens_source for r in finished))}})
+        data = RunData(run_id=run.run_id, config=cfg, info=info, requests=run.requests, tokens=run.tokens,
+                       summary=summary)
         if writer is not None:
             writer.close(data)
         return RunFinished(run.run_id, summary, run.stopped, run.error_message(), data)
@@ -154,31 +199,62 @@ def _info(endpoint: RemoteEndpoint, run: _RemoteRun) -> dict:
 
 
 _DONE = object()
+_STATUS = {"finished": RequestStatus.FINISHED, "error": RequestStatus.ERROR, "decoding": RequestStatus.DECODING,
+           "prefilling": RequestStatus.PREFILLING, "waiting": RequestStatus.WAITING}
+REFUSED_IDS = ("http_400", "http_422", "http_500")   # how servers that take text only answer token ids
+
+
+def _interleave(groups: list[list[int]]) -> list[int]:
+    """[[0, 0, 0], [1, 1]] -> [0, 1, 0, 1, 0]"""
+    out, i = [], 0
+    while any(i < len(g) for g in groups):
+        out.extend(g[i] for g in groups if i < len(g))
+        i += 1
+    return out
 
 
 class _RemoteRun:
-    """The asyncio side of one remote run; hands events to the calling thread through a queue."""
+    """The coordinator of one remote run: arrivals, prompts and the workers' merged records.
+
+    Runs as an asyncio loop on a helper thread and hands events to the calling thread through a queue.
+    """
 
     def __init__(self, run_id: str, endpoint: RemoteEndpoint, sampling: SamplingConfig, source: RequestSource,
-                 pieces: TextPieces):
+                 builder: PromptBuilder, num_workers: int, synthetic: bool, users: int | None = None):
         self.run_id = run_id
         self.endpoint = endpoint
         self.sampling = sampling
         self.source = source
-        self.pieces = pieces
+        self.builder = builder
+        self.num_workers = num_workers
+        self.synthetic = synthetic
+        # a closed loop's users, spread over the workers; each worker's first requests (its users' and
+        # RESERVE more) are handed out in turn, later ones to the worker whose request just left
+        self.closed = users is not None
+        self.users = [] if users is None else [users // num_workers + (k < users % num_workers)
+                                               for k in range(num_workers)]
+        self._initial = deque(_interleave([[k] * (n + RESERVE) for k, n in enumerate(self.users) if n]))
         self.requests: list[RequestRecord] = []
         self.tokens: list[TokenRecord] = []
         self.errors: Counter[str] = Counter()
         self.num_ok = 0
+        self.num_early = 0                      # finished before their requested length
+        self.early_reasons: Counter[str] = Counter()
+        self.late_ms: list[float] = []          # each sent request: sent minus planned arrival
         self.stopped = False
         self.abort: str | None = None           # "every request failed: ..."
         self.crash: str | None = None           # an unexpected failure of the run itself
         self.metrics_peak: dict[str, float] = {}   # the highest reading of each server gauge
         self.events: queue.Queue = queue.Queue()
         self.stop_requested = threading.Event()
+        self.pool: WorkerPool | None = None
+        self.coordinator_cpu_s = 0.0
+        self.wall_s = 0.0
         self._pending = RecordBatch()
-        self._inflight: dict[int, tuple[asyncio.Task, StreamState]] = {}
-        self._wake = asyncio.Event()            # a request ended: a closed loop may send the next
+        self._inflight: dict[int, tuple] = {}   # request id -> (spec, Prompt)
+        self._freed: deque[int] = deque()        # closed loop: the workers whose users are free, in order
+        self._built: dict[tuple[str, int], object] = {}   # (texts, length) -> Prompt: workloads reuse their texts
+        self._wake: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._thread_main, name="phasescope-remote", daemon=True)
         self._t0 = 0.0                          # set on the loop thread, read only there
 
@@ -212,12 +288,30 @@ class _RemoteRun:
     def error_message(self) -> str | None:
         if self.crash:
             return self.crash
+        failed = self.num_ok == 0 and self.errors and not self.stopped
+        first = next((r for r in self.requests if r.status is RequestStatus.ERROR), None)
+        if (self.abort or failed) and self.synthetic and first is not None \
+                and first.finish_reason.split(":")[0] in REFUSED_IDS:
+            return (f"the server refused token-id prompts ({first.finish_reason}); send text prompts instead: "
+                    "a workload with prompt_source = \"text\" (e.g. --workload poisson-chat)")
         if self.abort:
             return self.abort
-        if self.num_ok == 0 and self.errors and not self.stopped:
-            first = next(r for r in self.requests if r.status is RequestStatus.ERROR)
+        if failed:
             return "every request failed: " + first.finish_reason.partition(": ")[2]
         return None
+
+    def client_load(self) -> ClientLoad:
+        load = ClientLoad(self.num_workers, late_ms=self.late_ms, coordinator_cpu_s=self.coordinator_cpu_s,
+                          wall_s=self.wall_s)
+        for stats in (self.pool.stats if self.pool is not None else []):
+            if stats is None:
+                continue
+            load.loop_lag_ms.extend(stats["lag"])
+            load.cpu_s += stats["cpu_s"]
+            if stats["wall_s"] > 0:
+                load.cpu_shares.append(stats["cpu_s"] / stats["wall_s"])
+            load.num_connections += stats["connections"]
+        return load
 
     # ---- the loop thread --------------------------------------------------------------------
 
@@ -231,96 +325,173 @@ class _RemoteRun:
             self.events.put(_DONE)
 
     async def _main(self) -> None:
+        cpu0 = time.thread_time()
+        ep = self.endpoint
+        self._wake = asyncio.Event()
+        job = {"url": ep.url, "model": ep.model, "api": ep.api, "api_key": ep.api_key, "timeout_s": ep.timeout_s,
+               "sampling": {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
+                            "seed": self.sampling.seed, "ignore_eos": self.sampling.ignore_eos}}
+        self.pool = WorkerPool(self.num_workers, job, self._on_message)
+        background: list[asyncio.Task] = []
+        try:
+            await self.pool.start()
+            first = self.source.due(LOOKAHEAD_MS)   # the first requests' prompts are built before the clock starts
+            for spec in first:
+                self._prompt(spec)
+            self._t0 = time.perf_counter()   # the clock starts once the workers are ready: arrival 0 goes out at ~0
+            for k, n in enumerate(self.users):
+                self.pool.send(k, {"op": "users", "n": n})
+            self.pool.go(self._t0)
+            if first:
+                self._send(first)
+            background.append(asyncio.create_task(self._flush_every()))
+            if ep.read_metrics:
+                background.append(asyncio.create_task(self._poll_metrics()))
+            await self._dispatch()
+            await self.pool.wait_all()
+            self.wall_s = self.now_ms() / 1000.0
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self.pool.close()
+            self.coordinator_cpu_s = time.thread_time() - cpu0
+
+    async def _poll_metrics(self) -> None:
         ep = self.endpoint
         headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)   # never queue on our side
-        async with httpx.AsyncClient(limits=limits) as client:
-            streamer = Streamer(client, ep.url, ep.model, ep.api, headers, self.sampling, ep.timeout_s, self.now_ms)
-            self._t0 = time.perf_counter()   # the clock starts once the client is ready: arrival 0 goes out at ~0
-            background = [asyncio.create_task(self._flush_every())]
-            if ep.read_metrics:
-                background.append(asyncio.create_task(
-                    poll_metrics(client, metrics_url(ep.url), headers, self.now_ms, self._on_metrics)))
-            try:
-                await self._dispatch(streamer)
-            finally:
-                tasks = [task for task, _ in self._inflight.values()] + background
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+        async with httpx.AsyncClient() as client:
+            await poll_metrics(client, metrics_url(ep.url), headers, self.now_ms, self._on_metrics)
 
-    async def _dispatch(self, streamer: Streamer) -> None:
+    async def _dispatch(self) -> None:
         while True:
             self._wake.clear()
             if self.stop_requested.is_set():
                 self.stopped = True
+                self.pool.broadcast({"op": "stop"})
                 return
             if self.abort:
+                self.pool.broadcast({"op": "abort", "why": self.abort})
                 return
-            due = self.source.due(self.now_ms())
+            due = self.source.due(self.now_ms() + LOOKAHEAD_MS)
             if due:
-                self._send(streamer, due)
+                self._send(due)
             if self.source.is_exhausted() and not self._inflight:
+                self.pool.broadcast({"op": "end"})
                 return
             nxt = self.source.next_arrival_ms()
-            wait = POLL_S if nxt is None else min(POLL_S, max(0.0, nxt - self.now_ms()) / 1000.0)
+            wait = POLL_S if nxt is None else min(POLL_S, max(0.0, nxt - LOOKAHEAD_MS - self.now_ms()) / 1000.0)
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
                 pass
 
-    def _send(self, streamer: Streamer, specs) -> None:
-        sent = self.now_ms()
+    def _send(self, specs) -> None:
         for spec in specs:
-            if spec.prompt_text:
-                prompt = self.pieces.decode(spec.prompt_ids)
+            prompt = self._prompt(spec)
+            content = prompt.content if spec.prompt_text else [SYNTHETIC_FIRST_ID + i for i in prompt.content]
+            self._inflight[spec.request_id] = (spec, prompt)
+            if self.closed:   # at None: sent by its worker as soon as one of its users is free
+                k = self._freed.popleft() if self._freed else self._initial.popleft() if self._initial else None
+                self.pool.dispatch(spec.request_id, None, content, spec.max_new_tokens, k)
             else:
-                prompt = [SYNTHETIC_FIRST_ID + i for i in spec.prompt_ids]
-            state = StreamState(spec.request_id, sent)
-            task = asyncio.create_task(self._one(streamer, spec, prompt, state))
-            self._inflight[spec.request_id] = (task, state)
-        self.events.put(RequestsArrived([s.request_id for s in specs], [sent] * len(specs),
-                                        [len(s.prompt_ids) for s in specs]))
+                self.pool.dispatch(spec.request_id, spec.arrival_ms, content, spec.max_new_tokens)
 
-    async def _one(self, streamer: Streamer, spec, prompt, state: StreamState) -> None:
-        try:
-            await streamer.send(prompt, spec.max_new_tokens, state, self._on_token)
-            record = request_record(state, spec, self.now_ms(), RequestStatus.FINISHED, state.finish_reason or "stop")
+    def _prompt(self, spec):
+        if not spec.prompt_text:
+            return self.builder.build(spec)
+        key = (spec.prompt_text, len(spec.prompt_ids))
+        prompt = self._built.get(key)
+        if prompt is None:
+            prompt = self._built[key] = self.builder.build(spec)
+        return prompt
+
+    # ---- what the workers send --------------------------------------------------------------
+
+    def _on_message(self, k: int, msg: dict) -> None:
+        op = msg["op"]
+        if op == "rec":
+            self._on_records(k, msg)
+        elif op == "crashed":
+            for rid in msg["ids"]:
+                self._finish_failed(rid, "client_error", msg["why"])
+            self.crash = self.crash or msg["why"]
+            self.abort = self.abort or msg["why"]
+            self._wake.set()
+
+    def _on_records(self, k: int, msg: dict) -> None:
+        # arrivals as the workers sent them (a closed loop's next request goes out when its worker's
+        # user is free); a request cancelled before it went out arrives with its record
+        arrived = msg["s"] + [[row[0], row[4]] for row in msg["r"] if row[1] == "waiting"]
+        if arrived:
+            self._flush()   # the records so far before these arrivals, in order
+            self.events.put(RequestsArrived([rid for rid, _ in arrived], [at for _, at in arrived],
+                                            [self._inflight[rid][1].num_tokens for rid, _ in arrived]))
+        batch = self._pending
+        for rid, index, at in msg["t"]:
+            token = TokenRecord(request_id=rid, index=index, time_ms=at)
+            self.tokens.append(token)
+            batch.tokens.append(token)
+        for rid, piece in msg["x"].items():
+            rid = int(rid)
+            batch.text[rid] = batch.text.get(rid, "") + piece
+        for row in msg["r"]:
+            self.pool.finished(k, row[0])
+            if self._on_request(row) and self.closed:
+                self._freed.append(k)
+        if msg["r"]:
+            self._wake.set()
+
+    def _on_request(self, row: list) -> bool:
+        """Take in one request's record; whether it left (so a closed loop's user sends its next)."""
+        rid, status, kind, reason, arrival, first, last, finish, n_indexed, usage_prompt, usage_output, text, late = row
+        spec, prompt = self._inflight.pop(rid)
+        status = _STATUS[status]
+        n_out = max(usage_output or 0, n_indexed)
+        if usage_output is not None:
+            out_source = "server"
+        else:   # one event per token is the rule (llama.cpp, TGI); the tokenizer confirms it or it stays an estimate
+            counted = self.builder.output_tokens(text)
+            out_source = "tokenizer" if counted == n_out or n_out == 0 else "estimate"
+        if late is not None:
+            self.late_ms.append(late)
+        if status is RequestStatus.ERROR:
+            self.errors[kind] += 1
+            reason = self._redact(reason)
+        record = RequestRecord.from_times(
+            request_id=rid, status=status, prompt_tokens=usage_prompt if usage_prompt is not None else prompt.num_tokens,
+            output_tokens=n_out, arrival_ms=arrival, scheduled_ms=arrival, first_token_ms=first, last_token_ms=last,
+            finish_ms=finish, finish_reason=reason, text=text)
+        record.prompt_tokens_source = "server" if usage_prompt is not None else prompt.source
+        record.output_tokens_source = out_source
+        if status is RequestStatus.FINISHED:
             self.num_ok += 1
-        except Exception as exc:   # RemoteFailure, or a client-side surprise that must not lose the request
-            failure = exc if isinstance(exc, RemoteFailure) \
-                else RemoteFailure("client_error", one_line(exc, typed=True, limit=MAX_DETAIL))
-            self.errors[failure.kind] += 1
-            reason = f"{failure.kind}: {self._redact(failure.detail)}"
-            record = request_record(state, spec, self.now_ms(), RequestStatus.ERROR, reason)
-            if self.num_ok == 0 and sum(self.errors.values()) >= ABORT_AFTER:
-                self.abort = "every request failed: " + record.finish_reason.partition(": ")[2]
-        except asyncio.CancelledError:
-            why = "stopped by user" if self.stopped else f"cancelled: {self.abort or 'the run failed'}"
-            status = RequestStatus.DECODING if state.token_times else RequestStatus.PREFILLING
-            self._finish(request_record(state, spec, self.now_ms(), status, why))
-            raise
+            if n_out < spec.max_new_tokens and reason != "length":
+                self.num_early += 1
+                self.early_reasons[reason] += 1
+        elif status is RequestStatus.ERROR and self.num_ok == 0 and sum(self.errors.values()) >= ABORT_AFTER:
+            self.abort = self.abort or "every request failed: " + reason.partition(": ")[2]
         self._finish(record)
-        self.source.on_finish(self.now_ms())
-        self._wake.set()
+        if status in (RequestStatus.FINISHED, RequestStatus.ERROR):
+            self.source.on_finish(finish)
+            return True
+        return False
+
+    def _finish_failed(self, rid: int, kind: str, why: str) -> None:
+        entry = self._inflight.pop(rid, None)
+        if entry is None:
+            return
+        spec, prompt = entry
+        self.errors[kind] += 1
+        record = RequestRecord.from_times(request_id=rid, status=RequestStatus.ERROR, prompt_tokens=prompt.num_tokens,
+                                          output_tokens=0, arrival_ms=spec.arrival_ms, finish_ms=self.now_ms(),
+                                          finish_reason=f"{kind}: {why}")
+        record.prompt_tokens_source = prompt.source
+        self._finish(record)
 
     def _finish(self, record: RequestRecord) -> None:
-        self._inflight.pop(record.request_id, None)
         self.requests.append(record)
         self._pending.requests.append(record)
-
-    def _on_token(self, state: StreamState, text: str) -> None:
-        now = self.now_ms()
-        index = state.token_indices[-1] + 1 if state.token_indices else 0
-        if state.completion_tokens:   # a chunk that carries several tokens, counted by the server
-            index = max(index, state.completion_tokens - 1)
-        state.token_times.append(now)
-        state.token_indices.append(index)
-        state.text.append(text)
-        token = TokenRecord(request_id=state.request_id, index=index, time_ms=now)
-        self.tokens.append(token)
-        self._pending.tokens.append(token)
-        self._pending.text[state.request_id] = self._pending.text.get(state.request_id, "") + text
 
     def _on_metrics(self, reading: ServerMetrics) -> None:
         for name in ("running", "waiting", "kv_usage"):

@@ -179,6 +179,13 @@ def step_cost(shape: ModelShape, dtype_bytes: int | Precision, new_tokens: list[
     return _cost(shape, dtype_bytes, sum(new_tokens), pairs, sum(context), rows)
 
 
+def cost_of_totals(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: float,
+                   context_tokens: int, logit_rows: int) -> StepCost:
+    """One step's cost from its totals (as a StepRecord has them; pairs from step_pairs)."""
+    sizes(dtype_bytes)
+    return _cost(shape, dtype_bytes, tokens, pairs, context_tokens, logit_rows)
+
+
 def predict(cost: StepCost, profile: GpuProfile, dtype) -> Prediction:
     """The roofline: the step takes as long as the slower of its compute and its memory traffic."""
     compute_s = cost.flops / profile.peak_flops(dtype)

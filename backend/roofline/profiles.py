@@ -27,7 +27,7 @@ DTYPE_KEYS = ("bf16", "fp16", "fp32")
 _KEY_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 _REQUIRED = ("name", "vendor", "memory_gb", "bandwidth_gbs", "tflops", "source")
-_OPTIONAL = ("match", "measured")
+_OPTIONAL = ("match", "measured", "price_per_hour", "price_source", "simulation")
 
 
 def as_precision(dtype) -> Precision:
@@ -65,6 +65,9 @@ class GpuProfile:
     match: tuple[str, ...] = ()  # device-name patterns that preselect this profile
     path: Path | None = None
     measured: bool = False      # True for this machine's calibrated profile
+    price_per_hour: float | None = None   # US dollars per device-hour; None: no cost line in the summary
+    price_source: str = ""
+    simulation: dict = field(default_factory=dict, hash=False)   # the cost model's terms (roofline.step_time)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -151,6 +154,17 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
     if not isinstance(is_measured, bool):
         raise InputError(f"profile {path}: field 'measured' must be true or false, got {is_measured!r}")
 
+    price = data.get("price_per_hour")
+    if price is not None:
+        price = _number(path, "price_per_hour", price)
+        if not str(data.get("price_source", "")).strip():
+            raise InputError(f"profile {path}: field 'price_per_hour' needs a 'price_source' (where the price is from)")
+    price_source = _text(path, "price_source", data.get("price_source", ""), allow_empty=True)
+    simulation = data.get("simulation", {})
+    if not isinstance(simulation, dict):
+        raise InputError(f"profile {path}: field 'simulation' must be a table like [simulation] with the cost model's terms")
+    _check_simulation(path, simulation)
+
     return GpuProfile(
         key=path.stem,
         name=_text(path, "name", data["name"]),
@@ -162,7 +176,34 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
         match=tuple(match),
         path=path,
         measured=measured or is_measured,
+        price_per_hour=price,
+        price_source=price_source,
+        simulation=dict(simulation),
     )
+
+
+# the cost model's terms a [simulation] table may hold (backend.roofline.step_time.CostModel)
+SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms")
+MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned kernels can beat
+
+
+def _check_simulation(path: Path, table: dict) -> None:
+    """A [simulation] table: efficiencies in (0, MAX_EFFICIENCY], overheads >= 0 ms, a source and a fitted flag."""
+    for key, value in table.items():
+        where = f"profile {path}: field 'simulation.{key}'"
+        if key == "source":
+            _text(path, f"simulation.{key}", value, allow_empty=True)
+        elif key == "fitted":
+            if not isinstance(value, bool):
+                raise InputError(f"{where} must be true or false, got {value!r}")
+        elif key not in SIMULATION_TERMS:
+            raise InputError(f"{where} is not a cost model term (known: {', '.join(SIMULATION_TERMS)})")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(f"{where} must be a number, got {value!r}")
+        elif key.endswith("_ms") and value < 0:
+            raise InputError(f"{where} is milliseconds and must not be negative, got {value!r}")
+        elif not key.endswith("_ms") and not 0 < value <= MAX_EFFICIENCY:
+            raise InputError(f"{where} is a fraction of the peak and must be in (0, {MAX_EFFICIENCY:g}], got {value!r}")
 
 
 def load_profile(path, measured: bool = False) -> GpuProfile:
@@ -241,6 +282,14 @@ def _toml_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _toml_string(value)
+    return repr(float(value))
+
+
 def profile_to_toml(profile: GpuProfile) -> str:
     """The TOML text of a profile; load_profile reads it back to an equal profile."""
     lines = [
@@ -254,9 +303,22 @@ def profile_to_toml(profile: GpuProfile) -> str:
     if profile.measured:
         lines.append("measured = true")
     lines.append(f"source = {_toml_string(profile.source)}")
+    if profile.price_per_hour is not None:
+        lines.append(f"price_per_hour = {float(profile.price_per_hour)!r}")
+        lines.append(f"price_source = {_toml_string(profile.price_source)}")
     lines += ["", "[tflops]"]
     lines += [f"{key} = {float(value)!r}" for key, value in profile.tflops.items()]
+    if profile.simulation:
+        lines += ["", "[simulation]"]
+        for key, value in profile.simulation.items():
+            lines.append(f"{key} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def describes(profile: GpuProfile, device_name: str) -> bool:
+    """Whether a calibrated profile was measured on the device of this name (its name holds the device's words)."""
+    wanted = set(_words(device_name))
+    return bool(wanted) and wanted <= set(_words(profile.name))
 
 
 def run_profile(device: str, device_name: str) -> GpuProfile | None:
@@ -276,7 +338,7 @@ def run_profile(device: str, device_name: str) -> GpuProfile | None:
             local = load_profile(local_path, measured=True)
         except InputError:
             local = None
-        if local is not None and wanted <= set(_words(local.name)):
+        if local is not None and describes(local, device_name):
             return local
     if kind == "cpu":
         return load_profile(SHIPPED_DIR / "cpu.toml")

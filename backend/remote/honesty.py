@@ -1,0 +1,107 @@
+"""What a remote run says about its own figures: a client that could not keep up, estimated
+token counts, answers shorter than asked, connections opened.
+
+A client that is short of CPU reads tokens late and in clumps: its inter-token gaps collapse to
+zero between clumps and stretch across them, its TTFT grows, and its requests go out after their
+planned arrival. So the workers measure themselves, and when a measure crosses its threshold
+the run is flagged `client_limited`, with which measure and by how much, in the summary,
+run.json, the console and the window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LOOP_LAG_P99_MS = 1.0       # the event loop wakes later than this (p99): token times are this late
+DISPATCH_LATE_P99_MS = 5.0  # requests go out later than planned by more than this (p99)
+CPU_SHARE = 0.9             # a worker (one event loop, one core) busier than this
+
+
+def _p(values, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+@dataclass(slots=True)
+class ClientLoad:
+    """How the client itself fared during the run."""
+
+    num_workers: int
+    loop_lag_ms: list[float] = field(default_factory=list)     # every worker's probe readings
+    late_ms: list[float] = field(default_factory=list)         # each request: sent minus planned
+    cpu_shares: list[float] = field(default_factory=list)      # each worker's CPU time over its run time
+    cpu_s: float = 0.0                                         # all workers' CPU time
+    coordinator_cpu_s: float = 0.0
+    wall_s: float = 0.0
+    num_connections: int = 0
+
+    def figures(self) -> dict[str, float]:
+        return {"client_workers": self.num_workers,
+                "client_loop_lag_p50_ms": _p(self.loop_lag_ms, 50), "client_loop_lag_p99_ms": _p(self.loop_lag_ms, 99),
+                "client_loop_lag_max_ms": max(self.loop_lag_ms, default=float("nan")),
+                "client_dispatch_late_p50_ms": _p(self.late_ms, 50),
+                "client_dispatch_late_p99_ms": _p(self.late_ms, 99),
+                "client_cpu_share_max": max(self.cpu_shares, default=float("nan")),
+                "client_cpu_s": self.cpu_s, "client_coordinator_cpu_s": self.coordinator_cpu_s,
+                "connections_opened": self.num_connections}
+
+    def limits(self) -> list[str]:
+        """Each threshold crossed, and by how much; empty when the client kept up."""
+        f = self.figures()
+        out = []
+        if f["client_loop_lag_p99_ms"] > LOOP_LAG_P99_MS:
+            out.append(f"event-loop lag p99 {f['client_loop_lag_p99_ms']:.2f} ms > {LOOP_LAG_P99_MS:g} ms "
+                       f"(max {f['client_loop_lag_max_ms']:.1f} ms): token times are late by about that much")
+        if f["client_dispatch_late_p99_ms"] > DISPATCH_LATE_P99_MS:
+            out.append(f"requests went out {f['client_dispatch_late_p99_ms']:.1f} ms after their planned arrival "
+                       f"(p99) > {DISPATCH_LATE_P99_MS:g} ms: the load offered is lighter than planned")
+        if f["client_cpu_share_max"] > CPU_SHARE:
+            busy = sum(share > CPU_SHARE for share in self.cpu_shares)
+            out.append(f"{busy} of {self.num_workers} client worker{'s' * (self.num_workers > 1)} used "
+                       f"{100 * f['client_cpu_share_max']:.0f}% of a core (> {100 * CPU_SHARE:.0f}%)")
+        return out
+
+
+def client_report(load: ClientLoad) -> tuple[dict[str, float], dict, list[str]]:
+    """Summary figures, run.json's "client" entry, and the warning lines."""
+    limits = load.limits()
+    figures = load.figures()
+    figures["client_limited"] = 1 if limits else 0
+    info = {"limited": bool(limits), "reasons": limits,
+            "thresholds": {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "dispatch_late_p99_ms": DISPATCH_LATE_P99_MS,
+                           "cpu_share": CPU_SHARE},
+            **{k: v for k, v in figures.items() if k != "client_limited"}}
+    lines = []
+    if limits:
+        lines.append("CLIENT-LIMITED: this machine could not keep up, so latencies are overstated and token gaps "
+                     "clumped: " + "; ".join(limits) + " (more --client-workers, or a less loaded client machine)")
+    return figures, info, lines
+
+
+def token_count_lines(num_requests: int, prompt_estimates: int, output_estimates: int) -> list[str]:
+    lines = []
+    if prompt_estimates:
+        lines.append(f"{prompt_estimates} of {num_requests} prompt lengths are estimates (no usage from the server "
+                     "and no tokenizer for its model: give --tokenizer)")
+    if output_estimates:
+        lines.append(f"{output_estimates} of {num_requests} output lengths are estimates (no usage from the server; "
+                     "counted as streamed events)")
+    return lines
+
+
+def early_stop_line(num_early: int, num_finished: int, reasons: dict[str, int]) -> list[str]:
+    if not num_early:
+        return []
+    why = ", ".join(f"finish_reason {r}" for r in sorted(reasons)) or "finish_reason stop"
+    return [f"{num_early} of {num_finished} requests stopped early ({why}): TPOT and ITL cover fewer tokens than "
+            "planned (--ignore-eos asks for full lengths; llama.cpp's Python server honours only min_tokens)"]
+
+
+def client_line(info: dict) -> str:
+    """One line on the client itself, for the console: workers, CPU, loop lag, connections, tokenizer."""
+    c = info.get("client", {})
+    lag = c.get("client_loop_lag_p99_ms", float("nan"))
+    share = c.get("client_cpu_share_max", float("nan"))
+    return (f"client   {c.get('client_workers', '?')} worker(s), busiest at {100 * share:.0f}% of a core, "
+            f"event-loop lag p99 {lag:.2f} ms, {c.get('connections_opened', '?')} connection(s) opened; "
+            f"prompt lengths by {info.get('tokenizer', '?')}" + ("  [CLIENT-LIMITED]" if c.get("limited") else ""))

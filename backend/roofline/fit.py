@@ -1,0 +1,190 @@
+"""Fit the cost model's terms (backend.roofline.step_time) to measured steps, and check it on others.
+
+The model is a step's roofline time at efficiencies (mfu, afu, mbu) plus overheads linear in
+the step (per step, per token, per request). Given the efficiencies, the overheads are a
+non-negative least-squares problem; the efficiencies are found by a grid search that zooms in
+on the best cell. What is minimised is the squared relative error of each step's time, with
+every (run, phase) group weighing alike however many steps it has: a workload run of 600
+decode steps does not drown the three points of a prompt sweep.
+
+Steps are priced from their recorded totals (StepRecord), as `CostModel.record_seconds` does.
+No torch, no files: the callers (backend.cli.fit, bench/sim_vs_measured.py) read run folders.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from backend.errors import InputError
+from backend.precision import Precision
+from backend.roofline.step_time import MAX_EFFICIENCY, CostModel, record_cost
+
+GRID = 24           # efficiency values per axis in the first pass
+ZOOMS = 4           # refinements around the best cell
+MIN_EFFICIENCY = 0.005
+
+
+@dataclass(slots=True)
+class MeasuredRun:
+    """One run's measured steps with what prices them: the model's shape and the run's precision."""
+
+    name: str
+    shape: object
+    precision: Precision
+    steps: list            # StepRecord (or anything with its totals and duration_ms)
+
+
+@dataclass(slots=True)
+class _Design:
+    """Every step's roofline parts and overhead features as arrays (seconds, FLOPs, bytes)."""
+
+    matmul_s: np.ndarray      # matmul FLOPs / peak (the time at efficiency 1)
+    attention_s: np.ndarray
+    memory_s: np.ndarray      # bytes / bandwidth
+    features: np.ndarray      # (N, 3): 1, tokens, requests
+    measured_s: np.ndarray
+    weights: np.ndarray       # each step's weight in the squared relative error
+    groups: list[tuple[str, str]]
+    phases: list[str]
+    batches: np.ndarray
+
+
+def _design(runs: list[MeasuredRun], profile) -> _Design:
+    rows, groups, phases, batches = [], [], [], []
+    for run in runs:
+        peak = profile.peak_flops(run.precision)
+        bandwidth = profile.bandwidth_bytes_per_s
+        for step in run.steps:
+            if not step.duration_ms > 0 or step.num_requests <= 0:
+                continue
+            cost = record_cost(run.shape, run.precision, step)
+            rows.append(((cost.flops - cost.attention_flops) / peak, cost.attention_flops / peak,
+                         cost.bytes / bandwidth, step.num_tokens, step.num_requests, step.duration_ms / 1000))
+            groups.append((run.name, step.phase.value))
+            phases.append(step.phase.value)
+            batches.append(step.num_requests)
+    if not rows:
+        raise InputError("no measured steps to fit: the run folders hold no timed steps")
+    a = np.asarray(rows, dtype=np.float64)
+    sizes: dict[tuple[str, str], int] = {}
+    for g in groups:
+        sizes[g] = sizes.get(g, 0) + 1
+    weights = np.array([1.0 / math.sqrt(sizes[g]) for g in groups]) / a[:, 5]
+    features = np.column_stack([np.ones(len(a)), a[:, 3], a[:, 4]])
+    return _Design(a[:, 0], a[:, 1], a[:, 2], features, a[:, 5], weights, groups, phases, np.asarray(batches))
+
+
+def _overheads(d: _Design, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each candidate's roofline times base (K, N): the non-negative overhead coefficients
+    (K, 3) in seconds that minimise the weighted squared error, and that error (K,)."""
+    w2 = d.weights ** 2
+    x = d.features
+    gram = x.T @ (x * w2[:, None])                       # (3, 3)
+    residual = d.measured_s[None, :] - base              # (K, N)
+    rhs = (residual * w2[None, :]) @ x                   # (K, 3)
+    total = (residual ** 2 * w2[None, :]).sum(axis=1)    # the error with no overheads
+    best_err = total.copy()
+    best_coef = np.zeros((len(base), 3))
+    for size in (1, 2, 3):
+        for subset in itertools.combinations(range(3), size):
+            idx = list(subset)
+            try:
+                inv = np.linalg.inv(gram[np.ix_(idx, idx)])
+            except np.linalg.LinAlgError:
+                continue                                  # collinear features (e.g. every step one request)
+            coef = rhs[:, idx] @ inv.T                    # (K, |S|)
+            err = total - (coef * rhs[:, idx]).sum(axis=1)
+            ok = (coef >= 0).all(axis=1) & (err < best_err)
+            best_err = np.where(ok, err, best_err)
+            full = np.zeros((len(base), 3))
+            full[:, idx] = coef
+            best_coef = np.where(ok[:, None], full, best_coef)
+    return best_coef, best_err
+
+
+def _search(d: _Design, axes: list[np.ndarray]) -> tuple[tuple[float, float, float], np.ndarray, float]:
+    """The best (mfu, afu, mbu) on the grid spanned by axes, with its overheads and error."""
+    mfu, afu, mbu = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
+    best = (None, None, math.inf)
+    for lo in range(0, len(mfu), 2048):   # in chunks: K x N candidates at a time
+        sl = slice(lo, lo + 2048)
+        compute = d.matmul_s[None, :] / mfu[sl, None] + d.attention_s[None, :] / afu[sl, None]
+        base = np.maximum(compute, d.memory_s[None, :] / mbu[sl, None])
+        coef, err = _overheads(d, base)
+        k = int(np.argmin(err))
+        if err[k] < best[2]:
+            best = ((float(mfu[sl][k]), float(afu[sl][k]), float(mbu[sl][k])), coef[k], float(err[k]))
+    return best
+
+
+def _fit(d: _Design) -> CostModel:
+    axes = [np.geomspace(MIN_EFFICIENCY, MAX_EFFICIENCY, GRID)] * 3
+    eff, coef, _ = _search(d, axes)
+    ratio = (MAX_EFFICIENCY / MIN_EFFICIENCY) ** (1 / (GRID - 1))
+    for _ in range(ZOOMS):   # a finer grid around the best cell, its width the last grid's step
+        axes = [np.clip(np.geomspace(e / ratio, e * ratio, 9), MIN_EFFICIENCY, MAX_EFFICIENCY) for e in eff]
+        eff, coef, _ = _search(d, axes)
+        ratio = ratio ** 0.25
+    mfu, afu, mbu = eff
+    return CostModel(mfu=mfu, afu=afu, mbu=mbu, step_ms=coef[0] * 1000, token_ms=coef[1] * 1000,
+                     request_ms=coef[2] * 1000, source="")
+
+
+def fit_cost_model(runs: list[MeasuredRun], profile) -> CostModel:
+    """The terms that best price these runs' steps on `profile` (its source left for the caller)."""
+    return _fit(_design(runs, profile))
+
+
+@dataclass(slots=True)
+class ErrorRow:
+    """The step-time error of one phase at one batch size (or 'all')."""
+
+    phase: str
+    batch: str
+    num_steps: int
+    mape: float          # mean absolute percentage error, percent
+    worst: float         # the largest absolute percentage error, percent
+    bias: float          # mean signed error, percent (positive: the model is too slow)
+
+
+@dataclass(slots=True)
+class ErrorReport:
+    rows: list[ErrorRow] = field(default_factory=list)
+
+    def overall(self, phase: str) -> ErrorRow | None:
+        return next((r for r in self.rows if r.phase == phase and r.batch == "all"), None)
+
+
+def batch_bucket(n: int) -> str:
+    """Batch sizes in powers-of-two buckets: 1, 2, 3-4, 5-8, ..."""
+    if n <= 2:
+        return str(n)
+    hi = 1 << (n - 1).bit_length()
+    return f"{hi // 2 + 1}-{hi}"
+
+
+def step_errors(model: CostModel, runs: list[MeasuredRun], profile) -> ErrorReport:
+    """Each phase's error over every step, then by batch size: the model's price against the measured time."""
+    d = _design(runs, profile)
+    compute = d.matmul_s / model.mfu + d.attention_s / model.afu
+    predicted = np.maximum(compute, d.memory_s / model.mbu) + d.features @ np.array(
+        [model.step_ms, model.token_ms, model.request_ms]) / 1000
+    signed = (predicted - d.measured_s) / d.measured_s * 100
+    report = ErrorReport()
+    phases = np.asarray(d.phases)
+    buckets = np.asarray([batch_bucket(int(b)) for b in d.batches])
+    order = {"prefill": 0, "mixed": 1, "decode": 2}
+    for phase in sorted(set(d.phases), key=lambda p: order.get(p, 3)):
+        mask = phases == phase
+        report.rows.append(_row(phase, "all", signed[mask]))
+        for bucket in sorted(set(buckets[mask]), key=lambda b: int(b.split("-")[0])):
+            report.rows.append(_row(phase, bucket, signed[mask & (buckets == bucket)]))
+    return report
+
+
+def _row(phase: str, batch: str, signed: np.ndarray) -> ErrorRow:
+    return ErrorRow(phase, batch, int(len(signed)), float(np.abs(signed).mean()), float(np.abs(signed).max()),
+                    float(signed.mean()))

@@ -1,0 +1,126 @@
+"""The simulator's price of one engine step: the roofline's FLOPs and bytes at achievable
+fractions of a profile's peaks, plus the host's fixed costs.
+
+    seconds = max(matmul FLOPs / (peak x mfu) + attention FLOPs / (peak x afu),
+                  bytes / (bandwidth x mbu))
+              + (step_ms + token_ms x tokens + request_ms x requests) / 1000
+
+The compute and the memory traffic overlap (the slower one sets the time, as in the roofline);
+the overheads do not: kernel launches, the scheduler's bookkeeping, input preparation and
+sampling run around the math. Attention has its own efficiency because its kernels reach a
+different fraction of the peak than the big matmuls (on this project's CPU kernels, far less).
+
+The terms come from the profile's [simulation] table: a GPU's datasheet profile carries none,
+so `for_profile` gives placeholders in the range published serving measurements report, with
+that source; `calibrate --fit` writes terms fitted to this machine's measured steps
+(backend.roofline.fit) into its profile. No torch here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from backend.errors import InputError
+from backend.precision import Precision
+from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pairs
+# Efficiencies are fractions of the profile's peaks. A datasheet peak is a ceiling (<= 1), but a
+# calibrated profile's peak is one measured matmul (torch's), which tuned kernels can beat:
+# fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
+from backend.roofline.profiles import MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
+
+if TYPE_CHECKING:
+    from backend.roofline.profiles import GpuProfile
+
+GPU_SOURCE = ("placeholders, not fitted: MFU 0.6 and MBU 0.8 are about what serving engines reach on "
+              "datacenter GPUs in published measurements (large prefills at 50-60% of the dense peak, "
+              "batch-1 decode at 70-80% of the bandwidth); attention at half the matmuls' rate; 0.2 ms of "
+              "launches and scheduling per step")
+CPU_SOURCE = ("placeholders, not fitted: a CPU engine's plain matmuls at 40% of the peak, 60% of the bandwidth, "
+              "1 ms of host work per step; run `calibrate --fit RUN_DIR ...` to fit them to this machine")
+
+
+@dataclass(slots=True, frozen=True)
+class CostModel:
+    """One step's time from its roofline cost; see the module's docstring for the formula."""
+
+    mfu: float = 0.6               # matmuls' achievable fraction of the peak FLOP/s
+    afu: float = 0.3               # attention's achievable fraction of the peak FLOP/s
+    mbu: float = 0.8               # achievable fraction of the memory bandwidth
+    step_ms: float = 0.2           # per step: kernel launches, scheduling, the host's bookkeeping
+    token_ms: float = 0.0005       # per token processed: input preparation, embedding gather
+    request_ms: float = 0.005      # per request in the step: sampling, detokenizing, its metadata
+    source: str = field(default=GPU_SOURCE, compare=False)   # where the terms come from
+
+    @classmethod
+    def for_profile(cls, profile: GpuProfile) -> CostModel:
+        """The profile's own terms (fitted or written by hand), else the placeholders for its kind."""
+        if profile.simulation:
+            terms = dict(profile.simulation)
+            return cls.from_terms(terms, terms.pop("source", "") or f"the [simulation] table of profile {profile.key}")
+        if is_cpu_profile(profile):
+            return cls(mfu=0.4, afu=0.2, mbu=0.6, step_ms=1.0, token_ms=0.002, request_ms=0.02, source=CPU_SOURCE)
+        return cls()
+
+    @classmethod
+    def from_terms(cls, terms: dict, source: str = "") -> CostModel:
+        """A model from a plain table (a profile's [simulation], run.json's cost_model); one line for a bad one."""
+        unknown = sorted(set(terms) - set(TERMS) - {"source", "fitted"})
+        if unknown:
+            raise InputError(f"cost model: unknown term {unknown[0]!r} (known: {', '.join(TERMS)})")
+        model = cls(**{k: terms[k] for k in TERMS if k in terms}, source=source or terms.get("source", ""))
+        model.validate()
+        return model
+
+    def terms(self) -> dict[str, float]:
+        """The numeric terms, as run.json and the profile's [simulation] table hold them."""
+        return {k: getattr(self, k) for k in TERMS}
+
+    def with_source(self, source: str) -> CostModel:
+        return replace(self, source=source)
+
+    def validate(self) -> None:
+        for name in ("mfu", "afu", "mbu"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_EFFICIENCY:
+                raise InputError(f"cost model {name} must be a fraction of the peak in (0, {MAX_EFFICIENCY:g}], "
+                                 f"got {value!r}")
+        for name in ("step_ms", "token_ms", "request_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise InputError(f"cost model {name} must be a number of milliseconds >= 0, got {value!r}")
+
+    def cost_seconds(self, cost: StepCost, profile: GpuProfile, prec: Precision) -> float:
+        """The roofline part of a step's time: the slower of its compute and its memory traffic."""
+        peak = profile.peak_flops(prec)
+        matmul_flops = cost.flops - cost.attention_flops
+        compute_s = matmul_flops / (peak * self.mfu) + cost.attention_flops / (peak * self.afu)
+        memory_s = cost.bytes / (profile.bandwidth_bytes_per_s * self.mbu)
+        return max(compute_s, memory_s)
+
+    def overhead_seconds(self, tokens: int, requests: int) -> float:
+        return (self.step_ms + self.token_ms * tokens + self.request_ms * requests) / 1000.0
+
+    def step_seconds(self, shape, prec: Precision, profile: GpuProfile, new_tokens: list[int],
+                     contexts: list[int], logit_rows: int | None = None) -> float:
+        """The price of one step: request i computes new_tokens[i] tokens attending to contexts[i]."""
+        cost = step_cost(shape, prec, new_tokens, contexts, logit_rows)
+        return self.cost_seconds(cost, profile, prec) + self.overhead_seconds(sum(new_tokens), len(new_tokens))
+
+    def record_seconds(self, shape, prec: Precision, profile: GpuProfile, step) -> float:
+        """The price of a recorded step (a StepRecord, or anything with its totals): what the
+        simulator would have charged for it. Exact for decode steps and for equal prompts;
+        unequal requests in one step are priced as if they shared its tokens and context evenly."""
+        return self.cost_seconds(record_cost(shape, prec, step), profile, prec) + \
+            self.overhead_seconds(step.num_tokens, step.num_requests)
+
+
+def record_cost(shape, prec: Precision, step) -> StepCost:
+    """The roofline cost of a recorded step from its totals (StepRecord's fields)."""
+    pairs = step_pairs(step.num_requests, step.num_tokens, step.context_tokens)
+    return cost_of_totals(shape, prec, step.num_tokens, pairs, step.context_tokens, step.num_requests)
+
+
+def is_cpu_profile(profile: GpuProfile) -> bool:
+    """The generic CPU profile, or a calibrated one of a CPU (calibrate names it 'This machine: <cpu> (N threads)')."""
+    return (profile.key == "cpu" or profile.vendor.lower() == "generic" or "cpu" in profile.name.lower()
+            or (profile.measured and profile.name.endswith("threads)")))

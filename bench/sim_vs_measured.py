@@ -1,0 +1,164 @@
+"""The simulator against measurement: fit the cost model on one set of runs of the bundled model,
+check it on others (other batch sizes, contexts, prompt lengths, and another Poisson workload).
+
+Every run is measured in this one process with the model loaded once, and the fit and check
+runs alternate, so the machine's drifting memory bandwidth weighs on both alike. The fit's
+profile starts from this machine's calibrated one (or a fresh calibration) and is written to a
+temporary file: the user's own profile is not touched.
+
+Reported: the step-time MAPE and worst case by phase and batch size on the check runs, for the
+fitted model and for the un-fitted placeholders; and the check workload's TTFT and TPOT p50 and
+p99, measured against the same workload simulated with each.
+
+    python bench/sim_vs_measured.py [--readme]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from backend.config import EngineConfig, ModelChoice, RunConfig  # noqa: E402
+from backend.engine.sweep import SweepSpec  # noqa: E402
+from backend.loaders.cache import ModelCache  # noqa: E402
+from backend.roofline.fit import fit_cost_model, step_errors  # noqa: E402
+from backend.roofline.profiles import load_profile, local_profile_path  # noqa: E402
+from backend.roofline.step_time import CostModel  # noqa: E402
+from backend.session import execute  # noqa: E402
+from backend.workload.spec import WorkloadSpec, workload_from_dict  # noqa: E402
+
+BEGIN, END = "<!-- sim_vs_measured:begin -->", "<!-- sim_vs_measured:end -->"
+MODEL = ModelChoice("smollm2-135m", "cpu", "float32")
+
+
+def workload(seed: int, rate: float, prompt: str, output: str, requests: int) -> WorkloadSpec:
+    return workload_from_dict({"arrival": "poisson", "rate": rate, "num_requests": requests, "prompt_len": prompt,
+                               "output_len": output, "prompt_source": "synthetic", "seed": seed}, f"poisson-{seed}")
+
+
+PLAN = [   # (name, role, config): alternating fit and check
+    ("fit-batch", "fit", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[1, 4, 16], context=256))),
+    ("chk-batch", "check", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[2, 8, 32], context=512))),
+    ("fit-prompt", "fit", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[32, 128, 512]))),
+    ("chk-prompt", "check", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[64, 256, 1024]))),
+    ("fit-load", "fit", RunConfig(mode="load", workload=workload(1, 1.5, "32:256", "16:48", 30),
+                                  engine=EngineConfig(max_batch=8))),
+    ("chk-load", "check", RunConfig(mode="load", workload=workload(7, 1.0, "64:384", "24:64", 40),
+                                    engine=EngineConfig(max_batch=8))),
+]
+
+
+def probe_bandwidth() -> float:
+    """Bytes/s of a 256 MiB read right now: the machine's bandwidth drifts, so it is shown beside each run."""
+    import torch
+    from backend.roofline.calibrate import read_bandwidth
+    return read_bandwidth(torch, torch.device("cpu"), 256, 0.5, lambda: None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    parser.add_argument("--out", help="keep the run folders here (default: a temporary folder)")
+    args = parser.parse_args()
+    from backend.cli.fit import read_measured
+    from bench.engine_vs_hf import machine, write_readme
+
+    def log(message: str) -> None:
+        print(f"... {message}", file=sys.stderr, flush=True)
+    base = Path(args.out or tempfile.mkdtemp(prefix="sim-vs-measured-"))
+    if local_profile_path().is_file():
+        profile = load_profile(local_profile_path(), measured=True)
+    else:
+        from backend.roofline.calibrate import calibrate
+        log("calibrating this machine (no calibrated profile yet)")
+        profile = calibrate("cpu")
+    models = ModelCache()
+    folders: dict[str, Path] = {}
+    configs: dict[str, RunConfig] = {}
+    bandwidth: dict[str, float] = {}
+    for name, _, config in PLAN:
+        bandwidth[name] = probe_bandwidth()
+        log(f"measuring {name} (memory read at {bandwidth[name] / 1e9:.0f} GB/s just before)")
+        config = replace(config, model=MODEL, sampling=replace(config.sampling, ignore_eos=True),
+                         out_dir=str(base / name))
+        finished = execute(config, lambda e: None, lambda: False, retain_records=False, models=models)
+        if finished.error:
+            raise SystemExit(f"{name}: {finished.error}")
+        folders[name], configs[name] = base / name, config
+    # the noise floor: the check sweeps measured again, each point against its first measurement
+    from backend.engine.sweep import read_sweep
+    repeat_gaps = []
+    for name in ("chk-batch", "chk-prompt"):
+        log(f"measuring {name} again (the machine's own spread)")
+        again = execute(replace(configs[name], out_dir=str(base / f"{name}-again")), lambda e: None, lambda: False,
+                        retain_records=False, models=models)
+        if again.error:
+            raise SystemExit(f"{name} again: {again.error}")
+        first, second = read_sweep(folders[name]), read_sweep(base / f"{name}-again")
+        repeat_gaps += [abs(b.step_ms - a.step_ms) / a.step_ms * 100 for a, b in zip(first, second)]
+    fit_runs = [read_measured(str(folders[n]))[0] for n, role, _ in PLAN if role == "fit"]
+    check_runs = [read_measured(str(folders[n]))[0] for n, role, _ in PLAN if role == "check"]
+    placeholder = CostModel.for_profile(replace(profile, simulation={}))
+    fitted = fit_cost_model(fit_runs, profile).with_source("fitted by bench/sim_vs_measured.py")
+    models_by_label = {"fitted": fitted, "placeholders": placeholder}
+    reports = {label: step_errors(m, check_runs, profile) for label, m in models_by_label.items()}
+
+    # the check workload, simulated with each model on a profile holding its terms
+    from backend.io.export import read_run
+    from backend.roofline.profiles import profile_to_toml
+    measured = read_run(folders["chk-load"]).summary
+    simulated = {}
+    for label, m in models_by_label.items():
+        path = base / f"profile-{label}.toml"
+        path.write_text(profile_to_toml(replace(profile, simulation={**m.terms(), "source": m.source or label})))
+        sim = replace(configs["chk-load"], simulate=True, profile=str(path), out_dir=None,
+                      model=ModelChoice("smollm2-135m", "auto", "float32"))
+        simulated[label] = execute(sim, lambda e: None, lambda: False).summary
+
+    lines = [f"Measured {datetime.date.today()} on {machine()}; the bundled model at float32, "
+             f"all cores; profile {profile.key} ({profile.bandwidth_gbs:g} GB/s, "
+             f"fp32 {profile.tflops.get('fp32', 0):g} TFLOP/s as calibrated).", "",
+             "Fitted on: a batch sweep (1, 4, 16 at context 256), a prompt sweep (32, 128, 512) and a Poisson "
+             "workload (30 requests at 1.5/s, prompts 32-256, outputs 16-48, max batch 8). Checked on: batches 2, 8, 32 "
+             "at context 512, prompts 64, 256, 1024, and another Poisson workload (40 requests at 1/s, prompts "
+             "64-384, outputs 24-64, seed 7). Fit and check runs alternated in one process.", "",
+             f"Fitted terms: matmuls at {fitted.mfu:.3f} of the calibrated peak, attention {fitted.afu:.3f}, memory "
+             f"{fitted.mbu:.3f} of the calibrated bandwidth; {fitted.step_ms:.3f} ms per step, {fitted.token_ms:.4f} ms "
+             f"per token, {fitted.request_ms:.3f} ms per request.", "",
+             "Memory read just before each run: " + ", ".join(f"{n} {b / 1e9:.0f} GB/s" for n, b in bandwidth.items())
+             + ".", "",
+             f"The machine's own spread: the check sweeps measured a second time differ from the first by "
+             f"{sum(repeat_gaps) / len(repeat_gaps):.1f}% per point on average, {max(repeat_gaps):.1f}% at worst.", "",
+             "**Step time on the check runs** (MAPE, worst, bias; target MAPE <= 10% for each phase):", "",
+             "| phase | batch | steps | fitted MAPE | fitted worst | fitted bias | placeholder MAPE |",
+             "|---|---|---|---|---|---|---|"]
+    for row, base_row in zip(reports["fitted"].rows, reports["placeholders"].rows):
+        lines.append(f"| {row.phase} | {row.batch} | {row.num_steps} | {row.mape:.1f}% | {row.worst:.1f}% | "
+                     f"{row.bias:+.1f}% | {base_row.mape:.1f}% |")
+    lines += ["", "**The check workload, measured and simulated** (target: within 10%):", "",
+              "| metric | measured | fitted | error | placeholders | error |", "|---|---|---|---|---|---|"]
+    verdicts = []
+    for key, label in (("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"), ("tpot_p50_ms", "TPOT p50"),
+                       ("tpot_p99_ms", "TPOT p99")):
+        m, f, p = measured[key], simulated["fitted"][key], simulated["placeholders"][key]
+        verdicts.append(abs(f - m) / m <= 0.10)
+        lines.append(f"| {label} | {m:,.1f} ms | {f:,.1f} ms | {(f - m) / m * 100:+.1f}% | {p:,.1f} ms | "
+                     f"{(p - m) / m * 100:+.1f}% |")
+    step_ok = all(reports["fitted"].overall(ph).mape <= 10 for ph in ("prefill", "decode")
+                  if reports["fitted"].overall(ph) is not None)
+    lines += ["", f"Targets: step-time MAPE <= 10% {'met' if step_ok else 'MISSED'}; workload percentiles within "
+              f"10% {'met' if all(verdicts) else 'MISSED'} ({sum(verdicts)} of {len(verdicts)})."]
+    text = "\n".join(lines)
+    print(text)
+    if args.readme:
+        write_readme(text, BEGIN, END)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
