@@ -30,27 +30,21 @@ from backend.roofline.fit import fit_cost_model, step_errors  # noqa: E402
 from backend.roofline.profiles import load_profile, local_profile_path  # noqa: E402
 from backend.roofline.step_time import CostModel  # noqa: E402
 from backend.session import execute  # noqa: E402
-from backend.workload.spec import WorkloadSpec, workload_from_dict  # noqa: E402
+from backend.cli.fit import poisson, standard_runs  # noqa: E402
 
 BEGIN, END = "<!-- sim_vs_measured:begin -->", "<!-- sim_vs_measured:end -->"
 MODEL = ModelChoice("smollm2-135m", "cpu", "float32")
 
 
-def workload(seed: int, rate: float, prompt: str, output: str, requests: int) -> WorkloadSpec:
-    return workload_from_dict({"arrival": "poisson", "rate": rate, "num_requests": requests, "prompt_len": prompt,
-                               "output_len": output, "prompt_source": "synthetic", "seed": seed}, f"poisson-{seed}")
-
-
-PLAN = [   # (name, role, config): alternating fit and check
-    ("fit-batch", "fit", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[1, 4, 16], context=256))),
-    ("chk-batch", "check", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[2, 8, 32], context=512))),
-    ("fit-prompt", "fit", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[32, 128, 512]))),
-    ("chk-prompt", "check", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[64, 256, 1024]))),
-    ("fit-load", "fit", RunConfig(mode="load", workload=workload(1, 1.5, "32:256", "16:48", 30),
-                                  engine=EngineConfig(max_batch=8))),
-    ("chk-load", "check", RunConfig(mode="load", workload=workload(7, 1.0, "64:384", "24:64", 40),
-                                    engine=EngineConfig(max_batch=8))),
+CHECK_RUNS = [   # other batch sizes and contexts, other prompt lengths, another Poisson workload
+    ("chk-batch", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[2, 8, 32], context=512))),
+    ("chk-prompt", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[64, 256, 1024]))),
+    ("chk-load", RunConfig(mode="load", workload=poisson(7, 1.0, "64:384", "24:64", 40),
+                           engine=EngineConfig(max_batch=8))),
 ]
+# (name, role, config): the runs `calibrate --fit` measures by itself, alternating with the checks
+PLAN = [run for (name, fit), check in zip(standard_runs(), CHECK_RUNS)
+        for run in ((f"fit-{name}", "fit", fit), (check[0], "check", check[1]))]
 
 
 def probe_bandwidth() -> float:

@@ -201,3 +201,32 @@ def test_the_worked_example_beside_the_seed(capsys):
     text = capsys.readouterr().out
     assert "seed's worked example" in text and "200 ms" in text and "6,200 ms" in text
     assert "llama-8b on h100-sxm, simulated" in text
+
+
+def test_a_bare_fit_measures_the_standard_runs_first(tmp_path, monkeypatch, capsys):
+    import backend.cli.fit as fit_cli
+    from backend.config import EngineConfig, RunConfig
+    from backend.engine.sweep import SweepSpec
+    monkeypatch.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setattr(fit_cli, "STANDARD_MODEL", "tiny")   # the same three kinds of run, small
+    monkeypatch.setattr(fit_cli, "standard_runs", lambda: [
+        ("batch", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[1, 2], context=32, steps=2))),
+        ("prompt", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[16, 32], steps=2))),
+        ("load", RunConfig(mode="load", workload=fit_cli.poisson(1, 50.0, "8:24", "4:8", 6),
+                           engine=EngineConfig(max_batch=4)))])
+    import json
+    assert main(["run", "--model", "tiny", "--prompt-len", "8", "--output-len", "2", "--out", str(tmp_path / "probe")],
+                open_window=None) == 0
+    device = json.loads((tmp_path / "probe" / "run.json").read_text())["info"]["device_name"]
+    profile = tmp_path / "mine.toml"
+    profile.write_text(f'name = "This machine: {device} (2 threads)"\nvendor = "x"\nmemory_gb = 8\n'
+                       f'bandwidth_gbs = 20\nmeasured = true\nsource = "test"\n[tflops]\nfp32 = 0.1\n')
+    capsys.readouterr()
+    assert main(["calibrate", "--fit", "--runs", str(tmp_path / "runs"), "--out", str(profile)],
+                open_window=None) == 0
+    out = capsys.readouterr().out
+    assert all((tmp_path / "runs" / name / "steps.csv").is_file() for name in ("batch", "prompt", "load"))
+    assert "step-time error on load (fitted on the other 2)" in out
+    assert load_profile(profile).simulation["fitted"] is True
+    assert main(["calibrate", "--check", str(tmp_path / "runs" / "load")], open_window=None) == 2
+    assert "--check needs --fit" in capsys.readouterr().err

@@ -12,7 +12,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from backend.errors import InputError
+from backend.config import EngineConfig, ModelChoice, RunConfig
+from backend.errors import InputError, RunError
 from backend.roofline.fit import ErrorReport, MeasuredRun, fit_cost_model, step_errors
 from backend.roofline.step_time import CostModel
 
@@ -35,6 +36,42 @@ def read_measured(folder: str) -> tuple[MeasuredRun, dict]:
     if not steps:
         raise InputError(f"{folder}: no timed steps")
     return MeasuredRun(Path(folder).name or str(folder), ModelShape(**info["shape"]), prec, steps), info
+
+
+STANDARD_MODEL = "smollm2-135m"
+
+
+def poisson(seed: int, rate: float, prompt: str, output: str, requests: int):
+    """A Poisson workload of synthetic prompts (no tokenizer needed, lengths exact)."""
+    from backend.workload.spec import workload_from_dict
+    return workload_from_dict({"arrival": "poisson", "rate": rate, "num_requests": requests, "prompt_len": prompt,
+                               "output_len": output, "prompt_source": "synthetic", "seed": seed}, f"poisson-{seed}")
+
+
+def standard_runs() -> list[tuple[str, RunConfig]]:
+    """What `calibrate --fit` measures when given no run folders: a batch sweep, a prompt sweep and a
+    Poisson workload of the bundled model at float32, each full-length (as bench/sim_vs_measured.py fits on)."""
+    from backend.engine.sweep import SweepSpec
+    return [("batch", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[1, 4, 16], context=256))),
+            ("prompt", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[32, 128, 512]))),
+            ("load", RunConfig(mode="load", workload=poisson(1, 1.5, "32:256", "16:48", 30),
+                               engine=EngineConfig(max_batch=8)))]
+
+
+def measure_standard_runs(folder: Path, device: str, threads: int | None) -> list[str]:
+    """The standard runs measured into folder/batch, folder/prompt, folder/load, the model loaded once."""
+    from backend.loaders.cache import ModelCache
+    from backend.session import execute
+    models, folders = ModelCache(), []
+    for name, config in standard_runs():
+        print(f"... measuring {name} into {folder / name}", flush=True)
+        config = replace(config, model=ModelChoice(STANDARD_MODEL, device, "float32"), threads=threads,
+                         sampling=replace(config.sampling, ignore_eos=True), out_dir=str(folder / name))
+        finished = execute(config, lambda e: None, lambda: False, retain_records=False, models=models)
+        if finished.error:
+            raise RunError(f"measuring {name}: {finished.error}")
+        folders.append(str(folder / name))
+    return folders
 
 
 def fit_profile(fit_runs: list[MeasuredRun], check_runs: list[MeasuredRun],
@@ -61,6 +98,11 @@ def run_fit(args) -> int:
     from backend.roofline.calibrate import write_profile
     from backend.roofline.profiles import describes, load_profile, local_profile_path
     target = Path(args.out) if args.out else local_profile_path()
+    if not args.fit:   # `--fit` alone: measure the standard runs first
+        from backend.engine.threads import apply_threads
+        apply_threads(args.threads)
+        runs_dir = Path(args.runs or "calibration-runs")
+        args.fit = measure_standard_runs(runs_dir, "cpu" if args.device == "auto" else args.device, args.threads)
     folders = [*args.fit, *args.check]
     read = [read_measured(f) for f in folders]
     runs, infos = [r for r, _ in read], [i for _, i in read]

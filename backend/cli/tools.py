@@ -13,9 +13,12 @@ def add_tool_parsers(sub, model_flags) -> None:
     cal.add_argument("--device", default="auto")
     cal.add_argument("--out", help="profile TOML to write (default: this-machine.toml in the config folder)")
     cal.add_argument("--quick", action="store_true", help="smaller, faster measurements")
-    cal.add_argument("--fit", nargs="+", metavar="RUN_DIR", default=[],
+    cal.add_argument("--fit", nargs="*", metavar="RUN_DIR", default=None,
                      help="fit the simulator's cost model (efficiencies, overheads) to these measured runs' steps "
-                          "and store it in the profile; e.g. a batch sweep, a prompt sweep and a load run")
+                          "and store it in the profile; e.g. a batch sweep, a prompt sweep and a load run. With no "
+                          "RUN_DIR: measure those three of the bundled model first (into --runs)")
+    cal.add_argument("--runs", metavar="DIR", help="with a bare --fit: where the measured runs go "
+                     "(default: calibration-runs)")
     cal.add_argument("--check", nargs="+", metavar="RUN_DIR", default=[],
                      help="with --fit: report the error on these runs (default: each --fit run left out in turn)")
     from backend.cli.flags import simulate_flag, threads_flag
@@ -74,10 +77,10 @@ def print_profiles() -> int:
 
 
 def run_calibrate(args) -> int:
-    if args.check and not args.fit:
+    if args.check and args.fit is None:
         from backend.errors import InputError
-        raise InputError("--check needs --fit RUN_DIR ...: the runs to fit on")
-    if args.fit:
+        raise InputError("--check needs --fit [RUN_DIR ...]: the runs to fit on")
+    if args.fit is not None:
         from backend.cli.fit import run_fit
         return run_fit(args)
     from backend.roofline.calibrate import calibrate, write_profile
