@@ -207,10 +207,15 @@ class ThroughputView(pg.PlotWidget):
         errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for _, p in simulated]
         finished = self.store.finished
         info = finished.data.info if finished is not None and finished.data is not None else self.store.info
-        where = info.get("local_profile") or "this machine's profile"
-        return [f"simulated on {where} (×): step-time error {sum(errors) / len(errors):.1f}% on average, "
-                f"{max(errors):.1f}% at worst over {len(errors)} point{'s' if len(errors) != 1 else ''}"
-                " (`calibrate --fit` fits the cost model to measured runs)"]
+        where = info.get("local_profile") or "this machine"
+        try:
+            from backend.roofline.profiles import find_profile
+            fitted = bool(find_profile(where).simulation.get("fitted"))
+        except InputError:
+            fitted = False
+        terms = "fitted" if fitted else "placeholder terms: `calibrate --fit`"
+        return [f"× {where}'s cost model ({terms}): {sum(errors) / len(errors):.0f}% off on average, "
+                f"{max(errors):.0f}% at worst"]
 
     def _reference_notes(self) -> list[str]:
         steps = [r.name for r in self.references.visible() if r.throughput_points(self.kind)[2] == "steps"] \
@@ -264,9 +269,8 @@ class ThroughputView(pg.PlotWidget):
             times = [model.step_seconds(self.shape, dtype, self.profile, [int(n)], [int(n)]) for n in xs]
         self.profile_simulated.setData(np.log2(xs), xs / np.array(times))
         self._simulated_name = f"{self.profile.key} (simulated)"
-        fitted = "fitted" if self.profile.simulation.get("fitted") else "placeholder"
-        return [f"{self.profile.key} (simulated): the cost model's {fitted} efficiencies and overheads on its "
-                f"roofline ({model.source.split(':')[0]})"]
+        self.profile_simulated.setToolTip(f"{self.profile.key}'s cost model: {model.source}")
+        return []
 
     def _paint_prediction(self) -> list[str]:
         """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""

@@ -50,7 +50,7 @@ def test_a_measured_sweep_shows_this_machines_cost_model_beside_it(qtbot, window
     view = window.throughput
     assert view.simulated.xData.tolist() == view.measured.xData.tolist() == [4.0, 5.0, 6.0]
     assert all(v > 0 for v in view.simulated.yData)
-    assert "step-time error" in view.note.text() and "at worst over 3 points" in view.note.text()
+    assert "cost model (placeholder terms" in view.note.text() and "% at worst" in view.note.text()
     assert "SIMULATED" not in window.windowTitle()
 
 
