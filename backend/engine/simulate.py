@@ -106,6 +106,18 @@ def check_memory(shape, prec: Precision, profile: GpuProfile, kv_capacity: int) 
                          f"{profile.key} has {profile.memory_gb:,.0f} GB: lower --max-batch, --kv-tokens or the lengths")
 
 
+def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precision, model: CostModel, device: str,
+                   source: str, **extra) -> dict:
+    """run.json's info of a simulated run (a run, a workload, a sweep, a disaggregated layout): what was
+    priced, on which profile, with which cost model; `extra` adds the target's own entries."""
+    return {"target": "simulated", "profile": config.profile, "profile_name": profile.name,
+            "cost_model": model.terms(), "cost_model_source": model.source, "model": config.model.name,
+            "source": source, "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
+            "weight_bytes": model_bytes(shape, prec), "shape": asdict(shape), "device": device,
+            "device_name": profile.name, "dtype": prec.name, "weight_bits": prec.weight_bits,
+            "activation_dtype": prec.activation, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
+
+
 def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
                   cost_model: CostModel | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload) with every step priced on config.profile."""
@@ -162,14 +174,9 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         wall_start = time.perf_counter()
 
         def info() -> dict:
-            return {"target": "simulated", "profile": config.profile, "profile_name": profile.name,
-                    "cost_model": model.terms(), "cost_model_source": model.source, "model": config.model.name, "source": source_text,
-                    "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
-                    "weight_bytes": weight_bytes, "shape": asdict(shape), "device": device, "device_name": profile.name,
-                    "dtype": prec.name, "weight_bits": prec.weight_bits, "activation_dtype": prec.activation,
-                    "kv_capacity": kv_capacity, "kv_slots": num_slots, "max_len": max_len,
-                    "virtual_s": clock.seconds, "wall_s": time.perf_counter() - wall_start,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            return simulated_info(config, profile, shape, prec, model, device, source_text, kv_capacity=kv_capacity,
+                                  kv_slots=num_slots, max_len=max_len, virtual_s=clock.seconds,
+                                  wall_s=time.perf_counter() - wall_start)
 
         return drive(engine, source, config, run_id, emit, should_stop, writer, info, priced_on=profile)
     finally:

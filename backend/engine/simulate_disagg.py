@@ -336,7 +336,7 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
     from backend.engine.pd_events import WorkerLayout
     from backend.engine.pd_summary import disaggregated_figures
     from backend.engine.local import recording_sink
-    from backend.engine.simulate import model_bytes
+    from backend.engine.simulate import model_bytes, simulated_info
     from backend.io.export import RunData, RunWriter
     from backend.io.summary import RunAccumulator
     shape, prec, profile, model, link = prepare(config, cost_model)
@@ -361,17 +361,13 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
         sim.run()
         summary = accumulator.summary(config.slo_ttft_ms, config.slo_tpot_ms)
         summary.update(disaggregated_figures(accumulator.requests))
-        info = {"target": "simulated", "profile": profile.key, "profile_name": profile.name,
-                "cost_model": asdict(model), "model": config.model.name, "source": source_text,
-                "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
-                "weight_bytes": model_bytes(shape, prec), "shape": asdict(shape), "device": device,
-                "device_name": profile.name, "dtype": prec.name, "weight_bits": prec.weight_bits,
-                "activation_dtype": prec.activation, "kv_capacity": sim.kv_capacity * e.decode_workers,
-                "kv_slots": e.max_batch, "max_len": sim.max_len, "virtual_s": sim.now_ms / 1000.0,
-                "wall_s": time.perf_counter() - wall_start, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "layout": {"prefill_workers": e.prefill_workers, "decode_workers": e.decode_workers,
-                           "kv_transport": "simulated link", "kv_link": asdict(link),
-                           "workers": [{"name": w["name"], "role": w["role"], "devices": 1} for w in workers]}}
+        info = simulated_info(
+            config, profile, shape, prec, model, device, source_text,
+            kv_capacity=sim.kv_capacity * e.decode_workers, kv_slots=e.max_batch, max_len=sim.max_len,
+            virtual_s=sim.now_ms / 1000.0, wall_s=time.perf_counter() - wall_start,
+            layout={"prefill_workers": e.prefill_workers, "decode_workers": e.decode_workers,
+                    "kv_transport": "simulated link", "kv_link": asdict(link),
+                    "workers": [{"name": w["name"], "role": w["role"], "devices": 1} for w in workers]})
         data = RunData(run_id=sim.run_id, config=config_dict(config), info=info, steps=sim.steps,
                        requests=sim.requests, tokens=sim.tokens, summary=summary)
         if writer is not None:

@@ -8,8 +8,6 @@ and one decode step at the middle of its output, as the measured sweeps time the
 """
 from __future__ import annotations
 
-import time
-from dataclasses import asdict
 from typing import Callable
 
 from backend.config import RunConfig, config_dict
@@ -26,7 +24,7 @@ from backend.roofline.step_time import CostModel
 def run_simulated_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                         cost_model: CostModel | None = None) -> RunFinished:
     from backend.engine.precision_sweep import precision_summary, write_precision_sweep
-    from backend.engine.simulate import model_bytes, resolve_model, resolve_precision
+    from backend.engine.simulate import model_bytes, resolve_model, resolve_precision, simulated_info
     from backend.engine.sweep import sweep_summary, write_sweep
 
     if not config.profile:
@@ -116,16 +114,11 @@ def run_simulated_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[],
     else:
         summary = sweep_summary(spec, points, shape, first, profile, None, first, note)
     summary["simulated"] = True
-    info = {"target": "simulated", "profile": config.profile, "profile_name": profile.name, "local_profile": None,
-            "cost_model": model.terms(), "cost_model_source": model.source, "model": config.model.name,
-            "source": f"simulated on {profile.key}", "random_weights": False, "arch": shape.arch,
-            "num_params": shape.num_params(), "weight_bytes": model_bytes(shape, first), "shape": asdict(shape),
-            "device": f"simulated {profile.key}", "device_name": profile.name,
-            "dtype": ",".join(p.name for p in precs) if spec.kind == "precision" else first.name,
-            "weight_bits": first.weight_bits, "activation_dtype": first.activation,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    info = simulated_info(config, profile, shape, first, model, f"simulated {profile.key}",
+                          f"simulated on {profile.key}", local_profile=None)
     if spec.kind == "precision":
         info["dtypes"] = [p.name for p in precs]
+        info["dtype"] = ",".join(info["dtypes"])
     data = RunData(run_id, config_dict(config), info, steps, [], [], summary)
     if out_dir is not None and spec.kind == "precision":
         write_precision_sweep(out_dir, points, data)
