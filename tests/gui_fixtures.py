@@ -104,6 +104,15 @@ def inprocess_window(qtbot):
     return w
 
 
+def run_to_end(qtbot, w):
+    """Press Run and wait for the run to end (its RunFinished); the views repainted after it."""
+    from PySide6 import QtCore
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as done:
+        qtbot.mouseClick(w.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
+    w.repaint_views()
+    return done.args[0]
+
+
 def use_tiny(w, prompt_len="16", output_len="6", batch="2") -> None:
     w.controls.select_model("tiny")
     w.controls.device_combo.setCurrentText("cpu")

@@ -2,10 +2,9 @@
 import dataclasses
 import math
 
-from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, window  # noqa: F401
+from gui_fixtures import config_dir, no_thread_left, run_to_end, window  # noqa: F401
 
 import pytest
-from PySide6 import QtCore
 
 from backend.cli.main import build_parser
 from backend.cli.tools import sweep_config
@@ -50,13 +49,6 @@ def precision_form(w: MainWindow, model="tiny", dtypes="float32,q8_0", prompt_le
                       ("batch", batch), ("steps", steps)):
         f[key].setText(text)
     return f
-
-
-def run_to_end(qtbot, w: MainWindow):
-    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as done:
-        qtbot.mouseClick(w.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
-    w.repaint_views()
-    return done.args[0]
 
 
 def test_the_form_builds_the_clis_precision_sweep_and_refuses_bad_precisions(window):

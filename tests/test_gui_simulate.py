@@ -1,15 +1,6 @@
 """The window's "Simulate on this profile": a simulated sweep said to be simulated everywhere, and a
 measured sweep drawn beside this machine's cost model with its error."""
-from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
-
-from PySide6 import QtCore
-
-
-def run_to_end(qtbot, w):
-    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as done:
-        qtbot.mouseClick(w.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
-    w.repaint_views()
-    return done.args[0]
+from gui_fixtures import config_dir, no_thread_left, run_to_end, use_tiny, window  # noqa: F401
 
 
 def test_a_simulated_batch_sweep_of_an_8b_model_on_an_h100(qtbot, window):

@@ -1,6 +1,6 @@
 """The main window driving the real worker thread and the real engine on the `tiny` model."""
 import json
-from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window, step  # noqa: F401
+from gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window, step, run_to_end  # noqa: F401
 from llama_server import FakeServer, free_port
 
 import pytest
@@ -17,13 +17,6 @@ from gui.lanes import lane_segments
 from gui.main_window import REMOTE_MESSAGE, MainWindow, run_app
 from gui.worker import RunWorker
 
-
-
-def run_to_end(qtbot, w: MainWindow):
-    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as done:
-        qtbot.mouseClick(w.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
-    w.repaint_views()
-    return done.args[0]
 
 
 def test_a_run_fills_the_timeline_lanes_table_and_metrics(qtbot, window):
