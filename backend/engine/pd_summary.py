@@ -11,6 +11,19 @@ from backend.records import RequestRecord, RequestStatus
 SPLIT = ("queue_ms", "prefill_ms", "kv_transfer_ms", "first_decode_ms")
 
 
+def fill_split(record: RequestRecord, kv_bytes: int, scheduled_ms: float | None, prefill_done_ms: float,
+               kv_ready_ms: float) -> None:
+    """The TTFT split of a request handed over (the queue is in the record already): prefill from its
+    first scheduled step to its prompt's KV complete, transfer to the KV in the decode worker's cache,
+    first decode from there to the first token. The real and the simulated policies both record it so."""
+    record.kv_bytes = kv_bytes
+    if scheduled_ms is not None:
+        record.prefill_ms = prefill_done_ms - scheduled_ms
+    record.kv_transfer_ms = kv_ready_ms - prefill_done_ms
+    if record.first_token_ms is not None:
+        record.first_decode_ms = record.first_token_ms - kv_ready_ms
+
+
 def disaggregated_figures(requests: list[RequestRecord]) -> dict[str, float]:
     from backend.io.summary import NAN, percentiles
     handed = [r for r in requests if r.status is RequestStatus.FINISHED and r.kv_transfer_ms is not None]

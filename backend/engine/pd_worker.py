@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
+from backend.engine.pd_summary import fill_split
 from backend.records import RecordBatch, StepRecord, TokenRecord
 
 FLUSH_S = 1.0 / 60   # records to the coordinator at most this often (and at once when a request ends)
@@ -435,23 +436,13 @@ class DecodeWorker(_Worker):
         self.requests.pop(rid, None)
         self.text.pop(rid, None)
         record = request.to_record(self.tokenizer.decode(request.output_ids) if request.output_ids else "")
-        fill_split(record, meta)
+        fill_split(record, meta["kv_bytes"], meta["scheduled_ms"], meta["prefill_done_ms"], meta["loaded_ms"])
         return record
 
     def close(self) -> None:
         super().close()
         for arena in self.arenas.values():
             arena.close()
-
-
-def fill_split(record, meta: dict) -> None:
-    """The TTFT split of a request handed over: queue (already in the record), prefill, transfer, first decode."""
-    record.kv_bytes = meta["kv_bytes"]
-    if meta["scheduled_ms"] is not None:
-        record.prefill_ms = meta["prefill_done_ms"] - meta["scheduled_ms"]
-    record.kv_transfer_ms = meta["loaded_ms"] - meta["prefill_done_ms"]
-    if record.first_token_ms is not None:
-        record.first_decode_ms = record.first_token_ms - meta["loaded_ms"]
 
 
 def _pin(cores: list[int]) -> None:

@@ -25,6 +25,7 @@ from typing import Callable
 from backend.config import RunConfig
 from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
+from backend.engine.pd_summary import fill_split
 from backend.records import RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord, new_run_id
 
 LINKS_FILE = "links/kv-links.toml"
@@ -274,12 +275,7 @@ class DisaggregatedSim:
         self.live.pop(request.request_id, None)
         self.specs.pop(request.request_id, None)
         record = request.to_record()
-        record.kv_bytes = handoff.kv_bytes
-        if handoff.scheduled_ms is not None:
-            record.prefill_ms = handoff.prefill_done_ms - handoff.scheduled_ms
-        record.kv_transfer_ms = handoff.ready_ms - handoff.prefill_done_ms
-        if record.first_token_ms is not None:
-            record.first_decode_ms = record.first_token_ms - handoff.ready_ms
+        fill_split(record, handoff.kv_bytes, handoff.scheduled_ms, handoff.prefill_done_ms, handoff.ready_ms)
         return record
 
     def record_unfinished(self, reason: str) -> None:
