@@ -346,7 +346,17 @@ def header(threads: int, repeats: int, new_tokens: int, kv_dtype: str, flash: st
             f"not unified), n_batch = n_ubatch = {N_BATCH}, KV cache f16, {flash}; ours: KV cache "
             f"{kv_dtype}. Decode: {PROMPT_LEN}-token prompts, then {new_tokens - 1} steps, median step; prefill: "
             f"one step over the prompt. Medians of {repeats} interleaved runs after a warm-up pass; ratios are "
-            f"medians of run-by-run ratios (below 1: ours faster)."]
+            f"medians of run-by-run ratios (below 1: ours faster).", "", peer_build()]
+
+
+def peer_build() -> str:
+    """How the llama.cpp peer was built (tools/llama_cpp_peer.py's record) and what its build says it has."""
+    from tools.llama_cpp_peer import installed_record
+    record = installed_record()
+    how = (f"built by tools/llama_cpp_peer.py with `{' '.join(record['cmake_args']) or 'native flags'}`: "
+           f"{record['why']}" if record else "not built by tools/llama_cpp_peer.py (pip's default: GGML_NATIVE=ON)")
+    info = " ".join(lc.llama_print_system_info().decode().split())
+    return f"llama.cpp {how}. Its system info: `{info}`."
 
 
 def ratio_text(ratio: float) -> str:

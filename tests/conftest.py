@@ -53,3 +53,11 @@ def nothing_left_running():
     assert not threads and not qthreads and not children, (
         f"left running at the end of the session: threads {threads}, worker QThreads {len(qthreads)}, "
         f"child processes {children}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A llama.cpp server that died while a test used it fails that test by name (tests/llama_server.py)."""
+    outcome = yield
+    from tests.llama_server import watch_report
+    watch_report(item, call, outcome.get_result())

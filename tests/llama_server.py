@@ -1,7 +1,8 @@
 """Servers for the remote-target tests, all on 127.0.0.1 at free ports.
 
 `llama_server`: llama.cpp's OpenAI-compatible server (llama-cpp-python[server]) serving the
-bundled SmolLM2 GGUF as a subprocess, always terminated. `FakeServer`: a tiny threaded HTTP
+bundled SmolLM2 GGUF as a subprocess, always terminated, and watched: one that dies while a test
+uses it fails that test by name (`watch_report`, hooked in conftest.py). `FakeServer`: a tiny threaded HTTP
 server that misbehaves on request (HTTP 500, malformed events, a stream cut halfway, silence),
 chosen by the request's model name, for the failures a healthy llama.cpp never shows.
 """
@@ -11,9 +12,11 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,9 +42,80 @@ def bundled_gguf() -> Path:
     return Path(spec.origin).parent / GGUF_NAME
 
 
+class ServerProcess:
+    """A server subprocess that the tests using it watch for their whole run.
+
+    A server that dies while a test uses it fails that test with one line naming how it ended and
+    the last lines of its log (see `watch_report`), never a connection error in the tests after it.
+    """
+
+    def __init__(self, proc: subprocess.Popen, url: str, log_path: Path, name: str = "llama.cpp server"):
+        self.proc = proc
+        self.url = url
+        self.log_path = log_path
+        self.name = name
+        self.expected_end = False        # set by kill(): a test that ends it on purpose
+        self.died_in: str | None = None  # the test during which it was found dead
+
+    def kill(self) -> None:
+        """End it on purpose (a test of what clients see when a server dies): not a failure."""
+        self.expected_end = True
+        self.proc.kill()
+
+    def death(self, when: str = "during the test") -> str | None:
+        """None while it runs (or after kill()); else one line: how and when it ended, and its log's last lines."""
+        code = self.proc.poll()
+        if code is None or self.expected_end:
+            return None
+        if code < 0:
+            try:
+                how = f"died with signal {-code} ({signal.Signals(-code).name})"
+            except ValueError:
+                how = f"died with signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        return f"{self.name} {how} {when}; last lines of its log: {self.log_tail()}"
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return " | ".join(text[-lines:]) or "(empty)"
+
+
+# The servers started and not yet ended: the report hook below checks those a test uses.
+LIVE: list[ServerProcess] = []
+
+
+def _used_by(item, server: ServerProcess) -> bool:
+    """Whether a test requested this server (its URL or the object itself, through any fixture)."""
+    values = getattr(item, "funcargs", {}).values()
+    return any(v is server or (isinstance(v, str) and v == server.url) for v in values)
+
+
+def watch_report(item, call, report) -> None:
+    """pytest_runtest_makereport's work: a watched server that died turns the report into its death."""
+    if call.when not in ("setup", "call") or report.outcome == "skipped":
+        return
+    for server in [s for s in LIVE if _used_by(item, s)]:
+        if server.died_in is None:
+            death = server.death("during the test" if call.when == "call" else "before the test")
+            if death is not None:
+                server.died_in = item.nodeid
+        else:
+            death = server.death(f"during an earlier test ({server.died_in})")
+        if death is not None:   # reported as pytest.fail(death) would be: the short summary shows the line
+            try:
+                pytest.fail(death, pytrace=False)
+            except pytest.fail.Exception:
+                report.longrepr = item.repr_failure(pytest.ExceptionInfo.from_current())
+            report.outcome = "failed"
+
+
 @contextlib.contextmanager
 def llama_server(api_key: str | None = None, log_path: Path | None = None):
-    """Yield the base URL (http://127.0.0.1:PORT/v1) of a running llama.cpp server; kill it after."""
+    """Yield a running llama.cpp server (a ServerProcess; its .url is http://127.0.0.1:PORT/v1); kill it after."""
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip('llama.cpp server not installed (pip install "llama-cpp-python[server]")')
     port = free_port()
@@ -51,34 +125,49 @@ def llama_server(api_key: str | None = None, log_path: Path | None = None):
            "--interrupt_requests", "false"]
     if api_key:
         cmd += ["--api_key", api_key]
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}/v1"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama.cpp server exited with status {proc.returncode} while starting "
-                            f"(log: {log_path or 'not kept'})")
-            try:
-                if httpx.get(f"{base}/models", headers=headers, timeout=2.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama.cpp server did not answer {base}/models within {START_TIMEOUT_S:.0f} s")
-            time.sleep(0.2)   # polling a subprocess's socket: there is no signal to wait on
-        yield proc, base
-    finally:
-        proc.terminate()
+    with contextlib.ExitStack() as stack:
+        if log_path is None:   # a log is always kept: a server that dies is named with its last lines
+            log_path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "server.log"
+        log = stack.enter_context(open(log_path, "wb"))
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        server = ServerProcess(proc, f"http://127.0.0.1:{port}/v1", log_path)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        LIVE.append(server)
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if log_path:
-            log.close()
+            _wait_until_up(server, headers)
+            try:
+                yield server
+            finally:   # a server started by the test itself, dead by its end: that is the failure
+                death = server.death()
+                if death and server.died_in is None:
+                    server.died_in = "the test"
+                    pytest.fail(death, pytrace=False)
+        finally:
+            LIVE.remove(server)
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_until_up(server: ServerProcess, headers: dict) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        death = server.death("while starting")
+        if death:
+            pytest.fail(death, pytrace=False)
+        try:
+            if httpx.get(f"{server.url}/models", headers=headers, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"{server.name} did not answer {server.url}/models within {START_TIMEOUT_S:.0f} s",
+                        pytrace=False)
+        time.sleep(0.2)   # polling a subprocess's socket: there is no signal to wait on
 
 
 METRICS_TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -69,7 +69,8 @@ def test_continuous_finishes_the_burst_in_fewer_steps(runs, tmp_path):
 def test_a_remote_run_has_no_step_metrics(runs, tmp_path):
     """A real remote run: the bundled model behind llama.cpp's server, driven by `load --endpoint`."""
     from tests.llama_server import llama_server
-    with llama_server(log_path=tmp_path / "server.log") as (_, url):
+    with llama_server(log_path=tmp_path / "server.log") as server:
+        url = server.url
         proc = cli("load", "--endpoint", url, "--served-model", "smollm2", "--arrival", "burst", "--requests", "4",
                    "--prompt-len", "16", "--output-len", "4", "--out", str(tmp_path / "remote"))
     assert proc.returncode == 0, proc.stderr

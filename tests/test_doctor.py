@@ -8,7 +8,7 @@ from pathlib import Path
 from backend.cli import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
-LABELS = ("python", "torch", "compiler", "kernels", "qt", "model", "profile")
+LABELS = ("python", "torch", "cpu", "compiler", "kernels", "qt", "model", "profile")
 
 
 def doctor_cli(**env_changes):
@@ -35,6 +35,12 @@ def test_doctor_lists_every_item_and_exits_0_when_the_window_can_run():
     assert lines["python"].startswith(f"{sys.version_info.major}.{sys.version_info.minor}.")
     assert "build; devices: cpu (" in lines["torch"]
     assert lines["kernels"].startswith("CPU float32 runs use ")
+    # the path the kernels were built for, and why: the compiler's features and the -march
+    from backend import kernels
+    path, features = kernels.isa()
+    assert f"; instruction set {path} ({', '.join(features)}), built with -march=native" in lines["kernels"]
+    for unit in ("AVX2", "AVX-512", "AVX512-BF16", "AMX"):
+        assert f"{unit} yes" in lines["cpu"] or f"{unit} no" in lines["cpu"], lines["cpu"]
     assert lines["qt"].startswith("PySide6 6.") and "offscreen (QT_QPA_PLATFORM): needs no display" in lines["qt"]
     assert lines["model"].startswith("smollm2-135m: SmolLM2-135M-Instruct.Q4_1.gguf, ")
     assert lines["profile"]
@@ -79,3 +85,20 @@ def test_a_cuda_machine_lists_its_gpus_and_the_matching_profile(monkeypatch, tmp
     torch_line = doctor._torch_item(torch).text
     assert "CUDA 12.8 build; devices: cpu (" in torch_line and torch_line.endswith(", cuda:0 (NVIDIA H200, 141 GiB)")
     assert doctor._profile_item(torch).text.startswith("h200-sxm: shipped, matches NVIDIA H200; ")
+
+
+# The CPU reports of the machines users have, as /proc/cpuinfo's flags line gives them (abridged).
+SAPPHIRE_RAPIDS = ("fpu sse4_2 avx f16c fma bmi2 avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi "
+                   "avx512_vnni avx512_bf16 avx_vnni amx_bf16 amx_tile amx_int8")
+ZEN4 = "fpu sse4_2 avx f16c fma bmi2 avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16"
+HASWELL = "fpu sse4_2 avx f16c fma bmi2 avx2"
+
+
+def test_the_cpu_line_names_each_unit_the_cpu_reports(monkeypatch):
+    from backend import kernels
+    for flags, expected in [(SAPPHIRE_RAPIDS, "AVX2 yes, AVX-512 yes, AVX512-VNNI yes, AVX512-BF16 yes, AMX yes"),
+                            (ZEN4, "AVX2 yes, AVX-512 yes, AVX512-VNNI yes, AVX512-BF16 yes, AMX no"),
+                            (HASWELL, "AVX2 yes, AVX-512 no, AVX512-VNNI no, AVX512-BF16 no, AMX no")]:
+        monkeypatch.setattr(kernels, "_cpu_flags", lambda flags=flags: f"flags\t\t: {flags}")
+        text = doctor._cpu_item().text
+        assert expected in text and "not by these kernels" in text, text

@@ -221,29 +221,41 @@ def test_the_roofline_prices_each_precision_at_its_real_bytes():
     assert mixed.weight_bytes == pytest.approx(5.7368 / 8)
 
 
-def test_the_portable_c_build_computes_what_the_native_one_does(tmp_path):
-    """Machines without AVX-512 run the plain-C paths: built here for a baseline x86-64 (or the
-    compiler's default elsewhere), in a child, they give the same products as this build."""
+X86 = os.uname().machine == "x86_64"
+# Each x86-64 level users' CPUs have, built here in a child: (flags, the path the build must report).
+# haswell is AVX2 without AVX-512 (most laptops and older servers); x86-64 is the plain-C baseline.
+LEVELS = [("-march=haswell", "AVX2"), ("-march=x86-64", "portable C")] if X86 else [("-O2", None)]
+
+
+@pytest.mark.parametrize("arch, path", LEVELS, ids=[a for a, _ in LEVELS])
+def test_each_instruction_set_level_builds_and_computes_the_float_reference(tmp_path, arch, path):
+    """Machines without AVX-512 run other paths of the same kernels: each built for its level, in a
+    child, reports that path and gives every block format's product (and the float32 panels') to
+    float32 rounding of the float64 product on the same dequantized weights."""
     if lib is None:
         pytest.skip(f"C kernels not built here: {kernels.reason()}")
-    arch = "-march=x86-64" if os.uname().machine == "x86_64" else "-O2"
     torch.manual_seed(3)
     w, x = torch.randn(48, 64), torch.randn(5, 64)
     np.save(tmp_path / "w.npy", w.numpy())
     np.save(tmp_path / "x.npy", x.numpy())
-    script = (f"import numpy as np, torch; from backend.kernels import ops\n"
+    script = (f"import numpy as np, torch; from backend import kernels; from backend.kernels import ops\n"
+              f"from backend.models.packed import Panels, linear\n"
+              f"print(kernels.isa()[0])\n"
               f"w = torch.from_numpy(np.load(r'{tmp_path}/w.npy')); x = torch.from_numpy(np.load(r'{tmp_path}/x.npy'))\n"
               f"for fmt in {FORMATS!r}:\n"
               f"    y = ops.qlinear(x, ops.quant_pack(ops.quantize_rows(w, fmt), fmt, 64), fmt, 48)\n"
-              f"    np.save(r'{tmp_path}/' + fmt + '.npy', y.numpy())\n")
+              f"    np.save(r'{tmp_path}/' + fmt + '.npy', y.numpy())\n"
+              f"np.save(r'{tmp_path}/float32.npy', linear(x, Panels.pack(w, 32)).numpy())\n")
     env = {**os.environ, "PHASESCOPE_KERNELS_ARCH": arch, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    for fmt in FORMATS:
-        native = ops.qlinear(x, ops.quant_pack(ops.quantize_rows(w, fmt), fmt, 64), fmt, 48)
-        portable = torch.from_numpy(np.load(tmp_path / f"{fmt}.npy"))
-        deq = ops.dequantize_rows(ops.quantize_rows(w, fmt), fmt, 64)
-        assert ((native.double() - portable.double()).abs() <= 2 * rounding_bound(x, deq)).all()
+    if path is not None:
+        assert done.stdout.split("\n")[0] == path
+    for fmt in (*FORMATS, "float32"):
+        deq = w if fmt == "float32" else ops.dequantize_rows(ops.quantize_rows(w, fmt), fmt, 64)
+        built = torch.from_numpy(np.load(tmp_path / f"{fmt}.npy"))
+        reference = x.double() @ deq.double().T
+        assert ((built.double() - reference).abs() <= rounding_bound(x, deq)).all(), fmt
 
 
 @needs_kernels

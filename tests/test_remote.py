@@ -50,8 +50,8 @@ def assert_key_nowhere(folder: Path, key: str):
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    with llama_server(api_key=SENTINEL, log_path=log) as (_, url):
-        yield url
+    with llama_server(api_key=SENTINEL, log_path=log) as server:
+        yield server.url
 
 
 def test_poisson_workload_records_every_token(llama, tmp_path):
@@ -119,12 +119,12 @@ def test_prompt_beyond_the_context_is_an_error(llama):
 
 
 def test_killed_server_gives_errors_not_a_hang(tmp_path):
-    with llama_server(log_path=tmp_path / "server.log") as (proc, url):
+    with llama_server(log_path=tmp_path / "server.log") as server:
         def kill_at_first_token(event):
-            if isinstance(event, RecordBatch) and event.tokens and proc.poll() is None:
-                proc.kill()
+            if isinstance(event, RecordBatch) and event.tokens and server.proc.poll() is None:
+                server.kill()
 
-        finished, _ = drive(RemoteEndpoint(url, "smollm2", None, "completions", 30.0, False),
+        finished, _ = drive(RemoteEndpoint(server.url, "smollm2", None, "completions", 30.0, False),
                             workload(num_requests=6, output_len=64, prompt_len=32), on_event=kill_at_first_token,
                             ignore_eos=True)
     requests = finished.data.requests
@@ -138,6 +138,31 @@ def test_killed_server_gives_errors_not_a_hang(tmp_path):
     finished_ok = [r for r in requests if r.status is RequestStatus.FINISHED]
     given_up = [r for r in requests if r.finish_reason.startswith("cancelled: every request failed")]
     assert len(finished_ok) <= 1 and len(finished_ok) + len(errors) + len(given_up) == 6, reasons
+
+
+def test_a_server_that_stops_part_way_is_named_and_what_it_answered_is_kept(tmp_path):
+    with llama_server(log_path=tmp_path / "server.log") as server:
+        finished_ids: set[int] = set()
+
+        def kill_after_two(event):
+            if isinstance(event, RecordBatch):
+                finished_ids.update(r.request_id for r in event.requests if r.status is RequestStatus.FINISHED)
+                if len(finished_ids) >= 2 and server.proc.poll() is None:
+                    server.kill()
+
+        # arrivals spread out, so most requests find the port closed rather than a stream cut
+        spec = workload(arrival="poisson", rate=5.0, num_requests=24, prompt_len=8, output_len=4, seed=2)
+        finished, _ = drive(RemoteEndpoint(server.url, "smollm2", None, "completions", 30.0, False), spec,
+                            out=tmp_path / "run", on_event=kill_after_two, ignore_eos=True)
+    requests = finished.data.requests
+    ok = [r for r in requests if r.status is RequestStatus.FINISHED]
+    assert len(ok) >= 2 and all(r.output_tokens == 4 for r in ok)   # one more may finish before the kill lands
+    assert finished.error == f"the server at {server.url} stopped answering after {len(ok)} requests (connection refused)"
+    assert finished.summary["errors_connection_refused"] >= 4
+    assert len(requests) < 24   # the run ended without sending the rest
+    saved = read_run(tmp_path / "run")   # what it answered before is on disk, as for any early end
+    assert sorted(r.request_id for r in saved.requests if r.status is RequestStatus.FINISHED) == \
+        sorted(r.request_id for r in ok)
 
 
 def test_closed_port_fails_every_request_quickly():

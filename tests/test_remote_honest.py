@@ -49,8 +49,8 @@ needs_bundled = pytest.mark.skipif(bundled_tokenizer_path() is None, reason="the
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    with llama_server(log_path=tmp_path_factory.mktemp("llama") / "server.log") as (_, url):
-        yield url
+    with llama_server(log_path=tmp_path_factory.mktemp("llama") / "server.log") as server:
+        yield server.url
 
 
 # ---- true prompt lengths ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`python main.py doctor`: what this machine has for phasescope, one line per item.
 
-Python, torch (its build and the devices it sees), the C compiler and the project's CPU kernels,
-Qt (PySide6's version, read from its package metadata, and what the display check finds), the
+Python, torch (its build and the devices it sees), the CPU's vector and matrix units (AVX2,
+AVX-512, AVX512-BF16, AMX), the C compiler and the project's CPU kernels (with the instruction
+set they were built for), Qt (PySide6's version, read from its package metadata, and what the display check finds), the
 bundled model file and the GPU profile that would be chosen here. Exit 0 when everything the
 window (`make run`) needs is present, 1 when something is missing, with a `fix:` line for each.
 No Qt import: backend/ never loads Qt.
@@ -45,6 +46,7 @@ def check_all() -> list[Item]:
     return [
         Item("python", f"{platform.python_version()} ({sys.executable})"),
         _torch_item(torch),
+        _cpu_item(),
         _compiler_item(),
         _kernels_item(torch),
         _qt_item(),
@@ -109,7 +111,29 @@ def _kernels_item(torch) -> Item:
     from backend.models.packed import kernels_in_use
     blocks = ("; GGUF Q8_0/Q4_0/Q4_1 weights run on them too" if ops.usable(torch.device("cpu"), torch.float32)
               else "; so --dtype q8_0/q4_0/q4_1 cannot run here (--dtype int8 can)")
-    return Item("kernels", f"CPU float32 runs use {kernels_in_use(torch.device('cpu'), torch.float32)}{blocks}")
+    return Item("kernels", f"CPU float32 runs use {kernels_in_use(torch.device('cpu'), torch.float32)}{blocks}"
+                f"{_isa_text()}")
+
+
+def _isa_text() -> str:
+    """"; instruction set AVX-512 (avx512f, avx512bw, ...), built with -march=native" ('' without kernels)."""
+    from backend import kernels
+    built = kernels.isa()
+    if built is None:
+        return ""
+    path, features = built
+    return f"; instruction set {path} ({', '.join(features) or 'no vector extensions'}), built with {kernels.arch_flags()}"
+
+
+def _cpu_item() -> Item:
+    from backend import kernels
+    from backend.loaders.device import cpu_name
+    units = kernels.cpu_units()
+    if not kernels.cpu_flags():
+        return Item("cpu", f"{cpu_name()} ({platform.machine()}; its feature flags are not readable here)")
+    listed = ", ".join(f"{name} {'yes' if has else 'no'}" for name, has in units.items())
+    return Item("cpu", f"{cpu_name()}: {listed} (AMX is used by torch's bfloat16 matmuls, through oneDNN, "
+                "not by these kernels)")
 
 
 def _version(*distributions: str) -> str:

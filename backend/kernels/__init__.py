@@ -117,6 +117,37 @@ def _cpu_flags() -> str:
     return sys.platform
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as the kernel reports them (empty where there is no /proc/cpuinfo)."""
+    line = _cpu_flags()
+    return set(line.partition(":")[2].split()) if ":" in line else set()
+
+
+# What doctor reports of the CPU's vector and matrix units: (name, the flags that make it).
+CPU_UNITS = [("AVX2", ("avx2", "fma")), ("AVX-512", ("avx512f", "avx512bw", "avx512vl")),
+             ("AVX512-VNNI", ("avx512_vnni",)), ("AVX512-BF16", ("avx512_bf16",)),
+             ("AMX", ("amx_tile", "amx_bf16", "amx_int8"))]
+
+
+def cpu_units(flags: set[str] | None = None) -> dict[str, bool]:
+    """Which of CPU_UNITS this CPU (or these flags) has."""
+    flags = cpu_flags() if flags is None else flags
+    return {name: all(f in flags for f in needs) for name, needs in CPU_UNITS}
+
+
+def isa() -> tuple[str, list[str]] | None:
+    """The loaded build's instruction-set path and the features it was compiled with; None without the kernels."""
+    lib = load()
+    if lib is None:
+        return None
+    return lib.psk_isa().decode(), lib.psk_isa_features().decode().split()
+
+
+def arch_flags() -> str:
+    """The -march the kernels are built with here (PHASESCOPE_KERNELS_ARCH, else -march=native)."""
+    return " ".join(_arches()[0]) or "the compiler's default"
+
+
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.psk_decode_attention.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
@@ -147,4 +178,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_threads.restype = ctypes.c_int
     lib.psk_panel_width.argtypes = []
     lib.psk_panel_width.restype = ctypes.c_int
+    for name in ("psk_isa", "psk_isa_features"):
+        getattr(lib, name).argtypes = []
+        getattr(lib, name).restype = ctypes.c_char_p
     return lib

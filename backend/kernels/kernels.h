@@ -18,3 +18,6 @@ int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64
                          const float *v, int64_t v_stride, float *cache_k, float *cache_v,
                          const int64_t *slots, const int64_t *positions, const float *cos, const float *sin,
                          float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t max_len, int64_t hd);
+/* The instruction-set path this build compiled ("AVX-512", "AVX2", "NEON", "portable C"), and its features. */
+const char *psk_isa(void);
+const char *psk_isa_features(void);

@@ -78,11 +78,12 @@ class RemoteRun:
         self.tokens: list[TokenRecord] = []
         self.errors: Counter[str] = Counter()
         self.num_ok = 0
+        self.num_refused_since_ok = 0           # connections refused since the last request that finished
         self.num_early = 0                      # finished before their requested length
         self.early_reasons: Counter[str] = Counter()
         self.late_ms: list[float] = []          # each sent request: sent minus planned arrival
         self.stopped = False
-        self.abort: str | None = None           # "every request failed: ..."
+        self.abort: str | None = None           # "every request failed: ..." or "the server ... stopped answering ..."
         self.crash: str | None = None           # an unexpected failure of the run itself
         self.metrics_peak: dict[str, float] = {}   # the highest reading of each server gauge
         self.events: queue.Queue = queue.Queue()
@@ -306,11 +307,17 @@ class RemoteRun:
         record.output_tokens_source = out_source
         if status is RequestStatus.FINISHED:
             self.num_ok += 1
+            self.num_refused_since_ok = 0
             if n_out < spec.max_new_tokens and reason != "length":
                 self.num_early += 1
                 self.early_reasons[reason] += 1
-        elif status is RequestStatus.ERROR and self.num_ok == 0 and sum(self.errors.values()) >= ABORT_AFTER:
-            self.abort = self.abort or "every request failed: " + reason.partition(": ")[2]
+        elif status is RequestStatus.ERROR:
+            self.num_refused_since_ok += kind == "connection_refused"
+            if self.num_ok == 0 and sum(self.errors.values()) >= ABORT_AFTER:
+                self.abort = self.abort or "every request failed: " + reason.partition(": ")[2]
+            elif self.num_ok and self.num_refused_since_ok >= ABORT_AFTER:   # it answered, then went away
+                self.abort = self.abort or (f"the server at {self.endpoint.url} stopped answering after "
+                                            f"{self.num_ok} requests (connection refused)")
         self._finish(record)
         if status in (RequestStatus.FINISHED, RequestStatus.ERROR):
             self.source.on_finish(finish)
