@@ -138,11 +138,10 @@ def llama_server(api_key: str | None = None, log_path: Path | None = None):
             _wait_until_up(server, headers)
             try:
                 yield server
-            finally:   # a server started by the test itself, dead by its end: that is the failure
-                death = server.death()
-                if death and server.died_in is None:
-                    server.died_in = "the test"
-                    pytest.fail(death, pytrace=False)
+            except BaseException:   # a connection error of a server that died: its death is the failure
+                _fail_if_dead(server, from_none=True)
+                raise
+            _fail_if_dead(server)
         finally:
             LIVE.remove(server)
             proc.terminate()
@@ -151,6 +150,17 @@ def llama_server(api_key: str | None = None, log_path: Path | None = None):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _fail_if_dead(server: ServerProcess, from_none: bool = False) -> None:
+    """A server started by the test itself that is dead by its end fails it, with that as the one message."""
+    death = server.death()
+    if death is None or server.died_in is not None:
+        return
+    server.died_in = "the test"
+    if from_none:
+        raise pytest.fail.Exception(death, pytrace=False) from None
+    pytest.fail(death, pytrace=False)
 
 
 def _wait_until_up(server: ServerProcess, headers: dict) -> None:

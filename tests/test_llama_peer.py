@@ -50,7 +50,8 @@ def test_other_machines_keep_the_native_build():
 
 def test_an_amx_machine_takes_the_flags_path_and_its_own_wheel(monkeypatch, tmp_path):
     """install() on a faked AMX report: the wheel is built with those flags, in a cache folder of their own."""
-    monkeypatch.setattr(peer, "cpu_flags", lambda: peer.cpu_flags(SAPPHIRE_RAPIDS))
+    amx = peer.cpu_flags(SAPPHIRE_RAPIDS)
+    monkeypatch.setattr(peer, "cpu_flags", lambda: amx)
     monkeypatch.setattr(peer, "installed_record", lambda: None)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     built, pips = [], []
