@@ -1,12 +1,14 @@
-"""Plain settings objects shared by the CLI and the window. No torch here."""
+"""Plain settings objects shared by the CLI and the window: a run's model, sampling, engine, batch, sweep
+and remote endpoint, and the RunConfig that holds them. No torch here, and nothing above the vocabulary."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-if TYPE_CHECKING:   # annotations only: settings import nothing above them
-    from backend.remote.target import RemoteEndpoint
-    from backend.engine.sweep import SweepSpec
+from backend.errors import InputError
+
+if TYPE_CHECKING:   # annotations only: a workload's settings sit in the layer below (backend/workload)
     from backend.workload.spec import WorkloadSpec
 
 
@@ -32,7 +34,7 @@ class EngineConfig:
     chunk_tokens: int = 512      # per-step token budget under the chunked policy
     kv_tokens: int | None = None # KV cache capacity in tokens; None derives it from free memory
     max_len: int | None = None   # longest sequence (prompt + output) one slot holds; None derives it from the workload
-    # disaggregated: prompts on prefill workers, their KV handed to decode workers (backend/engine/disaggregated.py)
+    # disaggregated: prompts on prefill workers, their KV handed to decode workers (backend/targets/disaggregated/coordinator.py)
     prefill_workers: int = 1     # engine processes (simulated: devices) that run prompt chunks only
     decode_workers: int = 1      # engine processes (simulated: devices) that run decode steps only
     kv_transport: str = "auto"   # auto | shm | pipe: how the KV goes from a prefill to a decode process
@@ -53,10 +55,77 @@ class BatchRun:
 
 
 @dataclass(slots=True)
+class SweepSpec:
+    kind: str = "batch"                                   # batch | prompt | precision | rate | concurrency | pd-ratio
+    batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    lengths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024, 2048])
+    context: int = 512                                    # batch sweep: tokens each request attends to
+    steps: int = 8                                        # timed steps (or prefills) per point
+    warmup: int = 2
+    # precision sweep (backend/sweeps/steps.py): B prompts of prompt_len, output_len decode steps
+    dtypes: list[str] = field(default_factory=lambda: list(PRECISION_DEFAULT))
+    prompt_len: int = 512
+    output_len: int = 64
+    batch: int = 1
+    # load sweeps (backend/sweeps/load.py): one load run per arrival rate or per number of closed-loop users
+    rates: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
+    concurrencies: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    # pd-ratio (backend/sweeps/pd_ratio.py): every prefill:decode split of this many simulated devices
+    total_devices: int = 8
+
+
+PRECISION_DEFAULT = ("float32", "bfloat16", "q8_0", "q4_1")
+
+
+APIS = ("completions", "chat")
+
+
+@dataclass(slots=True)
+class RemoteEndpoint:
+    """Where a remote run sends its requests; its repr leaves the key out."""
+
+    url: str                                      # base URL, e.g. http://127.0.0.1:8000/v1
+    model: str                                    # the served model name
+    api_key: str | None = field(default=None, repr=False)   # never written anywhere
+    api: str = "completions"                      # completions | chat
+    timeout_s: float = 120.0                      # longest wait to connect or for the next event
+    read_metrics: bool = True                     # poll the server's Prometheus /metrics
+    tokenizer: str | None = None                  # the served model's tokenizer: .gguf, HF folder or hub id
+    client_workers: int | None = None             # client worker processes; None: one per core
+
+    def validate(self) -> None:
+        parts = urlsplit(self.url)
+        try:
+            parts.port   # parsed lazily: a port that is not a number raises here
+        except ValueError:
+            raise InputError(f"--endpoint {self.url!r}: the port is not a number") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            shown = safe_url(self.url) if parts.scheme else self.url
+            raise InputError(f"--endpoint {shown!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
+        if not self.model.strip():
+            raise InputError("--served-model is empty: give the name the server serves (see GET <endpoint>/models)")
+        if self.api not in APIS:
+            raise InputError(f"--api {self.api!r}: use completions or chat")
+        if not self.timeout_s > 0:
+            raise InputError(f"--request-timeout must be a positive number of seconds, got {self.timeout_s}")
+        if self.client_workers is not None and self.client_workers < 1:
+            raise InputError(f"--client-workers must be at least 1, got {self.client_workers}")
+
+
+def safe_url(url: str) -> str:
+    """The URL without user:password or query string, fit for a file or a message."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
+@dataclass(slots=True)
 class RunConfig:
     """Everything one run needs; written to run.json so a run can be reproduced."""
 
-    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt | sweep-precision | sweep-rate | sweep-concurrency
+    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt | sweep-precision | sweep-rate | sweep-concurrency | sweep-pd-ratio
     model: ModelChoice = field(default_factory=ModelChoice)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)

@@ -5,6 +5,11 @@ class InputError(Exception):
     """Bad input from the user: a flag, a file, a model name. The CLI exits with status 2."""
 
 
+class DoesNotFit(InputError):
+    """A run larger than the device's (or the profile's) memory, refused before anything is allocated:
+    the one check of the local and the simulated targets; a sweep stops at the first point that raises it."""
+
+
 class RunError(Exception):
     """A failure while running (out of memory, a device error). The CLI exits with status 1."""
 

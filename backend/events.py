@@ -6,17 +6,14 @@ engine process): settings in, these events out through `emit`, a RunFinished bac
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
+from backend.config import RunConfig
 from backend.precision import Precision, from_info
-from backend.records import RecordBatch, merge_batches
-
-if TYPE_CHECKING:   # annotations only: the vocabulary imports nothing above it
-    from backend.config import RunConfig
-    from backend.io.export import RunData
-    from backend.io.repeats import RepeatsSummary
-    from backend.models.base import ModelShape
+from backend.records import RecordBatch, RepeatsSummary, RunData, merge_batches
+from backend.shape import ModelShape
 
 Emit = Callable[[object], None]
 
@@ -119,6 +116,54 @@ class SweepPoint:
 
 
 @dataclass(slots=True)
+class LoadPoint:
+    """One rate (or concurrency) of a load sweep (backend/sweeps/load.py)."""
+
+    kind: str                       # "rate" or "concurrency"
+    x: float                        # arrivals per second, or closed-loop users
+    num_finished: int
+    num_rejected: int
+    duration_s: float
+    requests_per_s: float
+    tokens_per_s_per_device: float  # output tokens/s over the run, per device
+    tokens_per_s_per_user: float    # 1000 / TPOT p50: a decoding request's own rate
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    itl_p99_ms: float
+    goodput_requests_per_s: float   # NaN without SLOs
+    slo_attainment: float
+    cost_per_m_output_usd: float    # NaN without a price
+    pareto: bool = False            # no other point has both more throughput per device and per user
+    best_goodput: bool = False
+
+
+@dataclass(slots=True)
+class PDPoint:
+    """One prefill:decode split of a `sweep pd-ratio` (backend/sweeps/pd_ratio.py), simulated."""
+
+    prefill_devices: int
+    decode_devices: int
+    num_finished: int
+    goodput_rps: float              # NaN without SLOs
+    slo_attainment: float           # NaN without SLOs
+    output_tokens_per_s: float
+    tokens_per_s_per_device: float
+    goodput_per_device: float       # NaN without SLOs
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+    kv_transfer_mean_ms: float
+    best: bool = False
+
+    @property
+    def split(self) -> str:
+        return f"{self.prefill_devices}P:{self.decode_devices}D"
+
+
+@dataclass(slots=True)
 class EngineStatus:
     """The engine process as it reports itself, at a run's start and about once a second."""
 
@@ -144,6 +189,23 @@ class RunFinished:
     error: str | None = None  # one-line message when the run failed part way
     data: RunData | None = None   # every record of the run
     repeats: RepeatsSummary | None = None   # a run of --repeats N > 1: every repeat's figures; the rest is the last's
+
+
+class Throttle:
+    """How often a child process sends its records: at most `hz` messages a second (a fast GPU makes
+    thousands of steps a second), one rate for the engine process and the disaggregated workers."""
+
+    HZ = 60
+
+    def __init__(self, hz: float = HZ):
+        self.interval_s = 1.0 / hz
+        self.last = float("-inf")
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last >= self.interval_s
+
+    def sent(self) -> None:
+        self.last = time.monotonic()
 
 
 def coalesce(pending: list) -> tuple[RequestsArrived | None, RecordBatch | None, list]:

@@ -176,3 +176,53 @@ def merge_batches(batches: list[RecordBatch]) -> RecordBatch:
 def new_run_id() -> str:
     """e.g. 20261201-093012-a3f0: when the run started, and four random hex digits."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+# ---- results the upper layers pass around: a whole run, and figures over repeats ----
+
+@dataclass(slots=True)
+class RunData:
+    """A whole run in memory: what the window shows and what a folder holds."""
+
+    run_id: str = ""
+    config: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)       # model, device, dtype, versions
+    steps: list[StepRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    tokens: list[TokenRecord] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Interval:
+    """One metric over repeats: the mean, its 95% Student's t interval, and the spread."""
+
+    mean: float
+    low: float             # mean - half_width (NaN for one value)
+    high: float
+    half_width: float      # t(0.975, n - 1) * sd / sqrt(n)
+    cv: float              # sample sd / mean (NaN when the mean is 0)
+    n: int
+    values: list[float] = field(default_factory=list)
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+@dataclass(slots=True)
+class RepeatsSummary:
+    """Every repeat of one setting, and each figure's interval over them."""
+
+    requested: int                                    # N of --repeats N
+    run_ids: list[str] = field(default_factory=list)  # the repeats counted, in order
+    folders: list[str] = field(default_factory=list)  # their run folders ([] without --out)
+    metrics: dict[str, Interval] = field(default_factory=dict)
+    per_repeat: dict[str, list[float]] = field(default_factory=dict)   # each figure by repeat (NaN: none)
+    note: str = ""                                    # why fewer than requested were counted
+
+    @property
+    def num_done(self) -> int:
+        return len(self.run_ids)

@@ -5,23 +5,24 @@ signature (`events.Target`: config, emit, should_stop -> RunFinished) and stream
 events (Progress, ModelLoaded, RequestsArrived, a RecordBatch per step); nothing imports back
 from here:
 
-- the local engine (`engine.local.run_local`) for `run` and `load`;
-- a batch-size or prompt-length sweep over the same model (`engine.sweep.run_sweep`), or the
-  same steps at each weight precision (`engine.precision_sweep.run_precision_sweep`);
-- a remote OpenAI-compatible server (`remote.target.run_remote`) when the config names one;
-- the simulator (`engine.simulate.run_simulated`) with `config.simulate`: the real scheduler,
-  each step priced on `config.profile` by a cost model, on a virtual clock (and the sweeps,
-  simulated: `engine.simulate_sweep.run_simulated_sweep`);
-- a load sweep (`engine.load_sweep.run_load_sweep`, `sweep rate|concurrency`): one `load` run
-  per point through whichever of these targets runs `load` for the config;
-- the disaggregated policy: prefill and decode engine processes (`engine.disaggregated`), or
-  prefill and decode devices with a KV link between them, simulated (`engine.simulate_disagg`).
+- the local engine (`targets.local.run_local`) for `run` and `load`;
+- a remote OpenAI-compatible server (`targets.remote.target.run_remote`) when the config names one;
+- the simulator (`targets.simulated.run_simulated`) with `config.simulate`: the real scheduler,
+  each step priced on `config.profile` by a cost model, on a virtual clock;
+- the disaggregated policy: prefill and decode engine processes (`targets.disaggregated`), or
+  prefill and decode devices with a KV link between them, simulated
+  (`targets.disaggregated.simulated`);
+- a batch-size, prompt-length or precision sweep (`sweeps.steps.run_step_sweep`): each point a
+  few `run` and `load` configs through whichever of these targets runs them (measured or simulated);
+- a load sweep (`sweeps.load.run_load_sweep`, `sweep rate|concurrency`): one `load` run per
+  point through whichever of these targets runs `load` for the config; `sweep pd-ratio`
+  (`sweeps.pd_ratio.run_pd_ratio_sweep`): one simulated disaggregated `load` per split.
 
 With `config.repeats` N > 1 the same target runs N times back to back on one ModelCache (the
 model loaded once; each run still warms up before its timed steps), each repeat announced by a
 RepeatStarted and its events streamed as they come; the last repeat's RunFinished comes back
 with `repeats` holding every repeat's figures and their intervals (and, with an output folder,
-repeat-K folders beside repeats.csv and repeats.json: backend.io.repeats).
+repeat-K folders beside repeats.csv and repeats.json: backend.results.repeats).
 """
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], reta
 def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
     """`target` run config.repeats times; a repeat that fails or is stopped ends the series and
     is left out of the figures (its folder keeps what it wrote)."""
-    from backend.io.export import ensure_writable
-    from backend.io.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
+    from backend.results.export import ensure_writable
+    from backend.results.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
     out = ensure_writable(config.out_dir) if config.out_dir else None
     figures: list[dict] = []
     run_ids: list[str] = []
@@ -109,31 +110,31 @@ def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> T
     """The target that runs this config."""
     if config.engine.policy == "disaggregated" and config.endpoint is None and config.mode == "load":
         if config.simulate:
-            from backend.engine.simulate_disagg import run_simulated_disaggregated
+            from backend.targets.disaggregated.simulated import run_simulated_disaggregated
             return partial(run_simulated_disaggregated, retain_records=retain_records)
-        from backend.engine.disaggregated import run_disaggregated
+        from backend.targets.disaggregated.coordinator import run_disaggregated
         return partial(run_disaggregated, retain_records=retain_records)
+    if config.mode == "sweep-pd-ratio":   # each split a load run through the simulated disaggregated policy
+        from backend.sweeps.pd_ratio import run_pd_ratio_sweep
+        inner = target_for(replace(config, mode="load", sweep=None, simulate=True,
+                                   engine=replace(config.engine, policy="disaggregated")), models, retain_records=False)
+        return partial(run_pd_ratio_sweep, target=inner)
     if config.mode in LOAD_SWEEP_MODES:   # each point a load run through the target that runs `load`
-        from backend.engine.load_sweep import run_load_sweep
+        from backend.sweeps.load import run_load_sweep
         inner = target_for(replace(config, mode="load", sweep=None), models, retain_records=False)
         return partial(run_load_sweep, target=inner)
-    if config.simulate and config.mode in SWEEP_MODES:
-        from backend.engine.simulate_sweep import run_simulated_sweep
-        return run_simulated_sweep
+    if config.mode in SWEEP_MODES:   # each point a few `run` and `load` configs through the target that runs them
+        from backend.sweeps.steps import run_step_sweep
+        inner = target_for(replace(config, mode="batch", sweep=None, repeats=1), models, retain_records=True)
+        return partial(run_step_sweep, target=inner)
     if config.simulate:
-        from backend.engine.simulate import run_simulated
+        from backend.targets.simulated import run_simulated
         return partial(run_simulated, retain_records=retain_records)
     if config.endpoint is not None:
-        from backend.remote.target import run_remote
+        from backend.targets.remote.target import run_remote
         return run_remote
-    if config.mode == "sweep-precision":
-        from backend.engine.precision_sweep import run_precision_sweep
-        return partial(run_precision_sweep, models=models)
-    if config.mode in SWEEP_MODES:
-        from backend.engine.sweep import run_sweep
-        return partial(run_sweep, models=models)
     if config.mode in LOCAL_MODES:
-        from backend.engine.local import run_local
+        from backend.targets.local import run_local
         return partial(run_local, retain_records=retain_records, models=models)
     raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch, sweep-prompt, sweep-precision, "
-                     f"sweep-rate or sweep-concurrency")
+                     f"sweep-rate, sweep-concurrency or sweep-pd-ratio")

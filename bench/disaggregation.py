@@ -40,7 +40,7 @@ def log(message: str) -> None:
 
 # ---- 1. the hand-off between two processes ------------------------------------------------------
 
-def transport_child(fd: int) -> None:
+def transport_child(fd: str) -> None:
     """The receiving process: unpack each block into its cache slot, answer when it is there."""
     from multiprocessing.connection import Connection
     import torch
@@ -48,7 +48,7 @@ def transport_child(fd: int) -> None:
     from backend.models.base import KVCache
     from backend.loaders.weights import model_header
     torch.set_num_threads(1)
-    conn = Connection(fd)
+    conn = Connection(int(fd))
     shape_name, arena_fd, max_tokens = conn.recv()
     shape, _ = model_header(shape_name)
     cache = KVCache(shape, 1, max_tokens, "cpu", torch.float32)
@@ -74,7 +74,7 @@ def measure_transports(sizes_tokens: list[int], repeats: int) -> list[tuple]:
     """(tokens, MB, shm median ms, pipe median ms) per size, the two transports interleaved."""
     import torch
     from backend.engine.kv_transfer import Arena, block_of, new_memfd, pack, view_of
-    from backend.engine.processes import end_process, start_child
+    from backend.launcher import end_process, start_child
     from backend.loaders.weights import model_header
     from backend.models.base import KVCache
     shape, _ = model_header("smollm2-135m")
@@ -162,17 +162,20 @@ def real_table(title: str, spec_text: str, rows: list[tuple]) -> list[str]:
 # ---- 3. the simulated P:D sweep ------------------------------------------------------------------
 
 def simulated_sweeps(requests: int) -> list[str]:
-    from backend.engine.pd_sweep import sweep_pd_ratio
+    from backend.config import SweepSpec
+    from backend.events import PDPoint
+    from backend.session import execute
     lines = []
     for prompt, rate in (("2000", 40.0), ("200", 120.0)):
         spec = apply_overrides(load_workload("poisson-chat"), num_requests=requests, rate=rate, prompt_len=prompt,
                                output_len="200", prompt_source="synthetic")
-        config = RunConfig(mode="load", model=ModelChoice("llama-8b"), profile="h100-sxm", simulate=True,
+        config = RunConfig(mode="sweep-pd-ratio", model=ModelChoice("llama-8b"), profile="h100-sxm", simulate=True,
                            engine=EngineConfig(policy="disaggregated", max_batch=128), workload=spec,
-                           slo_ttft_ms=1000.0, slo_tpot_ms=50.0)
+                           slo_ttft_ms=1000.0, slo_tpot_ms=50.0, sweep=SweepSpec("pd-ratio", total_devices=8))
         log(f"pd-ratio sweep, {prompt}-token prompts at {rate:g}/s")
         start = time.perf_counter()
-        points = sweep_pd_ratio(config, 8)
+        points: list = []
+        execute(config, lambda e: points.append(e) if isinstance(e, PDPoint) else None, lambda: False)
         wall = time.perf_counter() - start
         lines += ["", f"**{prompt}-token prompts**, 200 output tokens, {requests} requests, Poisson at {rate:g}/s; "
                       f"SLO TTFT <= 1,000 ms and TPOT <= 50 ms; KV over nvlink4 (450 GB/s, 5 us); "

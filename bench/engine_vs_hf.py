@@ -43,10 +43,11 @@ import torch  # noqa: E402
 
 from backend.workload.arrivals import RequestSpec  # noqa: E402
 from backend.roofline.calibrate import calibrate, copy_bandwidth, matmul_flops, read_bandwidth  # noqa: E402
-from backend.config import SamplingConfig  # noqa: E402
+from backend.config import RunConfig, SamplingConfig  # noqa: E402
 from backend.loaders.device import device_name, synchronize  # noqa: E402
 from backend.workload.arrivals import FixedSource  # noqa: E402
-from backend.engine.loop import Engine, EngineResult  # noqa: E402
+from backend.engine.loop import Engine  # noqa: E402
+from backend.results.recorder import RunRecorder  # noqa: E402
 from backend.records import Phase, StepRecord  # noqa: E402
 from backend.engine.request import Request  # noqa: E402
 from backend.roofline.cost import step_cost  # noqa: E402
@@ -87,17 +88,19 @@ class Ours:
             self._runners[key].warmup()
         return self._runners[key]
 
-    def run(self, prompts: list[list[int]], new_tokens: int) -> EngineResult:
+    def run(self, prompts: list[list[int]], new_tokens: int) -> RunRecorder:
+        """The prompts through scheduler, runner and engine loop; the records (steps, requests) as a run keeps them."""
         max_len = len(prompts[0]) + new_tokens
         runner = self.runner(len(prompts), max_len)
         scheduler = Scheduler(SchedulerConfig("static", len(prompts), kv_capacity=len(prompts) * max_len,
                                               max_len=max_len))
         specs = [RequestSpec(i, 0.0, p, "", new_tokens) for i, p in enumerate(prompts)]
-        result = Engine(scheduler, runner, "bench", ignore_eos=True).run(FixedSource(specs), lambda e: None,
+        records = RunRecorder(RunConfig(), lambda e: None)
+        result = Engine(scheduler, runner, "bench", ignore_eos=True).run(FixedSource(specs), records.emit,
                                                                         lambda: False)
         if result.error:
             raise RuntimeError(result.error)
-        return result
+        return records
 
 
 class Theirs:

@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$LOGS/gpu.txt"
 
 status=0
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_graphs.py tests/test_runner.py tests/test_models.py tests/test_quant.py \
+timeout 240 $PY -m pytest -q -p no:cacheprovider tests/engine/test_cuda_graphs.py tests/engine/test_runner.py tests/models/test_models.py tests/models/test_quant.py \
     2>&1 | tee "$LOGS/tests.log" || status=1
 timeout 300 $PY bench/engine_vs_hf.py --gpu-only 2>&1 | tee "$LOGS/gpu_bench.md" || status=1
 exit $status

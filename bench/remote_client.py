@@ -1,6 +1,6 @@
 """The remote driver against a fake server that logs its own true timing: how close are its figures?
 
-The fake OpenAI-compatible server (tests/fake_openai.py) runs as its own process on loopback and
+The fake OpenAI-compatible server (tests/fakes/fake_openai.py) runs as its own process on loopback and
 streams each answer one token per engine step, `--gap-ms` apart, logging when it read each request
 and wrote each token on the machine's monotonic clock. The driver (`load --endpoint`, closed loop
 at 1, 16, 64 and 256 concurrent streams, 128-token text prompts, 64-token answers) is run in
@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from backend.config import RunConfig  # noqa: E402
-from backend.remote.pool import default_workers  # noqa: E402
-from backend.remote.target import RemoteEndpoint, run_remote  # noqa: E402
+from backend.config import RemoteEndpoint, RunConfig
+from backend.targets.remote.pool import default_workers  # noqa: E402
+from backend.targets.remote.target import run_remote
 from backend.workload.spec import workload_from_dict  # noqa: E402
 
 README = Path(__file__).with_name("README.md")
@@ -82,7 +82,7 @@ def proc_cpu_s(pid: int) -> float | None:
 class Server:
     def __init__(self, gap_ms: float):
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--port", str(self.port),
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes" / "fake_openai.py"), "--port", str(self.port),
                                       "--gap-ms", str(gap_ms)], stdout=subprocess.PIPE, cwd=ROOT)
         self.proc.stdout.readline()   # "serving on ..."
         self.root = f"http://127.0.0.1:{self.port}"

@@ -23,8 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.config import EngineConfig, ModelChoice, RunConfig  # noqa: E402
-from backend.engine.sweep import SweepSpec  # noqa: E402
+from backend.config import EngineConfig, ModelChoice, RunConfig, SweepSpec
 from backend.loaders.cache import ModelCache  # noqa: E402
 from backend.roofline.fit import fit_cost_model, step_errors  # noqa: E402
 from backend.roofline.profiles import load_profile, local_profile_path  # noqa: E402
@@ -85,7 +84,7 @@ def main() -> int:
             raise SystemExit(f"{name}: {finished.error}")
         folders[name], configs[name] = base / name, config
     # the noise floor: the check sweeps measured again, each point against its first measurement
-    from backend.engine.sweep import read_sweep
+    from backend.sweeps.points import read_points
     repeat_gaps = []
     for name in ("chk-batch", "chk-prompt"):
         log(f"measuring {name} again (the machine's own spread)")
@@ -93,7 +92,7 @@ def main() -> int:
                         retain_records=False, models=models)
         if again.error:
             raise SystemExit(f"{name} again: {again.error}")
-        first, second = read_sweep(folders[name]), read_sweep(base / f"{name}-again")
+        first, second = read_points(folders[name])[1], read_points(base / f"{name}-again")[1]
         repeat_gaps += [abs(b.step_ms - a.step_ms) / a.step_ms * 100 for a, b in zip(first, second)]
     fit_runs = [read_measured(str(folders[n]))[0] for n, role, _ in PLAN if role == "fit"]
     check_runs = [read_measured(str(folders[n]))[0] for n, role, _ in PLAN if role == "check"]
@@ -103,7 +102,7 @@ def main() -> int:
     reports = {label: step_errors(m, check_runs, profile) for label, m in models_by_label.items()}
 
     # the check workload, simulated with each model on a profile holding its terms
-    from backend.io.export import read_run
+    from backend.results.export import read_run
     from backend.roofline.profiles import profile_to_toml
     measured = read_run(folders["chk-load"]).summary
     simulated = {}

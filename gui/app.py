@@ -18,7 +18,7 @@ def open_window(model: str | None = None, profile: str | None = None, autostart:
 
 def render_plots(plots, folder):
     """compare --out's PNGs, drawn with the window's libraries (imported only when asked)."""
-    from gui.plot_export import render_plots as render
+    from gui.views.plot_export import render_plots as render
     return render(plots, folder)
 
 

@@ -12,27 +12,27 @@ from backend.loaders.device import run_dtype_name
 from backend.precision import from_info
 from backend.errors import InputError
 from backend.events import EngineStatus, ModelLoaded, Progress, RepeatStarted
-from backend.models.base import ModelShape
+from backend.shape import ModelShape
 from backend.models.shapes import SHAPES
 from backend.roofline.profiles import LOCAL_KEY
 from backend.config import config_dict
 
-from .compare_actions import CompareActions
-from .controls import ControlsPanel
-from .distributions import DistributionsView
-from .file_actions import FileActions
-from .lanes import LanesView
-from .metrics import MetricsPanel, repeats_text
-from .precision_view import PrecisionView
-from .reference_actions import ReferenceActions
-from .requests_table import RequestsTable
-from .run_store import RunStore
-from .status import RunStatus
-from .text_view import GeneratedText
-from .throughput import ThroughputView
-from .timeline import TimelineView
-from .worker_strip import WorkerStripView
-from .worker import WorkerThread
+from gui.actions.compare import CompareActions
+from gui.panels.controls import ControlsPanel
+from gui.views.distributions import DistributionsView
+from gui.actions.files import FileActions
+from gui.views.lanes import LanesView
+from gui.views.metrics import MetricsPanel, repeats_text
+from gui.views.precision import PrecisionView
+from gui.actions.references import ReferenceActions
+from gui.views.requests_table import RequestsTable
+from gui.state.run_store import RunStore
+from gui.panels.status import RunStatus
+from gui.views.text import GeneratedText
+from gui.views.throughput import ThroughputView
+from gui.views.timeline import TimelineView
+from gui.views.worker_strip import WorkerStripView
+from gui.worker import WorkerThread
 
 REPAINT_MS = 30          # about 30 Hz: records arrive at any rate, the screen changes at this one
 NUMBERS_EVERY = 3        # the table and the metrics panel every third tick while running: digits cannot be read faster

@@ -30,7 +30,7 @@ from PySide6 import QtCore, QtWidgets  # noqa: E402
 from backend.roofline.calibrate import calibrate, write_profile  # noqa: E402
 from backend.roofline.profiles import LOCAL_KEY  # noqa: E402
 
-from .main_window import MainWindow  # noqa: E402
+from gui.main_window import MainWindow  # noqa: E402
 
 
 def run_and_wait(app: QtWidgets.QApplication, window: MainWindow) -> None:

@@ -57,7 +57,7 @@ def nothing_left_running():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A llama.cpp server that died while a test used it fails that test by name (tests/llama_server.py)."""
+    """A llama.cpp server that died while a test used it fails that test by name (tests/fakes/llama_server.py)."""
     outcome = yield
-    from tests.llama_server import watch_report
+    from tests.fakes.llama_server import watch_report
     watch_report(item, call, outcome.get_result())

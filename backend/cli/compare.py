@@ -1,13 +1,13 @@
 """`compare RUN_A RUN_B [RUN_C ...] [--out DIR]`: saved runs side by side, each change against the
-first run with whether it is larger than the noise (backend.io.compare), and overlaid plots."""
+first run with whether it is larger than the noise (backend.results.compare), and overlaid plots."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 from backend.errors import InputError
-from backend.io.compare import TESTS, Cell, Row, Side, compare, compare_csv, plots_of, side_of
-from backend.io.plots import RenderPlots
+from backend.results.compare import TESTS, Cell, Row, Side, compare, compare_csv, plots_of, side_of
+from backend.results.plots import RenderPlots
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -24,11 +24,10 @@ def add_compare_parser(sub) -> None:
 
 def load_side(path: str, letter: str) -> Side:
     """One run folder or repeats folder as a column; InputError naming the folder if it is neither."""
-    from backend.engine.precision_sweep import read_precision_sweep
-    from backend.engine.sweep import read_sweep
-    from backend.io.export import read_run
-    from backend.io.figures import figures_of
-    from backend.io.repeats import is_repeats_folder, read_repeats_index
+    from backend.sweeps.points import read_points
+    from backend.results.export import read_run
+    from backend.results.figures import figures_of
+    from backend.results.repeats import is_repeats_folder, read_repeats_index
     folder = Path(path)
     if not folder.is_dir():
         raise InputError(f"{folder} is not a folder")
@@ -36,7 +35,7 @@ def load_side(path: str, letter: str) -> Side:
     figures, run = [], None
     for f in folders:
         run = read_run(f)
-        figures.append(figures_of(run, read_sweep(f) or read_precision_sweep(f)))
+        figures.append(figures_of(run, read_points(f)[1]))
     label = f"{letter}: {run_label(run.info, run.config)}" + (f" x{len(folders)} repeats" if len(folders) > 1 else "")
     return side_of(label, str(folder), figures)
 
@@ -131,7 +130,7 @@ def run_compare(args, render_plots: RenderPlots | None = None, out=None) -> int:
 
 def write_compare(folder: str, rows: list[Row], sides: list[Side], render_plots: RenderPlots | None, out) -> None:
     from backend.files import write_files
-    from backend.io.export import ensure_writable
+    from backend.results.export import ensure_writable
     path = ensure_writable(folder)
     write_files(path, {"compare.csv": compare_csv(rows, sides)})
     print(f"written to {path}/compare.csv", file=out)

@@ -20,8 +20,8 @@ from backend.roofline.step_time import CostModel
 
 def read_measured(folder: str) -> tuple[MeasuredRun, dict]:
     """A run folder's measured steps and its run.json info; one line refusing a simulated or remote run, or one without steps."""
-    from backend.io.export import read_run
-    from backend.models.base import ModelShape
+    from backend.results.export import read_run
+    from backend.shape import ModelShape
     from backend.precision import from_info
     run = read_run(folder)
     info = run.info
@@ -51,7 +51,7 @@ def poisson(seed: int, rate: float, prompt: str, output: str, requests: int):
 def standard_runs() -> list[tuple[str, RunConfig]]:
     """What `calibrate --fit` measures when given no run folders: a batch sweep, a prompt sweep and a
     Poisson workload of the bundled model at float32, each full-length (as bench/sim_vs_measured.py fits on)."""
-    from backend.engine.sweep import SweepSpec
+    from backend.config import SweepSpec
     return [("batch", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[1, 4, 16], context=256))),
             ("prompt", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[32, 128, 512]))),
             ("load", RunConfig(mode="load", workload=poisson(1, 1.5, "32:256", "16:48", 30),

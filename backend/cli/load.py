@@ -16,7 +16,7 @@ def load_flags(p, model_flags) -> None:
     p.add_argument("--workload", default="poisson-chat", help="a preset name (profiles/workloads/) or a TOML path")
     p.add_argument("--policy", default=EngineConfig().policy, choices=(*POLICIES, "disaggregated"),
                    help="disaggregated: prompts on prefill engine processes, their KV handed to decode ones")
-    from backend.cli.pd_flags import add_disaggregated_flags
+    from backend.cli.disaggregated_flags import add_disaggregated_flags
     add_disaggregated_flags(p)
     p.add_argument("--max-batch", type=int, default=32, help="requests running at once (KV cache slots)")
     p.add_argument("--chunk-tokens", type=int, default=512, help="per-step token budget (chunked policy)")
@@ -33,7 +33,7 @@ def load_flags(p, model_flags) -> None:
     p.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective")
     from backend.cli.flags import simulate_flag
     simulate_flag(p)
-    from backend.remote.target import add_remote_flags
+    from backend.targets.remote.target import add_remote_flags
     add_remote_flags(p)
 
 
@@ -52,10 +52,10 @@ def load_config(args) -> RunConfig:
     config.workload = apply_overrides(spec, **overrides)
     config.engine = EngineConfig(policy=args.policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens,
                                  kv_tokens=args.kv_tokens)
-    from backend.cli.pd_flags import apply_disaggregated_flags
+    from backend.cli.disaggregated_flags import apply_disaggregated_flags
     apply_disaggregated_flags(args, config.engine)
     config.slo_ttft_ms = args.slo_ttft_ms
     config.slo_tpot_ms = args.slo_tpot_ms
-    from backend.remote.target import endpoint_from_args
+    from backend.targets.remote.target import endpoint_from_args
     config.endpoint = endpoint_from_args(args)
     return config

@@ -17,7 +17,7 @@ from backend.cli import report
 from backend.cli.flags import Parser, common_config, model_flags, positive_int, simulate_flag
 from backend.config import BatchRun, EngineConfig, RunConfig
 from backend.errors import InputError, RunError
-from backend.io.plots import RenderPlots
+from backend.results.plots import RenderPlots
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
          render_plots: RenderPlots | None = None) -> int:
     """The exit status. `open_window(model=, profile=, autostart=)` opens the window when no
     sub-command is given (gui.app passes it; without it, that is a usage error).
-    `render_plots(plots, folder) -> written paths` draws `compare --out`'s PNGs (backend.io.plots:
+    `render_plots(plots, folder) -> written paths` draws `compare --out`'s PNGs (backend.results.plots:
     the window's libraries draw them; without it, compare writes its CSV only and says so)."""
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -86,9 +86,6 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
         if args.command == "calibrate":
             from backend.cli.tools import run_calibrate
             return run_calibrate(args)
-        if args.command == "sweep" and args.kind == "pd-ratio":
-            from backend.cli.pd_sweep import run_pd_sweep
-            return run_pd_sweep(args)
         if args.command == "sweep":
             from backend.cli.tools import sweep_config
             return run_headless(sweep_config(args))
@@ -133,7 +130,7 @@ def run_headless(config: RunConfig) -> int:
     repeats = finished.repeats
     shown = config   # with repeats: the last repeat's summary, with its own folder
     if repeats is not None and config.out_dir:
-        from backend.io.repeats import repeat_folder
+        from backend.results.repeats import repeat_folder
         last = repeats.num_done + (1 if finished.error or finished.stopped else 0)
         shown = replace(config, out_dir=str(repeat_folder(config.out_dir, last)))
     if sweep is not None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 import sys
 
-from backend.io.repeats import INDEX, TABLE, RepeatsSummary
+from backend.results.repeats import INDEX, TABLE
+from backend.records import RepeatsSummary
 
 # the figures worth a line, in this order (repeats.csv holds every figure of the summary)
 SHOWN = [("ttft_mean_ms", "TTFT mean (ms)"), ("ttft_p50_ms", "TTFT p50 (ms)"), ("ttft_p99_ms", "TTFT p99 (ms)"),

@@ -7,11 +7,11 @@ from collections import Counter
 import time
 from types import SimpleNamespace
 
-from backend.events import ModelLoaded, PrecisionPoint, Progress, RequestsArrived, RunFinished, SweepPoint
+from backend.events import (
+    LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, Progress, RequestsArrived, RunFinished, SweepPoint)
 from backend.precision import from_info
 from backend.records import RecordBatch, RequestStatus
 from backend.roofline.cost import Bound, PhaseRoofline, PhaseTotals, phase_roofline
-from backend.engine.load_sweep import LoadPoint
 from backend.engine.threads import describe_threads
 
 
@@ -69,7 +69,7 @@ class LiveProgress:
         elif isinstance(event, ModelLoaded):
             self.loaded = event
             self._last = time.monotonic()   # the first status line comes a second into the run
-        elif isinstance(event, (SweepPoint, PrecisionPoint, LoadPoint)) and self.sweep is not None:
+        elif isinstance(event, (SweepPoint, PrecisionPoint, LoadPoint, PDPoint)) and self.sweep is not None:
             self.sweep.on_point(event)
         elif isinstance(event, RequestsArrived):
             self.arrived += len(event.request_ids)
@@ -107,7 +107,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         errors = {k[len('errors_'):]: int(v) for k, v in s.items() if k.startswith("errors_")}
         if errors:
             print("errors   " + ", ".join(f"{k} {v}" for k, v in errors.items()), file=out)
-        from backend.remote.honesty import client_line
+        from backend.targets.remote.honesty import client_line
         print(client_line(info), file=out)
         for line in info.get("warnings", []):   # what the run knows is wrong with its own figures
             print(f"warning  {line}", file=out)
@@ -129,14 +129,14 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}, "
               f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
     if info.get("layout"):
-        from backend.cli.pd_report import print_layout
+        from backend.cli.disaggregated_report import print_layout
         print_layout(info["layout"], s, out)
     if config.mode == "batch":
         _print_batch_summary(config, data, s, out)
     else:
         _print_load_summary(s, out)
         _print_rejections(data.requests, out)
-    from backend.io.cost import cost_text
+    from backend.results.cost import cost_text
     cost = cost_text(s, info.get("priced_on", ""))
     if cost:
         print(cost, file=out)

@@ -54,7 +54,7 @@ def add_tool_parsers(sub, model_flags) -> None:
     c = kinds.add_parser("concurrency", help="the same workload at each number of closed-loop users: as `sweep rate`")
     load_flags(c, model_flags)
     c.add_argument("--concurrencies", default="1,2,4,8,16", help="comma-separated numbers of users")
-    from backend.cli.pd_sweep import add_pd_ratio_parser
+    from backend.cli.pd_ratio import add_pd_ratio_parser
     add_pd_ratio_parser(kinds, model_flags)
 
 
@@ -115,20 +115,28 @@ def _fitted_terms(out) -> bool:
 
 def sweep_config(args) -> RunConfig:
     from backend.cli.flags import common_config
-    from backend.engine.sweep import SweepSpec, parse_rates, parse_sizes
+    from backend.sweeps.parse import parse_sizes
+    from backend.sweeps.parse import parse_rates
+    from backend.config import SweepSpec
     from backend.errors import InputError
-    if args.kind in ("rate", "concurrency"):
+    if args.kind in ("rate", "concurrency", "pd-ratio"):
         from backend.cli.load import load_config
         config = load_config(args)
         config.mode = f"sweep-{args.kind}"
-        config.sweep = (SweepSpec("rate", rates=parse_rates(args.rates)) if args.kind == "rate"
-                        else SweepSpec("concurrency", concurrencies=parse_sizes(args.concurrencies, "--concurrencies")))
+        if args.kind == "pd-ratio":
+            if config.endpoint is not None:
+                raise InputError("sweep pd-ratio is simulated: it cannot be combined with --endpoint")
+            config.simulate = True
+            config.sweep = SweepSpec("pd-ratio", total_devices=args.total_devices)
+        else:
+            config.sweep = (SweepSpec("rate", rates=parse_rates(args.rates)) if args.kind == "rate" else
+                            SweepSpec("concurrency", concurrencies=parse_sizes(args.concurrencies, "--concurrencies")))
         return config
     config = common_config(args, f"sweep-{args.kind}")
     if args.steps <= 0:
         raise InputError(f"--steps must be positive, got {args.steps}")
     if args.kind == "precision":
-        from backend.engine.sweep import parse_dtypes
+        from backend.sweeps.parse import parse_dtypes
         for flag, value in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len), ("--batch", args.batch)):
             if value <= 0:
                 raise InputError(f"{flag} must be positive, got {value}")
@@ -175,6 +183,10 @@ class SweepPrinter:
 
     def __init__(self, kind: str):
         self.kind = kind
+        self.points: list = []
+        if kind == "pd-ratio":   # a table at the end, with the best split marked
+            self.printed = True
+            return
         if kind in ("rate", "concurrency"):
             self.header = (f"{'rate/s' if kind == 'rate' else 'users':>7} {'done':>5} {'tok/s/device':>13} "
                            f"{'tok/s/user':>11} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9} "
@@ -191,6 +203,9 @@ class SweepPrinter:
         self.printed = False
 
     def on_point(self, p) -> None:
+        self.points.append(p)
+        if self.kind == "pd-ratio":
+            return
         if not self.printed:
             print(self.header)
             self.printed = True
@@ -210,6 +225,17 @@ class SweepPrinter:
 
     def finish(self, finished, config) -> None:
         s, info = finished.summary, finished.data.info
+        if self.kind == "pd-ratio":
+            from backend.cli.pd_ratio import print_points
+            best = s.get("best_split")
+            for p in self.points:   # the points as emitted: mark the best the sweep chose
+                p.best = p.split == best
+            print_points(config, self.points, config.sweep.total_devices)
+            if s.get("note"):
+                print(s["note"])
+            if config.out_dir:
+                print(f"written to {config.out_dir}/sweep.csv (and run.json), each split's records in its own folder")
+            return
         if self.kind in ("rate", "concurrency"):
             _finish_load_summary(s, info, config)
             return

@@ -1,2 +1,5 @@
-"""The local engine as a target (local.py) and the sweeps over its model (sweep.py); request state,
-the scheduler (no torch), the engine loop, the runner, CUDA graphs, and the threads a run takes."""
+"""The engine's nouns: request state (request.py), the scheduler (scheduler.py, no torch), the
+decode-only batch of a disaggregated decode worker (decode_batch.py), the engine loop
+(loop.py: schedule, run, record), the runner (runner.py: one step's tensors through the model),
+CUDA graphs (cuda_graphs.py), the KV hand-off between processes (kv_transfer.py), and the
+threads a run takes (threads.py). Targets (backend/targets/) drive these."""

@@ -7,12 +7,12 @@ so the loop can be driven by a fake clock in tests.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from backend.workload.arrivals import RequestSource
 from backend.errors import one_line
-from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
+from backend.records import RecordBatch, StepRecord, TokenRecord
 from backend.engine.request import Request
 from backend.engine.scheduler import Scheduler
 from backend.events import RequestsArrived
@@ -22,10 +22,9 @@ IDLE_POLL_S = 0.05  # longest idle sleep, so Stop is honoured while waiting for 
 
 @dataclass(slots=True)
 class EngineResult:
+    """How the loop ended; its records went to `emit` (a RunRecorder keeps them: backend/results/recorder.py)."""
+
     run_id: str
-    steps: list[StepRecord] = field(default_factory=list)
-    requests: list[RequestRecord] = field(default_factory=list)
-    tokens: list[TokenRecord] = field(default_factory=list)
     stopped: bool = False
     error: str | None = None
 
@@ -34,7 +33,7 @@ class Engine:
     """Drives a scheduler and a runner over a request source, emitting one RecordBatch per step."""
 
     def __init__(self, scheduler: Scheduler, runner, run_id: str, tokenizer=None,
-                 stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False, retain_records: bool = True,
+                 stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False,
                  clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep):
         self.scheduler = scheduler
         self.runner = runner
@@ -42,7 +41,6 @@ class Engine:
         self.tokenizer = tokenizer
         self.stop_ids = stop_ids
         self.ignore_eos = ignore_eos
-        self.retain_records = retain_records   # False: steps and tokens only go to emit (long runs)
         self.clock = clock
         self.sleep = sleep
         self._requests: dict[int, Request] = {}
@@ -78,7 +76,7 @@ class Engine:
                 self._retire(out.rejected, batch, source, start)
                 if out.num_tokens == 0:
                     if batch.requests:
-                        self._collect(batch, result, emit)
+                        emit(batch)
                         continue
                     if not self.scheduler.has_work and source.is_exhausted():
                         break
@@ -101,7 +99,7 @@ class Engine:
                                                     token_id=req.output_ids[-1]))
                 self._stream_text(sampled, batch)
                 self._retire(finished, batch, source, end)
-                self._collect(batch, result, emit)
+                emit(batch)
         except Exception as exc:  # the partial run is kept; the caller shows the message
             result.error = one_line(exc, typed=True)
         self._record_unfinished(result, emit)
@@ -152,13 +150,6 @@ class Engine:
             return ""
         return self.tokenizer.decode(req.output_ids)
 
-    def _collect(self, batch: RecordBatch, result: EngineResult, emit) -> None:
-        if self.retain_records:
-            result.steps.extend(batch.steps)
-            result.tokens.extend(batch.tokens)
-        result.requests.extend(batch.requests)
-        emit(batch)
-
     def _record_unfinished(self, result: EngineResult, emit) -> None:
         """Requests still queued or running when the run stopped are kept, with why they did not finish."""
         reason = "stopped by user" if result.stopped else (f"run failed: {result.error}" if result.error else "")
@@ -169,5 +160,5 @@ class Engine:
             batch.requests.append(req.to_record(self._final_text(req)))
         self._requests.clear()
         if batch.requests:
-            self._collect(batch, result, emit)
+            emit(batch)
 

@@ -89,3 +89,24 @@ class Request:
             first_token_ms=self.first_token_ms,
             last_token_ms=self.token_times_ms[-1] if self.token_times_ms else None, finish_ms=self.finish_ms,
             num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text)
+
+
+def rejection(prompt_tokens: int, new_tokens: int, max_len: int, kv_capacity: int, cache: str = "the cache") -> str:
+    """Why a request can never run ('' when it can): the one rule of the scheduler and of both
+    disaggregated policies (whose decode side names its own cache)."""
+    if prompt_tokens == 0:
+        return "empty prompt"
+    if new_tokens < 1:
+        return f"asks for {new_tokens} output tokens; at least 1 is needed"
+    if prompt_tokens + new_tokens > max_len:
+        return f"prompt of {prompt_tokens} tokens + {new_tokens} output tokens exceeds the {max_len}-token slot"
+    if prompt_tokens + new_tokens > kv_capacity:
+        return f"needs {prompt_tokens + new_tokens} KV tokens, {cache} holds {kv_capacity}"
+    return ""
+
+
+def rejected_record(spec: RequestSpec, reason: str) -> RequestRecord:
+    """The record of a request refused on arrival (by `rejection`)."""
+    return RequestRecord.from_times(request_id=spec.request_id, status=RequestStatus.REJECTED,
+                                    prompt_tokens=len(spec.prompt_ids), output_tokens=0, arrival_ms=spec.arrival_ms,
+                                    finish_reason=reason)

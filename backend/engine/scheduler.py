@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from backend.errors import InputError
 from backend.records import Phase, RequestStatus
-from backend.engine.request import Request
+from backend.engine.request import Request, rejection
 
 POLICIES = ("static", "continuous", "chunked")
 
@@ -175,17 +175,7 @@ class Scheduler:
         return finished
 
     def _rejection(self, request: Request) -> str:
-        cfg = self.config
-        prompt, new = len(request.prompt_ids), request.max_new_tokens
-        if prompt == 0:
-            return "empty prompt"
-        if new < 1:
-            return f"asks for {new} output tokens; at least 1 is needed"
-        if prompt + new > cfg.max_len:
-            return f"prompt of {prompt} tokens + {new} output tokens exceeds the {cfg.max_len}-token slot"
-        if prompt + new > cfg.kv_capacity:
-            return f"needs {prompt + new} KV tokens, the cache holds {cfg.kv_capacity}"
-        return ""
+        return rejection(len(request.prompt_ids), request.max_new_tokens, self.config.max_len, self.config.kv_capacity)
 
     def _schedule_static(self, out: SchedulerOutput, now_ms: float) -> None:
         if self._running:

@@ -13,7 +13,7 @@ import torch
 
 from backend.errors import InputError
 from backend.loaders.hf import Checkpoint
-from backend.models.base import ModelShape
+from backend.shape import ModelShape
 from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = ("llama", "qwen2")

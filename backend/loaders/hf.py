@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from backend.errors import InputError
-from backend.models.base import ModelShape
+from backend.shape import ModelShape
 from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = {

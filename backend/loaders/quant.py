@@ -19,7 +19,7 @@ from backend.errors import InputError
 from backend.kernels import ops
 from backend.loaders.device import dtype_name
 from backend.loaders.hf import Checkpoint
-from backend.models.base import ModelShape
+from backend.shape import ModelShape
 from backend.models.packed import Int8Weight, Panels, QuantPanels, int8_kernel, matrix_bytes, pack_weights, quantize_int8
 from backend.precision import BLOCK_FORMATS, Precision, precision
 

@@ -15,7 +15,8 @@ from backend.errors import InputError
 from backend.events import ModelLoaded
 from backend.loaders.gguf import gguf_checkpoint
 from backend.loaders.hf import Checkpoint, copy_weights, hf_folder_checkpoint, hub_checkpoint
-from backend.models import SHAPES, SYNTHETIC, ModelShape, build_model
+from backend.models import build_model, SHAPES, SYNTHETIC
+from backend.shape import ModelShape
 from backend.precision import BLOCK_FORMATS, Precision, canonical, precision
 from backend.loaders.tokenizer import ByteTokenizer, Tokenizer
 

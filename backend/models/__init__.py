@@ -5,10 +5,10 @@ from collections.abc import Sequence
 
 import torch
 
-from backend.models.base import KVCache, ModelShape, Segment, StepBatch
+from backend.models.base import KVCache, Segment, StepBatch
 from backend.models.shapes import SHAPES, SYNTHETIC, build_model
 
-__all__ = ["KVCache", "ModelShape", "SHAPES", "SYNTHETIC", "Segment", "StepBatch", "build_model", "make_step_batch"]
+__all__ = ["KVCache", "SHAPES", "SYNTHETIC", "Segment", "StepBatch", "build_model", "make_step_batch"]
 
 
 def make_step_batch(prefill: Sequence[tuple[int, int, Sequence[int]]],

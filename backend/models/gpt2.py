@@ -7,7 +7,8 @@ from torch import nn
 
 from backend.errors import InputError
 from backend.models.attention import AttentionPlan, attend
-from backend.models.base import KVCache, ModelShape, StepBatch
+from backend.models.base import KVCache, StepBatch
+from backend.shape import ModelShape
 from backend.models.packed import linear
 
 

@@ -12,7 +12,8 @@ from torch import nn
 
 from backend.kernels import ops
 from backend.models.attention import AttentionPlan, attend
-from backend.models.base import KVCache, ModelShape, StepBatch
+from backend.models.base import KVCache, StepBatch
+from backend.shape import ModelShape
 from backend.models.packed import Panels, QuantPanels, kind_code, linear
 
 

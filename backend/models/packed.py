@@ -35,7 +35,7 @@ from backend.precision import precision
 
 # oneDNN and ideep above it each cache a compiled kernel per input shape, 1,024 by default;
 # prefill steps come in thousands of shapes, so a long load run grew by ~3 MB/s toward a
-# gigabyte or more. 256 of each keep every decode shape hot and memory flat (tests/test_soak.py).
+# gigabyte or more. 256 of each keep every decode shape hot and memory flat (tests/cli/test_soak.py).
 # Both are read when the caches are first used, which is after this import.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
 os.environ.setdefault("LRU_CACHE_CAPACITY", "256")

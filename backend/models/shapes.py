@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from backend.errors import InputError
-from backend.models.base import ModelShape
+from backend.shape import ModelShape
 from backend.models.gpt2 import GPT2Model
 from backend.models.llama import LlamaModel
 

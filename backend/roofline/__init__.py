@@ -1,1 +1,1 @@
-"""The FLOP/byte cost model, GPU profiles, calibration of this machine, and the sweeps measured against them."""
+"""The FLOP/byte cost model, GPU profiles, calibration of this machine, the simulator's step time and its fit."""

@@ -46,7 +46,7 @@ from backend.errors import InputError
 from backend.precision import Precision
 
 if TYPE_CHECKING:
-    from backend.models.base import ModelShape
+    from backend.shape import ModelShape
     from backend.roofline.profiles import GpuProfile
 
 CROSSOVER_CAP = 1 << 20   # crossover_batch's answer when decode never turns compute-bound

@@ -1,1 +1,0 @@
-"""Run folders: the streaming writer, the reader, summaries."""

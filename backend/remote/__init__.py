@@ -1,1 +1,0 @@
-"""Driving an OpenAI-compatible server: the target, its streaming client, and the server's /metrics."""

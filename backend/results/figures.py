@@ -1,0 +1,143 @@
+"""The figures two runs are compared on, from one run's records: each a value, the samples behind
+it (requests, tokens or steps, for the bootstrap), or the reason the run cannot have it.
+
+A remote run has no engine steps (the server's are not visible from outside); a sweep has no
+requests (it times steps of fixed shapes), only its points; a run without SLOs has no goodput.
+Such a figure is missing with its reason, never a zero.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from backend.events import PrecisionPoint, SweepPoint
+from backend.results.stats import statistic_of
+from backend.results.summary import _meets, inter_token_latencies
+from backend.records import Phase, RequestStatus, RunData
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    key: str
+    label: str
+    samples: str = ""    # the samples its bootstrap resamples ("": one value per run, no bootstrap)
+    stat: str = ""       # the statistic of those samples (backend.results.stats.STATISTICS)
+    scale: float = 1.0   # shown as value x scale (a share as %)
+
+
+LATENCIES = [("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E")]
+METRICS: list[Metric] = [
+    *(Metric(f"{name}_{q}_ms", f"{label} {q} (ms)", name, q) for name, label in LATENCIES for q in ("p50", "p90", "p99")),
+    Metric("output_tokens_per_s", "output throughput (tok/s)"),
+    Metric("goodput_requests_per_s", "goodput (req/s)"),
+    Metric("slo_attainment", "SLO attainment (%)", "slo", "mean", 100.0),
+    Metric("decode_share", "decode share of latency (%)", "decode_share", "ratio", 100.0),
+    *(Metric(f"{p.value}_step_p50_ms", f"{p.value} step p50 (ms)", f"step_{p.value}", "p50") for p in Phase),
+    Metric("num_steps", "engine steps"),
+]
+REQUEST_METRICS = {m.key for m in METRICS if m.samples in {"ttft", "tpot", "itl", "e2e", "decode_share", "slo"}} \
+    | {"output_tokens_per_s", "goodput_requests_per_s"}
+STEP_METRICS = {m.key for m in METRICS if m.samples.startswith("step_")} | {"num_steps"}
+
+
+def point_metrics(points: list) -> list[tuple[tuple, Metric]]:
+    """(sort key, metric) for each figure of a sweep's points."""
+    out = []
+    for p in points:
+        if isinstance(p, SweepPoint):
+            what = "batch" if p.kind == "batch" else "prompt"
+            out.append(((0, p.kind, p.x, 0), Metric(f"{p.kind}_{p.x}_step_ms", f"{what} {p.x}: step (ms)")))
+            out.append(((0, p.kind, p.x, 1), Metric(f"{p.kind}_{p.x}_tokens_per_s", f"{what} {p.x}: tokens/s")))
+        elif isinstance(p, PrecisionPoint):
+            for i, (name, label) in enumerate([("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
+                                               ("decode_tokens_per_s", "decode tok/s")]):
+                out.append(((1, p.dtype, p.weight_bits, i), Metric(f"{p.dtype}_{name}", f"{p.dtype}: {label}")))
+    return out
+
+
+@dataclass(slots=True)
+class RunFigures:
+    """One run (or one repeat) as the comparison sees it."""
+
+    kind: str                                   # batch | load | remote | sweep-batch | sweep-prompt | sweep-precision
+    values: dict[str, float] = field(default_factory=dict)
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)   # metric key -> why this run cannot have it
+    points: list = field(default_factory=list)
+
+
+def run_kind(run: RunData, points: list) -> str:
+    if run.info.get("target") == "remote" or run.info.get("endpoint"):
+        return "remote"
+    mode = str(run.config.get("mode", ""))
+    if points or mode.startswith("sweep"):
+        return mode if mode.startswith("sweep") else "sweep"
+    return mode or "load"
+
+
+def figures_of(run: RunData, points: list) -> RunFigures:
+    """Every comparable figure of one run folder's records (and its sweep points)."""
+    from backend.results.repeats import point_figures
+    kind = run_kind(run, points)
+    fig = RunFigures(kind, points=list(points))
+    if kind.startswith("sweep"):
+        for key in REQUEST_METRICS:
+            fig.missing[key] = "sweep: no requests"
+        for key in STEP_METRICS:
+            fig.missing[key] = "sweep: per-point rows"
+        fig.values.update(point_figures(points))
+        return fig
+    _request_figures(run, fig)
+    if kind == "remote":
+        for key in STEP_METRICS:
+            fig.missing[key] = "remote: server steps not visible"
+    else:
+        for phase in Phase:
+            ms = np.array([s.duration_ms for s in run.steps if s.phase is phase], dtype=float)
+            if ms.size:
+                fig.samples[f"step_{phase.value}"] = ms
+            else:
+                fig.missing[f"{phase.value}_step_p50_ms"] = f"no {phase.value} steps"
+        fig.values["num_steps"] = float(len(run.steps))
+    for m in METRICS:
+        if m.samples in fig.samples and m.key not in fig.values:
+            fig.values[m.key] = statistic_of(fig.samples[m.samples], m.stat)
+    return fig
+
+
+def _request_figures(run: RunData, fig: RunFigures) -> None:
+    finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
+    series = {"ttft": [r.ttft_ms for r in finished if r.ttft_ms is not None],
+              "tpot": [r.tpot_ms for r in finished if r.tpot_ms is not None],
+              "itl": inter_token_latencies(run.tokens),
+              "e2e": [r.e2e_ms for r in finished if r.e2e_ms is not None]}
+    why = {"ttft": "no finished request", "tpot": "no request of 2+ tokens", "itl": "no token records",
+           "e2e": "no finished request"}
+    for name, values in series.items():
+        if values:
+            fig.samples[name] = np.asarray(values, dtype=float)
+        else:
+            for q in ("p50", "p90", "p99"):
+                fig.missing[f"{name}_{q}_ms"] = why[name]
+    timed = [r for r in finished if r.first_token_ms is not None and r.finish_ms is not None
+             and r.finish_ms > r.arrival_ms]
+    if timed:
+        fig.samples["decode_share"] = np.array([(r.finish_ms - r.first_token_ms, r.finish_ms - r.arrival_ms)
+                                                for r in timed], dtype=float)
+    else:
+        fig.missing["decode_share"] = "no finished request"
+    s = run.summary
+    fig.values["output_tokens_per_s"] = float(s.get("output_tokens_per_s", math.nan))
+    slo_ttft, slo_tpot = _slo(s.get("slo_ttft_ms")), _slo(s.get("slo_tpot_ms"))
+    if "goodput_requests_per_s" in s and (slo_ttft is not None or slo_tpot is not None):
+        fig.values["goodput_requests_per_s"] = float(s["goodput_requests_per_s"])
+        if finished:
+            fig.samples["slo"] = np.array([_meets(r, slo_ttft, slo_tpot) for r in finished], dtype=float)
+    else:
+        fig.missing["goodput_requests_per_s"] = fig.missing["slo_attainment"] = "no SLO recorded"
+
+
+def _slo(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)

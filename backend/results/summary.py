@@ -1,0 +1,187 @@
+"""Per-run summaries of the step, request and token records: one flat dict of numbers (summary.csv).
+
+Latency figures (TTFT, TPOT, end-to-end, queue) are over finished requests; inter-token
+latencies are the gaps between consecutive tokens of each request, from the token records.
+Phase rates come from the step records: prefill tokens/s is the prompt tokens of prefill-only
+steps over the time of those steps, and likewise for decode; mixed steps (chunked prefill) hold
+both kinds of token in one pass and cannot be split, so they count in neither rate. The same
+steps' sums that a roofline needs (steps, tokens, context tokens, attention pairs, logit rows)
+are kept per phase, so a summary alone gives each phase's FLOPs and bytes. A figure with no
+data behind it is NaN, never a misleading zero.
+"""
+from __future__ import annotations
+
+import math
+from array import array
+from collections import defaultdict
+from typing import Iterable
+
+import numpy as np
+
+from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
+from backend.roofline.cost import PhaseTotals
+
+NAN = float("nan")
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float]:
+    """Mean, p50, p90 and p99 (numpy's linear interpolation); NaN for no values."""
+    data = np.asarray(list(values), dtype=float)
+    if data.size == 0:
+        return {"mean": NAN, "p50": NAN, "p90": NAN, "p99": NAN}
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return {"mean": float(data.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def inter_token_latencies(tokens: Iterable[TokenRecord]) -> list[float]:
+    """Gaps between consecutive output tokens of each request, in ms."""
+    times: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for token in tokens:
+        times[token.request_id].append((token.index, token.time_ms))
+    gaps: list[float] = []
+    for series in times.values():
+        series.sort()
+        gaps.extend(later[1] - earlier[1] for earlier, later in zip(series, series[1:]))
+    return gaps
+
+
+class RunAccumulator:
+    """Everything a summary needs, gathered as the records stream in.
+
+    A long run keeps no step or token objects for its summary: per-phase sums, the run's time
+    span, the inter-token gaps as one float array, and the request records (one per request).
+    """
+
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.phase_ms = {phase: 0.0 for phase in Phase}
+        self.prefill_tokens = 0   # in prefill-only steps
+        self.decode_tokens = 0    # in decode-only steps
+        self.mixed_prefill_tokens = 0
+        self.mixed_decode_tokens = 0
+        # what the roofline needs of the prefill-only and decode-only steps (backend.roofline.cost.phase_roofline)
+        self.roofline = {Phase.PREFILL: PhaseTotals(), Phase.DECODE: PhaseTotals()}
+        self.first_ms = math.inf
+        self.last_ms = -math.inf
+        self.requests: list[RequestRecord] = []
+        self.gaps = array("d")
+        self._last_token: dict[int, float] = {}
+
+    def add(self, batch: RecordBatch) -> None:
+        self.add_steps(batch.steps)
+        for token in batch.tokens:
+            last = self._last_token.get(token.request_id)
+            if last is not None:
+                self.gaps.append(token.time_ms - last)
+            self._last_token[token.request_id] = token.time_ms
+            self.last_ms = max(self.last_ms, token.time_ms)
+        self.add_requests(batch.requests)
+        for r in batch.requests:
+            self._last_token.pop(r.request_id, None)
+
+    def add_steps(self, steps: Iterable[StepRecord]) -> None:
+        for s in steps:
+            self.num_steps += 1
+            self.phase_ms[s.phase] += s.duration_ms
+            if s.phase is Phase.PREFILL:
+                self.prefill_tokens += s.num_prefill_tokens
+                self.roofline[Phase.PREFILL].add_step(s.num_prefill_requests, s.num_prefill_tokens, s.context_tokens,
+                                                      s.duration_ms)
+            elif s.phase is Phase.DECODE:
+                self.decode_tokens += s.num_decode_tokens
+                self.roofline[Phase.DECODE].add_step(s.num_decode_requests, s.num_decode_tokens, s.context_tokens,
+                                                     s.duration_ms)
+            else:   # a mixed step's time is split between the phases by its tokens (backend.results.cost)
+                self.mixed_prefill_tokens += s.num_prefill_tokens
+                self.mixed_decode_tokens += s.num_decode_tokens
+            self.first_ms = min(self.first_ms, s.start_ms)
+            self.last_ms = max(self.last_ms, s.start_ms + s.duration_ms)
+
+    def add_requests(self, requests: Iterable[RequestRecord]) -> None:
+        for r in requests:
+            self.requests.append(r)
+            self.first_ms = min(self.first_ms, r.arrival_ms)
+            if r.finish_ms is not None:
+                self.last_ms = max(self.last_ms, r.finish_ms)
+
+    def summary(self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> dict[str, float]:
+        requests = self.requests
+        finished = [r for r in requests if r.status is RequestStatus.FINISHED]
+        served = [r for r in requests if r.status is not RequestStatus.REJECTED]
+        duration_s = max(0.0, self.last_ms - self.first_ms) / 1000.0 if self.last_ms > -math.inf else 0.0
+        output_tokens = sum(r.output_tokens for r in served)
+        out: dict[str, float] = {
+            "num_requests": len(requests),
+            "num_finished": len(finished),
+            "num_rejected": sum(r.status is RequestStatus.REJECTED for r in requests),
+            "num_errors": sum(r.status is RequestStatus.ERROR for r in requests),
+            "num_preemptions": sum(r.num_preemptions for r in requests),
+            "num_steps": self.num_steps,
+            "duration_s": duration_s,
+            "requests_per_s": _ratio(len(finished), duration_s),
+            "output_tokens_per_s": _ratio(output_tokens, duration_s),
+            # a prompt counts once it was processed, i.e. once its request produced a token
+            "total_tokens_per_s": _ratio(output_tokens + sum(r.prompt_tokens for r in served if r.output_tokens),
+                                         duration_s),
+        }
+        latencies = {
+            "ttft": [r.ttft_ms for r in finished if r.ttft_ms is not None],
+            "tpot": [r.tpot_ms for r in finished if r.tpot_ms is not None],
+            "itl": self.gaps,
+            "e2e": [r.e2e_ms for r in finished if r.e2e_ms is not None],
+            "queue": [r.queue_ms for r in finished if r.queue_ms is not None],
+        }
+        for name, values in latencies.items():
+            for stat, value in percentiles(values).items():
+                out[f"{name}_{stat}_ms"] = value
+
+        phase_ms = self.phase_ms
+        out["prefill_time_ms"] = phase_ms[Phase.PREFILL]
+        out["decode_time_ms"] = phase_ms[Phase.DECODE]
+        out["mixed_time_ms"] = phase_ms[Phase.MIXED]
+        out["mixed_prefill_tokens"] = self.mixed_prefill_tokens
+        out["mixed_decode_tokens"] = self.mixed_decode_tokens
+        out["num_input_tokens"] = sum(r.prompt_tokens for r in served if r.output_tokens)
+        out["num_output_tokens"] = output_tokens
+        out["prefill_tokens_per_s"] = _ratio(self.prefill_tokens, phase_ms[Phase.PREFILL] / 1000.0)
+        out["decode_tokens_per_s"] = _ratio(self.decode_tokens, phase_ms[Phase.DECODE] / 1000.0)
+        # Per-token decode time over per-token prefill time: how much dearer a decoded token is.
+        out["decode_prefill_cost_ratio"] = _ratio(out["prefill_tokens_per_s"], out["decode_tokens_per_s"])
+        timed = [r for r in finished if r.first_token_ms is not None and r.finish_ms is not None]
+        for phase, totals in self.roofline.items():
+            out.update(totals.to_summary(phase.value))
+        out["decode_share"] = _ratio(sum(r.finish_ms - r.first_token_ms for r in timed),
+                                     sum(r.finish_ms - r.arrival_ms for r in timed))
+
+        if slo_ttft_ms is not None or slo_tpot_ms is not None:
+            good = [r for r in finished if _meets(r, slo_ttft_ms, slo_tpot_ms)]
+            out["slo_ttft_ms"] = NAN if slo_ttft_ms is None else slo_ttft_ms
+            out["slo_tpot_ms"] = NAN if slo_tpot_ms is None else slo_tpot_ms
+            out["slo_attainment"] = _ratio(len(good), len(finished))
+            out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
+        return out
+
+
+def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord],
+              slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> dict[str, float]:
+    """The summary of records held in memory (tokens in any order)."""
+    acc = RunAccumulator()
+    acc.add_steps(steps)
+    acc.add_requests(requests)
+    acc.gaps.extend(inter_token_latencies(tokens))
+    if tokens:
+        acc.last_ms = max(acc.last_ms, max(t.time_ms for t in tokens))
+    return acc.summary(slo_ttft_ms, slo_tpot_ms)
+
+
+def _meets(r: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
+    if slo_ttft_ms is not None and (r.ttft_ms is None or r.ttft_ms > slo_ttft_ms):
+        return False
+    # A one-token answer has no TPOT: nothing to be late for.
+    return slo_tpot_ms is None or r.tpot_ms is None or r.tpot_ms <= slo_tpot_ms
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    if denominator <= 0 or math.isnan(denominator) or math.isnan(numerator):
+        return NAN
+    return numerator / denominator

@@ -1,0 +1,99 @@
+"""`sweep rate` and `sweep concurrency`: the same workload at each arrival rate (or number of
+closed-loop users), through any target: the local engine, the simulator or a remote server.
+
+Each point is one whole `load` run. What it records is the trade serving engineers plot:
+throughput per device (output tokens/s over the devices) against throughput per user (the
+tokens/s one request sees while it decodes, 1000 / its median TPOT). A point is on the Pareto
+front when no other point is better on both; with SLOs, each point's goodput (requests/s that
+meet them) is recorded and the best marked. Each point's records are written to
+OUT/rate-R (or OUT/users-N); OUT/sweep.csv holds one row per point.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Callable
+
+from backend.config import RunConfig, config_dict
+from backend.errors import InputError
+from backend.events import Emit, LoadPoint, Progress, RunFinished, Target
+from backend.records import RunData, new_run_id
+from backend.results.export import ensure_writable
+from backend.sweeps.points import write_points
+
+
+def point_from_summary(kind: str, x: float, s: dict, num_devices: int = 1) -> LoadPoint:
+    nan = math.nan
+    tpot = s.get("tpot_p50_ms", nan)
+    return LoadPoint(kind, x, int(s.get("num_finished", 0)), int(s.get("num_rejected", 0)), s.get("duration_s", nan),
+                     s.get("requests_per_s", nan), s.get("output_tokens_per_s", nan) / num_devices,
+                     1000.0 / tpot if tpot and tpot == tpot else nan, s.get("ttft_p50_ms", nan),
+                     s.get("ttft_p99_ms", nan), tpot, s.get("tpot_p99_ms", nan), s.get("itl_p99_ms", nan),
+                     s.get("goodput_requests_per_s", nan), s.get("slo_attainment", nan),
+                     s.get("cost_per_m_output_usd", nan))
+
+
+def mark_front(points: list[LoadPoint]) -> None:
+    """Set each point's pareto and best_goodput flags (NaN figures are never on the front)."""
+    def ok(p):
+        return p.tokens_per_s_per_device == p.tokens_per_s_per_device and p.tokens_per_s_per_user == p.tokens_per_s_per_user
+    for p in points:
+        p.pareto = ok(p) and not any(
+            ok(q) and q is not p and q.tokens_per_s_per_device >= p.tokens_per_s_per_device
+            and q.tokens_per_s_per_user >= p.tokens_per_s_per_user
+            and (q.tokens_per_s_per_device > p.tokens_per_s_per_device or q.tokens_per_s_per_user > p.tokens_per_s_per_user)
+            for q in points)
+    scored = [p for p in points if p.goodput_requests_per_s == p.goodput_requests_per_s]
+    if scored:
+        max(scored, key=lambda p: p.goodput_requests_per_s).best_goodput = True
+
+
+def point_folder(kind: str, x: float) -> str:
+    return f"rate-{x:g}" if kind == "rate" else f"users-{int(x)}"
+
+
+def run_load_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], target: Target) -> RunFinished:
+    """Every point of config.sweep (kind rate or concurrency) through `target`, one load run each."""
+    spec = config.sweep
+    if config.workload is None:
+        raise InputError("a load sweep needs a workload (--workload or the workload flags)")
+    values = spec.rates if spec.kind == "rate" else spec.concurrencies
+    out = ensure_writable(config.out_dir) if config.out_dir else None
+    points: list[LoadPoint] = []
+    note, last, info = "", None, {}
+    for i, x in enumerate(values):
+        if should_stop():
+            note = "stopped by user"
+            break
+        emit(Progress(f"sweep {spec.kind}: {x:g}", i / len(values)))
+        workload = (replace(config.workload, arrival="poisson" if config.workload.arrival in ("closed", "burst")
+                            else config.workload.arrival, rate=float(x)) if spec.kind == "rate"
+                    else replace(config.workload, arrival="closed", concurrency=int(x)))
+        one = replace(config, mode="load", sweep=None, workload=workload, repeats=1,
+                      out_dir=str(out / point_folder(spec.kind, x)) if out is not None else None)
+        last = target(one, lambda event: emit(event) if isinstance(event, Progress) else None, should_stop)
+        if last.error:
+            note = f"stopped at {spec.kind} {x:g}: {last.error}"
+            break
+        if last.stopped:
+            note = "stopped by user"
+            break
+        point = point_from_summary(spec.kind, x, last.summary)
+        points.append(point)
+        info = dict(last.data.info) if last.data else {}
+        emit(point)
+    mark_front(points)
+    emit(Progress(f"sweep {spec.kind} done", 1.0))
+    summary = {"kind": spec.kind, "num_points": len(points), "note": note,
+               "pareto": ",".join(f"{p.x:g}" for p in points if p.pareto)}
+    best = next((p for p in points if p.best_goodput), None)
+    if best is not None:
+        summary["best_goodput_at"] = best.x
+        summary["best_goodput_requests_per_s"] = best.goodput_requests_per_s
+    info.update(points=[point_folder(spec.kind, p.x) for p in points], created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    run_id = new_run_id()
+    data = RunData(run_id, config_dict(config), info, [], [], [], summary)
+    if out is not None:
+        write_points(out, spec.kind, points, data)
+    return RunFinished(run_id, summary, note == "stopped by user", None, data)

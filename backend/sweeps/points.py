@@ -1,0 +1,105 @@
+"""A sweep folder's sweep.csv: one writer and one reader for every kind of point.
+
+The kind is recorded in run.json (`info["sweep_kind"]`: batch, prompt, precision, rate,
+concurrency or pd-ratio), never guessed from a header; a folder without it holds no sweep. Columns:
+  - batch and prompt (SweepPoint): the axis ("batch" or "prompt_len"), then SWEEP_COLUMNS;
+  - precision (PrecisionPoint): PRECISION_COLUMNS, the precision's name first;
+  - rate and concurrency (LoadPoint): its fields, the axis value first;
+  - pd-ratio (PDPoint): the split ("3P:5D"), then its fields.
+An empty cell is a figure that has no value (no profile to predict with, for example).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from backend.errors import InputError
+from backend.events import LoadPoint, PDPoint, PrecisionPoint, SweepPoint
+from backend.records import RunData
+
+SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms", "bound",
+                 "simulated_ms"]
+PRECISION_COLUMNS = [f.name for f in fields(PrecisionPoint)]
+LOAD_COLUMNS = [f.name for f in fields(LoadPoint)]
+PD_COLUMNS = [f.name for f in fields(PDPoint)]
+KINDS = ("batch", "prompt", "precision", "rate", "concurrency", "pd-ratio")
+
+
+def columns(kind: str) -> list[str]:
+    if kind in ("batch", "prompt"):
+        return ["batch" if kind == "batch" else "prompt_len", *SWEEP_COLUMNS]
+    if kind == "pd-ratio":
+        return ["split", *PD_COLUMNS]
+    return PRECISION_COLUMNS if kind == "precision" else LOAD_COLUMNS
+
+
+def _cells(kind: str, point) -> list:
+    names = columns(kind)[1:] if kind in ("batch", "prompt", "pd-ratio") else columns(kind)
+    values = [getattr(point, c) for c in names]
+    if kind in ("batch", "prompt"):
+        values.insert(0, point.x)
+    elif kind == "pd-ratio":
+        values.insert(0, point.split)
+    return ["" if v is None else v for v in values]
+
+
+def points_csv(kind: str, points: list) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns(kind))
+    w.writerows(_cells(kind, p) for p in points)
+    return buf.getvalue()
+
+
+def write_points(folder, kind: str, points: list, data: RunData, records_from=None) -> None:
+    """The run's files, with its kind in run.json and sweep.csv, written all together or not at all."""
+    from backend.results.export import write_run
+    if kind not in KINDS:
+        raise ValueError(f"not a sweep kind: {kind!r}")
+    data.info["sweep_kind"] = kind
+    write_run(folder, data, records_from, extra={"sweep.csv": points_csv(kind, points)})
+
+
+def sweep_kind(folder) -> str | None:
+    """The kind of sweep a run folder holds (from its run.json), None for a folder of another run."""
+    try:
+        info = json.loads((Path(folder) / "run.json").read_text(encoding="utf-8")).get("info", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    kind = info.get("sweep_kind") if isinstance(info, dict) else None
+    return kind if kind in KINDS else None
+
+
+def read_points(folder) -> tuple[str | None, list]:
+    """(the sweep's kind, its points) of a run folder; (None, []) when it holds no sweep."""
+    kind = sweep_kind(folder)
+    path = Path(folder) / "sweep.csv"
+    if kind is None or not path.is_file():
+        return None, []
+
+    def number(text: str):
+        return None if text == "" else float(text)
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        if kind in ("batch", "prompt"):
+            x = columns(kind)[0]
+            return kind, [SweepPoint(kind, int(row[x]), float(row["step_ms"]), float(row["tokens_per_s"]),
+                                     float(row["flops"]), float(row["bytes"]), number(row["mfu"]), number(row["mbu"]),
+                                     number(row["predicted_ms"]), number(row["predicted_local_ms"]), row["bound"],
+                                     number(row["simulated_ms"])) for row in rows]
+        if kind == "precision":
+            return kind, [PrecisionPoint(row["dtype"], int(float(row["weight_bytes"])), float(row["weight_bits"]),
+                                         *(number(row[c]) for c in PRECISION_COLUMNS[3:])) for row in rows]
+        cls = PDPoint if kind == "pd-ratio" else LoadPoint
+        types = {f.name: f.type for f in fields(cls)}
+
+        def value(name: str, text: str):
+            return text == "True" if types[name] == "bool" else text if types[name] == "str" else \
+                int(float(text)) if types[name] == "int" else float(text)
+        return kind, [cls(**{c: value(c, row[c]) for c in types}) for row in rows]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise InputError(f"{path}: not a {kind} sweep file from this version ({exc})") from None

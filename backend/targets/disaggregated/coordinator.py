@@ -1,0 +1,465 @@
+"""The disaggregated policy on the real model: P prefill engine processes and D decode engine
+processes on this machine, and the coordinator (this module, in the caller's process) between them.
+
+`run_disaggregated` has every target's signature. It splits the cores among the workers (each
+pinned to its share, `plan_layout`), starts them (backend/targets/disaggregated/worker.py), and then, on
+one clock that every process reads (CLOCK_MONOTONIC), hands each arriving request to the prefill
+worker with the fewest prompt tokens queued and names the decode worker with the fewest requests
+for it. The prefill worker runs the prompt and hands its KV straight to that decode worker
+(backend/engine/kv_transfer.py); the decode worker streams the tokens. The coordinator merges
+the workers' record streams into one (steps renumbered in the order they arrive, each with its
+`worker`), so the summary, the files and the window see one run.
+
+A worker that dies fails its requests with the reason ("decode-0 ended by signal 9 (SIGKILL)"),
+the others are told to drop them, and the run goes on with the workers left; with no prefill or
+no decode worker left, the rest of the requests fail at once and the run ends, its records kept.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Callable
+
+from backend.config import RunConfig
+from backend.errors import InputError, RunError
+from backend.events import Emit, Progress, RequestsArrived, RunFinished
+from backend.engine.request import rejected_record, rejection
+from backend.records import RecordBatch, RequestRecord, RequestStatus
+
+READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
+DONE_TIMEOUT_S = 5.0      # after "stop", how long a worker has to send its last records
+IDLE_S = 0.05
+
+
+@dataclass(slots=True)
+class WorkerSlot:
+    """The coordinator's view of one worker."""
+
+    name: str
+    role: str
+    index: int
+    cores: list[int]
+    process: object = None
+    conn: object = None
+    info: dict = field(default_factory=dict)
+    alive: bool = True
+    done: bool = False
+    queued_tokens: int = 0      # prefill: prompt tokens dispatched and not yet handed off
+    assigned: int = 0           # decode: requests named for it and not yet finished
+
+
+@dataclass(slots=True)
+class Track:
+    """One request as the coordinator follows it."""
+
+    spec: object
+    prefill: int
+    decode: int
+    stage: str = "prefill"      # prefill | decode | done
+    handed: bool = False        # its prefill worker has sent its KV
+    scheduled_ms: float | None = None
+    token_times: list[float] = field(default_factory=list)
+
+
+def plan_layout(num_prefill: int, num_decode: int, cores: list[int]) -> list[tuple[str, list[int]]]:
+    """(worker name, its cores) for every worker: the cores split evenly, the remainder to the prefill
+    workers (prefill is compute-bound: it gains most from a core more); with fewer cores than workers,
+    each worker gets one core, shared round-robin."""
+    names = [f"prefill-{i}" for i in range(num_prefill)] + [f"decode-{i}" for i in range(num_decode)]
+    n = len(names)
+    if len(cores) < n:
+        return [(name, [cores[i % len(cores)]]) for i, name in enumerate(names)]
+    per, extra = divmod(len(cores), n)
+    layout, at = [], 0
+    for i, name in enumerate(names):
+        take = per + (1 if i < extra else 0)
+        layout.append((name, list(cores[at:at + take])))
+        at += take
+    return layout
+
+
+def validate_disaggregated(config: RunConfig) -> None:
+    e = config.engine
+    if config.mode != "load":
+        raise InputError("the disaggregated policy runs `load` (a workload), not one batch")
+    if config.endpoint is not None:
+        raise InputError("--policy disaggregated runs engines here; it cannot be combined with --endpoint")
+    for flag, value in (("--prefill-workers", e.prefill_workers), ("--decode-workers", e.decode_workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{flag} must be a whole number of at least 1, got {value!r}")
+    from backend.engine.kv_transfer import resolve_transport
+    resolve_transport(e.kv_transport)
+
+
+def shared_settings(config: RunConfig) -> RunConfig:
+    """The config as local.validate checks it: the settings every policy shares (it knows the scheduler's only)."""
+    from dataclasses import replace
+    return replace(config, engine=replace(config.engine, policy="continuous"))
+
+
+def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
+                      retain_records: bool = True) -> RunFinished:
+    """`load --policy disaggregated` on the real model."""
+    from backend.targets.local import validate
+    from backend.results.recorder import RunRecorder
+    validate_disaggregated(config)
+    validate(shared_settings(config))
+    with RunRecorder(config, emit, retain_records) as recorder:
+        return Coordinator(config, recorder, should_stop).run()
+
+
+class Coordinator:
+    def __init__(self, config: RunConfig, recorder, should_stop):
+        self.config, self.recorder, self.should_stop = config, recorder, should_stop
+        self.emit = recorder.emit
+        self.workers: list[WorkerSlot] = []
+        self.tracks: dict[int, Track] = {}
+        self.run_id = recorder.run_id
+        self.step_index = 0
+        self.t0 = 0.0
+        self.errors: list[str] = []
+
+    # ---- setup ----------------------------------------------------------------------------------
+
+    def run(self) -> RunFinished:
+        from backend.engine.kv_transfer import resolve_transport
+        from backend.targets.local import kv_capacity_of, longest_sequence
+        from backend.targets.disaggregated.worker import PREFILL_SLOTS
+        from backend.engine.threads import available_cores
+        from backend.loaders.weights import model_header
+        from backend.workload.arrivals import WorkloadSource
+        config, e = self.config, self.config.engine
+        shape, tokenizer = model_header(config.model.name)
+        self.source = WorkloadSource(config.workload, tokenize=tokenizer.encode, vocab_size=shape.vocab_size,
+                                     max_prompt_len=shape.max_position)
+        self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
+        self.decode_capacity = kv_capacity_of(config, e.max_batch, self.max_len)
+        prefill_slots = min(e.max_batch, PREFILL_SLOTS)
+        self.transport = resolve_transport(e.kv_transport)
+        cores = list(available_cores())
+        if config.threads is not None:
+            cores = cores[-config.threads:]
+        self.layout = plan_layout(e.prefill_workers, e.decode_workers, cores)
+        try:
+            self.start_workers(prefill_slots)
+            return self.drive()
+        finally:
+            self.close()
+
+    def start_workers(self, prefill_slots: int) -> None:
+        import os
+        import socket
+        from backend.engine.kv_transfer import new_memfd
+        from backend.targets.local import kv_capacity_of
+        from backend.targets.disaggregated.worker import WorkerSpec
+        from backend.launcher import start_child
+        config, e = self.config, self.config.engine
+        P, D = e.prefill_workers, e.decode_workers
+        links: dict[tuple[int, int], tuple] = {(p, d): socket.socketpair() for p in range(P) for d in range(D)}
+        arenas = {p: new_memfd(f"phasescope-kv-{p}") for p in range(P)} if self.transport == "shm" else {}
+        prefill_capacity = kv_capacity_of(config, prefill_slots, self.max_len)
+        self.emit(Progress(f"starting {P} prefill + {D} decode engine processes", None))
+        try:
+            for name, cores in self.layout:
+                role, index = name.split("-")[0], int(name.split("-")[1])
+                if role == "prefill":
+                    fds = {d: links[(index, d)][0].fileno() for d in range(D)}
+                    arena_fds = {index: arenas[index]} if arenas else {}
+                    spec = WorkerSpec(role, index, config, cores, prefill_slots, self.max_len, prefill_capacity,
+                                      self.transport, fds, arena_fds)
+                else:
+                    fds = {p: links[(p, index)][1].fileno() for p in range(P)}
+                    spec = WorkerSpec(role, index, config, cores, e.max_batch, self.max_len, self.decode_capacity,
+                                      self.transport, fds, dict(arenas))
+                process, conn = start_child("backend.targets.disaggregated.worker", "serve_fd",
+                                            (*fds.values(), *spec.arenas.values()))
+                slot = WorkerSlot(name, role, index, cores, process, conn)
+                self.workers.append(slot)
+                conn.send(("init", spec))
+        finally:   # the children hold their ends now: ours close, so a dead peer reads as EOF
+            for a, b in links.values():
+                a.close()
+                b.close()
+            for fd in arenas.values():
+                os.close(fd)
+        self.emit(Progress(f"loading {config.model.name} in {len(self.workers)} engine processes", None))
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        waiting = {w.name for w in self.workers}
+        while waiting:
+            if self.should_stop():
+                raise RunError("stopped while the engine processes were loading")
+            for w in self.workers:
+                if w.name not in waiting:
+                    continue
+                kind, payload = self.receive(w, timeout=0.1)
+                if kind == "ready":
+                    w.info = payload
+                    waiting.discard(w.name)
+                elif kind in ("error", "died"):
+                    raise RunError(f"{w.name} failed while loading: {payload}")
+            if time.monotonic() > deadline:
+                raise RunError(f"{', '.join(sorted(waiting))} did not load the model within {READY_TIMEOUT_S:.0f} s")
+        loaded = self.workers[-1].info["loaded"]   # a decode worker's: its cache is where requests live
+        loaded.kv_capacity = self.decode_capacity * e.decode_workers
+        self.emit(loaded)
+        self.loaded = loaded
+        from backend.targets.disaggregated.events import WorkerLayout
+        self.emit(WorkerLayout([{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.info.get("pid"),
+                                 "threads": w.info.get("threads")} for w in self.workers], self.transport))
+
+    def receive(self, w: WorkerSlot, timeout: float) -> tuple[str, object]:
+        try:
+            if not w.conn.poll(timeout):
+                if w.process.poll() is not None:
+                    return "died", self.how(w)
+                return "none", None
+            message = w.conn.recv()
+        except (EOFError, OSError):
+            return "died", self.how(w)
+        return message[0], message[1] if len(message) > 1 else None
+
+    @staticmethod
+    def how(w: WorkerSlot) -> str:
+        from backend.launcher import describe_exit
+        try:
+            w.process.wait(1.0)
+        except Exception:   # noqa: BLE001 -- still running after its socket closed: it stopped answering
+            return describe_exit(None)
+        return describe_exit(w.process.returncode)
+
+    # ---- the run --------------------------------------------------------------------------------
+
+    def now_ms(self) -> float:
+        return (time.monotonic() - self.t0) * 1000.0
+
+    def drive(self) -> RunFinished:
+        self.emit(Progress("running", None))
+        wall_start = time.perf_counter()
+        self.t0 = time.monotonic()
+        for w in self.workers:
+            self.send(w, ("start", self.t0))
+        stopped = False
+        while True:
+            if self.should_stop():
+                stopped = True
+                break
+            self.dispatch_arrivals()
+            if self.source.is_exhausted() and all(t.stage == "done" for t in self.tracks.values()):
+                break
+            nxt = self.source.next_arrival_ms()
+            timeout = IDLE_S if nxt is None else min(IDLE_S, max(0.0, nxt - self.now_ms()) / 1000.0)
+            live = {w.conn: w for w in self.workers if w.alive}
+            for conn in wait(list(live), timeout):
+                self.on_message(live[conn])
+        self.finish_workers()
+        self.record_unfinished("stopped by user" if stopped else "unfinished")
+        from backend.targets.disaggregated.summary import disaggregated_figures
+        summary = self.recorder.summary()
+        summary.update(disaggregated_figures(self.recorder.accumulator.requests))
+        error = "; ".join(self.errors) if self.errors else None
+        return self.recorder.finish(self.info(time.perf_counter() - wall_start), stopped, error, summary)
+
+    def dispatch_arrivals(self) -> None:
+        arrived = self.source.due(self.now_ms())
+        if not arrived:
+            return
+        self.emit(RequestsArrived([s.request_id for s in arrived], [s.arrival_ms for s in arrived],
+                                  [len(s.prompt_ids) for s in arrived]))
+        for spec in arrived:
+            reason = self.rejection(spec)
+            if reason:
+                self.tracks[spec.request_id] = Track(spec, -1, -1, "done")
+                self.recorder.add(RecordBatch(requests=[rejected_record(spec, reason)]))
+                self.source.on_finish(self.now_ms())
+                continue
+            prefill = [w for w in self.workers if w.alive and w.role == "prefill"]
+            decode = [w for w in self.workers if w.alive and w.role == "decode"]
+            if not prefill or not decode:
+                missing = "prefill" if not prefill else "decode"
+                self.tracks[spec.request_id] = Track(spec, -1, -1)
+                self.fail([spec.request_id], f"no {missing} worker left ({'; '.join(self.errors)})")
+                continue
+            p = min(prefill, key=lambda w: (w.queued_tokens, w.index))
+            d = min(decode, key=lambda w: (w.assigned, w.index))
+            p.queued_tokens += len(spec.prompt_ids)
+            d.assigned += 1
+            self.tracks[spec.request_id] = Track(spec, p.index, d.index)
+            self.send(p, ("request", spec, d.index))
+
+    def rejection(self, spec) -> str:
+        return rejection(len(spec.prompt_ids), spec.max_new_tokens, self.max_len, self.decode_capacity,
+                         "a decode worker's cache")
+
+    def on_message(self, w: WorkerSlot) -> None:
+        try:
+            message = w.conn.recv()
+        except (EOFError, OSError):
+            self.on_death(w, self.how(w))
+            return
+        kind = message[0]
+        if kind == "events":
+            self.on_events(w, *message[1:])
+        elif kind == "error":
+            self.on_death(w, f"failed: {message[1]}")
+        elif kind == "done":
+            w.done = True
+
+    def on_events(self, w: WorkerSlot, batch: RecordBatch, handed: list, received: list) -> None:
+        out = RecordBatch()
+        for step in batch.steps:
+            step.run_id, step.step = self.run_id, self.step_index
+            self.step_index += 1
+            out.steps.append(step)
+        for rid, scheduled in batch.scheduled.items():
+            track = self.tracks.get(rid)
+            if track is not None and track.stage != "done":
+                track.scheduled_ms = scheduled
+                out.scheduled[rid] = scheduled
+        for rid, _ms in handed:
+            track = self.tracks.get(rid)
+            if track is not None and not track.handed:
+                track.handed = True
+                self.workers_of("prefill")[track.prefill].queued_tokens -= len(track.spec.prompt_ids)
+        for rid in received:
+            track = self.tracks.get(rid)
+            if track is not None and track.stage == "prefill":
+                track.stage = "decode"
+        for token in batch.tokens:
+            track = self.tracks.get(token.request_id)
+            if track is not None and track.stage != "done":
+                track.token_times.append(token.time_ms)
+                out.tokens.append(token)
+        out.text = {rid: t for rid, t in batch.text.items() if self.tracks.get(rid) and self.tracks[rid].stage != "done"}
+        for record in batch.requests:
+            track = self.tracks.get(record.request_id)
+            if track is None or track.stage == "done":
+                continue
+            track.stage = "done"
+            self.workers_of("decode")[track.decode].assigned -= 1
+            out.requests.append(record)
+        self.recorder.add(out)
+        for _ in out.requests:
+            self.source.on_finish(self.now_ms())
+
+    def workers_of(self, role: str) -> list[WorkerSlot]:
+        return [w for w in self.workers if w.role == role]
+
+    def on_death(self, w: WorkerSlot, how: str) -> None:
+        if not w.alive:
+            return
+        w.alive = False
+        reason = f"{w.name} {how}"
+        if w.role == "prefill":
+            lost = [rid for rid, t in self.tracks.items() if t.stage == "prefill" and t.prefill == w.index]
+        else:
+            lost = [rid for rid, t in self.tracks.items() if t.stage != "done" and t.decode == w.index]
+        self.errors.append(f"{reason}: its {len(lost)} request(s) failed")
+        self.fail(lost, reason)
+
+    def fail(self, request_ids: list[int], reason: str) -> None:
+        """Requests that cannot finish: an error record each; the workers still holding them drop them."""
+        if not request_ids:
+            return
+        now = self.now_ms()
+        out = RecordBatch()
+        for rid in request_ids:
+            track = self.tracks[rid]
+            out.requests.append(self.record_of(track, RequestStatus.ERROR, reason, now))
+            if track.stage != "done" and track.decode >= 0:
+                self.workers_of("decode")[track.decode].assigned -= 1
+            if track.stage != "done" and track.prefill >= 0 and not track.handed:
+                track.handed = True
+                self.workers_of("prefill")[track.prefill].queued_tokens -= len(track.spec.prompt_ids)
+            track.stage = "done"
+        for w in self.workers:
+            if w.alive:
+                self.send(w, ("cancel", list(request_ids)))
+        self.recorder.add(out)
+        for _ in request_ids:
+            self.source.on_finish(now)
+
+    def record_of(self, track: Track, status: RequestStatus, reason: str, now: float) -> RequestRecord:
+        spec, times = track.spec, track.token_times
+        return RequestRecord.from_times(
+            request_id=spec.request_id, status=status, prompt_tokens=len(spec.prompt_ids), output_tokens=len(times),
+            arrival_ms=spec.arrival_ms, scheduled_ms=track.scheduled_ms, first_token_ms=times[0] if times else None,
+            last_token_ms=times[-1] if times else None, finish_ms=now if status is RequestStatus.ERROR else None,
+            finish_reason=reason)
+
+    def record_unfinished(self, reason: str) -> None:
+        out = RecordBatch()
+        for track in self.tracks.values():
+            if track.stage == "done":
+                continue
+            status = (RequestStatus.DECODING if track.token_times else
+                      RequestStatus.PREFILLING if track.scheduled_ms is not None else RequestStatus.WAITING)
+            out.requests.append(self.record_of(track, status, reason, self.now_ms()))
+            track.stage = "done"
+        if out.requests:
+            self.recorder.add(out)
+
+    def send(self, w: WorkerSlot, message) -> None:
+        try:
+            w.conn.send(message)
+        except OSError:
+            pass   # it is gone; its socket reads EOF and on_death follows
+
+    def finish_workers(self) -> None:
+        """Ask every live worker to stop and take its last records."""
+        for w in self.workers:
+            if w.alive:
+                self.send(w, ("stop",))
+        deadline = time.monotonic() + DONE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            live = {w.conn: w for w in self.workers if w.alive and not w.done}
+            if not live:
+                break
+            for conn in wait(list(live), 0.1):
+                w = live[conn]
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    w.alive = False
+                    continue
+                if message[0] == "events":
+                    self.on_events(w, *message[1:])
+                elif message[0] == "done":
+                    w.done = True
+
+    def close(self) -> None:
+        from backend.launcher import end_process
+        for w in self.workers:
+            if w.process is None:
+                continue
+            try:
+                w.process.wait(1.0 if w.done else 0.1)
+            except Exception:   # noqa: BLE001 -- still running: ended below
+                pass
+            end_process(w.process)
+            w.conn.close()
+
+    def info(self, wall_s: float) -> dict:
+        from backend.targets.local import library_versions
+        info = dict(self.loaded.info())
+        # the run's threads and cores: every worker's together (each one's are in the layout)
+        threads = sum(w.info.get("threads") or 0 for w in self.workers)
+        cores = sorted({c for w in self.workers for c in w.info.get("affinity") or w.cores})
+        info.update(target="disaggregated", arch=self.loaded.shape.arch, threads=threads,
+                    affinity=cores, kv_slots=self.config.engine.max_batch, max_len=self.max_len,
+                    kv_capacity=self.decode_capacity * self.config.engine.decode_workers,
+                    layout=self.layout_info(), versions=library_versions(), wall_s=wall_s,
+                    created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        return info
+
+    def layout_info(self) -> dict:
+        from backend.engine.kv_transfer import NUM_BUFFERS
+        return {"prefill_workers": self.config.engine.prefill_workers,
+                "decode_workers": self.config.engine.decode_workers,
+                "kv_transport": self.transport,
+                "kv_buffers": NUM_BUFFERS if self.transport == "shm" else 0,
+                "workers": [{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.info.get("pid"),
+                             "threads": w.info.get("threads"), "kv_slots": w.info.get("num_slots"),
+                             "kv_capacity": w.info.get("kv_capacity"), "alive_at_end": w.alive}
+                            for w in self.workers],
+                "shared_cores": len({c for w in self.workers for c in w.cores}) < sum(len(w.cores) for w in self.workers)}

@@ -1,0 +1,346 @@
+"""The disaggregated policy simulated: P prefill devices and D decode devices of a GPU profile, a KV
+link between them, every step priced by the simulator's cost model on one virtual timeline.
+
+The same split as the real policy (backend/targets/disaggregated/coordinator.py): a prefill device runs the
+real chunked scheduler over each prompt but its last token; the prompt's KV then crosses the
+link, `--kv-link-us` of latency plus its bytes at `--kv-link-gbs` (a prefill device's hand-offs
+go one after another over its link), and lands in the decode device's memory; the decode device
+admits it at its next step boundary (decode_batch.DecodeBatch: whole sequences reserved, never a
+prefill) and its first decode step samples the first token. Requests go to the prefill device
+with the fewest prompt tokens queued and to the decode device with the fewest requests.
+
+Discrete events in time order: an arrival, or the next step of the device whose step starts
+first (ties: arrivals, then prefill devices, then decode devices, each in index order), so a run
+is deterministic from its seed. The records are the real target's: steps with their `worker`,
+requests with the TTFT split (kv_transfer_ms here is the link's time, queueing on it included).
+"""
+from __future__ import annotations
+
+import heapq
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+from backend.config import RunConfig
+from backend.errors import InputError
+from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
+from backend.targets.disaggregated.summary import fill_split
+from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
+
+LINKS_FILE = "links/kv-links.toml"
+
+
+@dataclass(slots=True, frozen=True)
+class KVLink:
+    name: str
+    gbs: float        # one direction, GB/s
+    us: float         # per hand-off, microseconds
+    source: str = ""
+
+    def seconds(self, nbytes: int) -> float:
+        return self.us * 1e-6 + nbytes / (self.gbs * 1e9)
+
+    def describe(self) -> str:
+        return f"{self.name}, {self.gbs:,.1f} GB/s, {self.us:g} us per hand-off"
+
+
+def _links_table() -> dict:
+    from profiles import HERE
+    with open(HERE / LINKS_FILE, "rb") as f:
+        return tomllib.load(f)
+
+
+def known_links() -> dict[str, KVLink]:
+    table = _links_table()
+    return {name: KVLink(name, float(v["gbs"]), float(v["us"]), v.get("source", ""))
+            for name, v in table.get("links", {}).items()}
+
+
+def resolve_link(config: RunConfig, profile) -> KVLink:
+    """--kv-link (or the profile's default link), with --kv-link-gbs and --kv-link-us over it."""
+    e = config.engine
+    links = known_links()
+    defaults = _links_table().get("defaults", {})
+    name = e.kv_link or defaults.get(profile.key) or ("pcie4-x16" if e.kv_link_gbs is None else "custom")
+    if name in links:
+        link = links[name]
+    elif e.kv_link is not None:
+        raise InputError(f"--kv-link: unknown link {name!r} (known: {', '.join(links)})")
+    else:
+        link = KVLink(name, 0.0, 0.0, "given on the command line")
+    if e.kv_link_gbs is not None:
+        if e.kv_link_gbs <= 0:
+            raise InputError(f"--kv-link-gbs must be positive, got {e.kv_link_gbs}")
+        link = replace(link, gbs=e.kv_link_gbs, source="--kv-link-gbs" + (f" over {link.name}'s latency"
+                                                                            if link.name in links else ""))
+    if e.kv_link_us is not None:
+        if e.kv_link_us < 0:
+            raise InputError(f"--kv-link-us must not be negative, got {e.kv_link_us}")
+        link = replace(link, us=e.kv_link_us)
+    if link.gbs <= 0:
+        raise InputError("--kv-link-gbs is needed for a custom link")
+    return link
+
+
+@dataclass(slots=True)
+class _Handoff:
+    ready_ms: float
+    request_id: int
+    spec: object
+    scheduled_ms: float | None
+    prefill_done_ms: float
+    kv_bytes: int
+
+
+@dataclass(slots=True)
+class _Device:
+    name: str
+    index: int
+    free_ms: float = 0.0          # when its current step ends
+    link_free_ms: float = 0.0     # prefill: when its link is free for the next hand-off
+    queued_tokens: int = 0
+    assigned: int = 0
+    pending: list = field(default_factory=list)   # decode: a heap of (ready_ms, request_id, _Handoff)
+
+
+class DisaggregatedSim:
+    """One simulated run; `run()` streams its record batches through `emit` (a RunRecorder's)."""
+
+    def __init__(self, config: RunConfig, shape, prec, profile, cost_model, link: KVLink, emit: Emit, run_id: str,
+                 should_stop: Callable[[], bool] = lambda: False):
+        from backend.engine.decode_batch import DecodeBatch
+        from backend.engine.kv_transfer import kv_bytes_per_token
+        from backend.targets.local import kv_capacity_of, longest_sequence
+        from backend.engine.scheduler import Scheduler, SchedulerConfig
+        from backend.targets.simulated import SimRunner, VirtualClock
+        from backend.workload.arrivals import WorkloadSource
+        e = config.engine
+        self.config, self.link, self.emit, self.should_stop = config, link, emit, should_stop
+        self.shape, self.prec, self.profile, self.cost_model = shape, prec, profile, cost_model
+        spec = replace(config.workload, prompt_source="synthetic")   # no tokenizer: synthetic ids of the same lengths
+        self.source = WorkloadSource(spec, tokenize=None, vocab_size=shape.vocab_size, max_prompt_len=shape.max_position)
+        self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
+        self.kv_capacity = kv_capacity_of(config, e.max_batch, self.max_len)
+        self.kv_per_token = kv_bytes_per_token(shape, int(prec.activation_bytes))
+        self.pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock())
+        self.prefill = [_Device(f"prefill-{i}", i) for i in range(e.prefill_workers)]
+        self.decode = [_Device(f"decode-{i}", i) for i in range(e.decode_workers)]
+        self.schedulers = [Scheduler(SchedulerConfig(policy="chunked", max_batch=e.max_batch,
+                                                     kv_capacity=self.kv_capacity, max_len=self.max_len,
+                                                     chunk_tokens=e.chunk_tokens)) for _ in self.prefill]
+        self.batches = [DecodeBatch(e.max_batch, self.kv_capacity, self.max_len) for _ in self.decode]
+        self.run_id = run_id
+        self.specs: dict[int, tuple] = {}        # request_id -> (spec, decode index)
+        self.meta: dict[int, _Handoff] = {}
+        self.live: dict[int, object] = {}        # request_id -> the decode side's Request
+        self.step_index = 0
+        self.stopped = False
+        self.now_ms = 0.0
+
+    # ---- the event loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        events = 0
+        while True:
+            events += 1
+            if events % 64 == 0 and self.should_stop():
+                self.stopped = True
+                break
+            moments = []
+            nxt = self.source.next_arrival_ms()
+            if nxt is not None:
+                moments.append((nxt, 0, 0))
+            for p, device in enumerate(self.prefill):
+                if self.schedulers[p].has_work:
+                    moments.append((device.free_ms, 1, p))
+            for d, device in enumerate(self.decode):
+                if self.batches[d].num_running:
+                    moments.append((device.free_ms, 2, d))
+                elif device.pending:
+                    moments.append((max(device.free_ms, device.pending[0][0]), 2, d))
+            if not moments:
+                break
+            at, kind, index = min(moments)
+            self.now_ms = at
+            if kind == 0:
+                self.arrive(at)
+            elif kind == 1:
+                self.prefill_step(index, at)
+            else:
+                self.decode_step(index, at)
+        self.record_unfinished("stopped by user" if self.stopped else "unfinished")
+
+    def arrive(self, now: float) -> None:
+        arrived = self.source.due(now)
+        if arrived:
+            self.emit(RequestsArrived([s.request_id for s in arrived], [s.arrival_ms for s in arrived],
+                                      [len(s.prompt_ids) for s in arrived]))
+        from backend.engine.request import Request, rejected_record, rejection
+        for spec in arrived:
+            reason = rejection(len(spec.prompt_ids), spec.max_new_tokens, self.max_len, self.kv_capacity,
+                               "a decode device's cache")
+            if reason:
+                self.emit(RecordBatch(requests=[rejected_record(spec, reason)]))
+                self.source.on_finish(now)
+                continue
+            p = min(range(len(self.prefill)), key=lambda i: (self.prefill[i].queued_tokens, i))
+            d = min(range(len(self.decode)), key=lambda i: (self.decode[i].assigned, i))
+            self.prefill[p].queued_tokens += len(spec.prompt_ids)
+            self.decode[d].assigned += 1
+            self.specs[spec.request_id] = (spec, d)
+            if not self.schedulers[p].has_work:
+                self.prefill[p].free_ms = max(self.prefill[p].free_ms, now)
+            if len(spec.prompt_ids) == 1:   # nothing to prefill: straight to the decode device
+                self.hand_off(p, spec.request_id, now, now, 0)
+                continue
+            self.schedulers[p].add(Request(spec.request_id, spec.prompt_ids[:-1], 1, spec.arrival_ms))
+
+    def prefill_step(self, p: int, start: float) -> None:
+        from backend.targets.simulated import SIM_TOKEN
+        scheduler, device = self.schedulers[p], self.prefill[p]
+        out = scheduler.schedule(start)
+        batch = RecordBatch()
+        for chunk in out.prefill:
+            if chunk.start == 0:
+                batch.scheduled[chunk.request.request_id] = chunk.request.scheduled_ms
+        contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
+        kv_tokens = scheduler.kv_tokens_used + out.num_tokens
+        end = start + self.pricer.price(out) * 1000.0
+        sampled = {c.request.request_id: SIM_TOKEN for c in out.prefill if c.samples}
+        finished = scheduler.update(out, sampled, end)
+        device.free_ms = end
+        batch.steps.append(self.step_record(device.name, out, contexts, kv_tokens, start, end,
+                                            scheduler.num_waiting, scheduler.num_running))
+        self.emit(batch)
+        for request in finished:
+            self.hand_off(p, request.request_id, request.scheduled_ms, end, request.num_computed)
+
+    def hand_off(self, p: int, rid: int, scheduled_ms: float | None, done_ms: float, num_tokens: int) -> None:
+        spec, d = self.specs[rid]
+        device = self.prefill[p]
+        device.queued_tokens -= len(spec.prompt_ids)
+        nbytes = num_tokens * self.kv_per_token
+        leaves = max(done_ms, device.link_free_ms)
+        ready = leaves + self.link.seconds(nbytes) * 1000.0
+        device.link_free_ms = ready
+        handoff = _Handoff(ready, rid, spec, scheduled_ms, done_ms, nbytes)
+        heapq.heappush(self.decode[d].pending, (ready, rid, handoff))
+
+    def decode_step(self, d: int, start: float) -> None:
+        from backend.engine.request import Request
+        from backend.targets.simulated import SIM_TOKEN
+        device, batch_state = self.decode[d], self.batches[d]
+        while device.pending and device.pending[0][0] <= start:
+            handoff = device.pending[0][2]
+            request = Request.from_spec(handoff.spec)
+            if not batch_state.can_admit(request):
+                break
+            heapq.heappop(device.pending)
+            batch_state.admit(request, max(0, len(handoff.spec.prompt_ids) - 1))
+            request.scheduled_ms = handoff.scheduled_ms
+            self.live[handoff.request_id] = request
+            self.meta[handoff.request_id] = handoff
+        out = batch_state.schedule()
+        if out.is_empty:   # nothing running: what is pending lands later (an idle device has room for any request)
+            device.free_ms = device.pending[0][0] if device.pending else start
+            return
+        contexts = [r.num_computed + 1 for r in out.decode]
+        kv_tokens = batch_state.kv_tokens_used + out.num_tokens
+        end = start + self.pricer.price(out) * 1000.0
+        finished = batch_state.update(out, {r.request_id: SIM_TOKEN for r in out.decode}, end)
+        device.free_ms = end
+        batch = RecordBatch()
+        batch.steps.append(self.step_record(device.name, out, contexts, kv_tokens, start, end, len(device.pending),
+                                            batch_state.num_running))
+        for r in out.decode:
+            batch.tokens.append(TokenRecord(request_id=r.request_id, index=len(r.output_ids) - 1, time_ms=end,
+                                            token_id=SIM_TOKEN))
+        for request in finished:
+            batch.requests.append(self.record_of(request))
+            device.assigned -= 1
+        self.emit(batch)
+        for _ in finished:
+            self.source.on_finish(end)
+
+    def record_of(self, request) -> RequestRecord:
+        handoff = self.meta.pop(request.request_id)
+        self.live.pop(request.request_id, None)
+        self.specs.pop(request.request_id, None)
+        record = request.to_record()
+        fill_split(record, handoff.kv_bytes, handoff.scheduled_ms, handoff.prefill_done_ms, handoff.ready_ms)
+        return record
+
+    def record_unfinished(self, reason: str) -> None:
+        from backend.engine.request import Request
+        batch = RecordBatch()
+        for rid, (spec, _d) in sorted(self.specs.items()):
+            request = self.live.get(rid) or Request.from_spec(spec)
+            request.finish_reason = reason
+            batch.requests.append(request.to_record())
+        if batch.requests:
+            self.emit(batch)
+
+    def step_record(self, worker: str, out, contexts, kv_tokens, start, end, waiting, running) -> StepRecord:
+        record = StepRecord.measured(
+            run_id=self.run_id, step=self.step_index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
+            num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start, kv_tokens=kv_tokens,
+            kv_capacity=self.kv_capacity, num_waiting=waiting, num_running=running, worker=worker)
+        self.step_index += 1
+        return record
+
+
+def prepare(config: RunConfig, cost_model=None):
+    """(shape, precision, profile, cost model, link) of a simulated disaggregated run, each refused in one line."""
+    from backend.targets.disaggregated.coordinator import shared_settings, validate_disaggregated
+    from backend.targets.local import kv_capacity_of, longest_sequence, validate
+    from backend.targets.simulated import CostModel, check_memory, resolve_model, resolve_precision
+    from backend.roofline.profiles import find_profile
+    if not config.profile:
+        raise InputError("--simulate needs --profile NAME (see `profiles`), the device whose steps are priced")
+    validate_disaggregated(config)
+    validate(shared_settings(config))
+    profile = find_profile(config.profile)
+    shape = resolve_model(config.model.name)
+    prec = resolve_precision(config.model.dtype, profile)
+    model = cost_model or CostModel.for_profile(profile)
+    model.validate()
+    max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
+    check_memory(shape, prec, profile, kv_capacity_of(config, config.engine.max_batch, max_len))
+    return shape, prec, profile, model, resolve_link(config, profile)
+
+
+def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
+                                retain_records: bool = True, cost_model=None) -> RunFinished:
+    """`load --policy disaggregated --simulate --profile NAME`."""
+    from backend.targets.disaggregated.events import WorkerLayout
+    from backend.targets.disaggregated.summary import disaggregated_figures
+    from backend.targets.simulated import model_bytes, simulated_info
+    from backend.results.recorder import RunRecorder
+    shape, prec, profile, model, link = prepare(config, cost_model)
+    with RunRecorder(config, emit, retain_records) as recorder:
+        emit = recorder.emit
+        sim = DisaggregatedSim(config, shape, prec, profile, model, link, emit, recorder.run_id, should_stop)
+        e = config.engine
+        device = f"simulated {e.prefill_workers}+{e.decode_workers} x {profile.key}"
+        source_text = (f"simulated on {e.prefill_workers} prefill + {e.decode_workers} decode {profile.key} "
+                       f"({profile.name}), KV over {link.describe()}: step times from a cost model, no weights loaded")
+        emit(ModelLoaded(config.model.name, device, profile.name, prec.name, source_text, False, shape.num_params(),
+                         model_bytes(shape, prec), sim.kv_capacity * e.decode_workers, shape, False, prec.weight_bits,
+                         prec.activation))
+        workers = [{"name": dev.name, "role": dev.name.split("-")[0], "cores": [], "pid": None, "threads": None}
+                   for dev in sim.prefill + sim.decode]
+        emit(WorkerLayout(workers, f"link {link.describe()}"))
+        emit(Progress("simulating", None))
+        wall_start = time.perf_counter()
+        sim.run()
+        summary = recorder.summary()
+        summary.update(disaggregated_figures(recorder.accumulator.requests))
+        info = simulated_info(
+            config, profile, shape, prec, model, device, source_text,
+            kv_capacity=sim.kv_capacity * e.decode_workers, kv_slots=e.max_batch, max_len=sim.max_len,
+            virtual_s=sim.now_ms / 1000.0, wall_s=time.perf_counter() - wall_start,
+            layout={"prefill_workers": e.prefill_workers, "decode_workers": e.decode_workers,
+                    "kv_transport": "simulated link", "kv_link": asdict(link),
+                    "workers": [{"name": w["name"], "role": w["role"], "devices": 1} for w in workers]})
+        return recorder.finish(info, sim.stopped, None, summary)

@@ -1,0 +1,443 @@
+"""One engine process of the disaggregated policy: a prefill worker or a decode worker.
+
+Started by the coordinator (backend/targets/disaggregated/coordinator.py) as a fresh interpreter, as the
+window's engine process is (never a fork). It pins itself to its cores, loads the model, warms
+up, says it is ready, and then runs its loop on the coordinator's clock until told to stop:
+
+- prefill: requests come from the coordinator; the real chunked scheduler runs the prompt of
+  each, but its last token, in chunks of --chunk-tokens (prefill-only steps); when a prompt's
+  KV is complete it is packed and handed to the decode worker the coordinator named
+  (backend/engine/kv_transfer.py), and the slot is free again.
+- decode: hand-offs come from the prefill workers' links; each is copied into a free cache slot
+  and joins the continuous decode batch (backend/engine/decode_batch.py), whose first step for
+  it takes the last prompt token and samples the first output token. It never runs a prefill.
+
+Wire (pickled tuples on one socket to the coordinator; one socket per prefill-decode pair):
+
+    coordinator -> worker   ("init", WorkerSpec) ("start", t0) ("request", RequestSpec, decode_index)
+                            ("cancel", [request_id]) ("stop",)
+    worker -> coordinator   ("ready", info) ("events", RecordBatch, handed [(rid, ms)], received [rid])
+                            ("error", line) ("done",)
+    prefill -> decode       ("kv", meta, buffer index | None, KVBlock) [+ the bytes, under pipe]
+    decode -> prefill       ("freed", buffer index)
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+from backend.events import Throttle
+from backend.launcher import child_started, pin_to
+from backend.records import RecordBatch, StepRecord, TokenRecord
+from backend.targets.disaggregated.summary import fill_split
+
+IDLE_S = 0.05        # longest wait for a message while idle, so Stop is honoured
+PREFILL_SLOTS = 8    # prompts a prefill worker holds at once: a chunk budget rarely spans more
+
+
+@dataclass(slots=True)
+class WorkerSpec:
+    role: str                 # "prefill" | "decode"
+    index: int
+    config: object            # the RunConfig
+    cores: list[int]
+    num_slots: int
+    max_len: int
+    kv_capacity: int
+    transport: str            # "shm" | "pipe"
+    links: dict[int, int] = field(default_factory=dict)    # peer index -> socket fd
+    arenas: dict[int, int] = field(default_factory=dict)   # prefill index -> memfd (a prefill: its own)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+def serve_fd(fd: str) -> None:
+    """The child's entry point (backend.launcher): the file descriptor of its end of the coordinator's socket."""
+    child_started()
+    conn = Connection(int(fd))
+    try:
+        kind, spec = conn.recv()
+    except (EOFError, OSError):
+        return
+    try:
+        worker = (PrefillWorker if spec.role == "prefill" else DecodeWorker)(conn, spec)
+    except Exception as exc:   # noqa: BLE001 -- one line to the coordinator, which ends the run
+        from backend.errors import one_line
+        conn.send(("error", one_line(exc, typed=True)))
+        return
+    try:
+        worker.serve()
+    except (EOFError, OSError):
+        return   # the coordinator is gone
+    except Exception as exc:   # noqa: BLE001 -- one line to the coordinator, which fails this worker's requests
+        from backend.errors import one_line
+        try:
+            conn.send(("error", one_line(exc, typed=True)))
+        except OSError:
+            pass
+    finally:
+        worker.close()
+
+
+class _Worker:
+    def __init__(self, conn: Connection, spec: WorkerSpec):
+        self.conn = conn
+        self.spec = spec
+        self.name = spec.name
+        pin_to(spec.cores)
+        import torch
+        torch.set_num_threads(len(spec.cores))
+        from backend.engine.runner import Runner
+        from backend.loaders.cache import load
+        config = spec.config
+        self.loaded, device_name = load(config, lambda event: None)
+        self.runner = Runner(self.loaded, spec.num_slots, spec.max_len, config.sampling)
+        self.runner.warmup()
+        self.links = {peer: Connection(fd) for peer, fd in spec.links.items()}
+        self.t0 = 0.0
+        self.step_index = 0
+        self.stopped = False
+        self.cancelled: set[int] = set()
+        self.batch = RecordBatch()
+        self.handed: list[tuple[int, float]] = []
+        self.received: list[int] = []
+        self.throttle = Throttle()   # records to the coordinator (at once when a request ends)
+        from backend.engine.threads import current_affinity
+        info = {"name": self.name, "role": spec.role, "index": spec.index, "pid": os.getpid(),
+                "cores": list(spec.cores), "threads": torch.get_num_threads(), "affinity": current_affinity(),
+                "num_slots": spec.num_slots, "kv_capacity": spec.kv_capacity,
+                "loaded": self.loaded.loaded_event(device_name, spec.kv_capacity, False)}
+        self.conn.send(("ready", info))
+
+    def now_ms(self) -> float:
+        return (time.monotonic() - self.t0) * 1000.0
+
+    def serve(self) -> None:
+        while True:   # until "start"
+            message = self.conn.recv()
+            if message[0] == "start":
+                self.t0 = message[1]
+                break
+            if message[0] == "stop":
+                return
+        while not self.stopped:
+            self.handle_control(block=False)
+            if self.stopped:
+                break
+            if not self.step():
+                self.idle()
+        self.flush(force=True)
+        self.conn.send(("done",))
+
+    def handle_control(self, block: bool) -> None:
+        while self.conn.poll(IDLE_S if block else 0):
+            block = False
+            message = self.conn.recv()
+            kind = message[0]
+            if kind == "stop":
+                self.stopped = True
+                return
+            if kind == "cancel":
+                self.cancelled.update(message[1])
+                self.cancel(message[1])
+            else:
+                self.on_message(message)
+
+    def idle(self) -> None:
+        """Nothing to compute: wait for the coordinator or a peer."""
+        self.flush(force=True)
+        ready = wait([self.conn, *self.links.values()], IDLE_S)
+        for conn in ready:
+            if conn is self.conn:
+                self.handle_control(block=False)
+            else:
+                self.on_link(conn)
+
+    def record_step(self, out, contexts: list[int], kv_tokens: int, kv_capacity: int, start: float, end: float,
+                    num_waiting: int, num_running: int) -> None:
+        self.batch.steps.append(StepRecord.measured(
+            run_id="", step=self.step_index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
+            num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
+            kv_tokens=kv_tokens, kv_capacity=kv_capacity, num_waiting=num_waiting, num_running=num_running,
+            worker=self.name))
+        self.step_index += 1
+
+    def flush(self, force: bool = False) -> None:
+        b = self.batch
+        if not (b.steps or b.tokens or b.requests or b.scheduled or self.handed or self.received):
+            return
+        if not force and not b.requests and not self.throttle.due():
+            return
+        self.conn.send(("events", b, self.handed, self.received))
+        self.batch, self.handed, self.received = RecordBatch(), [], []
+        self.throttle.sent()
+
+    def on_link_closed(self, peer: int) -> None:
+        conn = self.links.pop(peer, None)
+        if conn is not None:
+            conn.close()
+
+    def peer_of(self, conn) -> int:
+        return next(peer for peer, c in self.links.items() if c is conn)
+
+    def close(self) -> None:
+        for conn in self.links.values():
+            conn.close()
+
+    # the roles fill these in
+    def step(self) -> bool: ...
+    def on_message(self, message) -> None: ...
+    def on_link(self, conn) -> None: ...
+    def cancel(self, request_ids) -> None: ...
+
+
+class PrefillWorker(_Worker):
+    def __init__(self, conn: Connection, spec: WorkerSpec):
+        super().__init__(conn, spec)
+        from backend.engine.scheduler import Scheduler, SchedulerConfig
+        config = spec.config
+        self.scheduler = Scheduler(SchedulerConfig(policy="chunked", max_batch=spec.num_slots,
+                                                   kv_capacity=spec.kv_capacity, max_len=spec.max_len,
+                                                   chunk_tokens=config.engine.chunk_tokens))
+        self.specs: dict[int, tuple] = {}    # request_id -> (its RequestSpec, its decode worker)
+        self.announced: set[int] = set()
+        self.arena = None
+        if spec.transport == "shm":
+            from backend.engine.kv_transfer import Arena, kv_bytes_per_token
+            # each buffer holds the longest hand-off: a whole slot of this process's cache
+            itemsize = self.runner.cache.k[0].element_size()
+            self.arena = Arena(spec.arenas[spec.index], kv_bytes_per_token(self.loaded.shape, itemsize) * spec.max_len,
+                               create=True)
+
+    def on_message(self, message) -> None:
+        if message[0] != "request":
+            return
+        from backend.engine.request import Request
+        spec, decode_index = message[1], message[2]
+        self.specs[spec.request_id] = (spec, decode_index)
+        if len(spec.prompt_ids) <= 1:   # nothing to prefill: the whole prompt is the first decode step's input
+            now = self.now_ms()
+            self.batch.scheduled[spec.request_id] = now
+            self.hand_off(spec.request_id, None, 0, now, now)
+            return
+        self.scheduler.add(Request(spec.request_id, spec.prompt_ids[:-1], 1, spec.arrival_ms))
+
+    def cancel(self, request_ids) -> None:
+        for rid in request_ids:
+            self.specs.pop(rid, None)   # a prompt under way still runs to its end; its hand-off is skipped
+
+    def step(self) -> bool:
+        start = self.now_ms()
+        out = self.scheduler.schedule(start)
+        if out.is_empty:
+            return False
+        for chunk in out.prefill:
+            rid = chunk.request.request_id
+            if rid not in self.announced:
+                self.announced.add(rid)
+                self.batch.scheduled[rid] = chunk.request.scheduled_ms
+        slots = {c.request.request_id: c.request.slot for c in out.prefill}
+        contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
+        kv_tokens = self.scheduler.kv_tokens_used + out.num_tokens
+        sampled = self.runner.run(out)   # the sample of a finished prompt[:-1] is unused: decode samples
+        end = self.now_ms()
+        finished = self.scheduler.update(out, sampled, end)
+        self.record_step(out, contexts, kv_tokens, self.scheduler.config.kv_capacity, start, end,
+                         self.scheduler.num_waiting, self.scheduler.num_running)
+        for request in finished:
+            self.announced.discard(request.request_id)
+            self.hand_off(request.request_id, slots[request.request_id], request.num_computed,
+                          request.scheduled_ms, end)
+        self.flush()
+        return True
+
+    def hand_off(self, rid: int, slot: int | None, num_tokens: int, scheduled_ms: float, done_ms: float) -> None:
+        """Pack the prompt's KV and send it to its decode worker (dropped if cancelled or the link is gone)."""
+        from backend.engine.kv_transfer import block_of, pack, view_of
+        entry = self.specs.pop(rid, None)
+        if entry is None:
+            return
+        spec, decode_index = entry
+        block = block_of(self.runner.cache, num_tokens)
+        meta = {"spec": spec, "scheduled_ms": scheduled_ms, "prefill_done_ms": done_ms, "prefill_worker": self.name}
+        link = self.links.get(decode_index)
+        if link is None:
+            return
+        try:
+            if self.arena is not None:
+                index = self.take_buffer(decode_index)
+                if index is None:
+                    return
+                if num_tokens:
+                    pack(self.runner.cache, slot, block, view_of(block, self.arena.map, self.arena.offset(index)))
+                link.send(("kv", meta, index, block))
+            else:
+                import torch
+                payload = torch.empty(block.shape, dtype=block.torch_dtype)
+                if num_tokens:
+                    pack(self.runner.cache, slot, block, payload)
+                link.send(("kv", meta, None, block))
+                link.send_bytes(payload.view(torch.uint8).reshape(-1).numpy() if num_tokens else b"")
+        except OSError:
+            self.on_link_closed(decode_index)
+            return
+        self.handed.append((rid, self.now_ms()))
+
+    def take_buffer(self, decode_index: int) -> int | None:
+        """A free arena buffer, waiting for a decode worker to free one if none is."""
+        while not self.arena.free:
+            if decode_index not in self.links:
+                return None
+            ready = wait([*self.links.values()], IDLE_S)
+            for conn in ready:
+                self.on_link(conn)
+        return self.arena.free.pop()
+
+    def on_link(self, conn) -> None:
+        try:
+            while conn.poll():
+                kind, index = conn.recv()
+                if kind == "freed" and self.arena is not None:
+                    self.arena.free.append(index)
+        except (EOFError, OSError):
+            self.on_link_closed(self.peer_of(conn))
+
+    def close(self) -> None:
+        super().close()
+        if self.arena is not None:
+            self.arena.close()
+
+
+class DecodeWorker(_Worker):
+    def __init__(self, conn: Connection, spec: WorkerSpec):
+        super().__init__(conn, spec)
+        from backend.engine.decode_batch import DecodeBatch
+        self.decode = DecodeBatch(spec.num_slots, spec.kv_capacity, spec.max_len)
+        self.pending: deque = deque()      # (meta, prefill index, buffer index | None, block, bytes | None, recv ms)
+        self.arenas: dict[int, object] = {}
+        self.requests: dict[int, object] = {}
+        self.meta: dict[int, dict] = {}
+        self.text: dict[int, str] = {}
+        self.tokenizer = self.loaded.tokenizer
+        self.stop_ids = self.tokenizer.eos_ids
+        self.ignore_eos = spec.config.sampling.ignore_eos
+
+    def on_link(self, conn) -> None:
+        peer = self.peer_of(conn)
+        try:
+            while conn.poll():
+                kind, meta, index, block = conn.recv()
+                payload = None
+                if index is None:   # pipe: the bytes follow the header
+                    payload = bytearray(block.nbytes)
+                    if block.nbytes:
+                        conn.recv_bytes_into(payload)
+                    else:
+                        conn.recv_bytes()
+                self.pending.append((meta, peer, index, block, payload))
+                self.received.append(meta["spec"].request_id)
+        except (EOFError, OSError):
+            self.on_link_closed(peer)
+
+    def cancel(self, request_ids) -> None:
+        for rid in request_ids:
+            if self.decode.drop(rid) is not None:
+                self.requests.pop(rid, None)
+                self.meta.pop(rid, None)
+                self.text.pop(rid, None)
+        kept = deque()
+        for item in self.pending:
+            if item[0]["spec"].request_id in request_ids:
+                self.free_buffer(item[1], item[2])
+            else:
+                kept.append(item)
+        self.pending = kept
+
+    def free_buffer(self, peer: int, index: int | None) -> None:
+        link = self.links.get(peer)
+        if index is None or link is None:
+            return
+        try:
+            link.send(("freed", index))
+        except OSError:
+            self.on_link_closed(peer)
+
+    def admit_pending(self) -> None:
+        """Copy every waiting hand-off that fits into a cache slot, oldest first."""
+        from backend.engine.kv_transfer import Arena, unpack, view_of
+        from backend.engine.request import Request
+        while self.pending:
+            meta, peer, index, block, payload = self.pending[0]
+            spec = meta["spec"]
+            request = Request.from_spec(spec, self.stop_ids, self.ignore_eos)
+            if not self.decode.can_admit(request):
+                return
+            self.pending.popleft()
+            slot = self.decode.admit(request, block.num_tokens)
+            if block.num_tokens:
+                if index is not None:
+                    arena = self.arenas.get(peer)
+                    if arena is None:
+                        arena = self.arenas[peer] = Arena.open(self.spec.arenas[peer])
+                    unpack(self.runner.cache, slot, view_of(block, arena.map, arena.offset(index)))
+                else:
+                    unpack(self.runner.cache, slot, view_of(block, payload))
+            self.free_buffer(peer, index)
+            request.scheduled_ms = meta["scheduled_ms"]
+            meta = dict(meta, loaded_ms=self.now_ms(), kv_bytes=block.nbytes)
+            self.requests[spec.request_id] = request
+            self.meta[spec.request_id] = meta
+
+    def step(self) -> bool:
+        for conn in wait(list(self.links.values()), 0) if self.links else []:
+            self.on_link(conn)
+        self.admit_pending()
+        out = self.decode.schedule()
+        if out.is_empty:
+            return False
+        start = self.now_ms()
+        contexts = [r.num_computed + 1 for r in out.decode]
+        kv_tokens = self.decode.kv_tokens_used + out.num_tokens
+        sampled = self.runner.run(out)
+        end = self.now_ms()
+        finished = self.decode.update(out, sampled, end)
+        self.record_step(out, contexts, kv_tokens, self.decode.kv_capacity, start, end, len(self.pending),
+                         self.decode.num_running)
+        for rid in sampled:
+            request = self.requests[rid]
+            self.batch.tokens.append(TokenRecord(request_id=rid, index=len(request.output_ids) - 1, time_ms=end,
+                                                 token_id=request.output_ids[-1]))
+        self.stream_text(sampled)
+        for request in finished:
+            self.batch.requests.append(self.record_of(request))
+        self.flush()
+        return True
+
+    def stream_text(self, sampled: dict[int, int]) -> None:
+        for rid in sampled:
+            text = self.tokenizer.decode(self.requests[rid].output_ids)
+            old = self.text.get(rid, "")
+            if text.endswith("\ufffd"):   # a multi-byte character half decoded: wait for the rest
+                continue
+            if len(text) > len(old):
+                self.batch.text[rid] = text[len(old):] if text.startswith(old) else text
+            self.text[rid] = text
+
+    def record_of(self, request):
+        rid = request.request_id
+        meta = self.meta.pop(rid)
+        self.requests.pop(rid, None)
+        self.text.pop(rid, None)
+        record = request.to_record(self.tokenizer.decode(request.output_ids) if request.output_ids else "")
+        fill_split(record, meta["kv_bytes"], meta["scheduled_ms"], meta["prefill_done_ms"], meta["loaded_ms"])
+        return record
+
+    def close(self) -> None:
+        super().close()
+        for arena in self.arenas.values():
+            arena.close()

@@ -1,0 +1,333 @@
+"""The engine in a child process, so that watching a run does not change what it measures.
+
+In the window's own process the engine's Python glue waits for the GIL while the views paint,
+its threads compete with painting for the cores, and a crash in a C kernel, a CUDA fault or an
+out-of-memory kill takes the window down with it. So the window's runs execute here: a fresh
+interpreter (never a fork: torch and Qt do not survive one) that imports no Qt and owns the
+model, the KV cache and the engine loop. It is started by backend.launcher, with one socket
+for the pipe. It stays alive between runs with the model loaded; a run on another model,
+device or dtype starts a fresh one.
+
+`EngineProcess.execute` has `session.execute`'s signature, so the window's worker calls it in
+its place; the headless CLI keeps running in its own process (it is the reference). The wire
+is one pipe of pickled messages:
+
+    window -> engine   ("run", RunConfig) | ("calibrate", device) | ("stop",) | ("quit",)
+    engine -> window   ("events", [event, ...])    records merged, at most Throttle.HZ sends a second
+                       ("finished", RunFinished) | ("calibrated", GpuProfile)
+                       ("input-error", line) | ("error", line)
+
+Stop is certain: the engine stops at its next step boundary, and one that has not answered
+within STOP_GRACE_S (a long prefill, a hung kernel) is ended; the records so far are kept.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import weakref
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Callable
+
+from backend.launcher import Child, child_started, describe_exit, end_process, start_child, wait_for
+from backend.errors import InputError, RunError, one_line
+from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, Throttle, coalesce
+from backend.records import RecordBatch
+
+STATUS_EVERY_S = 1.0   # the engine's CPU use, for the window's status bar
+STOP_GRACE_S = 2.0     # after Stop, how long the engine has to reach a step boundary
+POLL_S = 0.05          # how often the window's side looks at Stop and at the child's health
+QUIT_WAIT_S = 2.0
+
+_live: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
+
+
+def live_engines() -> list[int]:
+    """Pids of the engine processes still running (tests fail when one outlives them)."""
+    return [e.pid for e in list(_live) if e.is_alive()]
+
+
+class EngineProcess:
+    """The window's side: starts the child, sends it runs, turns its messages back into events.
+
+    `target` replaces the child's run function (a picklable callable with execute's signature,
+    e.g. a benchmark's synthetic engine); by default the child runs session.execute with a
+    ModelCache, so a second run on the same model does not reload it.
+    """
+
+    def __init__(self, target: Callable | None = None):
+        self._target = target
+        self._process: Child | None = None
+        self._conn: Connection | None = None
+        self._key: tuple | None = None   # model, device, dtype of the model the child holds
+        _live.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.is_alive() else None
+
+    def is_alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    # ---- runs ---------------------------------------------------------------------------------
+
+    def execute(self, config, emit: Callable[[object], None], should_stop: Callable[[], bool]) -> RunFinished:
+        """Run config in the child, emitting its events here; returns its RunFinished.
+
+        A child that dies part way gives a RunFinished with the error in one line and the
+        records received so far; InputError and RunError from the child are raised here."""
+        key = None if config.endpoint is not None else (config.model.name, config.model.device, config.model.dtype)
+        if self.is_alive() and key is not None and self._key is not None and key != self._key:
+            self.close()   # another model: a fresh process gives its memory back whole
+        self._ensure_started()
+        if key is not None:
+            self._key = key
+        received = _Received(config)
+        self._send(("run", config))
+        kind, payload = self._receive(emit, should_stop, received)
+        if kind == "finished":
+            return payload
+        if kind == "stopped":
+            emit(Progress(f"note: the engine did not stop within {STOP_GRACE_S:.0f} s; its process was ended "
+                          "and the next run starts a fresh one"))
+            return received.finished(stopped=True)
+        return received.finished(error=f"engine process {payload} after {received.where()}")
+
+    def calibrate(self, device: str, progress: Callable[[str, float], None]):
+        """calibrate.calibrate in the child, on all its cores; progress as it goes."""
+        self._ensure_started()
+        self._send(("calibrate", device))
+
+        def forward(event) -> None:
+            if isinstance(event, Progress):
+                progress(event.message, event.fraction or 0.0)
+        kind, payload = self._receive(forward, lambda: False, None)
+        if kind != "calibrated":
+            raise RunError(f"engine process {payload} during calibration")
+        return payload
+
+    def _receive(self, emit, should_stop, received: _Received | None) -> tuple[str, object]:
+        """Until the job's last message: ("finished" | "calibrated", payload), ("stopped", None)
+        when Stop had to end the process, or ("died", how)."""
+        stop_sent = None
+        while True:
+            if stop_sent is None and should_stop():
+                self._send(("stop",))
+                stop_sent = time.monotonic()
+            if stop_sent is not None and time.monotonic() - stop_sent > STOP_GRACE_S:
+                self._end()
+                return "stopped", None
+            try:
+                if not self._conn.poll(POLL_S):
+                    if not self.is_alive():
+                        return "died", self._reap()
+                    continue
+                message = self._conn.recv()
+            except (EOFError, OSError):   # the child is gone: its end of the pipe closed
+                return "died", self._reap()
+            kind = message[0]
+            if kind == "events":
+                for event in message[1]:
+                    if received is not None:
+                        received.see(event)
+                    emit(event)
+            elif kind in ("finished", "calibrated"):
+                return kind, message[1]
+            elif kind == "input-error":
+                raise InputError(message[1])
+            else:
+                raise RunError(message[1])
+
+    # ---- the process --------------------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self.is_alive():
+            return
+        self._reap()
+        # the child gets the parent's import path, so that a benchmark's target unpickles there
+        self._process, self._conn = start_child("backend.targets.engine_process", "serve_fd")
+        self._key = None
+        self._send(("target", self._target))
+
+    def _send(self, message) -> None:
+        try:
+            self._conn.send(message)
+        except OSError:
+            pass   # the child is gone; the receiving loop notices
+
+    def _end(self) -> None:
+        """Terminate the child, then kill it if it does not go."""
+        if self._process is None:
+            return
+        end_process(self._process)
+        self._reap()
+
+    def _reap(self) -> str:
+        """Forget the child (it has ended); how it ended, in words."""
+        if self._process is None:
+            return describe_exit(None)
+        wait_for(self._process, 1.0)
+        how = describe_exit(self._process.returncode)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = self._key = None
+        return how
+
+    def close(self) -> None:
+        """End the child: asked to quit, then terminated if it does not within QUIT_WAIT_S."""
+        if self._process is None:
+            return
+        if self.is_alive():
+            self._send(("quit",))
+            wait_for(self._process, QUIT_WAIT_S)
+        self._end()
+
+
+class _Received:
+    """What the window's side has seen of a run, to report it if the child dies or is ended."""
+
+    def __init__(self, config):
+        from backend.results.summary import RunAccumulator
+        self.config = config
+        self.accumulator = RunAccumulator()
+        self.run_id = ""
+        self.last_step: int | None = None
+        self.info: dict = {}
+
+    def see(self, event) -> None:
+        if isinstance(event, RecordBatch):
+            self.accumulator.add(event)
+            if event.steps:
+                self.last_step = event.steps[-1].step
+                self.run_id = self.run_id or event.steps[0].run_id
+        elif isinstance(event, ModelLoaded):
+            self.info.update(event.info())
+        elif isinstance(event, EngineStatus):
+            self.info.update(engine_pid=event.pid, threads=event.threads, affinity=event.affinity)
+
+    def where(self) -> str:
+        return "before its first step" if self.last_step is None else f"step {self.last_step}"
+
+    def finished(self, stopped: bool = False, error: str | None = None) -> RunFinished:
+        from backend.records import RunData
+        from backend.config import config_dict
+        from backend.records import new_run_id
+        run_id = self.run_id or new_run_id()
+        summary = self.accumulator.summary(self.config.slo_ttft_ms, self.config.slo_tpot_ms)
+        data = RunData(run_id=run_id, config=config_dict(self.config), info=dict(self.info),
+                       requests=list(self.accumulator.requests), summary=summary)
+        return RunFinished(run_id, summary, stopped, error, data)
+
+
+# ---- the child --------------------------------------------------------------------------------
+
+def serve_fd(fd: str) -> None:
+    """The child's entry point (backend.launcher): its end of the socket's file descriptor, then the
+    run function ("target", callable or None)."""
+    conn = Connection(int(fd))
+    try:
+        kind, target = conn.recv()
+    except (EOFError, OSError):
+        return
+    serve(conn, target)
+
+
+def serve(conn: Connection, target: Callable | None) -> None:
+    """The child's main loop: one job at a time until "quit" or the window's end of the pipe closes."""
+    child_started()
+    if target is None:
+        from backend.loaders.cache import ModelCache
+        from backend.session import execute
+        target = partial(execute, retain_records=False, models=ModelCache())
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "quit":
+            return
+        job = _Job(conn)
+        if message[0] == "run":
+            job.run(target, message[1])
+        elif message[0] == "calibrate":
+            job.calibrate(message[1])
+        # a ("stop",) that came after its run had already finished: nothing to stop
+        if job.quit:
+            return
+
+
+class _Job:
+    """One run in the child: its events batched onto the pipe, Stop read from it at step boundaries."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.stopped = False
+        self.quit = False
+        self.pending: list = []
+        self.throttle = Throttle()
+        self.last_status = 0.0
+
+    def run(self, target: Callable, config) -> None:
+        self._answer_with("finished", lambda: target(config, self.emit, self.should_stop))
+
+    def calibrate(self, device: str) -> None:
+        from backend.roofline.calibrate import calibrate
+        from backend.engine.threads import apply_threads
+
+        def measure():
+            apply_threads(None)   # the machine's measure: every core, not the last run's share
+            return calibrate(device, lambda message, fraction: self.emit(Progress(message, fraction)))
+        self._answer_with("calibrated", measure)
+
+    def _answer_with(self, kind: str, work: Callable[[], object]) -> None:
+        """Do the job and send its result as `kind`, or its failure in one line."""
+        try:
+            result = work()
+        except InputError as exc:
+            self.answer("input-error", str(exc))
+        except Exception as exc:   # one line to the window; the process stays up for the next run
+            self.answer("error", one_line(exc, typed=True))
+        else:
+            self.answer(kind, result)
+
+    def answer(self, kind: str, payload) -> None:
+        self.flush(status=True)   # the last status covers the run's end, however short it was
+        self.conn.send((kind, payload))
+
+    def should_stop(self) -> bool:
+        """Called by the engine at every step boundary (and while it idles): Stop, and overdue records."""
+        while not self.stopped and self.conn.poll():
+            kind = self.conn.recv()[0]
+            self.stopped = kind in ("stop", "quit")
+            self.quit = kind == "quit"
+        if self.pending and self.throttle.due():
+            self.flush()
+        return self.stopped
+
+    def emit(self, event) -> None:
+        self.pending.append(event)
+        if not isinstance(event, (RecordBatch, RequestsArrived)) or self.throttle.due():
+            self.flush()
+
+    def flush(self, status: bool = False) -> None:
+        """Send what is pending in one message: arrivals (merged), records (merged), then other events in
+        order, and the engine's status when a second has passed since the last (or when asked)."""
+        now = time.monotonic()
+        arrivals, batch, others = coalesce(self.pending)
+        events = [e for e in (arrivals, batch) if e is not None] + others
+        if status or now - self.last_status >= STATUS_EVERY_S:
+            events.append(engine_status())
+            self.last_status = now
+        self.pending = []
+        self.throttle.sent()
+        if events:
+            self.conn.send(("events", events))
+
+
+def engine_status() -> EngineStatus:
+    from backend.engine.threads import current_affinity
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 0
+    return EngineStatus(os.getpid(), threads, current_affinity(), time.process_time(), time.monotonic(),
+                        any(name == "PySide6" or name.startswith("PySide6.") for name in sys.modules))

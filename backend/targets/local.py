@@ -1,0 +1,197 @@
+"""The local engine as a target: load (or reuse) the model, build the runner, the scheduler and
+the engine loop, run the batch or the workload through them, summarize and write.
+
+`run_local` is what `session.execute` dispatches a `run` or `load` to (the same signature as
+every target: config, emit, should_stop).
+"""
+from __future__ import annotations
+
+import platform
+import random
+import time
+from dataclasses import asdict
+from typing import Callable
+
+from backend.config import RunConfig
+from backend.engine.scheduler import POLICIES
+from backend.errors import DoesNotFit, InputError
+from backend.events import Emit, Progress, RunFinished
+from backend.loaders.cache import ModelCache
+from backend.results.recorder import RunRecorder
+
+
+def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
+              models: ModelCache | None = None) -> RunFinished:
+    """`run` (one batch) or `load` (a workload through the scheduler) on the local engine."""
+    validate(config)
+    with RunRecorder(config, emit, retain_records) as recorder:   # a bad folder fails before the model loads
+        return _execute(config, recorder, should_stop, models or ModelCache())
+
+
+def validate(config: RunConfig) -> None:
+    """Checks that need no model; each failure is one line naming the setting."""
+    def positive(name, value):
+        if value is None or value <= 0:
+            raise InputError(f"{name} must be a positive number, got {value}")
+    b, e, s = config.batch, config.engine, config.sampling
+    if config.mode == "batch":
+        positive("--batch", b.batch)
+        positive("--output-len", b.output_len)
+        if b.prompt is None:
+            positive("--prompt-len", b.prompt_len)
+        elif not b.prompt.strip():
+            raise InputError("--prompt is empty: give some text, or use --prompt-len N for synthetic tokens")
+    positive("--max-batch", e.max_batch)
+    positive("--chunk-tokens", e.chunk_tokens)
+    if e.kv_tokens is not None:
+        positive("--kv-tokens", e.kv_tokens)
+    if e.policy not in POLICIES:
+        raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
+    if s.temperature < 0:
+        raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
+    if not 0 < s.top_p <= 1:
+        raise InputError(f"--top-p must be in (0, 1], got {s.top_p}")
+
+
+
+def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: ModelCache) -> RunFinished:
+    from backend.engine.loop import Engine
+    from backend.engine.runner import Runner
+    from backend.engine.scheduler import Scheduler, SchedulerConfig
+
+    emit = recorder.emit
+    loaded, dev_name, reused = models.get(config, emit)
+    shape = loaded.shape
+    if config.mode == "batch":
+        source = batch_source(config, loaded, emit)
+        num_slots = config.batch.batch
+        policy = "static"
+        max_len = source.max_sequence_len
+    else:
+        source = workload_source(config, loaded)
+        num_slots = config.engine.max_batch
+        policy = config.engine.policy
+        max_len = config.engine.max_len or longest_sequence(config.workload)
+        max_len = min(max_len, shape.max_position)
+        check_kv_fits(loaded, num_slots, max_len)
+    kv_capacity = kv_capacity_of(config, num_slots, max_len)
+    emit(loaded.loaded_event(dev_name, kv_capacity, reused))
+    emit(Progress("warming up", None))
+    runner = Runner(loaded, num_slots, max_len, config.sampling)
+    runner.warmup()
+    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
+                                          kv_capacity=kv_capacity, max_len=max_len))
+    engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
+                    stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
+    emit(Progress("running", None))
+    from backend.roofline.profiles import run_profile
+    return drive(engine, source, recorder, should_stop, lambda: run_info(loaded, dev_name, kv_capacity, max_len, num_slots),
+                 priced_on=run_profile(str(loaded.device), dev_name))
+
+
+def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
+    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length."""
+    return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
+
+
+def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], dict],
+          priced_on=None) -> RunFinished:
+    """Run the engine loop over the source to the end, every record batch into the recorder; then
+    the run's files (info() is asked after the run). The local and the simulated targets both end
+    this way. With a profile that has a price (`priced_on`, the device the steps ran or were priced
+    on) the summary gains the cost per million tokens."""
+    from backend.results.cost import cost_figures
+    result = engine.run(source, recorder.emit, should_stop)
+    summary = recorder.summary()
+    run_info_ = info()
+    if priced_on is not None and priced_on.price_per_hour is not None:
+        summary.update(cost_figures(summary, priced_on.price_per_hour))
+        run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
+    return recorder.finish(run_info_, result.stopped, result.error, summary)
+
+
+
+def library_versions() -> dict:
+    from importlib import metadata
+    from backend import __version__
+    versions = {"phasescope": __version__, "python": platform.python_version()}
+    for package in ("torch", "numpy", "gguf", "tokenizers", "safetensors", "transformers"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+
+def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
+    import torch
+    from backend.loaders.device import dtype_name
+    from backend.models.packed import kernels_in_use
+    from backend.engine.threads import current_affinity
+    return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
+            "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
+            "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
+            "dtype": loaded.precision.name, "weight_bits": loaded.precision.weight_bits,
+            "activation_dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(),
+            "affinity": current_affinity(), "kernels": kernels_in_use(loaded.device, loaded.dtype, loaded.precision),
+            "kv_capacity": kv_capacity,
+            "kv_slots": num_slots, "max_len": max_len,
+            "versions": library_versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+
+def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
+    """Refuse, before allocating, a KV cache larger than the device's free memory."""
+    from backend.loaders.weights import kv_shortfall
+    shortfall = kv_shortfall(loaded.shape, num_slots, max_len, loaded.dtype.itemsize, loaded.device)
+    if shortfall is not None:
+        cache_bytes, free = shortfall
+        raise DoesNotFit(f"the KV cache for {num_slots:,} sequences of {max_len:,} tokens needs "
+                         f"{cache_bytes / 2**30:,.2f} GiB; {free / 2**30:,.2f} GiB is free on {loaded.device}: "
+                         f"lower the batch size or the lengths")
+
+
+def batch_source(config: RunConfig, loaded, emit: Emit):
+    """`run`: B requests arriving together, each the same text prompt or its own random tokens."""
+    from backend.workload.arrivals import FixedSource, RequestSpec
+    b = config.batch
+    tok = loaded.tokenizer
+    ids = None
+    if b.prompt is not None:
+        ids = tok.apply_chat_template(b.prompt) if b.chat else tok.encode(b.prompt)
+        if not ids:
+            raise InputError("the prompt encodes to no tokens")
+        if tok.decode(tok.encode(b.prompt)).strip() != b.prompt.strip():
+            emit(Progress(f"note: {loaded.name}'s tokenizer does not round-trip this prompt exactly "
+                          f"(characters outside its vocabulary are replaced); the model sees the replaced text"))
+    prompt_len = len(ids) if ids is not None else b.prompt_len
+    limit = loaded.shape.max_position
+    if prompt_len + b.output_len > limit:
+        raise InputError(f"prompt of {prompt_len} tokens + {b.output_len} output tokens exceeds "
+                         f"{loaded.name}'s context of {limit} tokens")
+    check_kv_fits(loaded, b.batch, prompt_len + b.output_len)
+    if ids is not None:
+        prompts = [list(ids)] * b.batch
+    else:
+        rng = random.Random(config.sampling.seed)
+        vocab = loaded.shape.vocab_size
+        prompts = [[rng.randrange(vocab) for _ in range(b.prompt_len)] for _ in range(b.batch)]
+    text = b.prompt or ""
+    return FixedSource([RequestSpec(i, 0.0, p, text, b.output_len) for i, p in enumerate(prompts)])
+
+
+def longest_sequence(spec) -> int:
+    """Prompt + output tokens of the longest request the workload can draw (sizes the cache slots)."""
+    def upper(dist) -> int:
+        return dist.value if dist.kind == "fixed" else dist.high
+    return upper(spec.prompt_len) + upper(spec.output_len)
+
+
+def workload_source(config: RunConfig, loaded):
+    """`load`: the workload's requests, drawn from its seed."""
+    from backend.workload.arrivals import WorkloadSource
+    tok = loaded.tokenizer
+    return WorkloadSource(config.workload, tokenize=tok.encode, vocab_size=loaded.shape.vocab_size,
+                          max_prompt_len=loaded.shape.max_position)

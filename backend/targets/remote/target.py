@@ -1,0 +1,150 @@
+"""`load --endpoint`: the same workloads sent to an OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp).
+
+The server's engine steps are invisible from outside, so a remote run has request and token
+records only, timed on this machine's clock: sent, first token, every later token, end. The
+coordinator (backend.targets.remote.coordinator, an asyncio loop on a helper thread) draws the workload's arrivals and builds each
+prompt to its true length; the streams themselves run in client worker processes
+(backend.targets.remote.worker: one event loop and one connection pool each, `--client-workers N`,
+default one per core), whose records come back as one merged stream. The calling thread
+receives the events, so a slow `emit` never delays the clock readings. At the end the run says
+what it knows about its own figures (backend.targets.remote.honesty).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from collections import Counter
+from dataclasses import replace
+from typing import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+from backend.config import APIS, RemoteEndpoint, RunConfig, safe_url
+from backend.errors import InputError
+from backend.events import Emit, Progress, RunFinished
+from backend.results.export import RunWriter
+from backend.records import RequestStatus, RunData
+from backend.targets.remote.honesty import client_report, early_stop_line, token_count_lines
+from backend.targets.remote.pool import default_workers
+from backend.targets.remote.coordinator import RESERVE, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, RemoteRun
+from backend.targets.remote.prompts import PromptBuilder, load_tokenizer
+
+def add_remote_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("remote target (an OpenAI-compatible server instead of the local engine)")
+    g.add_argument("--endpoint", help="base URL of the server's OpenAI API, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--served-model", help="model name the server serves (its GET /v1/models)")
+    g.add_argument("--api-key", help="bearer token; better given as PHASESCOPE_API_KEY or OPENAI_API_KEY "
+                   "(a flag shows in the process list). Never written to any file")
+    g.add_argument("--api", choices=APIS, default="completions", help="/v1/completions or /v1/chat/completions")
+    g.add_argument("--request-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds to wait to connect or for the next streamed event")
+    g.add_argument("--no-server-metrics", action="store_true", help="do not poll the server's /metrics")
+    g.add_argument("--tokenizer", metavar="GGUF|FOLDER|HUB_ID",
+                   help="the served model's tokenizer, so text prompts are exactly --prompt-len tokens and counts "
+                   "are true (default: the bundled one when the served model is SmolLM2, else estimates)")
+    g.add_argument("--client-workers", type=int, metavar="N",
+                   help=f"client processes sharing the streams, one event loop each (default: one per core, "
+                   f"{default_workers()} here)")
+
+
+def env_api_key() -> str:
+    """The API key from the environment: PHASESCOPE_API_KEY, else OPENAI_API_KEY ("" for none)."""
+    return (os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "").strip()
+
+
+def endpoint_from_args(args) -> RemoteEndpoint | None:
+    """The endpoint the flags name, or None for a local run; InputError for bad flags."""
+    if args.endpoint is None:
+        for flag in ("served_model", "api_key", "tokenizer", "client_workers"):
+            if getattr(args, flag) is not None:
+                raise InputError(f"--{flag.replace('_', '-')} needs --endpoint URL")
+        return None
+    if not args.served_model:
+        raise InputError("--endpoint needs --served-model NAME (the name the server serves, see GET <endpoint>/models)")
+    url = args.endpoint.rstrip("/")
+    if urlsplit(url).path == "":
+        url += "/v1"   # a bare host:port means the usual /v1 root
+    key = (args.api_key or env_api_key()).strip() or None   # a key read from a file often ends in a newline
+    endpoint = RemoteEndpoint(url, args.served_model, key, args.api, args.request_timeout,
+                              not args.no_server_metrics, args.tokenizer, args.client_workers)
+    endpoint.validate()
+    return endpoint
+
+
+def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
+    """Send `config.workload` to `config.endpoint`, emitting events as for a local run; InputError for bad settings."""
+    from backend.results.summary import summarize
+    from backend.config import config_dict
+    from backend.records import new_run_id
+    from backend.workload.arrivals import WorkloadSource
+    from backend.workload.spec import validate_workload
+    endpoint = config.endpoint
+    endpoint.validate()
+    if config.workload is None:
+        raise InputError("a remote run needs a workload (--workload NAME|PATH)")
+    spec = validate_workload(config.workload)
+    if endpoint.api == "chat" and spec.prompt_source != "text":
+        raise InputError("--api chat sends text: use a workload with prompt_source = \"text\", or --api completions "
+                         "(synthetic token ids go to /v1/completions)")
+    tokenizer = None
+    if spec.prompt_source == "text" or endpoint.tokenizer:
+        if endpoint.tokenizer or "smollm2" in endpoint.model.lower():
+            emit(Progress("loading the served model's tokenizer", None))
+        tokenizer = load_tokenizer(endpoint.tokenizer, endpoint.model)
+    builder = PromptBuilder(tokenizer, chat=endpoint.api == "chat")
+    num_workers = endpoint.client_workers or default_workers()
+    drawn = spec
+    if spec.arrival == "closed":   # each worker holds its users' next requests in reserve (see RemoteRun)
+        drawn = replace(spec, concurrency=spec.concurrency + RESERVE * min(num_workers, spec.concurrency))
+    source = WorkloadSource(drawn, tokenize=builder.content_ids, vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID)
+    writer = RunWriter(config.out_dir) if config.out_dir else None
+    run = RemoteRun(new_run_id(), endpoint, config.sampling, source, builder, num_workers,
+                     synthetic=spec.prompt_source != "text",
+                     users=spec.concurrency if spec.arrival == "closed" else None)
+    try:
+        emit(Progress(f"sending {spec.name} to {safe_url(endpoint.url)} ({endpoint.model}) from {num_workers} "
+                      f"client worker{'s' * (num_workers > 1)}", None))
+        run.start()
+        run.pump(emit, writer, should_stop)
+        summary = summarize([], run.requests, run.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
+        summary.update({f"errors_{kind}": n for kind, n in sorted(run.errors.items())})
+        summary.update({f"server_{name}_max": value for name, value in run.metrics_peak.items()})
+        figures, client_info, warnings = client_report(run.client_load())
+        summary.update(figures)
+        finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
+        prompt_estimates = sum(r.prompt_tokens_source == "estimate" for r in finished)
+        output_estimates = sum(r.output_tokens_source == "estimate" for r in finished)
+        summary.update({"num_stopped_early": run.num_early, "num_prompt_tokens_estimated": prompt_estimates,
+                        "num_output_tokens_estimated": output_estimates})
+        warnings += token_count_lines(len(finished), prompt_estimates, output_estimates)
+        warnings += early_stop_line(run.num_early, len(finished), run.early_reasons)
+        cfg = config_dict(config)
+        cfg["remote"] = {"url": safe_url(endpoint.url), "model": endpoint.model, "api": endpoint.api,
+                         "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics,
+                         "tokenizer": endpoint.tokenizer, "client_workers": num_workers}
+        info = _info(endpoint, run)
+        info.update({"client": client_info, "warnings": warnings, "tokenizer": builder.name,
+                     "connections_opened": client_info["connections_opened"],
+                     "token_counts": {"prompt": dict(Counter(r.prompt_tokens_source for r in finished)),
+                                      "output": dict(Counter(r.output_tokens_source for r in finished))}})
+        data = RunData(run_id=run.run_id, config=cfg, info=info, requests=run.requests, tokens=run.tokens,
+                       summary=summary)
+        if writer is not None:
+            writer.close(data)
+        return RunFinished(run.run_id, summary, run.stopped, run.error_message(), data)
+    finally:
+        if writer is not None:
+            writer.abandon()
+
+
+def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> dict:
+    from backend import __version__
+    return {"target": "remote", "endpoint": safe_url(endpoint.url), "served_model": endpoint.model,
+            "model": endpoint.model, "api": endpoint.api, "device": "remote",
+            "server_metrics": bool(run.metrics_peak),
+            "note": "server engine steps are not visible from outside: steps.csv is empty, queue_ms is 0",
+            "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -1,0 +1,277 @@
+"""One client worker: a fresh interpreter with one event loop and its own HTTP connection pools.
+
+The run's coordinator (backend.targets.remote.pool) starts N of these through backend.launcher
+(fresh interpreters that die with it) and talks to each over its stdin and stdout, one JSON object a line (the worker's stdout is the protocol's; anything a
+library prints goes to stderr):
+
+    coordinator -> worker   {"op": "job", ...endpoint and sampling...}      first line (the key goes here, never argv)
+                            {"op": "go", "t0": perf_counter}               the run's clock starts
+                            {"op": "users", "n"}                            closed loop: n users on this worker
+                            {"op": "req", "id", "at", "prompt", "max_tokens"}   send at `at` ms (or now, if past);
+                                                    at null: a closed loop's next, sent the moment a user is free
+                            {"op": "end"} | {"op": "stop"} | {"op": "abort", "why"}
+    worker -> coordinator   {"op": "ready"}
+                            {"op": "rec", "s": [[id, sent ms], ...], "r": [request, ...],
+                             "t": [[id, index, ms], ...], "x": {id: text}}
+                            {"op": "stats", "lag": [ms, ...], "cpu_s", "wall_s", "connections", "rejected"}
+                            {"op": "done"}
+
+time.perf_counter is the system's monotonic clock, shared by every process, so the worker's
+times and the coordinator's planned arrivals are on one clock. The worker measures itself while
+it runs: how late its event loop wakes (a probe sleeping PROBE_S), how late each request goes
+out against its planned arrival, and its own CPU time.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+from collections import deque
+
+import httpx
+
+from backend.config import SamplingConfig
+from backend.errors import one_line
+from backend.launcher import child_started
+from backend.targets.remote.client import MAX_DETAIL, Compat, RemoteFailure, StreamState, Streamer
+
+FLUSH_S = 0.05       # records go to the coordinator in batches at most this old
+PROBE_S = 0.005      # the loop-lag probe's sleep
+MAX_LAG_SAMPLES = 40_000
+SHARD = 16           # streams per connection pool
+
+
+def _cpu_s() -> float:
+    return time.process_time()   # this process's user + system time
+
+
+class Worker:
+    def __init__(self, job: dict, out):
+        self.job = job
+        self.out = out                      # a binary stream (stdout's buffer)
+        self.t0 = 0.0
+        self.started = asyncio.Event()
+        self.ending = False                 # "end": no more requests will come
+        self.cancel_why: str | None = None  # "stop" or "abort": cancel what is in flight
+        self.inflight: dict[int, asyncio.Task] = {}
+        self.idle = asyncio.Event()
+        self.lag: list[float] = []
+        self._requests: list[list] = []
+        self._tokens: list[list] = []
+        self._text: dict[int, str] = {}
+        self._flush_soon = False
+        self._sent: list[list] = []            # [id, ms] of requests sent since the last flush
+        self.free_at: deque[tuple] = deque()   # closed loop: (when, pool) each idle user became free
+        self.reserve: deque[dict] = deque()    # closed loop: requests waiting for a free user
+
+    def now_ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000.0
+
+    async def run(self, reader: asyncio.StreamReader) -> None:
+        job = self.job
+        sampling = SamplingConfig(**job["sampling"])
+        headers = {"Authorization": f"Bearer {job['api_key']}"} if job.get("api_key") else {}
+        # never queue on our side; keep idle connections while a starved loop catches up (the server closes
+        # those it does not want: httpcore then sees the socket readable and opens a new one)
+        self._limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60.0)
+        self._make = lambda client: Streamer(client, job["url"], job["model"], job["api"], headers, sampling,
+                                             job["timeout_s"], self.now_ms)
+        self.compat = Compat()          # fields the server rejected, shared by every shard
+        async with contextlib.AsyncExitStack() as self._clients:
+            self.shards: list[list] = []   # [streamer, requests in flight]
+            await self._shard(None)
+            _warm_up()
+            self._send({"op": "ready"})
+            commands = asyncio.create_task(self._commands(reader))
+            await self.started.wait()
+            cpu0, wall0 = _cpu_s(), time.perf_counter()
+            background = [asyncio.create_task(self._probe()), asyncio.create_task(self._flush_every())]
+            try:
+                while not (self.cancel_why or (self.ending and not self.inflight and not self.reserve)):
+                    self.idle.clear()
+                    await self.idle.wait()
+                tasks = list(self.inflight.values())
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+            self._flush()
+            self._send({"op": "stats", "lag": self.lag, "cpu_s": _cpu_s() - cpu0, "wall_s": time.perf_counter() - wall0,
+                        "connections": sum(st.num_connections for st, _ in self.shards),
+                        "rejected": sorted(self.compat.rejected)})
+            self._send({"op": "done"})
+            commands.cancel()
+            await asyncio.gather(commands, return_exceptions=True)
+
+    async def _commands(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            line = await reader.readline()
+            if not line:   # the coordinator went away: stop at once
+                self.cancel_why = self.cancel_why or "cancelled: the coordinator ended"
+                self.started.set()
+                self.idle.set()
+                return
+            msg = json.loads(line)
+            op = msg["op"]
+            if op == "req":
+                if msg["at"] is None:
+                    self.reserve.append(msg)
+                    self._start_reserved()
+                else:
+                    self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
+            elif op == "users":
+                self.free_at.extend([(0.0, None)] * msg["n"])
+            elif op == "go":
+                self.t0 = msg["t0"]
+                self.started.set()
+            elif op == "end":
+                self.ending = True
+                self.idle.set()
+            elif op in ("stop", "abort"):
+                self.cancel_why = "stopped by user" if op == "stop" else f"cancelled: {msg.get('why')}"
+                self.started.set()
+                self.idle.set()
+
+    async def _shard(self, prefer: int | None) -> int:
+        """The connection pool for the next request: `prefer` while it has room, else the least busy,
+        else a new one. httpcore's pool does work in proportion to its connections times its requests
+        at every request's start and end, so one pool per SHARD streams keeps that small at 256 streams."""
+        if prefer is not None and self.shards[prefer][1] < SHARD:
+            return prefer
+        if self.shards:
+            k = min(range(len(self.shards)), key=lambda i: self.shards[i][1])
+            if self.shards[k][1] < SHARD:
+                return k
+        client = await self._clients.enter_async_context(httpx.AsyncClient(limits=self._limits))
+        streamer = self._make(client)
+        streamer.compat = self.compat
+        self.shards.append([streamer, 0])
+        return len(self.shards) - 1
+
+    def _start_reserved(self) -> None:
+        """A closed loop's user sends its next request as soon as its last one left, with no round
+        trip to the coordinator: the next request already waits here."""
+        while self.free_at and self.reserve and not self.cancel_why:
+            msg = self.reserve.popleft()
+            msg["at"], msg["shard"] = self.free_at.popleft()   # the user's moment, and its pool
+            msg["closed"] = True
+            self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
+
+    async def _one(self, msg: dict) -> None:
+        rid, at = msg["id"], msg["at"]
+        state = StreamState(rid, at)
+        sent = None
+        status, kind, reason = "finished", "", ""
+        try:
+            delay = (at - self.now_ms()) / 1000.0
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent = state.arrival_ms = self.now_ms()
+            self._sent.append([rid, sent])
+            shard = await self._shard(msg.get("shard"))
+            msg["shard"] = shard   # a closed loop's user keeps its shard, and so its pooled connection
+            self.shards[shard][1] += 1
+            try:
+                await self.shards[shard][0].send(msg["prompt"], msg["max_tokens"], state, self._on_token)
+            finally:
+                self.shards[shard][1] -= 1
+            reason = state.finish_reason or "stop"
+        except asyncio.CancelledError:
+            status = "decoding" if state.token_times else "prefilling" if sent is not None else "waiting"
+            reason = self.cancel_why or "cancelled"
+        except Exception as exc:   # RemoteFailure, or a client-side surprise that must not lose the request
+            failure = exc if isinstance(exc, RemoteFailure) \
+                else RemoteFailure("client_error", one_line(exc, typed=True, limit=MAX_DETAIL))
+            status, kind, reason = "error", failure.kind, f"{failure.kind}: {failure.detail}"
+        now = self.now_ms()
+        times = state.token_times
+        self._requests.append([rid, status, kind, reason, state.arrival_ms, times[0] if times else None,
+                               times[-1] if times else None, state.finish_ms if state.finish_ms is not None else now,
+                               state.token_indices[-1] + 1 if state.token_indices else 0, state.prompt_tokens,
+                               state.completion_tokens, "".join(state.text), None if sent is None else sent - at])
+        self.inflight.pop(rid, None)
+        if msg.get("closed"):
+            self.free_at.append((now, msg.get("shard")))
+            self._start_reserved()
+        if not self._flush_soon:   # at once (once per loop pass): a closed loop's next request waits on this
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        self.idle.set()
+
+    def _on_token(self, state: StreamState, text: str, now: float) -> None:
+        indices = state.token_indices
+        index = indices[-1] + 1 if indices else 0
+        if state.completion_tokens:   # a chunk that carries several tokens, counted by the server
+            index = max(index, state.completion_tokens - 1)
+        state.token_times.append(now)
+        indices.append(index)
+        state.text.append(text)
+        rid = state.request_id
+        self._tokens.append([rid, index, now])
+        self._text[rid] = self._text.get(rid, "") + text
+
+    async def _probe(self) -> None:
+        """How late the loop wakes from a short sleep: the delay every event it handles can suffer."""
+        stride, n = 1, 0
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(PROBE_S)
+            n += 1
+            if n % stride == 0:   # a long run keeps an even sample of its readings, at most MAX_LAG_SAMPLES
+                self.lag.append(max(0.0, (time.perf_counter() - before - PROBE_S) * 1000.0))
+                if len(self.lag) >= MAX_LAG_SAMPLES:
+                    del self.lag[::2]
+                    stride *= 2
+
+    async def _flush_every(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            self._flush()
+
+    def _flush(self) -> None:
+        self._flush_soon = False
+        if self._requests or self._tokens or self._text or self._sent:
+            self._send({"op": "rec", "s": self._sent, "r": self._requests, "t": self._tokens, "x": self._text})
+            self._requests, self._tokens, self._text, self._sent = [], [], {}, []
+
+    def _send(self, msg: dict) -> None:
+        self.out.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        self.out.flush()
+
+
+def _warm_up() -> None:
+    """Import now what httpx imports on its first connection (its async backend, anyio: tens of ms),
+    so that the run's first requests do not go out late."""
+    import importlib
+    for name in ("anyio._backends._asyncio", "h11", "httpcore._backends.anyio"):   # anyio loads its backend lazily
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+async def _main(out) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 26)   # a request line holds a whole prompt
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    first = json.loads(await reader.readline())
+    await Worker(first, out).run(reader)
+
+
+def main() -> None:
+    """The child's entry point (backend.launcher): the protocol on stdin and stdout."""
+    child_started()
+    # the protocol gets its own copy of stdout; anything a library prints goes to stderr instead
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    asyncio.run(_main(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""A batch-sweep point against `run --batch B` of the same shape: one measurement now, so one figure.
+
+    .venv/bin/python bench/sweep_vs_run.py [--batches 1,8,32] [--context 256] [--steps 16] [--repeats 5] [--readme]
+
+Since the sweeps run their points through the engine (backend/sweeps/steps.py), a batch-sweep
+point at batch B and context C is the median decode step of a run of B synthetic prompts of C
+tokens. This script checks that claim side by side: for each repeat and each B, interleaved (the
+order alternating by repeat), it runs `sweep batch --batches B --context C --steps S` and
+`run --batch B --prompt-len C --output-len 2+S+1 --ignore-eos` on the bundled model (one
+ModelCache, so neither reloads it), and compares the sweep point's step_ms with the run's median
+decode step after the same 2 warm-up steps. Prints a Markdown table (the medians over repeats, the
+median of run-by-run ratios and their range); --readme writes it into bench/README.md.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as main.py, before torch loads
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig, SweepSpec  # noqa: E402
+from backend.events import SweepPoint  # noqa: E402
+from backend.loaders.cache import ModelCache  # noqa: E402
+from backend.loaders.device import cpu_name  # noqa: E402
+from backend.records import Phase  # noqa: E402
+from backend.session import execute  # noqa: E402
+from engine_vs_hf import write_readme  # noqa: E402
+
+BEGIN, END = "<!-- sweep_vs_run:begin -->", "<!-- sweep_vs_run:end -->"
+WARMUP = 2   # the sweep's default warm-up steps, left out of both medians
+
+
+def sweep_point(models: ModelCache, batch: int, context: int, steps: int) -> float:
+    points: list[SweepPoint] = []
+    config = RunConfig(mode="sweep-batch", model=ModelChoice(), sweep=SweepSpec("batch", batches=[batch],
+                                                                                context=context, steps=steps))
+    execute(config, lambda e: points.append(e) if isinstance(e, SweepPoint) else None, lambda: False, models=models)
+    return points[0].step_ms
+
+
+def run_median(models: ModelCache, batch: int, context: int, steps: int) -> float:
+    config = RunConfig(mode="batch", model=ModelChoice(), sampling=SamplingConfig(ignore_eos=True),
+                       engine=EngineConfig(policy="static", max_batch=batch),
+                       batch=BatchRun(prompt_len=context, output_len=WARMUP + steps + 1, batch=batch))
+    finished = execute(config, lambda e: None, lambda: False, models=models)
+    decode = [s.duration_ms for s in finished.data.steps if s.phase is Phase.DECODE][WARMUP:]
+    return statistics.median(decode)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--readme", action="store_true")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    models = ModelCache()
+    run_median(models, 1, 16, 2)   # loads the model and warms the thread pool before any figure
+    samples = {b: {"sweep": [], "run": []} for b in batches}
+    for rep in range(args.repeats):
+        for b in batches:
+            order = ("sweep", "run") if rep % 2 == 0 else ("run", "sweep")
+            for kind in order:
+                ms = (sweep_point if kind == "sweep" else run_median)(models, b, args.context, args.steps)
+                samples[b][kind].append(ms)
+                print(f"repeat {rep + 1} batch {b} {kind}: {ms:.2f} ms", file=sys.stderr, flush=True)
+    lines = [f"Measured {datetime.date.today()} on {cpu_name()}, {torch.get_num_threads()} threads, torch "
+             f"{torch.__version__}, the bundled SmolLM2-135M at float32: context {args.context}, {args.steps} timed "
+             f"decode steps after {WARMUP} warm-up steps, {args.repeats} repeats interleaved (the order alternating).",
+             "", "| batch | sweep point step ms | run's decode median ms | sweep / run (median, range) |",
+             "|---|---|---|---|"]
+    for b in batches:
+        s, r = samples[b]["sweep"], samples[b]["run"]
+        ratios = [x / y for x, y in zip(s, r)]
+        lines.append(f"| {b} | {statistics.median(s):.2f} | {statistics.median(r):.2f} | "
+                     f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+    text = "\n".join(lines)
+    print(text)
+    if args.readme:
+        write_readme(text, BEGIN, END)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The window's File menu: Export CSV, Open run and Save plot as PNG (methods of MainWindow)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyqtgraph as pg
+import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.exporters.*)
+from PySide6 import QtWidgets
+
+from backend.errors import InputError, RunError
+from backend.results.export import LONG_FILES, ensure_writable, write_run
+from backend.sweeps.points import write_points
+
+from gui.state.references import read_run_folder
+from gui.state.run_store import RunStore
+
+def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
+    """Write the run on screen as the CLI's --out would; returns the folder and whether it is complete.
+
+    Steps and tokens are copied from the run's own folder (the worker's recording, or the
+    folder it was opened from); requests, summary and run.json come from the store, so a
+    failed run's unfinished requests are kept. All files are written, or none (a full disk
+    leaves the target as it was).
+    """
+    path = ensure_writable(folder)
+    source = store.source
+    if source is not None and not all((source / name).is_file() for name in LONG_FILES):
+        source = None
+    data = store.to_run_data(with_records=source is None)
+    points = store.sweep_points
+    mode = str(store.config.get("mode", ""))
+    if mode == "sweep-precision":
+        write_points(path, "precision", store.precision_points, data, records_from=source)
+    elif mode.startswith("sweep") and points:
+        write_points(path, points[0].kind, points, data, records_from=source)
+    else:
+        write_run(path, data, records_from=source)
+    return path, source is not None or store.is_complete
+
+
+class FileActions:
+    """Mixed into MainWindow: uses its store, views, status bar and show_error."""
+
+    def export_csv(self, folder: str) -> bool:
+        """Write the run on screen (whole or partial) as the CLI's --out would."""
+        if self.running:
+            self.show_error("a run is under way: stop it or let it end, then export")
+            return False
+        if self.store.num_requests == 0 and self.store.num_steps == 0:
+            self.show_error("nothing to export yet: run something or open a run first")
+            return False
+        try:
+            path, complete = export_run(folder, self.store)
+        except (InputError, RunError) as exc:
+            self.show_error(f"export failed: {exc}")
+            return False
+        note = "" if complete else (f" (the run's record on disk was lost: only its newest "
+                                    f"{len(self.store.steps):,} steps)")
+        self.statusBar().showMessage(f"Exported CSV to {path}{note}")
+        return True
+
+    def open_run(self, folder: str) -> bool:
+        if self.running:
+            return False
+        try:
+            run, sweep, precision = read_run_folder(folder)
+            mode = "sweep-precision" if precision or run.config.get("mode") == "sweep-precision" \
+                else str(run.config.get("mode", ""))
+        except InputError as exc:
+            self.show_error(str(exc))
+            return False
+        self.store.load(run, folder, sweep, precision)
+        self.select_request(None)
+        self._show_run_kind(mode, sweep[0].kind if sweep else None)
+        self._show_run_info(run.info)
+        self.timeline.set_follow(True)
+        self.repaint_views()
+        self.statusBar().showMessage(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, "
+                                     f"{len(run.requests)} requests")
+        return True
+
+    def save_plot(self, path: str, plot: pg.PlotWidget | None = None) -> bool:
+        plot = plot or self.current_plot
+        image = pg.exporters.ImageExporter(plot.getPlotItem()).export(toBytes=True)
+        if not image.save(path, "PNG"):   # QImage.save says only whether it worked
+            self.show_error(f"could not save {path}: the folder is missing or not writable")
+            return False
+        self.statusBar().showMessage(f"Saved {plot.objectName()} to {path}")
+        return True
+
+    def _export_dialog(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder")
+        if folder:
+            self.export_csv(folder)
+
+    def _open_run_dialog(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder")
+        if folder:
+            self.open_run(folder)
+
+    def _save_plot_dialog(self) -> None:
+        name = self.current_plot.objectName()
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", f"{name}.png", "PNG (*.png)")
+        if path:
+            self.save_plot(path)

@@ -1,0 +1,414 @@
+"""The controls dock: model, device, dtype, GPU profile, what to run, and Run / Stop."""
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from PySide6 import QtCore, QtWidgets
+
+from backend.config import APIS, ModelChoice, RemoteEndpoint, RunConfig, safe_url
+from backend.loaders.device import available_devices, available_precisions, device_name, resolve_device
+from backend.errors import InputError
+from backend.roofline.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
+                              match_profile)
+from backend.targets.remote.target import env_api_key
+from backend.engine.threads import available_cores, window_default_threads
+from backend.loaders.weights import is_hub_id, list_models
+
+from gui.panels.fields import ValidatedField, number, open_file
+from gui.panels.run_form import RunForm
+
+OPEN_FOLDER = "Open folder…"
+REMOTE = "<remote endpoint>"   # the model list's entry for a server (item data; no model has this name)
+REMOTE_TITLE = "Remote endpoint (OpenAI-compatible)"
+
+
+def hub_id_or_path(text: str) -> str:
+    text = text.strip()
+    if Path(text).expanduser().exists() or is_hub_id(text):
+        return text
+    raise ValueError(f"{text!r} is neither a hub id (owner/name) nor an existing folder or .gguf file")
+
+
+def endpoint_url(text: str) -> str:
+    """A server's base URL as the load driver takes it: host:port alone means http://host:port/v1."""
+    url = text.strip().rstrip("/")
+    if url and "://" not in url:
+        url = "http://" + url
+    if url and urlsplit(url).path == "":
+        url += "/v1"
+    try:
+        RemoteEndpoint(url, "model").validate()
+    except InputError as exc:
+        raise ValueError(str(exc).replace("--endpoint ", "URL ")) from None
+    return url
+
+
+def served_model(text: str) -> str:
+    if not text.strip():
+        raise ValueError("the served model name is required (the server lists it at GET <URL>/models)")
+    return text.strip()
+
+
+class ControlsPanel(QtWidgets.QWidget):
+    runRequested = QtCore.Signal()
+    stopRequested = QtCore.Signal()
+    calibrateRequested = QtCore.Signal(str)   # device
+    choicesChanged = QtCore.Signal()          # model, device, dtype, profile or run settings
+    inputRejected = QtCore.Signal(str)        # a chosen file that cannot be used (profile, workload), one line
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._running = False
+        self._profile_paths: list[str] = []   # profile files the user opened, kept across reloads
+        self.profile_problem = ""             # why this machine's measured profile is not listed
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addWidget(self._model_group())
+        layout.addWidget(self._run_group())
+        self.run_button = QtWidgets.QPushButton("Run")
+        self.run_button.setObjectName("runButton")
+        self.run_button.setToolTip("Run (Ctrl+R)")
+        self.stop_button = QtWidgets.QPushButton("Stop")
+        self.stop_button.setObjectName("stopButton")
+        self.stop_button.setToolTip("Stop at the next step boundary (Esc)")
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.stop_button)
+        layout.addLayout(buttons)
+        self.problem_label = QtWidgets.QLabel()
+        self.problem_label.setStyleSheet("color: #c0392b;")
+        self.problem_label.setWordWrap(True)
+        layout.addWidget(self.problem_label)
+        layout.addStretch(1)
+        self.run_button.clicked.connect(self.runRequested)
+        self.stop_button.clicked.connect(self.stopRequested)
+        self.form.changed.connect(self._update)
+        self.form.changed.connect(self.choicesChanged)
+        self.form.inputRejected.connect(self.inputRejected)
+        self._show_model_kind()
+
+    # ---- building ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _narrow(combo: QtWidgets.QComboBox) -> QtWidgets.QComboBox:
+        """Long item names must not widen the dock: the combo elides them instead."""
+        combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(10)
+        return combo
+
+    def _model_group(self) -> QtWidgets.QGroupBox:
+        group = QtWidgets.QGroupBox("Model and device")
+        form = QtWidgets.QFormLayout(group)
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.DontWrapRows)
+        self.model_combo = QtWidgets.QComboBox()
+        self.model_combo.setObjectName("modelCombo")
+        for info in list_models():
+            random = "random weights" in info.source
+            self.model_combo.addItem(f"{info.name} ({'synthetic' if random else 'bundled'}, "
+                                     f"{info.params / 1e6:,.0f}M)", info.name)
+            self.model_combo.setItemData(self.model_combo.count() - 1, info.source, QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.model_combo.addItem(REMOTE_TITLE, REMOTE)
+        self.model_combo.setItemData(self.model_combo.count() - 1, "Drive a vLLM, SGLang, TGI or llama.cpp server "
+                                     "with the workload", QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.model_combo.addItem(OPEN_FOLDER, None)
+        self._model_index = 0
+        self.hub_field = ValidatedField("", hub_id_or_path, allow_empty=True,
+                                        placeholder="or a hub id (owner/name) / .gguf path",
+                                        tooltip="When filled, this model is used instead of the list's")
+        self.device_combo = QtWidgets.QComboBox()
+        self.device_combo.setObjectName("deviceCombo")
+        self.device_combo.addItems(available_devices())
+        self.dtype_combo = QtWidgets.QComboBox()
+        self.dtype_combo.setObjectName("dtypeCombo")
+        self.threads_spin = QtWidgets.QSpinBox()
+        self.threads_spin.setObjectName("threadsSpin")
+        self.threads_spin.setRange(1, max(len(available_cores()), 1))
+        self.threads_spin.setValue(window_default_threads())
+        self.threads_spin.setToolTip("CPU threads the engine process takes, pinned to as many cores; the default "
+                                     "leaves one core to the window. `--threads N` runs the same headless.")
+        self.profile_combo = QtWidgets.QComboBox()
+        self.profile_combo.setObjectName("profileCombo")
+        self.calibrate_button = QtWidgets.QPushButton("Calibrate…")
+        self.calibrate_button.setToolTip("Measure this machine's FLOP/s and bandwidth into a profile")
+        self.open_profile_button = QtWidgets.QPushButton("Open…")
+        self.open_profile_button.setObjectName("openProfileButton")
+        self.open_profile_button.setToolTip("Use a GPU profile TOML file of your own")
+        # the buttons under the list, not beside it: side by side they widen the dock past its width
+        profile_buttons = QtWidgets.QHBoxLayout()
+        profile_buttons.addWidget(self.open_profile_button)
+        profile_buttons.addWidget(self.calibrate_button)
+        self.simulate_check = QtWidgets.QCheckBox("Simulate on this profile")
+        self.simulate_check.setObjectName("simulateCheck")
+        self.simulate_check.setToolTip("No model is run: the real scheduler and workload, each step's time priced on "
+                                       "the profile by its cost model, on a virtual clock (a known shape such as "
+                                       "llama-8b; `--simulate --profile NAME` headless)")
+        for combo in (self.model_combo, self.device_combo, self.dtype_combo, self.profile_combo):
+            self._narrow(combo)
+        form.addRow("Model", self.model_combo)
+        form.addRow("", self.hub_field)
+        self.remote_box = self._remote_box()
+        form.addRow(self.remote_box)
+        form.addRow("Device", self.device_combo)
+        form.addRow("Dtype", self.dtype_combo)
+        form.addRow("Threads", self.threads_spin)
+        form.addRow("GPU profile", self.profile_combo)
+        form.addRow("", profile_buttons)
+        form.addRow("", self.simulate_check)
+        self.model_form = form
+        self.reload_profiles()
+        self._device_changed()
+        self.model_combo.activated.connect(self._model_activated)
+        self.model_combo.currentIndexChanged.connect(self._show_model_kind)
+        self.model_combo.currentIndexChanged.connect(self.choicesChanged)
+        self.hub_field.valueChanged.connect(self._update)
+        self.hub_field.valueChanged.connect(self.choicesChanged)
+        self.device_combo.currentIndexChanged.connect(self._device_changed)
+        self.dtype_combo.currentIndexChanged.connect(self.choicesChanged)
+        self.profile_combo.currentIndexChanged.connect(self.choicesChanged)
+        self.simulate_check.toggled.connect(self._show_model_kind)
+        self.simulate_check.toggled.connect(self.choicesChanged)
+        self.calibrate_button.clicked.connect(lambda: self.calibrateRequested.emit(self.device_combo.currentText()))
+        self.open_profile_button.clicked.connect(self._open_profile_dialog)
+        return group
+
+    def _remote_box(self) -> QtWidgets.QWidget:
+        """URL, served model, API key and API kind of an OpenAI-compatible server."""
+        box = QtWidgets.QWidget()
+        form = QtWidgets.QFormLayout(box)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.DontWrapRows)
+        self.url_field = ValidatedField("http://127.0.0.1:8000/v1", endpoint_url,
+                                        tooltip="the server's OpenAI API root, e.g. http://host:8000/v1")
+        self.served_field = ValidatedField("", served_model, placeholder="name the server serves",
+                                           tooltip="as listed by GET <URL>/models")
+        self.key_edit = QtWidgets.QLineEdit(env_api_key())
+        self.key_edit.setObjectName("apiKeyEdit")
+        self.key_edit.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
+        self.key_edit.setPlaceholderText("none, or $PHASESCOPE_API_KEY")
+        self.key_edit.setToolTip("Sent as a bearer token; never written to a file, a log or run.json")
+        self.api_combo = QtWidgets.QComboBox()
+        self.api_combo.addItems(APIS)
+        self.api_combo.setToolTip("/v1/completions, or /v1/chat/completions (text prompts only)")
+        self.timeout_field = ValidatedField("120", number("timeout", 0.0, 86_400.0, low_inclusive=False),
+                                            tooltip="seconds to wait to connect or for the next streamed event")
+        form.addRow("URL", self.url_field)
+        form.addRow("Served model", self.served_field)
+        form.addRow("API key", self.key_edit)
+        form.addRow("API", self.api_combo)
+        form.addRow("Timeout (s)", self.timeout_field)
+        for field in (self.url_field, self.served_field, self.timeout_field):
+            field.valueChanged.connect(self._update)
+            field.valueChanged.connect(self.choicesChanged)
+        self.api_combo.currentIndexChanged.connect(self._update)
+        return box
+
+    def _run_group(self) -> QtWidgets.QGroupBox:
+        group = QtWidgets.QGroupBox("What to run")
+        layout = QtWidgets.QVBoxLayout(group)
+        self.form = RunForm()
+        layout.addWidget(self.form)
+        return group
+
+    # ---- reactions ---------------------------------------------------------------------------
+
+    def _show_model_kind(self) -> None:
+        """A remote server needs its URL and names, not a device or dtype, and runs workloads only."""
+        remote = self.is_remote()
+        form = self.model_form
+        form.setRowVisible(self.hub_field, not remote)
+        form.setRowVisible(self.remote_box, remote)
+        simulated = self.is_simulated()
+        form.setRowVisible(self.device_combo, not remote and not simulated)
+        form.setRowVisible(self.dtype_combo, not remote)
+        form.setRowVisible(self.threads_spin, not remote and not simulated)
+        form.setRowVisible(self.simulate_check, not remote)
+        self.form.set_remote(remote)
+        self._update()
+
+    def _model_activated(self, index: int) -> None:
+        if self.model_combo.itemData(index) is not None:
+            self._model_index = index
+            return
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder")
+        if folder:
+            self.add_model_path(folder)
+        else:
+            self.model_combo.setCurrentIndex(self._model_index)
+
+    def add_model_path(self, path: str) -> None:
+        """Add a folder or file to the model list and select it."""
+        index = self.model_combo.count() - 1   # before "Open folder…"
+        self.model_combo.insertItem(index, Path(path).name or path, path)
+        self.model_combo.setItemData(index, path, QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.model_combo.setCurrentIndex(index)
+        self._model_index = index
+
+    def _device_changed(self) -> None:
+        device = resolve_device(self.device_combo.currentText())
+        current = self.dtype_combo.currentText()
+        self.dtype_combo.blockSignals(True)
+        self.dtype_combo.clear()
+        self.dtype_combo.addItems(["auto", *available_precisions(device)])
+        self.dtype_combo.setCurrentText(current if current else "auto")
+        self.dtype_combo.blockSignals(False)
+        self._preselect_profile(device)
+        self.choicesChanged.emit()
+
+    def _preselect_profile(self, device) -> None:
+        """The profile matching a CUDA device's name; on a CPU this machine's measured one, else the generic CPU."""
+        profile = match_profile(device_name(device)) if device.type == "cuda" else None
+        keys = [self.profile_combo.itemData(i) for i in range(self.profile_combo.count())]
+        if profile is None:
+            profile_key = LOCAL_KEY if LOCAL_KEY in keys else "cpu"
+        else:
+            profile_key = profile.key
+        if profile_key in keys:
+            self.profile_combo.setCurrentIndex(keys.index(profile_key))
+
+    def reload_profiles(self) -> None:
+        """Fill the profile list (again after calibration adds this machine's)."""
+        current = self.profile_combo.currentData()
+        self.profile_combo.blockSignals(True)
+        self.profile_combo.clear()
+        try:
+            profiles = list_profiles()
+            self.profile_problem = ""
+        except InputError as exc:   # this machine's measured profile is malformed: the shipped ones still serve
+            profiles = [load_profile(p) for p in sorted(SHIPPED_DIR.glob("*.toml"))]
+            self.profile_problem = f"{exc} (left out of the profile list; calibrate again to replace it)"
+            self.inputRejected.emit(self.profile_problem)
+        for p in profiles:
+            self.profile_combo.addItem(f"{p.name} (measured)" if p.measured else p.name, p.key)
+            self.profile_combo.setItemData(self.profile_combo.count() - 1, p.source, QtCore.Qt.ItemDataRole.ToolTipRole)
+        for path in self._profile_paths:
+            try:
+                self._add_profile_item(load_profile(path), path)
+            except InputError as exc:   # edited since it was opened
+                self.inputRejected.emit(str(exc))
+        if current is not None:
+            self.select_profile(current)
+        self.profile_combo.blockSignals(False)
+
+    def add_profile_path(self, path: str) -> None:
+        """Add a profile TOML file to the list and select it; InputError names the file and field when malformed."""
+        profile = load_profile(path)   # refused here, before it becomes a choice
+        if path not in self._profile_paths:
+            self._profile_paths.append(path)
+            self._add_profile_item(profile, path)
+        self.select_profile(path)
+
+    def _add_profile_item(self, profile: GpuProfile, path: str) -> None:
+        self.profile_combo.addItem(f"{profile.name} ({Path(path).name})", path)
+        self.profile_combo.setItemData(self.profile_combo.count() - 1, path, QtCore.Qt.ItemDataRole.ToolTipRole)
+
+    def _open_profile_dialog(self) -> None:
+        open_file(self, "Open a GPU profile", "GPU profile (*.toml)", self.add_profile_path, self.inputRejected)
+
+    def _update(self) -> None:
+        problems = self.errors()
+        self.problem_label.setText("Cannot run yet: " + problems[0] if problems else "")
+        self.problem_label.setVisible(bool(problems))
+        self.run_button.setEnabled(not self._running and not problems)
+        # a precision sweep loads the model at each of its own precisions
+        self.dtype_combo.setEnabled(not self._running and self.form.kind() != "sweep-precision")
+        self.stop_button.setEnabled(self._running)
+
+    # ---- public ------------------------------------------------------------------------------
+
+    def errors(self) -> list[str]:
+        if self.is_simulated():
+            from backend.models.shapes import SHAPES
+            errors = [self.hub_field.error] if self.hub_field.error else []
+            if not errors and self.model_name() not in SHAPES:
+                errors.append(f"a simulation needs a known model shape ({', '.join(SHAPES)}), not {self.model_name()!r}")
+            return errors + self.form.errors()
+        if not self.is_remote():
+            return ([self.hub_field.error] if self.hub_field.error else []) + self.form.errors()
+        errors = [f.error for f in (self.url_field, self.served_field, self.timeout_field) if f.error]
+        if self.api_combo.currentText() == "chat" and self.form.source_combo.currentText() != "text":
+            errors.append("the chat API sends text: set Prompts to text, or use the completions API")
+        return errors + self.form.errors()
+
+    def set_running(self, running: bool) -> None:
+        self._running = running
+        for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
+                       self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button,
+                       self.simulate_check, self.form):
+            widget.setEnabled(not running)
+        self._update()
+
+    def is_remote(self) -> bool:
+        return self.model_combo.currentData() == REMOTE
+
+    def is_simulated(self) -> bool:
+        return self.simulate_check.isChecked() and not self.is_remote()
+
+    def remote_url(self) -> str:
+        """The server's URL without any credentials it carries (for the status bar)."""
+        return safe_url(self.url_field.value or self.url_field.text())
+
+    def endpoint(self) -> RemoteEndpoint:
+        """The server as typed; the key as typed (or from the environment), held only in memory."""
+        key = self.key_edit.text().strip() or None
+        return RemoteEndpoint(self.url_field.value, self.served_field.value, key, self.api_combo.currentText(),
+                              self.timeout_field.value, read_metrics=True)
+
+    def model_name(self) -> str:
+        if self.is_remote():
+            return self.served_field.value or ""
+        typed = self.hub_field.value
+        return typed if typed else self.model_combo.currentData()
+
+    def select_remote(self, url: str, model: str, api: str = "completions", api_key: str | None = None) -> None:
+        """Choose an OpenAI-compatible server (automation and tests)."""
+        self.model_combo.setCurrentIndex(self.model_combo.findData(REMOTE))
+        self.url_field.setText(url)
+        self.served_field.setText(model)
+        self.api_combo.setCurrentText(api)
+        if api_key is not None:
+            self.key_edit.setText(api_key)
+
+    def select_model(self, name: str) -> None:
+        """Pick a listed model by name, or else use the name as a hub id or path."""
+        for i in range(self.model_combo.count()):
+            if self.model_combo.itemData(i) == name:
+                self.model_combo.setCurrentIndex(i)
+                self._model_index = i
+                self.hub_field.setText("")
+                return
+        self.hub_field.setText(name)
+
+    def select_profile(self, name: str) -> None:
+        """A profile by key or display name; InputError when there is none."""
+        for i in range(self.profile_combo.count()):
+            if name.lower() in (str(self.profile_combo.itemData(i)).lower(), self.profile_combo.itemText(i).lower()):
+                self.profile_combo.setCurrentIndex(i)
+                return
+        known = ", ".join(str(self.profile_combo.itemData(i)) for i in range(self.profile_combo.count()))
+        raise InputError(f"unknown profile {name!r} (known: {known})")
+
+    def profile(self) -> GpuProfile:
+        return find_profile(self.profile_combo.currentData())
+
+    def build_config(self) -> RunConfig:
+        """The settings as a RunConfig; InputError with the first problem when they cannot run."""
+        problems = self.errors()
+        if problems:
+            raise InputError(problems[0])
+        kind = self.form.kind()
+        config = RunConfig(mode=kind, model=ModelChoice(self.model_name(), self.device_combo.currentText(),
+                                                        self.dtype_combo.currentText()),
+                           sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
+                           workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
+                           profile=self.profile_combo.currentData(), threads=self.threads_spin.value(),
+                           repeats=self.form.repeats())
+        if self.is_simulated():
+            config.simulate = True
+            config.model = ModelChoice(self.model_name(), "auto", self.dtype_combo.currentText())
+            config.threads = None   # nothing runs on this machine's cores but the scheduler
+        if self.is_remote():
+            # the backend's execute sends the workload to the server when the config names one
+            config.model = ModelChoice(self.model_name())
+            config.endpoint = self.endpoint()
+            config.threads = None   # the server's threads are not ours to set
+        return config

@@ -1,0 +1,310 @@
+"""Throughput against batch size (or prompt length): measured sweep points and the roofline's prediction."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from backend.errors import InputError
+from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes
+from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill
+
+from gui.views.plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, PROFILE_SIMULATED_COLOR,
+                         SIMULATED_COLOR, STEP_TIME_COLOR, cosmetic_pen, RateAxis, set_title, style_plot, swatch_title)
+from gui.state.run_store import RunStore
+
+BATCH_RANGE = (1, 1024)        # the prediction curve's x range for batch sweeps
+PROMPT_RANGE = (16, 32768)     # ... and for prompt-length sweeps
+
+
+class Log2Axis(pg.AxisItem):
+    """An axis for data plotted as log2(x), labelled with x itself (1, 2, 4, ...)."""
+
+    def tickValues(self, minVal, maxVal, size):
+        lo, hi = math.floor(minVal), math.ceil(maxVal)
+        step = max(1, math.ceil((hi - lo + 1) / max(2, size / 45)))   # about one label per 45 px
+        return [(float(step), [float(v) for v in range(lo, hi + 1, step)])]
+
+    def tickStrings(self, values, scale, spacing):
+        return [f"{2.0 ** v:g}" if v >= 0 else f"1/{2.0 ** -v:g}" for v in values]
+
+
+def prediction_dtype(profile: GpuProfile, run_dtype) -> tuple:
+    """(what to price the prediction at, its bytes): the run's precision where the profile has a
+    peak for it, else the profile's first dtype (e.g. a T4's fp16), at that dtype's bytes."""
+    try:
+        precision = as_precision(run_dtype)
+    except InputError:
+        precision = None
+    if precision is not None and profile.has_peak(precision):
+        return precision, precision
+    key = profile.dtypes[0]
+    return key, dtype_bytes(key)
+
+
+class ThroughputView(pg.PlotWidget):
+    def __init__(self, store: RunStore, parent=None):
+        super().__init__(parent, axisItems={"bottom": Log2Axis("bottom"), "left": RateAxis("left")})
+        self.setObjectName("throughputPlot")
+        self.store = store
+        self.kind = "batch"
+        self.shape = None
+        self.run_dtype = "float32"
+        self.profile: GpuProfile | None = None
+        self.context = 512
+        self.crossover: int | None = None
+        self._seen = None
+        self.references = None      # a ReferenceSet: one curve each (set_references)
+        self.reference_curves: dict[int, pg.PlotDataItem] = {}
+        self._predicted_name = "profile (predicted)"
+        plot = self.getPlotItem()
+        # measured points sit far below a datasheet's roofline on a small machine: only a log axis shows both
+        plot.setLogMode(x=False, y=True)
+        plot.showAxis("right")
+        self.step_box = pg.ViewBox()   # step time on its own (right) axis
+        plot.scene().addItem(self.step_box)
+        plot.getAxis("right").setLogMode(False, False)   # step times stay linear on their own axis
+        plot.getAxis("right").linkToView(self.step_box)
+        self.step_box.setXLink(plot)
+        plot.getViewBox().sigResized.connect(self._sync_boxes)
+        self.measured = plot.plot([], [], pen=cosmetic_pen(MEASURED_COLOR, 2), symbol="o", symbolSize=7,
+                                  symbolBrush=MEASURED_COLOR)
+        dotted = pg.mkPen(STEP_TIME_COLOR, width=1, style=QtCore.Qt.PenStyle.DotLine)
+        self.step_time = pg.PlotDataItem([], [], pen=dotted, symbol="s", symbolSize=6, symbolBrush=STEP_TIME_COLOR)
+        self.step_box.addItem(self.step_time)
+        self.predicted = plot.plot([], [], pen=pg.mkPen(PREDICTED_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine))
+        self.local = plot.plot([], [], pen=pg.mkPen(LOCAL_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine),
+                               symbol="t", symbolSize=6, symbolBrush=LOCAL_COLOR)
+        # the cost model's prices: this machine's beside the measured points, the profile's beside its roofline
+        self.simulated = plot.plot([], [], pen=pg.mkPen(SIMULATED_COLOR, width=1, style=QtCore.Qt.PenStyle.DotLine),
+                                   symbol="x", symbolSize=8, symbolBrush=SIMULATED_COLOR, symbolPen=SIMULATED_COLOR)
+        self.profile_simulated = plot.plot([], [], pen=pg.mkPen(PROFILE_SIMULATED_COLOR, width=1,
+                                                                style=QtCore.Qt.PenStyle.DashDotLine))
+        self._simulated_name = "profile (simulated)"
+        self.crossover_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(CROSSOVER_COLOR, width=1))
+        plot.addItem(self.crossover_line, ignoreBounds=True)
+        self.crossover_line.hide()
+        self.crossover_label = pg.TextItem("", color=CROSSOVER_COLOR, anchor=(0, 0.5), fill=(255, 255, 255, 210))
+        plot.addItem(self.crossover_label, ignoreBounds=True)
+        self.crossover_label.hide()
+        plot.getViewBox().sigRangeChanged.connect(self._place_crossover_label)
+        # what the plot cannot show, said in words under it (the window places it; inside it would cover curves)
+        self.note = QtWidgets.QLabel()
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color: #555;")
+        self._label_axes()
+
+    def _place_crossover_label(self, *_) -> None:
+        """At the foot of the crossover line, right of it when it fits there, else left of it.
+
+        On a log-log roofline the curves rise from the lower left to a plateau at the top,
+        so the bottom beside the crossover is where nothing else is drawn.
+        """
+        vb = self.getPlotItem().getViewBox()
+        (_, x1), (y0, _) = vb.viewRange()
+        x = self.crossover_line.value()
+        width = self.crossover_label.boundingRect().width() * vb.viewPixelSize()[0]   # pixels -> log2 units
+        self.crossover_label.setAnchor((0, 1) if x + width < x1 else (1, 1))
+        self.crossover_label.setPos(x, y0)
+
+    def _sync_boxes(self) -> None:
+        self.step_box.setGeometry(self.getPlotItem().getViewBox().sceneBoundingRect())
+        self.step_box.linkedViewChanged(self.getPlotItem().getViewBox(), self.step_box.XAxis)
+
+    def _label_axes(self) -> None:
+        plot = self.getPlotItem()
+        if self.kind == "batch":
+            style_plot(plot, self._title(), "batch size (requests, log2)", "decode tokens/s (log)")
+            plot.setLabel("right", "decode step (ms)")
+        else:
+            style_plot(plot, self._title(), "prompt length (tokens, log2)", "prefill tokens/s (log)")
+            plot.setLabel("right", "TTFT (ms)")
+
+    def _title(self, predicted: str | None = None) -> str:
+        """The title with the legend under it, in short lines (a legend box inside would cover the curves,
+        and a long title would widen the plot past a narrow dock); the references three to a line."""
+        predicted = predicted or self._predicted_name
+        title = "Decode tokens/s vs batch size" if self.kind == "batch" else "Prefill tokens/s vs prompt length"
+        measured = swatch_title("", [("simulated run" if self._run_simulated() else "measured", MEASURED_COLOR,
+                                      "&#9679;"),
+                                     ("step ms (right)" if self.kind == "batch" else "TTFT ms (right)",
+                                      STEP_TIME_COLOR)])
+        predictions = swatch_title("", [(predicted, PREDICTED_COLOR, "- -"),
+                                        ("this machine (predicted)", LOCAL_COLOR, "&#9660;")])
+        predictions += "<br>" + swatch_title("", [(self._simulated_name, PROFILE_SIMULATED_COLOR, "-&middot;-"),
+                                                  ("this machine (simulated)", SIMULATED_COLOR, "&times;")])
+        shown = [r for r in self.references.visible()] if self.references is not None else []
+        lines = [swatch_title("", [(r.name, r.color, "&#9679;") for r in shown[i:i + 3]])
+                 for i in range(0, len(shown), 3)]
+        refs = "".join(f"<br>{line}" for line in lines)
+        return f'{title}<br><span style="font-size:8pt">{measured}<br>{predictions}{refs}</span>'
+
+    # ---- inputs ------------------------------------------------------------------------------
+
+    def set_references(self, references) -> None:
+        """The window's ReferenceSet: each reference's points drawn in its colour under the current run's."""
+        self.references = references
+        self._seen = None
+
+    def set_kind(self, kind: str) -> None:
+        if kind != self.kind:
+            self.kind = kind
+            self._label_axes()
+            self._seen = None
+
+    def set_inputs(self, shape=None, run_dtype: str | None = None, profile: GpuProfile | None = None,
+                   context: int | None = None) -> None:
+        """What the prediction needs; any left as None keeps its value."""
+        if shape is not None:
+            self.shape = shape
+        if run_dtype is not None:
+            self.run_dtype = run_dtype
+        if profile is not None:
+            self.profile = profile
+        if context is not None:
+            self.context = context
+        self._seen = None
+
+    # ---- painting ----------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        points = [p for p in self.store.sweep_points if p.kind == self.kind]
+        finished = self.store.finished
+        key = (self.store.generation, len(points), self.kind, id(self.shape), self.run_dtype, self.profile,
+               self.context, id(finished), self.references.version if self.references is not None else None)
+        if key == self._seen:
+            return
+        self._seen = key
+        self._paint_references()
+        x = np.log2([p.x for p in points]) if points else np.empty(0)
+        self.measured.setData(x, [p.tokens_per_s for p in points])
+        self.step_time.setData(x, [p.step_ms for p in points])
+        local = [(xi, p.x / (p.predicted_local_ms / 1000.0)) for xi, p in zip(x, points) if p.predicted_local_ms]
+        self.local.setData([a for a, _ in local], [b for _, b in local])
+        simulated = [(xi, p) for xi, p in zip(x, points) if p.simulated_ms]
+        self.simulated.setData([a for a, _ in simulated], [p.x / (p.simulated_ms / 1000.0) for _, p in simulated])
+        notes = [] if points else [f"run a {'batch-size' if self.kind == 'batch' else 'prompt-length'} sweep "
+                                   "to add measured points"]
+        notes += self._simulation_notes(simulated)
+        notes += self._paint_prediction()
+        notes += self._reference_notes()
+        measured = finished.summary.get("measured_crossover_batch") if finished is not None else None
+        if self.kind == "batch" and measured:
+            notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
+        self.note.setText("\n".join(notes))
+        self.note.setVisible(bool(notes))
+
+    def _run_simulated(self) -> bool:
+        return self.store.info.get("target") == "simulated" or str(self.store.info.get("device", "")).startswith(
+            "simulated")
+
+    def _simulation_notes(self, simulated: list) -> list[str]:
+        """The cost model's error on the measured points, in words: measured and simulated side by side."""
+        if not simulated:
+            return []
+        errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for _, p in simulated]
+        finished = self.store.finished
+        info = finished.data.info if finished is not None and finished.data is not None else self.store.info
+        where = info.get("local_profile") or "this machine"
+        try:
+            from backend.roofline.profiles import find_profile
+            fitted = bool(find_profile(where).simulation.get("fitted"))
+        except InputError:
+            fitted = False
+        terms = "fitted" if fitted else "placeholder terms: `calibrate --fit`"
+        return [f"× {where}'s cost model ({terms}): {sum(errors) / len(errors):.0f}% off on average, "
+                f"{max(errors):.0f}% at worst"]
+
+    def _reference_notes(self) -> list[str]:
+        steps = [r.name for r in self.references.visible() if r.throughput_points(self.kind)[2] == "steps"] \
+            if self.references is not None else []
+        none = [r.name for r in self.references.visible() if r.throughput_points(self.kind)[2] == "none"] \
+            if self.references is not None else []
+        notes = []
+        if steps:
+            notes.append(f"{', '.join(steps)}: not sweeps: each batch size's median decode-only step of the run "
+                         "(at the contexts it had)")
+        if none:
+            notes.append(f"{', '.join(none)}: no points on this plot")
+        return notes
+
+    def _paint_references(self) -> None:
+        """A curve per reference, created once and kept until it is removed; hidden ones are kept hidden."""
+        refs = {r.key: r for r in self.references} if self.references is not None else {}
+        plot = self.getPlotItem()
+        for gone in set(self.reference_curves) - set(refs):
+            plot.removeItem(self.reference_curves.pop(gone))
+        for key, ref in refs.items():
+            curve = self.reference_curves.get(key)
+            if curve is None:
+                # drawn under the current run's points (a lower z): the new curve grows over the old one
+                curve = plot.plot([], [], pen=cosmetic_pen(ref.color, 1), symbol="o", symbolSize=6,
+                                  symbolBrush=ref.color, symbolPen=ref.color)
+                curve.setZValue(-1)
+                self.reference_curves[key] = curve
+            x, y, _ = ref.throughput_points(self.kind)
+            curve.setData(x, y)
+            curve.setVisible(ref.visible)
+        set_title(plot, self._title())
+
+    def _paint_profile_simulation(self, xs, dtype) -> list[str]:
+        """The selected profile's cost model over the same range: the roofline plus the efficiencies and overheads
+        a real engine has (what `--simulate --profile` charges)."""
+        from backend.precision import Precision
+        from backend.roofline.step_time import CostModel
+        if not isinstance(dtype, Precision):
+            self.profile_simulated.setData([], [])
+            return []
+        try:
+            model = CostModel.for_profile(self.profile)
+        except InputError as exc:
+            self.profile_simulated.setData([], [])
+            return [f"{self.profile.key}: no simulation ({exc})"]
+        if self.kind == "batch":
+            times = [model.step_seconds(self.shape, dtype, self.profile, [1] * int(b), [self.context] * int(b))
+                     for b in xs]
+        else:
+            times = [model.step_seconds(self.shape, dtype, self.profile, [int(n)], [int(n)]) for n in xs]
+        self.profile_simulated.setData(np.log2(xs), xs / np.array(times))
+        self._simulated_name = f"{self.profile.key} (simulated)"
+        self.profile_simulated.setToolTip(f"{self.profile.key}'s cost model: {model.source}")
+        return []
+
+    def _paint_prediction(self) -> list[str]:
+        """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""
+        self.crossover = None
+        self.crossover_line.hide()
+        self.crossover_label.hide()
+        if self.shape is None or self.profile is None:
+            self.predicted.setData([], [])
+            return ["the prediction appears once a model's shape is known (after a run starts)"]
+        dtype, nbytes = prediction_dtype(self.profile, self.run_dtype)
+        lo, hi = BATCH_RANGE if self.kind == "batch" else PROMPT_RANGE
+        notes = []
+        if self.kind == "batch":
+            self.crossover = crossover_batch(self.shape, nbytes, self.context, self.profile, dtype)
+            if self.crossover < CROSSOVER_CAP:
+                hi = max(hi, 4 * self.crossover)
+            else:
+                notes.append(f"{self.profile.name}: decode stays memory-bound at context {self.context} "
+                             "(no crossover batch)")
+        # whole batch sizes / prompt lengths, four per octave
+        xs = np.unique(np.round(2.0 ** np.arange(math.log2(lo), math.log2(hi) + 0.01, 0.25)))
+        if self.kind == "batch":
+            times = [predict_decode(self.shape, nbytes, int(b), self.context, self.profile, dtype).time_s for b in xs]
+        else:
+            times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype).time_s for n in xs]
+        self.predicted.setData(np.log2(xs), xs / np.array(times))
+        label = dtype.name if hasattr(dtype, "name") else dtype
+        self._predicted_name = f"{self.profile.key} {label} (predicted)"
+        notes += self._paint_profile_simulation(xs, dtype)
+        set_title(self.getPlotItem(), self._title())
+        if self.crossover is not None and self.crossover < CROSSOVER_CAP:
+            self.crossover_line.setValue(math.log2(self.crossover))
+            self.crossover_line.show()
+            self.crossover_label.setText(f"crossover ≈ batch {self.crossover}\n(context {self.context})")
+            self.crossover_label.show()
+            self._place_crossover_label()
+        return notes

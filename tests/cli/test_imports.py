@@ -1,0 +1,110 @@
+"""Imports run one way: the contracts in pyproject.toml hold, and backend's modules form no cycle.
+
+The cycle check walks every import statement of every module: those inside functions (a lazy
+import is still a dependency) and those under `if TYPE_CHECKING:` (an annotation is one too)
+included, as lint-imports does (pyproject.toml leaves exclude_type_checking_imports unset).
+"""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The backend modules `path` imports (a name imported from a package counts as its module if it is one)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text(), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m in modules and m != name}
+
+
+def backend_graph() -> dict[str, set[str]]:
+    paths = sorted((ROOT / "backend").rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): imports_of(p, modules) for p in paths}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), or a module importing itself."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_backend_has_no_import_cycle():
+    graph = backend_graph()
+    assert len(graph) > 40 and "backend.session" in graph and graph["backend.session"]
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_cycle_check_counts_imports_under_type_checking(tmp_path):
+    (tmp_path / "backend").mkdir()
+    module = tmp_path / "backend" / "a.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from backend.b import B\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert imports_of(module, {"backend.a", "backend.b"}) == {"backend.b"}
+    finally:
+        ROOT = saved
+
+
+def test_no_contract_leaves_type_checking_imports_out():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert "exclude_type_checking_imports" not in text and "ignore_imports" not in text
+
+
+def test_the_import_contracts_hold():
+    """import-linter's contracts (pyproject.toml [tool.importlinter]): no Qt in backend, no torch in
+    the scheduler and workloads, lower layers never importing upper ones."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    proc = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout and "Contracts: " in proc.stdout

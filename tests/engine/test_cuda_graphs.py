@@ -1,0 +1,139 @@
+"""The padded static-shape decode (the CUDA graph path) against the plain decode path.
+
+On the CPU the static path runs eagerly; where CUDA is present the same tests also run with
+captured graphs (bench/gpu_check.sh runs them there).
+"""
+import pytest
+import torch
+
+from backend.workload.arrivals import RequestSpec
+from backend.config import RunConfig, SamplingConfig
+from backend.results.recorder import RunRecorder
+from backend.engine.cuda_graphs import StaticDecoder, bucket_sizes
+from backend.workload.arrivals import FixedSource
+from backend.engine.loop import Engine
+from backend.models import build_model, KVCache, make_step_batch
+from backend.shape import ModelShape
+from backend.models.packed import pack_weights
+from backend.engine.runner import Runner
+from backend.engine.scheduler import Scheduler, SchedulerConfig
+from backend.loaders.tokenizer import ByteTokenizer
+from backend.loaders.weights import LoadedModel
+
+SHAPES = {
+    "llama": ModelShape(arch="llama", vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                        head_dim=16, intermediate_size=128, max_position=256),
+    "gpt2": ModelShape(arch="gpt2", vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4,
+                       head_dim=16, intermediate_size=128, max_position=256, tie_embeddings=True),
+}
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+PROMPTS = {0: 5, 1: 9, 2: 3, 3: 12, 4: 7, 5: 4}   # slot -> prompt length
+
+
+def random_model(arch: str, device: str, packed: bool = False) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = build_model(SHAPES[arch]).eval().requires_grad_(False)
+    for p in model.parameters():
+        p.normal_(0, 0.3)
+    model = model.to(device)
+    if packed:
+        assert pack_weights(model)
+    return model
+
+
+def loaded(arch: str, device: str) -> LoadedModel:
+    model = random_model(arch, device)
+    shape = SHAPES[arch]
+    return LoadedModel(arch, model, shape, ByteTokenizer(shape.vocab_size), torch.device(device), torch.float32,
+                       "random", True, 0)
+
+
+def prompt(slot: int) -> list[int]:
+    return [(7 * slot + 3 * i + 1) % 96 for i in range(PROMPTS[slot])]
+
+
+def test_buckets_are_powers_of_two_then_the_largest_batch():
+    assert bucket_sizes(1) == [1]
+    assert bucket_sizes(2) == [1, 2]
+    assert bucket_sizes(5) == [1, 2, 4, 5]
+    assert bucket_sizes(8) == [1, 2, 4, 8]
+    with pytest.raises(ValueError):
+        bucket_sizes(0)
+
+
+def test_bucket_for_pads_up_and_refuses_too_many():
+    cache = KVCache(SHAPES["llama"], 4, 16, "cpu", torch.float32)
+    decoder = StaticDecoder(random_model("llama", "cpu"), cache, scratch_slot=3, max_batch=3, capture=False)
+    assert [decoder.bucket_for(n) for n in (1, 2, 3)] == [1, 2, 3]
+    with pytest.raises(ValueError):
+        decoder.bucket_for(4)
+    with pytest.raises(ValueError):
+        StaticDecoder(decoder.model, cache, scratch_slot=4, max_batch=3, capture=False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("arch", list(SHAPES))
+@pytest.mark.parametrize("packed", [False, True])
+def test_static_decode_matches_the_plain_path_as_the_batch_shrinks_and_grows(arch, device, packed):
+    if packed and device != "cpu":
+        pytest.skip("packing is a CPU layout")
+    model = random_model(arch, device, packed)
+    shape = SHAPES[arch]
+    plain = KVCache(shape, 6, 40, device, torch.float32)
+    static_cache = KVCache(shape, 7, 40, device, torch.float32)   # slot 6: scratch for padding rows
+    decoder = StaticDecoder(model, static_cache, scratch_slot=6, max_batch=6, capture=device == "cuda")
+    positions = dict.fromkeys(PROMPTS, 0)
+
+    def prefill(slots):
+        batch = [(s, 0, prompt(s)) for s in slots]
+        with torch.inference_mode():
+            model(make_step_batch(batch, [], device), plain)
+            model(make_step_batch(batch, [], device), static_cache)
+        for s in slots:
+            positions[s] = PROMPTS[s]
+
+    prefill([3, 0, 5])
+    # non-contiguous slots (padded 3 -> 4), a grown batch, a single request, all six, then a
+    # shrunk one with a hole: every bucket and the same bucket with different padding
+    schedule = [[3, 0, 5], [3, 0, 5], "prefill 1 2 4", [3, 0, 5, 1], [5], [0, 1, 2, 3, 4, 5], [4, 1], [2, 0, 1, 3, 4]]
+    for step, slots in enumerate(schedule):
+        if isinstance(slots, str):
+            prefill([int(s) for s in slots.split()[1:]])
+            continue
+        tokens = [(11 * step + s) % 96 for s in slots]
+        pos = [positions[s] for s in slots]
+        with torch.inference_mode():
+            expected = model(make_step_batch([], list(zip(slots, pos, tokens)), device), plain)
+            got = decoder.decode(list(slots), pos, tokens)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        for s in slots:
+            positions[s] += 1
+    # the padding rows wrote only the scratch slot: every request's keys and values agree
+    for a, b in zip(plain.k + plain.v, static_cache.k + static_cache.v):
+        for s, n in positions.items():
+            torch.testing.assert_close(b[s, :, :n], a[s, :, :n], atol=1e-5, rtol=1e-4)
+    if device == "cuda":
+        assert set(decoder.graphs) == {1, 4, 2, 6}   # captured lazily, one per bucket used
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_runner_with_graphs_generates_the_same_tokens_under_continuous_batching(device):
+    """Requests of different lengths arrive together into 3 slots: the decode batch grows and shrinks."""
+    def generate(use_cuda_graphs: bool) -> dict[int, list[int]]:
+        model = loaded("llama", device)
+        runner = Runner(model, num_slots=3, max_len=40, sampling=SamplingConfig(ignore_eos=True),
+                        use_cuda_graphs=use_cuda_graphs)
+        runner.warmup()
+        scheduler = Scheduler(SchedulerConfig(policy="continuous", max_batch=3, kv_capacity=120, max_len=40))
+        specs = [RequestSpec(i, 0.0, prompt(i % 6), "", 3 + 2 * i) for i in range(6)]
+        engine = Engine(scheduler, runner, "test", ignore_eos=True)
+        records = RunRecorder(RunConfig(), lambda event: None)
+        result = engine.run(FixedSource(specs), records.emit, lambda: False)
+        assert result.error is None
+        steps = [s.num_decode_requests for s in records.steps if s.num_prefill_requests == 0]
+        assert len(set(steps)) > 1   # the decode batch did change size
+        return {rid: [t.token_id for t in records.tokens if t.request_id == rid] for rid in range(6)}
+
+    plain, static = generate(False), generate(True)
+    assert static == plain
+    assert all(len(plain[i]) == 3 + 2 * i for i in range(6))

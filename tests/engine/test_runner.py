@@ -1,0 +1,158 @@
+"""The runner: sampling, prefill-then-decode against full forward passes, warm-up, CPU weight packing."""
+import pytest
+import torch
+
+from backend.workload.arrivals import RequestSpec
+from backend.config import RunConfig, SamplingConfig
+from backend.results.recorder import RunRecorder
+from backend.workload.arrivals import FixedSource
+from backend.engine.loop import Engine
+from backend.models import KVCache, make_step_batch
+from backend import kernels
+from backend.kernels import ops
+from backend.models import packed
+from backend.models.packed import can_pack, is_packed, pack_weights
+from backend.engine.runner import Runner, sample
+from backend.engine.scheduler import Scheduler, SchedulerConfig
+from backend.loaders.weights import load_model
+
+from tests.engine.test_cuda_graphs import SHAPES, loaded, random_model
+
+
+def logits_rows(seed: int = 0, rows: int = 4, vocab: int = 50) -> torch.Tensor:
+    return torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed))
+
+
+def test_greedy_is_the_argmax():
+    logits = logits_rows()
+    assert sample(logits, 0.0, 1.0, None).tolist() == logits.argmax(-1).tolist()
+    assert sample(logits, 0.0, 0.5, None).tolist() == logits.argmax(-1).tolist()   # top_p is ignored when greedy
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_seeded_sampling_is_reproducible_and_not_constant(top_p):
+    logits = logits_rows(rows=1, vocab=8) * 0.1   # nearly flat: sampling spreads over many tokens
+
+    def draws(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return [sample(logits, 1.0, top_p, gen).item() for _ in range(40)]
+
+    assert draws(3) == draws(3)
+    assert draws(3) != draws(4)
+    assert len(set(draws(3))) > 2
+
+
+def test_a_tiny_top_p_always_keeps_the_argmax():
+    logits = logits_rows(rows=3) * 0.5
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        assert sample(logits, 1.5, 1e-6, gen).tolist() == logits.argmax(-1).tolist()
+
+
+def run_engine(runner: Runner, specs: list[RequestSpec], policy: str = "continuous", slots: int = 3) -> dict[int, list[int]]:
+    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=slots, kv_capacity=slots * 40, max_len=40))
+    records = RunRecorder(RunConfig(), lambda e: None)
+    result = Engine(scheduler, runner, "test", ignore_eos=True).run(FixedSource(specs), records.emit, lambda: False)
+    assert result.error is None
+    return {r.request_id: [t.token_id for t in records.tokens if t.request_id == r.request_id] for r in records.requests}
+
+
+def specs(n: int = 4) -> list[RequestSpec]:
+    return [RequestSpec(i, 0.0, [(5 * i + 3 * j + 1) % 96 for j in range(4 + 3 * i)], "", 6) for i in range(n)]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_prefill_then_decode_equals_greedy_full_forward_passes(policy):
+    model = loaded("llama", "cpu")
+    generated = run_engine(Runner(model, 3, 40, SamplingConfig(ignore_eos=True)), specs(), policy)
+    shape = SHAPES["llama"]
+    for spec in specs():
+        seq = list(spec.prompt_ids)
+        for _ in range(spec.max_new_tokens):   # no cache reuse: each token from one full pass over the sequence
+            batch = make_step_batch([(0, 0, seq)], [], "cpu")
+            with torch.inference_mode():
+                seq.append(int(model.model(batch, KVCache(shape, 1, 40, "cpu", torch.float32)).argmax(-1)))
+        assert generated[spec.request_id] == seq[len(spec.prompt_ids):], spec.request_id
+
+
+@pytest.mark.parametrize("use_cuda_graphs", [False, True])
+def test_warmup_leaves_no_trace_in_the_results(use_cuda_graphs):
+    sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=5, ignore_eos=True)
+
+    def generate(warm: bool):
+        runner = Runner(loaded("llama", "cpu"), 3, 40, sampling, use_cuda_graphs=use_cuda_graphs)
+        if warm:
+            runner.warmup(prompt_len=20, decode_steps=3)
+        return run_engine(runner, specs())
+
+    cold = generate(False)
+    assert generate(True) == cold
+    assert len({tuple(tokens) for tokens in cold.values()}) > 1
+
+
+def _packed_as(layout: str, monkeypatch) -> type:
+    """Make pack_weights choose `layout`; the type its packed matrices then have."""
+    if layout == "onednn":   # as on a machine where the C kernels cannot be built
+        monkeypatch.setattr(ops, "usable", lambda device, dtype: False)
+        return torch.Tensor
+    assert ops.usable(torch.device("cpu"), torch.float32), kernels.reason()
+    return packed.Panels
+
+
+@pytest.mark.parametrize("layout", ["panels", "onednn"])
+def test_the_runner_packs_cpu_weights_once_and_the_logits_stay(layout, monkeypatch):
+    kind = _packed_as(layout, monkeypatch)
+    model = loaded("llama", "cpu")
+    plain = random_model("llama", "cpu")
+    Runner(model, 2, 40, SamplingConfig())
+    qkv = model.model.layers[0].qkv
+    assert is_packed(model.model) and isinstance(qkv, kind) and (layout == "panels" or qkv.is_mkldnn)
+    qkv = model.model.layers[0].qkv
+    assert pack_weights(model.model) and model.model.layers[0].qkv is qkv   # a second runner repacks nothing
+    batch = [(0, 0, list(range(1, 12)))], [(1, 3, 7)]
+    caches = [KVCache(SHAPES["llama"], 2, 40, "cpu", torch.float32) for _ in range(2)]
+    with torch.inference_mode():
+        for cache in caches:   # slot 1 holds 3 cached tokens for the decode row
+            m = model.model if cache is caches[0] else plain
+            m(make_step_batch([(1, 0, [4, 5, 6])], [], "cpu"), cache)
+        got = model.model(make_step_batch(*batch, "cpu"), caches[0])
+        expected = plain(make_step_batch(*batch, "cpu"), caches[1])
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["panels", "onednn"])
+def test_untied_heads_are_packed_in_place_and_tied_ones_keep_the_embedding(layout, monkeypatch):
+    kind = _packed_as(layout, monkeypatch)
+    untied = load_model("tiny", "cpu", "float32").model
+    assert untied.lm_head is not None and pack_weights(untied)
+    assert isinstance(untied.lm_head, kind) and untied.packed_head is untied.lm_head and not untied.embed.is_mkldnn
+    assert ("lm_head" in dict(untied.named_parameters())) == (layout == "onednn")   # Panels are not parameters
+    gpt2 = random_model("gpt2", "cpu", packed=True)
+    assert isinstance(gpt2.packed_head, kind) and not gpt2.wte.is_mkldnn
+
+
+def test_packing_is_refused_where_onednn_cannot_run_the_dtype():
+    assert not can_pack(torch.device("meta"), torch.float32)
+    assert not can_pack(torch.device("cpu"), torch.float64)
+    model = random_model("llama", "cpu").to(torch.float64)
+    assert not pack_weights(model) and not model.layers[0].qkv.is_mkldnn
+    assert not ops.usable(torch.device("cpu"), torch.float64)   # the C kernels are float32 only
+
+
+@pytest.mark.parametrize("arch", list(SHAPES))
+def test_a_wide_decode_batch_matches_each_request_alone(arch):
+    """Nine decode rows of different lengths in one batch (masked attention), on packed weights."""
+    model = random_model(arch, "cpu", packed=True)
+    shape = SHAPES[arch]
+    prompts = [[(3 * i + 5 * j + 2) % 96 for j in range(2 + i)] for i in range(9)]
+    alone = []
+    for p in prompts:
+        cache = KVCache(shape, 1, 20, "cpu", torch.float32)
+        with torch.inference_mode():
+            model(make_step_batch([(0, 0, p)], [], "cpu"), cache)
+            alone.append(model(make_step_batch([], [(0, len(p), 9)], "cpu"), cache))
+    cache = KVCache(shape, 9, 20, "cpu", torch.float32)
+    with torch.inference_mode():
+        model(make_step_batch([(s, 0, p) for s, p in enumerate(prompts)], [], "cpu"), cache)
+        together = model(make_step_batch([], [(s, len(p), 9) for s, p in enumerate(prompts)], "cpu"), cache)
+    torch.testing.assert_close(together, torch.cat(alone), atol=1e-4, rtol=1e-4)

@@ -1,0 +1,269 @@
+"""A small OpenAI-compatible streaming server (asyncio, loopback) that logs its own true timing.
+
+It stands in for an engine whose behaviour is known exactly: every `gap_ms` one "engine step"
+writes the next token to every stream in flight (one timer for all streams, as a batched engine
+decodes), the first token `ttft_ms` after the request was read. It logs, per request, when the
+request was read and when each token was written, on the same monotonic clock as the client
+(time.perf_counter is CLOCK_MONOTONIC, shared by every process on the machine), so a client's
+TTFT and inter-token gaps can be set beside the server's true ones.
+
+Behaviour (`Behaviour`): the number of tokens (the request's max_tokens unless `tokens` is set),
+the gaps, whether usage is reported, every n-th request stopping early with finish_reason
+"stop", every n-th request failing with HTTP 500, and token-id prompts refused with HTTP 500 in
+llama-cpp-python's words. Connections are HTTP/1.1 keep-alive; the server counts those it
+accepted.
+
+In a test: `with FakeOpenAI(Behaviour(...)) as server: ... server.log ...` (its loop runs on a
+thread). For a benchmark, as its own process: `python tests/fakes/fake_openai.py --port P --tokens 64
+--gap-ms 1`; `GET /fake/log` returns the log as JSON and `POST /fake/reset` clears it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+WORD = " tok"
+
+
+@dataclass(slots=True)
+class Behaviour:
+    tokens: int | None = None        # tokens per answer; None: the request's max_tokens
+    gap_ms: float = 1.0              # between engine steps (one token to every stream per step)
+    ttft_ms: float = 0.0             # from reading the request to its first token (at the next step)
+    usage: bool = True               # a final usage event, when the request asks with stream_options
+    stop_early_every: int = 0        # every n-th request stops after half its tokens, finish_reason "stop"
+    error_every: int = 0             # every n-th request gets HTTP 500
+    refuse_token_ids: bool = False   # a token-id prompt gets HTTP 500, as llama-cpp-python's server answers
+
+
+@dataclass(slots=True)
+class RequestLog:
+    read_s: float                                            # perf_counter when the request was read
+    writes_s: list[float] = field(default_factory=list)      # when each token's event was written
+    done_s: float | None = None
+    num_tokens: int = 0
+    finish_reason: str = ""
+
+
+@dataclass(slots=True)
+class _Stream:
+    writer: asyncio.StreamWriter
+    log: RequestLog
+    target: int                 # tokens to send
+    finish: str                 # "length" or "stop"
+    include_usage: bool
+    prompt_tokens: int
+    start_s: float              # not before this moment
+    sent: int = 0
+    done: asyncio.Future | None = None
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(obj) -> bytes:
+    return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+class FakeOpenAI:
+    """The server; `start()`/`stop()` on a thread of its own, or `serve()` inside a running loop."""
+
+    def __init__(self, behaviour: Behaviour | None = None, host: str = "127.0.0.1", port: int = 0):
+        self.behaviour = behaviour or Behaviour()
+        self.host, self.port = host, port
+        self.url = ""
+        self.bodies: list[dict] = []
+        self.log: list[RequestLog] = []
+        self.num_connections = 0
+        self._streams: list[_Stream] = []
+        self._count = 0
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop_future: asyncio.Future | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeOpenAI:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), name="fake-openai", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the fake server did not start")
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop_future is not None:
+            self._loop.call_soon_threadsafe(self._stop_future.set_result, None)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    async def serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_future = self._loop.create_future()
+        self._wake = asyncio.Event()
+        self._server = await asyncio.start_server(self._connection, self.host, self.port, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://{self.host}:{self.port}/v1"
+        ticker = asyncio.create_task(self._engine())
+        self._ready.set()
+        try:
+            await self._stop_future
+        finally:
+            ticker.cancel()
+            self._server.close()
+            for s in self._streams:
+                s.writer.close()
+            await asyncio.gather(ticker, return_exceptions=True)
+
+    # ---- the log ---------------------------------------------------------------------------
+
+    def true_gaps_ms(self) -> list[float]:
+        """The gaps between consecutive token writes of each finished request, in ms."""
+        return [(b - a) * 1000.0 for r in self.log for a, b in zip(r.writes_s, r.writes_s[1:])]
+
+    def true_ttfts_ms(self) -> list[float]:
+        return [(r.writes_s[0] - r.read_s) * 1000.0 for r in self.log if r.writes_s]
+
+    def log_json(self) -> dict:
+        return {"num_connections": self.num_connections, "requests": [asdict(r) for r in self.log]}
+
+    def reset(self) -> None:
+        self.log.clear()
+        self.bodies.clear()
+        self.num_connections = 0
+
+    # ---- HTTP ------------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.num_connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                read_s = time.perf_counter()
+                if method == "GET" and path == "/fake/log":
+                    self._reply(writer, 200, json.dumps(self.log_json()).encode())
+                elif method == "POST" and path == "/fake/reset":
+                    self.reset()
+                    self._reply(writer, 200, b"{}")
+                elif method == "POST" and path.endswith("/completions"):
+                    await self._completion(writer, json.loads(body), read_s, chat=path.endswith("/chat/completions"))
+                else:
+                    self._reply(writer, 404, b'{"detail":"Not Found"}')
+                await writer.drain()
+                if headers.get("connection", "").lower() == "close":
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def _reply(self, writer: asyncio.StreamWriter, status: int, data: bytes) -> None:
+        writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (status, len(data), data))
+
+    async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool) -> None:
+        self.bodies.append(body)
+        self._count += 1
+        b = self.behaviour
+        prompt = body.get("prompt") if not chat else body.get("messages", [{}])[-1].get("content", "")
+        if b.refuse_token_ids and isinstance(prompt, list):
+            message = f"1 validation error: prompt: Input should be a valid string (got {prompt[:3]}...)"
+            self._reply(writer, 500, json.dumps({"error": {"message": message}}).encode())
+            return
+        if b.error_every and self._count % b.error_every == 0:
+            self._reply(writer, 500, b'{"error": {"message": "the fake engine failed on purpose"}}')
+            return
+        target = b.tokens if b.tokens is not None else int(body.get("max_tokens") or 16)
+        finish = "length"
+        if b.stop_early_every and self._count % b.stop_early_every == 0:
+            target, finish = max(1, target // 2), "stop"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        log = RequestLog(read_s)
+        prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        include_usage = b.usage and bool((body.get("stream_options") or {}).get("include_usage"))
+        stream = _Stream(writer, log, target, finish, include_usage, prompt_tokens, read_s + b.ttft_ms / 1000.0,
+                         done=asyncio.get_running_loop().create_future())
+        self._streams.append(stream)
+        self._wake.set()
+        await stream.done
+        self.log.append(log)
+
+    async def _engine(self) -> None:
+        """One step every gap_ms: the next token to every stream in flight; idle when none is."""
+        gap = self.behaviour.gap_ms / 1000.0
+        token = _event({"choices": [{"index": 0, "text": WORD, "finish_reason": None}]})
+        next_s = time.perf_counter()
+        while True:
+            if not self._streams:
+                self._wake.clear()
+                await self._wake.wait()
+                next_s = time.perf_counter()
+            now = time.perf_counter()
+            keep = []
+            for s in self._streams:
+                if now < s.start_s:
+                    keep.append(s)
+                    continue
+                s.sent += 1
+                last = s.sent >= s.target
+                if last:
+                    s.writer.write(self._last_bytes(s))
+                else:
+                    s.writer.write(token)
+                s.log.writes_s.append(now)
+                if last:
+                    s.log.done_s = time.perf_counter()
+                    s.log.num_tokens, s.log.finish_reason = s.sent, s.finish
+                    s.done.set_result(None)
+                else:
+                    keep.append(s)
+            self._streams = keep
+            next_s += gap
+            delay = next_s - time.perf_counter()
+            if delay < -gap:   # fell behind by more than a step: do not try to catch up in a burst
+                next_s = time.perf_counter()
+                delay = 0.0
+            await asyncio.sleep(max(0.0, delay))
+
+    def _last_bytes(self, s: _Stream) -> bytes:
+        out = _event({"choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]})
+        if s.include_usage:
+            out += _event({"choices": [], "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent,
+                                                    "total_tokens": s.prompt_tokens + s.sent}})
+        return out + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="a fake OpenAI-compatible streaming server on loopback")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tokens", type=int)
+    parser.add_argument("--gap-ms", type=float, default=1.0)
+    parser.add_argument("--ttft-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    server = FakeOpenAI(Behaviour(tokens=args.tokens, gap_ms=args.gap_ms, ttft_ms=args.ttft_ms), port=args.port)
+    print(f"serving on 127.0.0.1:{args.port}", flush=True)
+    try:
+        asyncio.run(server.serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

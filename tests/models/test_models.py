@@ -1,0 +1,121 @@
+"""Our decoders against transformers on the same weights, and the KV cache paths against one full pass."""
+import pytest
+import torch
+
+from backend.loaders.hf import copy_weights, shape_from_config
+from backend.models import KVCache, build_model, make_step_batch
+from backend.shape import ModelShape
+
+transformers = pytest.importorskip("transformers")
+
+LLAMA = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+VARIANTS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(LLAMA, rope_theta=10000.0)),
+    "llama3-rope-tied": ("LlamaConfig", "LlamaForCausalLM", dict(
+        LLAMA, rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position_embeddings=64))),
+    "qwen2-bias": ("Qwen2Config", "Qwen2ForCausalLM", dict(LLAMA, rope_theta=1000000.0)),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4)),
+}
+
+
+def reference_pair(variant: str):
+    """A random transformers model and ours with its weights."""
+    config_cls, model_cls, kwargs = VARIANTS[variant]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(**kwargs, attn_implementation="eager")
+    config.architectures = [model_cls]
+    hf = getattr(transformers, model_cls)(config).eval()
+    shape, factors = shape_from_config(config.to_dict(), variant)
+    ours = build_model(shape, factors).eval()
+    copy_weights(ours, hf.state_dict().items(), variant)
+    return hf, ours, shape
+
+
+def run(model, shape: ModelShape, prefill, decode, cache: KVCache, all_rows: bool = False) -> torch.Tensor:
+    batch = make_step_batch(prefill, decode, "cpu")
+    if all_rows:
+        batch.logit_rows = torch.arange(batch.input_ids.shape[0])
+    with torch.inference_mode():
+        return model(batch, cache)
+
+
+def tokens(n: int, seed: int) -> list[int]:
+    return torch.randint(0, 128, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def pair(request):
+    return reference_pair(request.param)
+
+
+def test_prefill_matches_transformers(pair):
+    hf, ours, shape = pair
+    prompt = tokens(19, seed=1)
+    with torch.inference_mode():
+        expected = hf(torch.tensor([prompt])).logits[0]  # (T, vocab)
+    got = run(ours, shape, [(1, 0, prompt)], [], KVCache(shape, 2, 32, "cpu", torch.float32), all_rows=True)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_decode_through_cache_matches_full_pass(pair):
+    _, ours, shape = pair
+    seq = tokens(16, seed=2)
+    full = run(ours, shape, [(0, 0, seq)], [], KVCache(shape, 1, 32, "cpu", torch.float32), all_rows=True)
+    cache = KVCache(shape, 1, 32, "cpu", torch.float32)
+    steps = [run(ours, shape, [(0, 0, seq[:10])], [], cache)]
+    for pos in range(10, 16):
+        steps.append(run(ours, shape, [], [(0, pos, seq[pos])], cache))
+    torch.testing.assert_close(torch.cat(steps), full[9:], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("slots", [[3, 0, 5], [1, 2, 3]])
+def test_batched_requests_match_each_alone(pair, slots):
+    _, ours, shape = pair
+    prompts = [tokens(n, seed=10 + n) for n in (5, 9, 13)]
+    alone = []
+    for prompt in prompts:
+        cache = KVCache(shape, 1, 32, "cpu", torch.float32)
+        rows = [run(ours, shape, [(0, 0, prompt)], [], cache)]
+        for i in range(3):
+            rows.append(run(ours, shape, [], [(0, len(prompt) + i, 7 + i)], cache))
+        alone.append(torch.cat(rows))  # (4, vocab)
+    cache = KVCache(shape, 6, 32, "cpu", torch.float32)
+    together = [run(ours, shape, [(s, 0, p) for s, p in zip(slots, prompts)], [], cache)]
+    for i in range(3):
+        decode = [(s, len(p) + i, 7 + i) for s, p in zip(slots, prompts)]
+        assert (make_step_batch([], decode, "cpu").decode_slot_range is not None) == (slots == [1, 2, 3])
+        together.append(run(ours, shape, [], decode, cache))
+    together = torch.stack(together, dim=1)  # (requests, 4, vocab)
+    torch.testing.assert_close(together, torch.stack(alone), atol=1e-5, rtol=1e-4)
+
+
+def test_chunked_prefill_matches_one_shot_and_mixes_with_decode(pair):
+    _, ours, shape = pair
+    prompt, other = tokens(14, seed=3), tokens(6, seed=4)
+    one_shot = run(ours, shape, [(0, 0, prompt)], [], KVCache(shape, 1, 32, "cpu", torch.float32))
+    other_alone = KVCache(shape, 1, 32, "cpu", torch.float32)
+    run(ours, shape, [(0, 0, other)], [], other_alone)
+    other_next = run(ours, shape, [], [(0, 6, 9)], other_alone)
+
+    cache = KVCache(shape, 2, 32, "cpu", torch.float32)
+    run(ours, shape, [(1, 0, other)], [], cache)
+    run(ours, shape, [(0, 0, prompt[:8])], [], cache)
+    # Second chunk and a decode token of another request in the same step.
+    mixed = run(ours, shape, [(0, 8, prompt[8:])], [(1, 6, 9)], cache)
+    torch.testing.assert_close(mixed[:1], one_shot, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mixed[1:], other_next, atol=1e-5, rtol=1e-4)
+
+
+def test_make_step_batch_layout():
+    batch = make_step_batch([(2, 0, [5, 6, 7]), (0, 4, [8, 9])], [(4, 10, 1), (1, 3, 2)], "cpu")
+    assert batch.input_ids.tolist() == [5, 6, 7, 8, 9, 1, 2]
+    assert batch.positions.tolist() == [0, 1, 2, 4, 5, 10, 3]
+    assert [(s.slot, s.start, s.length) for s in batch.prefill] == [(2, 0, 3), (0, 4, 2)]
+    assert batch.decode_slots.tolist() == [4, 1] and batch.decode_positions.tolist() == [10, 3]
+    assert batch.decode_slot_range is None
+    assert batch.logit_rows.tolist() == [2, 4, 5, 6]
+    assert make_step_batch([], [(2, 0, 1), (3, 0, 1)], "cpu").decode_slot_range == (2, 4)

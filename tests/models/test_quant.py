@@ -1,0 +1,280 @@
+"""Quantized weights: the GGUF block formats in the C kernels, int8 weight-only, and what a run records.
+
+Tolerances: the quantized products dequantize in registers and multiply in float32, so against
+a float64 product on the same dequantized weights they differ only by float32 rounding: for a
+dot product of n terms, about n * 2^-24 * sum |w x| at worst (the bound used below, times 4 for
+the order of additions). A whole model compounds that over 30 layers, so its logits are checked
+against the float32 model on the same dequantized weights at 1e-3 of the logits' scale.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from backend import kernels
+from backend.errors import InputError
+from backend.kernels import ops
+from backend.models.base import KVCache
+from backend.shape import ModelShape
+from backend.precision import canonical, from_info, precision
+
+ROOT = Path(__file__).resolve().parents[2]
+lib = kernels.load()
+needs_kernels = pytest.mark.skipif(lib is None, reason=f"C kernels not built here: {kernels.reason()}")
+FORMATS = ("q8_0", "q4_0", "q4_1")
+
+
+def gguf_type(fmt):
+    from gguf import GGMLQuantizationType
+    return getattr(GGMLQuantizationType, fmt.upper())
+
+
+def rounding_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A float32 rounding bound for x @ w.T: 4 * n * 2^-24 * sum_k |x_k w_k| per output."""
+    return 4 * x.shape[-1] * 2.0 ** -24 * (x.abs().double() @ w.abs().double().T) + 1e-30
+
+
+@needs_kernels
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantizing_writes_the_same_bytes_as_the_gguf_reference_and_reads_back_the_same_values(fmt):
+    from gguf.quants import dequantize, quantize
+    torch.manual_seed(0)
+    w = torch.randn(37, 96) * 0.05
+    w[3, :32] = 0.0                                    # an all-zero block: scale 0, no division by it
+    blocks = ops.quantize_rows(w, fmt)
+    assert np.array_equal(blocks.numpy(), quantize(w.numpy(), gguf_type(fmt)))
+    ours = ops.dequantize_rows(blocks, fmt, 96)
+    theirs = torch.from_numpy(dequantize(blocks.numpy(), gguf_type(fmt)).reshape(37, 96).copy())
+    assert torch.equal(ours, theirs)
+    assert (ours - w).abs().max() < 0.05 * (0.02 if fmt == "q8_0" else 0.3)   # close to the floats it came from
+
+
+@needs_kernels
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 9, 17])
+@pytest.mark.parametrize("out, inp", [(16, 32), (37, 96), (960, 576)])
+def test_quantized_products_equal_the_float_product_on_the_dequantized_weights(fmt, n, out, inp):
+    torch.manual_seed(n)
+    w = torch.randn(out, inp) * 0.05
+    blocks = ops.quantize_rows(w, fmt)
+    deq = ops.dequantize_rows(blocks, fmt, inp)
+    packed = ops.quant_pack(blocks, fmt, inp)
+    x = torch.randn(n, inp)
+    bias, residual = torch.randn(out), torch.randn(n, out)
+    got = ops.qlinear(x, packed, fmt, out, bias, residual)
+    want = x.double() @ deq.double().T + bias.double() + residual.double()
+    assert ((got.double() - want).abs() <= rounding_bound(x, deq) + 1e-6 * residual.abs().double()).all()
+
+
+@needs_kernels
+def test_packed_matrices_hold_the_formats_own_bytes():
+    """Bytes counted right: a packed Q4_1 matrix is its GGUF blocks' bytes, scales included."""
+    from backend.models.packed import QuantPanels
+    w = torch.randn(960, 576)
+    for fmt, block in (("q8_0", 34), ("q4_0", 18), ("q4_1", 20)):
+        q = QuantPanels.quantize(w, fmt)
+        assert q.data.numel() == 960 * 576 // 32 * block == q.nbytes
+        assert precision(fmt).matrix_bytes(960, 576) == q.nbytes
+
+
+@needs_kernels
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_whole_quantized_decode_layer_matches_the_float_layer_on_the_dequantized_weights(fmt):
+    """layer.c's decode step with quantized matrices against LlamaLayer.forward in float32 on
+    float panels of the same dequantized values: logits and the KV cache."""
+    from backend.models import build_model, make_step_batch
+    from backend.models.packed import pack_weights
+    shape = ModelShape("llama", vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                       head_dim=16, intermediate_size=96, max_position=256)
+    torch.manual_seed(1)
+    quantized, plain = (build_model(shape).eval().requires_grad_(False) for _ in range(2))
+    for p in quantized.parameters():
+        p.normal_(0, 0.3)
+    with torch.no_grad():   # the float model holds exactly the values the quantized one multiplies by
+        for name, p in quantized.named_parameters():
+            value = ops.dequantize_rows(ops.quantize_rows(p, fmt), fmt, p.shape[1]) if p.ndim == 2 and name != "embed" else p
+            plain.get_parameter(name).copy_(value)
+    assert pack_weights(quantized, lambda w: (fmt, None))
+    assert pack_weights(plain)
+    prompts = {0: [5, 6, 7], 1: [9] * 11}
+
+    def run(model):
+        cache = KVCache(shape, 2, 64, "cpu", torch.float32)
+        with torch.inference_mode():
+            first = model(make_step_batch([(s, 0, p) for s, p in prompts.items()], [], "cpu"), cache)
+            steps = [model(make_step_batch([], [(s, len(p) + i, 3 + i) for s, p in prompts.items()], "cpu"), cache)
+                     for i in range(3)]
+        return torch.cat([first, *steps]), cache
+
+    (got, got_cache), (want, want_cache) = run(quantized), run(plain)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    for a, b in zip(got_cache.k + got_cache.v, want_cache.k + want_cache.v):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from backend.loaders.weights import bundled_gguf
+    if bundled_gguf() is None or lib is None:
+        pytest.skip("needs the bundled model and the C kernels")
+    from backend.loaders.weights import load_model
+    return {dt: load_model("smollm2-135m", "cpu", dt) for dt in ("auto", "float32")}
+
+
+def test_auto_on_the_bundled_gguf_keeps_its_q4_1_layers_and_q8_0_head_as_stored(bundled):
+    auto = bundled["auto"]
+    assert auto.precision.name == "q4_1" and auto.dtype == torch.float32
+    assert "120 matrices q4_1 as stored" in auto.source and "1 matrix q8_0 as stored" in auto.source
+    layers = 30 * (960 * 576 + 576 * 576 + 3072 * 576 + 576 * 1536)
+    head = 49152 * 576
+    matrices = layers // 32 * 20 + head // 32 * 34
+    norms = (30 * 2 + 1) * 576 * 4
+    assert auto.weight_bytes == matrices + norms                          # the file's own bytes, as read per step
+    assert auto.precision.weight_bits == pytest.approx(8 * matrices / (layers + head))
+    assert bundled["float32"].weight_bytes > 5 * auto.weight_bytes
+
+
+def test_the_bundled_model_at_q4_1_logits_match_float32_on_the_same_weights(bundled):
+    """The float32 model holds the same dequantized values: the logits agree to float rounding."""
+    from backend.models import make_step_batch
+    from backend.models.packed import pack_weights
+    ids = bundled["float32"].tokenizer.encode("The capital of France is")
+    out = {}
+    for dt, m in bundled.items():
+        pack_weights(m.model)
+        cache = KVCache(m.shape, 1, 32, "cpu", m.dtype)
+        with torch.inference_mode():
+            prefill = m.model(make_step_batch([(0, 0, ids)], [], "cpu"), cache)
+            decode = m.model(make_step_batch([], [(0, len(ids), int(prefill.argmax()))], "cpu"), cache)
+        out[dt] = torch.cat([prefill, decode])
+    scale = out["float32"].abs().max()
+    assert (out["auto"] - out["float32"]).abs().max() < 1e-3 * scale
+    assert bundled["float32"].tokenizer.decode([int(out["auto"][0].argmax())]).strip() == "Paris"
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "main.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
+
+
+@needs_kernels
+def test_the_bundled_model_at_q4_1_answers_the_paris_question():
+    proc = cli("run", "--prompt", "What is the capital of France?", "--chat", "--output-len", "12", "--dtype", "q4_1")
+    assert proc.returncode == 0, proc.stderr
+    assert "Paris" in proc.stdout
+    assert "q4_1 weights (5.74 bits), float32 activations" in proc.stdout
+
+
+def test_unknown_and_unrunnable_precisions_are_one_clear_message():
+    with pytest.raises(InputError, match="unknown dtype 'q5_k'.*q8_0, q4_0, q4_1"):
+        canonical("q5_k")
+    from backend.loaders.quant import _check_widths
+    odd = ModelShape("llama", vocab_size=96, hidden_size=48, num_layers=1, num_heads=4, num_kv_heads=2,
+                     head_dim=12, intermediate_size=96, max_position=64)
+    with pytest.raises(InputError, match="blocks of 32.*hidden size 48, attention width 48"):
+        _check_widths("q4_1", odd)
+    proc = cli("run", "--model", "tiny", "--dtype", "q8_0", "--output-len", "2", env={"PHASESCOPE_KERNELS": "0"})
+    assert proc.returncode != 0 and "CPU kernels" in proc.stderr and "--dtype int8" in proc.stderr
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])   # bench/gpu_check.sh runs the CUDA case
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int8_weight_only_matches_its_dequantized_weights(device):
+    from backend.models.packed import Int8Weight, linear
+    torch.manual_seed(0)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    w = torch.randn(64, 96, device=device, dtype=dtype)
+    q = Int8Weight.quantize(w)
+    assert q.weight.dtype == torch.int8 and q.nbytes == 64 * 96 + 64 * dtype.itemsize
+    deq = q.weight.float() * q.scales.float()[:, None]
+    assert (deq - w.float()).abs().max() <= q.scales.float().max() / 2 + 1e-2 * (dtype != torch.float32)
+    x = torch.randn(5, 96, device=device, dtype=dtype)
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    torch.testing.assert_close(linear(x, q).float(), x.float() @ deq.T, atol=tol * 10, rtol=tol)
+
+
+def test_int8_weight_only_runs_a_model_through_the_engine():
+    proc = cli("run", "--model", "tiny", "--dtype", "int8", "--output-len", "3", "--prompt-len", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert "int8 weights" in proc.stdout
+
+
+def test_the_roofline_prices_each_precision_at_its_real_bytes():
+    from backend.models import SHAPES
+    from backend.roofline.cost import step_cost
+    shape = SHAPES["smollm2-135m"]
+    f32 = step_cost(shape, precision("float32"), [1], [128])
+    assert f32.weight_bytes == step_cost(shape, 4, [1], [128]).weight_bytes   # a Precision and a count agree
+    q8, q41 = (step_cost(shape, precision(n), [1], [128]) for n in ("q8_0", "q4_1"))
+    floats = 4 * 576 * (2 * 30 + 1 + 1)            # the norms and the one gathered embedding row stay float32
+    assert q8.weight_bytes == pytest.approx((f32.weight_bytes - floats) * 34 / 128 + floats, rel=1e-12)
+    assert q41.weight_bytes == pytest.approx((f32.weight_bytes - floats) * 20 / 128 + floats, rel=1e-12)
+    assert q8.kv_bytes == f32.kv_bytes and q8.flops == f32.flops       # only the weights' bytes change
+    mixed = from_info({"dtype": "q4_1", "weight_bits": 5.7368, "activation_dtype": "float32"})
+    assert mixed.weight_bytes == pytest.approx(5.7368 / 8)
+
+
+X86 = os.uname().machine == "x86_64"
+# Each x86-64 level users' CPUs have, built here in a child: (flags, the path the build must report).
+# haswell is AVX2 without AVX-512 (most laptops and older servers); x86-64 is the plain-C baseline.
+LEVELS = [("-march=haswell", "AVX2"), ("-march=x86-64", "portable C")] if X86 else [("-O2", None)]
+
+
+@pytest.mark.parametrize("arch, path", LEVELS, ids=[a for a, _ in LEVELS])
+def test_each_instruction_set_level_builds_and_computes_the_float_reference(tmp_path, arch, path):
+    """Machines without AVX-512 run other paths of the same kernels: each built for its level, in a
+    child, reports that path and gives every block format's product (and the float32 panels') to
+    float32 rounding of the float64 product on the same dequantized weights."""
+    if lib is None:
+        pytest.skip(f"C kernels not built here: {kernels.reason()}")
+    torch.manual_seed(3)
+    w, x = torch.randn(48, 64), torch.randn(5, 64)
+    np.save(tmp_path / "w.npy", w.numpy())
+    np.save(tmp_path / "x.npy", x.numpy())
+    script = (f"import numpy as np, torch; from backend import kernels; from backend.kernels import ops\n"
+              f"from backend.models.packed import Panels, linear\n"
+              f"print(kernels.isa()[0])\n"
+              f"w = torch.from_numpy(np.load(r'{tmp_path}/w.npy')); x = torch.from_numpy(np.load(r'{tmp_path}/x.npy'))\n"
+              f"for fmt in {FORMATS!r}:\n"
+              f"    y = ops.qlinear(x, ops.quant_pack(ops.quantize_rows(w, fmt), fmt, 64), fmt, 48)\n"
+              f"    np.save(r'{tmp_path}/' + fmt + '.npy', y.numpy())\n"
+              f"np.save(r'{tmp_path}/float32.npy', linear(x, Panels.pack(w, 32)).numpy())\n")
+    env = {**os.environ, "PHASESCOPE_KERNELS_ARCH": arch, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    if path is not None:
+        assert done.stdout.split("\n")[0] == path
+    for fmt in (*FORMATS, "float32"):
+        deq = w if fmt == "float32" else ops.dequantize_rows(ops.quantize_rows(w, fmt), fmt, 64)
+        built = torch.from_numpy(np.load(tmp_path / f"{fmt}.npy"))
+        reference = x.double() @ deq.double().T
+        assert ((built.double() - reference).abs() <= rounding_bound(x, deq)).all(), fmt
+
+
+@needs_kernels
+def test_sweep_precision_writes_one_row_per_precision(tmp_path):
+    out = tmp_path / "sweep"
+    proc = cli("sweep", "precision", "--dtypes", "float32,q8_0,q4_1", "--prompt-len", "32", "--output-len", "3",
+               "--steps", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    from backend.sweeps.points import read_points
+    kind, points = read_points(out)
+    assert kind == "precision"
+    assert [p.dtype for p in points] == ["float32", "q8_0", "q4_1"]
+    header = (out / "sweep.csv").read_text().splitlines()[0].split(",")
+    for column in ("dtype", "weight_bytes", "ttft_ms", "tpot_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
+                   "predicted_ttft_ms", "predicted_tpot_ms"):
+        assert column in header
+    assert points[0].weight_bytes > points[1].weight_bytes > points[2].weight_bytes
+    assert all(p.ttft_ms > 0 and p.tpot_ms > 0 and p.predicted_tpot_ms > 0 for p in points)
+    # the prediction tracks the bytes: TPOT's predicted ratio is the weight bytes' (plus the small KV term)
+    assert points[0].predicted_tpot_ms / points[1].predicted_tpot_ms > 3
+    assert "q8_0: 3.76x fewer weight bytes" in proc.stdout

@@ -1,0 +1,247 @@
+"""The disaggregated policy on the real engine: the KV hand-off moves exactly the prefilled entries,
+decode workers never prefill, the records carry the split, and a killed worker fails only its requests."""
+import os
+import signal
+import socket
+import threading
+from multiprocessing.connection import Connection
+
+import pytest
+import torch
+
+from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
+from backend.engine.decode_batch import DecodeBatch
+from backend.targets.disaggregated.coordinator import plan_layout, run_disaggregated
+from backend.engine.kv_transfer import Arena, block_of, kv_bytes_per_token, new_memfd, pack, unpack, view_of
+from backend.targets.disaggregated.events import WorkerLayout
+from backend.engine.request import Request
+from backend.errors import InputError
+from backend.results.export import read_run
+from backend.models import make_step_batch
+from backend.records import Phase, RecordBatch, RequestStatus
+from backend.session import execute
+from backend.workload.spec import apply_overrides, load_workload
+
+
+def workload(**overrides):
+    return apply_overrides(load_workload("mixed-lengths"), **{"num_requests": 6, "arrival": "burst",
+                                                             "prompt_len": "20:60", "output_len": "6:10", **overrides})
+
+
+def config(policy="disaggregated", model="tiny", tmp_path=None, **overrides) -> RunConfig:
+    return RunConfig(mode="load", model=ModelChoice(model, "cpu", "float32"), sampling=SamplingConfig(ignore_eos=True),
+                     engine=EngineConfig(policy=policy, max_batch=4, chunk_tokens=32), workload=workload(**overrides),
+                     out_dir=str(tmp_path) if tmp_path else None)
+
+
+def tokens_by_request(data) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for t in sorted(data.tokens, key=lambda t: (t.request_id, t.index)):
+        out.setdefault(t.request_id, []).append(t.token_id)
+    return out
+
+
+# ---- the hand-off itself, in one process ----------------------------------------------------------
+
+def _prefill(runner, slot: int, ids: list[int]) -> None:
+    with torch.inference_mode():
+        runner.model(make_step_batch([(slot, 0, ids)], [], "cpu"), runner.cache)
+
+
+def _decode(runner, slot: int, position: int, token: int) -> torch.Tensor:
+    with torch.inference_mode():
+        return runner.model(make_step_batch([], [(slot, position, token)], "cpu"), runner.cache)[0].clone()
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The bundled model loaded for this module alone: its runners pack the weights in place, which
+    would change the session's shared copy under the tests that read it as loaded."""
+    from backend.loaders.weights import load_model
+    return load_model("smollm2-135m", device="cpu", dtype="float32")
+
+
+@pytest.mark.parametrize("transport", ["shm", "pipe"])
+def test_hand_off_moves_exactly_the_prefilled_kv(smollm2, transport):
+    """Prefill prompt[:-1] in one runner, move its KV, decode the last prompt token in another: the
+    logits equal a single runner's that prefilled and decoded the same tokens itself, and every
+    greedy token after them too."""
+    from backend.engine.runner import Runner
+    sampling = SamplingConfig()
+    prompt = smollm2.tokenizer.encode("The capital of France is Paris. The capital of Italy is")
+    n = len(prompt) - 1
+    source = Runner(smollm2, num_slots=3, max_len=64, sampling=sampling, use_cuda_graphs=False)
+    dest = Runner(smollm2, num_slots=2, max_len=64, sampling=sampling, use_cuda_graphs=False)
+    single = Runner(smollm2, num_slots=1, max_len=64, sampling=sampling, use_cuda_graphs=False)
+    _prefill(source, 2, prompt[:-1])
+    block = block_of(source.cache, n)
+    assert block.nbytes == kv_bytes_per_token(smollm2.shape, 4) * n
+    if transport == "shm":
+        arena = Arena(new_memfd("test-kv"), block.nbytes, num_buffers=1, create=True)
+        pack(source.cache, 2, block, view_of(block, arena.map))
+        peer = Arena.open(os.dup(arena.fd), num_buffers=1)   # the decode side maps the same file
+        unpack(dest.cache, 1, view_of(block, peer.map))
+        del peer
+    else:
+        a, b = socket.socketpair()
+        send, recv = Connection(a.detach()), Connection(b.detach())
+        payload = torch.empty(block.shape, dtype=block.torch_dtype)
+        pack(source.cache, 2, block, payload)
+        sender = threading.Thread(target=send.send_bytes, args=(payload.view(torch.uint8).reshape(-1).numpy(),),
+                                  daemon=True)
+        sender.start()   # the block is larger than a socket's buffer: the other end reads while it is sent
+        buffer = bytearray(block.nbytes)
+        assert recv.recv_bytes_into(buffer) == block.nbytes
+        sender.join()
+        unpack(dest.cache, 1, view_of(block, buffer))
+        send.close()
+        recv.close()
+    for layer in range(len(dest.cache.k)):   # exactly the n prefilled positions moved, nothing past them
+        assert torch.equal(dest.cache.k[layer][1, :, :n], source.cache.k[layer][2, :, :n])
+        assert torch.equal(dest.cache.v[layer][1, :, :n], source.cache.v[layer][2, :, :n])
+        assert not dest.cache.k[layer][1, :, n:].any() and not dest.cache.k[layer][0].any()
+    _prefill(single, 0, prompt[:-1])
+    got, want = _decode(dest, 1, n, prompt[-1]), _decode(single, 0, n, prompt[-1])
+    assert torch.equal(got, want)
+    tokens_got, tokens_want = [], []
+    for i in range(6):
+        tokens_got.append(int(got.argmax()))
+        tokens_want.append(int(want.argmax()))
+        got, want = _decode(dest, 1, n + 1 + i, tokens_got[-1]), _decode(single, 0, n + 1 + i, tokens_want[-1])
+        assert torch.equal(got, want)
+    assert tokens_got == tokens_want
+    if transport == "shm":
+        arena.close()
+
+
+# ---- pure pieces ---------------------------------------------------------------------------------
+
+def test_layout_splits_the_cores_and_shares_them_when_too_few():
+    assert plan_layout(1, 1, [0, 1]) == [("prefill-0", [0]), ("decode-0", [1])]
+    assert plan_layout(1, 2, [0, 1, 2, 3]) == [("prefill-0", [0, 1]), ("decode-0", [2]), ("decode-1", [3])]
+    assert plan_layout(2, 2, [5, 6]) == [("prefill-0", [5]), ("prefill-1", [6]), ("decode-0", [5]), ("decode-1", [6])]
+
+
+def test_decode_batch_reserves_whole_sequences_and_never_prefills():
+    batch = DecodeBatch(max_batch=2, kv_capacity=30, max_len=20)
+    a = Request(0, list(range(10)), 5, 0.0)
+    b = Request(1, list(range(12)), 6, 0.0)
+    assert batch.can_admit(a)
+    batch.admit(a, 9)
+    assert not batch.can_admit(b)                    # 15 reserved + 18 > 30: it waits, nobody is preempted
+    out = batch.schedule()
+    assert out.phase is Phase.DECODE and not out.prefill and [c.start for c in out.chunks] == [9]
+    finished = []
+    for step in range(5):
+        finished += batch.update(batch.schedule(), {0: 7}, float(step))
+    assert finished == [a] and a.output_ids == [7] * 5 and batch.num_running == 0
+    assert batch.can_admit(b)
+
+
+def test_bad_worker_counts_are_refused_in_one_line():
+    bad = config()
+    bad.engine.prefill_workers = 0
+    with pytest.raises(InputError, match="--prefill-workers"):
+        execute(bad, lambda e: None, lambda: False)
+    batch = config()
+    batch.mode = "batch"
+    with pytest.raises(InputError, match="load"):
+        run_disaggregated(batch, lambda e: None, lambda: False)
+
+
+# ---- the engine processes -------------------------------------------------------------------------
+
+def test_disaggregated_run_matches_one_engine_and_decode_workers_never_prefill(tmp_path):
+    """Same requests through one engine (continuous) and through 1 prefill + 1 decode process: the same
+    tokens; every decode worker step is decode-only; the files carry the worker and the TTFT split."""
+    events = []
+    finished = execute(config(tmp_path=tmp_path / "pd"), events.append, lambda: False)
+    single = execute(config("continuous"), lambda e: None, lambda: False)
+    assert finished.error is None and single.error is None
+    run = read_run(tmp_path / "pd")
+    assert tokens_by_request(run) == tokens_by_request(single.data)
+    assert {s.worker for s in run.steps} == {"prefill-0", "decode-0"}
+    for s in run.steps:
+        if s.worker.startswith("decode"):
+            assert s.phase is Phase.DECODE and s.num_prefill_tokens == 0 and s.num_prefill_requests == 0
+        else:
+            assert s.phase is Phase.PREFILL and s.num_decode_tokens == 0
+    assert [s.step for s in run.steps] == list(range(len(run.steps)))
+    assert len(run.requests) == 6 and all(r.status is RequestStatus.FINISHED for r in run.requests)
+    for r in run.requests:
+        assert r.kv_bytes == kv_bytes_per_token_of("tiny") * (r.prompt_tokens - 1)
+        parts = r.queue_ms + r.prefill_ms + r.kv_transfer_ms + r.first_decode_ms
+        assert parts == pytest.approx(r.ttft_ms, abs=1e-6)
+        assert min(r.queue_ms, r.prefill_ms, r.kv_transfer_ms, r.first_decode_ms) >= 0
+    layout = run.info["layout"]
+    assert [w["name"] for w in layout["workers"]] == ["prefill-0", "decode-0"]
+    assert all(w["cores"] for w in layout["workers"]) and layout["kv_transport"] in ("shm", "pipe")
+    assert run.summary["num_handed_off"] == 6 and run.summary["kv_bytes_total"] > 0
+    shown = [e for e in events if isinstance(e, WorkerLayout)]
+    assert len(shown) == 1 and shown[0].names == ["prefill-0", "decode-0"]
+
+
+def kv_bytes_per_token_of(name: str) -> int:
+    from backend.models import SHAPES
+    return kv_bytes_per_token(SHAPES[name], 4)
+
+
+@pytest.mark.parametrize("transport", ["pipe", "shm"])
+def test_two_decode_workers_share_the_requests(transport):
+    cfg = config(num_requests=8)
+    cfg.engine.decode_workers, cfg.engine.kv_transport = 2, transport
+    finished = execute(cfg, lambda e: None, lambda: False)
+    single = execute(config("continuous", num_requests=8), lambda e: None, lambda: False)
+    assert finished.error is None
+    assert tokens_by_request(finished.data) == tokens_by_request(single.data)
+    workers = {s.worker for s in finished.data.steps}
+    assert workers == {"prefill-0", "decode-0", "decode-1"}
+    assert finished.data.info["layout"]["kv_transport"] == transport
+
+
+@pytest.mark.parametrize("victim", ["decode-0", "prefill-0"])
+def test_killing_a_worker_fails_its_requests_and_the_run_ends(tmp_path, victim):
+    """SIGKILL one worker part way: its requests end as errors naming it, every request has a record,
+    the run returns with the error, its files are written, and no process is left."""
+    pids: dict[str, int] = {}
+    killed = []
+
+    def emit(event):
+        if isinstance(event, WorkerLayout):
+            pids.update({w["name"]: w["pid"] for w in event.workers})
+        elif isinstance(event, RecordBatch) and not killed:
+            if any(s.worker == "decode-0" for s in event.steps):   # decodes under way, prompts still queued
+                os.kill(pids[victim], signal.SIGKILL)
+                killed.append(victim)
+
+    cfg = config(tmp_path=tmp_path, num_requests=10, arrival="constant", rate=20.0, prompt_len="100:200",
+                 output_len="40:60")
+    finished = execute(cfg, emit, lambda: False)
+    assert killed == [victim]
+    assert finished.error is not None and victim in finished.error and "signal 9" in finished.error
+    run = read_run(tmp_path)
+    assert sorted(r.request_id for r in run.requests) == list(range(10))
+    failed = [r for r in run.requests if r.status is RequestStatus.ERROR]
+    assert failed and all(victim in r.finish_reason for r in failed)
+    assert all(r.status in (RequestStatus.FINISHED, RequestStatus.ERROR) for r in run.requests)
+    for pid in pids.values():   # every worker is gone (reaped: no zombie, no orphan)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_stop_ends_every_worker_and_keeps_the_records(tmp_path):
+    """Stop after the first decode step: every request that arrived has a record, the unfinished ones
+    say why, and the files are written."""
+    seen = []
+
+    def emit(event):
+        if isinstance(event, RecordBatch) and any(s.worker == "decode-0" for s in event.steps):
+            seen.append(event)
+
+    cfg = config(tmp_path=tmp_path, num_requests=6, prompt_len="60:100", output_len="30:40")
+    finished = execute(cfg, emit, lambda: bool(seen))
+    assert finished.stopped and finished.error is None
+    run = read_run(tmp_path)
+    assert sorted(r.request_id for r in run.requests) == list(range(6))
+    unfinished = [r for r in run.requests if r.status is not RequestStatus.FINISHED]
+    assert unfinished and all(r.finish_reason == "stopped by user" for r in unfinished)

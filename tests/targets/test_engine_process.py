@@ -1,0 +1,117 @@
+"""The engine in its own process: the same records as a headless run, the model kept loaded,
+crashes and a stop that does not answer reported in one line with the records so far."""
+import os
+import signal
+import time
+
+import pytest
+
+from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
+from backend.targets.engine_process import STOP_GRACE_S, EngineProcess, describe_exit
+from backend.events import EngineStatus, ModelLoaded, Progress
+from backend.records import RecordBatch
+from backend.session import execute
+
+
+def batch_config(model="tiny", prompt_len=16, output_len=6, batch=2, threads=1) -> RunConfig:
+    return RunConfig(mode="batch", model=ModelChoice(model, "cpu", "float32"),
+                     batch=BatchRun(prompt_len=prompt_len, output_len=output_len, batch=batch),
+                     engine=EngineConfig(policy="static", max_batch=batch), threads=threads)
+
+
+@pytest.fixture
+def engine():
+    process = EngineProcess()
+    yield process
+    process.close()
+    assert not process.is_alive()
+
+
+def steps_of(events) -> list:
+    return [s for e in events if isinstance(e, RecordBatch) for s in e.steps]
+
+
+def test_a_run_in_the_engine_process_gives_the_records_of_a_headless_run(engine):
+    config = batch_config()
+    events = []
+    result = engine.execute(config, events.append, lambda: False)
+    assert result.error is None and not result.stopped
+    status = [e for e in events if isinstance(e, EngineStatus)]
+    assert status and status[0].pid != os.getpid() and not status[0].imports_qt
+    assert status[0].threads == 1 and len(status[0].affinity) == 1
+
+    headless = []
+    config.threads = None   # in this process: leave the test's own cores alone
+    reference = execute(config, headless.append, lambda: False)
+    ours, theirs = steps_of(events), steps_of(headless)
+    assert [(s.phase, s.num_tokens, s.num_requests) for s in ours] == \
+        [(s.phase, s.num_tokens, s.num_requests) for s in theirs]
+    tokens = sum(len(e.tokens) for e in events if isinstance(e, RecordBatch))
+    assert tokens == sum(len(e.tokens) for e in headless if isinstance(e, RecordBatch)) == 2 * 6
+    assert result.summary["num_finished"] == reference.summary["num_finished"] == 2
+    assert result.data.info["threads"] == 1 and result.data.info["affinity"] == status[0].affinity
+
+
+def test_a_second_run_on_the_same_model_does_not_reload_it(engine):
+    first, second = [], []
+    engine.execute(batch_config(), first.append, lambda: False)
+    pid = engine.pid
+    engine.execute(batch_config(output_len=3), second.append, lambda: False)
+    assert engine.pid == pid
+    assert [e.reused for e in first if isinstance(e, ModelLoaded)] == [False]
+    assert [e.reused for e in second if isinstance(e, ModelLoaded)] == [True]
+    assert not any(isinstance(e, Progress) and e.message.startswith("loading") for e in second)
+
+
+def test_another_model_starts_a_fresh_process(engine):
+    engine.execute(batch_config(), lambda e: None, lambda: False)
+    pid = engine.pid
+    engine.execute(batch_config(model="gpt2-124m", prompt_len=4, output_len=2, batch=1), lambda e: None, lambda: False)
+    assert engine.pid is not None and engine.pid != pid
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
+def test_a_crashed_engine_is_reported_in_one_line_with_the_records_so_far(engine, sig):
+    events = []
+    killed = []
+
+    def emit(event):
+        events.append(event)
+        if not killed and len(steps_of(events)) >= 5:
+            os.kill(engine.pid, sig)
+            killed.append(True)
+    result = engine.execute(batch_config(output_len=2000, batch=1), emit, lambda: False)
+    assert killed
+    assert result.error.startswith(f"engine process ended by signal {int(sig)} ({sig.name}")
+    assert "after step" in result.error and "\n" not in result.error
+    assert len(steps_of(events)) >= 5 and result.data.run_id == steps_of(events)[0].run_id
+    assert not engine.is_alive()
+    again = engine.execute(batch_config(), lambda e: None, lambda: False)
+    assert again.error is None and again.summary["num_finished"] == 2
+
+
+def test_stop_ends_an_engine_that_does_not_reach_a_step_boundary(engine):
+    """A prefill of 4 x 2,000 tokens on one thread takes far longer than the grace period."""
+    events = []
+    running = []
+
+    def emit(event):
+        events.append(event)
+        if isinstance(event, Progress) and event.message == "running":
+            running.append(time.monotonic())
+
+    def should_stop():   # Stop once the prefill is under way
+        return bool(running) and time.monotonic() - running[0] > 0.3
+    result = engine.execute(batch_config(model="smollm2-135m", prompt_len=2000, output_len=4, batch=4),
+                            emit, should_stop)
+    assert running and result.stopped and result.error is None
+    assert time.monotonic() - running[0] < 0.3 + STOP_GRACE_S + 1.0
+    assert any(isinstance(e, Progress) and "did not stop" in e.message for e in events)
+    assert not steps_of(events)   # the prefill never finished
+    assert not engine.is_alive()
+
+
+def test_exit_codes_read_as_words():
+    assert describe_exit(-11) == "ended by signal 11 (SIGSEGV)"
+    assert describe_exit(-9).startswith("ended by signal 9 (SIGKILL; the system may have run out of memory")
+    assert describe_exit(1) == "exited with status 1"

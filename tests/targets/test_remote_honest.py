@@ -1,0 +1,248 @@
+"""The remote driver's honesty: true prompt lengths, reused connections, early stops counted, a
+starved client flagged, refused token ids named; against the asyncio fake server and llama.cpp."""
+import argparse
+import io
+import json
+
+import httpx
+import pytest
+
+from backend.cli.report import print_run
+from backend.config import RemoteEndpoint, RunConfig
+from backend.events import RequestsArrived
+from backend.results.export import read_run
+from backend.records import RequestStatus
+from backend.targets.remote.honesty import CPU_SHARE, ClientLoad, client_report
+from backend.targets.remote.prompts import PromptBuilder, bundled_tokenizer_path, load_tokenizer
+from backend.targets.remote.target import add_remote_flags, endpoint_from_args, run_remote
+from backend.workload.spec import workload_from_dict
+from tests.fakes.fake_openai import Behaviour, FakeOpenAI
+from tests.fakes.llama_server import llama_server
+
+
+def workload(**fields):
+    data = {"arrival": "burst", "num_requests": 4, "prompt_len": 16, "output_len": 4, "prompt_source": "text",
+            "seed": 0}
+    return workload_from_dict({**data, **fields}, "test")
+
+
+def endpoint(url, model="smollm2", workers=1, **kw):
+    return RemoteEndpoint(url, model, None, kw.pop("api", "completions"), kw.pop("timeout_s", 10.0), False,
+                          kw.pop("tokenizer", None), workers)
+
+
+def drive(ep, spec, out=None, ignore_eos=False):
+    events = []
+    config = RunConfig(mode="load", workload=spec, out_dir=None if out is None else str(out), endpoint=ep)
+    config.sampling.ignore_eos = ignore_eos
+    return run_remote(config, events.append, lambda: False), events
+
+
+def console(finished, out_dir=None) -> str:
+    buf = io.StringIO()
+    print_run(RunConfig(mode="load", out_dir=out_dir), finished, out=buf)
+    return buf.getvalue()
+
+
+needs_bundled = pytest.mark.skipif(bundled_tokenizer_path() is None, reason="the bundled model is not installed")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    with llama_server(log_path=tmp_path_factory.mktemp("llama") / "server.log") as server:
+        yield server.url
+
+
+# ---- true prompt lengths ---------------------------------------------------------------------
+
+@needs_bundled
+def test_a_prompt_len_128_text_prompt_is_128_tokens_by_the_served_models_tokenizer(llama):
+    spec = workload(num_requests=3, prompt_len=128, output_len=2, seed=5)
+    with FakeOpenAI(Behaviour(usage=False)) as fake:   # to see the texts sent; it reports no usage, as llama.cpp
+        finished, _ = drive(endpoint(fake.url), spec)
+    prompts = [body["prompt"] for body in fake.bodies]
+    assert len(prompts) == 3 and all(isinstance(p, str) for p in prompts)
+    assert all(r.prompt_tokens == 128 and r.prompt_tokens_source == "tokenizer" for r in finished.data.requests)
+    root = llama.removesuffix("/v1")
+    for text in prompts:   # the server's own tokenizer is the judge
+        counted = httpx.post(f"{root}/extras/tokenize/count", json={"input": text}, timeout=30).json()["count"]
+        assert counted == 128, text[-60:]
+    # and the real server, which sends no usage, gets the same prompts and they are recorded as 128
+    finished, _ = drive(endpoint(llama, timeout_s=60.0), spec)
+    assert finished.error is None
+    assert [r.prompt_tokens for r in finished.data.requests] == [128] * 3
+    assert {r.prompt_tokens_source for r in finished.data.requests} == {"tokenizer"}
+    assert finished.summary["num_prompt_tokens_estimated"] == 0
+    assert finished.data.info["tokenizer"].startswith("SmolLM2-135M-Instruct")
+
+
+@needs_bundled
+def test_chat_prompts_count_the_chat_template_too():
+    tok = load_tokenizer(None, "SmolLM2-135M-Instruct")
+    builder = PromptBuilder(tok, chat=True)
+    text, count = builder.fit("Why is the sky blue during the day but red at sunset?\n\n" * 20, 96)
+    assert count == 96 == len(tok.apply_chat_template(text))
+    assert len(tok.encode(text)) < 96   # the template's own tokens are part of the 96
+
+
+def test_without_a_tokenizer_the_counts_are_estimates_and_the_summary_says_so(tmp_path):
+    with FakeOpenAI(Behaviour(usage=False)) as fake:
+        finished, _ = drive(endpoint(fake.url, model="some-other-model"), workload(), out=tmp_path / "run")
+    requests = finished.data.requests
+    assert {r.prompt_tokens_source for r in requests} == {"estimate"}
+    assert {r.output_tokens_source for r in requests} == {"estimate"}
+    assert finished.summary["num_prompt_tokens_estimated"] == 4
+    warnings = finished.data.info["warnings"]
+    assert any(w.startswith("4 of 4 prompt lengths are estimates") and "--tokenizer" in w for w in warnings)
+    assert "warning  4 of 4 prompt lengths are estimates" in console(finished)
+    saved = read_run(tmp_path / "run")   # the sources are columns of requests.csv
+    assert {r.prompt_tokens_source for r in saved.requests} == {"estimate"}
+    assert "prompt_tokens_source" in (tmp_path / "run" / "requests.csv").read_text().splitlines()[0]
+
+
+def test_the_servers_usage_wins_and_is_labelled_server():
+    with FakeOpenAI(Behaviour(usage=True)) as fake:
+        finished, _ = drive(endpoint(fake.url, model="some-other-model"), workload(output_len=6))
+    for r in finished.data.requests:
+        assert (r.prompt_tokens_source, r.output_tokens_source) == ("server", "server")
+        assert r.output_tokens == 6
+    assert not any("estimates" in w for w in finished.data.info["warnings"])
+
+
+# ---- connections -----------------------------------------------------------------------------
+
+def test_100_sequential_requests_open_at_most_a_few_connections(tmp_path):
+    spec = workload(arrival="closed", concurrency=1, num_requests=100, output_len=3)
+    with FakeOpenAI(Behaviour(gap_ms=0.1)) as fake:
+        finished, _ = drive(endpoint(fake.url), spec, out=tmp_path / "run")
+    assert finished.summary["num_finished"] == 100
+    assert 1 <= finished.summary["connections_opened"] <= 3
+    assert fake.num_connections <= 3   # the server's own count: the same connection came back each time
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["info"]["connections_opened"] == finished.summary["connections_opened"]
+    assert "connection(s) opened" in console(finished)
+
+
+def test_llama_cpp_serves_sequential_requests_on_one_connection(llama):
+    spec = workload(arrival="closed", concurrency=1, num_requests=8, prompt_len=8, output_len=2)
+    finished, _ = drive(endpoint(llama, timeout_s=60.0), spec)
+    assert finished.error is None and finished.summary["num_finished"] == 8
+    assert finished.summary["connections_opened"] <= 2
+
+
+# ---- the workers' merged records ----------------------------------------------------------------
+
+def test_streams_spread_over_workers_come_back_as_one_record_stream():
+    spec = workload(arrival="poisson", rate=200.0, num_requests=40, output_len="3:9", seed=2)
+    with FakeOpenAI(Behaviour(gap_ms=0.5)) as fake:
+        finished, events = drive(endpoint(fake.url, model="m", workers=2), spec)
+    data = finished.data
+    assert finished.error is None and sorted(r.request_id for r in data.requests) == list(range(40))
+    assert len(fake.bodies) == 40
+    arrived = sorted(i for e in events if isinstance(e, RequestsArrived) for i in e.request_ids)
+    assert arrived == list(range(40))
+    for r in data.requests:
+        indices = sorted(t.index for t in data.tokens if t.request_id == r.request_id)
+        assert indices == list(range(r.output_tokens)) and r.text == " tok" * r.output_tokens
+        assert r.status is RequestStatus.FINISHED and r.first_token_ms >= r.arrival_ms
+    assert finished.summary["client_workers"] == 2 and finished.data.info["client"]["client_workers"] == 2
+
+
+# ---- short answers ---------------------------------------------------------------------------
+
+def test_a_server_that_stops_early_gives_the_count_and_the_warning(tmp_path):
+    with FakeOpenAI(Behaviour(stop_early_every=2)) as fake:
+        finished, _ = drive(endpoint(fake.url, model="m"), workload(num_requests=6, output_len=8), ignore_eos=True,
+                            out=tmp_path / "run")
+    body = fake.bodies[0]
+    assert body["ignore_eos"] is True and body["min_tokens"] == 8 and body["max_tokens"] == 8
+    assert finished.summary["num_stopped_early"] == 3
+    assert sorted(r.output_tokens for r in finished.data.requests) == [4, 4, 4, 8, 8, 8]
+    line = "3 of 6 requests stopped early (finish_reason stop)"
+    assert any(w.startswith(line) and "TPOT and ITL cover fewer tokens" in w for w in finished.data.info["warnings"])
+    assert line in console(finished)
+    rows = dict(r.split(",", 1) for r in (tmp_path / "run" / "summary.csv").read_text().splitlines()[1:])
+    assert float(rows["num_stopped_early"]) == 3
+
+
+def test_full_answers_give_no_early_stop_warning():
+    with FakeOpenAI() as fake:
+        finished, _ = drive(endpoint(fake.url, model="m"), workload(output_len=5), ignore_eos=True)
+    assert finished.summary["num_stopped_early"] == 0
+    assert not any("stopped early" in w for w in finished.data.info["warnings"])
+
+
+# ---- a client that cannot keep up --------------------------------------------------------------
+
+def test_a_starved_client_is_flagged_client_limited(tmp_path):
+    # one worker, 300 streams, tokens 0.2 ms apart: far more events than one event loop can read
+    spec = workload(arrival="closed", concurrency=300, num_requests=600, output_len=32, prompt_len=8)
+    with FakeOpenAI(Behaviour(gap_ms=0.2)) as fake:
+        finished, _ = drive(endpoint(fake.url, model="m", workers=1, timeout_s=60.0), spec, out=tmp_path / "run")
+    s = finished.summary
+    assert finished.error is None and s["num_finished"] == 600
+    assert s["client_limited"] == 1
+    client = finished.data.info["client"]
+    assert client["limited"] and client["reasons"]
+    assert s["client_loop_lag_p99_ms"] > 1.0 or s["client_cpu_share_max"] > CPU_SHARE
+    assert finished.data.info["warnings"][0].startswith("CLIENT-LIMITED")
+    rows = dict(r.split(",", 1) for r in (tmp_path / "run" / "summary.csv").read_text().splitlines()[1:])
+    assert rows["client_limited"] == "1"
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["info"]["client"]["limited"] is True
+    assert "[CLIENT-LIMITED]" in console(finished) and "warning  CLIENT-LIMITED" in console(finished)
+    # about one connection per stream, not one per request, and the client's count is the server's
+    assert fake.num_connections < 400 and s["connections_opened"] == fake.num_connections
+
+
+def test_the_client_thresholds_say_which_and_by_how_much():
+    calm = ClientLoad(2, loop_lag_ms=[0.1] * 200, late_ms=[0.2] * 50, cpu_shares=[0.4, 0.5])
+    assert calm.limits() == [] and client_report(calm)[0]["client_limited"] == 0
+    busy = ClientLoad(2, loop_lag_ms=[0.1] * 90 + [3.0] * 10, late_ms=[0.2] * 50, cpu_shares=[0.95, 0.5])
+    figures, info, lines = client_report(busy)
+    assert figures["client_limited"] == 1 and len(info["reasons"]) == 2
+    assert "event-loop lag p99 3.00 ms > 1 ms" in lines[0] and "1 of 2 client workers used 95% of a core" in lines[0]
+    late = ClientLoad(1, loop_lag_ms=[0.1], late_ms=[40.0] * 10, cpu_shares=[0.2])
+    assert late.limits()[0].startswith("requests went out 40.0 ms after their planned arrival")
+
+
+# ---- token-id prompts ------------------------------------------------------------------------
+
+def test_refused_token_id_prompts_give_one_line_suggesting_text():
+    with FakeOpenAI(Behaviour(refuse_token_ids=True)) as fake:
+        finished, _ = drive(endpoint(fake.url, model="m"), workload(prompt_source="synthetic"))
+    assert finished.error.startswith("the server refused token-id prompts (http_500: ")
+    assert 'prompt_source = "text"' in finished.error and "\n" not in finished.error
+    assert finished.summary["errors_http_500"] >= 1
+
+
+def test_llama_cpp_refuses_token_ids_in_one_line(llama):
+    finished, _ = drive(endpoint(llama, timeout_s=30.0), workload(num_requests=2, prompt_source="synthetic"))
+    assert finished.error.startswith("the server refused token-id prompts (http_500: ")
+    assert "valid string" in finished.error and 'prompt_source = "text"' in finished.error
+
+
+# ---- flags -----------------------------------------------------------------------------------
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    add_remote_flags(parser)
+    return endpoint_from_args(parser.parse_args(argv))
+
+
+def test_tokenizer_and_client_workers_flags(tmp_path):
+    ep = parse(["--endpoint", "http://127.0.0.1:8000/v1", "--served-model", "m", "--tokenizer", "org/model",
+                "--client-workers", "3"])
+    assert ep.tokenizer == "org/model" and ep.client_workers == 3
+    from backend.errors import InputError
+    with pytest.raises(InputError, match="--client-workers must be at least 1"):
+        parse(["--endpoint", "http://127.0.0.1:8000/v1", "--served-model", "m", "--client-workers", "0"])
+    with pytest.raises(InputError, match="--tokenizer needs --endpoint"):
+        parse(["--tokenizer", "x.gguf"])
+    with pytest.raises(InputError, match="not a .gguf file, a folder with tokenizer files, or a hub id"):
+        load_tokenizer(str(tmp_path / "missing.bin"), "m")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text('{"vocab_size": 10}')
+    with pytest.raises(InputError, match="no tokenizer files"):
+        load_tokenizer(str(empty), "m")
