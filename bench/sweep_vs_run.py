@@ -48,13 +48,14 @@ def sweep_point(models: ModelCache, batch: int, context: int, steps: int) -> flo
     return points[0].step_ms
 
 
-def run_median(models: ModelCache, batch: int, context: int, steps: int) -> float:
+def run_median(models: ModelCache, batch: int, context: int, steps: int) -> tuple[float, dict]:
+    """The run's median decode step after WARMUP, and its run.json info."""
     config = RunConfig(mode="batch", model=ModelChoice(), sampling=SamplingConfig(ignore_eos=True),
                        engine=EngineConfig(policy="static", max_batch=batch),
                        batch=BatchRun(prompt_len=context, output_len=WARMUP + steps + 1, batch=batch))
     finished = execute(config, lambda e: None, lambda: False, models=models)
     decode = [s.duration_ms for s in finished.data.steps if s.phase is Phase.DECODE][WARMUP:]
-    return statistics.median(decode)
+    return statistics.median(decode), finished.data.info
 
 
 def main() -> int:
@@ -67,17 +68,19 @@ def main() -> int:
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     models = ModelCache()
-    run_median(models, 1, 16, 2)   # loads the model and warms the thread pool before any figure
+    _, info = run_median(models, 1, 16, 2)   # loads the model and warms the thread pool before any figure
     samples = {b: {"sweep": [], "run": []} for b in batches}
     for rep in range(args.repeats):
         for b in batches:
             order = ("sweep", "run") if rep % 2 == 0 else ("run", "sweep")
             for kind in order:
-                ms = (sweep_point if kind == "sweep" else run_median)(models, b, args.context, args.steps)
+                ms = (sweep_point(models, b, args.context, args.steps) if kind == "sweep" else
+                      run_median(models, b, args.context, args.steps)[0])
                 samples[b][kind].append(ms)
                 print(f"repeat {rep + 1} batch {b} {kind}: {ms:.2f} ms", file=sys.stderr, flush=True)
     lines = [f"Measured {datetime.date.today()} on {cpu_name()}, {torch.get_num_threads()} threads, torch "
-             f"{torch.__version__}, the bundled SmolLM2-135M at float32: context {args.context}, {args.steps} timed "
+             f"{torch.__version__}, the bundled SmolLM2-135M as stored ({info.get('dtype')} weights, "
+             f"{info.get('kernels')}): context {args.context}, {args.steps} timed "
              f"decode steps after {WARMUP} warm-up steps, {args.repeats} repeats interleaved (the order alternating).",
              "", "| batch | sweep point step ms | run's decode median ms | sweep / run (median, range) |",
              "|---|---|---|---|"]
