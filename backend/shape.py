@@ -25,6 +25,7 @@ class ModelShape:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     attention_bias: bool = False   # Qwen2 has q/k/v biases
+    sliding_window: int | None = None   # Mistral: each query sees only the last this many keys
 
     def num_params(self) -> int:
         """Parameters, counting tied embeddings once."""

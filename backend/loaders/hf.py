@@ -85,17 +85,46 @@ def _rope(config: dict, head_dim: int, theta: float, path: Path | str) -> torch.
                        torch.where(wavelen < old_len / high, torch.ones_like(divisor), divisor))
 
 
+# Config fields that change a model's arithmetic and that these decoders do not implement: a config
+# that sets one (to anything but its no-op value) is refused in one line, never run with it ignored.
+UNIMPLEMENTED = {
+    "attn_logit_softcapping": None, "final_logit_softcapping": None, "query_pre_attn_scalar": None,
+    "partial_rotary_factor": 1.0, "rotary_pct": 1.0, "qk_layernorm": False, "use_qk_norm": False,
+    "num_experts": None, "num_local_experts": None, "n_routed_experts": None, "moe_intermediate_size": None,
+    "embedding_multiplier": None, "residual_multiplier": None, "attention_multiplier": None,
+    "logits_scaling": None, "clip_qkv": None, "rope_local_base_freq": None, "kv_lora_rank": None,
+}
+ACTIVATIONS = {"llama": ("silu",), "gpt2": ("gelu_new", "gelu_pytorch_tanh")}
+
+
+def _refuse_unimplemented(config: dict, arch: str, names: list[str], path) -> None:
+    """One line for a field of config.json that these decoders would otherwise silently ignore."""
+    for key, no_op in UNIMPLEMENTED.items():
+        value = config.get(key)
+        if value is not None and value != no_op and value != [] and value != {}:
+            raise InputError(f"{path}: config field {key} = {value!r} is not implemented by this engine "
+                             f"({', '.join(names)}), so its answers would differ from the reference")
+    act = config.get("hidden_act", config.get("activation_function"))
+    if act is not None and act not in ACTIVATIONS[arch]:
+        raise InputError(f"{path}: activation {act!r} is not implemented for {', '.join(names)} "
+                         f"(this engine runs {' or '.join(ACTIVATIONS[arch])})")
+    if config.get("use_sliding_window") or any(t != "full_attention" for t in config.get("layer_types") or []):
+        raise InputError(f"{path}: a sliding window on some layers only (use_sliding_window, layer_types) is not "
+                         "implemented yet; Mistral's window on every layer is")
+
+
 def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch.Tensor | None]:
     """ModelShape (and rope frequency divisors) from a transformers config.json.
 
-    A sliding window (Mistral v0.1, some Qwen2) is not modelled: it changes nothing below its
-    width (4096 tokens and up), and past it our attention sees the whole context.
+    Mistral's sliding window (every layer's queries see the last `sliding_window` keys) is
+    modelled; a field these decoders do not implement is refused (`UNIMPLEMENTED`).
     """
     names = config.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in names if a in ARCHITECTURES), None)
     if arch is None:
         raise InputError(f"{path}: architecture {', '.join(names) or '(none given)'} is not supported; "
                          f"supported: {', '.join(ARCHITECTURES)}")
+    _refuse_unimplemented(config, arch, names, path)
     try:
         if arch == "gpt2":
             d, heads = config["n_embd"], config["n_head"]
@@ -116,7 +145,9 @@ def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch
             intermediate_size=config["intermediate_size"], max_position=config["max_position_embeddings"],
             rope_theta=float(theta), norm_eps=config.get("rms_norm_eps", 1e-6),
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-            attention_bias="Qwen2ForCausalLM" in names or bool(config.get("attention_bias", False)))
+            attention_bias="Qwen2ForCausalLM" in names or bool(config.get("attention_bias", False)),
+            # Qwen2's config carries a sliding_window that applies only with use_sliding_window (refused above)
+            sliding_window=config.get("sliding_window") if "MistralForCausalLM" in names else None)
     except KeyError as exc:
         raise InputError(f"{path}: missing field {exc.args[0]!r}") from None
     return shape, _rope(config, head_dim, shape.rope_theta, path)

@@ -12,6 +12,11 @@ With `static_decode` the plan is for a padded decode batch of fixed size (the CU
 path): every row attends over its slot's whole `max_len` keys, masked by its position, so no
 shape and no host value depends on the positions and a captured graph stays valid as they
 advance.
+
+With a sliding `window` W (Mistral's config.sliding_window), the query at position i sees the
+keys at positions i - W + 1 .. i, as transformers masks them; the cache still holds every key.
+The C decode kernel attends from key 0, so a step where some decode position is past the window
+runs on SDPA with the window's mask instead.
 """
 from __future__ import annotations
 
@@ -41,24 +46,29 @@ class AttentionPlan:
         return self.decode_kernel and not self.segments
 
     @classmethod
-    def build(cls, batch: StepBatch, cache: KVCache, dtype: torch.dtype, static_decode: bool = False) -> AttentionPlan:
+    def build(cls, batch: StepBatch, cache: KVCache, dtype: torch.dtype, static_decode: bool = False,
+              window: int | None = None) -> AttentionPlan:
         """static_decode: a decode-only batch of fixed size (the CUDA graph path) whose rows attend
-        over their slots' whole max_len keys, masked by position: built from tensors alone, no host read."""
+        over their slots' whole max_len keys, masked by position: built from tensors alone, no host read.
+        window: a sliding window of keys (None: every earlier key)."""
         device = batch.input_ids.device
         segments = []
         offset = 0
         for seg in batch.prefill:
             mask = None
-            if seg.start > 0:
+            if seg.start > 0 or (window is not None and seg.length > window):
                 # A later chunk: query i (at position start+i) sees keys 0..start+i. SDPA's is_causal
                 # aligns the triangle top-left, which is wrong once there are more keys than queries.
                 keys = torch.arange(seg.start + seg.length, device=device)
                 queries = torch.arange(seg.start, seg.start + seg.length, device=device)
-                mask = _additive(keys[None, :] <= queries[:, None], dtype)  # (L, start+L)
+                mask = _additive(_visible(keys[None, :], queries[:, None], window), dtype)  # (L, start+L)
             segments.append((offset, seg, mask))
             offset += seg.length
         decode_len, decode_mask = 0, None
         use_kernel = batch.num_decode > 0 and not static_decode and ops.usable(device, dtype)
+        if use_kernel and window is not None:
+            # one host read: past the window the kernel, which attends from key 0, would see too much
+            use_kernel = int(batch.decode_positions.max()) < window
         if use_kernel:
             decode_len = -1   # not known without a host read, and not needed
         elif batch.num_decode:
@@ -67,12 +77,19 @@ class AttentionPlan:
             else:
                 # One host read per step (not per layer): the key length must be a Python int to slice the cache.
                 lo, hi = (int(x) for x in batch.decode_positions.aminmax())
-                decode_len, masked = hi + 1, lo != hi
-            if masked:  # hide each request's keys past its own position
-                visible = torch.arange(decode_len, device=device)[None, :] <= batch.decode_positions[:, None]
+                decode_len, masked = hi + 1, lo != hi or (window is not None and hi >= window)
+            if masked:  # hide each request's keys past its own position (and before its window)
+                keys = torch.arange(decode_len, device=device)[None, :]
+                visible = _visible(keys, batch.decode_positions[:, None], window)
                 decode_mask = _additive(visible, dtype)[:, None, None, :]  # (D, 1, 1, T)
         return cls(segments, offset, batch.decode_slots, batch.decode_positions,
                    None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel)
+
+
+def _visible(keys: torch.Tensor, queries: torch.Tensor, window: int | None) -> torch.Tensor:
+    """Which key positions each query position sees: the earlier ones, or the last `window` of them."""
+    visible = keys <= queries
+    return visible if window is None else visible & (keys > queries - window)
 
 
 def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

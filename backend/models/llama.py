@@ -128,7 +128,7 @@ class LlamaModel(nn.Module):
         each slot's whole max_len (see AttentionPlan.build).
         """
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
-        plan = AttentionPlan.build(batch, cache, x.dtype, static_decode)
+        plan = AttentionPlan.build(batch, cache, x.dtype, static_decode, self.shape.sliding_window)
         cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
         if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, (Panels, QuantPanels)):
             x = self._decode_in_kernel(x, cos, sin, plan, cache)

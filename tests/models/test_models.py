@@ -17,6 +17,8 @@ VARIANTS = {
         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=64))),
     "qwen2-bias": ("Qwen2Config", "Qwen2ForCausalLM", dict(LLAMA, rope_theta=1000000.0)),
+    # a window of 8 keys, shorter than the tests' prompts: prefill, decode and chunks all cross it
+    "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(LLAMA, sliding_window=8, initializer_range=0.2)),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4)),
 }
 
@@ -119,3 +121,34 @@ def test_make_step_batch_layout():
     assert batch.decode_slot_range is None
     assert batch.logit_rows.tolist() == [2, 4, 5, 6]
     assert make_step_batch([], [(2, 0, 1), (3, 0, 1)], "cpu").decode_slot_range == (2, 4)
+
+
+def test_greedy_tokens_past_the_sliding_window_match_transformers():
+    """32 greedy steps of a 12-token prompt under an 8-key window: transformers' generate and our
+    prefill then decode steps through the cache (the C decode kernel while inside the window, SDPA
+    with the window's mask past it) choose the same tokens."""
+    hf, ours, shape = reference_pair("mistral-window")
+    assert shape.sliding_window == 8
+    prompt = tokens(12, seed=7)
+    with torch.inference_mode():
+        expected = hf.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False)[0, 12:].tolist()
+    cache = KVCache(shape, 1, 64, "cpu", torch.float32)
+    got = [int(run(ours, shape, [(0, 0, prompt)], [], cache)[0].argmax())]
+    for pos in range(12, 12 + 31):
+        got.append(int(run(ours, shape, [], [(0, pos, got[-1])], cache)[0].argmax()))
+    assert got == expected
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("attn_logit_softcapping", 50.0, "attn_logit_softcapping = 50.0 is not implemented"),
+    ("num_local_experts", 8, "num_local_experts = 8 is not implemented"),
+    ("partial_rotary_factor", 0.5, "partial_rotary_factor = 0.5 is not implemented"),
+    ("hidden_act", "gelu", "activation 'gelu' is not implemented"),
+    ("use_sliding_window", True, "sliding window on some layers only"),
+])
+def test_a_config_field_the_engine_does_not_implement_is_refused_in_one_line(field, value, words):
+    from backend.errors import InputError
+    config = dict(LLAMA, architectures=["LlamaForCausalLM"], **{field: value})
+    with pytest.raises(InputError, match=words) as info:
+        shape_from_config(config, "some/config.json")
+    assert "\n" not in str(info.value) and str(info.value).startswith("some/config.json: ")
