@@ -26,6 +26,7 @@ class ModelShape:
     tie_embeddings: bool = False
     attention_bias: bool = False   # Qwen2 has q/k/v biases
     sliding_window: int | None = None   # Mistral: each query sees only the last this many keys
+    qk_norm: bool = False      # Qwen3: q and k each RMS-normalized per head (weights of head_dim) before rotary
 
     def num_params(self) -> int:
         """Parameters, counting tied embeddings once."""

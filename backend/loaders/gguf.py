@@ -16,7 +16,7 @@ from backend.loaders.hf import Checkpoint
 from backend.shape import ModelShape
 from backend.loaders.tokenizer import Tokenizer
 
-ARCHITECTURES = ("llama", "qwen2")
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
 BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1")   # GGUF types the CPU kernels run as stored
 _TOP_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -26,7 +26,7 @@ _TOP_NAMES = {
 _BLOCK_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
@@ -69,7 +69,8 @@ def _shape(fields: dict, tensor_shapes: dict[str, tuple[int, ...]], path: Path) 
             rope_theta=float(fields.get(p + "rope.freq_base", 10000.0)),
             norm_eps=float(fields.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
             tie_embeddings="output.weight" not in tensor_shapes,
-            attention_bias="blk.0.attn_q.bias" in tensor_shapes)
+            attention_bias="blk.0.attn_q.bias" in tensor_shapes,
+            qk_norm="blk.0.attn_q_norm.weight" in tensor_shapes)
     except KeyError as exc:
         raise InputError(f"{path}: missing GGUF key or tensor {exc.args[0]!r}") from None
 

@@ -19,7 +19,7 @@ from backend.shape import ModelShape
 from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = {
-    "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama",
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama", "Qwen3ForCausalLM": "llama",
     "GPT2LMHeadModel": "gpt2",
 }
 # Buffers some checkpoints carry that are not weights.
@@ -147,7 +147,8 @@ def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
             attention_bias="Qwen2ForCausalLM" in names or bool(config.get("attention_bias", False)),
             # Qwen2's config carries a sliding_window that applies only with use_sliding_window (refused above)
-            sliding_window=config.get("sliding_window") if "MistralForCausalLM" in names else None)
+            sliding_window=config.get("sliding_window") if "MistralForCausalLM" in names else None,
+            qk_norm="Qwen3ForCausalLM" in names)
     except KeyError as exc:
         raise InputError(f"{path}: missing field {exc.args[0]!r}") from None
     return shape, _rope(config, head_dim, shape.rope_theta, path)

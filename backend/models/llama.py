@@ -1,4 +1,7 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, SmolLM): RMSNorm, rotary, grouped-query attention, SwiGLU.
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, SmolLM): RMSNorm, rotary, grouped-query attention, SwiGLU.
+
+Qwen3 adds an RMSNorm over each head of q and of k (`shape.qk_norm`) before the rotary; its decode
+steps run layer by layer (the fused C decode layer has no such norm).
 
 The projections are fused -- q, k and v in one matrix, gate and up in another -- so each layer
 runs three matmuls on the (N, hidden) step matrix instead of seven. `hf_destinations` maps the
@@ -73,6 +76,8 @@ class LlamaLayer(nn.Module):
         self.attn_norm = nn.Parameter(torch.empty(d))
         self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, d))
         self.qkv_bias = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size)) if shape.attention_bias else None
+        self.q_norm = nn.Parameter(torch.empty(hd)) if shape.qk_norm else None
+        self.k_norm = nn.Parameter(torch.empty(hd)) if shape.qk_norm else None
         self.o = nn.Parameter(torch.empty(d, self.q_size))
         self.mlp_norm = nn.Parameter(torch.empty(d))
         self.gate_up = nn.Parameter(torch.empty(2 * ff, d))
@@ -85,6 +90,10 @@ class LlamaLayer(nn.Module):
         qkv = linear(h, self.qkv, self.qkv_bias)  # (N, (heads + 2 kv) * hd)
         qk_size = self.q_size + self.kv_size
         qk = qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim)
+        if self.q_norm is not None:   # Qwen3: each head's q and k normalized over its head_dim
+            q = rms_norm(qk[:, :self.heads].reshape(-1, self.head_dim), self.q_norm, self.eps)
+            k = rms_norm(qk[:, self.heads:].reshape(-1, self.head_dim), self.k_norm, self.eps)
+            qk = torch.cat((q.view(n, self.heads, -1), k.view(n, self.kv_heads, -1)), dim=1)  # (N, heads + kv, hd)
         rotary = (cos, sin) if plan.rotates_in_kernel else None
         if rotary is None:   # q and k sit side by side in each row: one rotary pass over both heads' sets
             qk = apply_rotary(qk, cos, sin)
@@ -130,7 +139,7 @@ class LlamaModel(nn.Module):
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
         plan = AttentionPlan.build(batch, cache, x.dtype, static_decode, self.shape.sliding_window)
         cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
-        if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, (Panels, QuantPanels)):
+        if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, (Panels, QuantPanels)) and not self.shape.qk_norm:
             x = self._decode_in_kernel(x, cos, sin, plan, cache)
         else:
             for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
@@ -180,6 +189,8 @@ class LlamaModel(nn.Module):
                 p + "mlp.up_proj.weight": layer.gate_up.data[ff:],
                 p + "mlp.down_proj.weight": layer.down.data,
             }
+            if layer.q_norm is not None:
+                dest |= {p + "self_attn.q_norm.weight": layer.q_norm.data, p + "self_attn.k_norm.weight": layer.k_norm.data}
             if layer.qkv_bias is not None:
                 dest |= {
                     p + "self_attn.q_proj.bias": layer.qkv_bias.data[:q],

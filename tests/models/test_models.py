@@ -17,6 +17,9 @@ VARIANTS = {
         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=64))),
     "qwen2-bias": ("Qwen2Config", "Qwen2ForCausalLM", dict(LLAMA, rope_theta=1000000.0)),
+    # q and k normalized per head; head_dim 32 of a 64-wide model (so q is wider than the hidden state)
+    "qwen3-qknorm": ("Qwen3Config", "Qwen3ForCausalLM", dict(LLAMA, head_dim=32, rope_theta=1000000.0,
+                                                             initializer_range=0.2)),
     # a window of 8 keys, shorter than the tests' prompts: prefill, decode and chunks all cross it
     "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(LLAMA, sliding_window=8, initializer_range=0.2)),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4)),
@@ -123,12 +126,17 @@ def test_make_step_batch_layout():
     assert make_step_batch([], [(2, 0, 1), (3, 0, 1)], "cpu").decode_slot_range == (2, 4)
 
 
-def test_greedy_tokens_past_the_sliding_window_match_transformers():
-    """32 greedy steps of a 12-token prompt under an 8-key window: transformers' generate and our
-    prefill then decode steps through the cache (the C decode kernel while inside the window, SDPA
-    with the window's mask past it) choose the same tokens."""
-    hf, ours, shape = reference_pair("mistral-window")
-    assert shape.sliding_window == 8
+@pytest.mark.parametrize("variant", ["mistral-window", "qwen3-qknorm"])
+def test_greedy_tokens_match_transformers_for_32_steps(variant):
+    """32 greedy steps of a 12-token prompt: transformers' generate and our prefill, then decode
+    steps through the cache on the packed weights the runner uses, choose the same tokens. Mistral's
+    8-key window is crossed (the C decode kernel inside it, SDPA with the window's mask past it);
+    Qwen3's per-head q/k norms run layer by layer."""
+    from backend.models.packed import pack_weights
+    hf, ours, shape = reference_pair(variant)
+    assert (shape.sliding_window, shape.qk_norm) == ((8, False) if variant == "mistral-window" else (None, True))
+    from backend import kernels
+    assert pack_weights(ours) or kernels.load() is None
     prompt = tokens(12, seed=7)
     with torch.inference_mode():
         expected = hf.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False)[0, 12:].tolist()
@@ -152,3 +160,25 @@ def test_a_config_field_the_engine_does_not_implement_is_refused_in_one_line(fie
     with pytest.raises(InputError, match=words) as info:
         shape_from_config(config, "some/config.json")
     assert "\n" not in str(info.value) and str(info.value).startswith("some/config.json: ")
+
+
+def test_a_qwen3_gguf_runs_as_its_transformers_checkpoint(tmp_path):
+    """Qwen3 from a GGUF (its q/k norms named attn_q_norm and attn_k_norm, as llama.cpp's converter
+    writes them), loaded through load_model: the same logits as transformers on the same weights."""
+    from backend.loaders.weights import bundled_gguf, load_model
+    from tests.fakes.gguf_files import write_gguf
+    if bundled_gguf() is None:
+        pytest.skip("the bundled model (whose tokenizer the file borrows) is not installed")
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(**dict(LLAMA, vocab_size=49152, head_dim=32, rope_theta=1000000.0,
+                                             initializer_range=0.2), attn_implementation="eager")
+    hf = transformers.Qwen3ForCausalLM(config).eval()
+    path = write_gguf(tmp_path / "qwen3.gguf", "qwen3", hf, bundled_gguf())
+    loaded = load_model(str(path), "cpu", "float32")
+    assert loaded.shape.qk_norm and loaded.shape.head_dim == 32
+    prompt = [int(t) for t in torch.randint(0, 49152, (9,), generator=torch.Generator().manual_seed(3))]
+    with torch.inference_mode():
+        expected = hf(torch.tensor([prompt])).logits[0]
+    shape = loaded.shape
+    got = run(loaded.model, shape, [(0, 0, prompt)], [], KVCache(shape, 1, 32, "cpu", torch.float32), all_rows=True)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
