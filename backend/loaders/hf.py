@@ -20,8 +20,13 @@ from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama", "Qwen3ForCausalLM": "llama",
+    "Phi3ForCausalLM": "llama",
     "GPT2LMHeadModel": "gpt2",
 }
+# Checkpoints that store projections fused (Phi-3: qkv_proj, gate_up_proj): split into the parts
+# hf_destinations names, at the sizes the model's shape gives them.
+FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+         "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
 # Buffers some checkpoints carry that are not weights.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer.model", "*.txt"]
@@ -49,7 +54,7 @@ def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tens
     dest = model.hf_destinations()
     tied = model.shape.tie_embeddings
     with torch.no_grad():
-        for name, tensor in tensors:
+        for name, tensor in _split_fused(tensors, dest):
             if name not in dest and "transformer." + name in dest:
                 name = "transformer." + name  # the original GPT-2 checkpoints have no prefix
             if name not in dest:
@@ -64,6 +69,22 @@ def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tens
     if dest:
         missing = sorted(dest)
         raise InputError(f"{source}: {len(missing)} tensors missing, e.g. {', '.join(missing[:3])}")
+
+
+def _split_fused(tensors: Iterable[tuple[str, torch.Tensor]], dest: dict) -> Iterator[tuple[str, torch.Tensor]]:
+    """A fused projection's tensor as its parts (views), where the model names the parts instead."""
+    for name, tensor in tensors:
+        for fused, parts in FUSED.items():
+            marker = f".{fused}."
+            if marker in name and name not in dest:
+                head, kind = name.split(marker)
+                names = [f"{head}.{part}.{kind}" for part in parts]
+                sizes = [dest[n].shape[0] for n in names if n in dest]
+                if len(sizes) == len(parts) and sum(sizes) == tensor.shape[0]:
+                    yield from zip(names, torch.split(tensor, sizes))
+                    break
+        else:
+            yield name, tensor
 
 
 def _rope(config: dict, head_dim: int, theta: float, path: Path | str) -> torch.Tensor | None:
@@ -116,8 +137,9 @@ def _refuse_unimplemented(config: dict, arch: str, names: list[str], path) -> No
 def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch.Tensor | None]:
     """ModelShape (and rope frequency divisors) from a transformers config.json.
 
-    Mistral's sliding window (every layer's queries see the last `sliding_window` keys) is
-    modelled; a field these decoders do not implement is refused (`UNIMPLEMENTED`).
+    Mistral's and Phi-3's sliding window (every layer's queries see the last `sliding_window`
+    keys) is modelled; Phi-3's fused qkv and gate_up tensors are split as they are copied
+    (`_split_fused`); a field these decoders do not implement is refused (`UNIMPLEMENTED`).
     """
     names = config.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in names if a in ARCHITECTURES), None)
@@ -147,7 +169,8 @@ def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
             attention_bias="Qwen2ForCausalLM" in names or bool(config.get("attention_bias", False)),
             # Qwen2's config carries a sliding_window that applies only with use_sliding_window (refused above)
-            sliding_window=config.get("sliding_window") if "MistralForCausalLM" in names else None,
+            sliding_window=config.get("sliding_window") if {"MistralForCausalLM", "Phi3ForCausalLM"} & set(names)
+            else None,
             qk_norm="Qwen3ForCausalLM" in names)
     except KeyError as exc:
         raise InputError(f"{path}: missing field {exc.args[0]!r}") from None

@@ -20,6 +20,9 @@ VARIANTS = {
     # q and k normalized per head; head_dim 32 of a 64-wide model (so q is wider than the hidden state)
     "qwen3-qknorm": ("Qwen3Config", "Qwen3ForCausalLM", dict(LLAMA, head_dim=32, rope_theta=1000000.0,
                                                              initializer_range=0.2)),
+    # fused qkv_proj and gate_up_proj in the checkpoint, and a 10-key sliding window
+    "phi3-fused": ("Phi3Config", "Phi3ForCausalLM", dict(LLAMA, sliding_window=10, pad_token_id=0,
+                                                         initializer_range=0.2)),
     # a window of 8 keys, shorter than the tests' prompts: prefill, decode and chunks all cross it
     "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(LLAMA, sliding_window=8, initializer_range=0.2)),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4)),
@@ -126,7 +129,7 @@ def test_make_step_batch_layout():
     assert make_step_batch([], [(2, 0, 1), (3, 0, 1)], "cpu").decode_slot_range == (2, 4)
 
 
-@pytest.mark.parametrize("variant", ["mistral-window", "qwen3-qknorm"])
+@pytest.mark.parametrize("variant", ["mistral-window", "qwen3-qknorm", "phi3-fused"])
 def test_greedy_tokens_match_transformers_for_32_steps(variant):
     """32 greedy steps of a 12-token prompt: transformers' generate and our prefill, then decode
     steps through the cache on the packed weights the runner uses, choose the same tokens. Mistral's
@@ -134,7 +137,8 @@ def test_greedy_tokens_match_transformers_for_32_steps(variant):
     Qwen3's per-head q/k norms run layer by layer."""
     from backend.models.packed import pack_weights
     hf, ours, shape = reference_pair(variant)
-    assert (shape.sliding_window, shape.qk_norm) == ((8, False) if variant == "mistral-window" else (None, True))
+    assert (shape.sliding_window, shape.qk_norm) == {"mistral-window": (8, False), "qwen3-qknorm": (None, True),
+                                                     "phi3-fused": (10, False)}[variant]
     from backend import kernels
     assert pack_weights(ours) or kernels.load() is None
     prompt = tokens(12, seed=7)
