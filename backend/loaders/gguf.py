@@ -16,7 +16,7 @@ from backend.loaders.hf import Checkpoint
 from backend.shape import ModelShape
 from backend.loaders.tokenizer import Tokenizer
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
 BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1")   # GGUF types the CPU kernels run as stored
 _TOP_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -27,16 +27,19 @@ _BLOCK_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "attn_qkv": "self_attn.qkv_proj",   # Phi-3's fused projection (hf.copy_weights splits it)
     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
-def _hf_name(name: str) -> str:
+def _hf_name(name: str, arch: str = "llama") -> str:
     """llama.cpp tensor name -> transformers name (unknown names pass through, and copy_weights rejects them)."""
     if name in _TOP_NAMES:
         return _TOP_NAMES[name]
     m = _BLOCK.fullmatch(name)
+    if m and arch == "phi3" and m.group(2) == "ffn_up":   # Phi-3's ffn_up holds gate and up, fused
+        return f"model.layers.{m.group(1)}.mlp.gate_up_proj.{m.group(3)}"
     if m and m.group(2) in _BLOCK_NAMES:
         return f"model.layers.{m.group(1)}.{_BLOCK_NAMES[m.group(2)]}.{m.group(3)}"
     return name
@@ -70,7 +73,9 @@ def _shape(fields: dict, tensor_shapes: dict[str, tuple[int, ...]], path: Path) 
             norm_eps=float(fields.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
             tie_embeddings="output.weight" not in tensor_shapes,
             attention_bias="blk.0.attn_q.bias" in tensor_shapes,
-            qk_norm="blk.0.attn_q_norm.weight" in tensor_shapes)
+            qk_norm="blk.0.attn_q_norm.weight" in tensor_shapes,
+            sliding_window=int(fields[p + "attention.sliding_window"]) if p + "attention.sliding_window" in fields
+            else None)
     except KeyError as exc:
         raise InputError(f"{path}: missing GGUF key or tensor {exc.args[0]!r}") from None
 
@@ -87,7 +92,10 @@ def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
         raise InputError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})".splitlines()[0]) from None
     # gguf lists dimensions innermost first; torch wants them outermost first.
     shape = _shape(fields, {n: tuple(int(x) for x in reversed(t.shape)) for n, t in tensors.items()}, path)
-    permuted = fields["general.architecture"] == "llama"  # the llama converter reorders q/k rows; qwen2's does not
+    arch = fields["general.architecture"]
+    permuted = arch == "llama"  # the llama converter reorders q/k rows; the others' do not
+    if "rope_factors_long.weight" in tensors:
+        raise InputError(f"{path}: long-context rope scaling (longrope: rope_factors_long) is not supported")
 
     def read(tensor) -> torch.Tensor:
         try:
@@ -120,12 +128,12 @@ def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
             elif permuted and gguf_name.endswith(("attn_k.weight", "attn_k.bias")):
                 w, raw = (None if t is None else _unpermute(t, shape.num_kv_heads) for t in (w, raw))
             if raw is not None:
-                blocks[_hf_name(gguf_name)] = raw
-            yield _hf_name(gguf_name), w
+                blocks[_hf_name(gguf_name, arch)] = raw
+            yield _hf_name(gguf_name, arch), w
 
     kinds = sorted({t.tensor_type.name for t in tensors.values()})
     tokenizer = Tokenizer.from_gguf(fields, path)
-    formats = {_hf_name(n): t.tensor_type.name.lower() for n, t in tensors.items()}
+    formats = {_hf_name(n, arch): t.tensor_type.name.lower() for n, t in tensors.items()}
     return Checkpoint(name or path.stem, shape, factors, tensors_hf, tokenizer,
                       f"{'bundled ' if name else ''}GGUF {path.name if name else path} ({' + '.join(kinds)})",
                       formats, blocks)

@@ -20,6 +20,7 @@ BLOCK_NAMES = {
     "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
     "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
     "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate",
+    "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",   # Phi-3's fused ones
     "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
 }
 TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -52,6 +53,8 @@ def write_gguf(path: Path, arch: str, hf_model, tokenizer_from: Path) -> Path:
     theta = getattr(c, "rope_theta", None) or (getattr(c, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
     w.add_rope_freq_base(float(theta))
     w.add_layer_norm_rms_eps(float(c.rms_norm_eps))
+    if getattr(c, "sliding_window", None):
+        w.add_sliding_window(int(c.sliding_window))
     for key in TOKENIZER_KEYS:   # the bundled model's tokenizer, as stored
         field = source.fields.get(key)
         if field is None:

@@ -166,20 +166,25 @@ def test_a_config_field_the_engine_does_not_implement_is_refused_in_one_line(fie
     assert "\n" not in str(info.value) and str(info.value).startswith("some/config.json: ")
 
 
-def test_a_qwen3_gguf_runs_as_its_transformers_checkpoint(tmp_path):
-    """Qwen3 from a GGUF (its q/k norms named attn_q_norm and attn_k_norm, as llama.cpp's converter
-    writes them), loaded through load_model: the same logits as transformers on the same weights."""
+@pytest.mark.parametrize("arch, config_cls, model_cls, extra", [
+    ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32, rope_theta=1000000.0)),
+    ("phi3", "Phi3Config", "Phi3ForCausalLM", dict(sliding_window=6, pad_token_id=0)),
+])
+def test_a_gguf_runs_as_its_transformers_checkpoint(tmp_path, arch, config_cls, model_cls, extra):
+    """Qwen3 (its q/k norms as attn_q_norm and attn_k_norm) and Phi-3 (fused attn_qkv and ffn_up, a
+    sliding window in the metadata) from a GGUF named as llama.cpp's converter names them, loaded
+    through load_model: the same logits as transformers on the same weights."""
     from backend.loaders.weights import bundled_gguf, load_model
     from tests.fakes.gguf_files import write_gguf
     if bundled_gguf() is None:
         pytest.skip("the bundled model (whose tokenizer the file borrows) is not installed")
     torch.manual_seed(0)
-    config = transformers.Qwen3Config(**dict(LLAMA, vocab_size=49152, head_dim=32, rope_theta=1000000.0,
-                                             initializer_range=0.2), attn_implementation="eager")
-    hf = transformers.Qwen3ForCausalLM(config).eval()
-    path = write_gguf(tmp_path / "qwen3.gguf", "qwen3", hf, bundled_gguf())
+    config = getattr(transformers, config_cls)(**dict(LLAMA, vocab_size=49152, initializer_range=0.2, **extra),
+                                               attn_implementation="eager")
+    hf = getattr(transformers, model_cls)(config).eval()
+    path = write_gguf(tmp_path / f"{arch}.gguf", arch, hf, bundled_gguf())
     loaded = load_model(str(path), "cpu", "float32")
-    assert loaded.shape.qk_norm and loaded.shape.head_dim == 32
+    assert loaded.shape.qk_norm == (arch == "qwen3") and loaded.shape.sliding_window == extra.get("sliding_window")
     prompt = [int(t) for t in torch.randint(0, 49152, (9,), generator=torch.Generator().manual_seed(3))]
     with torch.inference_mode():
         expected = hf(torch.tensor([prompt])).logits[0]
