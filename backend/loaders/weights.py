@@ -91,18 +91,23 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     float32 -- or, for a GGUF the kernels can run, the formats it stores (Q4_1 stays Q4_1)."""
     dev = resolve_device(device)
     wanted = canonical(dtype)
-    ckpt = None if name_or_path in SYNTHETIC else _find_checkpoint(name_or_path)
+    synthetic = config_shape(name_or_path)
+    ckpt = None if synthetic is not None else _find_checkpoint(name_or_path)
     target = quant.choose(wanted, dev, ckpt)   # None: plain floats
     dt = resolve_dtype("auto" if target is not None or wanted in BLOCK_FORMATS else wanted, dev)
     if target is not None and target != "int8":
         dt = torch.float32                      # the block formats' activations
-    name = name_or_path if ckpt is None else ckpt.name
-    shape = SHAPES[name_or_path] if ckpt is None else ckpt.shape
+    if ckpt is None:
+        shape, factors = synthetic
+        name = name_or_path if name_or_path in SYNTHETIC else _config_name(name_or_path)
+    else:
+        shape, factors, name = ckpt.shape, ckpt.rope_freq_factors, ckpt.name
     _check_memory(name, shape, dev, dt)
-    model = _empty_model(shape, None if ckpt is None else ckpt.rope_freq_factors, dev, dt)
+    model = _empty_model(shape, factors, dev, dt)
     if ckpt is None:
         _fill_random(model, seed=0)
-        source = f"random weights (seed 0, std {_STD}), synthetic shape {name_or_path}"
+        what = "synthetic shape" if name_or_path in SYNTHETIC else "the shape of"
+        source = f"random weights (seed 0, std {_STD}), {what} {name_or_path}"
     else:
         copy_weights(model, ckpt.tensors(), ckpt.source)
         source = ckpt.source
@@ -117,14 +122,41 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     return LoadedModel(name, model, shape, tokenizer, dev, dt, f"{source}: {how}", ckpt is None, weight_bytes, prec)
 
 
+def config_shape(name_or_path: str) -> tuple[ModelShape, torch.Tensor | None] | None:
+    """A shape without weights: a known synthetic name, or a transformers config.json (Llama-3.1-70B
+    or Qwen3-8B named by its config); None for anything else (a checkpoint with weights)."""
+    if name_or_path in SYNTHETIC:
+        return SHAPES[name_or_path], None
+    path = Path(name_or_path).expanduser()
+    if path.suffix.lower() != ".json":
+        return None
+    if not path.is_file():
+        raise InputError(f"{path}: no such config file")
+    import json
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable config.json ({exc})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not a config.json (its top level is not an object)")
+    from backend.loaders.hf import shape_from_config
+    return shape_from_config(config, path)
+
+
 def model_header(name_or_path: str) -> tuple[ModelShape, Tokenizer]:
     """A model's shape and tokenizer without reading its weights (the disaggregated policy's
     coordinator draws the workload with them while its engine processes load the model)."""
-    if name_or_path in SYNTHETIC:
-        shape = SHAPES[name_or_path]
-        return shape, ByteTokenizer(shape.vocab_size)
+    synthetic = config_shape(name_or_path)
+    if synthetic is not None:
+        return synthetic[0], ByteTokenizer(synthetic[0].vocab_size)
     ckpt = _find_checkpoint(name_or_path)
     return ckpt.shape, ckpt.tokenizer
+
+
+def _config_name(path: str) -> str:
+    """A config file's model name: its folder's name for a config.json, else the file's stem."""
+    p = Path(path).expanduser()
+    return p.parent.name if p.name == "config.json" and p.parent.name else p.stem
 
 
 def _find_checkpoint(name: str) -> Checkpoint:

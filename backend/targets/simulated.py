@@ -69,13 +69,15 @@ class SimRunner:
 
 
 def resolve_model(name: str):
-    """The shape of a known model name; one line refusing anything else (no weights are read)."""
+    """The shape of a known model name or of a config.json; one line refusing anything else (no
+    weights are read)."""
+    from backend.loaders.weights import config_shape
     from backend.models.shapes import SHAPES
-    shape = SHAPES.get(name.lower())
-    if shape is None:
-        raise InputError(f"--simulate needs a known model shape ({', '.join(SHAPES)}), not {name!r}: "
-                         f"the simulator reads no weights or files")
-    return shape
+    found = config_shape(name.lower() if name.lower() in SHAPES else name)
+    if found is None:
+        raise InputError(f"--simulate needs a known model shape ({', '.join(SHAPES)}) or a config.json, not "
+                         f"{name!r}: the simulator reads no weights")
+    return found[0]
 
 
 def resolve_precision(dtype: str, profile: GpuProfile) -> Precision:

@@ -129,3 +129,62 @@ def test_bad_inputs_say_why(tmp_path, monkeypatch, case, pattern):
     with pytest.raises(InputError, match=pattern) as info:
         load_model(name, device="cpu")
     assert "\n" not in str(info.value)
+
+
+LLAMA_32_1B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
+               "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+               "max_position_embeddings": 131072, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+               "tie_word_embeddings": True, "hidden_act": "silu", "head_dim": 64,
+               "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+LLAMA_31_70B = dict(LLAMA_32_1B, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                    num_attention_heads=64, head_dim=128, tie_word_embeddings=False)
+
+
+def write_config(folder, config: dict):
+    import json
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder / "config.json"
+
+
+def test_a_config_json_names_a_shape_that_runs_with_random_weights(tmp_path):
+    small = dict(LLAMA_32_1B, architectures=["Qwen3ForCausalLM"], hidden_size=64, intermediate_size=128,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
+                 rope_scaling=None)
+    path = write_config(tmp_path / "qwen3-small", small)
+    loaded = load_model(str(path), "cpu", "float32")
+    assert loaded.name == "qwen3-small" and loaded.random_weights and loaded.shape.qk_norm
+    assert "random weights" in loaded.source and str(path) in loaded.source
+    from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig
+    from backend.session import execute
+    config = RunConfig(mode="batch", model=ModelChoice(str(path), "cpu", "float32"),
+                       sampling=SamplingConfig(ignore_eos=True), engine=EngineConfig(policy="static"),
+                       batch=BatchRun(prompt_len=8, output_len=3))
+    finished = execute(config, lambda e: None, lambda: False)
+    assert finished.error is None and finished.summary["num_finished"] == 1
+
+
+def test_the_simulator_prices_a_model_named_by_its_config_and_refuses_one_too_big_for_the_gpu(tmp_path):
+    from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
+    from backend.errors import InputError
+    from backend.session import execute
+    one_b = write_config(tmp_path / "Llama-3.2-1B", LLAMA_32_1B)
+    config = RunConfig(mode="batch", model=ModelChoice(str(one_b)), profile="h100-sxm", simulate=True,
+                       engine=EngineConfig(policy="static"), batch=BatchRun(prompt_len=512, output_len=16))
+    finished = execute(config, lambda e: None, lambda: False)
+    assert finished.data.info["num_params"] == pytest.approx(1.236e9, rel=0.01)   # Llama 3.2 1B's 1.24 B
+    seventy = write_config(tmp_path / "Llama-3.1-70B", LLAMA_31_70B)
+    config.model = ModelChoice(str(seventy))
+    with pytest.raises(InputError, match="need 14[0-9].[0-9] GB; h100-sxm has 80 GB"):
+        execute(config, lambda e: None, lambda: False)   # 70.6 B bf16 weights on one 80 GB GPU
+
+
+def test_a_bad_config_file_is_one_line(tmp_path):
+    from backend.errors import InputError
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="not a readable config.json"):
+        load_model(str(bad), "cpu", "float32")
+    with pytest.raises(InputError, match="no such config file"):
+        load_model(str(tmp_path / "missing.json"), "cpu", "float32")
