@@ -1,4 +1,5 @@
-"""Writing files so that a failure (a full disk) leaves nothing half-written and nothing replaced."""
+"""Writing files so that a failure (a full disk) leaves nothing half-written and nothing replaced;
+and the user's configuration folder (profiles, remembered model folders)."""
 from __future__ import annotations
 
 import os
@@ -49,3 +50,11 @@ def write_files(folder: Path, contents: dict[str, str | Path], fsync: bool = Fal
     finally:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)   # already renamed, unless something failed
+
+
+def config_dir() -> Path:
+    """$PHASESCOPE_CONFIG_DIR, else $XDG_CONFIG_HOME/phasescope, else ~/.config/phasescope."""
+    if os.environ.get("PHASESCOPE_CONFIG_DIR"):
+        return Path(os.environ["PHASESCOPE_CONFIG_DIR"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "phasescope"

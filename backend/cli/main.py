@@ -42,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     from backend.cli.load import add_load_parser
     add_load_parser(sub, model_flags)
 
-    sub.add_parser("models", help="list the known models: sizes and where each comes from")
+    models = sub.add_parser("models", help="list the known models: sizes and where each comes from")
+    models.add_argument("--local", action="store_true",
+                        help="the models already on this disk: the Hugging Face cache, LM Studio, Ollama, llama.cpp's "
+                        "cache and the folders added with --add-folder; whether each runs here, and if not why")
+    models.add_argument("--add-folder", metavar="DIR", help="remember DIR as a place to look for models (with --local)")
     sub.add_parser("doctor", help="check this machine: Python, torch and its devices, C kernels, Qt and the "
                    "display, the bundled model, the GPU profile (exit 1 if the window cannot run)")
     from backend.cli.tools import add_tool_parsers
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
                 return 2
             return open_window(model=args.model, profile=args.profile, autostart=args.autostart)
         if args.command == "models":
-            return report.print_models()
+            return report.print_local_models(args.add_folder) if args.local or args.add_folder else report.print_models()
         if args.command == "doctor":
             from backend.cli.doctor import run_doctor
             return run_doctor()

@@ -41,6 +41,33 @@ def print_models() -> int:
     return 0
 
 
+def print_local_models(add_folder: str | None = None, out=None) -> int:
+    """`models --local`: every model found on this disk, with why this engine cannot run it if it cannot."""
+    import torch
+    from backend.loaders.discover import add_folder as remember, find_models, hf_cache, llama_cpp_cache, ollama_store
+    from backend.loaders.weights import free_memory
+    out = out or sys.stdout
+    if add_folder:
+        print(f"will look in {remember(add_folder)} too", file=out)
+    free = free_memory(torch.device("cpu"))
+    found = find_models(free)
+    if not found:
+        print(f"no models found (looked in {hf_cache()}, LM Studio's folders, {ollama_store()}, {llama_cpp_cache()} "
+              "and the added folders)", file=out)
+        return 0
+    rows = [("model", "where", "arch", "params", "format", "bits/weight", "size", "fits RAM", "runs here")]
+    for m in found:
+        rows.append((m.name, m.where, m.arch, _params(m.params) if m.params else "-", m.format,
+                     f"{m.bits_per_weight:.2f}" if m.bits_per_weight else "-", _gb(m.size_bytes),
+                     {True: "yes", False: "no", None: "?"}[m.fits], "yes" if m.runs else f"no: {m.reason}"))
+    print_table(rows, out=out)
+    print("\nRun one with --model PATH; the paths:", file=out)
+    for m in found:
+        if m.runs:
+            print(f"  {m.name}: {m.path}", file=out)
+    return 0
+
+
 def print_table(rows: list[tuple], out=None) -> None:
     out = out or sys.stdout
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]

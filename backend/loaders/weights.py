@@ -153,6 +153,14 @@ def model_header(name_or_path: str) -> tuple[ModelShape, Tokenizer]:
     return ckpt.shape, ckpt.tokenizer
 
 
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 def _config_name(path: str) -> str:
     """A config file's model name: its folder's name for a config.json, else the file's stem."""
     p = Path(path).expanduser()
@@ -169,7 +177,7 @@ def _find_checkpoint(name: str) -> Checkpoint:
     if path.is_dir():
         return hf_folder_checkpoint(path)
     if path.is_file():
-        if path.suffix.lower() != ".gguf":
+        if path.suffix.lower() != ".gguf" and not _starts_with(path, b"GGUF"):   # Ollama's blobs have no suffix
             raise InputError(f"{path}: expected a .gguf file or a Hugging Face model folder")
         return gguf_checkpoint(path)
     if is_hub_id(name):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import profiles as _shipped
 from backend.errors import InputError
+from backend.files import config_dir
 from backend.precision import Precision, precision
 
 SHIPPED_DIR: Path = _shipped.HERE   # the top-level `profiles` package: found the same way installed or not
@@ -95,14 +96,6 @@ class GpuProfile:
     def ridge(self, dtype) -> float:
         """Arithmetic intensity (FLOP/byte) above which a step is compute-bound on this device."""
         return self.peak_flops(dtype) / self.bandwidth_bytes_per_s
-
-
-def config_dir() -> Path:
-    """$PHASESCOPE_CONFIG_DIR, else $XDG_CONFIG_HOME/phasescope, else ~/.config/phasescope."""
-    if os.environ.get("PHASESCOPE_CONFIG_DIR"):
-        return Path(os.environ["PHASESCOPE_CONFIG_DIR"])
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "phasescope"
 
 
 def local_profile_path() -> Path:

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from backend.errors import InputError
 from backend.roofline.profiles import (
-    DTYPE_KEYS, SHIPPED_DIR, GpuProfile, config_dir, dtype_bytes, find_profile, list_profiles, load_profile,
-    local_profile_path, match_profile, parse_profile, profile_to_toml, run_profile,
-)
+    dtype_bytes, DTYPE_KEYS, find_profile, GpuProfile, list_profiles, load_profile, local_profile_path,
+    match_profile, parse_profile, profile_to_toml, run_profile, SHIPPED_DIR)
+from backend.files import config_dir
 
 REQUIRED_DEVICES = ["h200-sxm", "h100-sxm", "h100-pcie", "a100-80gb-sxm", "a100-40gb", "l40s", "l4", "a10g", "t4",
                     "rtx-4090", "rtx-3090", "b200", "mi300x", "cpu"]
