@@ -107,6 +107,7 @@ class ControlsPanel(QtWidgets.QWidget):
             self.model_combo.addItem(f"{info.name} ({'synthetic' if random else 'bundled'}, "
                                      f"{info.params / 1e6:,.0f}M)", info.name)
             self.model_combo.setItemData(self.model_combo.count() - 1, info.source, QtCore.Qt.ItemDataRole.ToolTipRole)
+        self._add_local_models()
         self.model_combo.addItem(REMOTE_TITLE, REMOTE)
         self.model_combo.setItemData(self.model_combo.count() - 1, "Drive a vLLM, SGLang, TGI or llama.cpp server "
                                      "with the workload", QtCore.Qt.ItemDataRole.ToolTipRole)
@@ -234,6 +235,26 @@ class ControlsPanel(QtWidgets.QWidget):
             self.add_model_path(folder)
         else:
             self.model_combo.setCurrentIndex(self._model_index)
+
+    def _add_local_models(self) -> None:
+        """The models already on the disk (backend.loaders.discover): each with what it is; one this
+        engine cannot run is listed greyed, with why."""
+        import torch
+        from backend.loaders.discover import find_models
+        from backend.loaders.weights import free_memory
+        for m in find_models(free_memory(torch.device("cpu"))):
+            size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes >= 1e8 else f"{m.size_bytes / 1e6:.0f} MB"
+            bits = f", {m.bits_per_weight:.1f} bits/weight" if m.bits_per_weight else ""
+            params = f"{m.params / 1e6:,.0f}M, " if m.params else ""
+            text = f"{m.name} ({m.where}, {params}{size})" + ("" if m.runs else " - cannot run here")
+            self.model_combo.addItem(text, m.path)
+            index = self.model_combo.count() - 1
+            tip = (f"{m.path}\n{m.arch}, {m.format}{bits}, {size}"
+                   + ("" if m.fits is not False else "; larger than the free memory")
+                   + ("" if m.runs else f"\nnot runnable: {m.reason}"))
+            self.model_combo.setItemData(index, tip, QtCore.Qt.ItemDataRole.ToolTipRole)
+            if not m.runs:
+                self.model_combo.model().item(index).setEnabled(False)
 
     def add_model_path(self, path: str) -> None:
         """Add a folder or file to the model list and select it."""

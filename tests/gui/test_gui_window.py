@@ -1,5 +1,6 @@
 """The main window driving the real worker thread and the real engine on the `tiny` model."""
 import json
+from tests.fakes.model_homes import homes  # noqa: F401
 from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window, step, run_to_end  # noqa: F401
 from tests.fakes.llama_server import FakeServer, free_port
 
@@ -422,3 +423,18 @@ def test_open_run_of_a_sweep_folder_restores_its_points(qtbot, window, tmp_path)
     assert window.throughput_dock.windowTitle() == "Throughput vs prompt length"
     assert window.export_csv(str(tmp_path / "again"))
     assert [p.x for p in read_points(tmp_path / "again")[1]] == [8, 16]
+
+
+def test_the_model_list_shows_the_models_on_the_disk_and_greys_what_cannot_run(homes, qtbot, window):
+    """The models in the fake home's caches (tests/fakes/model_homes.py) are in the model list, each
+    with where it is and its size; the ones this engine cannot run are there but disabled, with why."""
+    combo = window.controls.model_combo
+    items = {combo.itemText(i): i for i in range(combo.count())}
+    ollama = next(t for t in items if t.startswith("qwen3-tiny:latest (Ollama, "))
+    deepseek = next(t for t in items if t.startswith("deepseek-tiny.gguf (llama.cpp cache"))
+    assert deepseek.endswith("- cannot run here") and not combo.model().item(items[deepseek]).isEnabled()
+    assert "architecture deepseek2 is not supported yet" in combo.itemData(items[deepseek], QtCore.Qt.ItemDataRole.ToolTipRole)
+    assert combo.model().item(items[ollama]).isEnabled()
+    assert any(t.startswith("someone/tiny-llama (Hugging Face cache") for t in items)
+    window.controls.select_model(combo.itemData(items[ollama]))
+    assert window.controls.model_name().endswith("sha256-0123abcd")   # the blob, which --model takes as it is
