@@ -141,18 +141,11 @@ LLAMA_31_70B = dict(LLAMA_32_1B, hidden_size=8192, intermediate_size=28672, num_
                     num_attention_heads=64, head_dim=128, tie_word_embeddings=False)
 
 
-def write_config(folder, config: dict):
-    import json
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder / "config.json"
-
-
 def test_a_config_json_names_a_shape_that_runs_with_random_weights(tmp_path):
     small = dict(LLAMA_32_1B, architectures=["Qwen3ForCausalLM"], hidden_size=64, intermediate_size=128,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
                  rope_scaling=None)
-    path = write_config(tmp_path / "qwen3-small", small)
+    path = write_config(tmp_path / "qwen3-small", **small) / "config.json"
     loaded = load_model(str(path), "cpu", "float32")
     assert loaded.name == "qwen3-small" and loaded.random_weights and loaded.shape.qk_norm
     assert "random weights" in loaded.source and str(path) in loaded.source
@@ -169,12 +162,12 @@ def test_the_simulator_prices_a_model_named_by_its_config_and_refuses_one_too_bi
     from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
     from backend.errors import InputError
     from backend.session import execute
-    one_b = write_config(tmp_path / "Llama-3.2-1B", LLAMA_32_1B)
+    one_b = write_config(tmp_path / "Llama-3.2-1B", **LLAMA_32_1B) / "config.json"
     config = RunConfig(mode="batch", model=ModelChoice(str(one_b)), profile="h100-sxm", simulate=True,
                        engine=EngineConfig(policy="static"), batch=BatchRun(prompt_len=512, output_len=16))
     finished = execute(config, lambda e: None, lambda: False)
     assert finished.data.info["num_params"] == pytest.approx(1.236e9, rel=0.01)   # Llama 3.2 1B's 1.24 B
-    seventy = write_config(tmp_path / "Llama-3.1-70B", LLAMA_31_70B)
+    seventy = write_config(tmp_path / "Llama-3.1-70B", **LLAMA_31_70B) / "config.json"
     config.model = ModelChoice(str(seventy))
     with pytest.raises(InputError, match="need 14[0-9].[0-9] GB; h100-sxm has 80 GB"):
         execute(config, lambda e: None, lambda: False)   # 70.6 B bf16 weights on one 80 GB GPU
