@@ -131,6 +131,7 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
     skipped: list[str] = []
     note, info = "", {}
     settled = config.simulate
+    profiles = None   # (this machine's, the selected one), from the first point's model
 
     def run(measure: Measure, record: bool = True) -> list[StepRecord]:
         nonlocal info
@@ -176,22 +177,24 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
                 raise
             note = f"stopped at {spec.kind} {x}: it does not fit in memory ({one_line(exc, typed=True)})"
             break
-        point = _point(config, x, medians, rec.loaded)
+        if profiles is None:   # the device is the sweep's from its first run on: its profiles once
+            profiles = _profiles(config, rec.loaded)
+        point = _point(config, x, medians, rec.loaded, *profiles)
         points.append(point)
         emit(point)
     if not points and skipped and note != "stopped by user":
         raise InputError(f"sweep precision: no precision could run ({'; '.join(skipped)})")
     emit(Progress(f"sweep {spec.kind} done", 1.0))
     loaded = rec.loaded
+    local, selected = profiles or _profiles(config, loaded)
     summary = (precision_summary(spec, points, skipped, note) if spec.kind == "precision" else
-               sweep_summary(config, points, loaded, note))
+               sweep_summary(config, points, loaded, note, local, selected))
     if config.simulate:
         summary["simulated"] = True
     info = info or {"model": config.model.name, "device": config.model.device, "device_name": config.model.device,
                     "dtype": config.model.dtype}   # no run finished: what was asked for
     for key in ("kv_capacity", "kv_slots", "max_len", "virtual_s", "wall_s"):
         info.pop(key, None)   # a run's, not the sweep's
-    local, selected = _profiles(config, loaded)
     info["profile"] = selected.key if selected else None
     info["local_profile"] = local.key if local and not config.simulate else None
     if spec.kind == "precision":
@@ -212,14 +215,13 @@ def _profiles(config: RunConfig, loaded: ModelLoaded | None):
     return local, find_profile(config.profile) if config.profile else local
 
 
-def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded):
+def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, local, selected):
     """The point's figures beside the roofline: the selected profile's prediction, this machine's, and
     (measured sweeps) what --simulate on this machine's profile charges, side by side."""
     from backend.roofline.cost import predict, step_cost, utilization
     from backend.roofline.step_time import CostModel
     spec = config.sweep
     shape, prec = loaded.shape, loaded.precision
-    local, selected = _profiles(config, loaded)
 
     def predicted(profile, new_tokens, contexts) -> float | None:
         if profile is None or not profile.has_peak(prec):
@@ -261,7 +263,8 @@ def measured_crossover(points: list[SweepPoint]) -> int | None:
     return None
 
 
-def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoaded | None, note: str) -> dict:
+def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoaded | None, note: str,
+                  local, selected) -> dict:
     from backend.roofline.cost import CROSSOVER_CAP, crossover_batch
     spec = config.sweep
     summary: dict = {"kind": spec.kind, "num_points": len(points), "note": note}
@@ -269,7 +272,6 @@ def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoad
         summary["context"] = spec.context
         summary["measured_crossover_batch"] = measured_crossover(points)
         if loaded is not None:
-            local, selected = _profiles(config, loaded)
             prec = loaded.precision
             for label, profile in (("predicted", selected), ("predicted_local", local)):
                 if profile is not None and profile.has_peak(prec):
