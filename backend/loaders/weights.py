@@ -99,7 +99,7 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
         dt = torch.float32                      # the block formats' activations
     if ckpt is None:
         shape, factors = synthetic
-        name = name_or_path if name_or_path in SYNTHETIC else _config_name(name_or_path)
+        name = name_or_path if name_or_path in SYNTHETIC or is_hub_id(name_or_path) else _config_name(name_or_path)
     else:
         shape, factors, name = ckpt.shape, ckpt.rope_freq_factors, ckpt.name
     _check_memory(name, shape, dev, dt)
@@ -107,7 +107,8 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     if ckpt is None:
         _fill_random(model, seed=0)
         what = "synthetic shape" if name_or_path in SYNTHETIC else "the shape of"
-        source = f"random weights (seed 0, std {_STD}), {what} {name_or_path}"
+        cached = " (its cached config.json)" if is_hub_id(name_or_path) and not Path(name_or_path).exists() else ""
+        source = f"random weights (seed 0, std {_STD}), {what} {name_or_path}{cached}"
     else:
         copy_weights(model, ckpt.tensors(), ckpt.source)
         source = ckpt.source
@@ -128,6 +129,8 @@ def config_shape(name_or_path: str) -> tuple[ModelShape, torch.Tensor | None] | 
     if name_or_path in SYNTHETIC:
         return SHAPES[name_or_path], None
     path = Path(name_or_path).expanduser()
+    if is_hub_id(name_or_path) and not path.exists():
+        path = _cached_config_only(name_or_path) or path
     if path.suffix.lower() != ".json":
         return None
     if not path.is_file():
@@ -141,6 +144,21 @@ def config_shape(name_or_path: str) -> tuple[ModelShape, torch.Tensor | None] | 
         raise InputError(f"{path}: not a config.json (its top level is not an object)")
     from backend.loaders.hf import shape_from_config
     return shape_from_config(config, path)
+
+
+def _cached_config_only(repo_id: str) -> Path | None:
+    """The cached config.json of a hub model whose weights are not cached (a shape to name, such
+    as Qwen/Qwen3-30B-A3B's, without its 60 GB); None when the weights are there or nothing is."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 -- a malformed id or cache is the same as nothing cached
+        return None
+    if not isinstance(found, str):
+        return None
+    snapshot = Path(found).parent
+    has_weights = any(snapshot.glob("*.safetensors")) or any(snapshot.glob("*.safetensors.index.json"))
+    return None if has_weights else Path(found)
 
 
 def model_header(name_or_path: str) -> tuple[ModelShape, Tokenizer]:

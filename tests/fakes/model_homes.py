@@ -50,10 +50,10 @@ def homes(tmp_path, monkeypatch):
     w = gguf.GGUFWriter(str(env["LLAMA_CACHE"] / "deepseek-tiny.gguf"), "deepseek2")
     w.add_tensor("token_embd.weight", torch.zeros(16, 8).numpy())
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
-    # an added folder: a Gemma 2 config (not run yet) beside its weights
-    mine = tmp_path / "mine" / "gemma-tiny"
+    # an added folder: a StarCoder2 config (an architecture not run here) beside its weights
+    mine = tmp_path / "mine" / "starcoder-tiny"
     mine.mkdir(parents=True)
-    (mine / "config.json").write_text(json.dumps({"architectures": ["Gemma2ForCausalLM"], "vocab_size": 128, **SMALL}))
+    (mine / "config.json").write_text(json.dumps({"architectures": ["Starcoder2ForCausalLM"], "vocab_size": 128, **SMALL}))
     save_file({"model.embed_tokens.weight": torch.zeros(128, 64, dtype=torch.bfloat16)}, str(mine / "model.safetensors"))
     discover.add_folder(str(tmp_path / "mine"))
     return env

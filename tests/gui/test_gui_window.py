@@ -438,3 +438,27 @@ def test_the_model_list_shows_the_models_on_the_disk_and_greys_what_cannot_run(h
     assert any(t.startswith("someone/tiny-llama (Hugging Face cache") for t in items)
     window.controls.select_model(combo.itemData(items[ollama]))
     assert window.controls.model_name().endswith("sha256-0123abcd")   # the blob, which --model takes as it is
+
+
+def test_a_folder_opened_in_the_window_is_remembered_and_its_models_listed(homes, tmp_path, qtbot, window):
+    """Open folder… on a folder of models: its GGUF is listed and selected, the folder is remembered
+    (the next window lists it too); a folder without a model is refused in one line."""
+    import shutil
+    from backend.loaders import discover
+    from gui.panels.controls import ControlsPanel
+    extra = tmp_path / "more-models"
+    extra.mkdir()
+    shutil.copy(homes["OLLAMA_MODELS"] / "blobs" / "sha256-0123abcd", extra / "qwen3-copy.gguf")
+    window.controls.open_model_folder(str(extra))
+    assert window.controls.model_name() == str(extra / "qwen3-copy.gguf")
+    assert extra.resolve() in discover.added_folders()
+    later = ControlsPanel()
+    qtbot.addWidget(later)
+    combo = later.model_combo
+    assert str(extra / "qwen3-copy.gguf") in [combo.itemData(i) for i in range(combo.count())]
+    empty = tmp_path / "nothing-here"
+    empty.mkdir()
+    with qtbot.waitSignal(window.controls.inputRejected) as rejected:
+        window.controls.open_model_folder(str(empty))
+    assert rejected.args[0] == f"{empty}: no model this engine runs in it"
+    assert window.controls.model_name() == str(extra / "qwen3-copy.gguf")

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_models_on_the_disk_are_found_with_what_they_are_and_whether_they_run(homes):
     found = {m.name: m for m in discover.find_models(free_bytes=10**12)}
     assert set(found) == {"someone/tiny-llama", "pub/qwen3-tiny-GGUF/qwen3-tiny-F32.gguf", "qwen3-tiny:latest",
-                          "deepseek-tiny.gguf", "gemma-tiny"}, found.keys()
+                          "deepseek-tiny.gguf", "starcoder-tiny"}, found.keys()
     llama = found["someone/tiny-llama"]
     assert (llama.where, llama.arch, llama.format, llama.runs) == ("Hugging Face cache", "LlamaForCausalLM",
                                                                    "safetensors F32", True)
@@ -27,9 +27,9 @@ def test_the_models_on_the_disk_are_found_with_what_they_are_and_whether_they_ru
     assert (ollama.where, ollama.arch, ollama.format, ollama.runs) == ("Ollama", "qwen3", "GGUF F32", True)
     assert found["pub/qwen3-tiny-GGUF/qwen3-tiny-F32.gguf"].where == "LM Studio"
     assert found["deepseek-tiny.gguf"].reason == "architecture deepseek2 is not supported yet"
-    gemma = found["gemma-tiny"]
-    assert (gemma.where, gemma.format) == ("added folder", "safetensors BF16")
-    assert gemma.reason == "architecture Gemma2ForCausalLM is not supported yet" and not gemma.runs
+    starcoder = found["starcoder-tiny"]
+    assert (starcoder.where, starcoder.format) == ("added folder", "safetensors BF16")
+    assert starcoder.reason == "architecture Starcoder2ForCausalLM is not supported yet" and not starcoder.runs
     assert not discover.find_models(free_bytes=1)[0].fits   # nothing fits in one byte
 
 

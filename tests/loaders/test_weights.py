@@ -181,3 +181,29 @@ def test_a_bad_config_file_is_one_line(tmp_path):
         load_model(str(bad), "cpu", "float32")
     with pytest.raises(InputError, match="no such config file"):
         load_model(str(tmp_path / "missing.json"), "cpu", "float32")
+
+
+def test_a_hub_id_whose_config_alone_is_cached_names_its_shape(tmp_path, monkeypatch):
+    """Only config.json in the Hugging Face cache (the layout huggingface_hub writes): the hub id is
+    a shape with random weights for `run` and the simulator; with weights cached it is a checkpoint."""
+    from backend.errors import InputError
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snapshot = tmp_path / "hub" / "models--meta-llama--Llama-3.2-1B" / "snapshots" / "0123abc"
+    snapshot.parent.mkdir(parents=True)
+    write_config(snapshot, **LLAMA_32_1B)
+    refs = snapshot.parent.parent / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("0123abc")
+    shape, _ = weights.config_shape("meta-llama/Llama-3.2-1B")
+    assert (shape.num_layers, shape.hidden_size) == (16, 2048)
+    from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
+    from backend.session import execute
+    config = RunConfig(mode="batch", model=ModelChoice("meta-llama/Llama-3.2-1B"), profile="h100-sxm", simulate=True,
+                       engine=EngineConfig(policy="static"), batch=BatchRun(prompt_len=128, output_len=4))
+    finished = execute(config, lambda e: None, lambda: False)
+    assert finished.data.info["num_params"] == pytest.approx(1.236e9, rel=0.01)
+    (snapshot / "model.safetensors").write_bytes(b"")   # weights cached: no longer a bare shape
+    assert weights.config_shape("meta-llama/Llama-3.2-1B") is None
+    with pytest.raises(InputError):
+        weights.load_model("meta-llama/Llama-3.2-1B", "cpu", "float32")
