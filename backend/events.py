@@ -113,6 +113,10 @@ class SweepPoint:
     predicted_local_ms: float | None  # for this machine's calibrated or generic profile
     bound: str                        # "compute" or "memory" (for the selected profile)
     simulated_ms: float | None = None  # the cost model's price of the point on this machine's profile
+    # weights one step reads: measured (the median of the timed steps' weight_bytes; None where
+    # the steps do not say, e.g. simulated ones) and the roofline's (an MoE: the expected touched experts)
+    weight_bytes: float | None = None
+    predicted_weight_bytes: float | None = None
 
 
 @dataclass(slots=True)

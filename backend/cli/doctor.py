@@ -109,8 +109,9 @@ def _kernels_item(torch) -> Item:
                     else f"phasescope C kernels unavailable: {kernels.reason()}")
     from backend.kernels import ops
     from backend.models.packed import kernels_in_use
-    blocks = ("; GGUF Q8_0/Q4_0/Q4_1 weights run on them too" if ops.usable(torch.device("cpu"), torch.float32)
-              else "; so --dtype q8_0/q4_0/q4_1 cannot run here (--dtype int8 can)")
+    blocks = ("; GGUF Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K/F16/BF16 weights run on them too"
+              if ops.usable(torch.device("cpu"), torch.float32)
+              else "; so --dtype q8_0/q4_k/... cannot run here (--dtype int8 can)")
     return Item("kernels", f"CPU float32 runs use {kernels_in_use(torch.device('cpu'), torch.float32)}{blocks}"
                 f"{_isa_text()}")
 

@@ -33,8 +33,9 @@ class Parser(argparse.ArgumentParser):
 def model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="a known name (see `models`), a HF folder, a .gguf file or a hub id")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | mps")
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | q8_0 | q4_0 | q4_1 | int8 "
-                   "(auto: float32 on the CPU, or a GGUF's own Q8_0/Q4_0/Q4_1; bfloat16 on CUDA)")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | "
+                   "q4_k | q5_k | q6_k | f16 | bf16w | int8 (auto: float32 on the CPU, or each tensor of a GGUF in "
+                   "its own format: Q8_0, Q4_K, Q6_K, F16, ...; bfloat16 on CUDA)")
     p.add_argument("--seed", type=int, help="seeds sampling and synthetic prompts (default 0; for load, the workload's)")
     p.add_argument("--temperature", type=number, default=0.0, help="0 (the default) is greedy")
     p.add_argument("--top-p", type=number, default=1.0)

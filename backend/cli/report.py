@@ -172,6 +172,19 @@ def print_run(config, finished: RunFinished, out=None) -> None:
               f"run.json, trace.json)", file=out)
 
 
+def _decode_reads(data, s: dict) -> str:
+    """What a decode step reads of the weights: all of a dense model's; of a mixture of experts,
+    the experts its tokens were routed to (the decode steps' own mean count, where they measured it)."""
+    shape = data.info.get("shape") or {}   # run.json's: the ModelShape as a dict
+    experts = shape.get("num_experts", 0)
+    if not experts:
+        return "every weight read each step"
+    touched, read = s.get("decode_experts_touched_mean", math.nan), s.get("decode_weight_bytes_mean", math.nan)
+    if math.isnan(touched):
+        return f"only the experts routed to read ({shape.get('experts_per_token')} of {experts} a token)"
+    return f"{touched / shape['num_layers']:.1f} of {experts} experts a layer read, {read / 1e6:,.0f} MB a step"
+
+
 def _print_batch_summary(config, data, s: dict, out) -> None:
     finished = [r for r in data.requests if r.status is RequestStatus.FINISHED]
     b = config.batch
@@ -183,7 +196,7 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
     print(f"prefill  TTFT {_ms(ttft):>12}   {_rate(s.get('prefill_tokens_per_s')):>16}   "
           f"one pass over every prompt token", file=out)
     print(f"decode   TPOT {_ms(tpot):>12}   {_rate(s.get('decode_tokens_per_s')):>16}   "
-          f"one step per token, every weight read each step", file=out)
+          f"one step per token, {_decode_reads(data, s)}", file=out)
     ratio = s.get("decode_prefill_cost_ratio", math.nan)
     if not math.isnan(ratio):
         print(f"a decoded token costs {ratio:,.1f}x a prefilled token", file=out)

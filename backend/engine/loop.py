@@ -118,11 +118,15 @@ class Engine:
 
     def _step_record(self, index: int, out, contexts: list[int], kv_tokens: int, start: float,
                      end: float) -> StepRecord:
+        # a runner that measures no reads (the simulator's, a test's stand-in) leaves them 0
+        reads = getattr(self.runner, "step_reads", None)
+        experts_touched, weight_bytes = reads() if reads is not None else (0, 0)
         return StepRecord.measured(
             run_id=self.run_id, step=index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=self.scheduler.config.kv_capacity,
-            num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running)
+            num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
+            experts_touched=experts_touched, weight_bytes=weight_bytes)
 
     def _stream_text(self, sampled: dict[int, int], batch: RecordBatch) -> None:
         if self.tokenizer is None:

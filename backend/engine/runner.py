@@ -32,9 +32,9 @@ class Runner:
     """Owns the model's KV cache; runs one engine step and returns {request_id: sampled token}.
 
     On the CPU the model's matrices are packed for oneDNN once (backend/models/packed.py).
-    use_cuda_graphs (default: on for CUDA, off elsewhere) sends decode-only steps through the
-    static-shape padded path of backend/engine/cuda_graphs.py, captured as CUDA graphs on a GPU and
-    run eagerly elsewhere; the cache then holds one scratch slot more for the padding rows.
+    use_cuda_graphs (default: on for CUDA but for a mixture of experts, off elsewhere) sends decode-only
+    steps through the static-shape padded path of backend/engine/cuda_graphs.py, captured as CUDA graphs
+    on a GPU and run eagerly elsewhere; the cache then holds one scratch slot more for the padding rows.
     """
 
     def __init__(self, loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
@@ -43,7 +43,9 @@ class Runner:
         self.model = loaded.model
         self.device = loaded.device
         self.sampling = sampling
-        self.use_cuda_graphs = self.device.type == "cuda" if use_cuda_graphs is None else use_cuda_graphs
+        # an MoE's routing picks its experts' products at run time: nothing a graph can hold fixed
+        moe = loaded.shape.num_experts > 0
+        self.use_cuda_graphs = self.device.type == "cuda" and not moe if use_cuda_graphs is None else use_cuda_graphs
         pack_weights(self.model)   # a no-op off the CPU, or if already packed
         self.static = None
         if self.use_cuda_graphs:
@@ -85,6 +87,13 @@ class Runner:
                 logits = logits[rows]
             tokens = sample(logits, self.sampling.temperature, self.sampling.top_p, self.generator).tolist()
         return dict(zip((samplers[i] for i in rows), tokens))
+
+    def step_reads(self) -> tuple[int, int]:
+        """What the last step read: (distinct experts touched, summed over layers; bytes of weights).
+
+        A dense model reads all its weights; an MoE its shared ones and the experts it touched."""
+        touched, read, every = getattr(self.model, "experts_read", lambda: (0, 0.0, 0.0))()
+        return touched, int(self.loaded.weight_bytes - every + read)
 
     def warmup(self, prompt_len: int = 16, decode_steps: int = 2) -> None:
         """Untimed passes through every code path (and, on a GPU, the graph captures), so one-time

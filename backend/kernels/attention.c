@@ -3,7 +3,10 @@
    For decode token d (in slot s at position p) and kv head h: write its new key (rotated here
    when the caller passes the rotary tables) and value into
    the cache at [s][h][p], then attend each query head that shares kv head h to keys 0..p of that
-   slot: softmax(q . K / sqrt(hd)) . V. Torch's SDPA takes about 100 us a layer for this on a
+   slot: softmax(q . K * scale) . V, scale 1 / sqrt(hd) unless the model says otherwise (Gemma's
+   query_pre_attn_scalar). With a soft cap c > 0 (Gemma 2) each score s becomes c * tanh(s / c)
+   before the softmax, as transformers caps them. With a window W > 0 (a sliding-window layer) the
+   token sees only keys p - W + 1 .. p. Torch's SDPA takes about 100 us a layer for this on a
    batch of one (a kernel sized for long sequences); the arithmetic is a few microseconds.
 
    Softmax runs online over blocks of BLOCK keys (a running maximum and sum, rescaling the output
@@ -27,7 +30,8 @@ typedef struct {
     const float *cos, *sin;          /* (D, hd) per token, to rotate q and k here; NULL: already rotated */
     float *out;                      /* (D, heads * hd) */
     int64_t d, heads, kv_heads, max_len, hd;
-    float scale;
+    int64_t window;                  /* keys each token sees, its own included; 0: every earlier key */
+    float scale, softcap;            /* softcap 0: scores are not capped */
 } attention_job;
 
 /* Rotary embedding, the Hugging Face "rotate half" convention: pairs (i, i + hd/2). */
@@ -37,12 +41,17 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
     for (int64_t i = half; i < hd; i++) out[i] = x[i] * cos[i] + x[i - half] * sin[i];
 }
 
-/* One query head against keys 0..n_keys-1 of its kv head: out = softmax(q . K * scale) . V.
+/* A score's soft cap (Gemma 2's attn_logit_softcapping): c * tanh(s / c), or s itself for c = 0. */
+static inline float cap(float score, float softcap) {
+    return softcap > 0.0f ? softcap * tanhf(score / softcap) : score;
+}
+
+/* One query head against keys 0..n_keys-1 of its kv head: out = softmax(cap(q . K * scale)) . V.
    HD is a constant at the calls that matter (64, 128), so q and the output's partial sums stay
    in registers across the keys. HD must be a multiple of 8 here. */
 static inline __attribute__((always_inline)) void
 attend_head(const float *q, const float *keys, const float *values, int64_t n_keys, float scale,
-            float *out, const int64_t HD) {
+            float softcap, float *out, const int64_t HD) {
     const int64_t nv = HD / 8;
     v8 qv[nv], acc[nv];
     for (int64_t c = 0; c < nv; c++) {
@@ -59,6 +68,7 @@ attend_head(const float *q, const float *keys, const float *values, int64_t n_ke
             for (int64_t c = 0; c < nv; c++) dot += qv[c] * load8(key + 8 * c);
             float sc = 0.0f;
             for (int l = 0; l < 8; l++) sc += dot[l];
+            sc = cap(sc, softcap);
             scores[i] = sc;
             if (sc > block_best) block_best = sc;
         }
@@ -85,13 +95,13 @@ attend_head(const float *q, const float *keys, const float *values, int64_t n_ke
 /* The same for any head dimension, one float at a time (no model here has one that is not a
    multiple of 8). */
 static void attend_head_any(const float *q, const float *keys, const float *values, int64_t n_keys,
-                            float scale, float *out, int64_t hd) {
+                            float scale, float softcap, float *out, int64_t hd) {
     float best = -INFINITY, total = 0.0f, acc[hd];
     memset(acc, 0, sizeof acc);
     for (int64_t i = 0; i < n_keys; i++) {
         float sc = 0.0f;
         for (int64_t c = 0; c < hd; c++) sc += q[c] * keys[i * hd + c];
-        sc *= scale;
+        sc = cap(sc * scale, softcap);
         if (sc > best) {
             const float r = expf(best - sc);
             total *= r;
@@ -114,6 +124,8 @@ static void attend_one(const attention_job *j, int64_t t, int64_t h) {
     else memcpy(keys + pos * hd, k, hd * sizeof(float));
     memcpy(values + pos * hd, j->v + t * j->v_stride + h * hd, hd * sizeof(float));
 
+    const int64_t first = j->window > 0 && pos >= j->window ? pos - j->window + 1 : 0, n_keys = pos + 1 - first;
+    const float *seen_keys = keys + first * hd, *seen_values = values + first * hd;
     for (int64_t g = 0; g < group; g++) {
         const int64_t head = h * group + g;
         const float *q = j->q + t * j->q_stride + head * hd;
@@ -123,12 +135,13 @@ static void attend_one(const attention_job *j, int64_t t, int64_t h) {
             q = rotated;
         }
         float *o = j->out + t * j->heads * hd + head * hd;
+        const float scale = j->scale, softcap = j->softcap;
         switch (hd) {
-        case 64: attend_head(q, keys, values, pos + 1, j->scale, o, 64); break;
-        case 128: attend_head(q, keys, values, pos + 1, j->scale, o, 128); break;
+        case 64: attend_head(q, seen_keys, seen_values, n_keys, scale, softcap, o, 64); break;
+        case 128: attend_head(q, seen_keys, seen_values, n_keys, scale, softcap, o, 128); break;
         default:
-            if (hd % 8 == 0) attend_head(q, keys, values, pos + 1, j->scale, o, hd);
-            else attend_head_any(q, keys, values, pos + 1, j->scale, o, hd);
+            if (hd % 8 == 0) attend_head(q, seen_keys, seen_values, n_keys, scale, softcap, o, hd);
+            else attend_head_any(q, seen_keys, seen_values, n_keys, scale, softcap, o, hd);
         }
     }
 }
@@ -141,14 +154,27 @@ static void attention_part(void *arg, int part, int parts) {
 }
 
 /* cos and sin: (d, hd) rows for each token to rotate q and k with, or NULL if they are rotated.
+   scale multiplies the scores (1 / sqrt(hd) for most models); softcap > 0 caps them (0: no cap);
+   window > 0 keeps each token to its last window keys (0: all of them).
    Returns 0, or -1 when the query heads do not share the kv heads evenly (or hd is odd with cos). */
+int psk_decode_attention_scaled(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
+                                const float *v, int64_t v_stride, float *cache_k, float *cache_v,
+                                const int64_t *slots, const int64_t *positions, const float *cos,
+                                const float *sin, float *out, int64_t d, int64_t heads, int64_t kv_heads,
+                                int64_t max_len, int64_t hd, int64_t window, float scale, float softcap) {
+    if (kv_heads < 1 || heads % kv_heads || (cos && hd % 2)) return -1;
+    attention_job job = {q, k, v, q_stride, k_stride, v_stride, cache_k, cache_v, slots, positions, cos, sin, out,
+                         d, heads, kv_heads, max_len, hd, window, scale, softcap};
+    pool_run(attention_part, &job);
+    return 0;
+}
+
+/* The usual scale, 1 / sqrt(hd), no cap and no window (the fused decode layer's call, layer.c). */
 int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                          const float *v, int64_t v_stride, float *cache_k, float *cache_v,
                          const int64_t *slots, const int64_t *positions, const float *cos, const float *sin,
                          float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t max_len, int64_t hd) {
-    if (kv_heads < 1 || heads % kv_heads || (cos && hd % 2)) return -1;
-    attention_job job = {q, k, v, q_stride, k_stride, v_stride, cache_k, cache_v, slots, positions, cos, sin, out,
-                         d, heads, kv_heads, max_len, hd, 1.0f / sqrtf((float)hd)};
-    pool_run(attention_part, &job);
-    return 0;
+    return psk_decode_attention_scaled(q, q_stride, k, k_stride, v, v_stride, cache_k, cache_v, slots, positions,
+                                       cos, sin, out, d, heads, kv_heads, max_len, hd, 0, 1.0f / sqrtf((float)hd),
+                                       0.0f);
 }

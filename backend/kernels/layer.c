@@ -4,8 +4,8 @@
    chained here so that a step of a small model is not mostly Python between kernels: at batch 1
    each layer is about ten calls of a few microseconds of interpreter each.
 
-   Each matrix comes with its kind (quant.h): float32 panels or quantized panels, so one layer
-   may mix them. x (n, hidden) is updated in place; scratch holds n * (hidden + qkv + heads*hd + 3 ff) floats.
+   Each matrix comes with its kind (quant.h): float32 panels, quantized panels, or row segments
+   each in its own format (PSK_SEGMENTS), so one layer -- and one fused matrix -- may mix them. x (n, hidden) is updated in place; scratch holds n * (hidden + qkv + heads*hd + 3 ff) floats.
 */
 #include <stddef.h>
 #include <stdint.h>

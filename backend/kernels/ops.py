@@ -48,30 +48,42 @@ def _product(x: torch.Tensor, weights: torch.Tensor, fmt: str, out_features: int
     y = torch.empty(*x.shape[:-1], out_features, dtype=x.dtype)
     if residual is not None:
         residual = residual.contiguous()
-    if n and _lib().psk_matmul(KINDS[fmt], weights.data_ptr(), x.data_ptr(), _ptr(bias), _ptr(residual),
-                               y.data_ptr(), n, out_features, inp):
+    failed = n and _lib().psk_matmul(KINDS[fmt], weights.data_ptr(), x.data_ptr(), _ptr(bias), _ptr(residual),
+                                     y.data_ptr(), n, out_features, inp)
+    if failed == -3:
+        raise ValueError(f"matrix product: its row segments do not add up to {out_features} rows")
+    if failed:
         raise MemoryError("matrix product: no memory for its scratch")
     return y
 
 
-# The kernels' codes for the matrix formats (quant.h): float32 panels, then the GGUF block formats.
-KINDS = {"float32": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3}
-BLOCK = 32
+# The kernels' codes for the matrix formats (quant.h): float32 panels, then the GGUF formats, then
+# "segments" (a matrix whose row segments each have their own format: see segments()).
+KINDS = {"float32": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3, "q5_0": 4, "q5_1": 5, "q4_k": 6, "q5_k": 7, "q6_k": 8,
+         "f16": 9, "bf16w": 10, "segments": 64}
 
 
 def quantize_rows(w: torch.Tensor, fmt: str) -> torch.Tensor:
-    """A float32 (rows, in) matrix as rows of GGUF blocks, uint8 (rows, in / 32 * block bytes)."""
+    """A float32 (rows, in) matrix as rows of GGUF blocks, uint8 (rows, in / block * block bytes)."""
     w = w.detach().to(torch.float32).contiguous()
     rows, inp = w.shape
-    out = torch.empty(rows, inp // BLOCK * precision(fmt).block_bytes, dtype=torch.uint8)
+    p = precision(fmt)
+    _check_block(fmt, inp)
+    out = torch.empty(rows, inp // p.block * p.block_bytes, dtype=torch.uint8)
     if w.numel():
         _lib().psk_quantize_rows(KINDS[fmt], w.data_ptr(), rows, inp, out.data_ptr())
     return out
 
 
+def _check_block(fmt: str, inp: int) -> None:
+    if inp % precision(fmt).block:
+        raise ValueError(f"{fmt} takes rows of whole blocks of {precision(fmt).block} weights, not {inp}")
+
+
 def dequantize_rows(blocks: torch.Tensor, fmt: str, inp: int) -> torch.Tensor:
     """Rows of GGUF blocks back to float32 (rows, in): the exact values the products multiply by."""
     blocks = blocks.contiguous()
+    _check_block(fmt, inp)
     w = torch.empty(blocks.shape[0], inp, dtype=torch.float32)
     if w.numel():
         _lib().psk_dequantize_rows(KINDS[fmt], blocks.data_ptr(), blocks.shape[0], inp, w.data_ptr())
@@ -79,17 +91,28 @@ def dequantize_rows(blocks: torch.Tensor, fmt: str, inp: int) -> torch.Tensor:
 
 
 def quant_pack(blocks: torch.Tensor, fmt: str, inp: int) -> torch.Tensor:
-    """Rows of GGUF blocks (out, in / 32 * block bytes) -> the quantized products' panels (quant.h)."""
+    """Rows of GGUF blocks (out, in / block * block bytes) -> the quantized products' panels (quant.h)."""
     blocks = blocks.contiguous()
     out = blocks.shape[0]
+    _check_block(fmt, inp)
+    if blocks.shape[1] != inp // precision(fmt).block * precision(fmt).block_bytes:
+        raise ValueError(f"{fmt}: rows of {blocks.shape[1]} bytes are not {inp} weights' blocks")
     packed = torch.empty(_lib().psk_quant_packed_bytes(KINDS[fmt], out, inp), dtype=torch.uint8)
     _lib().psk_quant_pack(KINDS[fmt], blocks.data_ptr(), out, inp, packed.data_ptr())
     return packed
 
 
+def segments(parts: list[tuple[str, int, torch.Tensor]]) -> torch.Tensor:
+    """The kernels' list of row segments, (format, rows, packed data) each in row order: int64
+    [count, then kind, rows, pointer per segment]. The packed tensors must outlive it."""
+    return torch.tensor([len(parts), *(v for fmt, rows, data in parts for v in (KINDS[fmt], rows, data.data_ptr()))],
+                        dtype=torch.int64)
+
+
 def qlinear(x: torch.Tensor, packed: torch.Tensor, fmt: str, out_features: int,
             bias: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """x (..., in) @ W^T (+ bias) (+ residual) for W packed by quant_pack; in is a multiple of 32."""
+    """x (..., in) @ W^T (+ bias) (+ residual) for W packed by quant_pack (in a multiple of the
+    format's block), or fmt "segments" and the list segments() made."""
     return _product(x, packed, fmt, out_features, bias, residual)
 
 
@@ -114,12 +137,15 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor,
                      cache_v: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                     rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                     rotary: tuple[torch.Tensor, torch.Tensor] | None = None, scale: float | None = None,
+                     softcap: float | None = None, window: int | None = None) -> torch.Tensor:
     """One token per row: q (D, heads, hd), k and v (D, kv_heads, hd) -> (D, heads * hd).
 
     Writes each row's key and value into its slot at its position of cache_k and cache_v
     ((slots, kv_heads, max_len, hd)), then attends to that slot's keys 0..position. With
     rotary = (cos, sin), each (D, ..., hd), q and k are rotated here first (not yet rotated).
+    scale: the scores' factor (None: 1 / sqrt(hd)); softcap: c to cap each score at c * tanh(s / c);
+    window: each row sees only its last `window` keys (None: keys 0..position).
     """
     # rows may be strided (views into the fused projection); heads and dims must not be
     q, k, v = (t if t.stride(2) == 1 and t.stride(1) == t.shape[2] else t.contiguous() for t in (q, k, v))
@@ -128,10 +154,11 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k:
     out = torch.empty(d, heads * hd, dtype=q.dtype)
     slots, positions = slots.contiguous(), positions.contiguous()
     cos, sin = (None, None) if rotary is None else (t.contiguous() for t in rotary)
-    failed = _lib().psk_decode_attention(
+    failed = _lib().psk_decode_attention_scaled(
         q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
         cache_k.data_ptr(), cache_v.data_ptr(), slots.data_ptr(), positions.data_ptr(), _ptr(cos), _ptr(sin),
-        out.data_ptr(), d, heads, kv_heads, cache_k.shape[2], hd)
+        out.data_ptr(), d, heads, kv_heads, cache_k.shape[2], hd, window or 0,
+        hd ** -0.5 if scale is None else scale, softcap or 0.0)
     if failed:
         raise ValueError(f"decode attention: {heads} query heads do not share {kv_heads} kv heads evenly "
                          f"(or the head dimension {hd} is odd)")
@@ -165,3 +192,22 @@ def llama_decode_layers(x: torch.Tensor, weights: torch.Tensor, kinds: torch.Ten
 def decode_scratch_size(d: int, hidden: int, heads: int, kv_heads: int, hd: int, ff: int) -> int:
     """Floats of scratch llama_decode_layer needs for d tokens."""
     return d * (hidden + (heads + 2 * kv_heads) * hd + heads * hd + 3 * ff)
+
+
+def moe(x: torch.Tensor, residual: torch.Tensor, router: torch.Tensor, router_kind: int, experts: torch.Tensor,
+        top_k: int, ff: int, norm_topk: bool, chosen: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """residual + the mixture of experts on x (N, d) (moe.c), and the distinct experts it touched.
+
+    router: the packed (E, d) router matrix of KINDS code router_kind; experts: int64 (E, 4) rows
+    of [gate_up pointer, down pointer, gate_up kind, down kind] of packed matrices; chosen, an
+    int64 (N, top_k) tensor, receives each row's experts."""
+    x, residual = x.contiguous(), residual.contiguous()
+    n, d = x.shape
+    y = torch.empty_like(residual)
+    if n == 0:
+        return y, 0
+    touched = _lib().psk_moe(x.data_ptr(), residual.data_ptr(), y.data_ptr(), n, d, router.data_ptr(), router_kind,
+                             experts.data_ptr(), experts.shape[0], top_k, ff, int(norm_topk), _ptr(chosen))
+    if touched < 0:
+        raise MemoryError("mixture of experts: no memory for its scratch")
+    return y, touched

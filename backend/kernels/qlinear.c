@@ -1,141 +1,164 @@
-/* Matrix products with quantized weights (formats and panel layout in quant.h).
+/* Matrix products with quantized or half-width weights (formats and panel layout in quant.h).
 
-   y (n, out) = x (n, in) @ W^T (+ bias) (+ residual), x and y float32, W packed Q8_0, Q4_0 or
-   Q4_1. The weights are dequantized in registers and the arithmetic is float32, so a product
+   y (n, out) = x (n, in) @ W^T (+ bias) (+ residual), x and y float32, W packed in any of
+   quant.h's formats -- or a list of row segments, each in its own format (PSK_SEGMENTS: a
+   fused q|k|v matrix whose GGUF pieces are Q5_0 and Q8_0 runs as stored, in one pass of the
+   pool). The weights are dequantized in registers and the arithmetic is float32, so a product
    equals the float32 one on the same dequantized weights up to the order of its additions.
    (llama.cpp quantizes the activations to int8 as well and multiplies integers; tried here,
    that flips the bundled model's answer to the Paris question, as it does in llama.cpp.)
 
-   Per block of 32 inputs and per row of x, the formats leave one scale and one offset:
-     Q8_0   sum_k d q_k x_k        = d * t
-     Q4_0   sum_k d (q_k - 8) x_k  = d * (t - 8 s)
-     Q4_1   sum_k (d q_k + m) x_k  = d * t + m * s
+   Per sub-block of inputs sharing a scale, and per row of x, the formats leave one scale and
+   one offset:
+     Q8_0   sum_k d q_k x_k              = d t
+     Q4_0   sum_k d (q_k - 8) x_k        = d (t - 8 s)      (Q5_0: 16)
+     Q4_1   sum_k (d q_k + m) x_k        = d t + m s        (Q5_1)
+     Q4_K   sum_k (d sc q_k - dmin mn) x_k = (d sc) t - (dmin mn) s, per sub-block of 32 (Q5_K)
+     Q6_K   sum_k d sc (q_k - 32) x_k    = (d sc) t, q_k - 32 taken in the integer lanes
+     F16    sum_k w_k x_k                = t
    with t = sum_k q_k x_k, the raw quants (small integers, exact in float) times x, for 16
-   output rows at once in the lanes of one vector, and s = sum_k x_k, once per activation block.
-   As in linear.c, a thread takes a contiguous range of panels and reads them front to back (a
-   decode step streams the weights once); up to XB rows of x share each widened weight vector.
+   output rows at once in the lanes of one vector, and s = sum_k x_k over 32 inputs, once per
+   activation block. A K-quant's 6-bit scales are decoded for the 16 rows at once, in vector
+   lanes, from its transposed scale bytes.
+   A thread takes a contiguous range of panels (of equal bytes, across segments) and reads them
+   front to back (a decode step streams the weights once); up to XB rows of x share each
+   widened weight vector. The register helpers are in qvec.h, the prefill path's dequantized
+   panels in qdequant.c.
 */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 #include "kernels.h"
 #include "pool.h"
 #include "quant.h"
+#include "qvec.h"
 
 #if defined(__AVX512F__)
 #define XB 8                          /* rows of x per tile: 8 float accumulators of 16 lanes */
 #else
 #define XB 2
 #endif
-
-typedef float v16f __attribute__((vector_size(64)));
-typedef uint8_t v16u __attribute__((vector_size(16)));
-
-static inline v16u load16(const uint8_t *p) { v16u v; memcpy(&v, p, 16); return v; }
-
-/* 16 bytes -> 16 floats, unsigned or signed (GCC's generic conversion of these types goes byte by byte). */
-static inline __attribute__((always_inline)) v16f widen(v16u b, const int is_signed) {
-    v16f f;
-#if defined(__AVX512F__)
-    __m128i x;
-    memcpy(&x, &b, 16);
-    const __m512 v = _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(x) : _mm512_cvtepu8_epi32(x));
-    memcpy(&f, &v, 64);
-#elif defined(__AVX2__)
-    __m128i x;
-    memcpy(&x, &b, 16);
-    const __m128i hi = _mm_unpackhi_epi64(x, x);
-    const __m256 v0 = _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(x) : _mm256_cvtepu8_epi32(x));
-    const __m256 v1 = _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi));
-    memcpy(&f, &v0, 32);
-    memcpy((char *)&f + 32, &v1, 32);
-#else
-    for (int r = 0; r < 16; r++) f[r] = is_signed ? (float)(int8_t)b[r] : (float)b[r];
+#define QK 32                         /* inputs per activation sum */
+#define FP 32                         /* outputs per float32 panel (linear.c) */
+#ifndef PREFETCH
+#define PREFETCH 4096                 /* bytes ahead of the chunk being read that a tile prefetches */
 #endif
-    return f;
-}
-
-/* 16 bytes of 4-bit pairs -> the 16 low nibbles and the 16 high ones as floats: widened to 32 bits
-   first, so that the masking and the shift are one instruction each (bytes have no shift). */
-static inline __attribute__((always_inline)) void nibbles(v16u b, v16f *lo, v16f *hi) {
-#if defined(__AVX512F__)
-    __m128i x;
-    memcpy(&x, &b, 16);
-    const __m512i v = _mm512_cvtepu8_epi32(x);
-    const __m512 l = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
-    const __m512 h = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-    memcpy(lo, &l, 64);
-    memcpy(hi, &h, 64);
-#else
-    *lo = widen(b & 0x0f, 0);
-    *hi = widen(b >> 4, 0);
-#endif
-}
-
-/* 16 fp16 scales -> floats. */
-static inline __attribute__((always_inline)) v16f halves(const uint8_t *p) {
-    v16f f;
-#if defined(__AVX512F__)
-    __m256i h;
-    memcpy(&h, p, 32);
-    const __m512 v = _mm512_cvtph_ps(h);
-    memcpy(&f, &v, 64);
-#elif defined(__F16C__)
-    __m128i h0, h1;
-    memcpy(&h0, p, 16);
-    memcpy(&h1, p + 16, 16);
-    const __m256 v0 = _mm256_cvtph_ps(h0), v1 = _mm256_cvtph_ps(h1);
-    memcpy(&f, &v0, 32);
-    memcpy((char *)&f + 32, &v1, 32);
-#else
-    for (int r = 0; r < 16; r++) {
-        uint16_t h;
-        memcpy(&h, p + 2 * r, 2);
-        f[r] = quant_half_to_float(h);
-    }
-#endif
-    return f;
-}
 
 /* One tile: rows [0, NB) of x against one panel, into y's columns [o, o + width). xs holds each
-   row's block sums, (n, in / 32). NB is a constant at every call, so the sums stay in registers. */
-static inline __attribute__((always_inline)) void
+   row's sums of 32 inputs, (n, in / 32). NB is a constant at every call, so the sums stay in
+   registers. */
+INLINE void
 qtile(const int kind, const uint8_t *panel, const float *xb, const float *xs, const float *bias,
       const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, const int NB) {
-    const int64_t nb = in / QK, chunk = quant_chunk_bytes(kind), scales = quant_scale_bytes(kind);
+    const int64_t bs = quant_block_size(kind), nb = in / bs, chunk = quant_chunk_bytes(kind), ns = in / QK;
     /* C independent sums per row of x: a fused multiply-add takes several cycles, so a tile of
        one or two rows would otherwise wait on one chain of 32 of them per block. */
-    const int C = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;
+    const int C = NB <= 2 ? 4 : NB <= 4 ? 2 : 1, C2 = C >= 2 ? 2 : 1;
     v16f acc[XB];
     for (int j = 0; j < NB; j++) acc[j] = (v16f){0};
     for (int64_t kb = 0; kb < nb; kb++) {
-        const uint8_t *c = panel + kb * chunk, *qs = c + scales;
-        const float *xk = xb + kb * QK;
+        const uint8_t *c = panel + kb * chunk, *qs = c + qs_at(kind);
+        const float *xk = xb + kb * bs;
+        const float *sk = xs + kb * bs / QK;
+        /* the bytes PREFETCH ahead, a chunk's worth a chunk: a K-quant chunk is read out of order
+           (its scales after its quants), which the hardware's stream prefetcher follows poorly */
+        for (int64_t at = 0; at < chunk; at += 64) __builtin_prefetch(c + PREFETCH + at);
+        if (kind == PSK_Q4_K || kind == PSK_Q5_K) {
+            const v16f d = halves(c), dmin = halves(c + 2 * QR);
+            for (int g = 0; g < 4; g++) {
+                v16f tl[XB][2], th[XB][2];
+                for (int j = 0; j < NB; j++)
+                    for (int a = 0; a < C2; a++) tl[j][a] = th[j][a] = (v16f){0};
+                for (int l = 0; l < 32; l += 2) {
+                    v16f lo0, hi0, lo1, hi1;
+                    const uint8_t *q = qs + QR * (32 * g + l);
+                    if (kind == PSK_Q4_K) {
+                        nibbles(load16(q), &lo0, &hi0);
+                        nibbles(load16(q + QR), &lo1, &hi1);
+                    } else {
+                        const uint8_t *h = c + 16 * QR + QR * l;
+                        const v16i h0 = widen_i(load16(h), 0) << 4, h1 = widen_i(load16(h + QR), 0) << 4;
+                        fives(load16(q), h0, 2 * g, h0, 2 * g + 1, &lo0, &hi0);
+                        fives(load16(q + QR), h1, 2 * g, h1, 2 * g + 1, &lo1, &hi1);
+                    }
+                    for (int j = 0; j < NB; j++) {
+                        const float *xj = xk + j * in + 64 * g + l;
+                        tl[j][0] += lo0 * xj[0];
+                        th[j][0] += hi0 * xj[32];
+                        tl[j][1 % C2] += lo1 * xj[1];
+                        th[j][1 % C2] += hi1 * xj[33];
+                    }
+                }
+                v16i sl, ml, sh, mh;
+                k_scales(c + 4 * QR, 2 * g, &sl, &ml);
+                k_scales(c + 4 * QR, 2 * g + 1, &sh, &mh);
+                const v16f Dl = d * tof(sl), Ml = dmin * tof(ml), Dh = d * tof(sh), Mh = dmin * tof(mh);
+                for (int j = 0; j < NB; j++) {
+                    const float *s = sk + j * ns + 2 * g;
+                    acc[j] += Dl * sum_of(tl[j], C2) + Dh * sum_of(th[j], C2) - (Ml * s[0] + Mh * s[1]);
+                }
+            }
+            continue;
+        }
+        if (kind == PSK_Q6_K) {
+            const v16f d = halves(c + 208 * QR);
+            for (int h = 0; h < 2; h++)
+                for (int p = 0; p < 2; p++)
+                    for (int lh = 0; lh < 32; lh += 16) {
+                        v16f ta[XB][2], tb[XB][2];
+                        for (int j = 0; j < NB; j++)
+                            for (int a = 0; a < C2; a++) ta[j][a] = tb[j][a] = (v16f){0};
+                        for (int l = lh; l < lh + 16; l += 2) {
+                            v16f a0, b0, a1, b1;
+                            const uint8_t *ql = c + QR * (64 * h + 32 * p + l), *qh = c + QR * (128 + 32 * h + l);
+                            sixes(load16(ql), load16(qh), p, &a0, &b0);
+                            sixes(load16(ql + QR), load16(qh + QR), p, &a1, &b1);
+                            for (int j = 0; j < NB; j++) {
+                                const float *xj = xk + j * in + 128 * h + 32 * p + l;
+                                ta[j][0] += a0 * xj[0];
+                                tb[j][0] += b0 * xj[64];
+                                ta[j][1 % C2] += a1 * xj[1];
+                                tb[j][1 % C2] += b1 * xj[65];
+                            }
+                        }
+                        const int sa = 8 * h + 2 * p + lh / 16, sb = sa + 4;
+                        const v16f Da = d * widen(load16(c + QR * (192 + sa)), 1);
+                        const v16f Db = d * widen(load16(c + QR * (192 + sb)), 1);
+                        for (int j = 0; j < NB; j++) acc[j] += Da * sum_of(ta[j], C2) + Db * sum_of(tb[j], C2);
+                    }
+            continue;
+        }
         v16f t[XB][4];
         for (int j = 0; j < NB; j++)
             for (int a = 0; a < C; a++) t[j][a] = (v16f){0};
         /* four inputs at a time, so that every index into t is a constant and t lives in registers */
-        if (kind == PSK_Q8_0) {
-            for (int k = 0; k < QK; k += 4) {
-                const v16f w0 = widen(load16(qs + QR * k), 1), w1 = widen(load16(qs + QR * (k + 1)), 1);
-                const v16f w2 = widen(load16(qs + QR * (k + 2)), 1), w3 = widen(load16(qs + QR * (k + 3)), 1);
+        if (kind == PSK_Q8_0 || kind == PSK_F16 || kind == PSK_BF16) {
+            for (int k = 0; k < 32; k += 4) {
+                v16f w[4];
+                for (int i = 0; i < 4; i++)
+                    w[i] = kind == PSK_Q8_0 ? widen(load16(qs + QR * (k + i)), 1)
+                         : kind == PSK_F16 ? halves(qs + 2 * QR * (k + i)) : bhalves(qs + 2 * QR * (k + i));
                 for (int j = 0; j < NB; j++) {
                     const float *xj = xk + j * in + k;
-                    t[j][0] += w0 * xj[0];
-                    t[j][1 % C] += w1 * xj[1];
-                    t[j][2 % C] += w2 * xj[2];
-                    t[j][3 % C] += w3 * xj[3];
+                    t[j][0] += w[0] * xj[0];
+                    t[j][1 % C] += w[1] * xj[1];
+                    t[j][2 % C] += w[2] * xj[2];
+                    t[j][3 % C] += w[3] * xj[3];
                 }
             }
         } else {
-            for (int k = 0; k < QK / 2; k += 2) {
+            const v16i qh = kind == PSK_Q5_0 || kind == PSK_Q5_1 ? load_i32(qs - 4 * QR) : (v16i){0};
+            const v16i hl = qh << 4, hh = qh >> 12;   /* input k's bit at k + 4, input k + 16's at k + 4 */
+            for (int k = 0; k < 16; k += 2) {
                 v16f lo0, hi0, lo1, hi1;
-                nibbles(load16(qs + QR * k), &lo0, &hi0);
-                nibbles(load16(qs + QR * (k + 1)), &lo1, &hi1);
+                if (kind == PSK_Q4_0 || kind == PSK_Q4_1) {
+                    nibbles(load16(qs + QR * k), &lo0, &hi0);
+                    nibbles(load16(qs + QR * (k + 1)), &lo1, &hi1);
+                } else {
+                    fives(load16(qs + QR * k), hl, k, hh, k, &lo0, &hi0);
+                    fives(load16(qs + QR * (k + 1)), hl, k + 1, hh, k + 1, &lo1, &hi1);
+                }
                 for (int j = 0; j < NB; j++) {
                     const float *xj = xk + j * in + k;
                     t[j][0] += lo0 * xj[0];
@@ -145,14 +168,15 @@ qtile(const int kind, const uint8_t *panel, const float *xb, const float *xs, co
                 }
             }
         }
-        const v16f d = halves(c);
-        const v16f m = kind == PSK_Q4_1 ? halves(c + 2 * QR) : (v16f){0};
+        const v16f d = kind == PSK_F16 || kind == PSK_BF16 ? (v16f){0} : halves(c);
+        const v16f m = kind == PSK_Q4_1 || kind == PSK_Q5_1 ? halves(c + 2 * QR) : (v16f){0};
         for (int j = 0; j < NB; j++) {
-            v16f sum = t[j][0];
-            for (int a = 1; a < C; a++) sum += t[j][a];
-            const float s = xs[j * nb + kb];
+            const v16f sum = sum_of(t[j], C);
+            const float s = sk[j * ns];
             if (kind == PSK_Q8_0) acc[j] += d * sum;
+            else if (kind == PSK_F16 || kind == PSK_BF16) acc[j] += sum;
             else if (kind == PSK_Q4_0) acc[j] += d * (sum - 8.0f * s);
+            else if (kind == PSK_Q5_0) acc[j] += d * (sum - 16.0f * s);
             else acc[j] += d * sum + m * s;
         }
     }
@@ -163,48 +187,14 @@ qtile(const int kind, const uint8_t *panel, const float *xb, const float *xs, co
     }
 }
 
-/* A panel's weights as floats, w = d (q - z) or d q + m (the exact values psk_dequantize_rows
-   gives), into columns [half * 16, half * 16 + 16) of a float panel (in, 32) as linear.c lays
-   them out. For many rows of x (a prefill) two panels are dequantized once and multiplied by
-   linear.c's float kernel, instead of dequantizing them again for every tile of XB rows. */
-static void dequantize_panel(const int kind, const uint8_t *panel, int64_t in, float *wf, int half) {
-    const int64_t nb = in / QK, chunk = quant_chunk_bytes(kind), scales = quant_scale_bytes(kind);
-    float *cols = wf + QR * half;
-    for (int64_t kb = 0; kb < nb; kb++) {
-        const uint8_t *c = panel + kb * chunk, *qs = c + scales;
-        const v16f d = halves(c), m = kind == PSK_Q4_1 ? halves(c + 2 * QR) : (v16f){0};
-        float *out = cols + kb * QK * 2 * QR;
-        if (kind == PSK_Q8_0) {
-            for (int k = 0; k < QK; k++) {
-                const v16f w = d * widen(load16(qs + QR * k), 1);
-                memcpy(out + 2 * QR * k, &w, sizeof w);
-            }
-        } else {
-            const float z = kind == PSK_Q4_0 ? 8.0f : 0.0f;
-            for (int k = 0; k < QK / 2; k++) {
-                v16f lo, hi;
-                nibbles(load16(qs + QR * k), &lo, &hi);
-                lo = d * (lo - z) + m;
-                hi = d * (hi - z) + m;
-                memcpy(out + 2 * QR * k, &lo, sizeof lo);
-                memcpy(out + 2 * QR * (k + 16), &hi, sizeof hi);
-            }
-        }
-    }
-}
-
-typedef struct {
-    int kind;
-    const uint8_t *w;
-    const float *x, *xs, *bias, *residual;
-    float *y;
-    int64_t n, out, in;
-} qlinear_job;
+typedef void tile_fn(const uint8_t *, const float *, const float *, const float *, const float *, float *,
+                     int64_t, int64_t, int64_t, int64_t, int);
 
 #define TILE(KIND, NB) qtile(KIND, panel, xb, xs, bias, rb, yb, out, in, o, width, NB)
-#define DEFINE_TILE(NAME, KIND)                                                                            \
-    static void NAME(const uint8_t *panel, const float *xb, const float *xs, const float *bias,           \
-                     const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, int nb) { \
+#define DEFINE_TILES(NAME, KIND)                                                                            \
+    static void tile_##NAME(const uint8_t *panel, const float *xb, const float *xs, const float *bias,    \
+                            const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, \
+                            int nb) {                                                                      \
         switch (nb) {                                                                                      \
         case 1: TILE(KIND, 1); break;                                                                      \
         MORE_TILES(KIND)                                                                                   \
@@ -218,56 +208,123 @@ typedef struct {
 #else
 #define MORE_TILES(KIND)
 #endif
-DEFINE_TILE(tile_q8_0, PSK_Q8_0)
-DEFINE_TILE(tile_q4_0, PSK_Q4_0)
-DEFINE_TILE(tile_q4_1, PSK_Q4_1)
+DEFINE_TILES(q8_0, PSK_Q8_0)
+DEFINE_TILES(q4_0, PSK_Q4_0)
+DEFINE_TILES(q4_1, PSK_Q4_1)
+DEFINE_TILES(q5_0, PSK_Q5_0)
+DEFINE_TILES(q5_1, PSK_Q5_1)
+DEFINE_TILES(q4_k, PSK_Q4_K)
+DEFINE_TILES(q5_k, PSK_Q5_K)
+DEFINE_TILES(q6_k, PSK_Q6_K)
+DEFINE_TILES(f16, PSK_F16)
+DEFINE_TILES(bf16, PSK_BF16)
 
-static void qlinear_part(void *arg, int part, int parts) {
-    const qlinear_job *job = arg;
-    const int64_t panels = (job->out + QR - 1) / QR, nb = job->in / QK;
-    /* contiguous ranges of panels, split at even panels (the prefill path takes them in pairs) */
-    const int64_t pairs = (panels + 1) / 2;
-    const int64_t p0 = 2 * (pairs * part / parts), p1 = 2 * (pairs * (part + 1) / parts) < panels
-                                                         ? 2 * (pairs * (part + 1) / parts) : panels;
-    const int64_t panel_bytes = nb * quant_chunk_bytes(job->kind);
-    void (*tile)(const uint8_t *, const float *, const float *, const float *, const float *, float *,
-                 int64_t, int64_t, int64_t, int64_t, int) =
-        job->kind == PSK_Q8_0 ? tile_q8_0 : job->kind == PSK_Q4_0 ? tile_q4_0 : tile_q4_1;
-    if (job->n > XB) {   /* a prefill: each pair of panels dequantized once, then float products */
-        static __thread float *wf;
-        static __thread int64_t wf_size;
-        if (wf_size < job->in * 2 * QR) {
-            free(wf);
-            wf = malloc((size_t)(job->in * 2 * QR) * sizeof(float));
-            wf_size = wf ? job->in * 2 * QR : 0;
-        }
-        if (wf) {
-            for (int64_t p = p0; p < p1; p += 2) {
-                dequantize_panel(job->kind, job->w + p * panel_bytes, job->in, wf, 0);
-                if (p + 1 < panels)   /* else a last lone panel: the right half's columns are not written out */
-                    dequantize_panel(job->kind, job->w + (p + 1) * panel_bytes, job->in, wf, 1);
-                const int64_t o = p * QR, width = job->out - o < 2 * QR ? job->out - o : 2 * QR;
-                psk_linear_panel(wf, job->x, job->bias, job->residual, job->y, job->n, job->out, job->in, o, width);
-            }
-            return;
-        }
+static tile_fn *const TILES[PSK_KINDS] = {NULL, tile_q8_0, tile_q4_0, tile_q4_1, tile_q5_0, tile_q5_1,
+                                          tile_q4_k, tile_q5_k, tile_q6_k, tile_f16, tile_bf16};
+
+/* A matrix's row segments: (kind, rows, pointer) int64 triples after their count (PSK_SEGMENTS). */
+typedef struct {
+    int64_t count;
+    const int64_t *segs;
+    const float *x, *xs, *bias, *residual;
+    float *y;
+    int64_t n, out, in;
+} qlinear_job;
+
+/* A segment's units of work, and the bytes of each: pairs of 16-row panels (the prefill path
+   dequantizes a pair into one 32-wide float panel), or float32 panels of 32 rows. */
+static int64_t seg_units(int kind, int64_t rows, int64_t in, int64_t *unit_bytes) {
+    if (kind == PSK_F32) {
+        *unit_bytes = FP * in * 4;
+        return (rows + FP - 1) / FP;
     }
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *panel = job->w + p * panel_bytes;
-        const int64_t o = p * QR, width = job->out - o < QR ? job->out - o : QR;
-        for (int64_t b = 0; b < job->n; b += XB) {
-            const float *rb = job->residual ? job->residual + b * job->out : NULL;
-            const int rows = job->n - b < XB ? (int)(job->n - b) : XB;
-            tile(panel, job->x + b * job->in, job->xs + b * nb, job->bias, rb, job->y + b * job->out,
-                 job->out, job->in, o, width, rows);
+    *unit_bytes = 2 * (in / quant_block_size(kind)) * quant_chunk_bytes(kind);
+    return ((rows + QR - 1) / QR + 1) / 2;
+}
+
+static float *panel_scratch(int64_t floats) {
+    static __thread float *wf;
+    static __thread int64_t wf_size;
+    if (wf_size < floats) {
+        free(wf);
+        wf = malloc((size_t)floats * sizeof(float));
+        wf_size = wf ? floats : 0;
+    }
+    return wf;
+}
+
+/* Unit u of a segment whose rows start at y's column o0. */
+static void run_unit(const qlinear_job *job, int kind, const uint8_t *w, int64_t rows, int64_t o0, int64_t u) {
+    const int64_t n = job->n, out = job->out, in = job->in;
+    if (kind == PSK_F32) {
+        const int64_t o = u * FP, width = rows - o < FP ? rows - o : FP;
+        psk_linear_panel((const float *)w + u * in * FP, job->x, job->bias, job->residual, job->y, n, out, in,
+                         o0 + o, width);
+        return;
+    }
+    const int64_t panels = (rows + QR - 1) / QR, panel_bytes = in / quant_block_size(kind) * quant_chunk_bytes(kind);
+    const int64_t p = 2 * u;
+    float *wf = n > XB ? panel_scratch(in * 2 * QR) : NULL;
+    if (wf) {   /* a prefill: the pair of panels dequantized once, then float products */
+        psk_dequantize_panel(kind, w + p * panel_bytes, in, wf, 0);
+        if (p + 1 < panels)   /* else a last lone panel: the right half's columns are not written out */
+            psk_dequantize_panel(kind, w + (p + 1) * panel_bytes, in, wf, 1);
+        const int64_t o = p * QR, width = rows - o < 2 * QR ? rows - o : 2 * QR;
+        psk_linear_panel(wf, job->x, job->bias, job->residual, job->y, n, out, in, o0 + o, width);
+        return;
+    }
+    for (int64_t q = p; q < p + 2 && q < panels; q++) {
+        const int64_t o = q * QR, width = rows - o < QR ? rows - o : QR;
+        for (int64_t b = 0; b < n; b += XB) {
+            const float *rb = job->residual ? job->residual + b * out : NULL;
+            const int nrows = n - b < XB ? (int)(n - b) : XB;
+            TILES[kind](w + q * panel_bytes, job->x + b * in, job->xs + b * (in / QK), job->bias, rb, job->y + b * out,
+                        out, in, o0 + o, width, nrows);
         }
     }
 }
 
-/* y = x @ W^T (+ bias) (+ residual) for W packed by psk_quant_pack; in % 32 == 0. Returns -1
-   when there is no memory for the activations' block sums. */
+static void qlinear_part(void *arg, int part, int parts) {
+    const qlinear_job *job = arg;
+    int64_t total = 0, unit_bytes;
+    for (int64_t s = 0; s < job->count; s++)
+        total += seg_units((int)job->segs[3 * s], job->segs[3 * s + 1], job->in, &unit_bytes) * unit_bytes;
+    /* contiguous ranges of units of about equal bytes: unit i goes to the part its middle falls in */
+    int64_t start = 0, o0 = 0;
+    for (int64_t s = 0; s < job->count; s++) {
+        const int kind = (int)job->segs[3 * s];
+        const int64_t rows = job->segs[3 * s + 1];
+        const uint8_t *w = (const uint8_t *)(intptr_t)job->segs[3 * s + 2];
+        const int64_t units = seg_units(kind, rows, job->in, &unit_bytes);
+        for (int64_t u = 0; u < units; u++, start += unit_bytes)
+            if ((start + unit_bytes / 2) * parts / total == part) run_unit(job, kind, w, rows, o0, u);
+        o0 += rows;
+    }
+}
+
+/* The formats whose products need the activations' sums of 32 (an offset or a min per block). */
+static int needs_sums(int kind) {
+    return kind == PSK_Q4_0 || kind == PSK_Q4_1 || kind == PSK_Q5_0 || kind == PSK_Q5_1 || kind == PSK_Q4_K ||
+           kind == PSK_Q5_K;
+}
+
+/* y = x @ W^T (+ bias) (+ residual) for W packed by psk_quant_pack (in a multiple of the
+   format's block), or for kind PSK_SEGMENTS a list of row segments (qlinear_job) whose rows
+   add up to out. Returns -1 when there is no memory for the activations' block sums, -3 for
+   segments that do not add up. */
 int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, const float *residual, float *y,
                 int64_t n, int64_t out, int64_t in) {
+    const int64_t one[3] = {kind, out, (int64_t)(intptr_t)wp};
+    const int64_t *segs = kind == PSK_SEGMENTS ? (const int64_t *)wp + 1 : one;
+    const int64_t count = kind == PSK_SEGMENTS ? ((const int64_t *)wp)[0] : 1;
+    int64_t rows = 0;
+    int sums_needed = 0;
+    for (int64_t s = 0; s < count; s++) {
+        if (segs[3 * s] != PSK_F32 && !quant_is_kind((int)segs[3 * s])) return -3;
+        rows += segs[3 * s + 1];
+        sums_needed |= needs_sums((int)segs[3 * s]);
+    }
+    if (rows != out) return -3;
     static __thread float *sums;
     static __thread int64_t sums_size;
     const int64_t nb = in / QK;
@@ -277,13 +334,13 @@ int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, 
         sums_size = sums ? n * nb : 0;
         if (!sums) return -1;
     }
-    if (kind != PSK_Q8_0)   /* only the 4-bit formats' offsets need the sums */
+    if (sums_needed)   /* only the formats with an offset or a min need the sums */
         for (int64_t i = 0; i < n * nb; i++) {
             float s = 0.0f;
             for (int k = 0; k < QK; k++) s += x[i * QK + k];
             sums[i] = s;
         }
-    qlinear_job job = {kind, wp, x, sums, bias, residual, y, n, out, in};
+    qlinear_job job = {count, segs, x, sums, bias, residual, y, n, out, in};
     pool_run(qlinear_part, &job);
     return 0;
 }

@@ -71,7 +71,8 @@ def available_precisions(device: torch.device) -> list[str]:
     """Every --dtype this device runs: its float dtypes, the GGUF block formats where the CPU kernels
     are built (CPU only), and int8 weight-only."""
     from backend.kernels import ops
-    blocks = ["q8_0", "q4_0", "q4_1"] if ops.usable(device, torch.float32) else []
+    from backend.precision import BLOCK_FORMATS
+    blocks = list(BLOCK_FORMATS) if ops.usable(device, torch.float32) else []
     return [*available_dtypes(device), *blocks, "int8"]
 
 

@@ -9,20 +9,33 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from backend.errors import InputError
+from backend.loaders.hf_gemma import GEMMA_FIELDS, gemma_shape
 from backend.shape import ModelShape
 from backend.loaders.tokenizer import Tokenizer
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama", "Qwen3ForCausalLM": "llama",
     "Phi3ForCausalLM": "llama",
+    "MixtralForCausalLM": "llama", "Qwen3MoeForCausalLM": "llama", "OlmoeForCausalLM": "llama",
+    "Gemma2ForCausalLM": "gemma", "Gemma3ForCausalLM": "gemma",
     "GPT2LMHeadModel": "gpt2",
 }
+# The mixture-of-experts families (backend/models/moe.py), and the config fields each sets that
+# UNIMPLEMENTED refuses for every other architecture.
+MOE_FIELDS = {
+    "MixtralForCausalLM": {"num_local_experts"},
+    "Qwen3MoeForCausalLM": {"num_experts", "num_local_experts", "moe_intermediate_size"},
+    "OlmoeForCausalLM": {"num_experts", "num_local_experts", "clip_qkv"},
+}
+# Mixtral's checkpoint names for its router and experts -> the names hf_destinations uses (Qwen3-MoE's).
+_MIXTRAL_NAMES = {"block_sparse_moe.gate.": "mlp.gate.", "block_sparse_moe.experts.": "mlp.experts.",
+                  ".w1.": ".gate_proj.", ".w3.": ".up_proj.", ".w2.": ".down_proj."}
 # Checkpoints that store projections fused (Phi-3: qkv_proj, gate_up_proj): split into the parts
 # hf_destinations names, at the sizes the model's shape gives them.
 FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -54,7 +67,7 @@ def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tens
     dest = model.hf_destinations()
     tied = model.shape.tie_embeddings
     with torch.no_grad():
-        for name, tensor in _split_fused(tensors, dest):
+        for name, tensor in _split_fused(_split_experts(tensors, model.shape.num_experts), dest):
             if name not in dest and "transformer." + name in dest:
                 name = "transformer." + name  # the original GPT-2 checkpoints have no prefix
             if name not in dest:
@@ -69,6 +82,28 @@ def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tens
     if dest:
         missing = sorted(dest)
         raise InputError(f"{source}: {len(missing)} tensors missing, e.g. {', '.join(missing[:3])}")
+
+
+def _split_experts(tensors: Iterable[tuple[str, torch.Tensor]], num_experts: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """An MoE's tensors under the names hf_destinations uses: Mixtral's renamed, and transformers'
+    in-memory 3-D experts (mlp.experts.gate_up_proj (E, 2 ff, hidden), down_proj (E, hidden, ff))
+    split into one matrix per expert."""
+    for name, tensor in tensors:
+        if not num_experts or (".experts." not in name and ".block_sparse_moe." not in name):
+            yield name, tensor
+            continue
+        for old, new in _MIXTRAL_NAMES.items():
+            name = name.replace(old, new)
+        head, _, leaf = name.rpartition(".experts.")
+        if leaf in ("gate_up_proj", "down_proj") and tensor.ndim == 3:
+            for e, matrix in enumerate(tensor):
+                if leaf == "down_proj":
+                    yield f"{head}.experts.{e}.down_proj.weight", matrix
+                else:
+                    gate, up = matrix.chunk(2)   # (ff, hidden) each
+                    yield from ((f"{head}.experts.{e}.gate_proj.weight", gate), (f"{head}.experts.{e}.up_proj.weight", up))
+        else:
+            yield name, tensor
 
 
 def _split_fused(tensors: Iterable[tuple[str, torch.Tensor]], dest: dict) -> Iterator[tuple[str, torch.Tensor]]:
@@ -114,22 +149,27 @@ UNIMPLEMENTED = {
     "num_experts": None, "num_local_experts": None, "n_routed_experts": None, "moe_intermediate_size": None,
     "embedding_multiplier": None, "residual_multiplier": None, "attention_multiplier": None,
     "logits_scaling": None, "clip_qkv": None, "rope_local_base_freq": None, "kv_lora_rank": None,
+    "use_bidirectional_attention": False,
 }
-ACTIVATIONS = {"llama": ("silu",), "gpt2": ("gelu_new", "gelu_pytorch_tanh")}
+ACTIVATIONS = {"llama": ("silu",), "gemma": ("gelu_pytorch_tanh",), "gpt2": ("gelu_new", "gelu_pytorch_tanh")}
 
 
 def _refuse_unimplemented(config: dict, arch: str, names: list[str], path) -> None:
     """One line for a field of config.json that these decoders would otherwise silently ignore."""
+    accepted = set().union(*(MOE_FIELDS.get(n, set()) | GEMMA_FIELDS.get(n, set()) for n in names))
     for key, no_op in UNIMPLEMENTED.items():
-        value = config.get(key)
+        value = None if key in accepted else config.get(key)
         if value is not None and value != no_op and value != [] and value != {}:
             raise InputError(f"{path}: config field {key} = {value!r} is not implemented by this engine "
                              f"({', '.join(names)}), so its answers would differ from the reference")
-    act = config.get("hidden_act", config.get("activation_function"))
+    # transformers' Gemma reads hidden_activation (its configs may carry a hidden_act beside it)
+    act = config.get("hidden_activation") if arch == "gemma" else \
+        config.get("hidden_act", config.get("activation_function"))
     if act is not None and act not in ACTIVATIONS[arch]:
         raise InputError(f"{path}: activation {act!r} is not implemented for {', '.join(names)} "
                          f"(this engine runs {' or '.join(ACTIVATIONS[arch])})")
-    if config.get("use_sliding_window") or any(t != "full_attention" for t in config.get("layer_types") or []):
+    if arch != "gemma" and (config.get("use_sliding_window")
+                            or any(t != "full_attention" for t in config.get("layer_types") or [])):
         raise InputError(f"{path}: a sliding window on some layers only (use_sliding_window, layer_types) is not "
                          "implemented yet; Mistral's window on every layer is")
 
@@ -139,10 +179,15 @@ def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch
 
     Mistral's and Phi-3's sliding window (every layer's queries see the last `sliding_window`
     keys) is modelled; Phi-3's fused qkv and gate_up tensors are split as they are copied
-    (`_split_fused`); a field these decoders do not implement is refused (`UNIMPLEMENTED`).
+    (`_split_fused`); a field these decoders do not implement is refused (`UNIMPLEMENTED`). Gemma 2
+    and 3 take the fields only they have from hf_gemma.gemma_shape.
     """
     names = config.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in names if a in ARCHITECTURES), None)
+    if "Gemma3ForConditionalGeneration" in names:
+        raise InputError(f"{path}: Gemma3ForConditionalGeneration is Gemma 3 with its vision tower, which this "
+                         "engine does not run; use a text-only Gemma 3 checkpoint (Gemma3ForCausalLM, e.g. "
+                         "google/gemma-3-1b-it)")
     if arch is None:
         raise InputError(f"{path}: architecture {', '.join(names) or '(none given)'} is not supported; "
                          f"supported: {', '.join(ARCHITECTURES)}")
@@ -169,12 +214,34 @@ def shape_from_config(config: dict, path: Path | str) -> tuple[ModelShape, torch
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
             attention_bias="Qwen2ForCausalLM" in names or bool(config.get("attention_bias", False)),
             # Qwen2's config carries a sliding_window that applies only with use_sliding_window (refused above)
-            sliding_window=config.get("sliding_window") if {"MistralForCausalLM", "Phi3ForCausalLM"} & set(names)
+            sliding_window=config.get("sliding_window")
+            if {"MistralForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM"} & set(names)
             else None,
-            qk_norm="Qwen3ForCausalLM" in names)
+            qk_norm=bool({"Qwen3ForCausalLM", "Qwen3MoeForCausalLM"} & set(names)))
+        if MOE_FIELDS.keys() & set(names):
+            shape = _moe_shape(shape, config, names, path)
+        if arch == "gemma":
+            return gemma_shape(shape, config, names, path)
     except KeyError as exc:
         raise InputError(f"{path}: missing field {exc.args[0]!r}") from None
     return shape, _rope(config, head_dim, shape.rope_theta, path)
+
+
+def _moe_shape(shape: ModelShape, config: dict, names: list[str], path) -> ModelShape:
+    """The mixture-of-experts fields: every layer sparse (Qwen3-MoE's dense layers are refused)."""
+    if config.get("decoder_sparse_step", 1) != 1 or config.get("mlp_only_layers"):
+        raise InputError(f"{path}: dense MLP layers between the sparse ones (decoder_sparse_step "
+                         f"{config.get('decoder_sparse_step', 1)}, mlp_only_layers {config.get('mlp_only_layers')}) "
+                         "are not implemented; every layer must be a mixture of experts")
+    if config.get("shared_expert_intermediate_size"):
+        raise InputError(f"{path}: shared experts (shared_expert_intermediate_size) are not implemented")
+    experts = config.get("num_local_experts") or config["num_experts"]
+    olmoe = "OlmoeForCausalLM" in names
+    return replace(shape, num_experts=int(experts), experts_per_token=int(config["num_experts_per_tok"]),
+                   intermediate_size=int(config.get("moe_intermediate_size") or config["intermediate_size"]),
+                   norm_topk_prob="MixtralForCausalLM" in names or bool(config.get("norm_topk_prob", False)),
+                   qk_norm=shape.qk_norm or olmoe, qk_norm_full=olmoe,
+                   clip_qkv=float(config["clip_qkv"]) if olmoe and config.get("clip_qkv") is not None else None)
 
 
 def _safetensors_files(folder: Path) -> list[Path]:

@@ -1,12 +1,22 @@
 """Quantized weights at load: which format each matrix runs in, packing the model, and what it holds.
 
-`choose` turns --dtype into a target: a GGUF block format (q8_0, q4_0, q4_1) for every layer
-matrix (the LM head at Q8_0, as llama.cpp writes it),
-"auto" (each matrix in the format its GGUF file stores, where the C kernels run it), "int8"
-(int8 weight-only on torch) or None (plain floats). `apply` packs the model for it, using a
-GGUF's own blocks where they are already in the wanted format and quantizing the floats
-otherwise; `effective` says what the packed model holds: its Precision, with the real bits per
-weight over all matrices, and the bytes a step reads.
+`choose` turns --dtype into a target: a format the C kernels run (backend.precision.BLOCK_FORMATS:
+q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16w) for every layer matrix (the LM head
+at Q8_0, as llama.cpp writes it), "auto" (each matrix in the format its GGUF file stores, where
+the C kernels run it), "int8" (int8 weight-only on torch) or None (plain floats). `apply` packs
+the model for it, using a GGUF's own blocks where they are already in the wanted format and
+quantizing the floats otherwise; `effective` says what the packed model holds: its Precision,
+with the real bits per weight over all matrices and the formats they run in, and the bytes a
+step reads.
+
+A fused matrix (q|k|v, gate|up) is filled by several GGUF tensors, which llama.cpp's mixes store
+in different formats (Q4_K_M: q and k Q5_0, v Q8_0): at "auto" each piece keeps its own format,
+as a row segment of one matrix (packed.QuantPanels.join). A piece in a format the kernels do not
+run (Q2_K, Q3_K, the IQ types) is dequantized to float32, and the description says so.
+
+A K-quant target on a matrix whose input width is not a multiple of 256 falls back as llama.cpp's
+quantizer does: q4_k to q5_0, q5_k to q5_1, q6_k to q8_0 (the bundled SmolLM2's hidden size
+576 is not; its MLP width 1536 is).
 """
 from __future__ import annotations
 
@@ -21,13 +31,14 @@ from backend.loaders.device import dtype_name
 from backend.loaders.hf import Checkpoint
 from backend.shape import ModelShape
 from backend.models.packed import Int8Weight, Panels, QuantPanels, int8_kernel, matrix_bytes, pack_weights, quantize_int8
-from backend.precision import BLOCK_FORMATS, Precision, precision
+from backend.precision import BLOCK_FORMATS, GGUF_FORMATS, K_FALLBACK, Precision, precision
 
 AUTO = "auto"
-# The LM head at --dtype q8_0/q4_0/q4_1, as llama.cpp's quantizer writes it for these formats
-# (Q6_K where the width is a multiple of 256, Q8_0 otherwise; the kernels run no Q6_K, so Q8_0):
-# the bundled Q4_1 file has its head at Q8_0, and at Q4_1 the head alone changes its answers.
+# The LM head at a quantized --dtype, as llama.cpp's quantizer writes it for these formats
+# (Q6_K where the width is a multiple of 256, Q8_0 otherwise): the bundled Q4_1 file has its
+# head at Q8_0, and at Q4_1 the head alone changes its answers. At f16 / bf16w it stays so.
 HEAD_FORMAT = "q8_0"
+HALF_FORMATS = ("f16", "bf16w")
 
 
 def choose(wanted: str, device: torch.device, ckpt: Checkpoint | None) -> str | None:
@@ -42,7 +53,9 @@ def choose(wanted: str, device: torch.device, ckpt: Checkpoint | None) -> str | 
         _check_widths(wanted, ckpt.shape if ckpt is not None else None)
         return wanted
     if wanted == AUTO and device.type == "cpu" and ckpt is not None and ops.usable(device, torch.float32):
-        if any(fmt in BLOCK_FORMATS for name, fmt in ckpt.formats.items() if name.endswith("weight")):
+        stored = {fmt for name, fmt in ckpt.formats.items() if name.endswith("weight")}
+        # a quantized GGUF, or an F16 / BF16 one (a safetensors checkpoint's bf16 stays plain floats)
+        if stored & (set(GGUF_FORMATS) - {"f16", "bf16"}) or (stored & {"f16", "bf16"} and "GGUF" in ckpt.source):
             return AUTO
     return None
 
@@ -71,24 +84,50 @@ def apply(model: torch.nn.Module, target: str, ckpt: Checkpoint | None) -> str:
     formats = ckpt.formats if ckpt is not None else {}
     blocks = ckpt.blocks if ckpt is not None else {}
     done: Counter[str] = Counter()
-
     head_key = _key(model.head_weight)
 
-    def choose_one(w: torch.Tensor) -> tuple[str, torch.Tensor | None]:
+    def wanted(w: torch.Tensor) -> str:
+        fmt = target
+        if _key(w) == head_key and target not in HALF_FORMATS:
+            fmt = HEAD_FORMAT
+        if precision(fmt).block > 32 and w.shape[1] % precision(fmt).block:
+            fmt = K_FALLBACK[fmt]
+        return fmt
+
+    def stored_as(name: str) -> str | None:
+        """The kernels' format that runs this checkpoint tensor as stored, if it does and its bytes are kept."""
+        fmt = GGUF_FORMATS.get(formats.get(name, ""))
+        return fmt if fmt is not None and name in blocks else None
+
+    def choose_one(w: torch.Tensor) -> list[tuple[int, str, torch.Tensor | None]]:
         names = pieces.get(_key(w), [])
-        stored = {formats.get(n) for n in names}
-        fmt = HEAD_FORMAT if target in BLOCK_FORMATS and _key(w) == head_key else target
-        if target == AUTO:   # the stored format where all the matrix's pieces share one the kernels run
-            fmt = stored.pop() if len(stored) == 1 and names and next(iter(stored)) in BLOCK_FORMATS else "float32"
-        if fmt == "float32":
-            done[f"float32 ({'/'.join(sorted(s or '?' for s in stored)) or 'random'} stored)"] += 1
-            return fmt, None
-        if names and all(formats.get(n) == fmt and n in blocks for n in names):
+        if sum(rows for _, rows in names) != w.shape[0]:
+            names = []   # rows no checkpoint tensor fills (random weights): the matrix as a whole
+        stored = sorted({formats.get(n) or "?" for n, _ in names})
+        if target == AUTO:   # each piece in its stored format where the kernels run it, float32 elsewhere
+            segs: list[tuple[int, str, list[torch.Tensor]]] = []
+            for name, rows in names:
+                fmt = stored_as(name) or "float32"
+                if segs and segs[-1][1] == fmt:
+                    segs[-1] = (segs[-1][0] + rows, fmt, segs[-1][2] + [blocks.get(name)])
+                else:
+                    segs.append((rows, fmt, [blocks.get(name)]))
+            if not segs or all(fmt == "float32" for _, fmt, _ in segs):
+                done[f"float32 ({'/'.join(stored) or 'random'} stored)"] += 1
+                return [(w.shape[0], "float32", None)]
+            kinds = "+".join(fmt for _, fmt, _ in segs)
+            unrun = "/".join(s for s in stored if s not in GGUF_FORMATS)
+            where = f", float32 where {unrun} is stored" if "float32" in kinds else ""
+            done[f"{kinds} as stored{where}"] += 1
+            return [(rows, fmt, None if fmt == "float32" else torch.cat(b) if len(b) > 1 else b[0])
+                    for rows, fmt, b in segs]
+        fmt = wanted(w)
+        if names and all(stored_as(n) == fmt for n, _ in names):
             done[f"{fmt} as stored"] += 1
-            return fmt, torch.cat([blocks[n] for n in names]) if len(names) > 1 else blocks[names[0]]
-        origin = "/".join(sorted(s for s in stored if s)) or "random floats"
+            return [(w.shape[0], fmt, torch.cat([blocks[n] for n, _ in names]) if len(names) > 1 else blocks[names[0][0]])]
+        origin = "/".join(s for s in stored if s != "?") or "random floats"
         done[f"{fmt} quantized from {origin}"] += 1
-        return fmt, None
+        return [(w.shape[0], fmt, None)]
 
     if not pack_weights(model, choose_one):
         raise InputError("quantized weights need the project's CPU kernels, which are unavailable here")
@@ -99,13 +138,13 @@ def _key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def _pieces(model: torch.nn.Module) -> dict[int, list[str]]:
-    """Each matrix's storage -> the checkpoint names filling it, in row order (q, k, v for qkv)."""
-    found: dict[int, list[tuple[int, str]]] = {}
+def _pieces(model: torch.nn.Module) -> dict[int, list[tuple[str, int]]]:
+    """Each matrix's storage -> the checkpoint names filling it and their rows, in row order (q, k, v for qkv)."""
+    found: dict[int, list[tuple[int, str, int]]] = {}
     for name, view in model.hf_destinations().items():
         if view.ndim == 2:
-            found.setdefault(_key(view), []).append((view.storage_offset(), name))
-    return {key: [n for _, n in sorted(parts)] for key, parts in found.items()}
+            found.setdefault(_key(view), []).append((view.storage_offset(), name, view.shape[0]))
+    return {key: [(n, rows) for _, n, rows in sorted(parts)] for key, parts in found.items()}
 
 
 def effective(model: torch.nn.Module, target: str, activation: torch.dtype) -> tuple[Precision, int]:
@@ -121,10 +160,17 @@ def effective(model: torch.nn.Module, target: str, activation: torch.dtype) -> t
     matrices.append(head)
     params = sum(m.shape[0] * m.shape[1] for m in matrices)
     nbytes = sum(matrix_bytes(m) for m in matrices)
+    layers: Counter[str] = Counter()
+    every: Counter[str] = Counter()
+    for i, m in enumerate(matrices):
+        for fmt, weights in (m.formats() if isinstance(m, QuantPanels) else [("float32", m.shape[0] * m.shape[1])]):
+            every[fmt] += weights
+            if i < len(matrices) - 1:
+                layers[fmt] += weights
     name = target
-    if target == AUTO:   # the format that holds most of the layers' weights
-        by_format: Counter[str] = Counter()
-        for m in matrices[:-1]:
-            by_format[m.fmt if isinstance(m, QuantPanels) else "float32"] += m.shape[0] * m.shape[1]
-        name = by_format.most_common(1)[0][0]
-    return precision(name, dtype_name(activation), weight_bits=8 * nbytes / params), nbytes + small
+    if target == AUTO or (target != "int8" and target not in layers):
+        # the format that holds most of the layers' weights (a K-quant whose every row fell back
+        # to its 32-block format, --dtype q6_k on a 576-wide model, is named by that format)
+        name = layers.most_common(1)[0][0]
+    held = tuple(f for f, _ in every.most_common()) if target != "int8" else ()
+    return precision(name, dtype_name(activation), weight_bits=8 * nbytes / params, formats=held), nbytes + small

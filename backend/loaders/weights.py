@@ -86,9 +86,10 @@ def list_models() -> list[ModelInfo]:
 
 
 def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """A model ready to run. dtype: a float dtype, a GGUF block format (q8_0, q4_0, q4_1: the CPU
-    kernels), int8 (weight-only, torch), or auto: bfloat16 on CUDA, float16 on MPS, and on the CPU
-    float32 -- or, for a GGUF the kernels can run, the formats it stores (Q4_1 stays Q4_1)."""
+    """A model ready to run. dtype: a float dtype, a GGUF format (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k,
+    q5_k, q6_k, f16, bf16w: the CPU kernels), int8 (weight-only, torch), or auto: bfloat16 on CUDA,
+    float16 on MPS, and on the CPU float32 -- or, for a GGUF the kernels can run, the formats it
+    stores (Q4_1 stays Q4_1, a Q4_K_M file its Q5_0, Q8_0, Q4_K and Q6_K tensors)."""
     dev = resolve_device(device)
     wanted = canonical(dtype)
     synthetic = config_shape(name_or_path)
@@ -151,7 +152,8 @@ def _cached_config_only(repo_id: str) -> Path | None:
     as Qwen/Qwen3-30B-A3B's, without its 60 GB); None when the weights are there or nothing is."""
     try:
         from huggingface_hub import try_to_load_from_cache
-        found = try_to_load_from_cache(repo_id, "config.json")
+        from backend.loaders.discover import hf_cache   # the environment read now, not at import
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hf_cache())
     except Exception:  # noqa: BLE001 -- a malformed id or cache is the same as nothing cached
         return None
     if not isinstance(found, str):
@@ -216,7 +218,7 @@ def _empty_model(shape: ModelShape, factors: torch.Tensor | None, device: torch.
 
 
 def _fill_random(model: torch.nn.Module, seed: int) -> None:
-    """Normal(0, 0.02) matrices, unit norm weights, zero biases.
+    """Normal(0, 0.02) matrices, unit norms (Gemma's store 0: its norms multiply by 1 + weight), zero biases.
 
     Drawing 8 billion normals takes minutes on a CPU; tiling one seeded pool, shifted per
     parameter, runs at copy speed, and the values only need to be sane, not independent.
@@ -225,11 +227,12 @@ def _fill_random(model: torch.nn.Module, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     pool = (torch.randn(_POOL, generator=gen) * _STD).to(first.device, first.dtype)
     shifts = torch.randint(0, _POOL, (len(list(model.parameters())),), generator=gen).tolist()
+    unit = 0.0 if model.shape.arch == "gemma" else 1.0
     with torch.no_grad():
         for (name, p), shift in zip(model.named_parameters(), shifts):
             leaf = name.rsplit(".", 1)[-1]
             if p.ndim == 1:
-                p.fill_(1.0 if leaf.endswith("norm") or (leaf.startswith("ln") and leaf.endswith("_w")) else 0.0)
+                p.fill_(unit if leaf.endswith("norm") or (leaf.startswith("ln") and leaf.endswith("_w")) else 0.0)
                 continue
             src = pool.roll(shift)
             flat = p.view(-1)

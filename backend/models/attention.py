@@ -15,8 +15,16 @@ advance.
 
 With a sliding `window` W (Mistral's config.sliding_window), the query at position i sees the
 keys at positions i - W + 1 .. i, as transformers masks them; the cache still holds every key.
-The C decode kernel attends from key 0, so a step where some decode position is past the window
-runs on SDPA with the window's mask instead.
+The C decode kernel takes the window too, but the fused decode layer (layer.c, LlamaModel's
+decode-only steps) attends from key 0, so by default a step where some decode position is past
+the window runs on SDPA with the window's mask instead; a model that runs its layers one at a
+time asks for `kernel_window` and keeps the kernel there. A model whose layers have different
+windows (Gemma's sliding and global layers) builds one plan per distinct window.
+
+`attend` also takes the model's score scale (Gemma's query_pre_attn_scalar ** -0.5; None is
+SDPA's 1 / sqrt(head_dim)) and Gemma 2's soft cap c, which turns each score s into c * tanh(s / c)
+before the mask and the softmax. SDPA cannot cap, so capped attention outside the C kernel runs
+as transformers' eager attention does: scores, cap, mask, a float32 softmax, values.
 """
 from __future__ import annotations
 
@@ -39,6 +47,7 @@ class AttentionPlan:
     decode_len: int                  # keys the longest decode request sees (0: no decode tokens; -1: not computed)
     decode_mask: torch.Tensor | None # (D, 1, 1, decode_len) additive; None when every request sees every key
     decode_kernel: bool = False      # decode tokens go to the C kernel (which needs no key length or mask)
+    window: int | None = None        # the sliding window, for the C kernel (the masks above already hold it)
 
     @property
     def rotates_in_kernel(self) -> bool:
@@ -47,10 +56,12 @@ class AttentionPlan:
 
     @classmethod
     def build(cls, batch: StepBatch, cache: KVCache, dtype: torch.dtype, static_decode: bool = False,
-              window: int | None = None) -> AttentionPlan:
+              window: int | None = None, kernel_window: bool = False) -> AttentionPlan:
         """static_decode: a decode-only batch of fixed size (the CUDA graph path) whose rows attend
         over their slots' whole max_len keys, masked by position: built from tensors alone, no host read.
-        window: a sliding window of keys (None: every earlier key)."""
+        window: a sliding window of keys (None: every earlier key). kernel_window: the caller's
+        layers pass the window to the C kernel themselves (through `attend`), never the fused
+        decode layer, so the kernel serves decode tokens past the window too."""
         device = batch.input_ids.device
         segments = []
         offset = 0
@@ -66,7 +77,7 @@ class AttentionPlan:
             offset += seg.length
         decode_len, decode_mask = 0, None
         use_kernel = batch.num_decode > 0 and not static_decode and ops.usable(device, dtype)
-        if use_kernel and window is not None:
+        if use_kernel and window is not None and not kernel_window:
             # one host read: past the window the kernel, which attends from key 0, would see too much
             use_kernel = int(batch.decode_positions.max()) < window
         if use_kernel:
@@ -83,7 +94,7 @@ class AttentionPlan:
                 visible = _visible(keys, batch.decode_positions[:, None], window)
                 decode_mask = _additive(visible, dtype)[:, None, None, :]  # (D, 1, 1, T)
         return cls(segments, offset, batch.decode_slots, batch.decode_positions,
-                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel)
+                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel, window)
 
 
 def _visible(keys: torch.Tensor, queries: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -97,14 +108,36 @@ def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
+def _scores_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                      is_causal: bool, scale: float | None, softcap: float | None) -> torch.Tensor:
+    """SDPA's arguments and result, q (B, heads, L, hd), k and v (B, kv, S, hd); with a soft cap,
+    the scores are capped before the mask (transformers' eager attention, in its order)."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if softcap is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale,
+                                              enable_gqa=kv_heads != heads)
+    b, _, n, hd = q.shape
+    qg = q.reshape(b, kv_heads, heads // kv_heads, n, hd)       # query head i uses kv head i // group
+    scores = qg @ k.unsqueeze(2).transpose(-1, -2) * (hd ** -0.5 if scale is None else scale)  # (B, kv, group, L, S)
+    scores = torch.tanh(scores / softcap) * softcap
+    if is_causal:
+        mask = _additive(torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).tril_(), q.dtype)
+    if mask is not None:
+        scores = scores + (mask if mask.ndim < 4 else mask.unsqueeze(2))   # (L, S) or (B, 1, L, S) per request
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return (weights @ v.unsqueeze(2)).view(b, heads, n, hd)     # (B, heads, L, hd)
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan,
            cache_k: torch.Tensor, cache_v: torch.Tensor,
-           rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+           rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+           scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """q (N, heads, hd), k and v (N, kv_heads, hd) for the step's flat tokens -> (N, heads * hd).
 
     cache_k, cache_v: this layer's cache, (slots, kv_heads, max_len, hd). rotary: (cos, sin) per
     token for the C kernel to rotate q and k with, only for a decode-only step on the kernel
-    (plan.rotates_in_kernel); otherwise q and k come rotated.
+    (plan.rotates_in_kernel); otherwise q and k come rotated. scale: the scores' factor (None:
+    1 / sqrt(hd)); softcap: Gemma 2's cap on the scores (None: none).
     """
     n, heads, hd = q.shape
     kv_heads = k.shape[1]
@@ -116,13 +149,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         qs = q[off:end].transpose(0, 1).unsqueeze(0)   # (1, heads, L, hd)
         ks = cache_k[seg.slot, :, :stop].unsqueeze(0)  # (1, kv, start+L, hd): a view of the slot
         vs = cache_v[seg.slot, :, :stop].unsqueeze(0)
-        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=mask is None,
-                                           enable_gqa=kv_heads != heads)  # (1, heads, L, hd)
+        o = _scores_attention(qs, ks, vs, mask, mask is None, scale, softcap)  # (1, heads, L, hd)
         outs.append(o[0].transpose(0, 1).reshape(seg.length, heads * hd))
     if plan.decode_kernel:
         p = plan.num_prefill_tokens
         outs.append(ops.decode_attention(q[p:], k[p:], v[p:], cache_k, cache_v, plan.decode_slots,
-                                         plan.decode_positions, rotary))
+                                         plan.decode_positions, rotary, scale, softcap, plan.window))
     elif plan.decode_len:
         p = plan.num_prefill_tokens
         d = n - p
@@ -137,6 +169,6 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         # GQA without expanding the cache: the query heads that share a kv head become that head's
         # "query rows" (HF order: query head i uses kv head i // group), all at the same position.
         qd = q[p:].reshape(d, kv_heads, heads // kv_heads, hd)  # (D, kv, group, hd)
-        o = F.scaled_dot_product_attention(qd, ks, vs, attn_mask=plan.decode_mask)  # (D, kv, group, hd)
+        o = _scores_attention(qd, ks, vs, plan.decode_mask, False, scale, softcap)  # (D, kv, group, hd)
         outs.append(o.reshape(d, heads * hd))
     return outs[0] if len(outs) == 1 else torch.cat(outs)

@@ -1,7 +1,9 @@
 """Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, SmolLM): RMSNorm, rotary, grouped-query attention, SwiGLU.
 
-Qwen3 adds an RMSNorm over each head of q and of k (`shape.qk_norm`) before the rotary; its decode
-steps run layer by layer (the fused C decode layer has no such norm).
+Qwen3 adds an RMSNorm over each head of q and of k (`shape.qk_norm`) before the rotary; OLMoE one
+over each whole projection (`qk_norm_full`), then clamps q, k and v (`clip_qkv`). A mixture-of-experts
+shape (Mixtral, Qwen3-MoE, OLMoE) replaces the MLP by routed experts (backend/models/moe.py). Those
+models' decode steps run layer by layer (the fused C decode layer has none of these).
 
 The projections are fused -- q, k and v in one matrix, gate and up in another -- so each layer
 runs three matmuls on the (N, hidden) step matrix instead of seven. `hf_destinations` maps the
@@ -14,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from backend.kernels import ops
+import backend.models.moe as moe
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, StepBatch
 from backend.shape import ModelShape
@@ -76,12 +79,18 @@ class LlamaLayer(nn.Module):
         self.attn_norm = nn.Parameter(torch.empty(d))
         self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, d))
         self.qkv_bias = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size)) if shape.attention_bias else None
-        self.q_norm = nn.Parameter(torch.empty(hd)) if shape.qk_norm else None
-        self.k_norm = nn.Parameter(torch.empty(hd)) if shape.qk_norm else None
+        self.full_qk_norm, self.clip_qkv = shape.qk_norm_full, shape.clip_qkv
+        self.q_norm = nn.Parameter(torch.empty(self.q_size if self.full_qk_norm else hd)) if shape.qk_norm else None
+        self.k_norm = nn.Parameter(torch.empty(self.kv_size if self.full_qk_norm else hd)) if shape.qk_norm else None
         self.o = nn.Parameter(torch.empty(d, self.q_size))
         self.mlp_norm = nn.Parameter(torch.empty(d))
-        self.gate_up = nn.Parameter(torch.empty(2 * ff, d))
-        self.down = nn.Parameter(torch.empty(d, ff))
+        self.is_moe = shape.num_experts > 0
+        if self.is_moe:
+            moe.add_experts(self, shape)
+        else:
+            self.gate_up = nn.Parameter(torch.empty(2 * ff, d))
+            self.down = nn.Parameter(torch.empty(d, ff))
+        self.experts_touched = 0   # by the last forward (an MoE layer)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: AttentionPlan,
                 cache_k: torch.Tensor, cache_v: torch.Tensor) -> torch.Tensor:
@@ -90,17 +99,26 @@ class LlamaLayer(nn.Module):
         qkv = linear(h, self.qkv, self.qkv_bias)  # (N, (heads + 2 kv) * hd)
         qk_size = self.q_size + self.kv_size
         qk = qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim)
-        if self.q_norm is not None:   # Qwen3: each head's q and k normalized over its head_dim
+        if self.full_qk_norm:   # OLMoE: q and k each normalized over its whole projection
+            q = rms_norm(qkv[:, :self.q_size], self.q_norm, self.eps)
+            k = rms_norm(qkv[:, self.q_size:qk_size], self.k_norm, self.eps)
+            qk = torch.cat((q, k), dim=1).view(n, self.heads + self.kv_heads, self.head_dim)
+        elif self.q_norm is not None:   # Qwen3: each head's q and k normalized over its head_dim
             q = rms_norm(qk[:, :self.heads].reshape(-1, self.head_dim), self.q_norm, self.eps)
             k = rms_norm(qk[:, self.heads:].reshape(-1, self.head_dim), self.k_norm, self.eps)
             qk = torch.cat((q.view(n, self.heads, -1), k.view(n, self.kv_heads, -1)), dim=1)  # (N, heads + kv, hd)
         rotary = (cos, sin) if plan.rotates_in_kernel else None
+        v = qkv[:, qk_size:].view(n, self.kv_heads, self.head_dim)  # (N, kv, hd)
+        if self.clip_qkv is not None:   # OLMoE: after the norms, before the rotary
+            qk, v = qk.clamp(-self.clip_qkv, self.clip_qkv), v.clamp(-self.clip_qkv, self.clip_qkv)
         if rotary is None:   # q and k sit side by side in each row: one rotary pass over both heads' sets
             qk = apply_rotary(qk, cos, sin)
         q, k = qk[:, :self.heads], qk[:, self.heads:]        # (N, heads, hd), (N, kv, hd)
-        v = qkv[:, qk_size:].view(n, self.kv_heads, self.head_dim)  # (N, kv, hd)
         x = linear(attend(q, k, v, plan, cache_k, cache_v, rotary), self.o, residual=x)
         h = rms_norm(x, self.mlp_norm, self.eps)
+        if self.is_moe:
+            x, self.experts_touched = moe.run(self, h, x)
+            return x
         return linear(swiglu(linear(h, self.gate_up)), self.down, residual=x)  # gate_up: (N, 2 ff)
 
     def kernel_weights(self) -> tuple:
@@ -139,13 +157,24 @@ class LlamaModel(nn.Module):
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
         plan = AttentionPlan.build(batch, cache, x.dtype, static_decode, self.shape.sliding_window)
         cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
-        if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, (Panels, QuantPanels)) and not self.shape.qk_norm:
+        s = self.shape
+        fused = not (s.qk_norm or s.num_experts or s.clip_qkv is not None)   # what layer.c runs
+        if plan.rotates_in_kernel and isinstance(self.layers[0].qkv, (Panels, QuantPanels)) and fused:
             x = self._decode_in_kernel(x, cos, sin, plan, cache)
         else:
             for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
                 x = layer(x, cos, sin, plan, cache_k, cache_v)
         x = rms_norm(x[batch.logit_rows], self.final_norm, self.shape.norm_eps)  # (M, d)
         return linear(x, self.head_weight if self.packed_head is None else self.packed_head)
+
+    def experts_read(self) -> tuple[int, float, float]:
+        """MoE: (distinct experts the last forward touched, summed over layers; those experts' bytes;
+        every expert's bytes). A dense model's are 0."""
+        layers = [layer for layer in self.layers if layer.is_moe]
+        per_expert = [moe.expert_bytes(layer) for layer in layers]
+        return (sum(layer.experts_touched for layer in layers),
+                sum(layer.experts_touched * b for layer, b in zip(layers, per_expert)),
+                sum(layer.num_experts * b for layer, b in zip(layers, per_expert)))
 
     def _decode_in_kernel(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: AttentionPlan,
                           cache: KVCache) -> torch.Tensor:
@@ -177,7 +206,6 @@ class LlamaModel(nn.Module):
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
             q, kv = layer.q_size, layer.kv_size
-            ff = layer.down.shape[1]
             dest |= {
                 p + "input_layernorm.weight": layer.attn_norm.data,
                 p + "self_attn.q_proj.weight": layer.qkv.data[:q],
@@ -185,10 +213,13 @@ class LlamaModel(nn.Module):
                 p + "self_attn.v_proj.weight": layer.qkv.data[q + kv:],
                 p + "self_attn.o_proj.weight": layer.o.data,
                 p + "post_attention_layernorm.weight": layer.mlp_norm.data,
-                p + "mlp.gate_proj.weight": layer.gate_up.data[:ff],
-                p + "mlp.up_proj.weight": layer.gate_up.data[ff:],
-                p + "mlp.down_proj.weight": layer.down.data,
             }
+            if layer.is_moe:
+                dest |= moe.destinations(layer, p)
+            else:
+                ff = layer.down.shape[1]
+                dest |= {p + "mlp.gate_proj.weight": layer.gate_up.data[:ff],
+                         p + "mlp.up_proj.weight": layer.gate_up.data[ff:], p + "mlp.down_proj.weight": layer.down.data}
             if layer.q_norm is not None:
                 dest |= {p + "self_attn.q_norm.weight": layer.q_norm.data, p + "self_attn.k_norm.weight": layer.k_norm.data}
             if layer.qkv_bias is not None:

@@ -11,9 +11,12 @@ thread. Two packed layouts do better; `pack_weights` picks one per model, once, 
   * oneDNN's blocked layout (what torch.compile's freezing pass uses on the CPU), for bfloat16
     and wherever the C kernels cannot be built; about twice as fast as MKL at batch 8 to 32.
 
-  * Quantized panels (QuantPanels), for the C kernels' products with GGUF Q8_0, Q4_0 or Q4_1
-    blocks (backend/kernels/quant.h): chosen at load for a quantized precision, from the
-    checkpoint's own blocks where it stores that format, else quantized from the floats.
+  * Quantized panels (QuantPanels), for the C kernels' products with GGUF blocks (Q8_0, Q4_0,
+    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) or F16 / BF16 weights (backend/kernels/quant.h): chosen
+    at load for a quantized precision, from the checkpoint's own blocks where it stores that
+    format, else quantized from the floats. A fused matrix whose pieces a GGUF stores in
+    different formats (q and k Q5_0, v Q8_0) is one QuantPanels of row segments, each its own
+    format (QuantPanels.join), run as one product.
 
 Every 2-D parameter of the layers is replaced by its packed form (the plain copy is freed), and
 the LM head is packed too (a tied head keeps the plain embedding for the lookup, so a tied model
@@ -67,21 +70,32 @@ class Panels:
 
 @dataclass(slots=True, frozen=True)
 class QuantPanels:
-    """An (out, in) matrix in a GGUF block format, packed for the quantized products (quant.h)."""
+    """An (out, in) matrix in a GGUF format, packed for the quantized products (quant.h); or, for
+    fmt "segments", row segments in formats of their own (parts), which data lists for the kernels."""
 
-    data: torch.Tensor      # uint8, the panels
-    fmt: str                # q8_0, q4_0 or q4_1
+    data: torch.Tensor      # uint8, the panels (int64, the kernels' list of parts, for "segments")
+    fmt: str                # a backend.precision.BLOCK_FORMATS name, or "segments"
     out_features: int
     in_features: int
+    parts: tuple = ()       # "segments": the rows' QuantPanels and float32 Panels, in row order
 
     @classmethod
     def from_blocks(cls, blocks: torch.Tensor, fmt: str, in_features: int) -> QuantPanels:
-        """From rows of GGUF blocks, uint8 (out, in / 32 * block bytes): the file's bytes, used as is."""
+        """From rows of GGUF blocks, uint8 (out, in / block * block bytes): the file's bytes, used as is."""
         return cls(ops.quant_pack(blocks, fmt, in_features), fmt, blocks.shape[0], in_features)
 
     @classmethod
     def quantize(cls, w: torch.Tensor, fmt: str) -> QuantPanels:
         return cls.from_blocks(ops.quantize_rows(w, fmt), fmt, w.shape[1])
+
+    @classmethod
+    def join(cls, parts: list[QuantPanels | Panels]) -> QuantPanels | Panels:
+        """Row segments stacked into one matrix (a single part is returned as it is)."""
+        if len(parts) == 1:
+            return parts[0]
+        listed = [(p.fmt if isinstance(p, QuantPanels) else "float32", p.out_features, p.data) for p in parts]
+        return cls(ops.segments(listed), "segments", sum(p.out_features for p in parts), parts[0].shape[1],
+                   tuple(parts))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -90,7 +104,15 @@ class QuantPanels:
     @property
     def nbytes(self) -> int:
         """The format's bytes for this matrix, scales included (what a step reads)."""
+        if self.parts:
+            return sum(matrix_bytes(p) for p in self.parts)
         return precision(self.fmt).matrix_bytes(self.out_features, self.in_features)
+
+    def formats(self) -> list[tuple[str, int]]:
+        """(format, weights) of each segment (one for a single-format matrix)."""
+        if not self.parts:
+            return [(self.fmt, self.out_features * self.in_features)]
+        return [(p.fmt if isinstance(p, QuantPanels) else "float32", p.out_features * p.shape[1]) for p in self.parts]
 
 
 @dataclass(slots=True, frozen=True)
@@ -184,7 +206,10 @@ def linear(x: torch.Tensor, w: torch.Tensor | Panels | QuantPanels, b: torch.Ten
 def kernels_in_use(device: torch.device, dtype: torch.dtype, precision=None) -> str:
     """Which kernels a model on this device and dtype (and Precision) runs its layers on, in words."""
     if precision is not None and precision.is_block:
-        return f"phasescope C kernels ({precision.name} blocks dequantized in registers, float32 arithmetic)"
+        held = precision.formats or (precision.name,)
+        floats = " and float32 panels" if "float32" in held else ""
+        blocks = "/".join(f for f in held if f != "float32")
+        return f"phasescope C kernels ({blocks} weights dequantized in registers{floats}, float32 arithmetic)"
     if precision is not None and precision.name == "int8":
         fused = int8_kernel(device, dtype)
         return "torch int8 weight-only (" + ("_weight_int8pack_mm)" if fused else "cast per product, no fused kernel)")
@@ -213,15 +238,17 @@ def is_packed(model: nn.Module) -> bool:
     return getattr(model, "packed_head", None) is not None
 
 
-def pack_weights(model: nn.Module, formats: Callable[[torch.Tensor], tuple[str, torch.Tensor | None]] | None = None) -> bool:
+def pack_weights(model: nn.Module,
+                 formats: Callable[[torch.Tensor], list[tuple[int, str, torch.Tensor | None]]] | None = None) -> bool:
     """Pack the model's matrices in place if this device and dtype allow it; True if it is packed.
 
     The model needs `layers`, `head_weight` (the plain LM head matrix), `packed_head` and,
     when the head is not tied, an `lm_head` parameter. Calling it again does nothing.
 
-    formats: for quantized weights (the loader's choice), maps each plain matrix to its format
-    (float32, q8_0, q4_0, q4_1) and the checkpoint's own GGUF blocks for it in that format, or
-    None to quantize the floats here.
+    formats: for quantized weights (the loader's choice), maps each plain matrix to its row
+    segments in order, (rows, format, blocks) each: the format (float32 or a BLOCK_FORMATS name)
+    and the checkpoint's own GGUF blocks for those rows in that format, or None to quantize the
+    floats here. A matrix of several segments runs as one QuantPanels of segments.
     """
     if is_packed(model):
         return True
@@ -232,10 +259,16 @@ def pack_weights(model: nn.Module, formats: Callable[[torch.Tensor], tuple[str, 
         width = kernels.load().psk_panel_width()
 
         def pack(w):
-            fmt, blocks = formats(w)
-            if fmt == "float32":
-                return Panels.pack(w, width)
-            return QuantPanels.quantize(w, fmt) if blocks is None else QuantPanels.from_blocks(blocks, fmt, w.shape[1])
+            parts, start = [], 0
+            for rows, fmt, blocks in formats(w):
+                piece = w[start:start + rows]   # (rows, in)
+                start += rows
+                if fmt == "float32":
+                    parts.append(Panels.pack(piece, width))
+                else:
+                    parts.append(QuantPanels.quantize(piece, fmt) if blocks is None
+                                 else QuantPanels.from_blocks(blocks, fmt, w.shape[1]))
+            return QuantPanels.join(parts)
     elif ops.usable(head.device, head.dtype):
         width = kernels.load().psk_panel_width()
         pack = lambda w: Panels.pack(w, width)   # noqa: E731

@@ -5,6 +5,7 @@ import torch
 
 from backend.errors import InputError
 from backend.shape import ModelShape
+from backend.models.gemma import GemmaModel
 from backend.models.gpt2 import GPT2Model
 from backend.models.llama import LlamaModel
 
@@ -33,16 +34,19 @@ SHAPES: dict[str, ModelShape] = {
 }
 
 SYNTHETIC = ("tiny", "gpt2-124m", "llama-1b", "llama-8b")
-ARCHS = ("llama", "gpt2")
+ARCHS = ("llama", "gemma", "gpt2")
 
 
 def build_model(shape: ModelShape, rope_freq_factors: torch.Tensor | None = None) -> torch.nn.Module:
     """An uninitialized model of this shape (parameters are torch.empty: load or fill them).
 
-    rope_freq_factors (head_dim // 2,) divide the rotary frequencies (Llama 3 long-context scaling).
+    rope_freq_factors (head_dim // 2,) divide the rotary frequencies (Llama 3 long-context scaling;
+    Gemma 3: its global layers' linear factor).
     """
     if shape.arch == "llama":
         return LlamaModel(shape, rope_freq_factors)
+    if shape.arch == "gemma":
+        return GemmaModel(shape, rope_freq_factors)
     if shape.arch == "gpt2":
         if rope_freq_factors is not None:
             raise InputError("rope frequency factors given for a gpt2 model, which has no rotary embeddings")

@@ -59,6 +59,10 @@ class RunAccumulator:
         self.decode_tokens = 0    # in decode-only steps
         self.mixed_prefill_tokens = 0
         self.mixed_decode_tokens = 0
+        # what the decode-only steps read of the weights (where measured) and, for an MoE, the experts touched
+        self.decode_weight_bytes = 0
+        self.decode_experts_touched = 0
+        self.decode_steps_read = 0
         # what the roofline needs of the prefill-only and decode-only steps (backend.roofline.cost.phase_roofline)
         self.roofline = {Phase.PREFILL: PhaseTotals(), Phase.DECODE: PhaseTotals()}
         self.first_ms = math.inf
@@ -89,6 +93,10 @@ class RunAccumulator:
                                                       s.duration_ms)
             elif s.phase is Phase.DECODE:
                 self.decode_tokens += s.num_decode_tokens
+                if s.weight_bytes:
+                    self.decode_weight_bytes += s.weight_bytes
+                    self.decode_experts_touched += s.experts_touched
+                    self.decode_steps_read += 1
                 self.roofline[Phase.DECODE].add_step(s.num_decode_requests, s.num_decode_tokens, s.context_tokens,
                                                      s.duration_ms)
             else:   # a mixed step's time is split between the phases by its tokens (backend.results.cost)
@@ -147,6 +155,11 @@ class RunAccumulator:
         out["decode_tokens_per_s"] = _ratio(self.decode_tokens, phase_ms[Phase.DECODE] / 1000.0)
         # Per-token decode time over per-token prefill time: how much dearer a decoded token is.
         out["decode_prefill_cost_ratio"] = _ratio(out["prefill_tokens_per_s"], out["decode_tokens_per_s"])
+        # the weights a decode step read and the experts it touched (summed over layers), means over the
+        # decode-only steps that measured them (NaN for simulated and remote runs)
+        read = self.decode_steps_read
+        out["decode_weight_bytes_mean"] = self.decode_weight_bytes / read if read else NAN
+        out["decode_experts_touched_mean"] = self.decode_experts_touched / read if read else NAN
         timed = [r for r in finished if r.first_token_ms is not None and r.finish_ms is not None]
         for phase, totals in self.roofline.items():
             out.update(totals.to_summary(phase.value))

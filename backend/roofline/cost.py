@@ -26,6 +26,10 @@ What is counted, and the choices made:
     also gathers its position embeddings). With a Precision (see `sizes`), the matrices are
     counted at their format's bytes per weight, block scales included (Q4_1: 20 bytes per 32
     weights), and the norms, KV cache and activations at the activation dtype.
+  * A mixture of experts (num_experts > 0; backend/roofline/moe.py): a token multiplies by its
+    experts_per_token experts and the router, so the linear FLOPs count those; a step reads the
+    shared matrices and the expected union of the experts its tokens were routed to, under
+    uniform routing (a phase's steps priced at their mean tokens per step).
   * KV cache bytes: each request reads the keys and values of its whole context and writes
     those of its new tokens.
   * Activation bytes, a small term: the residual stream. Each layer's two sub-blocks
@@ -44,6 +48,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from backend.errors import InputError
 from backend.precision import Precision
+from backend.roofline.moe import unread_expert_params, unused_expert_params
 
 if TYPE_CHECKING:
     from backend.shape import ModelShape
@@ -96,11 +101,13 @@ def _is_gpt2(shape: ModelShape) -> bool:
 
 
 def linear_params_per_layer(shape: ModelShape) -> int:
-    """Weights of a layer's matrices (no biases or norms): what the matmuls multiply by."""
+    """Weights of a layer's matrices (no biases or norms), an MoE's every expert and router included."""
     d, hd, ff = shape.hidden_size, shape.head_dim, shape.intermediate_size
     qkv = d * (shape.num_heads + 2 * shape.num_kv_heads) * hd
     o = shape.num_heads * hd * d
     mlp = (2 if _is_gpt2(shape) else 3) * d * ff
+    if getattr(shape, "num_experts", 0):
+        mlp = shape.num_experts * (mlp + d)   # every expert, and the router's row for it
     return qkv + o + mlp
 
 
@@ -111,7 +118,12 @@ def layer_params(shape: ModelShape) -> int:
         # fused qkv bias 3d, o bias d, MLP biases ff + d, two LayerNorms with weight and bias
         return linear_params_per_layer(shape) + 3 * d + d + ff + d + 4 * d
     bias = (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim if shape.attention_bias else 0
-    return linear_params_per_layer(shape) + bias + 2 * d   # two RMSNorm weights
+    # two RMSNorm weights (Gemma: four), and Qwen3's and Gemma 3's per-head q and k norms
+    qk_norms = 2 * shape.head_dim if getattr(shape, "qk_norm", False) else 0
+    if getattr(shape, "qk_norm_full", False):   # OLMoE's span the whole q and k projections
+        qk_norms = (shape.num_heads + shape.num_kv_heads) * shape.head_dim
+    norms = (4 if shape.arch == "gemma" else 2) * d + qk_norms
+    return linear_params_per_layer(shape) + bias + norms
 
 
 def sizes(dtype_bytes: int | Precision) -> tuple[float, int]:
@@ -136,13 +148,14 @@ def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: f
     """
     matrix_bytes, element_bytes = sizes(dtype_bytes)
     d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
-    linear_flops = 2 * linear_params_per_layer(shape) * layers * tokens
+    linear_flops = 2 * (linear_params_per_layer(shape) - unused_expert_params(shape)) * layers * tokens
     attention_flops = 4 * shape.num_heads * shape.head_dim * pairs * layers
     head_flops = 2 * d * vocab * logit_rows
 
     final_norm = 2 * d if _is_gpt2(shape) else d
     gathered_rows = 2 * tokens if _is_gpt2(shape) else tokens   # GPT-2: token + position rows
-    matrices = linear_params_per_layer(shape) * layers + vocab * d            # the layers' and the head's
+    read = linear_params_per_layer(shape) - unread_expert_params(shape, tokens / steps)   # an MoE's touched experts
+    matrices = read * layers + vocab * d            # the layers' and the head's
     small = (layer_params(shape) - linear_params_per_layer(shape)) * layers + final_norm   # norms, biases
     weight_bytes = steps * (matrices * matrix_bytes + small * element_bytes) + gathered_rows * d * element_bytes
 

@@ -21,7 +21,7 @@ from backend.events import LoadPoint, PDPoint, PrecisionPoint, SweepPoint
 from backend.records import RunData
 
 SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms", "bound",
-                 "simulated_ms"]
+                 "simulated_ms", "weight_bytes", "predicted_weight_bytes"]
 PRECISION_COLUMNS = [f.name for f in fields(PrecisionPoint)]
 LOAD_COLUMNS = [f.name for f in fields(LoadPoint)]
 PD_COLUMNS = [f.name for f in fields(PDPoint)]
@@ -90,7 +90,8 @@ def read_points(folder) -> tuple[str | None, list]:
             return kind, [SweepPoint(kind, int(row[x]), float(row["step_ms"]), float(row["tokens_per_s"]),
                                      float(row["flops"]), float(row["bytes"]), number(row["mfu"]), number(row["mbu"]),
                                      number(row["predicted_ms"]), number(row["predicted_local_ms"]), row["bound"],
-                                     number(row["simulated_ms"])) for row in rows]
+                                     number(row["simulated_ms"]), number(row.get("weight_bytes") or ""),
+                                     number(row.get("predicted_weight_bytes") or "")) for row in rows]
         if kind == "precision":
             return kind, [PrecisionPoint(row["dtype"], int(float(row["weight_bytes"])), float(row["weight_bits"]),
                                          *(number(row[c]) for c in PRECISION_COLUMNS[3:])) for row in rows]

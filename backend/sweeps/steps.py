@@ -158,12 +158,13 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
                 while time.perf_counter() < deadline:
                     run(replace(measures[0], runs=1), record=False)
                 settled = True
-            medians = []
+            medians, read = [], []
             for m in measures:
                 phase_steps = [s for s in run(m) if s.phase is m.phase][m.warmup:]
                 if not phase_steps:
                     raise RunError(f"the run gave no {m.phase.value} step to time")
                 medians.append(statistics.median(s.duration_ms for s in phase_steps) / 1000.0)
+                read.append(statistics.median(s.weight_bytes for s in phase_steps))
         except _Stopped:
             note = "stopped by user"
             break
@@ -179,7 +180,7 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
             break
         if profiles is None:   # the device is the sweep's from its first run on: its profiles once
             profiles = _profiles(config, rec.loaded)
-        point = _point(config, x, medians, rec.loaded, *profiles)
+        point = _point(config, x, medians, rec.loaded, *profiles, weight_bytes=read[0] or None)
         points.append(point)
         emit(point)
     if not points and skipped and note != "stopped by user":
@@ -215,9 +216,11 @@ def _profiles(config: RunConfig, loaded: ModelLoaded | None):
     return local, find_profile(config.profile) if config.profile else local
 
 
-def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, local, selected):
+def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, local, selected,
+           weight_bytes: float | None = None):
     """The point's figures beside the roofline: the selected profile's prediction, this machine's, and
-    (measured sweeps) what --simulate on this machine's profile charges, side by side."""
+    (measured sweeps) what --simulate on this machine's profile charges, side by side; the weights
+    its steps read (weight_bytes, measured) beside the roofline's count of them."""
     from backend.roofline.cost import predict, step_cost, utilization
     from backend.roofline.step_time import CostModel
     spec = config.sweep
@@ -251,7 +254,7 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
     return SweepPoint(spec.kind, x, seconds * 1000, sum(new_tokens) / seconds, cost.flops, cost.bytes,
                       util.mfu if util else None, util.mbu if util else None, predicted(selected, new_tokens, contexts),
                       None if config.simulate else predicted(local, new_tokens, contexts), bound,
-                      simulated(new_tokens, contexts))
+                      simulated(new_tokens, contexts), weight_bytes, cost.weight_bytes)
 
 
 def measured_crossover(points: list[SweepPoint]) -> int | None:

@@ -4,7 +4,11 @@
 the architecture's metadata from the model's config, and copies the bundled SmolLM2 file's
 tokenizer (so the model's vocabulary must be its 49,152 tokens). Tensors are F32. The llama
 architecture's q/k row permutation is not written: use it for the architectures whose converter
-keeps transformers' row order (qwen2, qwen3).
+keeps transformers' row order (qwen2, qwen3, gemma2, gemma3).
+
+Gemma (gemma2, gemma3) is written as llama.cpp's converter writes it: every norm weight with 1
+added (its RMSNorm multiplies by 1 + weight), the sublayers' norms under their own names, no
+separate LM head, the soft caps, the sliding window and Gemma 3's two rotary bases in the metadata.
 """
 from __future__ import annotations
 
@@ -22,17 +26,58 @@ BLOCK_NAMES = {
     "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate",
     "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",   # Phi-3's fused ones
     "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "mlp.gate": "ffn_gate_inp",   # an MoE's router
 }
+GEMMA_NAMES = {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"}
 TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
 
 
-def gguf_name(hf_name: str) -> str:
+def gguf_name(hf_name: str, arch: str = "llama") -> str:
     if hf_name in TOP_NAMES:
         return TOP_NAMES[hf_name]
     _, _, layer, *rest = hf_name.split(".")
     module, kind = ".".join(rest[:-1]), rest[-1]
-    return f"blk.{layer}.{BLOCK_NAMES[module]}.{kind}"
+    names = BLOCK_NAMES | GEMMA_NAMES if arch.startswith("gemma") else BLOCK_NAMES
+    return f"blk.{layer}.{names[module]}.{kind}"
+
+
+def _gemma_metadata(w, c, arch: str) -> None:
+    """The keys llama.cpp's Gemma converters add; Gemma 3's rotary bases from transformers 5's
+    per-layer-type rope_parameters (the global one is written as rope.freq_base)."""
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(float(c.attn_logit_softcapping))
+        w.add_final_logit_softcapping(float(c.final_logit_softcapping))
+        w.add_sliding_window(int(c.sliding_window))
+        return
+    if c.final_logit_softcapping:
+        w.add_final_logit_softcapping(float(c.final_logit_softcapping))
+    w.add_sliding_window(int(c.sliding_window))
+    w.add_rope_freq_base_swa(float(c.rope_parameters["sliding_attention"]["rope_theta"]))
+    full = c.rope_parameters["full_attention"]
+    if full.get("rope_type") == "linear":
+        import gguf
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(float(full["factor"]))
+
+
+def _moe_metadata(w, c, arch: str, experts: int) -> None:
+    """The expert counts, and the experts' width where the converter writes it apart (Qwen3-MoE)."""
+    w.add_expert_count(int(experts))
+    w.add_expert_used_count(int(c.num_experts_per_tok))
+    if getattr(c, "moe_intermediate_size", None):
+        w.add_expert_feed_forward_length(int(c.moe_intermediate_size))
+
+
+def _stacked_experts(name: str, tensor):
+    """transformers' 3-D experts (gate_up_proj (E, 2 ff, d), down_proj (E, d, ff)) as llama.cpp stacks
+    them: blk.N.ffn_gate_exps, ffn_up_exps (E, ff, d) and ffn_down_exps (E, d, ff)."""
+    layer = name.split(".")[2]
+    if name.endswith("down_proj"):
+        return [(f"blk.{layer}.ffn_down_exps.weight", tensor)]
+    gate, up = tensor.chunk(2, dim=1)
+    return [(f"blk.{layer}.ffn_gate_exps.weight", gate), (f"blk.{layer}.ffn_up_exps.weight", up)]
 
 
 def write_gguf(path: Path, arch: str, hf_model, tokenizer_from: Path) -> Path:
@@ -50,10 +95,14 @@ def write_gguf(path: Path, arch: str, hf_model, tokenizer_from: Path) -> Path:
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
-    theta = getattr(c, "rope_theta", None) or (getattr(c, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    rope = getattr(c, "rope_parameters", None) or {}
+    theta = getattr(c, "rope_theta", None) or rope.get("full_attention", rope).get("rope_theta", 10000.0)
     w.add_rope_freq_base(float(theta))
     w.add_layer_norm_rms_eps(float(c.rms_norm_eps))
-    if getattr(c, "sliding_window", None):
+    gemma = arch.startswith("gemma")
+    if gemma:
+        _gemma_metadata(w, c, arch)
+    elif getattr(c, "sliding_window", None):
         w.add_sliding_window(int(c.sliding_window))
     for key in TOKENIZER_KEYS:   # the bundled model's tokenizer, as stored
         field = source.fields.get(key)
@@ -68,10 +117,20 @@ def write_gguf(path: Path, arch: str, hf_model, tokenizer_from: Path) -> Path:
             w.add_uint32(key, value)
         else:
             w.add_string(key, value)
+    experts = getattr(c, "num_local_experts", None) or getattr(c, "num_experts", None)
+    if experts:
+        _moe_metadata(w, c, arch, experts)
     for name, tensor in hf_model.state_dict().items():
-        if name == "lm_head.weight" and c.tie_word_embeddings:
+        if name == "lm_head.weight" and (c.tie_word_embeddings or gemma):
             continue
-        w.add_tensor(gguf_name(name), np.ascontiguousarray(tensor.detach().float().numpy()))
+        if ".mlp.experts." in name:
+            for gguf_tensor, data in _stacked_experts(name, tensor):
+                w.add_tensor(gguf_tensor, np.ascontiguousarray(data.detach().float().numpy()))
+            continue
+        data = tensor.detach().float()
+        if gemma and name.endswith("norm.weight"):
+            data = data + 1
+        w.add_tensor(gguf_name(name, arch), np.ascontiguousarray(data.numpy()))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

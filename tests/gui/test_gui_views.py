@@ -211,6 +211,33 @@ def test_throughput_plots_sweep_points_on_log2_and_marks_the_crossover(qtbot):
     assert view.getPlotItem().getAxis("bottom").tickStrings([0.0, 3.0, 10.0], 1, 1) == ["1", "8", "1024"]
 
 
+def test_a_mixture_of_experts_sweep_draws_the_weights_a_step_reads_against_the_prediction(qtbot):
+    """Right axis: weights read per step, measured points over the predicted curve, which rises with
+    the batch (more experts touched) toward every expert's weights; a dense model keeps step times."""
+    from dataclasses import replace
+    from backend.roofline.cost import step_cost
+    moe = replace(SHAPES["tiny"], num_experts=8, experts_per_token=2)
+    store = RunStore()
+    view = ThroughputView(store)
+    qtbot.addWidget(view)
+    view.set_inputs(shape=moe, run_dtype="float32", profile=find_profile("cpu"), context=64)
+    for b, read in ((1, 30e6), (4, 60e6)):
+        store.add_event(SweepPoint("batch", b, 2.0, 500.0 * b, 1.0, 1.0, None, None, None, None, "memory",
+                                   weight_bytes=read, predicted_weight_bytes=read))
+    view.refresh()
+    assert view.getPlotItem().getAxis("right").labelText == "weights read per step (MB)"
+    assert view.step_time.yData.tolist() == [30.0, 60.0]
+    predicted = view.predicted_bytes.yData
+    assert np.all(np.diff(predicted) >= 0) and predicted[-1] > 1.5 * predicted[0]
+    last = round(2 ** view.predicted_bytes.xData[-1])
+    assert predicted[-1] == pytest.approx(step_cost(moe, 4, [1] * last, [64] * last).weight_bytes / 1e6)
+    assert "mixture of experts" in view.note.text() and "measured 60 MB at batch 4" in view.note.text()
+    view.set_inputs(shape=SHAPES["tiny"])
+    view.refresh()
+    assert view.getPlotItem().getAxis("right").labelText == "decode step (ms)"
+    assert view.step_time.yData.tolist() == [2.0, 2.0] and view.predicted_bytes.yData is None
+
+
 def test_throughput_says_when_decode_never_turns_compute_bound(qtbot):
     view = ThroughputView(RunStore())
     qtbot.addWidget(view)
@@ -340,3 +367,20 @@ def test_lane_rows_are_labelled_with_whole_numbers_and_grow_in_steps():
     rooms = {room_for(n, running=True) for n in range(1, 200)}
     assert len(rooms) < 30 and all(room_for(n, True) >= n for n in range(1, 200))
     assert room_for(137, running=False) == 137
+
+
+def test_a_step_tooltip_and_the_metrics_say_what_the_weights_cost_where_measured():
+    from gui.state.live_metrics import LiveMetrics
+    from gui.views.metrics import weights_text
+    from gui.views.timeline import describe_step
+    base = dict(step=3, phase=Phase.DECODE, start_ms=1.0, duration_ms=2.0, num_requests=4, num_prefill_requests=0,
+                num_decode_requests=4, num_tokens=4, num_prefill_tokens=0, num_decode_tokens=4, context_tokens=40,
+                max_context_tokens=10, kv_tokens=40, kv_capacity=100, num_running=4, num_waiting=0)
+    assert "weights read" not in describe_step(dict(base, weight_bytes=0, experts_touched=0))
+    dense = describe_step(dict(base, weight_bytes=538e6, experts_touched=0))
+    assert dense.endswith("weights read 538.0 MB")
+    moe = describe_step(dict(base, weight_bytes=61.5e6, experts_touched=12))
+    assert moe.endswith("weights read 61.5 MB, 12 experts touched (all layers)")
+    assert weights_text(LiveMetrics()) == "—"
+    assert weights_text(LiveMetrics(weights_per_step=61.5e6, experts_per_layer=6.0, num_experts=8)) == \
+        "61.5 MB (6.0 of 8 experts per layer)"

@@ -462,3 +462,25 @@ def test_a_folder_opened_in_the_window_is_remembered_and_its_models_listed(homes
         window.controls.open_model_folder(str(empty))
     assert rejected.args[0] == f"{empty}: no model this engine runs in it"
     assert window.controls.model_name() == str(extra / "qwen3-copy.gguf")
+
+
+@pytest.mark.parametrize("variant", ["qwen3-moe", "gemma3"])
+def test_a_gemma_or_moe_folder_runs_in_the_window_and_an_moe_shows_its_experts(qtbot, window, tmp_path, variant):
+    """The window's engine process runs the new families from a folder; for a mixture of experts the
+    step tooltip and the metrics panel say what each decode step read and how many experts it touched."""
+    from tests.models.test_families import FAMILIES
+    from tests.models.test_models import VARIANTS, reference_pair
+    VARIANTS.setdefault(variant, FAMILIES[variant])
+    hf, _, shape = reference_pair(variant)
+    hf.save_pretrained(tmp_path / variant, safe_serialization=True)
+    use_tiny(window, prompt_len="12", output_len="5", batch="2")
+    window.controls.select_model(str(tmp_path / variant))
+    result = run_to_end(qtbot, window)
+    assert not result.error and not result.stopped
+    assert len(window.timeline.bars[Phase.DECODE].shown[0]) == 4
+    weights = window.metrics.values["weights"].text()
+    tip = window.timeline.hover_text(window.store.steps.column("start_ms")[-1] + 0.01)
+    if shape.num_experts:
+        assert f"of {shape.num_experts} experts per layer)" in weights and "experts touched (all layers)" in tip
+    else:
+        assert weights.endswith(" MB") and "experts" not in tip

@@ -251,3 +251,36 @@ def test_the_whole_decode_layer_in_c_matches_the_layer_kernel_by_kernel(bias, mo
     torch.testing.assert_close(fused, plain, atol=1e-4, rtol=1e-4)
     for a, b in zip(fused_cache.k + fused_cache.v, plain_cache.k + plain_cache.v):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [1, 3, 9, 33])
+def test_a_matrix_of_row_segments_in_different_formats_is_one_product(n):
+    """A fused matrix whose GGUF pieces mix formats (q|k Q5_0, v Q8_0, and a float32 piece where
+    a format is not run as stored): one product over the segments, each at its own rows, odd
+    row counts and both paths (a few rows of x; a prefill's dequantized panel pairs)."""
+    from backend.kernels import ops
+    from backend.models.packed import QuantPanels
+    torch.manual_seed(n)
+    inp = 512
+    pieces = [("q5_0", 37), ("q8_0", 19), ("float32", 40), ("q4_k", 17), ("f16", 5)]
+    ws = [torch.randn(rows, inp) * 0.05 for _, rows in pieces]
+    parts, deq = [], []
+    for (fmt, _), w in zip(pieces, ws):
+        if fmt == "float32":
+            parts.append(Panels.pack(w, 32))
+            deq.append(w)
+        else:
+            parts.append(QuantPanels.quantize(w, fmt))
+            deq.append(ops.dequantize_rows(ops.quantize_rows(w, fmt), fmt, inp))
+    matrix = QuantPanels.join(parts)
+    assert matrix.fmt == "segments" and matrix.shape == (118, inp)
+    assert matrix.nbytes == sum(p.nbytes if isinstance(p, QuantPanels) else 40 * inp * 4 for p in parts)
+    w = torch.cat(deq)
+    x, bias, residual = torch.randn(n, inp), torch.randn(118), torch.randn(n, 118)
+    got = linear(x, matrix, bias, residual)
+    want = x.double() @ w.double().T + bias.double() + residual.double()
+    bound = 4 * inp * 2.0 ** -24 * (x.abs().double() @ w.abs().double().T) + 1e-6 * residual.abs().double()
+    assert ((got.double() - want).abs() <= bound).all()
+    with pytest.raises(ValueError, match="do not add up"):
+        ops.qlinear(x, matrix.data, "segments", 117)

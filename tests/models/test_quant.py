@@ -22,17 +22,24 @@ from backend.errors import InputError
 from backend.kernels import ops
 from backend.models.base import KVCache
 from backend.shape import ModelShape
-from backend.precision import canonical, from_info, precision
+from backend.precision import BLOCK_FORMATS, GGUF_FORMATS, canonical, from_info, precision
 
 ROOT = Path(__file__).resolve().parents[2]
 lib = kernels.load()
 needs_kernels = pytest.mark.skipif(lib is None, reason=f"C kernels not built here: {kernels.reason()}")
-FORMATS = ("q8_0", "q4_0", "q4_1")
+FORMATS = BLOCK_FORMATS
+K_QUANTS = ("q4_k", "q5_k", "q6_k")
+GGUF_QUANTIZES = tuple(f for f in FORMATS if f not in K_QUANTS)   # the formats the gguf package quantizes
 
 
 def gguf_type(fmt):
     from gguf import GGMLQuantizationType
-    return getattr(GGMLQuantizationType, fmt.upper())
+    return getattr(GGMLQuantizationType, {v: k for k, v in GGUF_FORMATS.items()}[fmt].upper())
+
+
+def width(fmt, inp):
+    """An input width for a format: inp, or as many super-blocks of 256 as inp has blocks of 32."""
+    return inp * precision(fmt).block // 32
 
 
 def rounding_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -41,18 +48,19 @@ def rounding_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 @needs_kernels
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", GGUF_QUANTIZES)
 def test_quantizing_writes_the_same_bytes_as_the_gguf_reference_and_reads_back_the_same_values(fmt):
     from gguf.quants import dequantize, quantize
     torch.manual_seed(0)
     w = torch.randn(37, 96) * 0.05
     w[3, :32] = 0.0                                    # an all-zero block: scale 0, no division by it
     blocks = ops.quantize_rows(w, fmt)
-    assert np.array_equal(blocks.numpy(), quantize(w.numpy(), gguf_type(fmt)))
+    assert np.array_equal(blocks.numpy(), np.asarray(quantize(w.numpy(), gguf_type(fmt))).view(np.uint8).reshape(37, -1))
     ours = ops.dequantize_rows(blocks, fmt, 96)
-    theirs = torch.from_numpy(dequantize(blocks.numpy(), gguf_type(fmt)).reshape(37, 96).copy())
+    theirs = torch.from_numpy(np.asarray(dequantize(blocks.numpy(), gguf_type(fmt)), dtype=np.float32).reshape(37, 96))
     assert torch.equal(ours, theirs)
-    assert (ours - w).abs().max() < 0.05 * (0.02 if fmt == "q8_0" else 0.3)   # close to the floats it came from
+    tolerance = {"q8_0": 0.02, "f16": 0.004, "bf16w": 0.03, "q5_0": 0.15, "q5_1": 0.15}.get(fmt, 0.3)
+    assert (ours - w).abs().max() < 0.05 * tolerance   # close to the floats it came from
 
 
 @needs_kernels
@@ -61,6 +69,7 @@ def test_quantizing_writes_the_same_bytes_as_the_gguf_reference_and_reads_back_t
 @pytest.mark.parametrize("out, inp", [(16, 32), (37, 96), (960, 576)])
 def test_quantized_products_equal_the_float_product_on_the_dequantized_weights(fmt, n, out, inp):
     torch.manual_seed(n)
+    inp = width(fmt, inp)
     w = torch.randn(out, inp) * 0.05
     blocks = ops.quantize_rows(w, fmt)
     deq = ops.dequantize_rows(blocks, fmt, inp)
@@ -74,33 +83,54 @@ def test_quantized_products_equal_the_float_product_on_the_dequantized_weights(f
 
 @needs_kernels
 def test_packed_matrices_hold_the_formats_own_bytes():
-    """Bytes counted right: a packed Q4_1 matrix is its GGUF blocks' bytes, scales included."""
+    """Bytes counted right: a packed matrix is its GGUF blocks' bytes, scales included (the bits
+    per weight are llama.cpp's: Q5_0 5.5, Q5_1 6, Q4_K 4.5, Q5_K 5.5, Q6_K 6.5625, F16 16)."""
     from backend.models.packed import QuantPanels
-    w = torch.randn(960, 576)
-    for fmt, block in (("q8_0", 34), ("q4_0", 18), ("q4_1", 20)):
+    w = torch.randn(960, 1536)
+    bits = {"q8_0": 8.5, "q4_0": 4.5, "q4_1": 5.0, "q5_0": 5.5, "q5_1": 6.0, "q4_k": 4.5, "q5_k": 5.5,
+            "q6_k": 6.5625, "f16": 16.0, "bf16w": 16.0}
+    assert set(bits) == set(FORMATS)
+    for fmt, b in bits.items():
         q = QuantPanels.quantize(w, fmt)
-        assert q.data.numel() == 960 * 576 // 32 * block == q.nbytes
-        assert precision(fmt).matrix_bytes(960, 576) == q.nbytes
+        assert q.data.numel() == 960 * 1536 * b / 8 == q.nbytes
+        assert precision(fmt).matrix_bytes(960, 1536) == q.nbytes and precision(fmt).weight_bits == b
+    # a K-quant on rows of 576 (not whole super-blocks) is priced as the format llama.cpp falls back to
+    assert precision("q4_k").matrix_bytes(576, 576) == precision("q5_0").matrix_bytes(576, 576)
+    assert precision("q6_k").matrix_bytes(576, 576) == precision("q8_0").matrix_bytes(576, 576)
 
 
 @needs_kernels
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [*FORMATS, "mixed"])
 def test_a_whole_quantized_decode_layer_matches_the_float_layer_on_the_dequantized_weights(fmt):
     """layer.c's decode step with quantized matrices against LlamaLayer.forward in float32 on
     float panels of the same dequantized values: logits and the KV cache."""
     from backend.models import build_model, make_step_batch
     from backend.models.packed import pack_weights
-    shape = ModelShape("llama", vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                       head_dim=16, intermediate_size=96, max_position=256)
+    shape = ModelShape("llama", vocab_size=96, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
+                       head_dim=64, intermediate_size=512, max_position=256)
     torch.manual_seed(1)
     quantized, plain = (build_model(shape).eval().requires_grad_(False) for _ in range(2))
     for p in quantized.parameters():
         p.normal_(0, 0.3)
+    # "mixed": every matrix as row segments (q5_0, then 16 rows q8_0, then 16 float32), as a GGUF
+    # mix fills a fused q|k|v: layer.c's products take the segments in one pass
+    segments = (lambda w: [(w.shape[0] - 32, "q5_0"), (16, "q8_0"), (16, "float32")]) if fmt == "mixed" else \
+        (lambda w: [(w.shape[0], fmt)])
+
+    def dequantized(w):
+        parts, start = [], 0
+        for rows, f in segments(w):
+            piece = w[start:start + rows]
+            start += rows
+            parts.append(piece if f == "float32" else ops.dequantize_rows(ops.quantize_rows(piece, f), f, w.shape[1]))
+        return torch.cat(parts)
+
     with torch.no_grad():   # the float model holds exactly the values the quantized one multiplies by
         for name, p in quantized.named_parameters():
-            value = ops.dequantize_rows(ops.quantize_rows(p, fmt), fmt, p.shape[1]) if p.ndim == 2 and name != "embed" else p
-            plain.get_parameter(name).copy_(value)
-    assert pack_weights(quantized, lambda w: (fmt, None))
+            plain.get_parameter(name).copy_(dequantized(p) if p.ndim == 2 and name != "embed" else p)
+    assert pack_weights(quantized, lambda w: [(rows, f, None) for rows, f in segments(w)])
+    if fmt == "mixed":
+        assert quantized.layers[0].qkv.fmt == "segments" and len(quantized.layers[0].qkv.parts) == 3
     assert pack_weights(plain)
     prompts = {0: [5, 6, 7], 1: [9] * 11}
 
@@ -172,8 +202,8 @@ def test_the_bundled_model_at_q4_1_answers_the_paris_question():
 
 
 def test_unknown_and_unrunnable_precisions_are_one_clear_message():
-    with pytest.raises(InputError, match="unknown dtype 'q5_k'.*q8_0, q4_0, q4_1"):
-        canonical("q5_k")
+    with pytest.raises(InputError, match="unknown dtype 'q3_k'.*q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16"):
+        canonical("q3_k")
     from backend.loaders.quant import _check_widths
     odd = ModelShape("llama", vocab_size=96, hidden_size=48, num_layers=1, num_heads=4, num_kv_heads=2,
                      head_dim=12, intermediate_size=96, max_position=64)
@@ -236,7 +266,7 @@ def test_each_instruction_set_level_builds_and_computes_the_float_reference(tmp_
     if lib is None:
         pytest.skip(f"C kernels not built here: {kernels.reason()}")
     torch.manual_seed(3)
-    w, x = torch.randn(48, 64), torch.randn(5, 64)
+    w, x = torch.randn(48, 256), torch.randn(5, 256)
     np.save(tmp_path / "w.npy", w.numpy())
     np.save(tmp_path / "x.npy", x.numpy())
     script = (f"import numpy as np, torch; from backend import kernels; from backend.kernels import ops\n"
@@ -244,7 +274,7 @@ def test_each_instruction_set_level_builds_and_computes_the_float_reference(tmp_
               f"print(kernels.isa()[0])\n"
               f"w = torch.from_numpy(np.load(r'{tmp_path}/w.npy')); x = torch.from_numpy(np.load(r'{tmp_path}/x.npy'))\n"
               f"for fmt in {FORMATS!r}:\n"
-              f"    y = ops.qlinear(x, ops.quant_pack(ops.quantize_rows(w, fmt), fmt, 64), fmt, 48)\n"
+              f"    y = ops.qlinear(x, ops.quant_pack(ops.quantize_rows(w, fmt), fmt, 256), fmt, 48)\n"
               f"    np.save(r'{tmp_path}/' + fmt + '.npy', y.numpy())\n"
               f"np.save(r'{tmp_path}/float32.npy', linear(x, Panels.pack(w, 32)).numpy())\n")
     env = {**os.environ, "PHASESCOPE_KERNELS_ARCH": arch, "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -253,7 +283,7 @@ def test_each_instruction_set_level_builds_and_computes_the_float_reference(tmp_
     if path is not None:
         assert done.stdout.split("\n")[0] == path
     for fmt in (*FORMATS, "float32"):
-        deq = w if fmt == "float32" else ops.dequantize_rows(ops.quantize_rows(w, fmt), fmt, 64)
+        deq = w if fmt == "float32" else ops.dequantize_rows(ops.quantize_rows(w, fmt), fmt, 256)
         built = torch.from_numpy(np.load(tmp_path / f"{fmt}.npy"))
         reference = x.double() @ deq.double().T
         assert ((built.double() - reference).abs() <= rounding_bound(x, deq)).all(), fmt
@@ -278,3 +308,30 @@ def test_sweep_precision_writes_one_row_per_precision(tmp_path):
     # the prediction tracks the bytes: TPOT's predicted ratio is the weight bytes' (plus the small KV term)
     assert points[0].predicted_tpot_ms / points[1].predicted_tpot_ms > 3
     assert "q8_0: 3.76x fewer weight bytes" in proc.stdout
+
+
+def test_k_quant_and_f16_dtypes_quantize_the_floats_and_fall_back_on_narrow_rows():
+    """--dtype q4_k / q5_k / q6_k / f16 on floats: a matrix whose rows are whole super-blocks of
+    256 in the K-quant, narrower ones in llama.cpp's fallback (Q5_0, Q5_1, Q8_0), the head at Q8_0
+    (F16 at f16); the bits per weight and the description say what runs."""
+    from backend.loaders.quant import apply, effective
+    from backend.models import build_model
+    shape = ModelShape("llama", vocab_size=96, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
+                       head_dim=64, intermediate_size=320, max_position=64)   # 320: down's rows fall back
+    for fmt, fallback in (("q4_k", "q5_0"), ("q5_k", "q5_1"), ("q6_k", "q8_0"), ("f16", None)):
+        torch.manual_seed(0)
+        model = build_model(shape).eval().requires_grad_(False)
+        how = apply(model, fmt, None)
+        if fallback:
+            narrow = {"q5_0": "2 matrices q5_0", "q5_1": "2 matrices q5_1", "q8_0": "3 matrices q8_0"}[fallback]
+            assert f"6 matrices {fmt} quantized from random floats" in how and f"{narrow} quantized" in how, how
+            assert fallback == "q8_0" or "1 matrix q8_0" in how   # the head
+            assert model.layers[0].down.fmt == fallback and model.layers[0].qkv.fmt == fmt
+        else:
+            assert "9 matrices f16 quantized from random floats" in how, how   # the head too
+        prec, _ = effective(model, fmt, torch.float32)
+        assert prec.name == fmt and prec.formats[0] == fmt
+    proc = cli("run", "--model", "tiny", "--dtype", "q6_k", "--output-len", "2", "--prompt-len", "8")
+    assert proc.returncode == 0, proc.stderr
+    # widths 64 and 128: every row fell back to Q8_0, and the device line names what runs, not what was asked
+    assert "q8_0 weights (8.50 bits)" in proc.stdout and "(q8_0 weights dequantized" in proc.stdout

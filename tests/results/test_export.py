@@ -77,13 +77,14 @@ def test_missing_column_is_named(tmp_path):
 
 
 def test_a_run_from_before_the_worker_column_still_reads(tmp_path):
-    """Columns added later with a default (a step's worker, a request's KV hand-off) may be absent."""
+    """Columns added later with a default (a step's worker and the weights it read, a request's KV
+    hand-off) may be absent."""
     write_run(tmp_path, sample_run())
     lines = (tmp_path / "steps.csv").read_text().splitlines()
-    assert lines[0].endswith(",worker")
-    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 1)[0] for l in lines) + "\n")
+    assert lines[0].endswith(",worker,experts_touched,weight_bytes")
+    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 3)[0] for l in lines) + "\n")
     run = read_run(tmp_path)
-    assert run.steps and all(s.worker == "" for s in run.steps)
+    assert run.steps and all(s.worker == "" and s.experts_touched == s.weight_bytes == 0 for s in run.steps)
 
 
 def test_unwritable_folder_is_refused_before_anything_is_written(tmp_path):

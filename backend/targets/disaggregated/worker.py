@@ -160,11 +160,12 @@ class _Worker:
 
     def record_step(self, out, contexts: list[int], kv_tokens: int, kv_capacity: int, start: float, end: float,
                     num_waiting: int, num_running: int) -> None:
+        experts_touched, weight_bytes = self.runner.step_reads()
         self.batch.steps.append(StepRecord.measured(
             run_id="", step=self.step_index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=kv_capacity, num_waiting=num_waiting, num_running=num_running,
-            worker=self.name))
+            worker=self.name, experts_touched=experts_touched, weight_bytes=weight_bytes))
         self.step_index += 1
 
     def flush(self, force: bool = False) -> None:

@@ -1,0 +1,39 @@
+"""Mixture-of-experts pricing: how many of a layer's experts a step reads, and what a token multiplies by.
+
+A dense layer reads every weight once per step. An MoE layer reads its shared matrices (attention,
+router) and only the experts some token of the step was routed to: one token reads k of the E
+experts, a large prefill all E. Between the two, under uniform routing (each token's k experts
+a uniformly random k-subset, tokens independent), an expert is missed by one token with
+probability 1 - k/E and by all B tokens with (1 - k/E)^B, so the step reads in expectation
+
+    E * (1 - (1 - k/E)^B)
+
+experts per layer. Real routers are not uniform (some experts are popular), which makes the
+true union smaller; the step records' `experts_touched` is the measured count to hold it against.
+The FLOPs do not depend on the union: every token multiplies by exactly k experts.
+"""
+from __future__ import annotations
+
+
+def expected_experts(num_experts: int, experts_per_token: int, tokens: float) -> float:
+    """Expected distinct experts per layer that `tokens` tokens touch under uniform routing:
+    experts_per_token for one token, approaching num_experts as the step grows."""
+    if num_experts <= 0 or tokens <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** tokens)
+
+
+def expert_params(shape) -> int:
+    """Weights of one expert's matrices (gate, up, down), 0 for a dense shape."""
+    return 3 * shape.hidden_size * shape.intermediate_size if getattr(shape, "num_experts", 0) else 0
+
+
+def unused_expert_params(shape) -> int:
+    """Per layer, the expert weights a token does not multiply by (0 for a dense shape)."""
+    return (getattr(shape, "num_experts", 0) - getattr(shape, "experts_per_token", 0)) * expert_params(shape)
+
+
+def unread_expert_params(shape, tokens: float) -> float:
+    """Per layer, the expert weights a step of `tokens` tokens is expected not to read (0 for a dense shape)."""
+    experts = getattr(shape, "num_experts", 0)
+    return (experts - expected_experts(experts, getattr(shape, "experts_per_token", 0), tokens)) * expert_params(shape)
