@@ -245,7 +245,8 @@ class RunForm(QtWidgets.QWidget):
         f = self.fields["sweep-precision"] = {
             "dtypes": ValidatedField(",".join(PRECISION_DEFAULT), precision_list,
                                      tooltip="the same model loaded at each: float32, bfloat16, float16, "
-                                             "q8_0, q4_0, q4_1, int8 (the Dtype above is not used)"),
+                                             "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, int8 "
+                                             "(the Dtype above is not used)"),
             "prompt_len": ValidatedField("512", whole("prompt length"), tooltip="tokens in each prompt"),
             "output_len": ValidatedField("64", whole("output length"),
                                          tooltip="decode steps timed (their median is the TPOT)"),

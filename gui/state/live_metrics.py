@@ -58,6 +58,11 @@ class LiveMetrics:
     handed_off: int = 0
     ttft_split: dict[str, float] | None = None
     kv_bytes_mean: float | None = None
+    # the weights the last second's decode-only steps read, per step (where the engine measured
+    # them), and for a mixture of experts the experts per layer they touched, of how many
+    weights_per_step: float | None = None
+    experts_per_layer: float | None = None
+    num_experts: int = 0
 
 
 def _mean(x: np.ndarray) -> float | None:
@@ -190,6 +195,15 @@ def _step_metrics(store: RunStore, m: LiveMetrics) -> None:
     if busy_ms > 0 and recent_tokens > 0:
         span_ms = max(float(start[-1] + duration[-1] - start[first]), busy_ms)
         m.decode_tokens_per_s = recent_tokens / (span_ms / 1000.0)
+
+    decode_only = (steps.column("num_prefill_tokens")[first:] == 0) & (decode_tokens[first:] > 0)
+    read = steps.column("weight_bytes")[first:][decode_only]
+    if len(read) and read.mean() > 0:
+        m.weights_per_step = float(read.mean())
+        shape = store.model.shape if store.model is not None else None
+        m.num_experts = getattr(shape, "num_experts", 0) if shape is not None else 0
+        if m.num_experts:
+            m.experts_per_layer = float(steps.column("experts_touched")[first:][decode_only].mean()) / shape.num_layers
 
     # whole-run sums, kept by the store as steps arrive
     if store.prefill_tokens > 0:

@@ -22,6 +22,7 @@ ROWS = (
     ("load", "Requests running / waiting"),
     ("done", "Requests finished / seen"),
     ("kv", "KV cache in use"),
+    ("weights", "Weights read / decode step"),
 )
 
 
@@ -78,7 +79,18 @@ def format_rows(m: LiveMetrics) -> dict[str, str]:
         "load": load,
         "done": f"{m.num_finished} / {m.num_requests}",
         "kv": kv,
+        "weights": weights_text(m),
     }
+
+
+def weights_text(m: LiveMetrics) -> str:
+    """The last second's decode steps' weight reads; an MoE's with the experts they touched."""
+    if m.weights_per_step is None:
+        return "—"
+    text = f"{m.weights_per_step / 1e6:,.1f} MB"
+    if m.experts_per_layer is not None:
+        text += f" ({m.experts_per_layer:.1f} of {m.num_experts} experts per layer)"
+    return text
 
 
 def figure_text(value: float | None) -> str:

@@ -31,6 +31,10 @@ class Log2Axis(pg.AxisItem):
         return [f"{2.0 ** v:g}" if v >= 0 else f"1/{2.0 ** -v:g}" for v in values]
 
 
+def is_moe(shape) -> bool:
+    return bool(getattr(shape, "num_experts", 0))
+
+
 def prediction_dtype(profile: GpuProfile, run_dtype) -> tuple:
     """(what to price the prediction at, its bytes): the run's precision where the profile has a
     peak for it, else the profile's first dtype (e.g. a T4's fp16), at that dtype's bytes."""
@@ -74,6 +78,10 @@ class ThroughputView(pg.PlotWidget):
         dotted = pg.mkPen(STEP_TIME_COLOR, width=1, style=QtCore.Qt.PenStyle.DotLine)
         self.step_time = pg.PlotDataItem([], [], pen=dotted, symbol="s", symbolSize=6, symbolBrush=STEP_TIME_COLOR)
         self.step_box.addItem(self.step_time)
+        # a mixture of experts: the right axis is the weights a step reads, measured and predicted
+        self.predicted_bytes = pg.PlotDataItem([], [], pen=pg.mkPen(STEP_TIME_COLOR, width=1,
+                                                                     style=QtCore.Qt.PenStyle.DashLine))
+        self.step_box.addItem(self.predicted_bytes)
         self.predicted = plot.plot([], [], pen=pg.mkPen(PREDICTED_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine))
         self.local = plot.plot([], [], pen=pg.mkPen(LOCAL_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine),
                                symbol="t", symbolSize=6, symbolBrush=LOCAL_COLOR)
@@ -117,7 +125,7 @@ class ThroughputView(pg.PlotWidget):
         plot = self.getPlotItem()
         if self.kind == "batch":
             style_plot(plot, self._title(), "batch size (requests, log2)", "decode tokens/s (log)")
-            plot.setLabel("right", "decode step (ms)")
+            plot.setLabel("right", "weights read per step (MB)" if self._shows_bytes() else "decode step (ms)")
         else:
             style_plot(plot, self._title(), "prompt length (tokens, log2)", "prefill tokens/s (log)")
             plot.setLabel("right", "TTFT (ms)")
@@ -129,8 +137,7 @@ class ThroughputView(pg.PlotWidget):
         title = "Decode tokens/s vs batch size" if self.kind == "batch" else "Prefill tokens/s vs prompt length"
         measured = swatch_title("", [("simulated run" if self._run_simulated() else "measured", MEASURED_COLOR,
                                       "&#9679;"),
-                                     ("step ms (right)" if self.kind == "batch" else "TTFT ms (right)",
-                                      STEP_TIME_COLOR)])
+                                     (self._right_name(), STEP_TIME_COLOR)])
         predictions = swatch_title("", [(predicted, PREDICTED_COLOR, "- -"),
                                         ("this machine (predicted)", LOCAL_COLOR, "&#9660;")])
         predictions += "<br>" + swatch_title("", [(self._simulated_name, PROFILE_SIMULATED_COLOR, "-&middot;-"),
@@ -140,6 +147,16 @@ class ThroughputView(pg.PlotWidget):
                  for i in range(0, len(shown), 3)]
         refs = "".join(f"<br>{line}" for line in lines)
         return f'{title}<br><span style="font-size:8pt">{measured}<br>{predictions}{refs}</span>'
+
+    def _shows_bytes(self) -> bool:
+        """A batch sweep of a mixture of experts: its story is the weights a step reads, which grow
+        with the batch (more experts touched); a dense model reads the same weights at every batch."""
+        return self.kind == "batch" and is_moe(self.shape)
+
+    def _right_name(self) -> str:
+        if self._shows_bytes():
+            return "weights MB/step (right; - - predicted)"
+        return "step ms (right)" if self.kind == "batch" else "TTFT ms (right)"
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -159,6 +176,7 @@ class ThroughputView(pg.PlotWidget):
         """What the prediction needs; any left as None keeps its value."""
         if shape is not None:
             self.shape = shape
+            self._label_axes()
         if run_dtype is not None:
             self.run_dtype = run_dtype
         if profile is not None:
@@ -180,7 +198,11 @@ class ThroughputView(pg.PlotWidget):
         self._paint_references()
         x = np.log2([p.x for p in points]) if points else np.empty(0)
         self.measured.setData(x, [p.tokens_per_s for p in points])
-        self.step_time.setData(x, [p.step_ms for p in points])
+        if self._shows_bytes():
+            read = [(xi, p.weight_bytes / 1e6) for xi, p in zip(x, points) if p.weight_bytes]
+            self.step_time.setData([a for a, _ in read], [b for _, b in read])
+        else:
+            self.step_time.setData(x, [p.step_ms for p in points])
         local = [(xi, p.x / (p.predicted_local_ms / 1000.0)) for xi, p in zip(x, points) if p.predicted_local_ms]
         self.local.setData([a for a, _ in local], [b for _, b in local])
         simulated = [(xi, p) for xi, p in zip(x, points) if p.simulated_ms]
@@ -272,6 +294,29 @@ class ThroughputView(pg.PlotWidget):
         self.profile_simulated.setToolTip(f"{self.profile.key}'s cost model: {model.source}")
         return []
 
+    def _paint_predicted_bytes(self, xs, nbytes) -> list[str]:
+        """An MoE's weights per decode step against the batch: the shared matrices plus the expected
+        union of the routed experts (backend/roofline/moe.py), and what the sweep measured."""
+        if not self._shows_bytes():
+            self.predicted_bytes.setData([], [])
+            return []
+        from backend.roofline.cost import step_cost
+        from backend.roofline.moe import expected_experts
+        read = [step_cost(self.shape, nbytes, [1] * int(b), [self.context] * int(b)).weight_bytes / 1e6 for b in xs]
+        self.predicted_bytes.setData(np.log2(xs), read)
+        e, k = self.shape.num_experts, self.shape.experts_per_token
+        points = [p for p in self.store.sweep_points if p.kind == "batch" and p.weight_bytes]
+        note = (f"mixture of experts: a decode step reads the experts its tokens were routed to, "
+                f"{e}·(1−(1−{k}/{e})^B) of {e} per layer under uniform routing: {read[0]:,.0f} MB at batch 1, "
+                f"{read[-1]:,.0f} MB at batch {int(xs[-1])}")
+        if points:
+            last = points[-1]
+            predicted = step_cost(self.shape, nbytes, [1] * last.x, [self.context] * last.x).weight_bytes / 1e6
+            touched = expected_experts(e, k, last.x)
+            note += (f"; measured {last.weight_bytes / 1e6:,.0f} MB at batch {last.x} "
+                     f"(predicted {predicted:,.0f} MB, {touched:.1f} experts per layer)")
+        return [note]
+
     def _paint_prediction(self) -> list[str]:
         """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""
         self.crossover = None
@@ -297,6 +342,7 @@ class ThroughputView(pg.PlotWidget):
         else:
             times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype).time_s for n in xs]
         self.predicted.setData(np.log2(xs), xs / np.array(times))
+        notes += self._paint_predicted_bytes(xs, nbytes)
         label = dtype.name if hasattr(dtype, "name") else dtype
         self._predicted_name = f"{self.profile.key} {label} (predicted)"
         notes += self._paint_profile_simulation(xs, dtype)

@@ -106,7 +106,17 @@ def describe_step(step: dict) -> str:
             f"{int(step['num_decode_tokens'])} decode)\n"
             f"context {int(step['context_tokens'])} tokens (longest {int(step['max_context_tokens'])})\n"
             f"KV cache {int(step['kv_tokens'])} / {int(step['kv_capacity'])} tokens\n"
-            f"after it: {int(step['num_running'])} running, {int(step['num_waiting'])} waiting")
+            f"after it: {int(step['num_running'])} running, {int(step['num_waiting'])} waiting"
+            + _weights_read(step))
+
+
+def _weights_read(step: dict) -> str:
+    """What the step read of the weights, where it was measured; for a mixture of experts, how
+    many experts its tokens were routed to (summed over the layers)."""
+    nbytes, experts = int(step.get("weight_bytes", 0)), int(step.get("experts_touched", 0))
+    if not nbytes:
+        return ""
+    return f"\nweights read {nbytes / 1e6:,.1f} MB" + (f", {experts} experts touched (all layers)" if experts else "")
 
 
 def describe_bar(bar: dict) -> str:
