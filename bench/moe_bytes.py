@@ -144,7 +144,7 @@ def main() -> int:
              f"parameters, {shape.num_active_params() / 1e9:.2f} B active a token; Q8_0 by llama.cpp's quantizer, "
              f"{ours.loaded.weight_bytes / 1e6:,.0f} MB as ours holds it.", "",
              "| batch | experts a layer: measured | predicted (uniform) | weights a step: measured | predicted "
-             "| ours step | ours tok/s | llama.cpp step | llama.cpp tok/s | ours / llama.cpp |",
+             "| ours step | ours tok/s | llama.cpp step | llama.cpp tok/s | speed-up (llama.cpp ms / ours) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for b in BATCHES:
         read = ours.read[b]

@@ -179,6 +179,20 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _experts_line(info: dict, points: list) -> str | None:
+    """A mixture of experts' batch sweep: the weights a decode step read at the smallest and the
+    largest batch, the uniform routing's prediction beside them (None for a dense model)."""
+    shape = info.get("shape") or {}
+    read = [p for p in points if p.weight_bytes]
+    if not shape.get("num_experts") or len(read) < 2:
+        return None
+    lo, hi = read[0], read[-1]
+    return (f"mixture of experts ({shape['experts_per_token']} of {shape['num_experts']} experts a token): a decode "
+            f"step read {lo.weight_bytes / 1e6:,.0f} MB of weights at batch {lo.x} and {hi.weight_bytes / 1e6:,.0f} MB "
+            f"at batch {hi.x} (predicted {lo.predicted_weight_bytes / 1e6:,.0f} and "
+            f"{hi.predicted_weight_bytes / 1e6:,.0f} MB): more tokens touch more experts")
+
+
 class SweepPrinter:
     """Prints each sweep point as it is measured, then the crossover summary."""
 
@@ -199,8 +213,9 @@ class SweepPrinter:
                            f"{'decode tok/s':>13} {'pred TTFT':>10} {'pred TPOT':>10}")
             self.printed = False
             return
+        # weights: what a step read (measured; an MoE's grow with the batch) and the roofline's count
         self.header = f"{'batch' if kind == 'batch' else 'prompt':>7} {'step ms':>10} {'tokens/s':>11} {'MFU':>7} " \
-                      f"{'MBU':>7} {'pred ms':>10} {'local ms':>10}  bound"
+                      f"{'MBU':>7} {'pred ms':>10} {'local ms':>10} {'weights':>9} {'pred':>9}  bound"
         self.printed = False
 
     def on_point(self, p) -> None:
@@ -221,8 +236,15 @@ class SweepPrinter:
                   f"{p.prefill_tokens_per_s:>14,.0f} {p.decode_tokens_per_s:>13,.1f} "
                   f"{_fmt(p.predicted_ttft_ms, '>10.1f')} {_fmt(p.predicted_tpot_ms, '>10.2f')}", flush=True)
             return
+        mb = [None if v is None else f"{v / 1e6:,.1f}MB" for v in (p.weight_bytes, p.predicted_weight_bytes)]
         print(f"{p.x:>7} {p.step_ms:>10.2f} {p.tokens_per_s:>11,.1f} {_fmt(p.mfu, '>7.1%')} {_fmt(p.mbu, '>7.1%')} "
-              f"{_fmt(p.predicted_ms, '>10.3f')} {_fmt(p.predicted_local_ms, '>10.3f')}  {p.bound}", flush=True)
+              f"{_fmt(p.predicted_ms, '>10.3f')} {_fmt(p.predicted_local_ms, '>10.3f')} {_fmt(mb[0], '>9')} "
+              f"{_fmt(mb[1], '>9')}  {p.bound}", flush=True)
+
+    def _print_experts(self, info: dict) -> None:
+        line = _experts_line(info, self.points)
+        if line:
+            print(line)
 
     def finish(self, finished, config) -> None:
         s, info = finished.summary, finished.data.info
@@ -253,6 +275,7 @@ class SweepPrinter:
                   f"{show(s.get('predicted_crossover_batch'))}"
                   + (f", for this machine {show(s.get('predicted_local_crossover_batch'))}"
                      if info.get("local_profile") else ""))
+            self._print_experts(info)
         if s.get("kind") == "precision":
             for key, value in s.items():
                 if key.endswith("_bytes_ratio"):

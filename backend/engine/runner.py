@@ -8,7 +8,7 @@ from backend.engine.cuda_graphs import StaticDecoder
 from backend.loaders.device import synchronize
 from backend.models import make_step_batch
 from backend.models.base import KVCache
-from backend.models.packed import pack_weights
+from backend.models.packed import pack_weights, step_weight_bytes
 
 MASK_ALIGN = 16   # the static path's key length (= cache max_len) is padded to this: fused attention kernels want aligned masks
 
@@ -47,6 +47,7 @@ class Runner:
         moe = loaded.shape.num_experts > 0
         self.use_cuda_graphs = self.device.type == "cuda" and not moe if use_cuda_graphs is None else use_cuda_graphs
         pack_weights(self.model)   # a no-op off the CPU, or if already packed
+        self._step_bytes: int | None = None   # step_reads' weights read whatever the tokens, taken once
         self.static = None
         if self.use_cuda_graphs:
             max_len = -(-max_len // MASK_ALIGN) * MASK_ALIGN
@@ -93,7 +94,9 @@ class Runner:
 
         A dense model reads all its weights; an MoE its shared ones and the experts it touched."""
         touched, read, every = getattr(self.model, "experts_read", lambda: (0, 0.0, 0.0))()
-        return touched, int(self.loaded.weight_bytes - every + read)
+        if self._step_bytes is None:   # the weights never change form after the runner is built
+            self._step_bytes = step_weight_bytes(self.model)
+        return touched, int(self._step_bytes - every + read)
 
     def warmup(self, prompt_len: int = 16, decode_steps: int = 2) -> None:
         """Untimed passes through every code path (and, on a GPU, the graph captures), so one-time

@@ -179,6 +179,20 @@ def matrix_bytes(w: torch.Tensor | Panels | QuantPanels | Int8Weight) -> int:
     return w.numel() * w.element_size()
 
 
+def step_weight_bytes(model: nn.Module) -> int:
+    """Bytes of the weights a step reads whatever its tokens: every layer matrix (an MoE's experts
+    all included; see the runner's step_reads) and norm, the final norm and the LM head, in their
+    packed or plain forms. The embedding table is not in it (a step gathers only its tokens' rows),
+    unless it is the tied LM head."""
+    total = 0
+    for layer in model.layers:
+        packed = [v for v in vars(layer).values() if isinstance(v, (Panels, QuantPanels, Int8Weight))]
+        total += sum(matrix_bytes(w) for w in (*packed, *layer.parameters(recurse=False)))
+    total += sum(p.numel() * p.element_size() for p in model.parameters(recurse=False) if p.ndim == 1)
+    head = model.packed_head if getattr(model, "packed_head", None) is not None else model.head_weight
+    return total + matrix_bytes(head)
+
+
 def kind_code(w: torch.Tensor | Panels | QuantPanels) -> int:
     """The C kernels' code for a packed matrix's format (ops.KINDS)."""
     return ops.KINDS[w.fmt] if isinstance(w, QuantPanels) else ops.KINDS["float32"]

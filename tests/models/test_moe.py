@@ -166,7 +166,9 @@ def test_a_step_reports_the_experts_it_touched_and_the_bytes_it_read(qwen3_moe_f
     shape = loaded.shape
     routers = [layer.router.detach().clone() for layer in loaded.model.layers]
     runner = Runner(loaded, num_slots=3, max_len=32, sampling=SamplingConfig())
-    assert runner.step_reads() == (0, loaded.weight_bytes - shape.num_layers * shape.num_experts * 3 * 64 * 32 * 4)
+    # what every step reads: the layers and the (untied) LM head, not the embedding table it gathers rows of
+    shared = loaded.weight_bytes - shape.vocab_size * shape.hidden_size * 4 - shape.num_layers * shape.num_experts * 3 * 64 * 32 * 4
+    assert runner.step_reads() == (0, shared)
     seen = []
     real = moe.run
 
@@ -179,8 +181,7 @@ def test_a_step_reports_the_experts_it_touched_and_the_bytes_it_read(qwen3_moe_f
     touched = sum(len(moe.route(h @ r.T, 4, True)[0].unique()) for h, r in zip(seen, routers))
     assert 4 <= touched < 2 * 16                                  # 5 tokens: some experts, not all
     expert = 3 * 64 * 32 * 4                                      # gate, up and down in float32
-    every = shape.num_layers * shape.num_experts * expert
-    assert runner.step_reads() == (touched, loaded.weight_bytes - every + touched * expert)
+    assert runner.step_reads() == (touched, shared + touched * expert)
 
 
 def test_the_union_of_experts_goes_from_k_to_all():
@@ -373,7 +374,7 @@ def test_run_writes_the_experts_and_bytes_of_each_step(qwen3_moe_folder, tmp_pat
         steps = list(csv.DictReader(f))
     total = json.loads((tmp_path / "run.json").read_text())["info"]["weight_bytes"]   # the whole model's
     expert = 3 * 64 * 32 * 4
-    every = 2 * 16 * expert
+    every = 2 * 16 * expert + 49152 * 64 * 4   # every expert, and the embedding table a step gathers rows of
     assert len(steps) == 4 and steps[0]["phase"] == "prefill"
     for step in steps:
         touched = int(step["experts_touched"])
@@ -385,3 +386,20 @@ def test_run_writes_the_experts_and_bytes_of_each_step(qwen3_moe_folder, tmp_pat
     assert [(s.experts_touched, s.weight_bytes) for s in back] == [
         (int(s["experts_touched"]), int(s["weight_bytes"])) for s in steps]
 
+
+
+def test_sweep_batch_on_an_moe_shows_the_weights_a_step_reads_rising_with_the_batch(qwen3_moe_folder, tmp_path):
+    """`sweep batch`: each point's measured and predicted weight bytes (sweep.csv and the table), and the
+    summary line an MoE gets: more tokens in a step touch more experts, so a step reads more."""
+    import csv
+    from tests.cli.test_cli import cli
+    proc = cli("sweep", "batch", "--model", str(qwen3_moe_folder), "--batches", "1,16", "--context", "16",
+               "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    read = [float(r["weight_bytes"]) for r in rows]
+    predicted = [float(r["predicted_weight_bytes"]) for r in rows]
+    assert read[1] > read[0] and predicted[1] > predicted[0]
+    assert read[0] == pytest.approx(predicted[0], rel=0.05)   # one token: exactly k experts a layer
+    assert "mixture of experts (4 of 16 experts a token): a decode step read" in proc.stdout
