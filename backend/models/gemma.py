@@ -29,7 +29,7 @@ from torch import nn
 
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache, StepBatch
-from backend.models.llama import LlamaLayer, LlamaModel, Rotary, apply_rotary, rms_norm
+from backend.models.llama import LlamaLayer, LlamaModel, Rotary, rms_norm
 from backend.models.packed import linear
 from backend.shape import ModelShape
 
@@ -53,6 +53,8 @@ class GemmaLayer(LlamaLayer):
     """LlamaLayer's matrices (attn_norm is input_layernorm, mlp_norm pre_feedforward_layernorm)
     and the two post-norms."""
 
+    head_norm = staticmethod(gemma_norm)
+
     def __init__(self, shape: ModelShape):
         super().__init__(shape)
         self.post_attn_norm = nn.Parameter(torch.empty(shape.hidden_size))
@@ -63,20 +65,8 @@ class GemmaLayer(LlamaLayer):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: AttentionPlan,
                 cache_k: torch.Tensor, cache_v: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
         h = gemma_norm(x, self.attn_norm, self.eps)
-        qkv = linear(h, self.qkv, self.qkv_bias)  # (N, (heads + 2 kv) * hd)
-        qk_size = self.q_size + self.kv_size
-        qk = qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim)
-        if self.q_norm is not None:   # Gemma 3: each head's q and k normalized over its head_dim
-            q = gemma_norm(qk[:, :self.heads], self.q_norm, self.eps)
-            k = gemma_norm(qk[:, self.heads:], self.k_norm, self.eps)
-            qk = torch.cat((q, k), dim=1)  # (N, heads + kv, hd)
-        rotary = (cos, sin) if plan.rotates_in_kernel else None
-        if rotary is None:
-            qk = apply_rotary(qk, cos, sin)
-        q, k = qk[:, :self.heads], qk[:, self.heads:]        # (N, heads, hd), (N, kv, hd)
-        v = qkv[:, qk_size:].view(n, self.kv_heads, self.head_dim)  # (N, kv, hd)
+        q, k, v, rotary = self.attention_inputs(h, cos, sin, plan)   # Gemma 3's q/k norms: head_norm
         attn = attend(q, k, v, plan, cache_k, cache_v, rotary, self.scale, self.attn_softcap)
         x = x + gemma_norm(linear(attn, self.o), self.post_attn_norm, self.eps)
         h = gemma_norm(x, self.mlp_norm, self.eps)

@@ -92,10 +92,24 @@ class LlamaLayer(nn.Module):
             self.down = nn.Parameter(torch.empty(d, ff))
         self.experts_touched = 0   # by the last forward (an MoE layer)
 
+    # the norm of the per-head q and k norms (Qwen3's); GemmaLayer's is Gemma's (1 + w) one
+    head_norm = staticmethod(rms_norm)
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: AttentionPlan,
                 cache_k: torch.Tensor, cache_v: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
         h = rms_norm(x, self.attn_norm, self.eps)
+        q, k, v, rotary = self.attention_inputs(h, cos, sin, plan)
+        x = linear(attend(q, k, v, plan, cache_k, cache_v, rotary), self.o, residual=x)
+        h = rms_norm(x, self.mlp_norm, self.eps)
+        if self.is_moe:
+            x, self.experts_touched = moe.run(self, h, x)
+            return x
+        return linear(swiglu(linear(h, self.gate_up)), self.down, residual=x)  # gate_up: (N, 2 ff)
+
+    def attention_inputs(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: AttentionPlan):
+        """The normalized input h (N, hidden) -> q (N, heads, hd), k and v (N, kv, hd) for attend, with
+        the q/k norms and clip applied, and the rotary attend still has to apply (the kernel's) or None."""
+        n = h.shape[0]
         qkv = linear(h, self.qkv, self.qkv_bias)  # (N, (heads + 2 kv) * hd)
         qk_size = self.q_size + self.kv_size
         qk = qkv[:, :qk_size].view(n, self.heads + self.kv_heads, self.head_dim)
@@ -103,9 +117,9 @@ class LlamaLayer(nn.Module):
             q = rms_norm(qkv[:, :self.q_size], self.q_norm, self.eps)
             k = rms_norm(qkv[:, self.q_size:qk_size], self.k_norm, self.eps)
             qk = torch.cat((q, k), dim=1).view(n, self.heads + self.kv_heads, self.head_dim)
-        elif self.q_norm is not None:   # Qwen3: each head's q and k normalized over its head_dim
-            q = rms_norm(qk[:, :self.heads].reshape(-1, self.head_dim), self.q_norm, self.eps)
-            k = rms_norm(qk[:, self.heads:].reshape(-1, self.head_dim), self.k_norm, self.eps)
+        elif self.q_norm is not None:   # Qwen3, Gemma 3: each head's q and k normalized over its head_dim
+            q = self.head_norm(qk[:, :self.heads].reshape(-1, self.head_dim), self.q_norm, self.eps)
+            k = self.head_norm(qk[:, self.heads:].reshape(-1, self.head_dim), self.k_norm, self.eps)
             qk = torch.cat((q.view(n, self.heads, -1), k.view(n, self.kv_heads, -1)), dim=1)  # (N, heads + kv, hd)
         rotary = (cos, sin) if plan.rotates_in_kernel else None
         v = qkv[:, qk_size:].view(n, self.kv_heads, self.head_dim)  # (N, kv, hd)
@@ -114,12 +128,7 @@ class LlamaLayer(nn.Module):
         if rotary is None:   # q and k sit side by side in each row: one rotary pass over both heads' sets
             qk = apply_rotary(qk, cos, sin)
         q, k = qk[:, :self.heads], qk[:, self.heads:]        # (N, heads, hd), (N, kv, hd)
-        x = linear(attend(q, k, v, plan, cache_k, cache_v, rotary), self.o, residual=x)
-        h = rms_norm(x, self.mlp_norm, self.eps)
-        if self.is_moe:
-            x, self.experts_touched = moe.run(self, h, x)
-            return x
-        return linear(swiglu(linear(h, self.gate_up)), self.down, residual=x)  # gate_up: (N, 2 ff)
+        return q, k, v, rotary
 
     def kernel_weights(self) -> tuple:
         """Data pointers of the layer's weights for the C decode layer (its matrices are Panels or
