@@ -30,7 +30,8 @@ from backend.kernels import ops
 from backend.loaders.device import dtype_name
 from backend.loaders.hf import Checkpoint
 from backend.shape import ModelShape
-from backend.models.packed import Int8Weight, Panels, QuantPanels, int8_kernel, matrix_bytes, pack_weights, quantize_int8
+from backend.models.packed import (Int8Weight, Panels, QuantPanels, int8_kernel, matrix_bytes, pack_weights,
+                                   quantize_int8, step_weight_bytes)
 from backend.precision import BLOCK_FORMATS, GGUF_FORMATS, K_FALLBACK, Precision, precision
 
 AUTO = "auto"
@@ -149,13 +150,8 @@ def _pieces(model: torch.nn.Module) -> dict[int, list[tuple[str, int]]]:
 
 def effective(model: torch.nn.Module, target: str, activation: torch.dtype) -> tuple[Precision, int]:
     """(the Precision the packed model runs at, the bytes a step reads of its weights)."""
-    matrices, small = [], 0
-    for layer in model.layers:
-        for value in vars(layer).values():
-            if isinstance(value, (Panels, QuantPanels, Int8Weight)):
-                matrices.append(value)
-        small += sum(p.numel() * p.element_size() for p in layer.parameters(recurse=False) if p.ndim == 1)
-    small += sum(p.numel() * p.element_size() for p in model.parameters(recurse=False) if p.ndim == 1)
+    matrices = [v for layer in model.layers for v in vars(layer).values()
+                if isinstance(v, (Panels, QuantPanels, Int8Weight))]
     head = model.packed_head
     matrices.append(head)
     params = sum(m.shape[0] * m.shape[1] for m in matrices)
@@ -173,4 +169,4 @@ def effective(model: torch.nn.Module, target: str, activation: torch.dtype) -> t
         # to its 32-block format, --dtype q6_k on a 576-wide model, is named by that format)
         name = layers.most_common(1)[0][0]
     held = tuple(f for f, _ in every.most_common()) if target != "int8" else ()
-    return precision(name, dtype_name(activation), weight_bits=8 * nbytes / params, formats=held), nbytes + small
+    return precision(name, dtype_name(activation), weight_bits=8 * nbytes / params, formats=held), step_weight_bytes(model)
