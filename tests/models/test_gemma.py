@@ -18,7 +18,7 @@ import torch
 
 from backend.loaders.hf import copy_weights, shape_from_config
 from backend.models import KVCache, build_model
-from tests.models.test_models import run, tokens
+from tests.models.test_models import greedy_pair, run, tokens
 
 transformers = pytest.importorskip("transformers")
 
@@ -164,13 +164,7 @@ def test_greedy_tokens_match_transformers_for_32_steps(pair, path):
     if path == "kernels":
         ours = copy.deepcopy(ours)   # packed in place: the module's other tests keep the plain one
         pack_weights(ours)
-    prompt = tokens(12, seed=7)
-    with torch.inference_mode():
-        expected = hf.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False)[0, 12:].tolist()
-    cache = KVCache(shape, 1, 64, "cpu", torch.float32)
-    got = [int(run(ours, shape, [(0, 0, prompt)], [], cache)[0].argmax())]
-    for pos in range(12, 12 + 31):
-        got.append(int(run(ours, shape, [], [(0, pos, got[-1])], cache)[0].argmax()))
+    got, expected = greedy_pair(hf, ours, shape)
     assert got == expected
 
 

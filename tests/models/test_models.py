@@ -54,6 +54,19 @@ def tokens(n: int, seed: int) -> list[int]:
     return torch.randint(0, 128, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
+def greedy_pair(hf, ours, shape: ModelShape, steps: int = 32) -> tuple[list[int], list[int]]:
+    """(our greedy tokens, transformers' generate) for `steps` steps after a 12-token prompt:
+    one prefill, then a decode step per token through the KV cache."""
+    prompt = tokens(12, seed=7)
+    with torch.inference_mode():
+        expected = hf.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False)[0, 12:].tolist()
+    cache = KVCache(shape, 1, 64, "cpu", torch.float32)
+    got = [int(run(ours, shape, [(0, 0, prompt)], [], cache)[0].argmax())]
+    for pos in range(12, 12 + steps - 1):
+        got.append(int(run(ours, shape, [], [(0, pos, got[-1])], cache)[0].argmax()))
+    return got, expected
+
+
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def pair(request):
     return reference_pair(request.param)
@@ -141,13 +154,7 @@ def test_greedy_tokens_match_transformers_for_32_steps(variant):
                                                      "phi3-fused": (10, False)}[variant]
     from backend import kernels
     assert pack_weights(ours) or kernels.load() is None
-    prompt = tokens(12, seed=7)
-    with torch.inference_mode():
-        expected = hf.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False)[0, 12:].tolist()
-    cache = KVCache(shape, 1, 64, "cpu", torch.float32)
-    got = [int(run(ours, shape, [(0, 0, prompt)], [], cache)[0].argmax())]
-    for pos in range(12, 12 + 31):
-        got.append(int(run(ours, shape, [], [(0, pos, got[-1])], cache)[0].argmax()))
+    got, expected = greedy_pair(hf, ours, shape)
     assert got == expected
 
 

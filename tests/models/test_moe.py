@@ -13,7 +13,7 @@ from backend.models import KVCache, make_step_batch, moe
 from backend.models.packed import Panels, pack_weights
 from backend.roofline.moe import expected_experts
 from tests.models import test_models
-from tests.models.test_models import run
+from tests.models.test_models import greedy_pair, run
 
 transformers = pytest.importorskip("transformers")
 
@@ -113,13 +113,7 @@ def test_chunked_prefill_mixed_with_a_decode_token_matches_transformers(pair, pa
 def test_greedy_tokens_match_transformers_for_32_steps(pair, path):
     _, hf, ours, shape = pair
     model = packed(ours, path)
-    prompt = tokens(12, seed=7)
-    with torch.inference_mode():
-        expected = hf.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False)[0, 12:].tolist()
-    cache = KVCache(shape, 1, 64, "cpu", torch.float32)
-    got = [int(run(model, shape, [(0, 0, prompt)], [], cache)[0].argmax())]
-    for pos in range(12, 12 + 31):
-        got.append(int(run(model, shape, [], [(0, pos, got[-1])], cache)[0].argmax()))
+    got, expected = greedy_pair(hf, model, shape)
     assert got == expected
 
 
