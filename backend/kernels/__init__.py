@@ -170,6 +170,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_rms_norm.restype = None
     lib.psk_silu_mul.argtypes = [ptr, ptr, i64, i64]
     lib.psk_silu_mul.restype = None
+    lib.psk_rotary.argtypes = [ptr, i64, ptr, ptr, ptr, i64, i64, i64]
+    lib.psk_rotary.restype = None
     lib.psk_read.argtypes = [ptr, i64]
     lib.psk_read.restype = ctypes.c_float
     lib.psk_set_threads.argtypes = [ctypes.c_int]
@@ -181,6 +183,15 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     for name in ("psk_isa", "psk_isa_features"):
         getattr(lib, name).argtypes = []
         getattr(lib, name).restype = ctypes.c_char_p
+    lib.psk_prefill_attention.argtypes = [ptr, i64, ptr, ptr, ptr, *[i64] * 7, ctypes.c_float, ctypes.c_float]
+    lib.psk_prefill_attention.restype = c_int
+    # the bfloat16 units (bf16.c)
+    lib.psk_math_compiled.argtypes = []
+    lib.psk_math_compiled.restype = c_int
+    lib.psk_set_math.argtypes = [c_int, i64]
+    lib.psk_set_math.restype = c_int
+    lib.psk_amx_request.argtypes = []
+    lib.psk_amx_request.restype = c_int
     # mixture-of-experts feed-forward (moe.c)
     lib.psk_moe.argtypes = [ptr, ptr, ptr, i64, i64, ptr, i64, ptr, i64, i64, i64, i64, ptr]
     lib.psk_moe.restype = i64

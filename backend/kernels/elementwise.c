@@ -64,3 +64,33 @@ void psk_silu_mul(const float *x, float *out, int64_t n, int64_t d) {
     if (n * d < PARALLEL_FROM) silu_mul_part(&job, 0, 1);
     else pool_run(silu_mul_part, &job);
 }
+
+typedef struct {
+    const float *x, *cos, *sin;
+    float *out;
+    int64_t n, heads, hd, x_stride;
+} rotary_job;
+
+static void rotary_part(void *arg, int part, int parts) {
+    const rotary_job *j = arg;
+    const int64_t half = j->hd / 2;
+    for (int64_t r = j->n * part / parts; r < j->n * (part + 1) / parts; r++) {
+        const float *c = j->cos + r * j->hd, *s = j->sin + r * j->hd;
+        for (int64_t h = 0; h < j->heads; h++) {
+            const float *x = j->x + r * j->x_stride + h * j->hd;
+            float *o = j->out + (r * j->heads + h) * j->hd;
+            for (int64_t i = 0; i < half; i++) o[i] = x[i] * c[i] - x[i + half] * s[i];
+            for (int64_t i = half; i < j->hd; i++) o[i] = x[i] * c[i] + x[i - half] * s[i];
+        }
+    }
+}
+
+/* out (n, heads, hd) = x rotated by cos, sin (n, hd): pairs (i, i + hd/2), the Hugging Face
+   "rotate half" convention (as attention.c rotates a decode token). x's rows are x_stride floats
+   apart (a view into the fused projection), its heads contiguous. */
+void psk_rotary(const float *x, int64_t x_stride, const float *cos, const float *sin, float *out, int64_t n,
+                int64_t heads, int64_t hd) {
+    rotary_job job = {x, cos, sin, out, n, heads, hd, x_stride};
+    if (n * heads * hd < PARALLEL_FROM) rotary_part(&job, 0, 1);
+    else pool_run(rotary_part, &job);
+}

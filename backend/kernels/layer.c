@@ -10,12 +10,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16.h"
 #include "kernels.h"
 #include "quant.h"
 
 int psk_matmul(int kind, const void *w, const float *x, const float *bias, const float *residual, float *y,
                int64_t n, int64_t out, int64_t in) {
-    if (kind == PSK_F32) {
+    if (kind == PSK_F32 && psk_math_for(n) == PSK_MATH_FP32) {   /* else qlinear.c's bfloat16 path */
         psk_linear(w, x, bias, residual, y, n, out, in);
         return 0;
     }

@@ -135,6 +135,18 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (N, heads, hd), rows possibly strided, rotated by cos and sin (N, 1, hd) -> (N, heads, hd)."""
+    if x.stride(2) != 1 or x.stride(1) != x.shape[2]:
+        x = x.contiguous()
+    n, heads, hd = x.shape
+    cos, sin = cos.reshape(n, hd).contiguous(), sin.reshape(n, hd).contiguous()
+    out = torch.empty(n, heads, hd, dtype=x.dtype)
+    if x.numel():
+        _lib().psk_rotary(x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), n, heads, hd)
+    return out
+
+
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor,
                      cache_v: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
                      rotary: tuple[torch.Tensor, torch.Tensor] | None = None, scale: float | None = None,
@@ -162,6 +174,27 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k:
     if failed:
         raise ValueError(f"decode attention: {heads} query heads do not share {kv_heads} kv heads evenly "
                          f"(or the head dimension {hd} is odd)")
+    return out
+
+
+def prefill_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, start: int,
+                      scale: float | None = None, softcap: float | None = None,
+                      window: int | None = None) -> torch.Tensor:
+    """A prefill segment's causal attention (prefill_attention.c): q (L, heads, hd) at positions
+    start..start+L-1 against one slot's cache, cache_k and cache_v (kv_heads, max_len, hd), whose
+    keys 0..start+L-1 are written -> (L, heads * hd). scale, softcap, window: as decode_attention."""
+    if q.stride(2) != 1 or q.stride(1) != q.shape[2]:
+        q = q.contiguous()
+    length, heads, hd = q.shape
+    kv_heads, max_len = cache_k.shape[0], cache_k.shape[1]
+    out = torch.empty(length, heads * hd, dtype=q.dtype)
+    failed = _lib().psk_prefill_attention(q.data_ptr(), q.stride(0), cache_k.data_ptr(), cache_v.data_ptr(),
+                                          out.data_ptr(), start, length, heads, kv_heads, max_len, hd, window or 0,
+                                          hd ** -0.5 if scale is None else scale, softcap or 0.0)
+    if failed == -2:
+        raise MemoryError("prefill attention: no memory for its scratch")
+    if failed:
+        raise ValueError(f"prefill attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     return out
 
 

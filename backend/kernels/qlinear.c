@@ -4,7 +4,9 @@
    quant.h's formats -- or a list of row segments, each in its own format (PSK_SEGMENTS: a
    fused q|k|v matrix whose GGUF pieces are Q5_0 and Q8_0 runs as stored, in one pass of the
    pool). The weights are dequantized in registers and the arithmetic is float32, so a product
-   equals the float32 one on the same dequantized weights up to the order of its additions.
+   equals the float32 one on the same dequantized weights up to the order of its additions --
+   unless the rows are many and a bfloat16 unit was chosen (bf16.h: psk_set_math): then each unit
+   of 32 outputs is dequantized to floats, rounded to bfloat16 and multiplied there (bf16.c).
    (llama.cpp quantizes the activations to int8 as well and multiplies integers; tried here,
    that flips the bundled model's answer to the Paris question, as it does in llama.cpp.)
 
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "kernels.h"
 #include "pool.h"
 #include "quant.h"
@@ -229,6 +232,9 @@ typedef struct {
     const float *x, *xs, *bias, *residual;
     float *y;
     int64_t n, out, in;
+    int unit;               /* PSK_MATH_FP32, or the bfloat16 unit (bf16.h) that runs this product */
+    const uint16_t *xh;     /* unit != FP32: x in bfloat16, (n rounded up to 16, in_pad) */
+    int64_t in_pad;         /* in rounded up to 32 */
 } qlinear_job;
 
 /* A segment's units of work, and the bytes of each: pairs of 16-row panels (the prefill path
@@ -242,20 +248,46 @@ static int64_t seg_units(int kind, int64_t rows, int64_t in, int64_t *unit_bytes
     return ((rows + QR - 1) / QR + 1) / 2;
 }
 
-static float *panel_scratch(int64_t floats) {
-    static __thread float *wf;
-    static __thread int64_t wf_size;
-    if (wf_size < floats) {
-        free(wf);
-        wf = malloc((size_t)floats * sizeof(float));
-        wf_size = wf ? floats : 0;
+/* A thread's scratch of at least `bytes`, grown as needed (one per slot: a unit uses two at once). */
+static void *scratch(int slot, int64_t bytes) {
+    static __thread void *buf[2];
+    static __thread int64_t size[2];
+    if (size[slot] < bytes) {
+        free(buf[slot]);
+        buf[slot] = malloc((size_t)bytes);
+        size[slot] = buf[slot] ? bytes : 0;
     }
-    return wf;
+    return buf[slot];
+}
+
+/* Unit u of a segment on a bfloat16 unit: its 32 outputs as a float panel (a float32 panel as it
+   is, a pair of quantized panels dequantized), rounded to bfloat16 pairs, times the rounded x.
+   0 where there is no memory for the panels (the float32 path runs the unit then). */
+static int run_unit_bf16(const qlinear_job *job, int kind, const uint8_t *w, int64_t rows, int64_t o0, int64_t u) {
+    const int64_t in = job->in, o = u * FP, width = rows - o < FP ? rows - o : FP;
+    const float *wf = (const float *)w + u * in * FP;
+    uint16_t *bp = scratch(1, job->in_pad * FP * 2);
+    if (kind != PSK_F32) {
+        float *dq = scratch(0, in * 2 * QR * 4);
+        if (!dq || !bp) return 0;
+        const int64_t panel_bytes = in / quant_block_size(kind) * quant_chunk_bytes(kind);
+        psk_dequantize_panel(kind, w + 2 * u * panel_bytes, in, dq, 0);
+        /* a last lone panel leaves the right half unwritten: zeros, so no NaN is rounded there */
+        if (2 * u + 1 < (rows + QR - 1) / QR) psk_dequantize_panel(kind, w + (2 * u + 1) * panel_bytes, in, dq, 1);
+        else for (int64_t k = 0; k < in; k++) memset(dq + k * FP + QR, 0, QR * sizeof *dq);
+        wf = dq;
+    }
+    if (!bp) return 0;
+    psk_bf16_panel(wf, in, job->in_pad, bp);
+    psk_bf16_product(job->unit, bp, job->xh, job->bias, job->residual, job->y, job->n, job->out, job->in_pad,
+                     o0 + o, width);
+    return 1;
 }
 
 /* Unit u of a segment whose rows start at y's column o0. */
 static void run_unit(const qlinear_job *job, int kind, const uint8_t *w, int64_t rows, int64_t o0, int64_t u) {
     const int64_t n = job->n, out = job->out, in = job->in;
+    if (job->unit != PSK_MATH_FP32 && run_unit_bf16(job, kind, w, rows, o0, u)) return;
     if (kind == PSK_F32) {
         const int64_t o = u * FP, width = rows - o < FP ? rows - o : FP;
         psk_linear_panel((const float *)w + u * in * FP, job->x, job->bias, job->residual, job->y, n, out, in,
@@ -264,7 +296,7 @@ static void run_unit(const qlinear_job *job, int kind, const uint8_t *w, int64_t
     }
     const int64_t panels = (rows + QR - 1) / QR, panel_bytes = in / quant_block_size(kind) * quant_chunk_bytes(kind);
     const int64_t p = 2 * u;
-    float *wf = n > XB ? panel_scratch(in * 2 * QR) : NULL;
+    float *wf = n > XB ? scratch(0, in * 2 * QR * 4) : NULL;
     if (wf) {   /* a prefill: the pair of panels dequantized once, then float products */
         psk_dequantize_panel(kind, w + p * panel_bytes, in, wf, 0);
         if (p + 1 < panels)   /* else a last lone panel: the right half's columns are not written out */
@@ -334,13 +366,28 @@ int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, 
         sums_size = sums ? n * nb : 0;
         if (!sums) return -1;
     }
+    const int unit = psk_math_for(n);
+    const int64_t in_pad = (in + 31) / 32 * 32, n_pad = (n + 15) / 16 * 16;
+    uint16_t *xh = NULL;
+    if (unit != PSK_MATH_FP32) {   /* x rounded once for every unit of the product */
+        static __thread uint16_t *rounded;
+        static __thread int64_t rounded_size;
+        if (n_pad * in_pad > rounded_size) {
+            free(rounded);
+            rounded = malloc((size_t)(n_pad * in_pad) * sizeof *rounded);
+            rounded_size = rounded ? n_pad * in_pad : 0;
+            if (!rounded) return -1;
+        }
+        xh = rounded;
+        psk_bf16_rows(x, n, in, in_pad, n_pad, xh);
+    }
     if (sums_needed)   /* only the formats with an offset or a min need the sums */
         for (int64_t i = 0; i < n * nb; i++) {
             float s = 0.0f;
             for (int k = 0; k < QK; k++) s += x[i * QK + k];
             sums[i] = s;
         }
-    qlinear_job job = {count, segs, x, sums, bias, residual, y, n, out, in};
+    qlinear_job job = {count, segs, x, sums, bias, residual, y, n, out, in, unit, xh, in_pad};
     pool_run(qlinear_part, &job);
     return 0;
 }

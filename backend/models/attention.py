@@ -6,7 +6,10 @@ cache in place and attends each query to its own slot.
 
 On the CPU in float32 the decode tokens' attention (and their cache writes) is one call per
 layer into the project's C kernel (backend/kernels/attention.c) where it is built: torch's SDPA
-costs about 100 us a layer there for a few microseconds of arithmetic.
+costs about 100 us a layer there for a few microseconds of arithmetic. A prefill segment's
+attention is a C kernel there too (prefill_attention.c, blocked as flash attention, taking the
+start, the window, the scale and the soft cap itself, so it needs no mask): 2-3x faster than
+SDPA's CPU kernel for the bundled model's 128- to 512-token prompts.
 
 With `static_decode` the plan is for a padded decode batch of fixed size (the CUDA graph
 path): every row attends over its slot's whole `max_len` keys, masked by its position, so no
@@ -48,6 +51,7 @@ class AttentionPlan:
     decode_mask: torch.Tensor | None # (D, 1, 1, decode_len) additive; None when every request sees every key
     decode_kernel: bool = False      # decode tokens go to the C kernel (which needs no key length or mask)
     window: int | None = None        # the sliding window, for the C kernel (the masks above already hold it)
+    prefill_kernel: bool = False     # prefill segments go to the C kernel (the segments' masks are then None)
 
     @property
     def rotates_in_kernel(self) -> bool:
@@ -65,9 +69,10 @@ class AttentionPlan:
         device = batch.input_ids.device
         segments = []
         offset = 0
+        prefill_kernel = bool(batch.prefill) and not static_decode and ops.usable(device, dtype)
         for seg in batch.prefill:
             mask = None
-            if seg.start > 0 or (window is not None and seg.length > window):
+            if not prefill_kernel and (seg.start > 0 or (window is not None and seg.length > window)):
                 # A later chunk: query i (at position start+i) sees keys 0..start+i. SDPA's is_causal
                 # aligns the triangle top-left, which is wrong once there are more keys than queries.
                 keys = torch.arange(seg.start + seg.length, device=device)
@@ -94,7 +99,8 @@ class AttentionPlan:
                 visible = _visible(keys, batch.decode_positions[:, None], window)
                 decode_mask = _additive(visible, dtype)[:, None, None, :]  # (D, 1, 1, T)
         return cls(segments, offset, batch.decode_slots, batch.decode_positions,
-                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel, window)
+                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel, window,
+                   prefill_kernel)
 
 
 def _visible(keys: torch.Tensor, queries: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -146,6 +152,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         end, stop = off + seg.length, seg.start + seg.length
         cache_k[seg.slot, :, seg.start:stop] = k[off:end].transpose(0, 1)  # (kv, L, hd)
         cache_v[seg.slot, :, seg.start:stop] = v[off:end].transpose(0, 1)
+        if plan.prefill_kernel:
+            outs.append(ops.prefill_attention(q[off:end], cache_k[seg.slot], cache_v[seg.slot], seg.start, scale,
+                                              softcap, plan.window))
+            continue
         qs = q[off:end].transpose(0, 1).unsqueeze(0)   # (1, heads, L, hd)
         ks = cache_k[seg.slot, :, :stop].unsqueeze(0)  # (1, kv, start+L, hd): a view of the slot
         vs = cache_v[seg.slot, :, :stop].unsqueeze(0)

@@ -46,7 +46,10 @@ class Rotary:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (N, heads, hd): rotate pairs (i, i + hd/2), the HF "rotate_half" convention."""
+    """x (N, heads, hd): rotate pairs (i, i + hd/2), the HF "rotate_half" convention; cos, sin (N, 1, hd).
+    On the C kernels one pass (torch's five ops cost about a third of a 128-token prefill's products)."""
+    if ops.usable(x.device, x.dtype) and cos.shape[-1] == x.shape[-1] and cos.numel() == x.shape[0] * x.shape[-1]:
+        return ops.rotary(x, cos, sin)
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 

@@ -223,7 +223,7 @@ def kernels_in_use(device: torch.device, dtype: torch.dtype, precision=None) -> 
         held = precision.formats or (precision.name,)
         floats = " and float32 panels" if "float32" in held else ""
         blocks = "/".join(f for f in held if f != "float32")
-        return f"phasescope C kernels ({blocks} weights dequantized in registers{floats}, float32 arithmetic)"
+        return f"phasescope C kernels ({blocks} weights dequantized in registers{floats}, float32 accumulation)"
     if precision is not None and precision.name == "int8":
         fused = int8_kernel(device, dtype)
         return "torch int8 weight-only (" + ("_weight_int8pack_mm)" if fused else "cast per product, no fused kernel)")

@@ -1,0 +1,53 @@
+"""The C prefill attention (backend/kernels/prefill_attention.c) against the float64 softmax it computes."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend import kernels
+from backend.kernels import ops
+
+pytestmark = pytest.mark.skipif(kernels.load() is None, reason=f"C kernels not built here: {kernels.reason()}")
+
+
+def reference(q, k, v, start, scale, softcap, window):
+    """q (L, heads, hd) at positions start.., k and v (kv, S, hd) -> (L, heads * hd), in float64."""
+    length, heads, hd = q.shape
+    group = heads // k.shape[0]
+    pos = torch.arange(start, start + length)[:, None]
+    key = torch.arange(start + length)[None, :]
+    visible = (key <= pos) & (key > pos - window if window else True)
+    out = []
+    for h in range(heads):
+        s = q[:, h].double() @ k[h // group, :start + length].double().T * scale
+        if softcap:
+            s = torch.tanh(s / softcap) * softcap
+        out.append(torch.softmax(s.masked_fill(~visible, float("-inf")), -1) @ v[h // group, :start + length].double())
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("length, start, heads, kv, hd, window, softcap", [
+    (1, 0, 2, 1, 64, None, None),        # one token
+    (37, 0, 4, 4, 64, None, None),       # no GQA, a partial unit and key block
+    (512, 0, 9, 3, 64, None, None),      # the bundled model's shape
+    (20, 45, 8, 2, 128, None, None),     # a later chunk: keys before the segment
+    (70, 100, 4, 2, 64, 16, None),       # a sliding window shorter than the segment, after a chunk
+    (200, 0, 16, 2, 80, 64, None),       # a head size that is not a multiple of 32
+    (33, 0, 4, 1, 256, None, 50.0),      # Gemma 2: a wide head and capped scores
+    (5, 3, 2, 1, 40, None, None),
+])
+def test_prefill_attention_matches_the_softmax(length, start, heads, kv, hd, window, softcap):
+    gen = torch.Generator().manual_seed(length + start)
+    k, v = torch.randn(kv, start + length + 7, hd, generator=gen), torch.randn(kv, start + length + 7, hd, generator=gen)
+    wide = torch.randn(length, heads * hd + 24, generator=gen)          # q as a strided view of wider rows
+    q = wide[:, :heads * hd].view(length, heads, hd)
+    scale = 0.7 * hd ** -0.5
+    got = ops.prefill_attention(q, k, v, start, scale, softcap, window)
+    assert got.shape == (length, heads * hd)
+    assert (got.double() - reference(q, k, v, start, scale, softcap, window)).abs().max() < 1e-5
+
+
+def test_uneven_heads_are_one_clear_error():
+    q, k = torch.randn(4, 3, 64), torch.randn(2, 8, 64)
+    with pytest.raises(ValueError, match="do not share 2 kv heads evenly"):
+        ops.prefill_attention(q, k, k, 0)
