@@ -17,6 +17,7 @@ class ModelChoice:
     name: str = "smollm2-135m"   # a known name (bundled or synthetic shape), a folder, a .gguf file or a hub id
     device: str = "auto"         # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"          # auto | float32 | bfloat16 | float16
+    prefill_math: str = "auto"   # auto | fp32 | bf16: the CPU kernels' products of many rows (kernels/matmath.py)
 
 
 @dataclass(slots=True)

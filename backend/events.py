@@ -48,13 +48,15 @@ class ModelLoaded:
     reused: bool = False # already in memory from an earlier run (the engine process keeps it)
     weight_bits: float | None = None   # bits per matrix weight, scales included (None: the dtype's own)
     activation_dtype: str = ""         # activations and KV cache ("" : the dtype itself)
+    matmul: dict | None = None         # the products' arithmetic, run.json's "matmul" (None: not chosen)
 
     def info(self) -> dict:
         """The model's part of run.json's info, for a run known only by its events."""
         return {"model": self.name, "source": self.source, "device": self.device, "device_name": self.device_name,
                 "dtype": self.dtype, "weight_bits": self.weight_bits, "activation_dtype": self.activation_dtype,
                 "random_weights": self.random_weights, "num_params": self.num_params,
-                "weight_bytes": self.weight_bytes, "kv_capacity": self.kv_capacity}
+                "weight_bytes": self.weight_bytes, "kv_capacity": self.kv_capacity,
+                **({"matmul": self.matmul} if self.matmul is not None else {})}
 
     @property
     def precision(self) -> Precision | None:

@@ -1,7 +1,8 @@
 """`python main.py doctor`: what this machine has for phasescope, one line per item.
 
 Python, torch (its build and the devices it sees), the CPU's vector and matrix units (AVX2,
-AVX-512, AVX512-BF16, AMX), the C compiler and the project's CPU kernels (with the instruction
+AVX-512, AVX512-BF16, AMX) and which bfloat16 unit the kernels use (with the AMX tile
+permission), the C compiler and the project's CPU kernels (with the instruction
 set they were built for), Qt (PySide6's version, read from its package metadata, and what the display check finds), the
 bundled model file and the GPU profile that would be chosen here. Exit 0 when everything the
 window (`make run`) needs is present, 1 when something is missing, with a `fix:` line for each.
@@ -47,6 +48,7 @@ def check_all() -> list[Item]:
         Item("python", f"{platform.python_version()} ({sys.executable})"),
         _torch_item(torch),
         _cpu_item(),
+        _matrix_item(torch),
         _compiler_item(),
         _kernels_item(torch),
         _qt_item(),
@@ -133,8 +135,21 @@ def _cpu_item() -> Item:
     if not kernels.cpu_flags():
         return Item("cpu", f"{cpu_name()} ({platform.machine()}; its feature flags are not readable here)")
     listed = ", ".join(f"{name} {'yes' if has else 'no'}" for name, has in units.items())
-    return Item("cpu", f"{cpu_name()}: {listed} (AMX is used by torch's bfloat16 matmuls, through oneDNN, "
-                "not by these kernels)")
+    return Item("cpu", f"{cpu_name()}: {listed}")
+
+
+def _matrix_item(torch) -> Item:
+    """Which bfloat16 unit the kernels' products of many rows use (--prefill-math auto|bf16), each
+    unit's state, and whether Linux granted this process the AMX tile state."""
+    if isinstance(torch, BaseException):
+        return Item("matrix", "not checked (the units' self-check needs torch)")
+    from backend.kernels import matmath
+    unit, why = matmath.bf16_unit()
+    used = (f"--prefill-math auto|bf16 runs products of {matmath.MIN_ROWS[unit]}+ rows in bfloat16 on {unit}"
+            if unit else "no bfloat16 unit: every product runs in float32 (--prefill-math bf16 is refused)")
+    states = ", ".join(f"{name} usable" if state == "usable" else f"{name} no ({state})"
+                       for name, state in matmath.units_report().items())
+    return Item("matrix", f"{used}; units: {states}; AMX tile permission: {matmath.amx_permission()[1]}")
 
 
 def _version(*distributions: str) -> str:

@@ -35,7 +35,9 @@ def read_measured(folder: str) -> tuple[MeasuredRun, dict]:
     steps = [s for s in run.steps if s.duration_ms > 0]
     if not steps:
         raise InputError(f"{folder}: no timed steps")
-    return MeasuredRun(Path(folder).name or str(folder), ModelShape(**info["shape"]), prec, steps), info
+    from backend.roofline.roofs import math_from_info
+    return MeasuredRun(Path(folder).name or str(folder), ModelShape(**info["shape"]), prec, steps,
+                       math_from_info(info)), info
 
 
 STANDARD_MODEL = "smollm2-135m"

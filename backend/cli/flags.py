@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from backend.config import ModelChoice, RunConfig, SamplingConfig
+from backend.kernels.matmath import MIN_ROWS, MODES
 
 
 def positive_int(text: str) -> int:
@@ -36,6 +37,13 @@ def model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | "
                    "q4_k | q5_k | q6_k | f16 | bf16w | int8 (auto: float32 on the CPU, or each tensor of a GGUF in "
                    "its own format: Q8_0, Q4_K, Q6_K, F16, ...; bfloat16 on CUDA)")
+    rows = min(MIN_ROWS.values())
+    p.add_argument("--prefill-math", default="auto", choices=MODES,
+                   help=f"the CPU kernels' arithmetic for products of {rows}+ rows (prefill, mixed steps, decode "
+                        f"batches of {rows}+): bf16 = bfloat16 products with float32 accumulation on the CPU's "
+                        "AVX512-BF16 or AMX unit (fewer rows stay float32); fp32 = float32 FMAs throughout; auto (the "
+                        "default) = bf16 where the CPU has such a unit and the model's logits stay within the fidelity "
+                        "bound (mean KL and top-1 agreement against float32, measured at load), else fp32. See `doctor`")
     p.add_argument("--seed", type=int, help="seeds sampling and synthetic prompts (default 0; for load, the workload's)")
     p.add_argument("--temperature", type=number, default=0.0, help="0 (the default) is greedy")
     p.add_argument("--top-p", type=number, default=1.0)
@@ -60,7 +68,7 @@ def simulate_flag(p: argparse.ArgumentParser) -> None:
 
 
 def common_config(args, mode: str) -> RunConfig:
-    return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype),
+    return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype, args.prefill_math),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
                      profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats,
                      simulate=getattr(args, "simulate", False))

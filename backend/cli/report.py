@@ -153,8 +153,13 @@ def print_run(config, finished: RunFinished, out=None) -> None:
     else:
         threads = (describe_threads(info["threads"], info["affinity"]) if info.get("affinity")
                    else f"{info.get('threads')} threads")
+        from backend.results.matmul import math_lines, products_text
+        products = products_text(info.get("matmul"))
         print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}, "
-              f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else ""), file=out)
+              f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else "")
+              + (f"; products: {products}" if products else ""), file=out)
+        for label, text in math_lines(info):
+            print(f"  {label:<7} {text}", file=out)
     if info.get("layout"):
         from backend.cli.disaggregated_report import print_layout
         print_layout(info["layout"], s, out)
@@ -210,8 +215,9 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
             profile = find_profile(info["profile"])
         else:
             profile = run_profile(device, name)
+        from backend.roofline.roofs import math_from_info
         for label, text in roofline_lines(info["shape"], from_info(info) or info.get("dtype"), device, name, totals,
-                                          profile):
+                                          profile, math_from_info(info)):
             print(f"roofline {text}" if label == "roofline" else f"  {label:<7} {text}", file=out)
     breakdown = breakdown_of(finished)
     if breakdown is not None:
@@ -271,15 +277,19 @@ def bound_text(r: PhaseRoofline, dtype_key: str) -> str:
             f"{_significant(r.intensity)} FLOP/byte, below the ridge: memory-bound")
 
 
-def roofline_lines(shape, dtype, device: str, device_name: str, totals: dict, profile) -> list[tuple[str, str]]:
+def roofline_lines(shape, dtype, device: str, device_name: str, totals: dict, profile,
+                   matmul=None) -> list[tuple[str, str]]:
     """(label, text) lines placing each measured phase under the roof of the run's own device.
 
     shape: a ModelShape or its dict (run.json's info "shape"); totals: {"prefill": PhaseTotals
     or None, "decode": ...}; profile: the device's, from profiles.run_profile (None: there is
-    none). Nothing where nothing can be computed: no shape, no steps of a phase, no profile peak.
+    none); matmul: the MatMath the run's products ran in (roofs.math_from_info), which puts a CPU
+    phase of many rows under the bf16 roof. Nothing where nothing can be computed: no shape,
+    no steps of a phase, no profile peak.
     """
     from backend.errors import InputError
     from backend.roofline.profiles import dtype_key
+    from backend.roofline.roofs import compute_key, runs_bf16
     if shape is None or not dtype or not any(t is not None and t.steps for t in totals.values()):
         return []
     if isinstance(shape, dict):
@@ -294,13 +304,18 @@ def roofline_lines(shape, dtype, device: str, device_name: str, totals: dict, pr
     if not profile.has_peak(dtype):
         return [("roofline", f"{profile_label(profile)} has no {key} peak, so no bound is given")]
     used = profile.peak_key(dtype)
+    bf16 = runs_bf16(profile, dtype, matmul)
+    roofs = (f"; bf16 {flops_text(profile.peak_flops('bf16'))} on {matmul.unit} for products of "
+             f"{matmul.min_rows}+ rows, ridge {_significant(profile.ridge('bf16'))} FLOP/byte" if bf16 else "")
     lines = [("roofline", f"{profile_label(profile)}: {key} {flops_text(profile.peak_flops(dtype))}, "
                           f"{bandwidth_text(profile.bandwidth_bytes_per_s)}, "
-                          f"ridge {_significant(profile.ridge(dtype))} FLOP/byte")]
+                          f"ridge {_significant(profile.ridge(dtype))} FLOP/byte{roofs}")]
     for phase in ("prefill", "decode"):
-        r = phase_roofline(shape, dtype, totals.get(phase), profile)
+        t = totals.get(phase)
+        r = phase_roofline(shape, dtype, t, profile, matmul)
         if r is not None:
-            lines.append((phase, bound_text(r, used)))
+            roof = compute_key(profile, dtype, matmul, t.tokens / t.steps) if bf16 else used
+            lines.append((phase, bound_text(r, f"{roof} ({matmul.unit})" if roof != used else used)))
     return lines
 
 

@@ -94,7 +94,12 @@ def run_calibrate(args) -> int:
     fitted = _fitted_terms(args.out)
     path = write_profile(profile, args.out)
     print(f"{profile.name}: {profile.bandwidth_gbs:,.1f} GB/s, "
-          + ", ".join(f"{k} {v:,.2f} TFLOP/s" for k, v in profile.tflops.items()))
+          + ", ".join(f"{k} {v:,.2f} TFLOP/s" for k, v in profile.tflops.items())
+          + ("" if not profile.bf16_unit else " (bf16 widened to fp32: no bf16 unit)" if profile.bf16_unit == "none"
+             else f" (bf16 on {profile.bf16_unit})"))
+    if profile.kernels_tflops:
+        rates = ", ".join(f"{k} {v:,.2f} TFLOP/s" for k, v in profile.kernels_tflops.items())
+        print(f"the C kernels' products: {rates}")
     print(f"written to {path}; it now appears in `profiles` as {profile.key}")
     if fitted:
         print("the simulator's fitted terms were priced on the old peaks and are dropped: "
@@ -264,6 +269,14 @@ class SweepPrinter:
             return
         print(f"\nmodel {info.get('model')} on {info.get('device_name')} ({info.get('dtype')}); "
               f"profile {info.get('profile')} (local: {info.get('local_profile')})")
+        from backend.results.matmul import products_text
+        if products_text(info.get("matmul")):
+            print(f"products: {products_text(info['matmul'])}")
+        from backend.roofline.roofs import math_from_info
+        math = math_from_info(info)
+        if math is not None and math.bf16 and s.get("kind") in ("batch", "prompt"):
+            print(f"predictions on a CPU profile: its bf16 roof for products of {math.min_rows}+ rows ({math.unit}), "
+                  f"its fp32 roof for fewer, as the run computed them")
         if s.get("simulated_mape") is not None:
             print(f"simulated on {info.get('local_profile')} beside the measured points: step-time error "
                   f"{s['simulated_mape']:.1f}% on average, {s['simulated_worst']:.1f}% at worst")

@@ -5,6 +5,7 @@ import torch
 
 from backend.config import SamplingConfig
 from backend.engine.cuda_graphs import StaticDecoder
+from backend.kernels import matmath
 from backend.loaders.device import synchronize
 from backend.models import make_step_batch
 from backend.models.base import KVCache
@@ -47,6 +48,7 @@ class Runner:
         moe = loaded.shape.num_experts > 0
         self.use_cuda_graphs = self.device.type == "cuda" and not moe if use_cuda_graphs is None else use_cuda_graphs
         pack_weights(self.model)   # a no-op off the CPU, or if already packed
+        self.math = loaded.math.math if loaded.math is not None else matmath.FP32
         self._step_bytes: int | None = None   # step_reads' weights read whatever the tokens, taken once
         self.static = None
         if self.use_cuda_graphs:
@@ -74,7 +76,7 @@ class Runner:
         decode = [(req.slot, req.num_computed, req.output_ids[-1] if req.output_ids else req.prompt_ids[-1])
                   for req in out.decode]
         samplers += [req.request_id for req in out.decode]
-        with torch.inference_mode():
+        with torch.inference_mode(), matmath.using(self.math):   # this model's arithmetic, for this step
             if self.static is not None and not prefill:
                 slots, positions, ids = (list(column) for column in zip(*decode))
                 logits = self.static.decode(slots, positions, ids)   # (D, vocab)
@@ -104,7 +106,7 @@ class Runner:
         vocab = self.loaded.shape.vocab_size
         prompt_len = max(1, min(prompt_len, self.cache.max_len - decode_steps - 1))
         ids = [i % vocab for i in range(1, prompt_len + 1)]
-        with torch.inference_mode():
+        with torch.inference_mode(), matmath.using(self.math):
             self.model(make_step_batch([(0, 0, ids)], [], self.device), self.cache)
             for i in range(decode_steps):
                 self.model(make_step_batch([], [(0, prompt_len + i, ids[0])], self.device), self.cache)

@@ -11,10 +11,12 @@ def load(config: RunConfig, emit: Emit):
     """Load the model the config names, announcing it; (the loaded model, its device's name)."""
     from backend.loaders.device import device_name
     from backend.loaders.weights import load_model
+    from backend.models import fidelity
     emit(Progress(f"loading {config.model.name}", None))
     gc.unfreeze()   # a model loaded before, now dropped, is collected like any garbage
     gc.collect()
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
+    loaded.math = fidelity.choose(loaded, config.model.prefill_math)
     # Everything loaded so far (the model's modules, the tokenizer's tables: about 200,000
     # objects) leaves the cyclic collector's sight, so that its collections during the run's
     # steps do not walk it: they were about 5% of a batch-1 decode step's samples (perf).
@@ -34,7 +36,7 @@ class ModelCache:
     def get(self, config: RunConfig, emit: Emit):
         """(the loaded model, its device's name, whether it was already loaded)."""
         choice = config.model
-        key = (choice.name, choice.device, choice.dtype)
+        key = (choice.name, choice.device, choice.dtype, choice.prefill_math)
         if key == self._key:
             return (*self._loaded, True)
         self._key = self._loaded = None   # the old model's memory goes before the new one is loaded

@@ -19,6 +19,7 @@ from backend.models import build_model, SHAPES, SYNTHETIC
 from backend.shape import ModelShape
 from backend.precision import BLOCK_FORMATS, Precision, canonical, precision
 from backend.loaders.tokenizer import ByteTokenizer, Tokenizer
+from backend.models.fidelity import MathChoice
 
 BUNDLED = "smollm2-135m"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -40,6 +41,7 @@ class LoadedModel:
     random_weights: bool
     weight_bytes: int           # what a step reads: the layers, the final norm and the LM head
     precision: Precision | None = None   # the matrices' format; None: plain `dtype`
+    math: MathChoice | None = None       # the products' arithmetic (--prefill-math), chosen after loading
 
     def __post_init__(self):
         if self.precision is None:
@@ -50,7 +52,7 @@ class LoadedModel:
         p = self.precision
         return ModelLoaded(self.name, str(self.device), device_name, p.name, self.source, self.random_weights,
                            self.shape.num_params(), self.weight_bytes, kv_capacity, self.shape, reused,
-                           p.weight_bits, p.activation)
+                           p.weight_bits, p.activation, None if self.math is None else self.math.as_dict())
 
 
 @dataclass(slots=True)

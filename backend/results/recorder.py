@@ -7,11 +7,15 @@ event to `RunRecorder.emit`. Record batches go, in one place:
   - to the kept lists (every request; steps and tokens unless retain_records is False, as for a
     long run whose steps only stream to the window and the files),
   - to the caller's emit (the CLI's progress, the window's worker);
+  - to a count of steps by phase and tokens (`step_rows`: what the local target names the matrix
+    unit of each phase's steps by, results/matmul.py, with no step kept);
 every other event goes straight to emit. `finish` builds the run's RunData and summary, writes
 the folder's last files and returns the RunFinished. Use it as a context manager: a run that
 ends in an exception leaves no half-written file (RunWriter.abandon).
 """
 from __future__ import annotations
+
+from collections import Counter
 
 from backend.config import RunConfig, config_dict
 from backend.events import Emit, RunFinished
@@ -31,6 +35,7 @@ class RunRecorder:
         self.steps: list[StepRecord] = []
         self.tokens: list[TokenRecord] = []
         self.requests: list[RequestRecord] = []
+        self.step_rows: Counter[tuple[str, int]] = Counter()   # (phase, tokens) -> steps
         self._emit = emit
 
     def __enter__(self) -> RunRecorder:
@@ -49,6 +54,7 @@ class RunRecorder:
 
     def add(self, batch: RecordBatch) -> None:
         self.accumulator.add(batch)
+        self.step_rows.update((s.phase.value, s.num_tokens) for s in batch.steps)
         if self.writer is not None:
             self.writer.add(batch)
         if self.retain_records:

@@ -3,6 +3,12 @@
 The result is a GpuProfile marked measured, written as `this-machine.toml` in the user's
 configuration folder, so every profile list offers it beside the datasheet profiles. torch
 is imported inside the functions that need it: `backend.roofline.profiles` stays light.
+
+On a CPU the bf16 figure is the matrix unit's (oneDNN multiplies bfloat16 on AMX tiles or
+AVX512-BF16 dot products, where the CPU has them; without either it widens to float32), and the
+profile names which (`bf16_unit`). Beside torch's square matmuls it times the project's own
+kernels' product of KERNEL_PRODUCT in float32 and in bfloat16 ([kernels_tflops]): what the
+engine's prefill can reach on each roof.
 """
 from __future__ import annotations
 
@@ -23,6 +29,8 @@ from backend.roofline.profiles import LOCAL_KEY, GpuProfile, local_profile_path,
 MIN_SAMPLE_S = 0.01    # fast kernels are looped until one timed sample lasts this long (sync cost amortized)
 MAX_REPEATS = 30
 MIN_MATMUL = 256       # a slow dtype shrinks its matmul down to this size, not below
+# (rows, in, out) of the kernels' probe: the bundled model's MLP up-projection in a 512-token prefill
+KERNEL_PRODUCT = (512, 576, 1536)
 
 
 @dataclass(slots=True)
@@ -33,12 +41,13 @@ class _Plan:
     matmul_budget_s: float     # per dtype, for the timed repeats
     copy_mib: int
     copy_budget_s: float
+    kernels_budget_s: float = 0.0   # per arithmetic, the CPU kernels' product (0: not timed)
 
 
 def _plan(kind: str, quick: bool) -> _Plan:
     if kind == "cpu":
         # the copy must be far larger than the last-level cache to measure DRAM, not cache
-        return _Plan(512, 0.4, 64, 0.3) if quick else _Plan(2048, 5.0, 256, 2.0)
+        return _Plan(512, 0.4, 64, 0.3, 0.3) if quick else _Plan(2048, 5.0, 256, 2.0, 1.5)
     return _Plan(4096, 0.3, 256, 0.2) if quick else _Plan(8192, 1.5, 1024, 1.0)
 
 
@@ -103,6 +112,45 @@ def matmul_flops(torch, dev, dtype, n: int, budget_s: float, sync) -> tuple[floa
             break
         n //= 2
     return 2 * n**3 / _median_seconds(run, sync, once, budget_s), n
+
+
+def cpu_bf16_unit() -> str:
+    """The unit torch's bfloat16 matmul runs on here (oneDNN takes the best the CPU has): 'AMX',
+    'AVX512-BF16', or 'none' (it widens to float32)."""
+    from backend import kernels
+    units = kernels.cpu_units()
+    return "AMX" if units.get("AMX") else "AVX512-BF16" if units.get("AVX512-BF16") else "none"
+
+
+def kernels_flops(torch, budget_s: float) -> tuple[dict[str, float], str]:
+    """FLOP/s of the project's C kernels' KERNEL_PRODUCT in float32 and on the bfloat16 unit (products
+    of every size on it), and in words which unit that is; ({}, why) without the kernels."""
+    from backend import kernels
+    from backend.kernels import matmath, ops
+    from backend.models.packed import Panels
+    lib = kernels.load()
+    if lib is None:
+        return {}, f"the C kernels are unavailable ({kernels.reason()})"
+    rows, inp, out = KERNEL_PRODUCT
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, inp, generator=generator)
+    panels = Panels.pack(torch.randn(out, inp, generator=generator), lib.psk_panel_width()).data
+    unit, why = matmath.bf16_unit()
+    maths = [("fp32", matmath.FP32)] + ([("bf16", matmath.MatMath(unit, 1))] if unit else [])
+
+    def run():
+        ops.linear(x, panels, out)
+
+    rates = {}
+    try:
+        for key, math in maths:
+            matmath.select(math)
+            _time_once(run, lambda: None)   # warm-up: the first call sizes the scratch
+            once = _time_once(run, lambda: None)
+            rates[key] = 2 * rows * inp * out / _median_seconds(run, lambda: None, once, budget_s)
+    finally:
+        matmath.select(matmath.FP32)
+    return rates, f"bf16 on {unit}" if unit else f"no bf16 unit for them ({why})"
 
 
 def read_bandwidth(torch, dev, mib: int, budget_s: float, sync) -> float:
@@ -193,7 +241,8 @@ def calibrate(device: str = "auto", progress: Callable[[str, float], None] | Non
     report("probing dtypes", 0.0)
     dtypes = [(key, dt) for key, dt in candidates if key == "fp32" or _runs(torch, dev, dt)]
 
-    steps = len(dtypes) + 1
+    probe_kernels = dev.type == "cpu" and plan.kernels_budget_s > 0
+    steps = len(dtypes) + 1 + probe_kernels
     tflops, sizes = {}, {}
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")   # fp32 means real fp32, not TF32 on tensor cores
@@ -204,19 +253,34 @@ def calibrate(device: str = "auto", progress: Callable[[str, float], None] | Non
             tflops[key] = _significant(flops / 1e12)
     finally:
         torch.set_float32_matmul_precision(precision)
-    report("memory bandwidth (copy and read)", len(dtypes) / steps)
+    kernel_tflops, kernel_unit = {}, ""
+    if probe_kernels:
+        report("the C kernels' products, fp32 and bf16", len(dtypes) / steps)
+        rates, kernel_unit = kernels_flops(torch, plan.kernels_budget_s)
+        kernel_tflops = {key: _significant(flops / 1e12) for key, flops in rates.items()}
+    report("memory bandwidth (copy and read)", (steps - 1) / steps)
     bandwidth = max(copy_bandwidth(torch, dev, plan.copy_mib, plan.copy_budget_s / 2, sync),
                     read_bandwidth(torch, dev, plan.copy_mib, plan.copy_budget_s / 2, sync))
     report("done", 1.0)
 
     name, vendor, memory_gb = _describe(torch, dev)
     matmuls = ", ".join(f"{key} {n}x{n}" for key, n in sizes.items())
+    bf16_unit = cpu_bf16_unit() if dev.type == "cpu" and "bf16" in tflops else ""
+    on_unit = f" (bf16 on {bf16_unit})" if bf16_unit and bf16_unit != "none" else \
+        " (bf16 widened to fp32: no bf16 unit)" if bf16_unit else ""
+    rows, inp, out = KERNEL_PRODUCT
+    if kernel_tflops:
+        arithmetic = f"fp32 and {kernel_unit}" if "bf16" in kernel_tflops else f"fp32 only, {kernel_unit}"
+        kernel_text = f"; the C kernels' ({rows} x {inp}) x ({inp} x {out}) product in {arithmetic} ([kernels_tflops])"
+    else:
+        kernel_text = f"; no kernels' figure: {kernel_unit}" if kernel_unit else ""
     source = (f"Measured by phasescope calibrate{' --quick' if quick else ''} on {datetime.date.today()} with torch "
-              f"{torch.__version__} on {dev}: square matmuls ({matmuls}); bandwidth the larger of a {plan.copy_mib} MiB "
-              f"copy counting bytes read and written and a plain read of as much, each the median of repeats after "
-              f"warm-up. Measured, not datasheet figures.")
+              f"{torch.__version__} on {dev}: square matmuls ({matmuls}){on_unit}{kernel_text}; bandwidth the larger "
+              f"of a {plan.copy_mib} MiB copy counting bytes read and written and a plain read of as much, each the "
+              f"median of repeats after warm-up. Measured, not datasheet figures.")
     return GpuProfile(key=LOCAL_KEY, name=name, vendor=vendor, memory_gb=_significant(memory_gb),
-                      bandwidth_gbs=_significant(bandwidth / 1e9), tflops=tflops, source=source, measured=True)
+                      bandwidth_gbs=_significant(bandwidth / 1e9), tflops=tflops, source=source, measured=True,
+                      bf16_unit=bf16_unit, kernels_tflops=kernel_tflops)
 
 
 def write_profile(profile: GpuProfile, path: str | os.PathLike | None = None) -> Path:

@@ -32,6 +32,10 @@ What is counted, and the choices made:
     uniform routing (a phase's steps priced at their mean tokens per step).
   * KV cache bytes: each request reads the keys and values of its whole context and writes
     those of its new tokens.
+  * The compute roof: each product at the peak of the unit that runs it (backend/roofline/roofs.py).
+    Every function that predicts takes the run's `math` (a MatMath, or None: one peak, the
+    run's precision's): the CPU kernels' bfloat16 path runs products of many rows on the bf16
+    roof, so a prefill and a large decode batch are priced there, a small batch at fp32.
   * Activation bytes, a small term: the residual stream. Each layer's two sub-blocks
     (attention, MLP) read the hidden state and write it back, 4 x hidden per token per
     layer, plus the embedding output and, per logit row, the final hidden state read and
@@ -49,8 +53,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from backend.errors import InputError
 from backend.precision import Precision
 from backend.roofline.moe import unread_expert_params, unused_expert_params
+from backend.roofline.roofs import compute_key, compute_seconds, effective_peak
 
 if TYPE_CHECKING:
+    from backend.kernels.matmath import MatMath
     from backend.shape import ModelShape
     from backend.roofline.profiles import GpuProfile
 
@@ -72,6 +78,8 @@ class StepCost:
     linear_flops: float = 0.0
     attention_flops: float = 0.0
     head_flops: float = 0.0
+    rows: float = 0.0          # rows of the layers' products per step: the step's tokens
+    head_rows: float = 0.0     # rows of the LM head's product per step: its logit rows
 
     @property
     def intensity(self) -> float:
@@ -171,6 +179,7 @@ def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: f
         bytes=float(weight_bytes + kv_bytes + activation_bytes),
         weight_bytes=float(weight_bytes), kv_bytes=float(kv_bytes), activation_bytes=float(activation_bytes),
         linear_flops=float(linear_flops), attention_flops=float(attention_flops), head_flops=float(head_flops),
+        rows=tokens / steps, head_rows=logit_rows / steps,
     )
 
 
@@ -199,17 +208,19 @@ def cost_of_totals(shape: ModelShape, dtype_bytes: int | Precision, tokens: int,
     return _cost(shape, dtype_bytes, tokens, pairs, context_tokens, logit_rows)
 
 
-def predict(cost: StepCost, profile: GpuProfile, dtype) -> Prediction:
-    """The roofline: the step takes as long as the slower of its compute and its memory traffic."""
-    compute_s = cost.flops / profile.peak_flops(dtype)
+def predict(cost: StepCost, profile: GpuProfile, dtype, math: MatMath | None = None) -> Prediction:
+    """The roofline: the step takes as long as the slower of its compute (each product at its unit's
+    peak, `math`) and its memory traffic."""
+    compute_s = compute_seconds(cost, profile, dtype, math)
     memory_s = cost.bytes / profile.bandwidth_bytes_per_s
     bound = Bound.COMPUTE if compute_s > memory_s else Bound.MEMORY
     return Prediction(time_s=max(compute_s, memory_s), compute_s=compute_s, memory_s=memory_s, bound=bound)
 
 
-def predict_prefill(shape: ModelShape, dtype_bytes: int, prompt_len: int, profile: GpuProfile, dtype) -> Prediction:
+def predict_prefill(shape: ModelShape, dtype_bytes: int, prompt_len: int, profile: GpuProfile, dtype,
+                    math: MatMath | None = None) -> Prediction:
     """TTFT of one request: the prefill step over its whole prompt (which yields the first token)."""
-    return predict(step_cost(shape, dtype_bytes, [prompt_len], [prompt_len]), profile, dtype)
+    return predict(step_cost(shape, dtype_bytes, [prompt_len], [prompt_len]), profile, dtype, math)
 
 
 def _decode_cost(shape: ModelShape, dtype_bytes: int, batch: int, context: int) -> StepCost:
@@ -221,35 +232,52 @@ def _decode_cost(shape: ModelShape, dtype_bytes: int, batch: int, context: int) 
 
 
 def predict_decode(shape: ModelShape, dtype_bytes: int, batch: int, context: int, profile: GpuProfile,
-                   dtype) -> Prediction:
+                   dtype, math: MatMath | None = None) -> Prediction:
     """TPOT: one decode step of `batch` requests, each attending to `context` tokens (its new one included)."""
-    return predict(_decode_cost(shape, dtype_bytes, batch, context), profile, dtype)
+    return predict(_decode_cost(shape, dtype_bytes, batch, context), profile, dtype, math)
 
 
-def crossover_batch(shape: ModelShape, dtype_bytes: int, context: int, profile: GpuProfile, dtype) -> int:
-    """The smallest batch whose decode step is compute-bound, or CROSSOVER_CAP if none is.
+def crossover_batch(shape: ModelShape, dtype_bytes: int, context: int, profile: GpuProfile, dtype,
+                    math: MatMath | None = None) -> int:
+    """The smallest batch from which every decode step is compute-bound, or CROSSOVER_CAP if none is.
 
-    FLOPs and bytes both grow linearly with the batch, so the intensity is monotonic in it
-    and a bisection finds the flip. With a long context the KV reads grow as fast as the
-    FLOPs and decode may never turn compute-bound.
+    Under one roof FLOPs and bytes both grow linearly with the batch, so the intensity is
+    monotonic in it and a bisection finds the flip. With a long context the KV reads grow as
+    fast as the FLOPs and decode may never turn compute-bound. Under bfloat16 math the roof
+    rises at min_rows (the batches from there run on the bf16 unit): each range of batches is
+    bisected under its own roof, and a batch compute-bound at fp32 just below min_rows is
+    memory-bound again above it until the bf16 crossover.
     """
     def is_compute(batch: int) -> bool:
-        return predict(_decode_cost(shape, dtype_bytes, batch, context), profile, dtype).bound is Bound.COMPUTE
+        return predict(_decode_cost(shape, dtype_bytes, batch, context), profile, dtype, math).bound is Bound.COMPUTE
 
-    if not is_compute(CROSSOVER_CAP):
+    def first_compute(low: int, high: int) -> int | None:
+        """The first compute-bound batch in [low, high], one roof over the range; None if none is."""
+        if not is_compute(high):
+            return None
+        while low < high:   # invariant: the answer lies in [low, high]
+            mid = (low + high) // 2
+            if is_compute(mid):
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    two_roofs = compute_key(profile, dtype, math, 1) != compute_key(profile, dtype, math, CROSSOVER_CAP)
+    switch = math.min_rows if two_roofs else 1   # the first batch on the upper roof
+    upper = first_compute(switch, CROSSOVER_CAP)
+    if upper is None:
         return CROSSOVER_CAP
-    low, high = 1, CROSSOVER_CAP   # invariant: the answer lies in [low, high]
-    while low < high:
-        mid = (low + high) // 2
-        if is_compute(mid):
-            high = mid
-        else:
-            low = mid + 1
-    return low
+    if upper > switch or switch == 1:
+        return upper
+    lower = first_compute(1, switch - 1)   # compute-bound from min_rows on: maybe from below it already
+    return upper if lower is None else lower
 
 
-def utilization(cost: StepCost, measured_s: float, profile: GpuProfile, dtype) -> Utilization:
-    """Achieved FLOP/s and bytes/s of a measured step, and their fractions of the profile's peaks."""
+def utilization(cost: StepCost, measured_s: float, profile: GpuProfile, dtype,
+                math: MatMath | None = None) -> Utilization:
+    """Achieved FLOP/s and bytes/s of a measured step, and their fractions of the profile's peaks (for the
+    FLOPs, the peaks of the units that ran them: `math`)."""
     if not measured_s > 0:
         raise InputError(f"a measured step time must be positive, got {measured_s}")
     achieved_flops = cost.flops / measured_s
@@ -257,7 +285,7 @@ def utilization(cost: StepCost, measured_s: float, profile: GpuProfile, dtype) -
     return Utilization(
         achieved_flops=achieved_flops,
         achieved_bytes_s=achieved_bytes_s,
-        mfu=achieved_flops / profile.peak_flops(dtype),
+        mfu=achieved_flops / effective_peak(cost, profile, dtype, math),
         mbu=achieved_bytes_s / profile.bandwidth_bytes_per_s,
     )
 
@@ -329,7 +357,7 @@ class PhaseRoofline:
     flops_per_s: float     # achieved: the phase's FLOPs over its measured time
     bytes_per_s: float
     intensity: float       # FLOP/byte
-    ridge: float           # the profile's ridge point for the run's dtype, FLOP/byte
+    ridge: float           # the profile's ridge point for the roof the phase ran under, FLOP/byte
     bound: Bound           # which roof the intensity puts the phase under
     mfu: float             # flops_per_s / the profile's peak
     mbu: float             # bytes_per_s / the profile's bandwidth
@@ -341,8 +369,9 @@ class PhaseRoofline:
 
 
 def phase_roofline(shape: ModelShape, dtype, totals: PhaseTotals | None,
-                   profile: GpuProfile | None) -> PhaseRoofline | None:
-    """A measured phase on a profile's roofline: achieved FLOP/s and bytes/s, intensity, bound, share of peak.
+                   profile: GpuProfile | None, math: MatMath | None = None) -> PhaseRoofline | None:
+    """A measured phase on a profile's roofline: achieved FLOP/s and bytes/s, intensity, bound, share of peak
+    (of the roof of the units that ran its products, `math`; its steps' rows taken at their mean).
 
     The one place the CLI summary and the window's metrics panel take a phase's bound from.
     None when there is nothing to say: no steps of the phase, no time measured, no profile,
@@ -354,7 +383,8 @@ def phase_roofline(shape: ModelShape, dtype, totals: PhaseTotals | None,
     if not profile.has_peak(dtype):
         return None
     cost = phase_cost(shape, as_precision(dtype), totals)
-    util = utilization(cost, totals.time_ms / 1000.0, profile, dtype)
+    util = utilization(cost, totals.time_ms / 1000.0, profile, dtype, math)
+    ridge = effective_peak(cost, profile, dtype, math) / profile.bandwidth_bytes_per_s
     return PhaseRoofline(flops_per_s=util.achieved_flops, bytes_per_s=util.achieved_bytes_s,
-                         intensity=cost.intensity, ridge=profile.ridge(dtype), bound=predict(cost, profile, dtype).bound,
+                         intensity=cost.intensity, ridge=ridge, bound=predict(cost, profile, dtype, math).bound,
                          mfu=util.mfu, mbu=util.mbu)

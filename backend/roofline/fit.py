@@ -15,12 +15,17 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from backend.errors import InputError
 from backend.precision import Precision
+from backend.roofline.roofs import compute_parts
 from backend.roofline.step_time import MAX_EFFICIENCY, CostModel, record_cost
+
+if TYPE_CHECKING:
+    from backend.kernels.matmath import MatMath
 
 GRID = 24           # efficiency values per axis in the first pass
 ZOOMS = 4           # refinements around the best cell
@@ -35,6 +40,7 @@ class MeasuredRun:
     shape: object
     precision: Precision
     steps: list            # StepRecord (or anything with its totals and duration_ms)
+    math: MatMath | None = None   # the products' arithmetic (run.json's "matmul"): which roof each step ran under
 
 
 @dataclass(slots=True)
@@ -55,13 +61,13 @@ class _Design:
 def _design(runs: list[MeasuredRun], profile) -> _Design:
     rows, groups, phases, batches = [], [], [], []
     for run in runs:
-        peak = profile.peak_flops(run.precision)
         bandwidth = profile.bandwidth_bytes_per_s
         for step in run.steps:
             if not step.duration_ms > 0 or step.num_requests <= 0:
                 continue
             cost = record_cost(run.shape, run.precision, step)
-            rows.append(((cost.flops - cost.attention_flops) / peak, cost.attention_flops / peak,
+            matmul_s, attention_s = compute_parts(cost, profile, run.precision, run.math)
+            rows.append((matmul_s, attention_s,
                          cost.bytes / bandwidth, step.num_tokens, step.num_requests, step.duration_ms / 1000))
             groups.append((run.name, step.phase.value))
             phases.append(step.phase.value)

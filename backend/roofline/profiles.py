@@ -3,6 +3,11 @@
 The shipped profiles live in `profiles/*.toml` (vendor datasheet figures); this machine's
 measured profile, written by `calibrate`, lives in the user's configuration folder as
 `this-machine.toml`. No torch here: the CLI lists profiles without loading it.
+
+A CPU profile has two compute roofs: fp32 (the FMA units) and bf16 (its matrix unit, named by
+`bf16_unit`), the one the CPU kernels' bfloat16 products run at (backend/roofline/roofs.py
+says which a product runs under); a calibrated one also holds [kernels_tflops], the project's
+own kernels' measured product rates in each arithmetic.
 """
 from __future__ import annotations
 
@@ -28,7 +33,10 @@ DTYPE_KEYS = ("bf16", "fp16", "fp32")
 _KEY_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 _REQUIRED = ("name", "vendor", "memory_gb", "bandwidth_gbs", "tflops", "source")
-_OPTIONAL = ("match", "measured", "price_per_hour", "price_source", "simulation")
+_OPTIONAL = ("match", "measured", "price_per_hour", "price_source", "simulation", "bf16_unit", "kernels_tflops")
+# A CPU's bfloat16 peak is its matrix unit's: AMX tiles, AVX512-BF16 dot products, or neither
+# (torch's bf16 matmul then widens to float32). calibrate records which; "" where unknown.
+BF16_UNITS = ("AMX", "AVX512-BF16", "none")
 
 
 def as_precision(dtype) -> Precision:
@@ -69,6 +77,9 @@ class GpuProfile:
     price_per_hour: float | None = None   # US dollars per device-hour; None: no cost line in the summary
     price_source: str = ""
     simulation: dict = field(default_factory=dict, hash=False)   # the cost model's terms (roofline.step_time)
+    bf16_unit: str = ""         # a CPU's: which unit its bf16 peak came from (BF16_UNITS; "" unknown)
+    # a CPU's: the project's own C kernels' measured product rates (TFLOP/s) per arithmetic, fp32 and bf16
+    kernels_tflops: dict[str, float] = field(default_factory=dict, hash=False)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -96,6 +107,13 @@ class GpuProfile:
     def ridge(self, dtype) -> float:
         """Arithmetic intensity (FLOP/byte) above which a step is compute-bound on this device."""
         return self.peak_flops(dtype) / self.bandwidth_bytes_per_s
+
+    @property
+    def is_cpu(self) -> bool:
+        """The generic CPU profile, or a calibrated one of a CPU (calibrate names it
+        'This machine: <cpu> (N threads)')."""
+        return (self.key == "cpu" or self.vendor.lower() == "generic" or "cpu" in self.name.lower()
+                or (self.measured and self.name.endswith("threads)")))
 
 
 def local_profile_path() -> Path:
@@ -157,6 +175,18 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
     if not isinstance(simulation, dict):
         raise InputError(f"profile {path}: field 'simulation' must be a table like [simulation] with the cost model's terms")
     _check_simulation(path, simulation)
+    bf16_unit = _text(path, "bf16_unit", data.get("bf16_unit", ""), allow_empty=True)
+    if bf16_unit and bf16_unit not in BF16_UNITS:
+        raise InputError(f"profile {path}: field 'bf16_unit' must be one of {', '.join(BF16_UNITS)}, got {bf16_unit!r}")
+    kernels_table = data.get("kernels_tflops", {})
+    if not isinstance(kernels_table, dict):
+        raise InputError(f"profile {path}: field 'kernels_tflops' must be a table like [kernels_tflops] "
+                         f"with fp32/bf16 numbers")
+    kernels_tflops = {}
+    for key, value in kernels_table.items():
+        if key not in ("fp32", "bf16"):
+            raise InputError(f"profile {path}: field 'kernels_tflops.{key}' is not fp32 or bf16")
+        kernels_tflops[key] = _number(path, f"kernels_tflops.{key}", value)
 
     return GpuProfile(
         key=path.stem,
@@ -172,6 +202,8 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
         price_per_hour=price,
         price_source=price_source,
         simulation=dict(simulation),
+        bf16_unit=bf16_unit,
+        kernels_tflops=kernels_tflops,
     )
 
 
@@ -299,8 +331,13 @@ def profile_to_toml(profile: GpuProfile) -> str:
     if profile.price_per_hour is not None:
         lines.append(f"price_per_hour = {float(profile.price_per_hour)!r}")
         lines.append(f"price_source = {_toml_string(profile.price_source)}")
+    if profile.bf16_unit:
+        lines.append(f"bf16_unit = {_toml_string(profile.bf16_unit)}")
     lines += ["", "[tflops]"]
     lines += [f"{key} = {float(value)!r}" for key, value in profile.tflops.items()]
+    if profile.kernels_tflops:
+        lines += ["", "[kernels_tflops]"]
+        lines += [f"{key} = {float(value)!r}" for key, value in profile.kernels_tflops.items()]
     if profile.simulation:
         lines += ["", "[simulation]"]
         for key, value in profile.simulation.items():

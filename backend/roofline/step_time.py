@@ -5,8 +5,9 @@ fractions of a profile's peaks, plus the host's fixed costs.
                   bytes / (bandwidth x mbu))
               + (step_ms + token_ms x tokens + request_ms x requests) / 1000
 
-The compute and the memory traffic overlap (the slower one sets the time, as in the roofline);
-the overheads do not: kernel launches, the scheduler's bookkeeping, input preparation and
+Each product's peak is its unit's (backend/roofline/roofs.py: a CPU's bf16 roof for the products
+its bfloat16 path runs, given the run's math). The compute and the memory traffic overlap (the
+slower one sets the time, as in the roofline); the overheads do not: kernel launches, the scheduler's bookkeeping, input preparation and
 sampling run around the math. Attention has its own efficiency because its kernels reach a
 different fraction of the peak than the big matmuls (on this project's CPU kernels, far less).
 
@@ -27,8 +28,10 @@ from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pair
 # calibrated profile's peak is one measured matmul (torch's), which tuned kernels can beat:
 # fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
 from backend.roofline.profiles import MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
+from backend.roofline.roofs import compute_seconds
 
 if TYPE_CHECKING:
+    from backend.kernels.matmath import MatMath
     from backend.roofline.profiles import GpuProfile
 
 GPU_SOURCE = ("placeholders, not fitted: MFU 0.6 and MBU 0.8 are about what serving engines reach on "
@@ -89,11 +92,10 @@ class CostModel:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise InputError(f"cost model {name} must be a number of milliseconds >= 0, got {value!r}")
 
-    def cost_seconds(self, cost: StepCost, profile: GpuProfile, prec: Precision) -> float:
-        """The roofline part of a step's time: the slower of its compute and its memory traffic."""
-        peak = profile.peak_flops(prec)
-        matmul_flops = cost.flops - cost.attention_flops
-        compute_s = matmul_flops / (peak * self.mfu) + cost.attention_flops / (peak * self.afu)
+    def cost_seconds(self, cost: StepCost, profile: GpuProfile, prec: Precision, math: MatMath | None = None) -> float:
+        """The roofline part of a step's time: the slower of its compute (each product at its unit's
+        peak, backend.roofline.roofs) and its memory traffic."""
+        compute_s = compute_seconds(cost, profile, prec, math, self.mfu, self.afu)
         memory_s = cost.bytes / (profile.bandwidth_bytes_per_s * self.mbu)
         return max(compute_s, memory_s)
 
@@ -101,16 +103,16 @@ class CostModel:
         return (self.step_ms + self.token_ms * tokens + self.request_ms * requests) / 1000.0
 
     def step_seconds(self, shape, prec: Precision, profile: GpuProfile, new_tokens: list[int],
-                     contexts: list[int], logit_rows: int | None = None) -> float:
+                     contexts: list[int], logit_rows: int | None = None, math: MatMath | None = None) -> float:
         """The price of one step: request i computes new_tokens[i] tokens attending to contexts[i]."""
         cost = step_cost(shape, prec, new_tokens, contexts, logit_rows)
-        return self.cost_seconds(cost, profile, prec) + self.overhead_seconds(sum(new_tokens), len(new_tokens))
+        return self.cost_seconds(cost, profile, prec, math) + self.overhead_seconds(sum(new_tokens), len(new_tokens))
 
-    def record_seconds(self, shape, prec: Precision, profile: GpuProfile, step) -> float:
+    def record_seconds(self, shape, prec: Precision, profile: GpuProfile, step, math: MatMath | None = None) -> float:
         """The price of a recorded step (a StepRecord, or anything with its totals): what the
         simulator would have charged for it. Exact for decode steps and for equal prompts;
         unequal requests in one step are priced as if they shared its tokens and context evenly."""
-        return self.cost_seconds(record_cost(shape, prec, step), profile, prec) + \
+        return self.cost_seconds(record_cost(shape, prec, step), profile, prec, math) + \
             self.overhead_seconds(step.num_tokens, step.num_requests)
 
 
@@ -121,6 +123,5 @@ def record_cost(shape, prec: Precision, step) -> StepCost:
 
 
 def is_cpu_profile(profile: GpuProfile) -> bool:
-    """The generic CPU profile, or a calibrated one of a CPU (calibrate names it 'This machine: <cpu> (N threads)')."""
-    return (profile.key == "cpu" or profile.vendor.lower() == "generic" or "cpu" in profile.name.lower()
-            or (profile.measured and profile.name.endswith("threads)")))
+    """The generic CPU profile, or a calibrated one of a CPU (GpuProfile.is_cpu)."""
+    return profile.is_cpu

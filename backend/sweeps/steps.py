@@ -32,6 +32,7 @@ from backend.errors import DoesNotFit, InputError, RunError, is_out_of_memory, o
 from backend.events import Emit, ModelLoaded, PrecisionPoint, Progress, RunFinished, SweepPoint, Target
 from backend.records import Phase, RecordBatch, RunData, StepRecord, new_run_id
 from backend.results.export import ensure_writable
+from backend.roofline.roofs import math_from_info
 from backend.sweeps.points import write_points
 
 GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than half of the batch's growth
@@ -180,7 +181,8 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
             break
         if profiles is None:   # the device is the sweep's from its first run on: its profiles once
             profiles = _profiles(config, rec.loaded)
-        point = _point(config, x, medians, rec.loaded, *profiles, weight_bytes=read[0] or None)
+        point = _point(config, x, medians, rec.loaded, *profiles, weight_bytes=read[0] or None,
+                       math=math_from_info(info))
         points.append(point)
         emit(point)
     if not points and skipped and note != "stopped by user":
@@ -189,12 +191,12 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
     loaded = rec.loaded
     local, selected = profiles or _profiles(config, loaded)
     summary = (precision_summary(spec, points, skipped, note) if spec.kind == "precision" else
-               sweep_summary(config, points, loaded, note, local, selected))
+               sweep_summary(config, points, loaded, note, local, selected, math_from_info(info)))
     if config.simulate:
         summary["simulated"] = True
     info = info or {"model": config.model.name, "device": config.model.device, "device_name": config.model.device,
                     "dtype": config.model.dtype}   # no run finished: what was asked for
-    for key in ("kv_capacity", "kv_slots", "max_len", "virtual_s", "wall_s"):
+    for key in ("kv_capacity", "kv_slots", "max_len", "virtual_s", "wall_s", "matmul_steps"):
         info.pop(key, None)   # a run's, not the sweep's
     info["profile"] = selected.key if selected else None
     info["local_profile"] = local.key if local and not config.simulate else None
@@ -217,10 +219,12 @@ def _profiles(config: RunConfig, loaded: ModelLoaded | None):
 
 
 def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, local, selected,
-           weight_bytes: float | None = None):
+           weight_bytes: float | None = None, math=None):
     """The point's figures beside the roofline: the selected profile's prediction, this machine's, and
     (measured sweeps) what --simulate on this machine's profile charges, side by side; the weights
-    its steps read (weight_bytes, measured) beside the roofline's count of them."""
+    its steps read (weight_bytes, measured) beside the roofline's count of them. `math`: the arithmetic
+    the point's runs multiplied in (a MatMath from their run.json, None for none recorded), which sets
+    a CPU profile's compute roof per step (backend/roofline/roofs.py)."""
     from backend.roofline.cost import predict, step_cost, utilization
     from backend.roofline.step_time import CostModel
     spec = config.sweep
@@ -229,12 +233,12 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
     def predicted(profile, new_tokens, contexts) -> float | None:
         if profile is None or not profile.has_peak(prec):
             return None
-        return predict(step_cost(shape, prec, new_tokens, contexts), profile, prec).time_s * 1000
+        return predict(step_cost(shape, prec, new_tokens, contexts), profile, prec, math).time_s * 1000
 
     def simulated(new_tokens, contexts) -> float | None:
         if config.simulate or local is None or not local.has_peak(prec):
             return None
-        return CostModel.for_profile(local).step_seconds(shape, prec, local, new_tokens, contexts) * 1000
+        return CostModel.for_profile(local).step_seconds(shape, prec, local, new_tokens, contexts, math=math) * 1000
 
     if spec.kind == "precision":
         b, n, out = spec.batch, spec.prompt_len, spec.output_len
@@ -249,8 +253,8 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
     seconds = medians[0]
     cost = step_cost(shape, prec, new_tokens, contexts)
     judge = selected if config.simulate else local
-    util = utilization(cost, seconds, judge, prec) if judge is not None and judge.has_peak(prec) else None
-    bound = predict(cost, selected, prec).bound.value if selected is not None and selected.has_peak(prec) else ""
+    util = utilization(cost, seconds, judge, prec, math) if judge is not None and judge.has_peak(prec) else None
+    bound = predict(cost, selected, prec, math).bound.value if selected is not None and selected.has_peak(prec) else ""
     return SweepPoint(spec.kind, x, seconds * 1000, sum(new_tokens) / seconds, cost.flops, cost.bytes,
                       util.mfu if util else None, util.mbu if util else None, predicted(selected, new_tokens, contexts),
                       None if config.simulate else predicted(local, new_tokens, contexts), bound,
@@ -267,7 +271,7 @@ def measured_crossover(points: list[SweepPoint]) -> int | None:
 
 
 def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoaded | None, note: str,
-                  local, selected) -> dict:
+                  local, selected, math=None) -> dict:
     from backend.roofline.cost import CROSSOVER_CAP, crossover_batch
     spec = config.sweep
     summary: dict = {"kind": spec.kind, "num_points": len(points), "note": note}
@@ -278,7 +282,7 @@ def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoad
             prec = loaded.precision
             for label, profile in (("predicted", selected), ("predicted_local", local)):
                 if profile is not None and profile.has_peak(prec):
-                    b = crossover_batch(loaded.shape, prec, spec.context, profile, prec)
+                    b = crossover_batch(loaded.shape, prec, spec.context, profile, prec, math)
                     summary[f"{label}_crossover_batch"] = None if b >= CROSSOVER_CAP else b
     errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for p in points if p.simulated_ms is not None]
     if errors:

@@ -85,8 +85,12 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
                     stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
     emit(Progress("running", None))
     from backend.roofline.profiles import run_profile
-    return drive(engine, source, recorder, should_stop, lambda: run_info(loaded, dev_name, kv_capacity, max_len, num_slots),
-                 priced_on=run_profile(str(loaded.device), dev_name))
+    from backend.results.matmul import unit_steps
+
+    def info() -> dict:   # after the run: which unit ran its steps
+        return {**run_info(loaded, dev_name, kv_capacity, max_len, num_slots),
+                "matmul_steps": unit_steps(loaded, recorder.step_rows)}
+    return drive(engine, source, recorder, should_stop, info, priced_on=run_profile(str(loaded.device), dev_name))
 
 
 def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
@@ -129,12 +133,14 @@ def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: i
     from backend.loaders.device import dtype_name
     from backend.models.packed import kernels_in_use
     from backend.engine.threads import current_affinity
+    from backend.results.matmul import matmul_info
     return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
             "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
             "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
             "dtype": loaded.precision.name, "weight_bits": loaded.precision.weight_bits,
             "activation_dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(),
             "affinity": current_affinity(), "kernels": kernels_in_use(loaded.device, loaded.dtype, loaded.precision),
+            "matmul": matmul_info(loaded),
             "kv_capacity": kv_capacity,
             "kv_slots": num_slots, "max_len": max_len,
             "versions": library_versions(),

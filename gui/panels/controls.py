@@ -1,4 +1,4 @@
-"""The controls dock: model, device, dtype, GPU profile, what to run, and Run / Stop."""
+"""The controls dock: model, device, dtype, prefill math, GPU profile, what to run, and Run / Stop."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +9,7 @@ from PySide6 import QtCore, QtWidgets
 from backend.config import APIS, ModelChoice, RemoteEndpoint, RunConfig, safe_url
 from backend.loaders.device import available_devices, available_precisions, device_name, resolve_device
 from backend.errors import InputError
+from backend.kernels.matmath import MIN_ROWS, MODES
 from backend.roofline.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
                               match_profile)
 from backend.targets.remote.target import env_api_key
@@ -21,6 +22,15 @@ from gui.panels.run_form import RunForm
 OPEN_FOLDER = "Open folder…"
 REMOTE = "<remote endpoint>"   # the model list's entry for a server (item data; no model has this name)
 REMOTE_TITLE = "Remote endpoint (OpenAI-compatible)"
+PREFILL_MATH_TIP = (f"The CPU kernels' arithmetic for products of {min(MIN_ROWS.values())}+ rows (prefill, mixed steps, "
+                    f"decode batches of {min(MIN_ROWS.values())}+):\n"
+                    "bf16: bfloat16 products with float32 accumulation on the CPU's AVX512-BF16 or AMX unit; "
+                    "fewer rows stay float32\n"
+                    "fp32: float32 FMAs throughout\n"
+                    "auto: bf16 where the CPU has such a unit and the model's logits stay within the fidelity bound "
+                    "(mean KL and top-1 agreement against float32, measured at load), else fp32\n"
+                    "Float32 and GGUF weights on the CPU only; the metrics panel shows which unit ran each phase. "
+                    "`--prefill-math` headless.")
 
 
 def hub_id_or_path(text: str) -> str:
@@ -121,6 +131,10 @@ class ControlsPanel(QtWidgets.QWidget):
         self.device_combo.addItems(available_devices())
         self.dtype_combo = QtWidgets.QComboBox()
         self.dtype_combo.setObjectName("dtypeCombo")
+        self.math_combo = QtWidgets.QComboBox()
+        self.math_combo.setObjectName("prefillMathCombo")
+        self.math_combo.addItems(MODES)
+        self.math_combo.setToolTip(PREFILL_MATH_TIP)
         self.threads_spin = QtWidgets.QSpinBox()
         self.threads_spin.setObjectName("threadsSpin")
         self.threads_spin.setRange(1, max(len(available_cores()), 1))
@@ -143,7 +157,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.simulate_check.setToolTip("No model is run: the real scheduler and workload, each step's time priced on "
                                        "the profile by its cost model, on a virtual clock (a known shape such as "
                                        "llama-8b; `--simulate --profile NAME` headless)")
-        for combo in (self.model_combo, self.device_combo, self.dtype_combo, self.profile_combo):
+        for combo in (self.model_combo, self.device_combo, self.dtype_combo, self.math_combo, self.profile_combo):
             self._narrow(combo)
         form.addRow("Model", self.model_combo)
         form.addRow("", self.hub_field)
@@ -151,6 +165,7 @@ class ControlsPanel(QtWidgets.QWidget):
         form.addRow(self.remote_box)
         form.addRow("Device", self.device_combo)
         form.addRow("Dtype", self.dtype_combo)
+        form.addRow("Prefill math", self.math_combo)
         form.addRow("Threads", self.threads_spin)
         form.addRow("GPU profile", self.profile_combo)
         form.addRow("", profile_buttons)
@@ -165,6 +180,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.hub_field.valueChanged.connect(self.choicesChanged)
         self.device_combo.currentIndexChanged.connect(self._device_changed)
         self.dtype_combo.currentIndexChanged.connect(self.choicesChanged)
+        self.math_combo.currentIndexChanged.connect(self.choicesChanged)
         self.profile_combo.currentIndexChanged.connect(self.choicesChanged)
         self.simulate_check.toggled.connect(self._show_model_kind)
         self.simulate_check.toggled.connect(self.choicesChanged)
@@ -221,6 +237,7 @@ class ControlsPanel(QtWidgets.QWidget):
         simulated = self.is_simulated()
         form.setRowVisible(self.device_combo, not remote and not simulated)
         form.setRowVisible(self.dtype_combo, not remote)
+        form.setRowVisible(self.math_combo, not remote and not simulated)   # the CPU kernels' arithmetic
         form.setRowVisible(self.threads_spin, not remote and not simulated)
         form.setRowVisible(self.simulate_check, not remote)
         self.form.set_remote(remote)
@@ -372,7 +389,7 @@ class ControlsPanel(QtWidgets.QWidget):
     def set_running(self, running: bool) -> None:
         self._running = running
         for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
-                       self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button,
+                       self.math_combo, self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button,
                        self.simulate_check, self.form):
             widget.setEnabled(not running)
         self._update()
@@ -437,7 +454,7 @@ class ControlsPanel(QtWidgets.QWidget):
             raise InputError(problems[0])
         kind = self.form.kind()
         config = RunConfig(mode=kind, model=ModelChoice(self.model_name(), self.device_combo.currentText(),
-                                                        self.dtype_combo.currentText()),
+                                                        self.dtype_combo.currentText(), self.math_combo.currentText()),
                            sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
                            workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
                            profile=self.profile_combo.currentData(), threads=self.threads_spin.value(),

@@ -12,8 +12,9 @@ import numpy as np
 
 from backend.precision import from_info
 from backend.roofline.profiles import local_profile_path, run_profile
-from backend.records import Phase, RequestStatus
+from backend.records import Phase, RequestStatus, RunData
 from backend.cli.report import roofline_lines
+from backend.roofline.roofs import math_from_info
 
 from gui.state.run_store import STATUS_CODE, RunStore
 
@@ -63,6 +64,10 @@ class LiveMetrics:
     weights_per_step: float | None = None
     experts_per_layer: float | None = None
     num_experts: int = 0
+    # which matrix unit ran each phase's products, and why that arithmetic (run.json's "matmul" and
+    # "matmul_steps": known once the run has finished; "" for a run that recorded none)
+    units: str = ""                            # "AVX512-BF16 / AVX-512 FMA + AVX512-BF16": prefill's / decode's
+    products_note: str = ""
 
 
 def _mean(x: np.ndarray) -> float | None:
@@ -108,6 +113,7 @@ def compute(store: RunStore) -> LiveMetrics:
             m.decode_share = m.example_decode_ms / m.example_total_ms
     if not store.remote:
         m.roofline = _roofline(store)
+        _products(store, m)
     _ttft_split(store, m)
     device = str(store.model.device if store.model is not None else store.info.get("device", ""))
     if device.startswith("simulated "):
@@ -150,7 +156,29 @@ def _roofline(store: RunStore) -> list[tuple[str, str]]:
         profile = simulated_profile(store.config.get("profile") or str(device).removeprefix("simulated "))
     else:
         profile = device_profile(device, name)
-    return roofline_lines(shape, dtype, device, name, totals, profile)
+    # the products' arithmetic (a CPU run's bf16 roof) is in the run's info once it has finished
+    done = store.finished.data if store.finished is not None else None
+    math = math_from_info(done.info if isinstance(done, RunData) and done.info else store.info)
+    return roofline_lines(shape, dtype, device, name, totals, profile, math)
+
+
+def _products(store: RunStore, m: LiveMetrics) -> None:
+    """Which unit ran each phase and the arithmetic and why, from the finished run's info (else the store's)."""
+    from backend.results.matmul import products_text, steps_text
+    done = store.finished.data if store.finished is not None else None
+    info = done.info if isinstance(done, RunData) and done.info else store.info
+    matmul, steps = info.get("matmul"), info.get("matmul_steps") or {}
+    products = products_text(matmul)
+    if not products:
+        return
+    prefill = dict(steps.get("prefill", {}))
+    for unit, n in steps.get("mixed", {}).items():   # a mixed step's products carry its prompt chunk
+        prefill[unit] = prefill.get(unit, 0) + n
+
+    def units(counts: dict) -> str:   # most steps first; the counts are in the note
+        return " + ".join(sorted(counts, key=lambda unit: -counts[unit])) or "—"
+    m.units = f"{units(prefill)} / {units(steps.get('decode', {}))}"
+    m.products_note = "; ".join(part for part in (products, steps_text(steps), matmul.get("note")) if part)
 
 
 def simulated_profile(name: str):

@@ -23,8 +23,13 @@ ROWS = (
     ("done", "Requests finished / seen"),
     ("kv", "KV cache in use"),
     ("weights", "Weights read / decode step"),
+    ("units", "Prefill / decode ran on"),
 )
 
+
+PRODUCTS_TIP = ("The unit each phase's matrix products ran on, known once the run finishes: "
+                "bfloat16 on AVX512-BF16 or AMX for products of many rows with Prefill math bf16 or auto, "
+                "else float32")
 
 # a run of several repeats: these figures' mean ± the 95% interval's half width (RunFinished.repeats)
 REPEATED = (("ttft_mean_ms", "TTFT mean", " ms", 1), ("tpot_mean_ms", "TPOT mean", " ms", 2),
@@ -80,6 +85,7 @@ def format_rows(m: LiveMetrics) -> dict[str, str]:
         "done": f"{m.num_finished} / {m.num_requests}",
         "kv": kv,
         "weights": weights_text(m),
+        "units": m.units or "—",
     }
 
 
@@ -204,6 +210,7 @@ class MetricsPanel(QtWidgets.QWidget):
         self.metrics = compute(self.store)
         for name, text in format_rows(self.metrics).items():
             self.values[name].setText(text)
+        self.values["units"].setToolTip(self.metrics.products_note or PRODUCTS_TIP)
         self.example.setText(worked_example(self.metrics))
         finished = self.store.finished
         summary = getattr(finished, "repeats", None) if finished is not None else None

@@ -20,6 +20,7 @@ LOCAL_COLOR = "#27ae60"
 SIMULATED_COLOR = "#16a085"          # this machine's cost model beside the measured points
 PROFILE_SIMULATED_COLOR = "#7f8c8d"  # the selected profile's cost model beside its roofline
 CROSSOVER_COLOR = "#c0392b"
+ROOF_COLORS = ("#7f6000", "#b03a8c")   # the compute roofs: a CPU's fp32 FMA roof, then its bf16 roof
 
 
 class RateAxis(pg.AxisItem):

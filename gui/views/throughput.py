@@ -1,4 +1,11 @@
-"""Throughput against batch size (or prompt length): measured sweep points and the roofline's prediction."""
+"""Throughput against batch size (or prompt length): measured sweep points and the roofline's prediction.
+
+The prediction follows the arithmetic the run's products ran in (run.json's "matmul"): on a CPU
+whose kernels ran bfloat16 products, a step of many rows is priced on the profile's bf16 roof and
+a small decode batch on the fp32 FMA roof (backend/roofline/roofs.py). The profile's compute
+roofs are drawn too, as the tokens/s each peak alone allows: both of a CPU's (fp32 FMA, bf16 on its
+matrix unit), each labelled with the rows that ran under it, and a GPU's one.
+"""
 from __future__ import annotations
 
 import math
@@ -8,15 +15,18 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from backend.errors import InputError
-from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes
-from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill
+from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes, dtype_key
+from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill, step_cost
+from backend.roofline.roofs import Roof, compute_roofs, math_from_info, runs_bf16
 
 from gui.views.plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, PROFILE_SIMULATED_COLOR,
-                         SIMULATED_COLOR, STEP_TIME_COLOR, cosmetic_pen, RateAxis, set_title, style_plot, swatch_title)
+                         ROOF_COLORS, SIMULATED_COLOR, STEP_TIME_COLOR, cosmetic_pen, RateAxis, set_title, style_plot,
+                         swatch_title)
 from gui.state.run_store import RunStore
 
 BATCH_RANGE = (1, 1024)        # the prediction curve's x range for batch sweeps
 PROMPT_RANGE = (16, 32768)     # ... and for prompt-length sweeps
+FLOAT_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}   # a roof's key, in words
 
 
 class Log2Axis(pg.AxisItem):
@@ -91,6 +101,13 @@ class ThroughputView(pg.PlotWidget):
         self.profile_simulated = plot.plot([], [], pen=pg.mkPen(PROFILE_SIMULATED_COLOR, width=1,
                                                                 style=QtCore.Qt.PenStyle.DashDotLine))
         self._simulated_name = "profile (simulated)"
+        # the profile's compute roofs (at most two: a CPU's fp32 FMA and bf16 roofs), each with its label
+        self.roofs: list[Roof] = []
+        self.roof_curves = [plot.plot([], [], pen=pg.mkPen(color, width=1)) for color in ROOF_COLORS]
+        self.roof_labels = [pg.TextItem("", color=color, anchor=(0, 1)) for color in ROOF_COLORS]
+        for label in self.roof_labels:
+            plot.addItem(label, ignoreBounds=True)
+            label.hide()
         self.crossover_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(CROSSOVER_COLOR, width=1))
         plot.addItem(self.crossover_line, ignoreBounds=True)
         self.crossover_line.hide()
@@ -222,14 +239,17 @@ class ThroughputView(pg.PlotWidget):
         return self.store.info.get("target") == "simulated" or str(self.store.info.get("device", "")).startswith(
             "simulated")
 
+    def _run_info(self) -> dict:
+        """run.json's info of the run on the plot: the finished run's, else what the store knows of the live one."""
+        finished = self.store.finished
+        return finished.data.info if finished is not None and finished.data is not None else self.store.info
+
     def _simulation_notes(self, simulated: list) -> list[str]:
         """The cost model's error on the measured points, in words: measured and simulated side by side."""
         if not simulated:
             return []
         errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for _, p in simulated]
-        finished = self.store.finished
-        info = finished.data.info if finished is not None and finished.data is not None else self.store.info
-        where = info.get("local_profile") or "this machine"
+        where = self._run_info().get("local_profile") or "this machine"
         try:
             from backend.roofline.profiles import find_profile
             fitted = bool(find_profile(where).simulation.get("fitted"))
@@ -317,19 +337,54 @@ class ThroughputView(pg.PlotWidget):
                      f"(predicted {predicted:,.0f} MB, {touched:.1f} experts per layer)")
         return [note]
 
+    def _paint_roofs(self, xs, nbytes, dtype, matmul) -> list[str]:
+        """Each compute roof as the tokens/s its peak alone allows at each x (the step's FLOPs at that
+        peak), labelled at its left end with the rows that ran under it."""
+        self.roofs = compute_roofs(self.profile, dtype, matmul)
+        if self.kind == "batch":
+            flops = [step_cost(self.shape, nbytes, [1] * int(b), [self.context] * int(b)).flops for b in xs]
+        else:
+            flops = [step_cost(self.shape, nbytes, [int(n)], [int(n)]).flops for n in xs]
+        split = runs_bf16(self.profile, dtype, matmul)
+        for i, (curve, label) in enumerate(zip(self.roof_curves, self.roof_labels)):
+            if i >= len(self.roofs):
+                curve.setData([], [])
+                label.hide()
+                continue
+            roof = self.roofs[i]
+            rates = xs * roof.flops / np.array(flops)
+            curve.setData(np.log2(xs), rates)
+            if split:
+                rows = f"{matmul.min_rows}+ rows" if roof.key == "bf16" else f"below {matmul.min_rows} rows, attention"
+                text = f"{roof.label}: {rows}"
+            else:
+                text = roof.label if roof.used else f"{roof.label}: unused ({FLOAT_NAMES[dtype_key(dtype)]} products)"
+            label.setText(text)
+            label.setPos(float(np.log2(xs[0])), float(np.log10(rates[0])))   # the plot's y axis is log10
+            label.show()
+        if not split:
+            return []
+        return [f"prediction: as this run computed, products of {matmul.min_rows}+ rows on the bf16 roof "
+                f"({matmul.unit}), fewer rows and attention on the fp32 FMA roof"]
+
     def _paint_prediction(self) -> list[str]:
-        """Draw the profile's curve and crossover; returns notes for what cannot be drawn."""
+        """Draw the profile's curve, its compute roofs and the crossover; returns notes for what cannot be drawn."""
         self.crossover = None
         self.crossover_line.hide()
         self.crossover_label.hide()
         if self.shape is None or self.profile is None:
             self.predicted.setData([], [])
+            for curve, label in zip(self.roof_curves, self.roof_labels):
+                curve.setData([], [])
+                label.hide()
+            self.roofs = []
             return ["the prediction appears once a model's shape is known (after a run starts)"]
         dtype, nbytes = prediction_dtype(self.profile, self.run_dtype)
+        matmul = math_from_info(self._run_info())   # the arithmetic the run's products ran in
         lo, hi = BATCH_RANGE if self.kind == "batch" else PROMPT_RANGE
         notes = []
         if self.kind == "batch":
-            self.crossover = crossover_batch(self.shape, nbytes, self.context, self.profile, dtype)
+            self.crossover = crossover_batch(self.shape, nbytes, self.context, self.profile, dtype, matmul)
             if self.crossover < CROSSOVER_CAP:
                 hi = max(hi, 4 * self.crossover)
             else:
@@ -338,10 +393,12 @@ class ThroughputView(pg.PlotWidget):
         # whole batch sizes / prompt lengths, four per octave
         xs = np.unique(np.round(2.0 ** np.arange(math.log2(lo), math.log2(hi) + 0.01, 0.25)))
         if self.kind == "batch":
-            times = [predict_decode(self.shape, nbytes, int(b), self.context, self.profile, dtype).time_s for b in xs]
+            times = [predict_decode(self.shape, nbytes, int(b), self.context, self.profile, dtype, matmul).time_s
+                     for b in xs]
         else:
-            times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype).time_s for n in xs]
+            times = [predict_prefill(self.shape, nbytes, int(n), self.profile, dtype, matmul).time_s for n in xs]
         self.predicted.setData(np.log2(xs), xs / np.array(times))
+        notes += self._paint_roofs(xs, nbytes, dtype, matmul)
         notes += self._paint_predicted_bytes(xs, nbytes)
         label = dtype.name if hasattr(dtype, "name") else dtype
         self._predicted_name = f"{self.profile.key} {label} (predicted)"

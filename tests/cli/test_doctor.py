@@ -8,7 +8,7 @@ from pathlib import Path
 from backend.cli import doctor
 
 ROOT = Path(__file__).resolve().parents[2]
-LABELS = ("python", "torch", "cpu", "compiler", "kernels", "qt", "model", "profile")
+LABELS = ("python", "torch", "cpu", "matrix", "compiler", "kernels", "qt", "model", "profile")
 
 
 def doctor_cli(**env_changes):
@@ -41,6 +41,11 @@ def test_doctor_lists_every_item_and_exits_0_when_the_window_can_run():
     assert f"; instruction set {path} ({', '.join(features)}), built with -march=native" in lines["kernels"]
     for unit in ("AVX2", "AVX-512", "AVX512-BF16", "AMX"):
         assert f"{unit} yes" in lines["cpu"] or f"{unit} no" in lines["cpu"], lines["cpu"]
+    from backend.kernels import matmath
+    unit, _ = matmath.bf16_unit()
+    assert lines["matrix"].startswith(f"--prefill-math auto|bf16 runs products of 16+ rows in bfloat16 on {unit};"
+                                      if unit else "no bfloat16 unit: every product runs in float32"), lines["matrix"]
+    assert f"AMX tile permission: {matmath.amx_permission()[1]}" in lines["matrix"]
     assert lines["qt"].startswith("PySide6 6.") and "offscreen (QT_QPA_PLATFORM): needs no display" in lines["qt"]
     assert lines["model"].startswith("smollm2-135m: SmolLM2-135M-Instruct.Q4_1.gguf, ")
     assert lines["profile"]
@@ -101,4 +106,28 @@ def test_the_cpu_line_names_each_unit_the_cpu_reports(monkeypatch):
                             (HASWELL, "AVX2 yes, AVX-512 no, AVX512-VNNI no, AVX512-BF16 no, AMX no")]:
         monkeypatch.setattr(kernels, "_cpu_flags", lambda flags=flags: f"flags\t\t: {flags}")
         text = doctor._cpu_item().text
-        assert expected in text and "not by these kernels" in text, text
+        assert expected in text and "not by these kernels" not in text, text
+
+
+def test_the_matrix_line_names_the_unit_in_use_each_units_state_and_the_tile_permission(monkeypatch):
+    """The three cases a user meets, faked: AMX granted (Sapphire Rapids), AVX512-BF16 alone (Zen 4),
+    no bfloat16 unit (an older CPU, or PHASESCOPE_MATH_UNITS hiding them)."""
+    from backend.kernels import matmath
+    cases = [("AMX", {"AMX": "usable", "AVX512-BF16": "usable"}, (True, "granted (arch_prctl ARCH_REQ_XCOMP_PERM)"),
+              "--prefill-math auto|bf16 runs products of 16+ rows in bfloat16 on AMX; units: AMX usable, "
+              "AVX512-BF16 usable; AMX tile permission: granted (arch_prctl ARCH_REQ_XCOMP_PERM)"),
+             ("AVX512-BF16", {"AMX": "this CPU has no AMX", "AVX512-BF16": "usable"},
+              (False, "not asked: the CPU has no AMX"),
+              "on AVX512-BF16; units: AMX no (this CPU has no AMX), AVX512-BF16 usable; AMX tile permission: "
+              "not asked: the CPU has no AMX"),
+             (None, {"AMX": "this CPU has no AMX", "AVX512-BF16": "hidden by PHASESCOPE_MATH_UNITS"},
+              (False, "not asked: the CPU has no AMX"),
+              "no bfloat16 unit: every product runs in float32 (--prefill-math bf16 is refused); units: AMX no "
+              "(this CPU has no AMX), AVX512-BF16 no (hidden by PHASESCOPE_MATH_UNITS)")]
+    import torch
+    for unit, report, permission, expected in cases:
+        monkeypatch.setattr(matmath, "bf16_unit", lambda unit=unit: (unit, "" if unit else "none"))
+        monkeypatch.setattr(matmath, "units_report", lambda report=report: report)
+        monkeypatch.setattr(matmath, "amx_permission", lambda permission=permission: permission)
+        item = doctor._matrix_item(torch)
+        assert item.label == "matrix" and expected in item.text and not item.fix, item.text

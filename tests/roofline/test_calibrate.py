@@ -56,6 +56,24 @@ def test_written_profile_loads_back_and_is_listed(measured, config):
     assert os.listdir(config) == ["this-machine.toml"]     # no temporary file left beside it
 
 
+def test_the_cpu_profile_names_its_bf16_unit_and_the_kernels_rates_and_they_load_back(measured, config):
+    from backend import kernels
+    from backend.kernels import matmath
+    profile, _ = measured
+    units = kernels.cpu_units()
+    assert profile.bf16_unit == ("AMX" if units["AMX"] else "AVX512-BF16" if units["AVX512-BF16"] else "none")
+    if kernels.load() is None:
+        assert profile.kernels_tflops == {} and "no kernels' figure" in profile.source
+    else:
+        # the kernels' bf16 figure exactly where they have a bfloat16 unit
+        assert set(profile.kernels_tflops) == ({"fp32", "bf16"} if matmath.bf16_unit()[0] else {"fp32"})
+        assert all(math.isfinite(v) and v > 0 for v in profile.kernels_tflops.values())
+        assert "(512 x 576) x (576 x 1536)" in profile.source
+    loaded = load_profile(write_profile(profile))
+    assert loaded.bf16_unit == profile.bf16_unit and loaded.kernels_tflops == profile.kernels_tflops
+    assert matmath._selected[0] == matmath.FP32   # the probe leaves the kernels in float32
+
+
 def test_write_to_an_explicit_path(measured, tmp_path):
     path = write_profile(measured[0], tmp_path / "deep" / "box.toml")
     assert load_profile(path).key == "box"
@@ -95,3 +113,17 @@ def test_unwritable_folder_is_refused(measured, tmp_path):
 def test_unavailable_devices_are_refused(device):
     with pytest.raises(InputError, match=device.split(":")[0]):
         calibrate(device=device, quick=True)
+
+
+def test_the_calibrate_command_prints_the_bf16_unit_and_the_kernels_rates(tmp_path, capsys):
+    from backend.cli.main import main
+    from backend import kernels
+    out = tmp_path / "cpu.toml"
+    assert main(["calibrate", "--quick", "--device", "cpu", "--out", str(out)], open_window=None) == 0
+    printed = capsys.readouterr().out
+    profile = load_profile(out)
+    assert f"fp32 {profile.tflops['fp32']:,.2f} TFLOP/s" in printed
+    unit = profile.bf16_unit
+    assert (f"(bf16 on {unit})" if unit != "none" else "no bf16 unit") in printed
+    if kernels.load() is not None:
+        assert f"the C kernels' products: fp32 {profile.kernels_tflops['fp32']:,.2f} TFLOP/s" in printed

@@ -1,4 +1,5 @@
 """GPU profiles: the shipped files, validation of malformed ones, lookup and device matching."""
+import dataclasses
 import math
 import subprocess
 import sys
@@ -107,6 +108,10 @@ MALFORMED = [
     (VALID.replace('vendor = "Acme"', 'vendor = "Acme"\nmatch = "H100"'), "'match'"),
     (VALID.replace('name = "Test GPU"', "name = 5"), "'name'"),
     (VALID.replace('name = "Test GPU"', 'name = "  "'), "'name'"),
+    (VALID.replace('vendor = "Acme"', 'vendor = "Acme"\nbf16_unit = "TPU"'), "'bf16_unit'"),
+    (VALID + "\n[kernels_tflops]\nfp16 = 1.0\n", "'kernels_tflops.fp16'"),
+    (VALID + "\n[kernels_tflops]\nbf16 = 0\n", "'kernels_tflops.bf16'"),
+    (VALID.replace('vendor = "Acme"', 'vendor = "Acme"\nkernels_tflops = 3'), "'kernels_tflops'"),
 ]
 
 
@@ -275,3 +280,22 @@ def test_profile_to_toml_round_trips(tmp_path_factory, name, source, match, numb
 def test_profiles_module_does_not_import_torch():
     code = "import sys, backend.roofline.profiles; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2]).returncode == 0
+
+
+def test_the_cpu_profile_names_its_bf16_unit_and_an_old_profile_without_the_new_fields_loads(tmp_path):
+    cpu = find_profile("cpu")
+    assert cpu.is_cpu and cpu.bf16_unit == "AVX512-BF16" and cpu.kernels_tflops == {}
+    assert set(cpu.tflops) == {"fp32", "bf16"} and cpu.tflops["bf16"] > cpu.tflops["fp32"]
+    path = tmp_path / "old.toml"
+    path.write_text(VALID)
+    old = load_profile(path)
+    assert old.bf16_unit == "" and old.kernels_tflops == {} and not old.is_cpu
+
+
+def test_the_kernels_rates_and_the_bf16_unit_round_trip(tmp_path):
+    profile = GpuProfile(key="rt", name="This machine: Test CPU (2 threads)", vendor="Test", memory_gb=8.0,
+                         bandwidth_gbs=40.0, tflops={"bf16": 2.2, "fp32": 0.32}, source="s", measured=True,
+                         bf16_unit="AMX", kernels_tflops={"fp32": 0.3, "bf16": 1.1})
+    path = tmp_path / "rt.toml"
+    path.write_text(profile_to_toml(profile), encoding="utf-8")
+    assert load_profile(path) == dataclasses.replace(profile, path=path)

@@ -179,6 +179,11 @@ def test_disaggregated_run_matches_one_engine_and_decode_workers_never_prefill(t
     assert run.summary["num_handed_off"] == 6 and run.summary["kv_bytes_total"] > 0
     shown = [e for e in events if isinstance(e, WorkerLayout)]
     assert len(shown) == 1 and shown[0].names == ["prefill-0", "decode-0"]
+    # the workers' arithmetic, and the unit each phase's steps ran on, as a single engine's run says it
+    assert run.info["matmul"]["mode"] == "auto" and run.info["matmul"]["fp32_unit"]
+    ran = run.info["matmul_steps"]
+    assert sum(ran["prefill"].values()) == sum(s.phase is Phase.PREFILL for s in run.steps)
+    assert sum(ran["decode"].values()) == sum(s.phase is Phase.DECODE for s in run.steps)
 
 
 def kv_bytes_per_token_of(name: str) -> int:

@@ -440,6 +440,7 @@ class Coordinator:
             w.conn.close()
 
     def info(self, wall_s: float) -> dict:
+        from backend.results.matmul import steps_by_unit
         from backend.targets.local import library_versions
         info = dict(self.loaded.info())
         # the run's threads and cores: every worker's together (each one's are in the layout)
@@ -450,6 +451,10 @@ class Coordinator:
                     kv_capacity=self.decode_capacity * self.config.engine.decode_workers,
                     layout=self.layout_info(), versions=library_versions(), wall_s=wall_s,
                     created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        # every worker loads the same model with the same --prefill-math: a prefill worker's choice
+        # names the run's (its probe ran the same model); each phase's steps ran in their own pool
+        matmul = next((w.info.get("matmul") for w in self.workers if w.info.get("matmul")), None)
+        info.update(matmul=matmul, matmul_steps=steps_by_unit(matmul, self.recorder.step_rows))
         return info
 
     def layout_info(self) -> dict:

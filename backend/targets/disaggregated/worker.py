@@ -108,9 +108,11 @@ class _Worker:
         self.received: list[int] = []
         self.throttle = Throttle()   # records to the coordinator (at once when a request ends)
         from backend.engine.threads import current_affinity
+        from backend.results.matmul import matmul_info
         info = {"name": self.name, "role": spec.role, "index": spec.index, "pid": os.getpid(),
                 "cores": list(spec.cores), "threads": torch.get_num_threads(), "affinity": current_affinity(),
                 "num_slots": spec.num_slots, "kv_capacity": spec.kv_capacity,
+                "matmul": matmul_info(self.loaded),
                 "loaded": self.loaded.loaded_event(device_name, spec.kv_capacity, False)}
         self.conn.send(("ready", info))
 
