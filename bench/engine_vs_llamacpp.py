@@ -1,7 +1,7 @@
 """This project's engine against llama.cpp: same GGUF files, same machine, same thread count.
 
     .venv/bin/python bench/engine_vs_llamacpp.py [--repeats 3] [--threads N] [--readme] [--quick] [--workdir DIR]
-                                                 [--precisions F32,Q8_0,Q4_1,Q4_K_M,Q5_K_M,Q6_K]
+                                                 [--precisions F32,Q8_0,Q4_1,Q4_K_M,Q5_K_M,Q6_K] [--maths fp32,bf16]
 
 In one run, on one machine:
   1. llama.cpp's own quantizer (llama-cpp-python's llama_model_quantize, default params) writes
@@ -23,7 +23,13 @@ In one run, on one machine:
      alternating by repeat), every model kept loaded, after one warm-up pass; figures are medians
      over repeats, ratios medians of run-by-run ratios. Each run's time and the CPUs' busy and
      steal seconds go to stderr, to tell the machine's noise from the engines;
-  4. beside each precision's batch-1 decode the read bandwidth (roofline.calibrate.read_bandwidth),
+  4. ours runs once per arithmetic of --maths (--prefill-math fp32, and bf16 where the CPU has
+     a bfloat16 unit: products of 16+ rows on AVX512-BF16 or AMX), each its own loaded model,
+     interleaved with llama.cpp as one more engine; the prefill figures are also given as
+     GFLOP/s (the roofline's FLOPs of the step) against torch's bfloat16 matmul peak (calibrate's
+     probe, oneDNN: the best unit the CPU has), probed after each precision's prefills run by run
+     as the bandwidth is, since other tenants of a shared machine move both;
+  5. beside each precision's batch-1 decode the read bandwidth (roofline.calibrate.read_bandwidth),
      each batch-1 step against its weight-read floor: bytes / bandwidth, with ours'
      LoadedModel.weight_bytes and llama.cpp's tensor bytes in the file.
 llama.cpp runs in a child process (this script with --llama-worker, asked over a pipe): a process
@@ -66,9 +72,12 @@ import torch  # noqa: E402
 
 from engine_vs_hf import Ours, write_readme  # noqa: E402
 from backend.loaders.device import cpu_name  # noqa: E402
+from backend.kernels import matmath  # noqa: E402
 from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
+from backend.models import fidelity  # noqa: E402
 from backend.records import Phase  # noqa: E402
-from backend.roofline.calibrate import read_bandwidth  # noqa: E402
+from backend.roofline.calibrate import matmul_flops, read_bandwidth  # noqa: E402
+from backend.roofline.cost import step_cost  # noqa: E402
 
 PRECISIONS = {"F32": lc.LLAMA_FTYPE_ALL_F32, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1,
               "Q4_K_M": lc.LLAMA_FTYPE_MOSTLY_Q4_K_M, "Q5_K_M": lc.LLAMA_FTYPE_MOSTLY_Q5_K_M,
@@ -273,12 +282,12 @@ class LlamaEngine:
 
 
 class OursEngine:
-    """This project's engine on one GGUF, dtype auto; figures from its StepRecords."""
+    """This project's engine on one GGUF, dtype auto, in one arithmetic; figures from its StepRecords."""
 
-    name = "ours"
-
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, math: str):
+        self.name = f"ours {math}"
         self.loaded = load_model(str(path), "cpu", "auto")
+        self.loaded.math = fidelity.choose(self.loaded, math)
         self.ours = Ours(self.loaded)
         self.vocab = self.loaded.shape.vocab_size
 
@@ -288,6 +297,11 @@ class OursEngine:
         prec = getattr(self.loaded, "precision", None)
         weights = "/".join(prec.formats) if getattr(prec, "formats", ()) else getattr(prec, "name", dtype)
         return f"{weights} (activations {dtype}), {self.loaded.weight_bytes / 1e6:.0f} MB"
+
+    def prefill_gflops(self, ms: float, tokens: int) -> float:
+        """The roofline's FLOPs of a prefill of `tokens`, per second of `ms`."""
+        cost = step_cost(self.loaded.shape, self.loaded.precision, [tokens], [tokens])
+        return cost.flops / (ms / 1000) / 1e9
 
     def prefill_ms(self, prompt: list[int]) -> float:
         steps = self.ours.run([prompt], 1).steps
@@ -309,6 +323,11 @@ def probe_bandwidth() -> float:
     return read_bandwidth(torch, torch.device("cpu"), 256, 0.5, lambda: None)
 
 
+def probe_bf16_peak() -> float:
+    """torch's bfloat16 matmul FLOP/s: calibrate's probe, shortened."""
+    return matmul_flops(torch, torch.device("cpu"), torch.bfloat16, 1024, 1.0, lambda: None)[0]
+
+
 def cpu_times() -> tuple[float, float]:
     """(busy, steal) seconds of all CPUs since boot, from /proc/stat: steal is time the host gave elsewhere."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -316,10 +335,10 @@ def cpu_times() -> tuple[float, float]:
     return (sum(fields[:3]) + sum(fields[5:7])) / tick, fields[7] / tick
 
 
-def measure(pairs: dict[str, tuple[LlamaEngine, OursEngine]], prompts: dict, repeats: int, new_tokens: int) -> dict:
+def measure(pairs: dict[str, tuple], prompts: dict, repeats: int, new_tokens: int) -> dict:
     """samples[precision][engine name][figure] = ms per repeat, and samples[precision]['bandwidth']."""
-    samples = {p: {"llama.cpp": collections.defaultdict(list), "ours": collections.defaultdict(list),
-                   "bandwidth": []} for p in pairs}
+    samples = {p: {**{e.name: collections.defaultdict(list) for e in engines}, "bandwidth": [], "bf16_peak": []}
+               for p, engines in pairs.items()}
     for rep in range(-1, repeats):          # -1: the warm-up pass, not kept
         for precision, pair in pairs.items():
             order = pair[::-1] if rep % 2 == 1 else pair    # llama.cpp first in the warm-up and odd repeats
@@ -335,6 +354,8 @@ def measure(pairs: dict[str, tuple[LlamaEngine, OursEngine]], prompts: dict, rep
                         samples[precision][engine.name][figure].append(ms)
                 if figure == "decode1" and rep >= 0:
                     samples[precision]["bandwidth"].append(probe_bandwidth())
+                if figure == "prefill512" and rep >= 0:
+                    samples[precision]["bf16_peak"].append(probe_bf16_peak())
     return samples
 
 
@@ -371,27 +392,65 @@ def ratio_text(ratio: float) -> str:
     return f"{ratio:.2f}x ({verdict})"
 
 
-def comparison_table(samples: dict, files: dict[str, Path], ran_as: dict[str, str]) -> list[str]:
-    lines = ["| precision | file MB | figure | llama.cpp ms | ours ms | ours/llama.cpp | ours ran as |",
-             "|---|---|---|---|---|---|---|"]
+def comparison_table(samples: dict, files: dict[str, Path], ran_as: dict[str, str], maths: list[str]) -> list[str]:
+    cells = "".join(f" ours {m} ms | ours {m}/llama.cpp |" for m in maths)
+    lines = [f"| precision | file MB | figure | llama.cpp ms |{cells} ours ran as |",
+             "|---|---|---|---|" + "---|---|" * len(maths) + "---|"]
     for precision, per in samples.items():
         for figure, label in FIGURES.items():
-            theirs, ours = per["llama.cpp"][figure], per["ours"][figure]
-            ratio = statistics.median(o / t for o, t in zip(ours, theirs))
-            lines.append(f"| {precision} | {files[precision].stat().st_size / 1e6:.0f} | {label} | "
-                         f"{statistics.median(theirs):.1f} | {statistics.median(ours):.1f} | {ratio_text(ratio)} | "
-                         f"{ran_as[precision]} |")
+            theirs = per["llama.cpp"][figure]
+            row = f"| {precision} | {files[precision].stat().st_size / 1e6:.0f} | {label} | {statistics.median(theirs):.1f} |"
+            for m in maths:
+                ours = per[f"ours {m}"][figure]
+                ratio = statistics.median(o / t for o, t in zip(ours, theirs))
+                row += f" {statistics.median(ours):.1f} | {ratio_text(ratio)} |"
+            lines.append(f"{row} {ran_as[precision]} |")
+    return lines
+
+
+def speedup_table(samples: dict, maths: list[str]) -> list[str]:
+    """llama.cpp's time over ours, per figure (above 1: ours faster), the issue's targets' form."""
+    lines = ["| precision | " + " | ".join(f"{label}: llama.cpp / ours {m}" for label in
+                                         ("prefill 128", "prefill 512", "decode batch 32") for m in maths) + " |",
+             "|---|" + "---|" * (3 * len(maths))]
+    for precision, per in samples.items():
+        cells = [f"{statistics.median(t / o for t, o in zip(per['llama.cpp'][f], per[f'ours {m}'][f])):.2f}x"
+                 for f in ("prefill128", "prefill512", "decode32") for m in maths]
+        lines.append(f"| {precision} | {' | '.join(cells)} |")
+    return lines
+
+
+def peak_lines(samples: dict, pairs: dict, maths: list[str]) -> list[str]:
+    """Each prefill as GFLOP/s of the roofline's FLOPs, and as a share of the bfloat16 matmul peak
+    probed beside it (the median of run-by-run shares)."""
+    peaks = [p for per in samples.values() for p in per["bf16_peak"]]
+    lines = [f"Prefill against the machine's bfloat16 matmul peak (torch's bfloat16 1024x1024 matmul, calibrate's "
+             f"probe, after each precision's prefills: {min(peaks) / 1e9:.0f}-{max(peaks) / 1e9:.0f} GFLOP/s in this "
+             "run); the share is the median of run-by-run shares:", "",
+             "| precision | bf16 peak | " + " | ".join(f"prefill {n}, ours {m}" for n in (128, 512) for m in maths) + " |",
+             "|---|---|" + "---|" * (2 * len(maths))]
+    for precision, per in samples.items():
+        engines = {e.name: e for e in pairs[precision][1:]}
+        cells = [f"{statistics.median(per['bf16_peak']) / 1e9:.0f} GFLOP/s"]
+        for n in (128, 512):
+            for m in maths:
+                times = per[f"ours {m}"][f"prefill{n}"]
+                rate = engines[f"ours {m}"].prefill_gflops(statistics.median(times), n)
+                share = statistics.median(engines[f"ours {m}"].prefill_gflops(t, n) * 1e9 / peak
+                                          for t, peak in zip(times, per["bf16_peak"]))
+                cells.append(f"{rate:.0f} GFLOP/s ({share:.0%})")
+        lines.append(f"| {precision} | {' | '.join(cells)} |")
     return lines
 
 
 def floor_table(samples: dict, llama_bytes: dict[str, int], ours_bytes: dict[str, int]) -> list[str]:
     lines = ["| precision | read bandwidth | llama.cpp batch-1 step | its floor (tensor bytes / bw) | llama.cpp vs floor "
-             f"| ours batch-1 step | its floor (weight_bytes / bw) | ours vs floor (target ≤ {FLOOR_TARGET}x) |",
+             f"| ours (fp32) batch-1 step | its floor (weight_bytes / bw) | ours vs floor (target ≤ {FLOOR_TARGET}x) |",
              "|---|---|---|---|---|---|---|---|"]
     for precision, per in samples.items():
         bws = per["bandwidth"]
         cells = []
-        for name, nbytes in (("llama.cpp", llama_bytes[precision]), ("ours", ours_bytes[precision])):
+        for name, nbytes in (("llama.cpp", llama_bytes[precision]), ("ours fp32", ours_bytes[precision])):
             steps = per[name]["decode1"]
             floors = [nbytes / bw * 1000 for bw in bws]
             over = statistics.median(s / f for s, f in zip(steps, floors))
@@ -411,6 +470,8 @@ def main() -> int:
                         help="where the GGUFs are written (and reused)")
     parser.add_argument("--precisions", default=",".join(PRECISIONS),
                         help=f"comma-separated, of {', '.join(PRECISIONS)} (all by default)")
+    parser.add_argument("--maths", default="fp32,bf16",
+                        help="ours' --prefill-math values, comma-separated (bf16 is left out where no unit runs it)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: 1 repeat, {QUICK_NEW_TOKENS} new tokens")
     parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
     args = parser.parse_args()
@@ -422,16 +483,21 @@ def main() -> int:
     unknown = sorted(set(chosen) - set(PRECISIONS))
     if unknown or not chosen:
         parser.error(f"unknown precisions {unknown}; choose from {', '.join(PRECISIONS)}")
+    maths = [m.strip() for m in args.maths.split(",") if m.strip()]
+    unit, why = matmath.bf16_unit()
+    if "bf16" in maths and unit is None:
+        log(f"no bfloat16 unit here ({why}): ours runs fp32 only")
+        maths.remove("bf16")
     files = {p: f for p, f in write_ggufs(args.workdir, args.threads).items() if p in chosen}
     process = LlamaProcess()
     pairs, mixes, llama_bytes = {}, {}, {}
     for precision, path in files.items():
         log(f"loading {path.name}, llama.cpp's and ours")
         llama_bytes[precision], mixes[precision] = tensor_mix(path)
-        pairs[precision] = (LlamaEngine(process, precision, path, args.threads), OursEngine(path))
+        pairs[precision] = (LlamaEngine(process, precision, path, args.threads), *(OursEngine(path, m) for m in maths))
     first = next(iter(pairs.values()))
     vocab = first[1].vocab
-    assert all(ll.vocab == ours.vocab == vocab for ll, ours in pairs.values()), "the files' vocabularies differ"
+    assert all(e.vocab == vocab for engines in pairs.values() for e in engines), "the files' vocabularies differ"
     prompts = {"decode1": random_tokens(1, PROMPT_LEN, vocab, seed=1),
                "decode32": random_tokens(MAX_SEQS, PROMPT_LEN, vocab, seed=32),
                "prefill128": random_tokens(1, 128, vocab, seed=128),
@@ -439,11 +505,15 @@ def main() -> int:
     samples = measure(pairs, prompts, repeats, new_tokens)
     process.close()
 
-    ran_as = {p: ours.ran_as() for p, (_, ours) in pairs.items()}
-    ours_bytes = {p: ours.loaded.weight_bytes for p, (_, ours) in pairs.items()}
+    ran_as = {p: engines[1].ran_as() for p, engines in pairs.items()}
+    ours_bytes = {p: engines[1].loaded.weight_bytes for p, engines in pairs.items()}
     kv_dtype = str(first[1].loaded.dtype).removeprefix("torch.")
     lines = header(args.threads, repeats, new_tokens, kv_dtype, first[0].flash_attention) + [""]
-    lines += comparison_table(samples, files, ran_as) + [""]
+    lines += [f"Ours' arithmetic: " + "; ".join(f"{e.name}: {e.loaded.math.math.describe()}" for e in first[1:]),
+              ""]
+    lines += comparison_table(samples, files, ran_as, maths) + [""]
+    lines += ["llama.cpp's time over ours (above 1: ours faster):", ""] + speedup_table(samples, maths) + [""]
+    lines += peak_lines(samples, pairs, maths) + [""]
     lines += ["Batch-1 decode step against the weight-read floor (bytes read / read bandwidth probed beside "
               "each precision's runs, run by run):", ""]
     lines += floor_table(samples, llama_bytes, ours_bytes) + [""]

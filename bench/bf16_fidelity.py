@@ -1,0 +1,100 @@
+"""What bfloat16 products do to the bundled model's answers, at every precision the kernels run.
+
+    .venv/bin/python bench/bf16_fidelity.py [--tokens 400] [--readme]
+
+For each precision (float32 and every --dtype of the C kernels, each quantized from the bundled
+model's floats, and the bundled Q4_1 GGUF as stored), on the CPU:
+  1. the first --tokens tokens of real English text (the workloads' shipped prompts, joined)
+     prefilled once with float32 products and once with bfloat16 ones (--prefill-math bf16: every
+     product of 16+ rows on the CPU's bfloat16 unit, the LM head included -- harsher than a run,
+     whose prefill computes the head for one row, in float32), keeping every position's logits:
+     the mean and largest KL divergence of bfloat16's next-token distribution from float32's,
+     and the share of positions whose top tokens agree (backend/models/fidelity.py);
+  2. "What is the capital of France?" through the chat template, 12 greedy tokens through the
+     engine's runner with bfloat16 products and with float32 ones: whether the answers are the
+     same, and whether they say Paris (at some precisions the quantization alone moves this small
+     model's greedy path off Paris, in float32 as in bfloat16).
+Prints a Markdown report; --readme also writes it into bench/README.md between its markers.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from engine_vs_hf import write_readme  # noqa: E402
+from backend.config import SamplingConfig  # noqa: E402
+from backend.engine.runner import Runner  # noqa: E402
+from backend.kernels import matmath  # noqa: E402
+from backend.loaders.device import cpu_name  # noqa: E402
+from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
+from backend.models import fidelity, make_step_batch  # noqa: E402
+from backend.models.packed import pack_weights  # noqa: E402
+
+PRECISIONS = ["float32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "f16", "bf16w"]
+QUESTION = "What is the capital of France?"
+BEGIN, END = "<!-- bf16_fidelity:begin -->", "<!-- bf16_fidelity:end -->"
+
+
+def answer(loaded, math, new_tokens: int = 12) -> str:
+    """The greedy answer to QUESTION through the runner, in `math`."""
+    loaded.math = fidelity.MathChoice("bf16", math, "bench")
+    ids = loaded.tokenizer.apply_chat_template(QUESTION)
+    runner = Runner(loaded, 1, len(ids) + new_tokens, SamplingConfig())
+    out = []
+    with torch.inference_mode(), matmath.using(math):
+        logits = loaded.model(make_step_batch([(0, 0, ids)], [], loaded.device), runner.cache)
+        for i in range(new_tokens):
+            token = int(logits[-1].argmax())
+            out.append(token)
+            logits = loaded.model(make_step_batch([], [(0, len(ids) + i, token)], loaded.device), runner.cache)
+    return loaded.tokenizer.decode(out).strip()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=400, help="tokens of English text to compare over")
+    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    args = parser.parse_args()
+    unit, why = matmath.bf16_unit()
+    if unit is None:
+        raise SystemExit(f"no bfloat16 unit here ({why}): nothing to compare")
+    math = matmath.MatMath(unit, matmath.MIN_ROWS[unit])
+    rows = []
+    for name in [*PRECISIONS, "gguf"]:
+        loaded = load_model(str(bundled_gguf()) if name == "gguf" else "smollm2-135m", "cpu",
+                            "auto" if name == "gguf" else name)
+        pack_weights(loaded.model)
+        found = fidelity.compare(loaded.model, fidelity.english_tokens(loaded.tokenizer, args.tokens), math,
+                                 loaded.device)
+        said, said32 = answer(loaded, math), answer(loaded, matmath.FP32)
+        label = f"bundled GGUF as stored ({'/'.join(loaded.precision.formats or (loaded.precision.name,))})" \
+            if name == "gguf" else name
+        first = said.splitlines()[0] if said else ""
+        rows.append(f"| {label} | {found.kl_mean:.5f} | {found.kl_max:.4f} | {found.top1:.1%} | "
+                    f"{'yes' if 'Paris' in said else 'no'}: “{first}” | "
+                    f"{'same' if said == said32 else 'differs: “' + said32.splitlines()[0] + '”'} |")
+        print(rows[-1], file=sys.stderr)
+    lines = [f"Measured {datetime.date.today()} on {cpu_name()}, torch {torch.__version__}; bfloat16 unit "
+             f"{unit} (products of {math.min_rows}+ rows), float32 accumulation. KL of bfloat16's next-token "
+             f"distribution from float32's over {args.tokens} tokens of English (the shipped prompts), every "
+             "position's logits, every product in bfloat16 (the LM head too); the answer: 12 greedy tokens "
+             "with the chat template, prefill in bfloat16.", "",
+             "| precision | mean KL (nats) | largest KL | top-1 agreement | bf16 says Paris? (its answer) "
+             "| float32's answer |",
+             "|---|---|---|---|---|---|", *rows]
+    text = "\n".join(lines)
+    print(text)
+    if args.readme:
+        write_readme(text, BEGIN, END)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
