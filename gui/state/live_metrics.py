@@ -156,17 +156,20 @@ def _roofline(store: RunStore) -> list[tuple[str, str]]:
         profile = simulated_profile(store.config.get("profile") or str(device).removeprefix("simulated "))
     else:
         profile = device_profile(device, name)
-    # the products' arithmetic (a CPU run's bf16 roof) is in the run's info once it has finished
+    # the products' arithmetic (a CPU run's bf16 roof): the model's event says it, run.json too
+    return roofline_lines(shape, dtype, device, name, totals, profile, math_from_info(_run_info(store)))
+
+
+def _run_info(store: RunStore) -> dict:
+    """The finished run's info (its matmul_steps included), else what the run's events have said."""
     done = store.finished.data if store.finished is not None else None
-    math = math_from_info(done.info if isinstance(done, RunData) and done.info else store.info)
-    return roofline_lines(shape, dtype, device, name, totals, profile, math)
+    return done.info if isinstance(done, RunData) and done.info else store.info
 
 
 def _products(store: RunStore, m: LiveMetrics) -> None:
     """Which unit ran each phase and the arithmetic and why, from the finished run's info (else the store's)."""
     from backend.results.matmul import products_text, steps_text
-    done = store.finished.data if store.finished is not None else None
-    info = done.info if isinstance(done, RunData) and done.info else store.info
+    info = _run_info(store)
     matmul, steps = info.get("matmul"), info.get("matmul_steps") or {}
     products = products_text(matmul)
     if not products:
