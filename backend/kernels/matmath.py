@@ -22,7 +22,10 @@ arithmetic (and every other caller of the kernels gets float32 unless it asks).
 """
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -163,10 +166,12 @@ def using(math: MatMath):
 
 
 def _self_check(unit: str) -> str:
-    """'' if a product on `unit` matches torch on the same bfloat16-rounded operands, else why not."""
+    """'' if a product on `unit` matches torch on the same bfloat16-rounded operands, else why not.
+
+    On Linux the product runs in a forked child first, writing into shared memory: a unit that
+    faults (a tile instruction the kernel refuses, say) kills the child, not this process."""
     import torch
 
-    from backend.kernels import ops
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(40, 80, generator=generator)           # 40 rows: every path of the tiles, padding included
     w = torch.randn(70, 80, generator=generator)           # 70 outputs: a partial last panel
@@ -175,11 +180,42 @@ def _self_check(unit: str) -> str:
     width = lib.psk_panel_width()
     padded = torch.nn.functional.pad(w, (0, 0, 0, -70 % width))                 # (outputs padded, 80)
     panels = padded.view(-1, width, 80).transpose(1, 2).contiguous()           # (panels, 80, width): packed.Panels
-    previous = _selected[0]
-    lib.psk_set_math(CODES[unit], 1)
-    try:
-        got = ops.linear(x, panels, 70)
-    finally:
-        lib.psk_set_math(CODES[previous.unit], previous.min_rows)
+    got = torch.zeros(40, 70)
+    if hasattr(os, "fork") and sys.platform.startswith("linux"):
+        got.share_memory_()
+        crashed = _in_child(lambda: _product(lib, unit, x, panels, got))
+        if crashed:
+            return crashed
+    else:
+        _product(lib, unit, x, panels, got)
     error = float((got - want).abs().max())
     return "" if error < 1e-3 else f"its products are wrong here (largest error {error:.3g}): not used"
+
+
+def _product(lib, unit: str, x, panels, got) -> None:
+    """got = x @ W^T on `unit` (the kernels' one entry, no torch operation), then float32 again."""
+    lib.psk_set_math(CODES[unit], 1)
+    try:
+        lib.psk_matmul(CODES["fp32"], panels.data_ptr(), x.data_ptr(), None, None, got.data_ptr(), x.shape[0],
+                       got.shape[1], x.shape[1])
+    finally:
+        lib.psk_set_math(CODES[_selected[0].unit], _selected[0].min_rows)
+
+
+def _in_child(run) -> str:
+    """Run `run` in a forked child (the kernels' pool runs alone there): '' if it exits cleanly, else why not."""
+    pid = os.fork()
+    if pid == 0:   # the child: no Python cleanup, no torch, just the product
+        faulthandler.disable()   # a fault is the answer here, not a traceback to print
+        try:
+            run()
+            code = 0
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"a test product killed the process ({signal.Signals(os.WTERMSIG(status)).name}): not used"
+    if os.WEXITSTATUS(status):
+        return "a test product failed: not used"
+    return ""

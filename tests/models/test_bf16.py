@@ -101,6 +101,19 @@ def test_amx_tiles_give_the_bfloat16_product():
     assert ((got.double() - rounded(x) @ rounded(w).T).abs() <= bound(x, w)).all()
 
 
+@pytest.mark.skipif(lib is None or not lib.psk_math_compiled() & 4 or kernels.cpu_units().get("AMX")
+                    or not sys.platform.startswith("linux"),
+                    reason="needs an x86-64 Linux build with the AMX code on a CPU without AMX")
+def test_a_unit_that_faults_kills_the_self_checks_child_not_this_process():
+    """The self-check's product runs in a forked child: AMX instructions on a CPU without AMX raise
+    SIGILL there, and the unit is refused with the reason while this process goes on."""
+    x, panels, got = torch.randn(40, 80), torch.randn(3, 80, 32), torch.zeros(40, 70).share_memory_()
+    why = matmath._in_child(lambda: matmath._product(lib, "AMX", x, panels, got))
+    assert why == "a test product killed the process (SIGILL): not used"
+    assert matmath._in_child(lambda: matmath._product(lib, "fp32", x, panels, got)) == ""
+    assert got.abs().max() > 0   # the child's product reached the shared memory
+
+
 def test_a_cpu_without_bfloat16_units_refuses_bf16_and_auto_stays_float32(monkeypatch):
     from backend.errors import InputError
     monkeypatch.setenv("PHASESCOPE_MATH_UNITS", "")
