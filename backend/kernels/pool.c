@@ -7,6 +7,7 @@
    call of a step the workers sleep within SPIN_NS, leaving the cores to the rest of the program.
 */
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -102,6 +103,17 @@ int psk_set_threads(int n) {
 }
 
 int psk_threads(void) { return pool_pid == getpid() ? nthreads : 1; }
+
+void *pool_scratch(int slot, long long bytes) {
+    static __thread void *buf[SCRATCH_SLOTS];
+    static __thread long long size[SCRATCH_SLOTS];
+    if (size[slot] < bytes) {
+        free(buf[slot]);
+        buf[slot] = malloc((size_t)bytes);
+        size[slot] = buf[slot] ? bytes : 0;
+    }
+    return buf[slot];
+}
 
 void pool_run(pool_fn fn, void *job) {
     pthread_mutex_lock(&call_lock);

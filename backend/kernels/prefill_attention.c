@@ -16,7 +16,6 @@
 */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -44,15 +43,9 @@ typedef struct {
 } scratch;
 
 static int grow(scratch *sc, int64_t rows, int64_t hd) {
-    static __thread float *buf;
-    static __thread int64_t size;
-    const int64_t need = rows * hd + rows * KB + rows * hd + 2 * rows;
-    if (need > size) {
-        free(buf);
-        buf = malloc((size_t)need * sizeof *buf);
-        size = buf ? need : 0;
-        if (!buf) return -1;
-    }
+    const int64_t floats = rows * hd + rows * KB + rows * hd + 2 * rows;
+    float *buf = pool_scratch(SCRATCH_ATTENTION, floats * (int64_t)sizeof *buf);
+    if (!buf) return -1;
     sc->qb = buf;
     sc->s = sc->qb + rows * hd;
     sc->o = sc->s + rows * KB;
@@ -166,15 +159,9 @@ int psk_prefill_attention(const float *q, int64_t q_stride, const float *k, cons
     const int64_t group = heads / kv_heads, qb = group >= 4 ? 16 : group >= 2 ? 32 : 64;
     const int64_t lo = window > 0 && start - window + 1 > 0 ? (start - window + 1) / KB : 0;
     const int64_t blocks = (start + len + KB - 1) / KB - lo;
-    static __thread float *packed;
-    static __thread int64_t packed_size;
-    const int64_t need = kv_heads * blocks * (hd * KB + vpanels(hd) * KB * KB);
-    if (need > packed_size) {
-        free(packed);
-        packed = malloc((size_t)need * sizeof *packed);
-        packed_size = packed ? need : 0;
-        if (!packed) return -2;
-    }
+    const int64_t floats = kv_heads * blocks * (hd * KB + vpanels(hd) * KB * KB);
+    float *packed = pool_scratch(SCRATCH_PACKED, floats * (int64_t)sizeof *packed);
+    if (!packed) return -2;
     prefill_job job = {q, q_stride, k, v, out, start, len, heads, kv_heads, max_len, hd, window, scale, softcap,
                        qb, kv_heads * ((len + qb - 1) / qb), lo, blocks, packed,
                        packed + kv_heads * blocks * hd * KB, 0};

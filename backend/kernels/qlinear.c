@@ -28,7 +28,6 @@
    panels in qdequant.c.
 */
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "bf16.h"
@@ -248,27 +247,15 @@ static int64_t seg_units(int kind, int64_t rows, int64_t in, int64_t *unit_bytes
     return ((rows + QR - 1) / QR + 1) / 2;
 }
 
-/* A thread's scratch of at least `bytes`, grown as needed (one per slot: a unit uses two at once). */
-static void *scratch(int slot, int64_t bytes) {
-    static __thread void *buf[2];
-    static __thread int64_t size[2];
-    if (size[slot] < bytes) {
-        free(buf[slot]);
-        buf[slot] = malloc((size_t)bytes);
-        size[slot] = buf[slot] ? bytes : 0;
-    }
-    return buf[slot];
-}
-
 /* Unit u of a segment on a bfloat16 unit: its 32 outputs as a float panel (a float32 panel as it
    is, a pair of quantized panels dequantized), rounded to bfloat16 pairs, times the rounded x.
    0 where there is no memory for the panels (the float32 path runs the unit then). */
 static int run_unit_bf16(const qlinear_job *job, int kind, const uint8_t *w, int64_t rows, int64_t o0, int64_t u) {
     const int64_t in = job->in, o = u * FP, width = rows - o < FP ? rows - o : FP;
     const float *wf = (const float *)w + u * in * FP;
-    uint16_t *bp = scratch(1, job->in_pad * FP * 2);
+    uint16_t *bp = pool_scratch(SCRATCH_BF16_PANEL, job->in_pad * FP * 2);
     if (kind != PSK_F32) {
-        float *dq = scratch(0, in * 2 * QR * 4);
+        float *dq = pool_scratch(SCRATCH_PANEL, in * 2 * QR * 4);
         if (!dq || !bp) return 0;
         const int64_t panel_bytes = in / quant_block_size(kind) * quant_chunk_bytes(kind);
         psk_dequantize_panel(kind, w + 2 * u * panel_bytes, in, dq, 0);
@@ -296,7 +283,7 @@ static void run_unit(const qlinear_job *job, int kind, const uint8_t *w, int64_t
     }
     const int64_t panels = (rows + QR - 1) / QR, panel_bytes = in / quant_block_size(kind) * quant_chunk_bytes(kind);
     const int64_t p = 2 * u;
-    float *wf = n > XB ? scratch(0, in * 2 * QR * 4) : NULL;
+    float *wf = n > XB ? pool_scratch(SCRATCH_PANEL, in * 2 * QR * 4) : NULL;
     if (wf) {   /* a prefill: the pair of panels dequantized once, then float products */
         psk_dequantize_panel(kind, w + p * panel_bytes, in, wf, 0);
         if (p + 1 < panels)   /* else a last lone panel: the right half's columns are not written out */
@@ -357,28 +344,15 @@ int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, 
         sums_needed |= needs_sums((int)segs[3 * s]);
     }
     if (rows != out) return -3;
-    static __thread float *sums;
-    static __thread int64_t sums_size;
     const int64_t nb = in / QK;
-    if (n * nb > sums_size) {
-        free(sums);
-        sums = malloc((size_t)(n * nb) * sizeof(float));
-        sums_size = sums ? n * nb : 0;
-        if (!sums) return -1;
-    }
+    float *sums = pool_scratch(SCRATCH_SUMS, n * nb * (int64_t)sizeof(float));
+    if (!sums && n * nb) return -1;
     const int unit = psk_math_for(n);
     const int64_t in_pad = (in + 31) / 32 * 32, n_pad = (n + 15) / 16 * 16;
     uint16_t *xh = NULL;
     if (unit != PSK_MATH_FP32) {   /* x rounded once for every unit of the product */
-        static __thread uint16_t *rounded;
-        static __thread int64_t rounded_size;
-        if (n_pad * in_pad > rounded_size) {
-            free(rounded);
-            rounded = malloc((size_t)(n_pad * in_pad) * sizeof *rounded);
-            rounded_size = rounded ? n_pad * in_pad : 0;
-            if (!rounded) return -1;
-        }
-        xh = rounded;
+        xh = pool_scratch(SCRATCH_ROUNDED, n_pad * in_pad * (int64_t)sizeof *xh);
+        if (!xh) return -1;
         psk_bf16_rows(x, n, in, in_pad, n_pad, xh);
     }
     if (sums_needed)   /* only the formats with an offset or a min need the sums */
