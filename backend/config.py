@@ -44,6 +44,33 @@ class EngineConfig:
     kv_link_us: float | None = None    # simulated: the link's latency per hand-off in microseconds
 
 
+ROUTERS = ("round-robin", "least-loaded")
+
+
+@dataclass(slots=True)
+class Deployment:
+    """How a simulated model is spread over devices (backend/roofline/parallel.py prices it): tensor,
+    pipeline, data and expert parallelism, the link between the devices and the KV cache's dtype."""
+
+    tp: int = 1                  # tensor parallel: each matrix split over tp devices, two all-reduces a layer
+    pp: int = 1                  # pipeline parallel: the layers in pp stages, microbatches in flight
+    dp: int = 1                  # data parallel: replicas of tp x pp devices behind a router
+    ep: int = 1                  # expert parallel (MoE): the experts spread over ep of a stage's tp devices
+    router: str = "round-robin"  # dp > 1: round-robin | least-loaded
+    link: str | None = None      # a link of profiles/links/ between a replica's devices (None: the profile's)
+    kv_dtype: str = "auto"       # auto (the activations') | fp8 | bfloat16 | float16 | float32
+    prefill_tp: int | None = None   # disaggregated: the prefill pool's devices' tp (None: tp)
+    decode_tp: int | None = None    # disaggregated: the decode pool's devices' tp (None: tp)
+
+    @property
+    def devices(self) -> int:
+        """Devices of the whole deployment (a disaggregated one counts its pools itself)."""
+        return self.tp * self.pp * self.dp
+
+    def is_single(self) -> bool:
+        return self.devices == 1 and self.ep == 1
+
+
 @dataclass(slots=True)
 class BatchRun:
     """`run`: one batch, prefilled together then decoded together."""
@@ -141,6 +168,7 @@ class RunConfig:
     threads: int | None = None           # CPU threads (and as many cores); None: all cores, torch's default count
     repeats: int = 1                     # the same settings run back to back, the model loaded once (session.execute)
     simulate: bool = False               # price each step on `profile` with a cost model, on a virtual clock (no weights)
+    deployment: Deployment = field(default_factory=Deployment)   # simulated: parallelism, link, KV dtype
 
 
 def config_dict(config: RunConfig) -> dict:
