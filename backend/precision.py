@@ -15,7 +15,18 @@ for int8 weight-only. No torch here: the CLI and the roofline use it bare.
                                registers (bf16w: not --dtype bf16, which runs the whole model in
                                bfloat16 on torch)
   int8                         int8 weights with one float scale per output row, run by torch's
-                               weight-only kernel (any device)
+                               weight-only kernel (any device); simulated on a GPU profile with
+                               bfloat16 activations at the bf16 peak (weight-only: the weights are
+                               widened in the kernel, the math is the activations')
+  fp8                          simulated GPUs only: E4M3 weights and activations (one scale per
+                               tensor), products at the profile's FP8 tensor peak; norms and the
+                               residual stream in bfloat16
+  nvfp4, mxfp4                 simulated Blackwell only: 4-bit E2M1 weights and activations in
+                               blocks of 16 with an FP8 scale (NVFP4: 4.5 bits a weight) or of 32
+                               with an E8M0 scale (MXFP4: 4.25 bits), at the FP4 tensor peak
+
+The KV cache is kept at the activation dtype unless a precision says otherwise (`with_kv`:
+--kv-dtype fp8 stores keys and values as E4M3, one byte an element).
 """
 from __future__ import annotations
 
@@ -35,6 +46,7 @@ class Precision:
     # the formats a loaded model's matrices really run in, most weights first (a GGUF's mix:
     # q5_0, q8_0, q6_k, ...); empty where that is just `name`
     formats: tuple[str, ...] = ()
+    kv: str = ""              # the KV cache's dtype (KV_BYTES); "" is the activation dtype
 
     @property
     def weight_bytes(self) -> float:
@@ -44,6 +56,21 @@ class Precision:
     @property
     def activation_bytes(self) -> int:
         return FLOAT_BYTES[self.activation]
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.kv or self.activation
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes per key or value element in the KV cache."""
+        return KV_BYTES[self.kv_dtype]
+
+    def with_kv(self, kv_dtype: str) -> Precision:
+        """This precision with its KV cache in `kv_dtype` ("auto": the activation dtype)."""
+        from dataclasses import replace
+        name = canonical_kv(kv_dtype)
+        return replace(self, kv="" if name in ("auto", self.activation) else name)
 
     @property
     def is_block(self) -> bool:
@@ -63,10 +90,15 @@ class Precision:
             return rows * (cols // self.block) * self.block_bytes
         if self.name == "int8":
             return rows * cols + rows * FLOAT_BYTES[self.activation]   # one scale per row
+        if self.name in GPU_FORMATS:
+            return int(rows * cols * self.weight_bits / 8)
         return rows * cols * FLOAT_BYTES[self.name]
 
 
 FLOAT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+KV_BYTES = {**FLOAT_BYTES, "fp8": 1}
+# simulated tensor-core formats: (bits a weight, scales included; the profile peak they run at)
+GPU_FORMATS = {"fp8": (8.0, "fp8"), "nvfp4": (4.0 + 8 / 16, "fp4"), "mxfp4": (4.0 + 8 / 32, "fp4")}
 _FLOAT_KEYS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # weights per block and bytes per block of each format the C kernels run (backend/kernels/quant.h)
 _BLOCKS = {"q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24),
@@ -77,8 +109,8 @@ K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
 # GGUF tensor type names (gguf's GGMLQuantizationType, lower case) -> the kernels' format that runs them as stored
 GGUF_FORMATS = {**{f: f for f in BLOCK_FORMATS if f != "bf16w"}, "bf16": "bf16w"}
 ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
-           "q8": "q8_0", "int8_weight_only": "int8"}
-NAMES = ("float32", "bfloat16", "float16", *BLOCK_FORMATS, "int8")
+           "q8": "q8_0", "int8_weight_only": "int8", "fp8_e4m3": "fp8", "e4m3": "fp8", "float8": "fp8"}
+NAMES = ("float32", "bfloat16", "float16", *BLOCK_FORMATS, "int8", *GPU_FORMATS)
 
 
 def canonical(name: str) -> str:
@@ -90,9 +122,19 @@ def canonical(name: str) -> str:
     return text
 
 
+def canonical_kv(name: str) -> str:
+    """A --kv-dtype's name: auto, fp8 or a float dtype; one line for anything else."""
+    text = str(name).strip().lower()
+    text = ALIASES.get(text, text)
+    if text != "auto" and text not in KV_BYTES:
+        raise InputError(f"unknown KV cache dtype {name!r}; use one of: auto, {', '.join(KV_BYTES)}")
+    return text
+
+
 def precision(name: str, activation: str = "float32", weight_bits: float | None = None,
               formats: tuple[str, ...] = ()) -> Precision:
-    """The Precision for a name; `activation` matters only for int8 (its activations' float dtype).
+    """The Precision for a name; `activation` matters for int8 and the block formats (the activations'
+    float dtype: float32 on the CPU kernels, a simulated GPU's bfloat16).
 
     weight_bits: what a model really holds where its matrices mix formats (a GGUF whose layers
     are Q4_1 and whose LM head is Q8_0 runs as q4_1 at about 5.8 bits a weight)."""
@@ -106,10 +148,15 @@ def precision(name: str, activation: str = "float32", weight_bits: float | None 
                        formats=tuple(formats))
     if name in FLOAT_BYTES:
         return Precision(name, 8 * FLOAT_BYTES[name], _FLOAT_KEYS[name], name)
-    if name in _BLOCKS:
-        block, nbytes = _BLOCKS[name]
-        return Precision(name, 8 * nbytes / block, "fp32", "float32", block, nbytes)
+    if name in GPU_FORMATS:   # their norms and residual stream: bfloat16
+        bits, key = GPU_FORMATS[name]
+        return Precision(name, bits, key, "bfloat16")
     activation = canonical(activation)
+    if name in _BLOCKS:   # the CPU kernels multiply in float32; a simulated GPU runs them weight-only
+        block, nbytes = _BLOCKS[name]
+        if activation not in FLOAT_BYTES:
+            raise InputError(f"{name} weights need float activations, not {activation}")
+        return Precision(name, 8 * nbytes / block, _FLOAT_KEYS[activation], activation, block, nbytes)
     if activation not in FLOAT_BYTES:
         raise InputError(f"int8 weights need float activations, not {activation}")
     return Precision("int8", 8.0, _FLOAT_KEYS[activation], activation)
@@ -121,6 +168,7 @@ def from_info(info: dict) -> Precision | None:
     if not name:
         return None
     try:
-        return precision(name, info.get("activation_dtype") or "float32", info.get("weight_bits"))
+        found = precision(name, info.get("activation_dtype") or "float32", info.get("weight_bits"))
+        return found.with_kv(info["kv_dtype"]) if info.get("kv_dtype") else found
     except InputError:
         return None

@@ -32,7 +32,7 @@ from backend.loaders.hf import Checkpoint
 from backend.shape import ModelShape
 from backend.models.packed import (Int8Weight, Panels, QuantPanels, int8_kernel, matrix_bytes, pack_weights,
                                    quantize_int8, step_weight_bytes)
-from backend.precision import BLOCK_FORMATS, GGUF_FORMATS, K_FALLBACK, Precision, precision
+from backend.precision import BLOCK_FORMATS, GGUF_FORMATS, GPU_FORMATS, K_FALLBACK, Precision, precision
 
 AUTO = "auto"
 # The LM head at a quantized --dtype, as llama.cpp's quantizer writes it for these formats
@@ -46,6 +46,9 @@ def choose(wanted: str, device: torch.device, ckpt: Checkpoint | None) -> str | 
     """The quantization target for a canonical --dtype (see the module docstring)."""
     if wanted == "int8":
         return wanted
+    if wanted in GPU_FORMATS:
+        raise InputError(f"--dtype {wanted} is a GPU tensor-core format the simulator prices (--simulate --profile "
+                         "h100-sxm, or b200 for nvfp4 and mxfp4); this engine does not run it")
     if wanted in BLOCK_FORMATS:
         if not ops.usable(device, torch.float32):
             where = (f"on {device} use --dtype int8 (weight-only)" if device.type != "cpu" else

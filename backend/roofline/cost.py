@@ -167,7 +167,8 @@ def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: f
     small = (layer_params(shape) - linear_params_per_layer(shape)) * layers + final_norm   # norms, biases
     weight_bytes = steps * (matrices * matrix_bytes + small * element_bytes) + gathered_rows * d * element_bytes
 
-    kv_per_token = 2 * layers * shape.num_kv_heads * shape.head_dim * element_bytes
+    kv_element = dtype_bytes.kv_bytes if isinstance(dtype_bytes, Precision) else element_bytes   # --kv-dtype fp8: 1
+    kv_per_token = 2 * layers * shape.num_kv_heads * shape.head_dim * kv_element
     kv_bytes = (context_tokens + tokens) * kv_per_token   # read the context, write the new tokens
 
     # embedding output, the residual stream through every layer, and per logit row the final hidden state and logits

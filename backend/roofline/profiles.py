@@ -29,8 +29,10 @@ LOCAL_KEY = "this-machine"
 # Short keys used in [tflops]: the dtype a product's arithmetic runs in. Quantized weights have
 # one too (backend.precision): the CPU kernels multiply GGUF blocks in fp32, int8 weight-only
 # runs at its activations' dtype.
-DTYPE_KEYS = ("bf16", "fp16", "fp32")
-_KEY_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+# fp8 (E4M3 tensor cores: Hopper, Ada, Blackwell, MI300) and fp4 (Blackwell: NVFP4, MXFP4) appear only where
+# the datasheet gives them: a run at a precision its profile has no peak for is refused.
+DTYPE_KEYS = ("bf16", "fp16", "fp32", "fp8", "fp4")
+_KEY_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "fp4": 1}
 
 _REQUIRED = ("name", "vendor", "memory_gb", "bandwidth_gbs", "tflops", "source")
 _OPTIONAL = ("match", "measured", "price_per_hour", "price_source", "simulation", "bf16_unit", "kernels_tflops")
@@ -45,7 +47,7 @@ def as_precision(dtype) -> Precision:
         return dtype
     text = str(dtype).lower().removeprefix("torch.")
     if text in _KEY_BYTES:   # a bare peak key: the float dtype of that name
-        text = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[text]
+        text = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8", "fp4": "nvfp4"}[text]
     return precision(text)
 
 
