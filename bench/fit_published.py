@@ -1,0 +1,217 @@
+"""Fit the simulator's cost-model terms to published figures (bench/sim_vs_published.py --fit).
+
+Each fitted figure is simulated once with the profile's own terms while every step's roofline is
+recorded: the seconds of its matmuls and of its attention at the peak, of its bytes at the full
+bandwidth, of its collectives, its layers, tokens and requests. A candidate's price of that step is then
+
+    max(matmul / mfu + attention / afu, bytes / mbu) + collectives + layer_us x layers
+        + step_ms + token_ms x tokens + request_ms x requests
+
+(StepPricer's formula for one pipeline stage, checked against the simulator's own price of every
+recorded step), and the figure's metric moves with the time of the steps it is made of (a TTFT
+with its prefill steps, an ITL with its decode steps, a batch's latency and throughput with all).
+That is exact for a fixed batch and for one closed-loop user; for more users it is the first-order
+change, and the reported errors always come from the full simulator afterwards.
+
+The loss is the median absolute log error plus a quarter of the mean, minimized by Nelder-Mead in a
+space that keeps the terms physical (efficiencies in [0.2, 0.95], overheads >= 0 and bounded).
+First one set of terms shared by every GPU; then, for each GPU profile with at least
+MIN_PER_PROFILE fitted figures, its own efficiencies (mfu, afu, mbu) over the shared overheads.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from backend.roofline import parallel
+from backend.roofline.cost import step_cost
+from backend.roofline.roofs import compute_seconds
+from backend.roofline.step_time import CostModel
+
+EFFICIENCY = ("mfu", "afu", "mbu")
+BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.2, 0.95), "mbu": (0.2, 0.95), "step_ms": (0.0, 20.0),
+          "token_ms": (0.0, 0.05), "request_ms": (0.0, 0.5), "layer_us": (0.0, 300.0)}
+MIN_PER_PROFILE = 6
+HUGE = 1e30
+
+
+@dataclass(slots=True)
+class Trace:
+    """One figure's steps as roofline parts (numpy arrays, one entry per step) and its simulated metric."""
+
+    figure: object
+    base_value: float
+    base_model: CostModel
+    parts: dict[str, list[float]] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, **values: float) -> None:
+        for key, value in values.items():
+            self.parts.setdefault(key, []).append(value)
+
+    def freeze(self) -> None:
+        self.arrays = {k: np.asarray(v, dtype=float) for k, v in self.parts.items()}
+
+    def step_seconds(self, terms: dict) -> np.ndarray:
+        a = self.arrays
+        compute = a["matmul"] / terms["mfu"] + a["attention"] / terms["afu"]
+        seconds = np.maximum(compute, a["memory"] / terms["mbu"]) + a["collective"]
+        seconds += terms.get("layer_us", 0.0) * a["layers"] / 1e6
+        return seconds + (terms["step_ms"] + terms["token_ms"] * a["tokens"] + terms["request_ms"] * a["requests"]) / 1e3
+
+    def relevant(self) -> np.ndarray:
+        """The steps the figure's metric is made of."""
+        fig, prefill = self.figure, self.arrays["is_prefill"] > 0
+        if fig.metric == "ttft_ms":
+            return prefill
+        if fig.metric == "itl_ms" and fig.concurrency <= 1:
+            return ~prefill
+        return np.ones_like(prefill, dtype=bool)
+
+    def predict(self, terms: dict) -> float:
+        mask = self.relevant()
+        base = self.step_seconds(self.base_terms)[mask].sum()
+        ratio = self.step_seconds(terms)[mask].sum() / base
+        return self.base_value / ratio if self.figure.metric.startswith("tok_s") else self.base_value * ratio
+
+    @property
+    def base_terms(self) -> dict:
+        return self.base_model.terms()
+
+
+def record(fig, simulate) -> Trace | None:
+    """Simulate `fig` with its profile's terms, recording every step's parts (StepPricer.seconds wrapped)."""
+    original = parallel.StepPricer.seconds
+    trace: list[Trace] = []
+
+    def recording(pricer, new_tokens, contexts, logit_rows=None):
+        seconds = original(pricer, new_tokens, contexts, logit_rows)
+        if not trace:
+            trace.append(Trace(fig, 0.0, pricer.cost_model))
+        if pricer.layout.pp != 1:
+            raise NotImplementedError("the fit's step formula is one pipeline stage's (pp = 1)")
+        needs = logit_rows if logit_rows is not None else [True] * len(new_tokens)
+        shape, prec, layout, profile = pricer.shape, pricer.prec, pricer.layout, pricer.profile
+        cost = parallel.shard(step_cost(shape, prec, new_tokens, contexts, sum(needs)), shape, prec, layout)
+        parts = dict(matmul=compute_seconds(cost, profile, prec, pricer.math, 1.0, HUGE),
+                     attention=compute_seconds(cost, profile, prec, pricer.math, HUGE, 1.0),
+                     memory=cost.bytes / profile.bandwidth_bytes_per_s,
+                     collective=parallel.collective_seconds(shape, prec, layout, sum(new_tokens)),
+                     layers=parallel.stage_layers(shape, layout.pp), tokens=sum(new_tokens),
+                     requests=len(new_tokens), is_prefill=float(max(new_tokens) > 1))
+        trace[0].add(**parts)
+        trace[0].add(seconds=seconds)
+        return seconds
+
+    parallel.StepPricer.seconds = recording
+    try:
+        result = simulate(fig)
+    finally:
+        parallel.StepPricer.seconds = original
+    if result.simulated is None or not trace:
+        return None
+    t = trace[0]
+    t.base_value = result.simulated
+    t.freeze()
+    check = t.step_seconds(t.base_terms)
+    if not np.allclose(check, t.arrays["seconds"], rtol=1e-6, atol=1e-9):
+        raise RuntimeError(f"{fig.id}: the fit's step formula no longer matches the simulator's price "
+                           f"(StepPricer changed): update bench/fit_published.py")
+    return t
+
+
+def loss(traces: list[Trace], terms: dict) -> float:
+    errors = [abs(math.log(t.predict(terms) / t.figure.value)) for t in traces]
+    return statistics.median(errors) + 0.25 * statistics.fmean(errors)
+
+
+def to_unit(name: str, value: float) -> float:
+    """A term as an unbounded coordinate (logit of its place in its bounds)."""
+    low, high = BOUNDS[name]
+    x = min(max((value - low) / (high - low), 1e-6), 1 - 1e-6)
+    return math.log(x / (1 - x))
+
+
+def from_unit(name: str, y: float) -> float:
+    low, high = BOUNDS[name]
+    return low + (high - low) / (1 + math.exp(-max(min(y, 50.0), -50.0)))
+
+
+def nelder_mead(f, x0: list[float], step: float = 0.8, iterations: int = 600) -> list[float]:
+    """Plain Nelder-Mead (no scipy here): the simplex's best vertex after `iterations`."""
+    n = len(x0)
+    simplex = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)]
+    values = [f(p) for p in simplex]
+    for _ in range(iterations):
+        order = sorted(range(n + 1), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centroid = [sum(p[j] for p in simplex[:-1]) / n for j in range(n)]
+
+        def toward(t):
+            return [c + t * (w - c) for c, w in zip(centroid, simplex[-1])]
+        reflected = toward(-1.0)
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = toward(-2.0)
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = toward(0.5)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [[b + 0.5 * (x - b) for b, x in zip(best, p)] for p in simplex[1:]]
+                values = [values[0]] + [f(p) for p in simplex[1:]]
+    return simplex[min(range(n + 1), key=values.__getitem__)]
+
+
+def fit_over(traces: list[Trace], start: dict, names: tuple[str, ...]) -> dict:
+    """The terms `names` that minimize the loss over `traces`, the rest held at `start`."""
+    def terms_of(y):
+        return {**start, **{n: from_unit(n, v) for n, v in zip(names, y)}}
+    best = None
+    for scale in (1.0, 0.6):    # two restarts: from the start, and from the first answer
+        x0 = [to_unit(n, (best or start)[n]) for n in names]
+        y = nelder_mead(lambda y: loss(traces, terms_of(y)), x0, step=0.8 * scale)
+        best = terms_of(y)
+    return best
+
+
+def fit_terms(figures, simulate) -> dict[str, CostModel]:
+    """Per profile key, the cost model fitted on `figures` (the fitted set only)."""
+    traces = [t for t in (record(f, simulate) for f in figures) if t is not None]
+    names = tuple(n for n in BOUNDS if n in CostModel.__dataclass_fields__)
+    # the placeholders as the start (a zero overhead starts just inside its bounds: its logit is finite)
+    start = {n: min(max(getattr(CostModel(), n), BOUNDS[n][0] + 1e-3), BOUNDS[n][1]) for n in names}
+    shared = fit_over(traces, start, names)
+    models = {"*": CostModel(**shared, source=f"fitted on {len(traces)} published figures, shared by every GPU")}
+    for profile in sorted({t.figure.profile for t in traces}):
+        own = [t for t in traces if t.figure.profile == profile]
+        if len(own) >= MIN_PER_PROFILE:
+            terms = fit_over(own, shared, EFFICIENCY)
+            models[profile] = CostModel(**terms, source=f"fitted on {len(own)} published figures of {profile} "
+                                                        f"(efficiencies; overheads shared)")
+    profiles = {t.figure.profile for t in traces} | {f.profile for f in figures}
+    return {p: models.get(p, models["*"]) for p in profiles} | {"*": models["*"]}
+
+
+def terms_report(models: dict[str, CostModel]) -> str:
+    lines = ["Fitted cost-model terms (for the profiles' [simulation] tables; the lead writes them in):"]
+    for key, model in sorted(models.items()):
+        terms = ", ".join(f"{k} = {v:.4g}" for k, v in model.terms().items())
+        lines.append(f"  [{key}] {terms}    # {model.source}")
+    return "\n".join(lines)
+
+
+def apply_to_all(models: dict[str, CostModel], figures) -> dict[str, CostModel]:
+    """Every figure's profile mapped to its model (profiles without their own take the shared one)."""
+    return {f.profile: models.get(f.profile, models["*"]) for f in figures}
+
+

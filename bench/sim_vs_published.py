@@ -1,0 +1,178 @@
+"""The simulator against published, measured serving figures (bench/published_figures.py).
+
+Each figure's setup becomes a simulated run (`run` for a fixed batch, `load` with a closed loop of
+N users for a concurrency figure) on this repo's GPU profile, with the figure's model, precision,
+KV dtype and tensor/pipeline parallelism; the printed table has the measured value, the simulated
+one and the error, for the fitted and the held-out set apart (the held-out rule is in
+published_figures.py and fixed; nothing here chooses it).
+
+    python bench/sim_vs_published.py            # the profiles' own cost-model terms
+    python bench/sim_vs_published.py --fit      # fit the terms on the fitted set only, then both sets again
+    python bench/sim_vs_published.py --markdown # the tables as markdown too
+
+The simulated figures are this machine's simulator, not a GPU. A figure the simulator cannot
+express (a model shape it lacks, a layout it refuses) is listed with the reason and left out of
+both sets' statistics.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig  # noqa: E402
+from backend.errors import InputError  # noqa: E402
+from backend.roofline.step_time import CostModel  # noqa: E402
+from backend.workload.spec import LengthDist, WorkloadSpec  # noqa: E402
+from bench.published_figures import FIGURES, Figure, is_held_out  # noqa: E402
+
+MODELS_DIR = Path(__file__).resolve().parent / "published_models"
+SUMMARY_KEY = {"ttft_ms": "ttft_mean_ms", "itl_ms": "itl_mean_ms", "e2e_ms": "e2e_mean_ms"}
+
+
+@dataclass(slots=True)
+class Result:
+    figure: Figure
+    simulated: float | None     # None: the simulator could not express it (see reason)
+    reason: str = ""
+
+    @property
+    def error_pct(self) -> float:
+        return (self.simulated - self.figure.value) / self.figure.value * 100.0
+
+
+def model_name(key: str) -> str:
+    """A shipped model key when this repo ships it (profiles/models/), else the config beside this script."""
+    try:
+        from backend.roofline.model_configs import SHIPPED_CONFIGS
+        if key in SHIPPED_CONFIGS:
+            return key
+    except ImportError:
+        pass
+    path = MODELS_DIR / f"{key}.json"
+    if not path.is_file():
+        raise InputError(f"no shape for model {key!r}: neither shipped nor {path}")
+    return str(path)
+
+
+def sim_config(fig: Figure) -> RunConfig:
+    """The figure's setup as a simulated run."""
+    model = ModelChoice(name=model_name(fig.model), dtype=fig.precision)
+    deployment = Deployment(tp=fig.tp, pp=fig.pp, kv_dtype=fig.kv_dtype)
+    common = dict(simulate=True, profile=fig.profile, model=model, deployment=deployment)
+    if fig.kind == "batch":
+        return RunConfig(mode="batch", batch=BatchRun(prompt_len=fig.prompt_len, output_len=fig.output_len,
+                                                      batch=fig.batch), **common)
+    workload = WorkloadSpec(name=fig.id, num_requests=fig.num_requests, arrival="closed", rate=None,
+                            concurrency=fig.concurrency, prompt_len=LengthDist("fixed", fig.prompt_len),
+                            output_len=LengthDist("fixed", fig.output_len))
+    engine = EngineConfig(policy="continuous", max_batch=max(fig.concurrency, 1))
+    return RunConfig(mode="load", workload=workload, engine=engine, **common)
+
+
+def metric_of(fig: Figure, summary: dict) -> float:
+    """The figure's metric read from a simulated run's summary."""
+    if fig.metric == "tok_s_per_gpu":
+        return summary["num_output_tokens"] / summary["duration_s"] / fig.num_gpus
+    if fig.metric == "tok_s":
+        return summary["output_tokens_per_s"]
+    return summary[SUMMARY_KEY[fig.metric]]
+
+
+def simulate(fig: Figure, cost_model: CostModel | None = None) -> Result:
+    from backend.targets.simulated import run_simulated
+    try:
+        finished = run_simulated(sim_config(fig), emit=lambda e: None, should_stop=lambda: False,
+                                 retain_records=False, cost_model=cost_model)
+    except InputError as exc:   # DoesNotFit is one too: a layout the simulator refuses
+        return Result(fig, None, str(exc))
+    if finished.error:
+        return Result(fig, None, str(finished.error))
+    value = metric_of(fig, finished.summary)
+    if not math.isfinite(value) or value <= 0:
+        return Result(fig, None, f"the summary's {fig.metric} is {value!r}")
+    return Result(fig, value)
+
+
+def setup_text(fig: Figure) -> str:
+    load = f"b{fig.batch}" if fig.kind == "batch" else f"c{fig.concurrency}"
+    return f"{fig.prompt_len}/{fig.output_len} {load}"
+
+
+def stats(results: list[Result]) -> tuple[float, float, int]:
+    """Median and worst absolute error (%) of the expressed results, and how many."""
+    errors = [abs(r.error_pct) for r in results if r.simulated is not None]
+    if not errors:
+        return math.nan, math.nan, 0
+    return statistics.median(errors), max(errors), len(errors)
+
+
+def table(results: list[Result], markdown: bool = False) -> str:
+    head = ("id", "gpu", "n", "model", "prec", "tp", "setup", "metric", "measured", "simulated", "error", "set")
+    rows = []
+    for r in results:
+        f = r.figure
+        sim = f"{r.simulated:,.1f}" if r.simulated is not None else "n/a"
+        err = f"{r.error_pct:+.1f}%" if r.simulated is not None else "n/a"
+        rows.append((f.id, f.profile, str(f.num_gpus), f.model, f.precision, str(f.tp), setup_text(f), f.metric,
+                     f"{f.value:,.1f}", sim, err, "held-out" if is_held_out(f) else "fitted"))
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in (head, *rows))
+
+
+def summary_lines(results: list[Result], label: str) -> list[str]:
+    lines = []
+    for name, chosen in (("held-out", [r for r in results if is_held_out(r.figure)]),
+                         ("fitted", [r for r in results if not is_held_out(r.figure)])):
+        median, worst, n = stats(chosen)
+        lines.append(f"{label}: {name} set: median |error| {median:.1f}%, worst {worst:.1f}% over {n} figures"
+                     + (f" ({len(chosen) - n} not expressible)" if len(chosen) > n else ""))
+    return lines
+
+
+def run_all(cost_models: dict[str, CostModel] | None = None) -> list[Result]:
+    """Every figure simulated; cost_models maps a profile key to the terms to price it with (None: the profile's)."""
+    out = []
+    for fig in FIGURES:
+        model = (cost_models or {}).get(fig.profile)
+        out.append(simulate(fig, model))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fit", action="store_true", help="fit the cost-model terms on the fitted set, then rerun")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
+    args = parser.parse_args()
+    before = run_all()
+    print(table(before))
+    print("\n".join(summary_lines(before, "profiles' terms")))
+    for r in before:
+        if r.simulated is None:
+            print(f"not expressible: {r.figure.id} ({r.figure.model} on {r.figure.profile}): {r.reason}")
+    if args.markdown:
+        print(table(before, markdown=True))
+    if not args.fit:
+        return 0
+    from bench.fit_published import fit_terms, terms_report
+    fitted_models = fit_terms([f for f in FIGURES if not is_held_out(f)], simulate)
+    after = run_all(fitted_models)
+    print()
+    print(terms_report(fitted_models))
+    print(table(after))
+    print("\n".join(summary_lines(after, "fitted terms")))
+    if args.markdown:
+        print(table(after, markdown=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
