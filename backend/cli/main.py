@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     from backend.cli.example import add_example_parser
     add_example_parser(sub)
+    from backend.cli.plan import add_plan_parser
+    add_plan_parser(sub)
     return parser
 
 
@@ -99,6 +101,9 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
         if args.command == "compare":
             from backend.cli.compare import run_compare
             return run_compare(args, render_plots)
+        if args.command == "plan":
+            from backend.cli.plan import run_plan
+            return run_plan(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,169 @@
+"""One candidate -> its figures: the project's simulator runs the planner's workload on the candidate's
+deployment, and the summary's goodput, latencies and tokens are turned into cost per million tokens.
+
+Cost: a deployment is paid for all the time it serves, idle or not, so the dollars per million
+tokens are its devices' price per hour over the tokens it served per hour (input + output). The
+input/output split charges each phase its share of that bill: a disaggregated layout's prefill pool
+to the input tokens and its decode pool to the output tokens; a colocated one by the share of busy
+time its prefill and decode steps took (a mixed step split by its tokens, as backend/results/cost.py).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+
+from backend.errors import InputError
+from backend.planner.candidates import Candidate, kv_tokens_that_fit
+from backend.workload.spec import LengthDist, WorkloadSpec
+
+NAN = math.nan
+
+
+@dataclass(slots=True)
+class Problem:
+    """What the deployment must serve, and the objectives it is held to."""
+
+    model: str                       # a shape key or a config.json path
+    slo_ttft_ms: float
+    slo_tpot_ms: float
+    rate: float                      # Poisson arrivals per second (a trace brings its own)
+    num_requests: int = 300          # per candidate's simulation
+    prompt_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 1024))
+    output_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
+    trace: str | None = None         # a trace file replayed instead of Poisson arrivals
+    attainment: float = 0.9          # share of requests that must meet both SLOs
+    seed: int = 0
+
+    def workload(self) -> WorkloadSpec:
+        spec = WorkloadSpec(name="plan", num_requests=self.num_requests, arrival="poisson", rate=self.rate,
+                            prompt_len=self.prompt_len, output_len=self.output_len, seed=self.seed)
+        if self.trace is not None:
+            if "trace" not in {f.name for f in fields(WorkloadSpec)}:
+                raise InputError("--trace: this build's workloads cannot replay a trace yet")
+            spec = replace(spec, trace=self.trace)
+        return spec
+
+    def max_len(self) -> int:
+        """The longest prompt + output a request can have (sizes the KV check)."""
+        from backend.targets.local import longest_sequence
+        return longest_sequence(self.workload())
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One simulated candidate (error set when the simulator refused or failed it)."""
+
+    candidate: Candidate
+    error: str = ""
+    meets: bool = False              # attainment >= the problem's and every request finished
+    goodput: float = NAN             # requests/s that met both SLOs (the summary's goodput_requests_per_s)
+    attainment: float = NAN          # share of finished requests that met both SLOs
+    throughput: float = NAN          # finished requests/s
+    ttft_p90_ms: float = NAN
+    tpot_p90_ms: float = NAN
+    ttft_p50_ms: float = NAN
+    tpot_p50_ms: float = NAN
+    usd_per_hour: float = NAN        # all the candidate's devices
+    usd_per_m_tokens: float = NAN    # input + output
+    usd_per_m_input: float = NAN
+    usd_per_m_output: float = NAN
+    num_finished: int = 0
+    wall_s: float = 0.0              # this machine's seconds to simulate it
+    screen: dict = field(default_factory=dict)   # the analytic screen's estimates (backend.planner.screen)
+
+
+def cost_per_million(usd_per_hour: float, tokens_per_s: float) -> float:
+    """Dollars per million tokens at a price per hour and a token rate."""
+    if not tokens_per_s > 0:
+        return NAN
+    return usd_per_hour / (tokens_per_s * 3600.0) * 1e6
+
+
+def prefill_share(summary: dict, candidate: Candidate) -> float:
+    """The share of the bill charged to the input tokens (see the module's docstring)."""
+    if candidate.policy == "disaggregated":
+        return candidate.prefill_workers / (candidate.prefill_workers + candidate.decode_workers)
+    mixed = summary.get("mixed_time_ms", 0.0) or 0.0
+    p_tok, d_tok = summary.get("mixed_prefill_tokens", 0) or 0, summary.get("mixed_decode_tokens", 0) or 0
+    mixed_p = mixed * p_tok / (p_tok + d_tok) if p_tok + d_tok else 0.0
+    prefill = (summary.get("prefill_time_ms", 0.0) or 0.0) + mixed_p
+    busy = prefill + (summary.get("decode_time_ms", 0.0) or 0.0) + mixed - mixed_p
+    return prefill / busy if busy > 0 else 0.5
+
+
+def costs(summary: dict, candidate: Candidate, price_per_hour: float) -> dict[str, float]:
+    usd_per_hour = price_per_hour * candidate.devices
+    duration = summary.get("duration_s", 0.0) or 0.0
+    inputs, outputs = summary.get("num_input_tokens", 0) or 0, summary.get("num_output_tokens", 0) or 0
+    if duration <= 0:
+        return {"usd_per_hour": usd_per_hour}
+    share = prefill_share(summary, candidate)
+    return {"usd_per_hour": usd_per_hour,
+            "usd_per_m_tokens": cost_per_million(usd_per_hour, (inputs + outputs) / duration),
+            "usd_per_m_input": cost_per_million(usd_per_hour * share, inputs / duration),
+            "usd_per_m_output": cost_per_million(usd_per_hour * (1 - share), outputs / duration)}
+
+
+@lru_cache(maxsize=16)
+def _profile(key: str):
+    from backend.roofline.profiles import find_profile
+    return find_profile(key)
+
+
+@lru_cache(maxsize=4)
+def _shape(model: str):
+    from backend.targets.simulated import resolve_model
+    return resolve_model(model)
+
+
+def run_config(candidate: Candidate, problem: Problem):
+    """The simulator's RunConfig for this candidate (KV sized to what fits after the weights)."""
+    from backend.config import Deployment, EngineConfig, ModelChoice, RunConfig
+    spec = problem.workload()
+    max_len = problem.max_len()
+    kv_tokens = kv_tokens_that_fit(candidate, _shape(problem.model), _profile(candidate.gpu), max_len)
+    disaggregated = candidate.policy == "disaggregated"
+    engine = EngineConfig(policy=candidate.policy, max_batch=candidate.max_batch, kv_tokens=kv_tokens or None,
+                          max_len=max_len,
+                          prefill_workers=candidate.prefill_workers if disaggregated else 1,
+                          decode_workers=candidate.decode_workers if disaggregated else 1)
+    deployment = Deployment(tp=candidate.tp, pp=candidate.pp, dp=candidate.dp, router="least-loaded",
+                            prefill_tp=candidate.tp if disaggregated else None,
+                            decode_tp=candidate.tp if disaggregated else None)
+    return RunConfig(mode="load", simulate=True, profile=candidate.gpu,
+                     model=ModelChoice(name=problem.model, dtype=candidate.precision), workload=spec, engine=engine,
+                     deployment=deployment, slo_ttft_ms=problem.slo_ttft_ms, slo_tpot_ms=problem.slo_tpot_ms)
+
+
+def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
+    """Simulate one candidate; a refusal or a failure is kept in `error`, never raised."""
+    start = time.perf_counter()
+    out = Outcome(candidate)
+    try:
+        config = run_config(candidate, problem)
+        if candidate.policy == "disaggregated":
+            from backend.targets.disaggregated.simulated import run_simulated_disaggregated as target
+        else:
+            from backend.targets.simulated import run_simulated as target
+        finished = target(config, emit=lambda e: None, should_stop=lambda: False, retain_records=False)
+    except InputError as exc:
+        out.error = str(exc)
+        out.wall_s = time.perf_counter() - start
+        return out
+    out.wall_s = time.perf_counter() - start
+    if finished.error:
+        out.error = finished.error
+        return out
+    s = finished.summary
+    out.goodput = s.get("goodput_requests_per_s", NAN)
+    out.attainment = s.get("slo_attainment", NAN)
+    out.throughput = s.get("requests_per_s", NAN)
+    out.num_finished = int(s.get("num_finished", 0))
+    for name in ("ttft_p90_ms", "tpot_p90_ms", "ttft_p50_ms", "tpot_p50_ms"):
+        setattr(out, name, s.get(name, NAN))
+    for name, value in costs(s, candidate, _profile(candidate.gpu).price_per_hour).items():
+        setattr(out, name, value)
+    out.meets = (out.num_finished == s.get("num_requests", -1) and out.attainment >= problem.attainment)
+    return out

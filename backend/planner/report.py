@@ -1,0 +1,86 @@
+"""The plan as text and CSV: the cheapest configurations that meet the SLOs, the Pareto front, and
+every simulated candidate's row."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from backend.planner.search import PlanResult
+
+COLUMNS = ("gpu", "devices", "precision", "policy", "tp", "pp", "dp", "prefill_workers", "decode_workers",
+           "max_batch", "meets_slo", "on_front", "goodput_rps", "attainment", "throughput_rps", "ttft_p90_ms",
+           "tpot_p90_ms", "usd_per_hour", "usd_per_m_tokens", "usd_per_m_input", "usd_per_m_output",
+           "screen_ttft_ms", "screen_tpot_ms", "error")
+
+
+def row(outcome, on_front: bool) -> dict:
+    c = outcome.candidate
+    return {"gpu": c.gpu, "devices": c.devices, "precision": c.precision, "policy": c.policy, "tp": c.tp,
+            "pp": c.pp, "dp": c.dp, "prefill_workers": c.prefill_workers, "decode_workers": c.decode_workers,
+            "max_batch": c.max_batch, "meets_slo": int(outcome.meets), "on_front": int(on_front),
+            "goodput_rps": outcome.goodput, "attainment": outcome.attainment, "throughput_rps": outcome.throughput,
+            "ttft_p90_ms": outcome.ttft_p90_ms, "tpot_p90_ms": outcome.tpot_p90_ms,
+            "usd_per_hour": outcome.usd_per_hour, "usd_per_m_tokens": outcome.usd_per_m_tokens,
+            "usd_per_m_input": outcome.usd_per_m_input, "usd_per_m_output": outcome.usd_per_m_output,
+            "screen_ttft_ms": outcome.screen.get("ttft_ms", math.nan),
+            "screen_tpot_ms": outcome.screen.get("tpot_ms", math.nan), "error": outcome.error}
+
+
+def write_csvs(result: PlanResult, folder: str | Path) -> list[Path]:
+    """plan.csv (every simulated candidate) and pareto.csv (the front, increasing cost)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    front = set(result.front)
+    paths = []
+    for name, indices in (("plan.csv", range(len(result.outcomes))), ("pareto.csv", result.front)):
+        path = folder / name
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            for i in indices:
+                writer.writerow(row(result.outcomes[i], i in front))
+        paths.append(path)
+    return paths
+
+
+def _num(value: float, digits: int = 1) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def _usd(value: float) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"${value:,.3f}" if value < 10 else f"${value:,.2f}"
+
+
+def table(outcomes, title: str) -> list[str]:
+    head = (f"  {'#':>2}  {'devices':<26} {'layout':<13} {'policy':<13} {'batch':>5}  {'goodput':>7}  {'SLO met':>7}"
+            f"  {'TTFT p90':>8}  {'TPOT p90':>8}  {'$/h':>7}  {'$/1M tok':>8}  {'$/1M in':>8}  {'$/1M out':>8}")
+    lines = [title, head]
+    for i, o in enumerate(outcomes, 1):
+        c = o.candidate
+        lines.append(f"  {i:>2}  {f'{c.devices} x {c.gpu} {c.precision}':<26} {c.layout:<13} {c.policy:<13} "
+                     f"{c.max_batch:>5}  {_num(o.goodput, 2):>7}  {_num(100 * o.attainment, 0) + '%':>7}  "
+                     f"{_num(o.ttft_p90_ms):>8}  {_num(o.tpot_p90_ms):>8}  {_usd(o.usd_per_hour):>7}  "
+                     f"{_usd(o.usd_per_m_tokens):>8}  {_usd(o.usd_per_m_input):>8}  {_usd(o.usd_per_m_output):>8}")
+    return lines
+
+
+def text(result: PlanResult, top: int = 5) -> str:
+    p = result.problem
+    errors = sum(1 for o in result.outcomes if o.error)
+    meets = sum(1 for o in result.outcomes if o.meets)
+    pruned = ", ".join(f"{n} {why}" for why, n in sorted(result.pruned.items(), key=lambda kv: -kv[1])) or "none"
+    arrivals = f"trace {p.trace}" if p.trace else f"Poisson {p.rate:g} req/s, prompts {p.prompt_len.describe()}, " \
+                                                  f"outputs {p.output_len.describe()} tokens"
+    lines = [f"plan    {p.model}: SLOs TTFT <= {p.slo_ttft_ms:g} ms and TPOT <= {p.slo_tpot_ms:g} ms for "
+             f"{p.attainment:.0%} of requests; {arrivals}; {p.num_requests} requests simulated per candidate",
+             f"search  {result.num_enumerated} candidates, {sum(result.pruned.values())} pruned before simulating "
+             f"({pruned}), {result.num_screened_out} screened out by the roofline estimate, "
+             f"{len(result.outcomes)} simulated ({errors} refused by the simulator) in {result.wall_s:.1f} s on "
+             f"{result.workers} processes; {meets} meet the SLOs" + (" (stopped early)" if result.stopped else "")]
+    if result.best:
+        lines += table(result.best[:top], f"cheapest that meet the SLOs (of {meets}):")
+    else:
+        lines.append("none of the simulated candidates meets the SLOs: relax them, lower --rate or allow more GPUs")
+    lines += table([result.outcomes[i] for i in result.front], "Pareto front ($/1M tokens against goodput):")
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""The cheap first stage: an analytic estimate of each candidate's TTFT, TPOT and load from a few
+roofline prices (no simulation), used only to choose which candidates the simulator runs.
+
+Per engine (a replica, or a disaggregated pool's group) at arrival rate lam:
+  prefill: one prompt's price p; the engine spends rho_p = lam * p of each second prefilling
+  decode:  n requests decode at once, each for O steps: n = lam * O * tpot (Little's law), and
+           tpot = d(n) / (1 - rho_p) where d(n) is a decode step of n requests (colocated: the
+           prefills interleave with the decode steps; disaggregated: rho_p is 0 on a decode group)
+  ttft:    p plus an M/D/1 queue's wait rho_p / (2 (1 - rho_p)) * p, plus one decode step (colocated)
+A tp-way split divides a step's roofline time by tp (its all-reduces ignored: a screen, not a price);
+a pp-way split keeps a step's latency and multiplies the engine's throughput by pp.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from backend.planner.candidates import Candidate
+
+INFEASIBLE = math.inf
+
+
+@lru_cache(maxsize=4096)
+def _prices(gpu: str, precision: str, model: str, prompt: int, context: int, batch: int) -> tuple[float, float]:
+    """(one prompt's prefill seconds, one decode step of `batch` requests at `context` tokens) on one device."""
+    from backend.planner.evaluate import _profile, _shape
+    from backend.precision import precision as make
+    from backend.roofline.step_time import CostModel
+    profile, shape, prec = _profile(gpu), _shape(model), make(precision)
+    cost = CostModel.for_profile(profile)
+    prefill = cost.step_seconds(shape, prec, profile, [prompt], [prompt], 1)
+    decode = cost.step_seconds(shape, prec, profile, [1] * batch, [context] * batch, batch)
+    return prefill, decode
+
+
+def _split(seconds: float, tp: int) -> float:
+    return seconds if tp == 1 else seconds / tp * 1.1   # 10% for the all-reduces the screen does not price
+
+
+def estimate(candidate: Candidate, problem) -> dict[str, float]:
+    """{'ttft_ms', 'tpot_ms', 'load'} estimated; 'load' >= 1 (or inf figures) means it cannot keep up."""
+    prompt = max(1, round(_mean(problem.prompt_len)))
+    output = max(1, round(_mean(problem.output_len)))
+    context = prompt + output // 2
+    c = candidate
+    disaggregated = c.policy == "disaggregated"
+    engines_p = c.prefill_workers if disaggregated else c.dp
+    engines_d = c.decode_workers if disaggregated else c.dp
+    lam_p, lam_d = problem.rate / engines_p, problem.rate / engines_d
+    prefill, _ = _prices(c.gpu, c.precision, problem.model, prompt, context, 1)
+    prefill = _split(prefill, c.tp) / c.pp   # seconds of an engine's time per prompt (pp: stages overlap)
+    rho_p = lam_p * prefill
+    busy_d = 0.0 if disaggregated else rho_p
+    if rho_p >= 1 or busy_d >= 1:
+        return {"ttft_ms": INFEASIBLE, "tpot_ms": INFEASIBLE, "load": max(rho_p, busy_d)}
+    n, tpot = 1.0, 0.0
+    for _ in range(30):   # fixed point of n = lam * O * tpot(n)
+        batch = max(1, min(c.max_batch, math.ceil(n / c.pp)))
+        _, step = _prices(c.gpu, c.precision, problem.model, prompt, context, batch)
+        tpot = _split(step, c.tp) / (1 - busy_d)
+        new_n = lam_d * output * tpot
+        if abs(new_n - n) < 0.01 * max(n, 1):
+            n = new_n
+            break
+        n = new_n
+    decode_load = n / (c.max_batch * c.pp)
+    load = max(rho_p, decode_load)
+    wait = rho_p / (2 * (1 - rho_p)) * prefill * c.pp
+    ttft = prefill * c.pp + wait + (0.0 if disaggregated else tpot)
+    return {"ttft_ms": ttft * 1000, "tpot_ms": tpot * 1000, "load": load}
+
+
+def score(estimate_: dict[str, float], problem) -> float:
+    """How far over its objectives a candidate is expected to be: 0 when estimated within both SLOs
+    and below saturation, else the largest ratio over 1 (smaller is closer to feasible)."""
+    over = max(estimate_["ttft_ms"] / problem.slo_ttft_ms, estimate_["tpot_ms"] / problem.slo_tpot_ms,
+               estimate_["load"] / 0.95)
+    return 0.0 if over <= 1 else over - 1
+
+
+def _mean(dist) -> float:
+    if dist.kind == "fixed":
+        return dist.value
+    if dist.kind == "uniform":
+        return (dist.low + dist.high) / 2
+    return dist.mean
