@@ -37,12 +37,34 @@ SYNTHETIC = ("tiny", "gpt2-124m", "llama-1b", "llama-8b")
 ARCHS = ("llama", "gemma", "gpt2")
 
 
+def simulator_only(shape: ModelShape) -> str | None:
+    """What of this shape the engine's decoders do not implement (None: it can run it)."""
+    if shape.kv_lora_rank:
+        return "multi-head latent attention (kv_lora_rank)"
+    if shape.num_shared_experts:
+        return "shared experts (num_shared_experts)"
+    if shape.num_dense_layers:
+        return "dense first layers before the mixture-of-experts ones (num_dense_layers)"
+    if shape.mlp_bias or shape.o_bias or shape.attention_sinks:
+        return "biased experts, output projection bias or attention sinks (gpt-oss)"
+    if shape.arch != "gemma" and shape.sliding_window and shape.global_layers:
+        return "a sliding window on some layers only"
+    return None
+
+
+def refuse_simulator_only(shape: ModelShape) -> None:
+    what = simulator_only(shape)
+    if what is not None:
+        raise InputError(f"{what} is priced by the simulator (--simulate) but this engine does not run it")
+
+
 def build_model(shape: ModelShape, rope_freq_factors: torch.Tensor | None = None) -> torch.nn.Module:
     """An uninitialized model of this shape (parameters are torch.empty: load or fill them).
 
     rope_freq_factors (head_dim // 2,) divide the rotary frequencies (Llama 3 long-context scaling;
-    Gemma 3: its global layers' linear factor).
+    Gemma 3: its global layers' linear factor). A shape only the simulator prices is refused in one line.
     """
+    refuse_simulator_only(shape)
     if shape.arch == "llama":
         return LlamaModel(shape, rope_freq_factors)
     if shape.arch == "gemma":

@@ -2,7 +2,7 @@
 
 Pure arithmetic, no torch. The shape is anything with ModelShape's attribute names
 (arch, vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim,
-intermediate_size, attention_bias); tied or not, the LM head reads the whole vocabulary
+intermediate_size, attention_bias; the others default as ModelShape's do); tied or not, the LM head reads the whole vocabulary
 matrix, so tie_embeddings does not change the count.
 
 What is counted, and the choices made:
@@ -30,8 +30,18 @@ What is counted, and the choices made:
     experts_per_token experts and the router, so the linear FLOPs count those; a step reads the
     shared matrices and the expected union of the experts its tokens were routed to, under
     uniform routing (a phase's steps priced at their mean tokens per step).
+  * A shape whose layers differ (backend/shape.py's accounting): DeepSeek's first layers have a
+    dense MLP of their own width and the rest are MoE layers with shared experts, which every
+    token multiplies by and every step reads. Multi-head latent attention (kv_lora_rank > 0)
+    multiplies by its down and up projections per token and prices attention in the absorbed
+    form (attention_flops_per_pair).
   * KV cache bytes: each request reads the keys and values of its whole context and writes
-    those of its new tokens.
+    those of its new tokens; MLA's cache is one latent of kv_lora_rank + qk_rope_head_dim per
+    token and layer. On a layer with a sliding window (Mistral every layer, Gemma and gpt-oss
+    every other) a request's pairs and KV reads stop at the window: exactly in step_cost, which
+    has each request's lengths; from the totals only (cost_of_totals, phase_cost) the window
+    caps each token's pairs and each request's reads (_totals_sums), exact for decode steps
+    whose contexts reach the window and an overestimate otherwise.
   * The compute roof: each product at the peak of the unit that runs it (backend/roofline/roofs.py).
     Every function that predicts takes the run's `math` (a MatMath, or None: one peak, the
     run's precision's): the CPU kernels' bfloat16 path runs products of many rows on the bf16
@@ -52,7 +62,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from backend.errors import InputError
 from backend.precision import Precision
-from backend.roofline.moe import unread_expert_params, unused_expert_params
+from backend.roofline.moe import expert_params, moe_layers, unread_expert_params, unused_expert_params
+from backend.shape import is_mla, kv_elements_per_token, layer_matrix_params, small_params
 from backend.roofline.roofs import compute_key, compute_seconds, effective_peak
 
 if TYPE_CHECKING:
@@ -80,6 +91,8 @@ class StepCost:
     head_flops: float = 0.0
     rows: float = 0.0          # rows of the layers' products per step: the step's tokens
     head_rows: float = 0.0     # rows of the LM head's product per step: its logit rows
+    expert_weight_bytes: float = 0.0   # the routed experts' part of weight_bytes (what expert parallelism splits)
+    expert_flops: float = 0.0          # the routed experts' part of linear_flops
 
     @property
     def intensity(self) -> float:
@@ -109,29 +122,57 @@ def _is_gpt2(shape: ModelShape) -> bool:
 
 
 def linear_params_per_layer(shape: ModelShape) -> int:
-    """Weights of a layer's matrices (no biases or norms), an MoE's every expert and router included."""
-    d, hd, ff = shape.hidden_size, shape.head_dim, shape.intermediate_size
-    qkv = d * (shape.num_heads + 2 * shape.num_kv_heads) * hd
-    o = shape.num_heads * hd * d
-    mlp = (2 if _is_gpt2(shape) else 3) * d * ff
-    if getattr(shape, "num_experts", 0):
-        mlp = shape.num_experts * (mlp + d)   # every expert, and the router's row for it
-    return qkv + o + mlp
+    """Weights of a layer's matrices (no biases or norms), an MoE's every expert and router included.
+
+    A shape whose layers differ (DeepSeek's dense first layers) gets their mean, rounded: use
+    matrix_params for an exact total."""
+    return round(layer_matrix_params(shape) / shape.num_layers)
 
 
 def layer_params(shape: ModelShape) -> int:
-    """Every parameter of one layer: matrices, biases and norms (as ModelShape.num_params counts)."""
-    d, ff = shape.hidden_size, shape.intermediate_size
-    if _is_gpt2(shape):
-        # fused qkv bias 3d, o bias d, MLP biases ff + d, two LayerNorms with weight and bias
-        return linear_params_per_layer(shape) + 3 * d + d + ff + d + 4 * d
-    bias = (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim if shape.attention_bias else 0
-    # two RMSNorm weights (Gemma: four), and Qwen3's and Gemma 3's per-head q and k norms
-    qk_norms = 2 * shape.head_dim if getattr(shape, "qk_norm", False) else 0
-    if getattr(shape, "qk_norm_full", False):   # OLMoE's span the whole q and k projections
-        qk_norms = (shape.num_heads + shape.num_kv_heads) * shape.head_dim
-    norms = (4 if shape.arch == "gemma" else 2) * d + qk_norms
-    return linear_params_per_layer(shape) + bias + norms
+    """Every parameter of one layer: matrices, biases and norms (as ModelShape.num_params counts); the mean
+    over the layers where they differ."""
+    return round((layer_matrix_params(shape) + small_params(shape)) / shape.num_layers)
+
+
+def matrix_params(shape: ModelShape) -> int:
+    """Every matrix a step multiplies by at the matrices' precision: all layers' and the LM head (vocab x hidden)."""
+    return layer_matrix_params(shape) + shape.vocab_size * shape.hidden_size
+
+
+def kv_heads_for_sharding(shape: ModelShape) -> int:
+    """The KV heads tensor parallelism can split the cache over: num_kv_heads, or 1 for MLA, whose one
+    latent per token is replicated on every tensor-parallel rank."""
+    return 1 if is_mla(shape) else shape.num_kv_heads
+
+
+def attention_flops_per_pair(shape: ModelShape) -> int:
+    """FLOPs of one (query, key) pair in one layer, over all heads.
+
+    Standard: 2 x head_dim for the score and as many for the weighted value, per head. MLA in the
+    absorbed form decode kernels run (FlashMLA, FlashInfer's MLA): each head's query is taken into
+    the latent space, so a score costs 2 x (kv_lora_rank + qk_rope_head_dim) and a value 2 x kv_lora_rank
+    (the projections in and out of the latent are counted with the matrices, per token)."""
+    if is_mla(shape):
+        return 2 * shape.num_heads * (2 * shape.kv_lora_rank + shape.qk_rope_head_dim)
+    return 4 * shape.num_heads * shape.head_dim
+
+
+def windowed_layers(shape: ModelShape) -> tuple[int, int | None]:
+    """(how many layers have a sliding window, its width): (0, None) when none has one."""
+    window = getattr(shape, "sliding_window", None)
+    if not window:
+        return 0, None
+    return shape.num_layers - len(set(getattr(shape, "global_layers", ())) & set(range(shape.num_layers))), window
+
+
+def _capped_sum(low: int, high: int, cap: int) -> int:
+    """sum(min(x, cap) for x in range(low, high + 1)), in closed form."""
+    if high < low:
+        return 0
+    top = min(high, cap)
+    below = (top - low + 1) * (low + top) // 2 if top >= low else 0
+    return below + max(0, high - max(low - 1, cap)) * cap
 
 
 def sizes(dtype_bytes: int | Precision) -> tuple[float, int]:
@@ -147,29 +188,42 @@ def sizes(dtype_bytes: int | Precision) -> tuple[float, int]:
     return float(dtype_bytes), int(dtype_bytes)
 
 
-def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: float, context_tokens: int,
+def _layer_sums(shape: ModelShape, pairs: float, context: float, window_pairs: float,
+                window_context: float) -> tuple[float, float]:
+    """(attention pairs, KV tokens read) summed over the layers: the full layers' own, the sliding ones' capped."""
+    sliding, _ = windowed_layers(shape)
+    full = shape.num_layers - sliding
+    return full * pairs + sliding * window_pairs, full * context + sliding * window_context
+
+
+def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, layer_pairs: float, kv_read: float,
           logit_rows: int, steps: int = 1) -> StepCost:
-    """The cost of `steps` steps from their totals: tokens, attention (query, key) pairs, context tokens.
+    """The cost of `steps` steps from their totals: tokens, attention (query, key) pairs summed over the
+    layers, KV tokens read summed over the layers.
 
     Everything is linear in the totals but the weights, which every step reads once: a
     phase's cost is this over its steps' sums.
     """
     matrix_bytes, element_bytes = sizes(dtype_bytes)
     d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
-    linear_flops = 2 * (linear_params_per_layer(shape) - unused_expert_params(shape)) * layers * tokens
-    attention_flops = 4 * shape.num_heads * shape.head_dim * pairs * layers
+    sparse = moe_layers(shape)
+    routed_flops = 2 * sparse * getattr(shape, "experts_per_token", 0) * expert_params(shape) * tokens
+    linear_flops = 2 * (layer_matrix_params(shape) - sparse * unused_expert_params(shape)) * tokens
+    attention_flops = attention_flops_per_pair(shape) * layer_pairs
     head_flops = 2 * d * vocab * logit_rows
 
     final_norm = 2 * d if _is_gpt2(shape) else d
     gathered_rows = 2 * tokens if _is_gpt2(shape) else tokens   # GPT-2: token + position rows
-    read = linear_params_per_layer(shape) - unread_expert_params(shape, tokens / steps)   # an MoE's touched experts
-    matrices = read * layers + vocab * d            # the layers' and the head's
-    small = (layer_params(shape) - linear_params_per_layer(shape)) * layers + final_norm   # norms, biases
+    unread = sparse * unread_expert_params(shape, tokens / steps)   # the experts no token of a step was routed to
+    matrices = matrix_params(shape) - unread         # the layers' and the head's
+    small = small_params(shape) + final_norm         # norms, biases
     weight_bytes = steps * (matrices * matrix_bytes + small * element_bytes) + gathered_rows * d * element_bytes
+    expert_bytes = steps * (sparse * shape.num_experts * expert_params(shape) - unread) * matrix_bytes \
+        if sparse else 0.0
 
-    kv_element = dtype_bytes.kv_bytes if isinstance(dtype_bytes, Precision) else element_bytes   # --kv-dtype fp8: 1
-    kv_per_token = 2 * layers * shape.num_kv_heads * shape.head_dim * kv_element
-    kv_bytes = (context_tokens + tokens) * kv_per_token   # read the context, write the new tokens
+    # KV: each layer reads its keys and values (MLA: its latent) of the context it attends to, and writes the new tokens'
+    kv_per_layer_token = kv_elements_per_token(shape) / layers * element_bytes
+    kv_bytes = (kv_read + tokens * layers) * kv_per_layer_token
 
     # embedding output, the residual stream through every layer, and per logit row the final hidden state and logits
     activation_elements = tokens * (d + 4 * d * layers) + logit_rows * (d + vocab)
@@ -181,32 +235,56 @@ def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: f
         weight_bytes=float(weight_bytes), kv_bytes=float(kv_bytes), activation_bytes=float(activation_bytes),
         linear_flops=float(linear_flops), attention_flops=float(attention_flops), head_flops=float(head_flops),
         rows=tokens / steps, head_rows=logit_rows / steps,
+        expert_weight_bytes=float(expert_bytes), expert_flops=float(routed_flops),
     )
 
 
 def step_cost(shape: ModelShape, dtype_bytes: int | Precision, new_tokens: list[int], context: list[int],
               logit_rows: int | None = None) -> StepCost:
     """Cost of one step: request i adds new_tokens[i] tokens and attends to context[i] tokens
-    (its cached tokens plus the new ones). logit_rows defaults to one per request."""
+    (its cached tokens plus the new ones). logit_rows defaults to one per request.
+
+    On a sliding-window layer the query at position p sees min(p + 1, window) keys, and the request
+    reads the KV of its last window + n - 1 tokens only."""
     if len(new_tokens) != len(context):
         raise InputError(f"step_cost: {len(new_tokens)} new-token counts but {len(context)} context lengths")
     if not new_tokens:
         raise InputError("step_cost: a step needs at least one request")
     sizes(dtype_bytes)   # refuses a count that is not positive
-    pairs = 0
+    _, window = windowed_layers(shape)
+    pairs = window_pairs = window_context = 0
     for n, c in zip(new_tokens, context):
         if n < 1 or c < n:
             raise InputError(f"step_cost: a request needs new tokens >= 1 and context >= new tokens, got {n} and {c}")
         pairs += n * (c - n) + n * (n + 1) // 2
+        if window:
+            window_pairs += _capped_sum(c - n + 1, c, window)   # query p (0-based) sees min(p + 1, window) keys
+            window_context += min(c, window + n - 1)
     rows = len(new_tokens) if logit_rows is None else logit_rows
-    return _cost(shape, dtype_bytes, sum(new_tokens), pairs, sum(context), rows)
+    layer_pairs, kv_read = _layer_sums(shape, pairs, sum(context), window_pairs, window_context)
+    return _cost(shape, dtype_bytes, sum(new_tokens), layer_pairs, kv_read, rows)
+
+
+def _totals_sums(shape: ModelShape, tokens: float, pairs: float, context_tokens: float,
+                 requests: float) -> tuple[float, float]:
+    """_layer_sums for a step (or phase) known only by its totals; `requests` are its logit rows (one per
+    request per step). The sliding layers' pairs are capped at window per token and their KV reads at
+    window - 1 per request plus the new tokens: exact for decode steps whose contexts all reach the
+    window, an overestimate where some are shorter (each term is also capped at the full layers' own)."""
+    _, window = windowed_layers(shape)
+    if not window:
+        return _layer_sums(shape, pairs, context_tokens, 0, 0)
+    window_pairs = min(pairs, tokens * window)
+    window_context = min(context_tokens, requests * (window - 1) + tokens)
+    return _layer_sums(shape, pairs, context_tokens, window_pairs, window_context)
 
 
 def cost_of_totals(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: float,
                    context_tokens: int, logit_rows: int) -> StepCost:
     """One step's cost from its totals (as a StepRecord has them; pairs from step_pairs)."""
     sizes(dtype_bytes)
-    return _cost(shape, dtype_bytes, tokens, pairs, context_tokens, logit_rows)
+    layer_pairs, kv_read = _totals_sums(shape, tokens, pairs, context_tokens, logit_rows)
+    return _cost(shape, dtype_bytes, tokens, layer_pairs, kv_read, logit_rows)
 
 
 def predict(cost: StepCost, profile: GpuProfile, dtype, math: MatMath | None = None) -> Prediction:
@@ -228,8 +306,10 @@ def _decode_cost(shape: ModelShape, dtype_bytes: int, batch: int, context: int) 
     if batch < 1 or context < 1:
         raise InputError(f"decode step needs batch >= 1 and context >= 1, got {batch} and {context}")
     # each of the batch's requests: one new token attending to `context` tokens
-    return _cost(shape, dtype_bytes, tokens=batch, pairs=batch * context, context_tokens=batch * context,
-                 logit_rows=batch)
+    _, window = windowed_layers(shape)
+    capped = batch * min(context, window) if window else 0   # a sliding layer's pairs and KV reads, exactly
+    layer_pairs, kv_read = _layer_sums(shape, batch * context, batch * context, capped, capped)
+    return _cost(shape, dtype_bytes, tokens=batch, layer_pairs=layer_pairs, kv_read=kv_read, logit_rows=batch)
 
 
 def predict_decode(shape: ModelShape, dtype_bytes: int, batch: int, context: int, profile: GpuProfile,
@@ -347,8 +427,9 @@ class PhaseTotals:
 
 def phase_cost(shape: ModelShape, dtype_bytes: int, totals: PhaseTotals) -> StepCost:
     """The FLOPs and bytes of all of a phase's steps together."""
-    return _cost(shape, dtype_bytes, totals.tokens, totals.pairs, totals.context_tokens, totals.logit_rows,
-                 steps=totals.steps)
+    layer_pairs, kv_read = _totals_sums(shape, totals.tokens, totals.pairs, totals.context_tokens,
+                                        totals.logit_rows)
+    return _cost(shape, dtype_bytes, totals.tokens, layer_pairs, kv_read, totals.logit_rows, steps=totals.steps)
 
 
 @dataclass(slots=True, frozen=True)
