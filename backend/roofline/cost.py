@@ -40,7 +40,7 @@ What is counted, and the choices made:
     token and layer. On a layer with a sliding window (Mistral every layer, Gemma and gpt-oss
     every other) a request's pairs and KV reads stop at the window: exactly in step_cost, which
     has each request's lengths; from the totals only (cost_of_totals, phase_cost) the window
-    caps each token's pairs and each request's reads (_totals_sums), exact for decode steps
+    caps each token's pairs and each request's reads (totals_sums), exact for decode steps
     whose contexts reach the window and an overestimate otherwise.
   * The compute roof: each product at the peak of the unit that runs it (backend/roofline/roofs.py).
     Every function that predicts takes the run's `math` (a MatMath, or None: one peak, the
@@ -63,7 +63,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from backend.errors import InputError
 from backend.precision import Precision
 from backend.roofline.moe import expert_params, moe_layers, unread_expert_params, unused_expert_params
-from backend.shape import is_mla, kv_elements_per_token, layer_matrix_params, small_params
+from backend.roofline.attention import (  # noqa: F401 -- kv_heads_for_sharding: part of this module's face
+    attention_flops_per_pair, capped_sum, kv_heads_for_sharding, layer_sums, totals_sums, windowed_layers,
+)
+from backend.shape import kv_elements_per_token, layer_matrix_params, small_params
 from backend.roofline.roofs import compute_key, compute_seconds, effective_peak
 
 if TYPE_CHECKING:
@@ -140,41 +143,6 @@ def matrix_params(shape: ModelShape) -> int:
     return layer_matrix_params(shape) + shape.vocab_size * shape.hidden_size
 
 
-def kv_heads_for_sharding(shape: ModelShape) -> int:
-    """The KV heads tensor parallelism can split the cache over: num_kv_heads, or 1 for MLA, whose one
-    latent per token is replicated on every tensor-parallel rank."""
-    return 1 if is_mla(shape) else shape.num_kv_heads
-
-
-def attention_flops_per_pair(shape: ModelShape) -> int:
-    """FLOPs of one (query, key) pair in one layer, over all heads.
-
-    Standard: 2 x head_dim for the score and as many for the weighted value, per head. MLA in the
-    absorbed form decode kernels run (FlashMLA, FlashInfer's MLA): each head's query is taken into
-    the latent space, so a score costs 2 x (kv_lora_rank + qk_rope_head_dim) and a value 2 x kv_lora_rank
-    (the projections in and out of the latent are counted with the matrices, per token)."""
-    if is_mla(shape):
-        return 2 * shape.num_heads * (2 * shape.kv_lora_rank + shape.qk_rope_head_dim)
-    return 4 * shape.num_heads * shape.head_dim
-
-
-def windowed_layers(shape: ModelShape) -> tuple[int, int | None]:
-    """(how many layers have a sliding window, its width): (0, None) when none has one."""
-    window = getattr(shape, "sliding_window", None)
-    if not window:
-        return 0, None
-    return shape.num_layers - len(set(getattr(shape, "global_layers", ())) & set(range(shape.num_layers))), window
-
-
-def _capped_sum(low: int, high: int, cap: int) -> int:
-    """sum(min(x, cap) for x in range(low, high + 1)), in closed form."""
-    if high < low:
-        return 0
-    top = min(high, cap)
-    below = (top - low + 1) * (low + top) // 2 if top >= low else 0
-    return below + max(0, high - max(low - 1, cap)) * cap
-
-
 def sizes(dtype_bytes: int | Precision) -> tuple[float, int]:
     """(bytes per matrix weight, bytes per activation and KV element) for a byte count or a Precision.
 
@@ -186,14 +154,6 @@ def sizes(dtype_bytes: int | Precision) -> tuple[float, int]:
     if dtype_bytes <= 0:
         raise InputError(f"dtype_bytes must be positive, got {dtype_bytes}")
     return float(dtype_bytes), int(dtype_bytes)
-
-
-def _layer_sums(shape: ModelShape, pairs: float, context: float, window_pairs: float,
-                window_context: float) -> tuple[float, float]:
-    """(attention pairs, KV tokens read) summed over the layers: the full layers' own, the sliding ones' capped."""
-    sliding, _ = windowed_layers(shape)
-    full = shape.num_layers - sliding
-    return full * pairs + sliding * window_pairs, full * context + sliding * window_context
 
 
 def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, layer_pairs: float, kv_read: float,
@@ -258,32 +218,18 @@ def step_cost(shape: ModelShape, dtype_bytes: int | Precision, new_tokens: list[
             raise InputError(f"step_cost: a request needs new tokens >= 1 and context >= new tokens, got {n} and {c}")
         pairs += n * (c - n) + n * (n + 1) // 2
         if window:
-            window_pairs += _capped_sum(c - n + 1, c, window)   # query p (0-based) sees min(p + 1, window) keys
+            window_pairs += capped_sum(c - n + 1, c, window)   # query p (0-based) sees min(p + 1, window) keys
             window_context += min(c, window + n - 1)
     rows = len(new_tokens) if logit_rows is None else logit_rows
-    layer_pairs, kv_read = _layer_sums(shape, pairs, sum(context), window_pairs, window_context)
+    layer_pairs, kv_read = layer_sums(shape, pairs, sum(context), window_pairs, window_context)
     return _cost(shape, dtype_bytes, sum(new_tokens), layer_pairs, kv_read, rows)
-
-
-def _totals_sums(shape: ModelShape, tokens: float, pairs: float, context_tokens: float,
-                 requests: float) -> tuple[float, float]:
-    """_layer_sums for a step (or phase) known only by its totals; `requests` are its logit rows (one per
-    request per step). The sliding layers' pairs are capped at window per token and their KV reads at
-    window - 1 per request plus the new tokens: exact for decode steps whose contexts all reach the
-    window, an overestimate where some are shorter (each term is also capped at the full layers' own)."""
-    _, window = windowed_layers(shape)
-    if not window:
-        return _layer_sums(shape, pairs, context_tokens, 0, 0)
-    window_pairs = min(pairs, tokens * window)
-    window_context = min(context_tokens, requests * (window - 1) + tokens)
-    return _layer_sums(shape, pairs, context_tokens, window_pairs, window_context)
 
 
 def cost_of_totals(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: float,
                    context_tokens: int, logit_rows: int) -> StepCost:
     """One step's cost from its totals (as a StepRecord has them; pairs from step_pairs)."""
     sizes(dtype_bytes)
-    layer_pairs, kv_read = _totals_sums(shape, tokens, pairs, context_tokens, logit_rows)
+    layer_pairs, kv_read = totals_sums(shape, tokens, pairs, context_tokens, logit_rows)
     return _cost(shape, dtype_bytes, tokens, layer_pairs, kv_read, logit_rows)
 
 
@@ -308,7 +254,7 @@ def _decode_cost(shape: ModelShape, dtype_bytes: int, batch: int, context: int) 
     # each of the batch's requests: one new token attending to `context` tokens
     _, window = windowed_layers(shape)
     capped = batch * min(context, window) if window else 0   # a sliding layer's pairs and KV reads, exactly
-    layer_pairs, kv_read = _layer_sums(shape, batch * context, batch * context, capped, capped)
+    layer_pairs, kv_read = layer_sums(shape, batch * context, batch * context, capped, capped)
     return _cost(shape, dtype_bytes, tokens=batch, layer_pairs=layer_pairs, kv_read=kv_read, logit_rows=batch)
 
 
@@ -427,7 +373,7 @@ class PhaseTotals:
 
 def phase_cost(shape: ModelShape, dtype_bytes: int, totals: PhaseTotals) -> StepCost:
     """The FLOPs and bytes of all of a phase's steps together."""
-    layer_pairs, kv_read = _totals_sums(shape, totals.tokens, totals.pairs, totals.context_tokens,
+    layer_pairs, kv_read = totals_sums(shape, totals.tokens, totals.pairs, totals.context_tokens,
                                         totals.logit_rows)
     return _cost(shape, dtype_bytes, totals.tokens, layer_pairs, kv_read, totals.logit_rows, steps=totals.steps)
 
