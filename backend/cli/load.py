@@ -27,6 +27,13 @@ def load_flags(p, model_flags) -> None:
     p.add_argument("--rate", type=float, help="arrivals per second")
     p.add_argument("--burstiness", type=float, help="gamma shape factor (1 = Poisson, < 1 burstier)")
     p.add_argument("--concurrency", type=int, help="closed loop: users each with one request in flight")
+    p.add_argument("--ramp-ms", type=float, help="closed loop: users start spread evenly over this many ms "
+                   "(0: all at once; default: 20 ms per mean output token)")
+    p.add_argument("--think-ms", type=float, help="closed loop: a user waits this long after an answer before "
+                   "its next request (default 0)")
+    p.add_argument("--trace", metavar="FILE", help="replay a trace's arrivals and lengths: an Azure LLM inference "
+                   "trace CSV, a Mooncake JSONL, or a run's requests.csv (or its folder)")
+    p.add_argument("--trace-speed", type=float, metavar="X", help="replay the trace X times as fast (default 1)")
     p.add_argument("--prompt-len", help="N or A:B (uniform)")
     p.add_argument("--output-len", help="N or A:B (uniform)")
     p.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective")
@@ -44,7 +51,8 @@ def load_config(args) -> RunConfig:
     overrides = {} if args.seed is None else {"seed": args.seed}   # else the workload file's seed
     for flag, field in [("requests", "num_requests"), ("duration", "duration_s"), ("arrival", "arrival"),
                         ("rate", "rate"), ("burstiness", "burstiness"), ("concurrency", "concurrency"),
-                        ("prompt_len", "prompt_len"), ("output_len", "output_len")]:
+                        ("prompt_len", "prompt_len"), ("output_len", "output_len"), ("ramp_ms", "ramp_ms"),
+                        ("think_ms", "think_ms"), ("trace", "trace"), ("trace_speed", "trace_speed")]:
         value = getattr(args, flag)
         if value is not None:
             overrides[field] = value

@@ -1,7 +1,7 @@
 """Arrivals: the request sources the engine and the remote driver draw from as wall-clock time passes.
 
 A RequestSource hands out RequestSpecs as their arrival times pass: FixedSource a fixed list
-(one batch for `run`), WorkloadSource a workload spec's requests.
+(one batch for `run`), WorkloadSource a workload spec's requests, drawn or replayed from a trace.
 
 A workload is reproducible from its seed: arrival times come from one random stream, and each
 request's lengths and prompt from a stream of its own (seeded by the workload seed and the
@@ -9,14 +9,19 @@ request index), so request i is the same whatever the timing.
 """
 from __future__ import annotations
 
+import heapq
 import random
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from backend.errors import InputError
-from backend.workload.prompts import PROMPTS
+from backend.workload.prompt_fit import PromptMaker
 from backend.workload.spec import WorkloadSpec
+from backend.workload.trace import TraceRow
+from backend.workload.trace_spec import trace_rows
+
+# A closed loop's default ramp: this many ms per mean output token, a served model's typical time per
+# output token (an 8B model on one datacenter GPU: 7-15 ms; this tool's CPU engine: 25-65 ms).
+DEFAULT_RAMP_MS_PER_TOKEN = 20.0
 
 
 @dataclass(slots=True)
@@ -83,36 +88,39 @@ class FixedSource:
 class WorkloadSource:
     """Hands out a workload's requests as their arrival times pass.
 
-    Open-loop arrivals are drawn up front; a closed loop starts `concurrency` users at time 0
-    and each user sends its next request as soon as its previous one leaves, so the engine
-    must call `on_finish` for every request that finishes or is rejected.
-
-    Text prompts are fitted to the drawn length: a shipped prompt is tokenized and cut to the
-    length, or followed by further shipped prompts until it is long enough, so the lengths
-    follow the distribution while the tokens stay real text. `prompt_text` holds the texts used
-    (in full, even where the tokens were cut).
+    Open-loop arrivals are drawn up front, or read from the spec's trace file: request i is then
+    the trace's row i (sorted by arrival) at its time divided by trace_speed, with its prompt and
+    output lengths. A closed loop has `concurrency` users; user i sends its
+    first request at i * ramp / concurrency (ramp: spec.ramp_ms, or by default a guess of one
+    request's service time, DEFAULT_RAMP_MS_PER_TOKEN per mean output token; 0: all at once), and
+    each user sends its next request think_ms after its previous one leaves, so the engine must call
+    `on_finish` for every request that finishes or is rejected. Prompts are built by PromptMaker,
+    drawn or traced alike; a prompt longer than max_prompt_len (the model's context) is cut to it,
+    and a request that then still exceeds the engine's sequence length is rejected by the
+    scheduler, with the reason, as any other.
     """
 
     def __init__(self, spec: WorkloadSpec, tokenize: Callable[[str], list[int]] | None, vocab_size: int,
                  max_prompt_len: int | None = None):
-        if spec.prompt_source == "text" and tokenize is None:
-            raise InputError("prompt_source 'text' needs a tokenizer, and this model has none; use 'synthetic'")
-        if vocab_size < 1:
-            raise InputError(f"vocab_size must be at least 1, got {vocab_size}")
         self.spec = spec
-        self._tokenize = tokenize
-        self._vocab_size = vocab_size
+        self._prompts = PromptMaker(spec.prompt_source, tokenize, vocab_size, spec.seed)
         self._max_prompt_len = max_prompt_len
-        self._tokenized: dict[int, list[int]] = {}
         self._in_flight = 0
-        if spec.arrival == "closed":
+        self._rows: list[TraceRow] | None = None
+        if spec.trace is not None:
+            self._rows = trace_rows(spec)
+            self._pending = [(row.arrival_ms, i) for i, row in enumerate(self._rows)]
+            self._num_total = len(self._rows)
+        elif spec.arrival == "closed":
             first = spec.concurrency if spec.num_requests is None else min(spec.concurrency, spec.num_requests)
-            self._pending: deque[tuple[int, float]] = deque((i, 0.0) for i in range(first))
+            ramp = closed_loop_ramp_ms(spec)
+            self._pending: list[tuple[float, int]] = [(i * ramp / spec.concurrency, i) for i in range(first)]
             self._num_total = spec.num_requests
         else:
             offsets = self._draw_offsets()
-            self._pending = deque(enumerate(offsets))
+            self._pending = [(t, i) for i, t in enumerate(offsets)]
             self._num_total = len(offsets)
+        heapq.heapify(self._pending)   # (arrival_ms, index): think times can reorder a closed loop's users
         self._next_index = len(self._pending)
 
     @property
@@ -123,26 +131,28 @@ class WorkloadSource:
     def due(self, now_ms: float) -> list[RequestSpec]:
         """The requests whose arrival time has passed, in arrival order."""
         out = []
-        while self._pending and self._pending[0][1] <= now_ms:
-            index, arrival_ms = self._pending.popleft()
+        while self._pending and self._pending[0][0] <= now_ms:
+            arrival_ms, index = heapq.heappop(self._pending)
             out.append(self._make(index, arrival_ms))
             self._in_flight += 1
         return out
 
     def next_arrival_ms(self) -> float | None:
-        return self._pending[0][1] if self._pending else None
+        return self._pending[0][0] if self._pending else None
 
     def on_finish(self, now_ms: float) -> None:
-        """A request left the engine (finished or rejected): in a closed loop its user sends the next."""
+        """A request left the engine (finished or rejected): in a closed loop its user sends the next
+        after its think time."""
         self._in_flight -= 1
         if self.spec.arrival != "closed":
             return
+        at = now_ms + self.spec.think_ms
         if self.spec.num_requests is not None:
             more = self._next_index < self.spec.num_requests
         else:
-            more = now_ms < self.spec.duration_s * 1000.0
+            more = at < self.spec.duration_s * 1000.0
         if more:
-            self._pending.append((self._next_index, now_ms))
+            heapq.heappush(self._pending, (at, self._next_index))
             self._next_index += 1
 
     def is_exhausted(self) -> bool:
@@ -177,25 +187,22 @@ class WorkloadSource:
 
     def _make(self, index: int, arrival_ms: float) -> RequestSpec:
         rng = random.Random(f"{self.spec.seed}:request:{index}")
-        n = self.spec.prompt_len.sample(rng)
+        if self._rows is not None:
+            row = self._rows[index]
+            n, max_new, blocks = row.prompt_len, row.output_len, row.hash_ids
+        else:
+            n = self.spec.prompt_len.sample(rng)
+            max_new, blocks = self.spec.output_len.sample(rng), ()
         if self._max_prompt_len is not None:
             n = min(n, self._max_prompt_len)
-        max_new = self.spec.output_len.sample(rng)
-        if self.spec.prompt_source == "synthetic":
-            ids, text = rng.choices(range(self._vocab_size), k=n), ""
-        else:
-            ids, text = self._fit_text(rng, n)
+        ids, text = self._prompts.make(rng, n, blocks)
         return RequestSpec(index, arrival_ms, ids, text, max_new)
 
-    def _fit_text(self, rng: random.Random, n: int) -> tuple[list[int], str]:
-        ids: list[int] = []
-        texts: list[str] = []
-        while len(ids) < n:
-            k = rng.randrange(len(PROMPTS))
-            if k not in self._tokenized:
-                self._tokenized[k] = list(self._tokenize(PROMPTS[k]))
-                if not self._tokenized[k]:
-                    raise InputError("the tokenizer turned a shipped prompt into no tokens")
-            texts.append(PROMPTS[k])
-            ids.extend(self._tokenized[k])
-        return ids[:n], "\n\n".join(texts)
+
+def closed_loop_ramp_ms(spec: WorkloadSpec) -> float:
+    """The time over which a closed loop's users start: spec.ramp_ms, else a guess of one request's
+    service time (DEFAULT_RAMP_MS_PER_TOKEN per mean output token), so by the time the last user
+    starts the first is about to send its second request and the users' phases are spread."""
+    if spec.ramp_ms is not None:
+        return spec.ramp_ms
+    return DEFAULT_RAMP_MS_PER_TOKEN * spec.output_len.mean_value()

@@ -23,10 +23,12 @@ ARRIVALS = ("burst", "constant", "poisson", "gamma", "closed")
 RATE_ARRIVALS = ("constant", "poisson", "gamma")
 PROMPT_SOURCES = ("synthetic", "text")
 LENGTH_KINDS = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std", "low", "high")}
+TRACE_ARRIVAL = "trace"   # the arrival of a spec with a trace file: its rows' times
 KEYS = ("description", "num_requests", "duration_s", "arrival", "rate", "burstiness", "concurrency",
-        "prompt_len", "output_len", "prompt_source", "seed")
+        "ramp_ms", "think_ms", "trace", "trace_speed", "prompt_len", "output_len", "prompt_source", "seed")
 FLAGS = {"num_requests": "--requests", "duration_s": "--duration", "arrival": "--arrival", "rate": "--rate",
-         "burstiness": "--burstiness", "concurrency": "--concurrency", "prompt_len": "--prompt-len",
+         "burstiness": "--burstiness", "concurrency": "--concurrency", "ramp_ms": "--ramp-ms",
+         "think_ms": "--think-ms", "trace": "--trace", "trace_speed": "--trace-speed", "prompt_len": "--prompt-len",
          "output_len": "--output-len", "prompt_source": "--prompt-source", "seed": "--seed"}
 # Limits that keep a typo from asking for a run that cannot end or fit in memory.
 MAX_REQUESTS = 1_000_000
@@ -34,6 +36,8 @@ MAX_TOKENS = 1 << 20
 MAX_CONCURRENCY = 100_000
 MAX_RATE = 1e6
 MAX_DURATION_S = 7 * 86400.0
+MAX_WAIT_MS = 3600_000.0    # ramp and think times
+MAX_TRACE_SPEED = 1e6
 
 Label = Callable[[str], str]   # field key ("rate", "prompt_len.low") -> where to say it is wrong
 
@@ -61,6 +65,14 @@ class LengthDist:
             return rng.randint(self.low, self.high)
         return min(self.high, max(self.low, round(rng.gauss(self.mean, self.std))))
 
+    def mean_value(self) -> float:
+        """The mean length (of the clipped normal: its mean, clipped to the bounds)."""
+        if self.kind == "fixed":
+            return float(self.value)
+        if self.kind == "uniform":
+            return (self.low + self.high) / 2.0
+        return min(float(self.high), max(float(self.low), self.mean))
+
     def describe(self) -> str:
         if self.kind == "fixed":
             return str(self.value)
@@ -81,6 +93,10 @@ class WorkloadSpec:
     rate: float | None = 4.0             # requests per second (constant, poisson, gamma)
     burstiness: float = 1.0              # gamma shape: 1 is Poisson, below 1 burstier, above steadier
     concurrency: int | None = None       # closed loop: users each waiting for their answer
+    ramp_ms: float | None = None         # closed loop: users start spread over this (None: a guess, see arrivals)
+    think_ms: float = 0.0                # closed loop: a user's pause between an answer and its next request
+    trace: str | None = None             # a trace file replayed (arrival "trace"; lengths from the file)
+    trace_speed: float = 1.0             # trace times are divided by this (2: twice as fast)
     prompt_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 128))
     output_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 64))
     prompt_source: str = "synthetic"     # synthetic token ids, or the shipped text prompts
@@ -100,7 +116,8 @@ def list_workloads() -> list[str]:
 
 
 def load_workload(name_or_path: str) -> WorkloadSpec:
-    """A preset name (profiles/workloads/NAME.toml) or the path of a workload TOML file."""
+    """A preset name (profiles/workloads/NAME.toml) or the path of a workload TOML file; its trace
+    path, if any, is taken relative to the file's folder."""
     path = WORKLOAD_DIR / f"{name_or_path}.toml"
     if not path.is_file():
         path = Path(name_or_path)
@@ -117,11 +134,12 @@ def load_workload(name_or_path: str) -> WorkloadSpec:
         raise InputError(f"{path}: not valid TOML (not UTF-8 text)") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return _spec_from_dict(data, path.stem, lambda key: f"{path}: field '{key}'")
+    return _spec_from_dict(data, path.stem, lambda key: f"{path}: field '{key}'", path.parent)
 
 
 def workload_from_dict(data: dict, name: str = "custom", source: str = "workload") -> WorkloadSpec:
-    """Validate TOML-shaped fields (as the window edits them); errors say `source: field 'key'`."""
+    """Validate TOML-shaped fields (as the window edits them); errors say `source: field 'key'`.
+    A relative trace path is taken from the working folder."""
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a table of fields, got {_show(data)}")
     return _spec_from_dict(data, name, lambda key: f"{source}: field '{key}'")
@@ -134,15 +152,24 @@ def validate_workload(spec: WorkloadSpec) -> WorkloadSpec:
 def apply_overrides(spec: WorkloadSpec, *, num_requests: int | None = None, duration_s: float | None = None,
                     arrival: str | None = None, rate: float | None = None, burstiness: float | None = None,
                     concurrency: int | None = None, prompt_len: object = None, output_len: object = None,
-                    prompt_source: str | None = None, seed: int | None = None) -> WorkloadSpec:
+                    prompt_source: str | None = None, seed: int | None = None, ramp_ms: float | None = None,
+                    think_ms: float | None = None, trace: str | None = None,
+                    trace_speed: float | None = None) -> WorkloadSpec:
     """The spec with the given flags (None: not given) in place; errors name the flag.
 
-    A count of requests replaces a duration and vice versa. Lengths take N, "N" or "A:B".
+    A count of requests replaces a duration and vice versa. Lengths take N, "N" or "A:B". A trace
+    (a path from the working folder) replaces the spec's arrivals, count and lengths: all its rows
+    unless --requests or --duration is given too.
     """
     given = {key: value for key, value in (
         ("num_requests", num_requests), ("duration_s", duration_s), ("arrival", arrival), ("rate", rate),
         ("burstiness", burstiness), ("concurrency", concurrency), ("prompt_len", prompt_len),
-        ("output_len", output_len), ("prompt_source", prompt_source), ("seed", seed)) if value is not None}
+        ("output_len", output_len), ("prompt_source", prompt_source), ("seed", seed), ("ramp_ms", ramp_ms),
+        ("think_ms", think_ms), ("trace", trace), ("trace_speed", trace_speed)) if value is not None}
+    if "trace" in given or spec.trace is not None:
+        for key in ("prompt_len", "output_len"):
+            if key in given:
+                raise InputError(f"{FLAGS[key]}: a trace's lengths are its own; leave {FLAGS[key]} out with --trace")
     for key in ("prompt_len", "output_len"):
         if isinstance(given.get(key), LengthDist):
             given[key] = given[key].to_dict()
@@ -151,22 +178,37 @@ def apply_overrides(spec: WorkloadSpec, *, num_requests: int | None = None, dura
         data.pop("duration_s", None)
     if "duration_s" in given and "num_requests" not in given:
         data.pop("num_requests", None)
+    if "trace" in given:   # a new trace: all its rows, unless a count or a duration is given with it
+        for key in ("num_requests", "duration_s"):
+            if key not in given:
+                data.pop(key, None)
+        if "arrival" not in given:
+            data["arrival"] = TRACE_ARRIVAL
+        data["description"] = f"replays the trace {Path(given['trace']).name}"
     data.update(given)
 
     def label(key: str) -> str:
         top = key.split(".")[0]
         return FLAGS[top] if top in given else f"workload '{spec.name}': field '{key}'"
 
-    return _spec_from_dict(data, spec.name, label)
+    return _spec_from_dict(data, Path(given["trace"]).stem if "trace" in given else spec.name, label)
 
 
-def _spec_from_dict(data: dict, name: str, label: Label) -> WorkloadSpec:
+def _spec_from_dict(data: dict, name: str, label: Label, base: Path | None = None) -> WorkloadSpec:
     unknown = sorted(str(key) for key in data if key not in KEYS)
     if unknown:
         raise InputError(f"{label(unknown[0])}: unknown key (known: {', '.join(KEYS)})")
 
     def get(key: str, check: Callable[[object, str], object]):
         return None if key not in data else check(data[key], label(key))
+
+    if "trace" in data:
+        from backend.workload.trace_spec import trace_spec_from_dict
+        return trace_spec_from_dict(data, name, label, base)
+    if get("trace_speed", lambda v, w: _positive(v, w, MAX_TRACE_SPEED)) not in (None, 1.0):
+        raise InputError(f"{label('trace_speed')}: scales a trace's times; give a trace file too")
+    ramp_ms = get("ramp_ms", lambda v, w: _non_negative(v, w, MAX_WAIT_MS))
+    think_ms = get("think_ms", lambda v, w: _non_negative(v, w, MAX_WAIT_MS))
 
     num_requests = get("num_requests", lambda v, w: _whole(v, w, 1, MAX_REQUESTS))
     duration_s = get("duration_s", lambda v, w: _positive(v, w, MAX_DURATION_S))
@@ -184,6 +226,9 @@ def _spec_from_dict(data: dict, name: str, label: Label) -> WorkloadSpec:
         raise InputError(f"{label('rate')}: missing; arrival '{arrival}' needs a rate (requests per second)")
     if arrival == "closed" and concurrency is None:
         raise InputError(f"{label('concurrency')}: missing; arrival 'closed' needs a number of concurrent users")
+    for key, value in (("ramp_ms", ramp_ms), ("think_ms", think_ms)):
+        if arrival != "closed" and value:
+            raise InputError(f"{label(key)}: is for a closed loop's users (arrival 'closed'), not arrival '{arrival}'")
     if arrival == "burst" and num_requests is None:
         raise InputError(f"{label('duration_s')}: arrival 'burst' sends a number of requests at once; "
                          "give num_requests instead")
@@ -197,6 +242,7 @@ def _spec_from_dict(data: dict, name: str, label: Label) -> WorkloadSpec:
     return WorkloadSpec(
         name=name, num_requests=num_requests, duration_s=duration_s, arrival=arrival, rate=rate,
         burstiness=1.0 if burstiness is None else burstiness, concurrency=concurrency,
+        ramp_ms=ramp_ms if arrival == "closed" else None, think_ms=think_ms or 0.0,
         prompt_len=_length(data["prompt_len"], "prompt_len", label),
         output_len=_length(data["output_len"], "output_len", label),
         prompt_source=get("prompt_source", lambda v, w: _choice(v, w, PROMPT_SOURCES)) or "synthetic",
@@ -255,6 +301,16 @@ def _positive(value: object, where: str, high: float) -> float:
         _fail(where, "expected a number", value)
     if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
         _fail(where, "must be a number greater than 0", value)
+    if value > high:
+        _fail(where, f"must be at most {high:g}", value)
+    return float(value)
+
+
+def _non_negative(value: object, where: str, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(where, "expected a number", value)
+    if (isinstance(value, float) and not math.isfinite(value)) or value < 0:
+        _fail(where, "must be a number, 0 or more", value)
     if value > high:
         _fail(where, f"must be at most {high:g}", value)
     return float(value)

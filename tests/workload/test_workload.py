@@ -158,9 +158,10 @@ def run_closed_loop(source: WorkloadSource, seed: int = 0) -> tuple[int, int]:
 
 
 def test_closed_loop_never_exceeds_its_users():
-    sent, most = run_closed_loop(WorkloadSource(load_workload("closed-loop-8"), fake_tokenize, 100))
+    lockstep = apply_overrides(load_workload("closed-loop-8"), ramp_ms=0.0)
+    sent, most = run_closed_loop(WorkloadSource(lockstep, fake_tokenize, 100))
     assert sent == 48 and most == 8
-    timed = spec(num_requests=None, duration_s=3.0, arrival="closed", concurrency=3)
+    timed = spec(num_requests=None, duration_s=3.0, arrival="closed", concurrency=3, ramp_ms=0.0)
     sent, most = run_closed_loop(WorkloadSource(timed, None, 100))
     assert most == 3 and 3 * 3000 / 500 <= sent <= 3 * 3000 / 10 + 3
     assert WorkloadSource(timed, None, 100).num_total is None
