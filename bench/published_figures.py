@@ -41,7 +41,7 @@ class Figure:
     source: Source
     profile: str            # a GPU profile key of this repo (profiles/*.toml)
     num_gpus: int
-    model: str              # a shipped model key (profiles/models/) or a config under bench/published_models/
+    model: str              # a shipped model key (profiles/models/*.json)
     precision: str          # bfloat16 | float16 | fp8 (weights and activations)
     kv_dtype: str           # the KV cache's dtype: auto (the activations') | fp8
     tp: int

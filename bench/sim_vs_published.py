@@ -31,7 +31,6 @@ from backend.roofline.step_time import CostModel  # noqa: E402
 from backend.workload.spec import LengthDist, WorkloadSpec  # noqa: E402
 from bench.published_figures import FIGURES, Figure, is_held_out  # noqa: E402
 
-MODELS_DIR = Path(__file__).resolve().parent / "published_models"
 SUMMARY_KEY = {"ttft_ms": "ttft_mean_ms", "itl_ms": "itl_mean_ms", "e2e_ms": "e2e_mean_ms"}
 
 
@@ -47,17 +46,11 @@ class Result:
 
 
 def model_name(key: str) -> str:
-    """A shipped model key when this repo ships it (profiles/models/), else the config beside this script."""
-    try:
-        from backend.roofline.model_configs import SHIPPED_CONFIGS
-        if key in SHIPPED_CONFIGS:
-            return key
-    except ImportError:
-        pass
-    path = MODELS_DIR / f"{key}.json"
-    if not path.is_file():
-        raise InputError(f"no shape for model {key!r}: neither shipped nor {path}")
-    return str(path)
+    """The figure's model as the simulator names it: a shipped config key (profiles/models/)."""
+    from backend.roofline.model_configs import SHIPPED_CONFIGS
+    if key not in SHIPPED_CONFIGS:
+        raise InputError(f"no shipped shape for model {key!r} (profiles/models/ has {', '.join(sorted(SHIPPED_CONFIGS))})")
+    return key
 
 
 def sim_config(fig: Figure) -> RunConfig:
