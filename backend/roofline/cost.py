@@ -182,7 +182,8 @@ def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, layer_pa
         if sparse else 0.0
 
     # KV: each layer reads its keys and values (MLA: its latent) of the context it attends to, and writes the new tokens'
-    kv_per_layer_token = kv_elements_per_token(shape) / layers * element_bytes
+    kv_element = dtype_bytes.kv_bytes if isinstance(dtype_bytes, Precision) else element_bytes   # --kv-dtype fp8: 1
+    kv_per_layer_token = kv_elements_per_token(shape) / layers * kv_element
     kv_bytes = (kv_read + tokens * layers) * kv_per_layer_token
 
     # embedding output, the residual stream through every layer, and per logit row the final hidden state and logits

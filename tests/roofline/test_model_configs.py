@@ -172,3 +172,13 @@ def test_bad_layer_types_and_missing_files_are_one_line(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(InputError, match="not a readable config.json"):
         sim_shape(str(tmp_path))
+
+
+def test_an_fp8_kv_cache_halves_the_latents_bytes():
+    from backend.precision import precision
+    shape = sim_shape("deepseek-v3")
+    bf16 = precision("bf16", activation="bfloat16")
+    half = step_cost(shape, bf16, [1], [1000])
+    fp8 = step_cost(shape, bf16.with_kv("fp8"), [1], [1000])
+    assert half.kv_bytes == 61 * 576 * 1001 * 2 and fp8.kv_bytes == half.kv_bytes / 2
+    assert fp8.weight_bytes == half.weight_bytes
