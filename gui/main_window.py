@@ -232,10 +232,19 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.stop_action = self._action(run_menu, "&Stop", self.stop_run, "Esc", "stopAction")
         self._action(run_menu, "&Calibrate this machine…",
                      lambda: self.start_calibration(self.controls.device_combo.currentText()))
+        self._action(run_menu, "&Plan deployment…", self.open_plan, name="planAction")
         view_menu = bar.addMenu("&View")
         for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
                      self.throughput_dock, self.table_dock):
             view_menu.addAction(dock.toggleViewAction())
+
+    def open_plan(self) -> None:
+        """Run > Plan deployment: the planner's own window (gui/views/plan.py), one per main window."""
+        from gui.views.plan import PlanDialog
+        if getattr(self, "plan_dialog", None) is None:
+            self.plan_dialog = PlanDialog(self)
+        self.plan_dialog.show()
+        self.plan_dialog.raise_()
 
     # ---- running -----------------------------------------------------------------------------
 

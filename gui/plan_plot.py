@@ -40,12 +40,13 @@ def describe(row: dict) -> str:
 
 
 def chosen_index(rows: list[dict]) -> int | None:
-    """The cheapest row that meets the SLOs (more goodput, then fewer devices break ties), or None."""
+    """The cheapest row that meets the SLOs (more goodput, fewer devices, a smaller batch limit break
+    ties, as backend.planner.pareto.cheapest), or None."""
     good = [i for i, r in enumerate(rows) if flag(r, "meets_slo") and math.isfinite(number(r, "usd_per_m_tokens"))]
     if not good:
         return None
     return min(good, key=lambda i: (number(rows[i], "usd_per_m_tokens"), -number(rows[i], "goodput_rps"),
-                                    number(rows[i], "devices")))
+                                    number(rows[i], "devices"), number(rows[i], "max_batch")))
 
 
 def draw_plan(item, rows: list[dict]) -> None:

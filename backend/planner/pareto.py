@@ -12,12 +12,12 @@ import math
 from typing import Sequence
 
 
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+def pareto_front(points: Sequence[tuple[float, float]], tiebreak: Sequence | None = None) -> list[int]:
     """Indices of the points (cost, benefit) no other point dominates (cost <= and benefit >=, one
     of them strictly), in increasing cost; points with a NaN or infinite figure are never on it.
-    Of identical points the first is kept."""
+    Of identical points the one with the smallest tiebreak[i] (else the first) is kept."""
     finite = [i for i, (x, y) in enumerate(points) if math.isfinite(x) and math.isfinite(y)]
-    finite.sort(key=lambda i: (points[i][0], -points[i][1], i))
+    finite.sort(key=lambda i: (points[i][0], -points[i][1], tiebreak[i] if tiebreak is not None else 0, i))
     front, best = [], -math.inf
     for i in finite:
         if points[i][1] > best:
@@ -29,7 +29,12 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 def outcome_front(outcomes: Sequence) -> list[int]:
     """The front of simulated outcomes by (usd_per_m_tokens, goodput); failed ones are left out."""
     return pareto_front([(o.usd_per_m_tokens, o.goodput) if not o.error else (math.nan, math.nan)
-                         for o in outcomes])
+                         for o in outcomes], [preference(o) for o in outcomes])
+
+
+def preference(outcome) -> tuple[int, int]:
+    """Between equally cheap, equally good outcomes: fewer devices, then the smaller batch limit."""
+    return outcome.candidate.devices, outcome.candidate.max_batch
 
 
 def cheapest(outcomes: Sequence, top: int = 5) -> list:
@@ -37,7 +42,7 @@ def cheapest(outcomes: Sequence, top: int = 5) -> list:
     tie: its best is kept, the smallest max_batch among equals): by $/1M tokens, then more goodput,
     then fewer devices."""
     good = [o for o in outcomes if o.meets and math.isfinite(o.usd_per_m_tokens)]
-    good.sort(key=lambda o: (o.usd_per_m_tokens, -o.goodput, o.candidate.devices, o.candidate.max_batch))
+    good.sort(key=lambda o: (o.usd_per_m_tokens, -o.goodput, *preference(o)))
     shown, seen = [], set()
     for o in good:
         c = o.candidate

@@ -1,0 +1,242 @@
+"""Plan deployment: the planner's form, its search in a worker thread, the cheapest configurations and
+the Pareto front as a table, and the cost-against-goodput plot (gui.plan_plot draws it).
+
+The search (backend.planner.search) runs in a QThread; its simulations run in processes started
+with the 'spawn' method (never forked from a process that holds Qt's threads). The worker never
+touches a widget: it sends progress, the result or one line of failure; Stop sets a flag the
+search checks between candidates.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from backend.errors import InputError, one_line
+from gui.plan_plot import draw_plan
+
+COLUMNS = ("", "devices", "layout", "policy", "batch", "goodput req/s", "SLO met", "TTFT p90 ms", "TPOT p90 ms",
+           "$/h", "$/1M tokens", "$/1M in", "$/1M out")
+
+
+class PlanWorker(QtCore.QObject):
+    progress = QtCore.Signal(int, int)     # done, total
+    finished = QtCore.Signal(object)       # PlanResult
+    failed = QtCore.Signal(str)            # one line
+
+    def __init__(self, problem, space, workers: int, budget: int):
+        super().__init__()
+        self.problem, self.space, self.workers, self.budget = problem, space, workers, budget
+        self.stop = threading.Event()
+
+    @QtCore.Slot()
+    def run(self) -> None:
+        from backend.planner.search import search
+        try:
+            result = search(self.problem, self.space, workers=self.workers, budget=self.budget,
+                            on_outcome=lambda _o, done, total: self.progress.emit(done, total),
+                            should_stop=self.stop.is_set, mp_context="spawn")
+        except InputError as exc:
+            self.failed.emit(str(exc))
+        except Exception as exc:   # the window shows it; the thread ends cleanly
+            self.failed.emit(one_line(exc, typed=True))
+        else:
+            self.finished.emit(result)
+
+
+class PlanView(QtWidgets.QWidget):
+    finished = QtCore.Signal(object)   # PlanResult, once the table and the plot show it
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.thread: QtCore.QThread | None = None
+        self.worker: PlanWorker | None = None
+        self.result = None
+        self._build()
+        app = QtWidgets.QApplication.instance()
+        if app is not None:   # a search under way when the program quits is stopped and waited for
+            app.aboutToQuit.connect(self.shut_down)
+
+    def shut_down(self) -> None:
+        self.stop()
+        self._end()
+
+    def _build(self) -> None:
+        form = QtWidgets.QFormLayout()
+        self.model_edit = QtWidgets.QLineEdit("llama-3.1-70b")
+        self.ttft_spin = self._spin(1, 1e6, 1000, " ms")
+        self.tpot_spin = self._spin(0.1, 1e5, 40, " ms")
+        self.rate_spin = self._spin(0.01, 1e4, 4, " req/s")
+        self.prompt_edit, self.output_edit = QtWidgets.QLineEdit("1024"), QtWidgets.QLineEdit("256")
+        self.gpus_edit = QtWidgets.QLineEdit("h100-sxm,h200-sxm,a100-80gb-sxm,b200")
+        self.max_gpus_spin = self._int(1, 64, 8)
+        self.requests_spin = self._int(1, 100_000, 300)
+        self.budget_spin = self._int(1, 10_000, 240)
+        self.workers_spin = self._int(1, 256, QtCore.QThread.idealThreadCount() or 1)
+        for label, widget in (("Model", self.model_edit), ("TTFT SLO", self.ttft_spin), ("TPOT SLO", self.tpot_spin),
+                              ("Rate", self.rate_spin), ("Prompt tokens", self.prompt_edit),
+                              ("Output tokens", self.output_edit), ("GPUs", self.gpus_edit),
+                              ("Max GPUs", self.max_gpus_spin), ("Requests / candidate", self.requests_spin),
+                              ("Candidates simulated", self.budget_spin), ("Processes", self.workers_spin)):
+            form.addRow(label, widget)
+        self.plan_button = QtWidgets.QPushButton("Plan")
+        self.stop_button = QtWidgets.QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.plan_button.clicked.connect(self.start)
+        self.stop_button.clicked.connect(self.stop)
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.plan_button)
+        buttons.addWidget(self.stop_button)
+        self.status = QtWidgets.QLabel("")
+        self.status.setWordWrap(True)
+        left = QtWidgets.QVBoxLayout()
+        left.addLayout(form)
+        left.addLayout(buttons)
+        left.addWidget(self.status)
+        left.addStretch(1)
+        self.table = QtWidgets.QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setMinimumHeight(260)
+        right = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        right.addWidget(self.table)
+        right.addWidget(self.plot)
+        layout = QtWidgets.QHBoxLayout(self)
+        side = QtWidgets.QWidget()
+        side.setLayout(left)
+        side.setMaximumWidth(330)
+        layout.addWidget(side)
+        layout.addWidget(right, 1)
+
+    @staticmethod
+    def _spin(low: float, high: float, value: float, suffix: str) -> QtWidgets.QDoubleSpinBox:
+        spin = QtWidgets.QDoubleSpinBox()
+        spin.setRange(low, high)
+        spin.setDecimals(2)
+        spin.setValue(value)
+        spin.setSuffix(suffix)
+        return spin
+
+    @staticmethod
+    def _int(low: int, high: int, value: int) -> QtWidgets.QSpinBox:
+        spin = QtWidgets.QSpinBox()
+        spin.setRange(low, high)
+        spin.setValue(value)
+        return spin
+
+    # ---- the search -------------------------------------------------------------------------
+
+    def problem_and_space(self):
+        from backend.planner.candidates import SearchSpace
+        from backend.planner.evaluate import Problem
+        from backend.workload.spec import LengthDist
+        gpus = tuple(g.strip() for g in self.gpus_edit.text().split(",") if g.strip())
+        if not gpus:
+            raise InputError("GPUs: give at least one profile key")
+        problem = Problem(model=self.model_edit.text().strip(), slo_ttft_ms=self.ttft_spin.value(),
+                          slo_tpot_ms=self.tpot_spin.value(), rate=self.rate_spin.value(),
+                          num_requests=self.requests_spin.value(),
+                          prompt_len=LengthDist.parse(self.prompt_edit.text(), "Prompt tokens"),
+                          output_len=LengthDist.parse(self.output_edit.text(), "Output tokens"))
+        return problem, SearchSpace(gpus=gpus, max_gpus=self.max_gpus_spin.value())
+
+    def start(self, space=None) -> None:
+        """Start a search (`space` replaces the form's search space: tests use a tiny one)."""
+        if self.thread is not None:
+            return
+        try:
+            problem, form_space = self.problem_and_space()
+        except InputError as exc:
+            self.status.setText(f"error: {exc}")
+            return
+        self.worker = PlanWorker(problem, space or form_space, self.workers_spin.value(), self.budget_spin.value())
+        self.thread = QtCore.QThread(self)
+        from gui.worker import _threads   # the tests' fixture fails a run that leaves one running
+        _threads.add(self.thread)
+        self.worker.moveToThread(self.thread)
+        self.thread.started.connect(self.worker.run)
+        self.worker.progress.connect(self._progress)
+        self.worker.finished.connect(self._finished)
+        self.worker.failed.connect(self._failed)
+        self.plan_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.status.setText("choosing candidates...")
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop.set()
+            self.status.setText("stopping after the candidates under way...")
+
+    def _progress(self, done: int, total: int) -> None:
+        self.status.setText(f"simulated {done} of {total} candidates")
+
+    def _failed(self, message: str) -> None:
+        self._end()
+        self.status.setText(f"error: {message}")
+
+    def _finished(self, result) -> None:
+        self._end()
+        self.show_result(result)
+        self.finished.emit(result)
+
+    def _end(self) -> None:
+        if self.thread is not None:
+            self.thread.quit()
+            self.thread.wait()
+            self.thread = None
+            self.worker = None
+        self.plan_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+
+    # ---- showing a result -------------------------------------------------------------------
+
+    def show_result(self, result) -> None:
+        from backend.planner.report import row
+        self.result = result
+        meets = sum(1 for o in result.outcomes if o.meets)
+        self.status.setText(f"{len(result.outcomes)} simulated of {result.num_enumerated} candidates "
+                            f"({sum(result.pruned.values())} pruned, {result.num_screened_out} screened out) in "
+                            f"{result.wall_s:.1f} s; {meets} meet the SLOs" + (" (stopped)" if result.stopped else ""))
+        shown = [("cheapest", o) for o in result.best] + [("front", result.outcomes[i]) for i in result.front]
+        self.table.setRowCount(len(shown))
+        for r, (kind, o) in enumerate(shown):
+            c = o.candidate
+            cells = (kind, f"{c.devices} x {c.gpu} {c.precision}", c.layout, c.policy, str(c.max_batch),
+                     _num(o.goodput, 2), _num(100 * o.attainment, 0) + "%", _num(o.ttft_p90_ms, 0),
+                     _num(o.tpot_p90_ms, 1), _num(o.usd_per_hour, 2), _num(o.usd_per_m_tokens, 3),
+                     _num(o.usd_per_m_input, 3), _num(o.usd_per_m_output, 3))
+            for col, text in enumerate(cells):
+                self.table.setItem(r, col, QtWidgets.QTableWidgetItem(text))
+        self.table.resizeColumnsToContents()
+        front = set(result.front)
+        draw_plan(self.plot.getPlotItem(), [row(o, i in front) for i, o in enumerate(result.outcomes)])
+
+    def closeEvent(self, event) -> None:   # noqa: N802 (Qt's name)
+        self.shut_down()
+        super().closeEvent(event)
+
+
+def _num(value: float, digits: int) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+class PlanDialog(QtWidgets.QDialog):
+    """The plan view in a window of its own (Run > Plan deployment...)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Plan deployment")
+        self.resize(1250, 760)
+        self.view = PlanView(self)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.view)
+
+    def closeEvent(self, event) -> None:   # noqa: N802
+        self.view.shut_down()
+        super().closeEvent(event)

@@ -1,0 +1,59 @@
+"""The search space and its pruning, before anything is simulated."""
+from backend.planner.candidates import (Candidate, SearchSpace, device_memory, enumerate_candidates, find_profiles,
+                                        kv_tokens_that_fit, prune, why_not)
+from backend.targets.simulated import resolve_model
+
+import pytest
+from backend.errors import InputError
+
+SEVENTY = "profiles/models/llama-3.1-70b.json"   # 64 heads, 8 KV heads, 80 layers, 70.6 B parameters
+
+
+def test_70b_in_bfloat16_does_not_fit_one_h100_but_fits_four():
+    shape, profiles = resolve_model(SEVENTY), find_profiles(("h100-sxm",))
+    one = Candidate("h100-sxm", "bfloat16", "continuous", 64)
+    four = Candidate("h100-sxm", "bfloat16", "continuous", 64, tp=4)
+    assert "exceed 90% of 80 GB" in why_not(one, shape, profiles["h100-sxm"], 1280)
+    assert why_not(four, shape, profiles["h100-sxm"], 1280) is None
+
+
+def test_tp_that_does_not_divide_the_heads_is_pruned():
+    shape, profiles = resolve_model("llama-8b"), find_profiles(("h100-sxm",))   # 32 heads
+    bad = Candidate("h100-sxm", "bfloat16", "chunked", 32, tp=3)
+    assert why_not(bad, shape, profiles["h100-sxm"], 1280) == "tp 3 does not divide 32 attention heads"
+
+
+def test_kv_heads_replicate_past_their_count_and_the_kv_fits_the_memory_left():
+    shape = resolve_model(SEVENTY)
+    weights, per_token = device_memory(shape, "bfloat16", 16, 1)
+    assert per_token == 2 * 80 * 1 * 128 * 2   # 8 KV heads over 16 devices: one a device, replicated
+    profile = find_profiles(("h100-sxm",))["h100-sxm"]
+    c = Candidate("h100-sxm", "bfloat16", "continuous", 10_000, tp=4)
+    weights, per_token = device_memory(shape, "bfloat16", 4, 1)
+    assert kv_tokens_that_fit(c, shape, profile, 1280) == int((80e9 * 0.9 - weights) // per_token)
+    small = Candidate("h100-sxm", "bfloat16", "continuous", 2, tp=4)
+    assert kv_tokens_that_fit(small, shape, profile, 1280) == 2 * 1280   # every slot full length, no more
+
+
+def test_enumeration_keeps_precisions_the_gpu_has_and_the_device_limit():
+    profiles = find_profiles(("a100-80gb-sxm", "b200"))
+    every = enumerate_candidates(SearchSpace(gpus=("a100-80gb-sxm", "b200"), max_gpus=4), profiles)
+    assert {c.precision for c in every if c.gpu == "a100-80gb-sxm"} == {"bfloat16"}   # no FP8 peak on Ampere
+    assert {c.precision for c in every if c.gpu == "b200"} == {"bfloat16", "fp8", "nvfp4"}
+    assert max(c.devices for c in every) == 4
+    split = [c for c in every if c.policy == "disaggregated" and c.tp == 2]
+    assert {(c.prefill_workers, c.decode_workers) for c in split} == {(1, 1)}   # 2 groups of 2 in 4 devices
+
+
+def test_prune_counts_its_reasons():
+    shape, profiles = resolve_model(SEVENTY), find_profiles(("a100-80gb-sxm",))
+    every = enumerate_candidates(SearchSpace(gpus=("a100-80gb-sxm",), policies=("continuous",),
+                                             max_batches=(64,)), profiles)
+    kept, pruned = prune(every, shape, profiles, 1280)
+    assert pruned == {"weights + KV exceed the memory": len(every) - len(kept)}
+    assert all(c.tp * c.pp >= 2 for c in kept) and any(c.tp * c.pp == 2 for c in kept)
+
+
+def test_an_unknown_gpu_is_one_line():
+    with pytest.raises(InputError, match="--gpus: unknown GPU 'h1000'"):
+        find_profiles(("h1000",))

@@ -1,0 +1,53 @@
+"""One tiny search end to end: four candidates simulated, the front and the cheapest among them."""
+import pytest
+
+from backend.errors import InputError
+from backend.planner import report
+from backend.planner.candidates import SearchSpace
+from backend.planner.evaluate import Problem
+from backend.planner.search import search
+from backend.workload.spec import LengthDist
+
+TINY = SearchSpace(gpus=("h100-sxm",), max_gpus=2, precisions=("bfloat16",), policies=("continuous",),
+                   tps=(1, 2), pps=(1,), dps=(1,), max_batches=(8, 64))   # 4 candidates
+
+
+def problem(**kw):
+    base = dict(model="llama-8b", slo_ttft_ms=300, slo_tpot_ms=30, rate=8, num_requests=40,
+                prompt_len=LengthDist("fixed", 256), output_len=LengthDist("fixed", 32))
+    return Problem(**{**base, **kw})
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_tiny_search_end_to_end(tmp_path, workers):
+    seen = []
+    result = search(problem(), TINY, workers=workers, budget=10, on_outcome=lambda o, d, t: seen.append((d, t)))
+    assert result.num_enumerated == 4 and len(result.outcomes) == 4 and seen[-1] == (4, 4)
+    assert not [o.error for o in result.outcomes if o.error]
+    assert all(o.goodput > 0 and o.usd_per_m_tokens > 0 for o in result.outcomes)
+    assert result.front and all(not o.error for o in (result.outcomes[i] for i in result.front))
+    if result.best:
+        assert result.best[0].meets and result.best[0].usd_per_m_tokens == min(
+            o.usd_per_m_tokens for o in result.outcomes if o.meets)
+    plan, front = report.write_csvs(result, tmp_path)
+    assert len(plan.read_text().splitlines()) == 5 and len(front.read_text().splitlines()) == len(result.front) + 1
+    assert "Pareto front" in report.text(result)
+
+
+def test_the_budget_limits_what_is_simulated():
+    result = search(problem(), TINY, workers=1, budget=2)
+    assert len(result.outcomes) == 2 and result.num_screened_out == 2
+
+
+@pytest.mark.parametrize("kw, message", [(dict(slo_ttft_ms=0), "--slo-ttft-ms must be a positive number"),
+                                         (dict(slo_tpot_ms=-1), "--slo-tpot-ms must be a positive number"),
+                                         (dict(rate=0), "--rate must be a positive number")])
+def test_bad_objectives_are_one_line(kw, message):
+    with pytest.raises(InputError, match=message):
+        search(problem(**kw), TINY, workers=1)
+
+
+def test_no_candidate_fits_is_one_line():
+    space = SearchSpace(gpus=("a100-80gb-sxm",), max_gpus=1, precisions=("bfloat16",))
+    with pytest.raises(InputError, match="no candidate fits profiles/models/llama-3.1-70b.json"):
+        search(problem(model="profiles/models/llama-3.1-70b.json"), space, workers=1)
