@@ -16,12 +16,17 @@ from backend.targets.remote.target import env_api_key
 from backend.engine.threads import available_cores, window_default_threads
 from backend.loaders.weights import is_hub_id, list_models
 
+from gui.panels.deployment import DeploymentBox
 from gui.panels.fields import ValidatedField, number, open_file
 from gui.panels.run_form import RunForm
+from gui.panels.sim_choices import check_deployment, check_sim_model, is_moe, shipped_configs, sim_dtypes
 
 OPEN_FOLDER = "Open folder…"
 REMOTE = "<remote endpoint>"   # the model list's entry for a server (item data; no model has this name)
 REMOTE_TITLE = "Remote endpoint (OpenAI-compatible)"
+CONFIG_FILE = "<config.json>"   # the model list's entry that opens a config.json (simulated runs only)
+CONFIG_FILE_TITLE = "config.json…"
+SIM_ONLY = QtCore.Qt.ItemDataRole.UserRole + 1   # item flag: listed only while Simulate is on
 PREFILL_MATH_TIP = (f"The CPU kernels' arithmetic for products of {min(MIN_ROWS.values())}+ rows (prefill, mixed steps, "
                     f"decode batches of {min(MIN_ROWS.values())}+):\n"
                     "bf16: bfloat16 products with float32 accumulation on the CPU's AVX512-BF16 or AMX unit; "
@@ -74,6 +79,8 @@ class ControlsPanel(QtWidgets.QWidget):
         self.profile_problem = ""             # why this machine's measured profile is not listed
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self._model_group())
+        self.deployment_box = DeploymentBox()
+        layout.addWidget(self.deployment_box)
         layout.addWidget(self._run_group())
         self.run_button = QtWidgets.QPushButton("Run")
         self.run_button.setObjectName("runButton")
@@ -95,6 +102,9 @@ class ControlsPanel(QtWidgets.QWidget):
         self.form.changed.connect(self._update)
         self.form.changed.connect(self.choicesChanged)
         self.form.inputRejected.connect(self.inputRejected)
+        self.form.changed.connect(self._sync_deployment)
+        self.deployment_box.changed.connect(self._update)
+        self.deployment_box.changed.connect(self.choicesChanged)
         self._show_model_kind()
 
     # ---- building ----------------------------------------------------------------------------
@@ -118,6 +128,7 @@ class ControlsPanel(QtWidgets.QWidget):
                                      f"{info.params / 1e6:,.0f}M)", info.name)
             self.model_combo.setItemData(self.model_combo.count() - 1, info.source, QtCore.Qt.ItemDataRole.ToolTipRole)
         self._add_local_models()
+        self._add_sim_models()
         self.model_combo.addItem(REMOTE_TITLE, REMOTE)
         self.model_combo.setItemData(self.model_combo.count() - 1, "Drive a vLLM, SGLang, TGI or llama.cpp server "
                                      "with the workload", QtCore.Qt.ItemDataRole.ToolTipRole)
@@ -178,6 +189,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.model_combo.currentIndexChanged.connect(self.choicesChanged)
         self.hub_field.valueChanged.connect(self._update)
         self.hub_field.valueChanged.connect(self.choicesChanged)
+        self.hub_field.valueChanged.connect(self._sync_deployment)
         self.device_combo.currentIndexChanged.connect(self._device_changed)
         self.dtype_combo.currentIndexChanged.connect(self.choicesChanged)
         self.math_combo.currentIndexChanged.connect(self.choicesChanged)
@@ -187,6 +199,43 @@ class ControlsPanel(QtWidgets.QWidget):
         self.calibrate_button.clicked.connect(lambda: self.calibrateRequested.emit(self.device_combo.currentText()))
         self.open_profile_button.clicked.connect(self._open_profile_dialog)
         return group
+
+    def _add_sim_models(self) -> None:
+        """The shipped model configs and a config.json picker: shapes only a simulation can run."""
+        for key, path in shipped_configs().items():
+            self._add_sim_item(f"{key} (config, simulated)", key, path)
+        self._add_sim_item(CONFIG_FILE_TITLE, CONFIG_FILE, "A model's config.json (any Hugging Face model's): "
+                           "its shape is priced, no weights are read (`--simulate --model CONFIG` headless)")
+
+    def _add_sim_item(self, text: str, data: str, tip: str, before: int | None = None) -> None:
+        index = self.model_combo.count() if before is None else before
+        self.model_combo.insertItem(index, text, data)
+        self.model_combo.setItemData(index, tip, QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.model_combo.setItemData(index, True, SIM_ONLY)
+
+    def _show_sim_models(self, shown: bool) -> None:
+        """Simulate on: the config entries listed; off: hidden, and a chosen one gives way to the first model."""
+        view = self.model_combo.view()
+        items = self.model_combo.model()
+        for i in range(self.model_combo.count()):
+            if self.model_combo.itemData(i, SIM_ONLY):
+                view.setRowHidden(i, not shown)
+                items.item(i).setEnabled(shown)
+        if not shown and self.model_combo.currentData(SIM_ONLY):
+            self.model_combo.setCurrentIndex(0)
+            self._model_index = 0
+
+    def open_model_config(self, path: str) -> None:
+        """A config.json as the simulated model, listed and selected; InputError (one line) when the
+        simulator cannot price its shape."""
+        shape, problem = check_sim_model(path)
+        if shape is None:
+            raise InputError(problem)
+        index = self.model_combo.findData(path)
+        if index < 0:
+            index = self.model_combo.findData(CONFIG_FILE)
+            self._add_sim_item(f"{Path(path).parent.name or Path(path).name} (config.json)", path, path, before=index)
+        self.select_model(path)
 
     def _remote_box(self) -> QtWidgets.QWidget:
         """URL, served model, API key and API kind of an OpenAI-compatible server."""
@@ -240,10 +289,19 @@ class ControlsPanel(QtWidgets.QWidget):
         form.setRowVisible(self.math_combo, not remote and not simulated)   # the CPU kernels' arithmetic
         form.setRowVisible(self.threads_spin, not remote and not simulated)
         form.setRowVisible(self.simulate_check, not remote)
+        self._show_sim_models(simulated)
+        self._fill_dtypes()
+        self.deployment_box.setVisible(simulated)
         self.form.set_remote(remote)
+        self._sync_deployment()
         self._update()
 
     def _model_activated(self, index: int) -> None:
+        if self.model_combo.itemData(index) == CONFIG_FILE:
+            self.model_combo.setCurrentIndex(self._model_index)
+            open_file(self, "Open a model's config.json", "Model config (*.json)", self.open_model_config,
+                      self.inputRejected)
+            return
         if self.model_combo.itemData(index) is not None:
             self._model_index = index
             return
@@ -302,14 +360,34 @@ class ControlsPanel(QtWidgets.QWidget):
 
     def _device_changed(self) -> None:
         device = resolve_device(self.device_combo.currentText())
+        self._fill_dtypes()
+        self._preselect_profile(device)
+        self.choicesChanged.emit()
+
+    def _fill_dtypes(self) -> None:
+        """The device's precisions; under Simulate every precision the simulator names (fp8, nvfp4, ...)."""
+        names = sim_dtypes() if self.is_simulated() else [
+            "auto", *available_precisions(resolve_device(self.device_combo.currentText()))]
+        if names == [self.dtype_combo.itemText(i) for i in range(self.dtype_combo.count())]:
+            return
         current = self.dtype_combo.currentText()
         self.dtype_combo.blockSignals(True)
         self.dtype_combo.clear()
-        self.dtype_combo.addItems(["auto", *available_precisions(device)])
-        self.dtype_combo.setCurrentText(current if current else "auto")
+        self.dtype_combo.addItems(names)
+        self.dtype_combo.setCurrentText(current if current in names else "auto")
         self.dtype_combo.blockSignals(False)
-        self._preselect_profile(device)
-        self.choicesChanged.emit()
+        self.dtype_combo.setToolTip("--dtype under --simulate: fp8 (E4M3 weights and activations), nvfp4 and "
+                                    "mxfp4 (Blackwell profiles), int8 weight-only; a precision the profile "
+                                    "cannot run is refused in one line" if self.is_simulated() else "")
+
+    def _sync_deployment(self) -> None:
+        """The deployment box follows the policy (the pools' TP) and the model (EP for an MoE)."""
+        if not self.is_simulated():
+            return
+        form = self.form
+        self.deployment_box.set_policy(form.policy_combo.currentText() if form.kind() == "load" else "")
+        shape, _ = check_sim_model(self.model_name() or "")
+        self.deployment_box.set_moe(is_moe(shape))
 
     def _preselect_profile(self, device) -> None:
         """The profile matching a CUDA device's name; on a CPU this machine's measured one, else the generic CPU."""
@@ -374,10 +452,11 @@ class ControlsPanel(QtWidgets.QWidget):
 
     def errors(self) -> list[str]:
         if self.is_simulated():
-            from backend.models.shapes import SHAPES
             errors = [self.hub_field.error] if self.hub_field.error else []
-            if not errors and self.model_name() not in SHAPES:
-                errors.append(f"a simulation needs a known model shape ({', '.join(SHAPES)}), not {self.model_name()!r}")
+            if not errors:
+                shape, problem = check_sim_model(self.model_name() or "")
+                problem = problem or check_deployment(self.deployment_box.deployment(), shape, self.model_name())
+                errors += [problem] if problem else []
             return errors + self.form.errors()
         if not self.is_remote():
             return ([self.hub_field.error] if self.hub_field.error else []) + self.form.errors()
@@ -390,7 +469,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self._running = running
         for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
                        self.math_combo, self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button,
-                       self.simulate_check, self.form):
+                       self.simulate_check, self.deployment_box, self.form):
             widget.setEnabled(not running)
         self._update()
 
@@ -463,6 +542,7 @@ class ControlsPanel(QtWidgets.QWidget):
             config.simulate = True
             config.model = ModelChoice(self.model_name(), "auto", self.dtype_combo.currentText())
             config.threads = None   # nothing runs on this machine's cores but the scheduler
+            config.deployment = self.deployment_box.deployment()
         if self.is_remote():
             # the backend's execute sends the workload to the server when the config names one
             config.model = ModelChoice(self.model_name())

@@ -1,7 +1,9 @@
 """What to run: one batch, a workload through the load driver, or a sweep; and sampling settings."""
 from __future__ import annotations
 
-from dataclasses import replace
+import inspect
+from dataclasses import fields as dataclass_fields, replace
+from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
@@ -22,9 +24,25 @@ RUN_KINDS = (
     ("sweep-precision", "Precision sweep (bytes per weight)"),
 )
 CUSTOM = "custom"
+DEFAULT_PRESET = "poisson-chat"   # `load --workload`'s default
 MAX_REPEATS = 1000
 COMPARED_POLICIES = ("static", "continuous", "chunked", "disaggregated")   # what Compare policies runs, in this order
 FORM_POLICIES = (*POLICIES, "disaggregated")   # the scheduler's policies, and prefill and decode engine processes
+
+
+TRACE_KEYS = ("trace", "trace_speed", "think_ms")   # WorkloadSpec's --trace, --trace-speed, --think-ms
+
+
+def workload_has(key: str) -> bool:
+    """Whether WorkloadSpec has this field (the trace and think-time fields are newer than the form)."""
+    return key in {f.name for f in dataclass_fields(WorkloadSpec)}
+
+
+def trace_file(text: str) -> str:
+    path = Path(text.strip()).expanduser()
+    if not path.is_file():
+        raise ValueError(f"trace: no such file {text.strip()!r}")
+    return str(path)
 
 
 def mean_length(dist: LengthDist) -> float:
@@ -76,6 +94,7 @@ class RunForm(QtWidgets.QWidget):
         self.fields: dict[str, dict[str, ValidatedField]] = {}
         self._remote = False   # a remote server's workload: the server schedules it
         self._preset_lengths: dict[str, str] = {}   # a preset's normal() length, kept when its text is unchanged
+        self._preset_trace = ""   # the trace file the chosen preset replays
         self.pages.addWidget(self._batch_page())
         self.pages.addWidget(self._load_page())
         self.pages.addWidget(self._sweep_batch_page())
@@ -144,6 +163,7 @@ class RunForm(QtWidgets.QWidget):
         self.preset_combo = QtWidgets.QComboBox()
         self.preset_combo.setObjectName("workloadCombo")
         self.preset_combo.addItems([*list_workloads(), CUSTOM])
+        self.preset_combo.setCurrentText(DEFAULT_PRESET)   # where it is listed; else the first
         self.open_workload_button = QtWidgets.QPushButton("Open…")
         self.open_workload_button.setObjectName("openWorkloadButton")
         self.open_workload_button.setToolTip("Use a workload TOML file of your own")
@@ -153,6 +173,7 @@ class RunForm(QtWidgets.QWidget):
         preset_row.addStretch(1)
         self.arrival_combo = QtWidgets.QComboBox()
         self.arrival_combo.addItems(ARRIVALS)
+        self.arrival_combo.setPlaceholderText("the trace's times")
         self.source_combo = QtWidgets.QComboBox()
         self.source_combo.addItems(PROMPT_SOURCES)
         self.policy_combo = QtWidgets.QComboBox()
@@ -182,10 +203,40 @@ class RunForm(QtWidgets.QWidget):
                                             placeholder="none (e.g. 128)",
                                             tooltip="one more run: chunked at this chunk size"),
         }
-        self.compare_check = QtWidgets.QCheckBox("Compare policies (static, continuous, chunked, disaggregated)")
+        f["trace"] = ValidatedField("", trace_file, allow_empty=True, placeholder="none (the arrivals above)",
+                                    tooltip="--trace: replay a trace's arrival times with its prompt and output "
+                                            "lengths (CSV or JSONL: the Azure LLM inference trace's columns, "
+                                            "Mooncake's JSONL, or a run's requests.csv) instead of the arrivals "
+                                            "and lengths above")
+        self.open_trace_button = QtWidgets.QToolButton()
+        self.open_trace_button.setObjectName("openTraceButton")
+        self.open_trace_button.setText("…")
+        self.open_trace_button.setToolTip("Open a trace file")
+        trace_row = QtWidgets.QHBoxLayout()
+        trace_row.setContentsMargins(0, 0, 0, 0)
+        trace_row.addWidget(f["trace"], 1)
+        trace_row.addWidget(self.open_trace_button, 0, QtCore.Qt.AlignmentFlag.AlignTop)
+        self.trace_speed_spin = QtWidgets.QDoubleSpinBox()
+        self.trace_speed_spin.setObjectName("traceSpeedSpin")
+        self.trace_speed_spin.setRange(0.01, 1000.0)
+        self.trace_speed_spin.setDecimals(2)
+        self.trace_speed_spin.setSingleStep(0.5)
+        self.trace_speed_spin.setValue(1.0)
+        self.trace_speed_spin.setSuffix("×")
+        self.trace_speed_spin.setToolTip("--trace-speed: the trace's arrivals this many times faster (2: twice the rate)")
+        self.think_spin = QtWidgets.QDoubleSpinBox()
+        self.think_spin.setObjectName("thinkSpin")
+        self.think_spin.setRange(0.0, 3_600_000.0)
+        self.think_spin.setDecimals(0)
+        self.think_spin.setSingleStep(100.0)
+        self.think_spin.setSuffix(" ms")
+        self.think_spin.setToolTip("--think-ms: closed loop, each user waits this long after an answer before "
+                                   "sending the next request (users start staggered)")
+        # the policies in the tooltip: on the box itself they made the dock 400 pixels wide
+        self.compare_check = QtWidgets.QCheckBox("Compare policies")
         self.compare_check.setObjectName("compareCheck")
-        self.compare_check.setToolTip("Run runs the workload under each policy in turn, each saved to its own "
-                                      "folder and added as a reference; Stop cancels the rest")
+        self.compare_check.setToolTip(f"Run runs the workload under each policy in turn ({', '.join(COMPARED_POLICIES)}), "
+                                      "each saved to its own folder and added as a reference; Stop cancels the rest")
         self.workload_error = QtWidgets.QLabel()
         self.workload_error.setStyleSheet("color: #c0392b;")
         self.workload_error.setWordWrap(True)
@@ -196,6 +247,12 @@ class RunForm(QtWidgets.QWidget):
         form.addRow("Rate (req/s)", f["rate"])
         form.addRow("Burstiness", f["burstiness"])
         form.addRow("Users (closed)", f["concurrency"])
+        form.addRow("Think time", self.think_spin)
+        form.addRow("Trace", trace_row)
+        form.addRow("Trace speed", self.trace_speed_spin)
+        self._trace_rows = {"trace": trace_row, "trace_speed": self.trace_speed_spin, "think_ms": self.think_spin}
+        for key, row in self._trace_rows.items():   # a backend without the field: the row is not offered
+            form.setRowVisible(row, workload_has(key))
         form.addRow("Prompt tokens", f["prompt_len"])
         form.addRow("Output tokens", f["output_len"])
         form.addRow("Prompts", self.source_combo)
@@ -210,6 +267,9 @@ class RunForm(QtWidgets.QWidget):
         form.addRow(self.workload_error)
         self.preset_combo.currentIndexChanged.connect(self._apply_preset)
         self.open_workload_button.clicked.connect(self._open_workload_dialog)
+        self.open_trace_button.clicked.connect(self._open_trace_dialog)
+        self.trace_speed_spin.valueChanged.connect(self._field_changed)
+        self.think_spin.valueChanged.connect(self._field_changed)
         for combo in (self.arrival_combo, self.source_combo, self.policy_combo):
             combo.currentIndexChanged.connect(self._field_changed)
         self.compare_check.toggled.connect(self._field_changed)
@@ -300,7 +360,9 @@ class RunForm(QtWidgets.QWidget):
 
     def _apply_preset(self) -> None:
         name = self.preset_combo.currentText()
-        if name == CUSTOM:
+        if name == CUSTOM:   # the fields as they are, less a trace the last preset brought
+            if self._preset_trace and self.fields["load"]["trace"].text() == self._preset_trace:
+                self.fields["load"]["trace"].setText("")
             self._field_changed()
             return
         try:
@@ -319,14 +381,25 @@ class RunForm(QtWidgets.QWidget):
         f["output_len"].setText(spec.output_len.describe())
         self.arrival_combo.setCurrentText(spec.arrival)
         self.source_combo.setCurrentText(spec.prompt_source)
+        self.think_spin.setValue(getattr(spec, "think_ms", 0.0) or 0.0)
+        self._preset_trace = getattr(spec, "trace", None) or ""   # a preset that replays a trace: its file
+        f["trace"].setText(self._preset_trace)
+        self.trace_speed_spin.setValue(getattr(spec, "trace_speed", 1.0))
         self._field_changed()
 
     def _field_changed(self, *_) -> None:
         f = self.fields["load"]
+        traced = bool(f["trace"].text().strip())   # a trace's rows bring their own times and lengths
+        self._show_trace_arrival(traced)
         arrival = self.arrival_combo.currentText()
-        f["rate"].setEnabled(arrival in RATE_ARRIVALS)
-        f["burstiness"].setEnabled(arrival == "gamma")
-        f["concurrency"].setEnabled(arrival == "closed")
+        f["rate"].setEnabled(arrival in RATE_ARRIVALS and not traced)
+        f["burstiness"].setEnabled(arrival == "gamma" and not traced)
+        f["concurrency"].setEnabled(arrival == "closed" and not traced)
+        f["prompt_len"].setEnabled(not traced)
+        f["output_len"].setEnabled(not traced)
+        self.think_spin.setEnabled(arrival == "closed" and not traced)
+        self.trace_speed_spin.setEnabled(traced)
+        f["requests"].edit.setPlaceholderText("all the trace's rows" if traced else "the preset's duration")
         compare = self.compare_check.isChecked() and not self._remote
         f["chunk_tokens"].setEnabled((self.policy_combo.currentText() in ("chunked", "disaggregated") or compare)
                                      and not self._remote)
@@ -355,6 +428,31 @@ class RunForm(QtWidgets.QWidget):
             index = self.preset_combo.count() - 1   # before "custom"
             self.preset_combo.insertItem(index, path)
         self.preset_combo.setCurrentIndex(index)
+
+    def _show_trace_arrival(self, traced: bool) -> None:
+        """A trace brings its own arrival times: the Arrival list says so (empty, its placeholder) and
+        gets its choice back when the trace is cleared."""
+        combo = self.arrival_combo
+        combo.setEnabled(not traced)
+        combo.blockSignals(True)
+        if traced and combo.currentIndex() >= 0:
+            self._arrival_before_trace = combo.currentText()
+            combo.setCurrentIndex(-1)
+        elif not traced and combo.currentIndex() < 0:
+            combo.setCurrentText(getattr(self, "_arrival_before_trace", "poisson"))
+        combo.blockSignals(False)
+        trace = self.fields["load"]["trace"]
+        if traced and not trace.edit.hasFocus():
+            trace.edit.setCursorPosition(len(trace.text()))   # the file's name, not its folders
+
+    def open_trace(self, path: str) -> None:
+        """Replay this trace file: the Trace field set to it, Requests emptied (all its rows)."""
+        self.fields["load"]["requests"].setText("")
+        self.fields["load"]["trace"].setText(path)
+
+    def _open_trace_dialog(self) -> None:
+        open_file(self, "Open a trace", "Trace (*.csv *.jsonl *.json);;All files (*)", self.open_trace,
+                  self.inputRejected)
 
     def _open_workload_dialog(self) -> None:
         open_file(self, "Open a workload file", "Workload (*.toml)", self.open_workload, self.inputRejected)
@@ -420,22 +518,47 @@ class RunForm(QtWidgets.QWidget):
                               ignore_eos=self.ignore_eos.isChecked())
 
     def workload(self) -> WorkloadSpec:
-        """The preset with the fields as typed; InputError names the field that does not fit."""
+        """The preset with the fields as typed, as `load`'s flags override a workload file; InputError
+        names the field that does not fit. A trace replaces the arrivals and lengths (--trace)."""
         f = self.fields["load"]
         name = self.preset_combo.currentText()
         base = WorkloadSpec(CUSTOM) if name == CUSTOM else load_workload(name)
+        trace = self._trace_values()
+        if trace.get("trace"):   # its rows' times and lengths; a count given with it takes the first rows
+            return self._overridden(base, num_requests=f["requests"].value, prompt_source=self.source_combo.currentText(),
+                                    seed=self.fields["sampling"]["seed"].value, **trace)
         arrival = self.arrival_combo.currentText()
 
         def typed_length(key):
             text = f[key].value
             return None if text == self._preset_lengths.get(key) and name != CUSTOM else text
-        return apply_overrides(
+        return self._overridden(
             base, num_requests=f["requests"].value, arrival=arrival,
             rate=f["rate"].value if arrival in RATE_ARRIVALS else None,
             burstiness=f["burstiness"].value if arrival == "gamma" else None,
             concurrency=f["concurrency"].value if arrival == "closed" else None,
             prompt_len=typed_length("prompt_len"), output_len=typed_length("output_len"),
-            prompt_source=self.source_combo.currentText(), seed=self.fields["sampling"]["seed"].value)
+            prompt_source=self.source_combo.currentText(), seed=self.fields["sampling"]["seed"].value, **trace)
+
+    def _trace_values(self) -> dict:
+        """--trace and --trace-speed, or --think-ms of a closed loop, as the form has them (the fields
+        WorkloadSpec has only)."""
+        trace = self.fields["load"]["trace"].value
+        if trace:
+            values = {"trace": trace, "trace_speed": self.trace_speed_spin.value()}
+        elif self.arrival_combo.currentText() == "closed":
+            values = {"think_ms": self.think_spin.value()}
+        else:
+            values = {}
+        return {key: value for key, value in values.items() if workload_has(key)}
+
+    @staticmethod
+    def _overridden(base: WorkloadSpec, **flags) -> WorkloadSpec:
+        """apply_overrides with the flags it takes (it checks them as the CLI's); the rest set on the spec."""
+        known = inspect.signature(apply_overrides).parameters
+        spec = apply_overrides(base, **{k: v for k, v in flags.items() if k in known})
+        rest = {k: v for k, v in flags.items() if k not in known}
+        return replace(spec, **rest) if rest else spec
 
     def sweep(self) -> SweepSpec | None:
         kind = self.kind()
