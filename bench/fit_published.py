@@ -15,8 +15,10 @@ change, and the reported errors always come from the full simulator afterwards.
 
 The loss is the median absolute log error plus a quarter of the mean, minimized by Nelder-Mead in a
 space that keeps the terms physical (efficiencies in [0.2, 0.95], overheads >= 0 and bounded).
-First one set of terms shared by every GPU; then, for each GPU profile with at least
-MIN_PER_PROFILE fitted figures, its own efficiencies (mfu, afu, mbu) over the shared overheads.
+First one set of terms shared by every figure; then, for each group of a structure (one per GPU
+profile, or one per precision: fp8 against 16-bit) with at least MIN_PER_PROFILE fitted figures,
+its own efficiencies (mfu, afu, mbu) over the shared overheads. `select_structure` picks the
+structure by 5-fold cross-validation on the fitted set alone: the held-out set plays no part.
 """
 from __future__ import annotations
 
@@ -184,34 +186,77 @@ def fit_over(traces: list[Trace], start: dict, names: tuple[str, ...]) -> dict:
     return best
 
 
-def fit_terms(figures, simulate) -> dict[str, CostModel]:
-    """Per profile key, the cost model fitted on `figures` (the fitted set only)."""
-    traces = [t for t in (record(f, simulate) for f in figures) if t is not None]
+STRUCTURES = {   # which figures share their efficiencies (the overheads are shared by all in every structure)
+    "shared": lambda fig: "*",
+    "gpu": lambda fig: fig.profile,
+    "precision": lambda fig: "fp8" if fig.precision == "fp8" else "16-bit",
+}
+FOLDS = 5
+
+
+@dataclass(slots=True)
+class Fit:
+    """Fitted terms: `shared` for every figure, and per group of STRUCTURES[structure] its own efficiencies."""
+
+    structure: str
+    shared: dict
+    groups: dict = field(default_factory=dict)      # group key -> terms (the shared overheads included)
+    counts: dict = field(default_factory=dict)      # group key -> fitted figures behind it
+
+    def terms_for(self, fig) -> dict:
+        return self.groups.get(STRUCTURES[self.structure](fig), self.shared)
+
+    def model_for(self, fig) -> CostModel:
+        key = STRUCTURES[self.structure](fig)
+        if key in self.groups:
+            source = f"fitted on {self.counts[key]} published figures ({self.structure} {key}: efficiencies; overheads shared)"
+        else:
+            source = f"fitted on {self.counts.get('*', 0)} published figures, shared"
+        return CostModel(**self.terms_for(fig), source=source)
+
+
+def fit_traces(traces: list[Trace], structure: str) -> Fit:
+    """The shared terms over every trace, then each large-enough group's own efficiencies."""
     names = tuple(n for n in BOUNDS if n in CostModel.__dataclass_fields__)
     # the placeholders as the start (a zero overhead starts just inside its bounds: its logit is finite)
     start = {n: min(max(getattr(CostModel(), n), BOUNDS[n][0] + 1e-3), BOUNDS[n][1]) for n in names}
-    shared = fit_over(traces, start, names)
-    models = {"*": CostModel(**shared, source=f"fitted on {len(traces)} published figures, shared by every GPU")}
-    for profile in sorted({t.figure.profile for t in traces}):
-        own = [t for t in traces if t.figure.profile == profile]
+    fit = Fit(structure, fit_over(traces, start, names), counts={"*": len(traces)})
+    if structure == "shared":
+        return fit
+    key_of = STRUCTURES[structure]
+    for key in sorted({key_of(t.figure) for t in traces}):
+        own = [t for t in traces if key_of(t.figure) == key]
         if len(own) >= MIN_PER_PROFILE:
-            terms = fit_over(own, shared, EFFICIENCY)
-            models[profile] = CostModel(**terms, source=f"fitted on {len(own)} published figures of {profile} "
-                                                        f"(efficiencies; overheads shared)")
-    profiles = {t.figure.profile for t in traces} | {f.profile for f in figures}
-    return {p: models.get(p, models["*"]) for p in profiles} | {"*": models["*"]}
+            fit.groups[key] = fit_over(own, fit.shared, EFFICIENCY)
+            fit.counts[key] = len(own)
+    return fit
 
 
-def terms_report(models: dict[str, CostModel]) -> str:
-    lines = ["Fitted cost-model terms (for the profiles' [simulation] tables; the lead writes them in):"]
-    for key, model in sorted(models.items()):
-        terms = ", ".join(f"{k} = {v:.4g}" for k, v in model.terms().items())
-        lines.append(f"  [{key}] {terms}    # {model.source}")
+def record_all(figures, simulate) -> list[Trace]:
+    return [t for t in (record(f, simulate) for f in figures) if t is not None]
+
+
+def cross_validate(traces: list[Trace], structure: str) -> tuple[float, float]:
+    """Median and worst |error| (%) of each trace predicted by a fit on the other folds (trace i in fold i mod FOLDS)."""
+    errors = []
+    for fold in range(FOLDS):
+        train = [t for i, t in enumerate(traces) if i % FOLDS != fold]
+        fit = fit_traces(train, structure)
+        for t in (t for i, t in enumerate(traces) if i % FOLDS == fold):
+            errors.append(abs(t.predict(fit.terms_for(t.figure)) / t.figure.value - 1) * 100)
+    return statistics.median(errors), max(errors)
+
+
+def select_structure(traces: list[Trace]) -> tuple[str, dict[str, tuple[float, float]]]:
+    """The structure with the lowest cross-validated median error on the fitted set (the held-out set unseen)."""
+    scores = {name: cross_validate(traces, name) for name in STRUCTURES}
+    return min(scores, key=lambda n: scores[n][0]), scores
+
+
+def terms_report(fit: Fit) -> str:
+    lines = [f"Fitted cost-model terms, structure {fit.structure!r} (for the profiles' [simulation] tables; "
+             f"the lead writes them in):"]
+    for key, terms in [("shared", fit.shared)] + sorted(fit.groups.items()):
+        text = ", ".join(f"{k} = {v:.4g}" for k, v in terms.items())
+        lines.append(f"  [{key}] {text}    # {fit.counts.get(key, fit.counts['*'])} fitted figures")
     return "\n".join(lines)
-
-
-def apply_to_all(models: dict[str, CostModel], figures) -> dict[str, CostModel]:
-    """Every figure's profile mapped to its model (profiles without their own take the shared one)."""
-    return {f.profile: models.get(f.profile, models["*"]) for f in figures}
-
-

@@ -131,18 +131,18 @@ def summary_lines(results: list[Result], label: str) -> list[str]:
     return lines
 
 
-def run_all(cost_models: dict[str, CostModel] | None = None) -> list[Result]:
-    """Every figure simulated; cost_models maps a profile key to the terms to price it with (None: the profile's)."""
-    out = []
-    for fig in FIGURES:
-        model = (cost_models or {}).get(fig.profile)
-        out.append(simulate(fig, model))
-    return out
+def run_all(model_for=None) -> list[Result]:
+    """Every figure simulated; model_for(fig) gives the terms to price it with (None: the profile's own)."""
+    return [simulate(fig, model_for(fig) if model_for else None) for fig in FIGURES]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the cost-model terms on the fitted set, then rerun")
+    # "precision" is what `--structure select` chose (5-fold cross-validation on the fitted set: shared 10.5%,
+    # gpu 10.0%, precision 10.0% median out-of-fold error); select reruns that choice (about 2 more minutes)
+    parser.add_argument("--structure", default="precision", choices=("select", "shared", "gpu", "precision"),
+                        help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
     args = parser.parse_args()
     before = run_all()
@@ -155,11 +155,18 @@ def main() -> int:
         print(table(before, markdown=True))
     if not args.fit:
         return 0
-    from bench.fit_published import fit_terms, terms_report
-    fitted_models = fit_terms([f for f in FIGURES if not is_held_out(f)], simulate)
-    after = run_all(fitted_models)
+    from bench.fit_published import fit_traces, record_all, select_structure, terms_report
+    traces = record_all([f for f in FIGURES if not is_held_out(f)], simulate)
+    structure = args.structure
+    if structure == "select":
+        structure, scores = select_structure(traces)
+        print("\nfit structures, 5-fold cross-validated on the fitted set only (median, worst |error|):")
+        for name, (median, worst) in scores.items():
+            print(f"  {name}: {median:.1f}%, {worst:.1f}%" + ("   <- chosen" if name == structure else ""))
+    fit = fit_traces(traces, structure)
+    after = run_all(fit.model_for)
     print()
-    print(terms_report(fitted_models))
+    print(terms_report(fit))
     print(table(after))
     print("\n".join(summary_lines(after, "fitted terms")))
     if args.markdown:
