@@ -50,20 +50,23 @@ def chosen_index(rows: list[dict]) -> int | None:
 
 
 def draw_plan(item, rows: list[dict]) -> None:
-    """Scatter, front and annotation into a pyqtgraph PlotItem (cleared first). The x axis is in
-    log mode: data go in as dollars, positions of items (the label) as log10 of them."""
+    """Scatter, front and annotation into a pyqtgraph PlotItem (cleared first). In log mode the data
+    go in as dollars and positions of items (the label) as log10 of them."""
     import pyqtgraph as pg
     item.clear()
-    item.setLabel("bottom", "cost, $ per million tokens (input + output, log scale)")
     item.setLabel("left", "goodput, requests/s meeting both SLOs")
     item.getAxis("bottom").enableAutoSIPrefix(False)
     item.getAxis("left").enableAutoSIPrefix(False)
     item.showGrid(x=True, y=True, alpha=0.25)
-    item.setLogMode(x=True, y=False)
     if item.legend is None:
         item.addLegend(offset=(-10, -10))   # bottom right: the cheap, low-goodput corner is usually empty there
     points = [(number(r, "usd_per_m_tokens"), number(r, "goodput_rps"), r) for r in rows]
     points = [(x, y, r) for x, y, r in points if x > 0 and math.isfinite(x) and math.isfinite(y)]
+    costs = [x for x, _, _ in points]
+    log = bool(costs) and max(costs) > 4 * min(costs)   # a log axis only where the costs span a wide range
+    item.setLogMode(x=log, y=False)
+    item.setLabel("bottom", "cost, $ per million tokens (input + output" + (", log scale)" if log else ")"))
+    at = math.log10 if log else (lambda v: v)   # an item's position is in the view's (log) coordinates
     for meets, colour, name in ((False, GREY, "misses the SLOs"), (True, BLUE, "meets the SLOs")):
         sel = [(x, y) for x, y, r in points if flag(r, "meets_slo") == meets]
         if sel:
@@ -84,16 +87,16 @@ def draw_plan(item, rows: list[dict]) -> None:
               name="chosen: cheapest that meets the SLOs")
     text = (f"chosen: {describe(r)}\n${x:.3f} per 1M tokens, goodput {y:.2f} req/s\n"
             f"TTFT p90 {number(r, 'ttft_p90_ms'):,.0f} ms, TPOT p90 {number(r, 'tpot_p90_ms'):.1f} ms")
-    logs = [math.log10(p[0]) for p in points]
+    logs = [at(p[0]) for p in points]
     ys = [p[1] for p in points]
     middle_x = (min(logs) + max(logs)) / 2
     middle_y = (min(ys) + max(ys)) / 2
     # the label leans toward the middle of the plot, so it stays inside it
     # (anchor (0, 0) puts the text's top-left corner at the point; a small margin keeps the star visible)
-    anchor = (-0.03 if math.log10(x) <= middle_x else 1.03, -0.25 if y >= middle_y else 1.25)
+    anchor = (-0.03 if at(x) <= middle_x else 1.03, -0.25 if y >= middle_y else 1.25)
     label = pg.TextItem(text, color=RED, anchor=anchor)   # (a fill is drawn misplaced by the PNG exporter)
     item.addItem(label)
-    label.setPos(math.log10(x), y)
+    label.setPos(at(x), y)
 
 
 def flag(row: dict, key: str) -> bool:
