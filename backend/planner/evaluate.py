@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from backend.errors import InputError
@@ -37,18 +37,45 @@ class Problem:
     seed: int = 0
 
     def workload(self) -> WorkloadSpec:
+        """Poisson arrivals at the rate, or the trace's rows (its times and lengths, its first
+        num_requests rows) replayed."""
         spec = WorkloadSpec(name="plan", num_requests=self.num_requests, arrival="poisson", rate=self.rate,
                             prompt_len=self.prompt_len, output_len=self.output_len, seed=self.seed)
         if self.trace is not None:
-            if "trace" not in {f.name for f in fields(WorkloadSpec)}:
-                raise InputError("--trace: this build's workloads cannot replay a trace yet")
-            spec = replace(spec, trace=self.trace)
+            from backend.workload.spec import apply_overrides
+            spec = apply_overrides(spec, trace=self.trace, num_requests=self.num_requests)
         return spec
 
     def max_len(self) -> int:
         """The longest prompt + output a request can have (sizes the KV check)."""
         from backend.targets.local import longest_sequence
         return longest_sequence(self.workload())
+
+    def traffic(self) -> tuple[float, float, float]:
+        """(arrivals per second, mean prompt tokens, mean output tokens) the screen estimates with."""
+        if self.trace is None:
+            return self.rate, _mean(self.prompt_len), _mean(self.output_len)
+        return _trace_traffic(self.trace, self.num_requests)
+
+
+@lru_cache(maxsize=4)
+def _trace_traffic(trace: str, num_requests: int) -> tuple[float, float, float]:
+    from backend.workload.spec import apply_overrides
+    from backend.workload.trace_spec import trace_rows
+    base = WorkloadSpec(name="plan", num_requests=num_requests, arrival="poisson", rate=1.0)
+    spec = apply_overrides(base, trace=trace, num_requests=num_requests)
+    rows = trace_rows(spec)
+    span_s = (rows[-1].arrival_ms - rows[0].arrival_ms) / 1000 if len(rows) > 1 else 0.0
+    rate = (len(rows) - 1) / span_s if span_s > 0 else float(len(rows))
+    return rate, sum(r.prompt_len for r in rows) / len(rows), sum(r.output_len for r in rows) / len(rows)
+
+
+def _mean(dist: LengthDist) -> float:
+    if dist.kind == "fixed":
+        return dist.value
+    if dist.kind == "uniform":
+        return (dist.low + dist.high) / 2
+    return dist.mean
 
 
 @dataclass(slots=True)

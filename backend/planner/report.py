@@ -70,8 +70,12 @@ def text(result: PlanResult, top: int = 5) -> str:
     errors = sum(1 for o in result.outcomes if o.error)
     meets = sum(1 for o in result.outcomes if o.meets)
     pruned = ", ".join(f"{n} {why}" for why, n in sorted(result.pruned.items(), key=lambda kv: -kv[1])) or "none"
-    arrivals = f"trace {p.trace}" if p.trace else f"Poisson {p.rate:g} req/s, prompts {p.prompt_len.describe()}, " \
-                                                  f"outputs {p.output_len.describe()} tokens"
+    if p.trace:
+        rate, prompt, output = p.traffic()
+        arrivals = (f"trace {p.trace} replayed ({rate:.2f} req/s, mean prompt {prompt:,.0f}, "
+                    f"mean output {output:,.0f} tokens)")
+    else:
+        arrivals = f"Poisson {p.rate:g} req/s, prompts {p.prompt_len.describe()}, outputs {p.output_len.describe()} tokens"
     lines = [f"plan    {p.model}: SLOs TTFT <= {p.slo_ttft_ms:g} ms and TPOT <= {p.slo_tpot_ms:g} ms for "
              f"{p.attainment:.0%} of requests; {arrivals}; {p.num_requests} requests simulated per candidate",
              f"search  {result.num_enumerated} candidates, {sum(result.pruned.values())} pruned before simulating "

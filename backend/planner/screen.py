@@ -39,14 +39,14 @@ def _split(seconds: float, tp: int) -> float:
 
 def estimate(candidate: Candidate, problem) -> dict[str, float]:
     """{'ttft_ms', 'tpot_ms', 'load'} estimated; 'load' >= 1 (or inf figures) means it cannot keep up."""
-    prompt = max(1, round(_mean(problem.prompt_len)))
-    output = max(1, round(_mean(problem.output_len)))
+    rate, mean_prompt, mean_output = problem.traffic()
+    prompt, output = max(1, round(mean_prompt)), max(1, round(mean_output))
     context = prompt + output // 2
     c = candidate
     disaggregated = c.policy == "disaggregated"
     engines_p = c.prefill_workers if disaggregated else c.dp
     engines_d = c.decode_workers if disaggregated else c.dp
-    lam_p, lam_d = problem.rate / engines_p, problem.rate / engines_d
+    lam_p, lam_d = rate / engines_p, rate / engines_d
     prefill, _ = _prices(c.gpu, c.precision, problem.model, prompt, context, 1)
     prefill = _split(prefill, c.tp) / c.pp   # seconds of an engine's time per prompt (pp: stages overlap)
     rho_p = lam_p * prefill
@@ -77,10 +77,3 @@ def score(estimate_: dict[str, float], problem) -> float:
                estimate_["load"] / 0.95)
     return 0.0 if over <= 1 else over - 1
 
-
-def _mean(dist) -> float:
-    if dist.kind == "fixed":
-        return dist.value
-    if dist.kind == "uniform":
-        return (dist.low + dist.high) / 2
-    return dist.mean

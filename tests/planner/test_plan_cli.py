@@ -29,3 +29,12 @@ def test_a_tiny_plan_prints_and_writes(tmp_path, capsys):
     assert "30 requests simulated per candidate" in out and "Pareto front" in out
     assert (tmp_path / "plan.csv").is_file() and (tmp_path / "pareto.csv").is_file()
     assert (tmp_path / "plan.png").is_file() or "plot    skipped:" in out
+
+
+def test_a_trace_replaces_the_poisson_arrivals(capsys):
+    args = ["plan", "--model", "llama-8b", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50",
+            "--trace", "profiles/workloads/traces/azure-conv-200.csv", "--requests", "20", "--gpus", "h100-sxm",
+            "--max-gpus", "1", "--precisions", "fp8", "--policies", "chunked", "--max-batches", "32", "--workers", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "trace profiles/workloads/traces/azure-conv-200.csv replayed (" in out and "1 simulated" in out
