@@ -62,8 +62,9 @@ class Figure:
 TRT_09 = Source(
     title="Performance of TensorRT-LLM (performance overview), data 'generated using version 0.9.0'",
     publisher="NVIDIA, github.com/NVIDIA/TensorRT-LLM",
-    url_or_file="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.9.0 text); "
-                "https://nvidia.github.io/TensorRT-LLM/performance/perf-overview.html",
+    url_or_file="NVIDIA/TensorRT-LLM, the performance page of the docs (docs/source/performance.md, later "
+                "docs/source/performance/perf-overview.md), the version whose tables say 'All data was generated "
+                "using version 0.9.0'; published at https://nvidia.github.io/TensorRT-LLM/",
     date="2024-04 (release 0.9.0, docs PR #1461 'Update documents for release 0.9')",
     engine="TensorRT-LLM 0.9.0, gptSessionBenchmark (static batching: the whole batch prefilled, then decoded together)",
     method="gptSessionBenchmark --warm_up 1 --num_runs 5 --duration 0 --batch_size B --input_output_len ISL,OSL; "
@@ -128,7 +129,8 @@ def _ttft(num, gpu, model, tp, isl, value):
 
 
 def _vllm(num, gpu, n, model, tp, value, build, label):
-    note = (f"the test's model is {label}; same shape as the key used. GPU column reads "
+    note = (f"the tests file names {label} (the page's description says llama-3.1 8B / llama-3 70B); the same "
+            f"shape either way. GPU column reads "
             + ("'8xH100' (an 8-GPU H100 node; SXM assumed)" if gpu == "h100-sxm" else
                "'H200'" if gpu == "h200-sxm" else "'A100-SXM4-80GB'"))
     return Figure(f"F{num:02d}", VLLM_CI, gpu, n, model, "bfloat16", "auto", tp, 1, "batch", 32, 128, 8, 0, 8,
