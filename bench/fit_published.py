@@ -16,7 +16,7 @@ change, and the reported errors always come from the full simulator afterwards.
 The loss is the median absolute log error plus a quarter of the mean, minimized by Nelder-Mead in a
 space that keeps the terms physical (efficiencies in [0.2, 0.95], overheads >= 0 and bounded).
 First one set of terms shared by every figure; then, for each group of a structure (one per GPU
-profile, or one per precision: fp8 against 16-bit) with at least MIN_PER_PROFILE fitted figures,
+profile, or one per precision: fp8 against 16-bit) with at least MIN_PER_GROUP fitted figures,
 its own efficiencies (mfu, afu, mbu) over the shared overheads. `select_structure` picks the
 structure by 5-fold cross-validation on the fitted set alone: the held-out set plays no part.
 """
@@ -36,7 +36,7 @@ from backend.roofline.step_time import CostModel
 EFFICIENCY = ("mfu", "afu", "mbu")
 BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.2, 0.95), "mbu": (0.2, 0.95), "step_ms": (0.0, 20.0),
           "token_ms": (0.0, 0.05), "request_ms": (0.0, 0.5), "layer_us": (0.0, 300.0)}
-MIN_PER_PROFILE = 6
+MIN_PER_GROUP = 6
 HUGE = 1e30
 
 
@@ -226,7 +226,7 @@ def fit_traces(traces: list[Trace], structure: str) -> Fit:
     key_of = STRUCTURES[structure]
     for key in sorted({key_of(t.figure) for t in traces}):
         own = [t for t in traces if key_of(t.figure) == key]
-        if len(own) >= MIN_PER_PROFILE:
+        if len(own) >= MIN_PER_GROUP:
             fit.groups[key] = fit_over(own, fit.shared, EFFICIENCY)
             fit.counts[key] = len(own)
     return fit
