@@ -68,11 +68,11 @@ def test_the_form_builds_the_clis_precision_sweep_and_refuses_bad_precisions(win
     assert window.controls.dtype_combo.isEnabled()
     window.controls.form.set_kind("sweep-precision")
 
-    f["dtypes"].setText("float32,fp8")
-    assert f["dtypes"].error.startswith("precisions takes comma-separated precisions") and "fp8" in f["dtypes"].error
+    f["dtypes"].setText("float32,fp6")   # (fp8 is a precision now: the simulator's E4M3)
+    assert f["dtypes"].error.startswith("precisions takes comma-separated precisions") and "fp6" in f["dtypes"].error
     assert f["dtypes"].error_label.isVisibleTo(window)
     assert not window.controls.run_button.isEnabled()
-    assert "fp8" in window.controls.problem_label.text()
+    assert "fp6" in window.controls.problem_label.text()
     f["dtypes"].setText("auto")
     assert "auto" in f["dtypes"].error and "--dtypes" not in f["dtypes"].error   # the field's words, not the flag's
     f["dtypes"].setText(" , ")
