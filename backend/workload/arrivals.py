@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 from backend.workload.prompt_fit import PromptMaker
 from backend.workload.spec import WorkloadSpec
 from backend.workload.trace import TraceRow
-from backend.workload.trace_spec import trace_rows
+from backend.workload.trace import trace_rows
 
 # A closed loop's default ramp: this many ms per mean output token, a served model's typical time per
 # output token (an 8B model on one datacenter GPU: 7-15 ms; this tool's CPU engine: 25-65 ms).

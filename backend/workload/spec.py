@@ -9,6 +9,7 @@ the workload seed and the request index), so request i is the same whatever the 
 from __future__ import annotations
 
 import math
+import os
 import random
 import tomllib
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Callable
 
 import profiles as _shipped
 from backend.errors import InputError
+from backend.workload.checks import choice, fail, non_negative, positive, show, whole
 
 WORKLOAD_DIR: Path = _shipped.WORKLOADS   # profiles/workloads, found through the `profiles` package
 ARRIVALS = ("burst", "constant", "poisson", "gamma", "closed")
@@ -141,7 +143,7 @@ def workload_from_dict(data: dict, name: str = "custom", source: str = "workload
     """Validate TOML-shaped fields (as the window edits them); errors say `source: field 'key'`.
     A relative trace path is taken from the working folder."""
     if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a table of fields, got {_show(data)}")
+        raise InputError(f"{source}: expected a table of fields, got {show(data)}")
     return _spec_from_dict(data, name, lambda key: f"{source}: field '{key}'")
 
 
@@ -203,25 +205,24 @@ def _spec_from_dict(data: dict, name: str, label: Label, base: Path | None = Non
         return None if key not in data else check(data[key], label(key))
 
     if "trace" in data:
-        from backend.workload.trace_spec import trace_spec_from_dict
-        return trace_spec_from_dict(data, name, label, base)
-    if get("trace_speed", lambda v, w: _positive(v, w, MAX_TRACE_SPEED)) not in (None, 1.0):
+        return _trace_spec_from_dict(data, name, label, base)
+    if get("trace_speed", lambda v, w: positive(v, w, MAX_TRACE_SPEED)) not in (None, 1.0):
         raise InputError(f"{label('trace_speed')}: scales a trace's times; give a trace file too")
-    ramp_ms = get("ramp_ms", lambda v, w: _non_negative(v, w, MAX_WAIT_MS))
-    think_ms = get("think_ms", lambda v, w: _non_negative(v, w, MAX_WAIT_MS))
+    ramp_ms = get("ramp_ms", lambda v, w: non_negative(v, w, MAX_WAIT_MS))
+    think_ms = get("think_ms", lambda v, w: non_negative(v, w, MAX_WAIT_MS))
 
-    num_requests = get("num_requests", lambda v, w: _whole(v, w, 1, MAX_REQUESTS))
-    duration_s = get("duration_s", lambda v, w: _positive(v, w, MAX_DURATION_S))
+    num_requests = get("num_requests", lambda v, w: whole(v, w, 1, MAX_REQUESTS))
+    duration_s = get("duration_s", lambda v, w: positive(v, w, MAX_DURATION_S))
     if num_requests is None and duration_s is None:
         raise InputError(f"{label('num_requests')}: missing (give num_requests or duration_s)")
     if num_requests is not None and duration_s is not None:
         raise InputError(f"{label('duration_s')}: give either num_requests or duration_s, not both")
     if "arrival" not in data:
         raise InputError(f"{label('arrival')}: missing (one of {', '.join(ARRIVALS)})")
-    arrival = _choice(data["arrival"], label("arrival"), ARRIVALS)
-    rate = get("rate", lambda v, w: _positive(v, w, MAX_RATE))
-    burstiness = get("burstiness", lambda v, w: _positive(v, w, 1e3))
-    concurrency = get("concurrency", lambda v, w: _whole(v, w, 1, MAX_CONCURRENCY))
+    arrival = choice(data["arrival"], label("arrival"), ARRIVALS)
+    rate = get("rate", lambda v, w: positive(v, w, MAX_RATE))
+    burstiness = get("burstiness", lambda v, w: positive(v, w, 1e3))
+    concurrency = get("concurrency", lambda v, w: whole(v, w, 1, MAX_CONCURRENCY))
     if arrival in RATE_ARRIVALS and rate is None:
         raise InputError(f"{label('rate')}: missing; arrival '{arrival}' needs a rate (requests per second)")
     if arrival == "closed" and concurrency is None:
@@ -238,15 +239,15 @@ def _spec_from_dict(data: dict, name: str, label: Label, base: Path | None = Non
     for key in ("prompt_len", "output_len"):
         if key not in data:
             raise InputError(f"{label(key)}: missing (a token count N, \"A:B\" or a table)")
-    description = get("description", lambda v, w: v if isinstance(v, str) else _fail(w, "expected text", v))
+    description = get("description", lambda v, w: v if isinstance(v, str) else fail(w, "expected text", v))
     return WorkloadSpec(
         name=name, num_requests=num_requests, duration_s=duration_s, arrival=arrival, rate=rate,
         burstiness=1.0 if burstiness is None else burstiness, concurrency=concurrency,
         ramp_ms=ramp_ms if arrival == "closed" else None, think_ms=think_ms or 0.0,
         prompt_len=_length(data["prompt_len"], "prompt_len", label),
         output_len=_length(data["output_len"], "output_len", label),
-        prompt_source=get("prompt_source", lambda v, w: _choice(v, w, PROMPT_SOURCES)) or "synthetic",
-        seed=get("seed", lambda v, w: _whole(v, w, 0, 2**63 - 1)) or 0,
+        prompt_source=get("prompt_source", lambda v, w: choice(v, w, PROMPT_SOURCES)) or "synthetic",
+        seed=get("seed", lambda v, w: whole(v, w, 0, 2**63 - 1)) or 0,
         description=description or "",
     )
 
@@ -259,15 +260,15 @@ def _length(value: object, key: str, label: Label) -> LengthDist:
         except ValueError:
             numbers = []
         if len(numbers) not in (1, 2):
-            _fail(label(key), "expected a token count N or a range A:B", value)
+            fail(label(key), "expected a token count N or a range A:B", value)
         value = numbers[0] if len(numbers) == 1 else {"kind": "uniform", "low": numbers[0], "high": numbers[1]}
     if not isinstance(value, dict):
         if isinstance(value, bool) or not isinstance(value, int):
-            _fail(label(key), "expected a token count N, a range \"A:B\" or a table", value)
+            fail(label(key), "expected a token count N, a range \"A:B\" or a table", value)
         value = {"kind": "fixed", "value": value}
     if "kind" not in value:
         raise InputError(f"{label(key + '.kind')}: missing (one of {', '.join(LENGTH_KINDS)})")
-    kind = _choice(value["kind"], label(key + ".kind"), tuple(LENGTH_KINDS))
+    kind = choice(value["kind"], label(key + ".kind"), tuple(LENGTH_KINDS))
     wanted = LENGTH_KINDS[kind]
     for sub in value:
         if sub != "kind" and sub not in wanted:
@@ -278,54 +279,69 @@ def _length(value: object, key: str, label: Label) -> LengthDist:
     dist = LengthDist(kind)
     for sub in wanted:
         where = label(f"{key}.{sub}")
-        number = _positive(value[sub], where, MAX_TOKENS) if sub in ("mean", "std") else \
-            _whole(value[sub], where, 1, MAX_TOKENS)
+        number = positive(value[sub], where, MAX_TOKENS) if sub in ("mean", "std") else \
+            whole(value[sub], where, 1, MAX_TOKENS)
         setattr(dist, sub, number)
     if kind != "fixed" and dist.low > dist.high:
         raise InputError(f"{label(key)}: min {dist.low} > max {dist.high}")
     return dist
 
 
-def _whole(value: object, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        _fail(where, "expected a whole number", value)
-    if value < low:
-        _fail(where, f"must be at least {low}", value)
-    if value > high:
-        _fail(where, f"must be at most {high}", value)
-    return value
+def _trace_spec_from_dict(data: dict, name: str, label: Label, base: Path | None) -> WorkloadSpec:
+    """A workload that replays a trace file: the validation of its TOML-shaped fields.
+
+    With `trace = FILE` the file gives the arrivals (arrival "trace"), the count (all rows, or the first
+    num_requests, or those arriving within duration_s after scaling) and the lengths. The spec's
+    prompt_len and output_len become the range the replayed rows span and its rate their mean rate:
+    informative (the run's settings show them, and the cache slots are sized from them), the rows
+    themselves are what is sent. Keys of drawn workloads (rate, burstiness, concurrency, the lengths)
+    are ignored, so a preset with a trace on top stays valid; prompt_source and seed still choose how
+    the prompts are built.
+    """
+    from backend.workload.trace import replay_rows
+    def get(key: str, check):
+        return None if key not in data else check(data[key], label(key))
+
+    raw = data["trace"]
+    if not isinstance(raw, str) or not raw.strip():
+        fail(label("trace"), "expected the path of a trace file", raw)
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    path = Path(os.path.normpath(path))
+    speed = get("trace_speed", lambda v, w: positive(v, w, MAX_TRACE_SPEED)) or 1.0
+    arrival = data.get("arrival", TRACE_ARRIVAL)
+    if arrival != TRACE_ARRIVAL:
+        raise InputError(f"{label('arrival')}: a trace replays its own arrival times; with a trace file the "
+                         f"arrival is '{TRACE_ARRIVAL}', got {arrival!r}")
+    for key in ("ramp_ms", "think_ms"):
+        if get(key, lambda v, w: non_negative(v, w, 1e12)):
+            raise InputError(f"{label(key)}: is for a closed loop's users, not a trace's arrivals")
+    num_requests = get("num_requests", lambda v, w: whole(v, w, 1, MAX_REQUESTS))
+    duration_s = get("duration_s", lambda v, w: positive(v, w, MAX_DURATION_S))
+    if num_requests is not None and duration_s is not None:
+        raise InputError(f"{label('duration_s')}: give either num_requests or duration_s, not both")
+    prompt_source = get("prompt_source", lambda v, w: choice(v, w, PROMPT_SOURCES)) or "synthetic"
+    seed = get("seed", lambda v, w: whole(v, w, 0, 2**63 - 1)) or 0
+    description = get("description", lambda v, w: v if isinstance(v, str) else fail(w, "expected text", v))
+    try:
+        rows = replay_rows(path, speed, num_requests, duration_s)
+    except InputError as exc:
+        raise InputError(f"{label('trace')}: {exc}") from None
+    if num_requests is None and duration_s is None:
+        if len(rows) > MAX_REQUESTS:
+            raise InputError(f"{label('trace')}: {path} has {len(rows)} rows, more than the limit of "
+                             f"{MAX_REQUESTS}; replay the first ones with num_requests (--requests N)")
+        num_requests = len(rows)
+    span_s = rows[-1].arrival_ms / 1000.0
+    return WorkloadSpec(
+        name=name, num_requests=num_requests, duration_s=duration_s, arrival=TRACE_ARRIVAL,
+        rate=(len(rows) - 1) / span_s if span_s > 0 else None,
+        prompt_len=_span([r.prompt_len for r in rows]), output_len=_span([r.output_len for r in rows]),
+        prompt_source=prompt_source, seed=seed, description=description or "",
+        trace=str(path), trace_speed=speed)
 
 
-def _positive(value: object, where: str, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _fail(where, "expected a number", value)
-    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
-        _fail(where, "must be a number greater than 0", value)
-    if value > high:
-        _fail(where, f"must be at most {high:g}", value)
-    return float(value)
-
-
-def _non_negative(value: object, where: str, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _fail(where, "expected a number", value)
-    if (isinstance(value, float) and not math.isfinite(value)) or value < 0:
-        _fail(where, "must be a number, 0 or more", value)
-    if value > high:
-        _fail(where, f"must be at most {high:g}", value)
-    return float(value)
-
-
-def _choice(value: object, where: str, options: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in options:
-        _fail(where, f"expected one of {', '.join(options)}", value)
-    return value
-
-
-def _fail(where: str, what: str, value: object):
-    raise InputError(f"{where}: {what}, got {_show(value)}")
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+def _span(lengths: list[int]) -> LengthDist:
+    low, high = min(lengths), max(lengths)
+    return LengthDist("fixed", low) if low == high else LengthDist("uniform", low=low, high=high)

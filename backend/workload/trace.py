@@ -222,3 +222,9 @@ def _names(header: list[str]) -> str:
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 30 else text[:27] + "..."
+
+
+def trace_rows(spec) -> list[TraceRow]:
+    """The rows a trace WorkloadSpec replays, at its speed."""
+    return replay_rows(spec.trace, spec.trace_speed, spec.num_requests if spec.duration_s is None else None,
+                       spec.duration_s)
