@@ -39,7 +39,7 @@ class EngineConfig:
     prefill_workers: int = 1     # engine processes (simulated: devices) that run prompt chunks only
     decode_workers: int = 1      # engine processes (simulated: devices) that run decode steps only
     kv_transport: str = "auto"   # auto | shm | pipe: how the KV goes from a prefill to a decode process
-    kv_link: str | None = None   # simulated: a link of profiles/links/kv-links.toml (None: the profile's default)
+    kv_link: str | None = None   # simulated: a link of profiles/links/interconnects.toml (None: the profile's default)
     kv_link_gbs: float | None = None   # simulated: the link's bandwidth in GB/s (overrides the link's)
     kv_link_us: float | None = None    # simulated: the link's latency per hand-off in microseconds
 

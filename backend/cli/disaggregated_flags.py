@@ -6,7 +6,7 @@ from backend.cli.flags import number, positive_int
 
 def add_link_flags(p) -> None:
     p.add_argument("--kv-link", help="simulated: the KV link between prefill and decode devices, a name of "
-                   "profiles/links/kv-links.toml (default: the profile's own, e.g. nvlink4 for h100-sxm)")
+                   "profiles/links/interconnects.toml (default: the profile's own, e.g. nvlink4 for h100-sxm)")
     p.add_argument("--kv-link-gbs", type=number, help="simulated: the KV link's bandwidth in GB/s (overrides the link's)")
     p.add_argument("--kv-link-us", type=number, help="simulated: the KV link's latency per hand-off in microseconds")
 
@@ -19,6 +19,10 @@ def add_disaggregated_flags(p) -> None:
     p.add_argument("--kv-transport", default="auto", choices=("auto", "shm", "pipe"),
                    help="disaggregated: how a prompt's KV goes from a prefill to a decode process (auto: shared "
                         "memory where the system has it, measured the faster here)")
+    p.add_argument("--prefill-tp", type=positive_int, help="simulated disaggregated: each prefill device group's "
+                   "tensor parallelism (default: --tp)")
+    p.add_argument("--decode-tp", type=positive_int, help="simulated disaggregated: each decode device group's "
+                   "tensor parallelism (default: --tp)")
     add_link_flags(p)
 
 

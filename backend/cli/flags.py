@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from backend.config import ModelChoice, RunConfig, SamplingConfig
+from backend.errors import InputError
+from backend.config import ROUTERS, Deployment, ModelChoice, RunConfig, SamplingConfig
 from backend.kernels.matmath import MIN_ROWS, MODES
 
 
@@ -36,7 +37,8 @@ def model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | mps")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | "
                    "q4_k | q5_k | q6_k | f16 | bf16w | int8 (auto: float32 on the CPU, or each tensor of a GGUF in "
-                   "its own format: Q8_0, Q4_K, Q6_K, F16, ...; bfloat16 on CUDA)")
+                   "its own format: Q8_0, Q4_K, Q6_K, F16, ...; bfloat16 on CUDA); with --simulate also fp8 (E4M3 "
+                   "weights and activations at the FP8 tensor peak), nvfp4 and mxfp4 (Blackwell's FP4 peak)")
     rows = min(MIN_ROWS.values())
     p.add_argument("--prefill-math", default="auto", choices=MODES,
                    help=f"the CPU kernels' arithmetic for products of {rows}+ rows (prefill, mixed steps, decode "
@@ -64,11 +66,43 @@ def threads_flag(p: argparse.ArgumentParser) -> None:
 def simulate_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulate", action="store_true",
                    help="no model: the real scheduler and workload, each step's time priced on --profile by a cost "
-                        "model, on a virtual clock (--model must be a known shape, e.g. llama-8b)")
+                        "model, on a virtual clock (--model: a known shape such as llama-8b, a shipped config such as "
+                        "llama-3.1-70b or deepseek-v3, or a config.json)")
+    deployment_flags(p)
+
+
+def deployment_flags(p: argparse.ArgumentParser) -> None:
+    """How a simulated model is spread over devices (backend/roofline/parallel.py)."""
+    g = p.add_argument_group("simulated deployment (with --simulate)")
+    g.add_argument("--tp", type=positive_int, default=1, help="tensor parallel: every matrix split over N devices, "
+                   "two all-reduces a layer on the link")
+    g.add_argument("--pp", type=positive_int, default=1, help="pipeline parallel: the layers in N stages, the step's "
+                   "requests as microbatches")
+    g.add_argument("--dp", type=positive_int, default=1, help="data parallel: N replicas behind --router (load only)")
+    g.add_argument("--ep", type=positive_int, default=1, help="expert parallel (MoE): the experts over N of the --tp "
+                   "devices, all-to-all dispatch and combine on the link")
+    g.add_argument("--router", default=Deployment().router, choices=ROUTERS, help="how --dp replicas share arrivals")
+    g.add_argument("--link", help="the link between a replica's devices (profiles/links/interconnects.toml; default: "
+                   "the profile's, e.g. nvlink4 for h100-sxm)")
+    g.add_argument("--kv-dtype", default="auto", help="the KV cache's dtype: auto (the activations') | fp8 | bfloat16 | "
+                   "float16 | float32")
+
+
+def deployment_of(args) -> Deployment:
+    """The Deployment the flags describe (defaults where a sub-command has none of them)."""
+    get = lambda name, default: getattr(args, name, None) or default   # noqa: E731
+    return Deployment(tp=get("tp", 1), pp=get("pp", 1), dp=get("dp", 1), ep=get("ep", 1),
+                      router=get("router", Deployment().router), link=getattr(args, "link", None),
+                      kv_dtype=get("kv_dtype", "auto"), prefill_tp=getattr(args, "prefill_tp", None),
+                      decode_tp=getattr(args, "decode_tp", None))
 
 
 def common_config(args, mode: str) -> RunConfig:
+    deployment = deployment_of(args)
+    if deployment != Deployment() and not getattr(args, "simulate", False):
+        raise InputError("--tp, --pp, --dp, --ep, --router, --link, --kv-dtype, --prefill-tp and --decode-tp describe "
+                         "a simulated deployment: add --simulate --profile NAME")
     return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype, args.prefill_math),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
                      profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats,
-                     simulate=getattr(args, "simulate", False))
+                     simulate=getattr(args, "simulate", False), deployment=deployment)

@@ -210,14 +210,21 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
 
 
 # the cost model's terms a [simulation] table may hold (backend.roofline.step_time.CostModel)
-SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms")
+SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms", "layer_us")
 MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned kernels can beat
 
 
 def _check_simulation(path: Path, table: dict) -> None:
-    """A [simulation] table: efficiencies in (0, MAX_EFFICIENCY], overheads >= 0 ms, a source and a fitted flag."""
+    """A [simulation] table: efficiencies in (0, MAX_EFFICIENCY], overheads >= 0 ms, a source and a fitted flag;
+    and per precision key a sub-table of the same ([simulation.fp8]: the terms an fp8 run takes over the rest)."""
     for key, value in table.items():
         where = f"profile {path}: field 'simulation.{key}'"
+        if key in DTYPE_KEYS and isinstance(value, dict):
+            for sub, v in value.items():
+                if sub in DTYPE_KEYS:
+                    raise InputError(f"{where}.{sub}: precision tables do not nest")
+            _check_simulation(path, value)
+            continue
         if key == "source":
             _text(path, f"simulation.{key}", value, allow_empty=True)
         elif key == "fitted":
@@ -227,9 +234,9 @@ def _check_simulation(path: Path, table: dict) -> None:
             raise InputError(f"{where} is not a cost model term (known: {', '.join(SIMULATION_TERMS)})")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise InputError(f"{where} must be a number, got {value!r}")
-        elif key.endswith("_ms") and value < 0:
+        elif key.endswith(("_ms", "_us")) and value < 0:
             raise InputError(f"{where} is milliseconds and must not be negative, got {value!r}")
-        elif not key.endswith("_ms") and not 0 < value <= MAX_EFFICIENCY:
+        elif not key.endswith(("_ms", "_us")) and not 0 < value <= MAX_EFFICIENCY:
             raise InputError(f"{where} is a fraction of the peak and must be in (0, {MAX_EFFICIENCY:g}], got {value!r}")
 
 
@@ -342,8 +349,13 @@ def profile_to_toml(profile: GpuProfile) -> str:
         lines += [f"{key} = {float(value)!r}" for key, value in profile.kernels_tflops.items()]
     if profile.simulation:
         lines += ["", "[simulation]"]
+        tables = {k: v for k, v in profile.simulation.items() if isinstance(v, dict)}
         for key, value in profile.simulation.items():
-            lines.append(f"{key} = {_toml_value(value)}")
+            if key not in tables:
+                lines.append(f"{key} = {_toml_value(value)}")
+        for key, table in tables.items():
+            lines += ["", f"[simulation.{key}]"]
+            lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,14 @@ fractions of a profile's peaks, plus the host's fixed costs.
 
     seconds = max(matmul FLOPs / (peak x mfu) + attention FLOPs / (peak x afu),
                   bytes / (bandwidth x mbu))
-              + (step_ms + token_ms x tokens + request_ms x requests) / 1000
+              + (step_ms + token_ms x tokens + request_ms x requests) / 1000 + layer_us x layers / 1e6
+
+The layer term is the fixed cost each layer adds to a step whatever its size (its kernels' launch
+and tail latencies): what keeps a small model's decode step far above its weight-read time on a
+big GPU (a 1B model's 2.5 GB read in 0.75 ms on an H100, its step several times that in engines).
+A profile's [simulation] table may hold, per precision key, a sub-table of terms that precision
+takes over the rest ([simulation.fp8]: FP8 GEMMs reach another fraction of their peak).
+Tensor, pipeline and expert parallelism are priced around this (backend/roofline/parallel.py).
 
 Each product's peak is its unit's (backend/roofline/roofs.py: a CPU's bf16 roof for the products
 its bfloat16 path runs, given the run's math). The compute and the memory traffic overlap (the
@@ -52,14 +59,22 @@ class CostModel:
     step_ms: float = 0.2           # per step: kernel launches, scheduling, the host's bookkeeping
     token_ms: float = 0.0005       # per token processed: input preparation, embedding gather
     request_ms: float = 0.005      # per request in the step: sampling, detokenizing, its metadata
+    layer_us: float = 0.0          # per layer per step: its kernels' launch and tail latencies
     source: str = field(default=GPU_SOURCE, compare=False)   # where the terms come from
 
     @classmethod
-    def for_profile(cls, profile: GpuProfile) -> CostModel:
-        """The profile's own terms (fitted or written by hand), else the placeholders for its kind."""
+    def for_profile(cls, profile: GpuProfile, prec: Precision | None = None) -> CostModel:
+        """The profile's own terms (fitted or written by hand; a precision's sub-table over the rest), else
+        the placeholders for its kind."""
         if profile.simulation:
-            terms = dict(profile.simulation)
-            return cls.from_terms(terms, terms.pop("source", "") or f"the [simulation] table of profile {profile.key}")
+            terms = {k: v for k, v in profile.simulation.items() if not isinstance(v, dict)}
+            own = profile.simulation.get(prec.compute) if prec is not None else None
+            source = terms.pop("source", "") or f"the [simulation] table of profile {profile.key}"
+            if isinstance(own, dict):
+                own = dict(own)
+                source = own.pop("source", "") or f"{source}; its [simulation.{prec.compute}] table"
+                terms.update(own)
+            return cls.from_terms(terms, source)
         if is_cpu_profile(profile):
             return cls(mfu=0.4, afu=0.2, mbu=0.6, step_ms=1.0, token_ms=0.002, request_ms=0.02, source=CPU_SOURCE)
         return cls()
@@ -87,10 +102,11 @@ class CostModel:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_EFFICIENCY:
                 raise InputError(f"cost model {name} must be a fraction of the peak in (0, {MAX_EFFICIENCY:g}], "
                                  f"got {value!r}")
-        for name in ("step_ms", "token_ms", "request_ms"):
+        for name in ("step_ms", "token_ms", "request_ms", "layer_us"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InputError(f"cost model {name} must be a number of milliseconds >= 0, got {value!r}")
+                unit = "microseconds" if name.endswith("_us") else "milliseconds"
+                raise InputError(f"cost model {name} must be a number of {unit} >= 0, got {value!r}")
 
     def cost_seconds(self, cost: StepCost, profile: GpuProfile, prec: Precision, math: MatMath | None = None) -> float:
         """The roofline part of a step's time: the slower of its compute (each product at its unit's
@@ -102,18 +118,22 @@ class CostModel:
     def overhead_seconds(self, tokens: int, requests: int) -> float:
         return (self.step_ms + self.token_ms * tokens + self.request_ms * requests) / 1000.0
 
+    def layer_seconds(self, layers: int) -> float:
+        return self.layer_us * layers / 1e6
+
     def step_seconds(self, shape, prec: Precision, profile: GpuProfile, new_tokens: list[int],
                      contexts: list[int], logit_rows: int | None = None, math: MatMath | None = None) -> float:
         """The price of one step: request i computes new_tokens[i] tokens attending to contexts[i]."""
         cost = step_cost(shape, prec, new_tokens, contexts, logit_rows)
-        return self.cost_seconds(cost, profile, prec, math) + self.overhead_seconds(sum(new_tokens), len(new_tokens))
+        return (self.cost_seconds(cost, profile, prec, math) + self.overhead_seconds(sum(new_tokens), len(new_tokens))
+                + self.layer_seconds(shape.num_layers))
 
     def record_seconds(self, shape, prec: Precision, profile: GpuProfile, step, math: MatMath | None = None) -> float:
         """The price of a recorded step (a StepRecord, or anything with its totals): what the
         simulator would have charged for it. Exact for decode steps and for equal prompts;
         unequal requests in one step are priced as if they shared its tokens and context evenly."""
         return self.cost_seconds(record_cost(shape, prec, step), profile, prec, math) + \
-            self.overhead_seconds(step.num_tokens, step.num_requests)
+            self.overhead_seconds(step.num_tokens, step.num_requests) + self.layer_seconds(shape.num_layers)
 
 
 def record_cost(shape, prec: Precision, step) -> StepCost:

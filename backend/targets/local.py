@@ -99,16 +99,21 @@ def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
 
 
 def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], dict],
-          priced_on=None) -> RunFinished:
+          priced_on=None, costs: Callable[[dict], tuple[dict, dict]] | None = None) -> RunFinished:
     """Run the engine loop over the source to the end, every record batch into the recorder; then
     the run's files (info() is asked after the run). The local and the simulated targets both end
     this way. With a profile that has a price (`priced_on`, the device the steps ran or were priced
-    on) the summary gains the cost per million tokens."""
+    on) the summary gains the cost per million tokens; `costs(summary)` gives (figures, run.json
+    entries) instead where the price is a deployment's (the simulator's many devices)."""
     from backend.results.cost import cost_figures
     result = engine.run(source, recorder.emit, should_stop)
     summary = recorder.summary()
     run_info_ = info()
-    if priced_on is not None and priced_on.price_per_hour is not None:
+    if costs is not None:
+        figures, entries = costs(summary)
+        summary.update(figures)
+        run_info_.update(entries)
+    elif priced_on is not None and priced_on.price_per_hour is not None:
         summary.update(cost_figures(summary, priced_on.price_per_hour))
         run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
     return recorder.finish(run_info_, result.stopped, result.error, summary)

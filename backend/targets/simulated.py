@@ -9,6 +9,10 @@ every sampled token is one fixed id, so a request ends only at its output length
 The virtual clock starts at 0; the runner advances it by each step's price and the engine's idle
 `sleep` advances it to the next arrival, so 1,000 requests of a GPU's workload run in seconds of
 this machine's time while every time in the records is the simulated device's.
+
+config.deployment spreads the model over devices (backend/roofline/parallel.py prices a replica of
+tp x pp devices; `dp` replicas run behind a router, backend/targets/replicas.py); run.json records the
+layout, and the memory check is each device's.
 """
 from __future__ import annotations
 
@@ -16,11 +20,13 @@ import time
 from dataclasses import asdict, replace
 from typing import Callable
 
-from backend.config import RunConfig
+from backend.config import Deployment, RunConfig
 from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
-from backend.precision import Precision, canonical, precision
+from backend.precision import GPU_FORMATS, Precision, canonical, precision
+from backend.roofline import parallel
 from backend.roofline.cost import linear_params_per_layer
+from backend.roofline.parallel import Layout, StepPricer
 from backend.roofline.profiles import GpuProfile, find_profile
 from backend.roofline.step_time import CostModel, is_cpu_profile
 
@@ -46,65 +52,125 @@ class SimRunner:
     """The runner's contract (`run(out) -> {request_id: token}`) without a model: prices the step,
     advances the clock by the price, and samples SIM_TOKEN wherever the real runner would sample."""
 
-    def __init__(self, shape, prec: Precision, profile: GpuProfile, cost_model: CostModel, clock: VirtualClock):
+    def __init__(self, shape, prec: Precision, profile: GpuProfile, cost_model: CostModel, clock: VirtualClock,
+                 layout: Layout | None = None):
         self.shape, self.precision, self.profile = shape, prec, profile
         self.cost_model, self.clock = cost_model, clock
+        self.pricer = StepPricer(shape, prec, profile, cost_model, layout)
 
     def price(self, out) -> float:
-        """Seconds the scheduler output `out` takes on the profile (before update() moves it on)."""
+        """Seconds the scheduler output `out` takes on the replica (before update() moves it on)."""
         new_tokens = [c.num_tokens for c in out.prefill] + [1] * len(out.decode)
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
         contexts += [r.num_computed + 1 for r in out.decode]
-        rows = sum(1 for c in out.prefill if c.samples) + len(out.decode)   # an intermediate chunk needs no logits
-        return self.cost_model.step_seconds(self.shape, self.precision, self.profile, new_tokens, contexts, rows)
+        logits = [c.samples for c in out.prefill] + [True] * len(out.decode)   # an intermediate chunk needs none
+        return self.pricer.seconds(new_tokens, contexts, logits)
+
+    def sample(self, out) -> dict[int, int]:
+        samplers = [c.request.request_id for c in out.prefill if c.samples] + [r.request_id for r in out.decode]
+        return dict.fromkeys(samplers, SIM_TOKEN)
 
     def run(self, out) -> dict[int, int]:
         seconds = self.price(out)
-        samplers = [c.request.request_id for c in out.prefill if c.samples] + [r.request_id for r in out.decode]
         self.clock.advance(seconds)
-        return dict.fromkeys(samplers, SIM_TOKEN)
+        return self.sample(out)
 
     def warmup(self) -> None:
         """Nothing to warm: kept so the runner's contract is whole."""
 
 
 def resolve_model(name: str):
-    """The shape of a known model name or of a config.json; one line refusing anything else (no
-    weights are read)."""
-    from backend.loaders.weights import config_shape
+    """The shape of a known model name, a shipped config (profiles/models/) or a config.json; one line
+    refusing anything else (no weights are read)."""
     from backend.models.shapes import SHAPES
-    found = config_shape(name.lower() if name.lower() in SHAPES else name)
+    if name.lower() in SHAPES:
+        return SHAPES[name.lower()]
+    try:
+        from backend.roofline.model_configs import SHIPPED_CONFIGS, sim_shape
+    except ImportError:   # noqa: the shipped configs' module is optional to this function
+        SHIPPED_CONFIGS, sim_shape = {}, None
+    if sim_shape is not None and (name.lower() in SHIPPED_CONFIGS or name.lower().endswith(".json")
+                                  or _holds_config(name)):
+        return sim_shape(name)
+    from backend.loaders.weights import config_shape
+    found = config_shape(name)
     if found is None:
-        raise InputError(f"--simulate needs a known model shape ({', '.join(SHAPES)}) or a config.json, not "
+        known = ", ".join([*SHAPES, *SHIPPED_CONFIGS])
+        raise InputError(f"--simulate needs a known model shape ({known}) or a config.json, not "
                          f"{name!r}: the simulator reads no weights")
     return found[0]
 
 
-def resolve_precision(dtype: str, profile: GpuProfile) -> Precision:
-    """auto: bfloat16 on a GPU profile (float16 on one without a bf16 peak, as a T4), float32 on a CPU one."""
+def _holds_config(name: str) -> bool:
+    from pathlib import Path
+    return (Path(name).expanduser() / "config.json").is_file()
+
+
+def resolve_precision(dtype: str, profile: GpuProfile, kv_dtype: str = "auto") -> Precision:
+    """auto: bfloat16 on a GPU profile (float16 on one without a bf16 peak, as a T4), float32 on a CPU one.
+
+    On a GPU profile int8 and the GGUF block formats run weight-only: their weights' bytes, the
+    products in the activations' bfloat16 (float16) at its peak. fp8, nvfp4 and mxfp4 need the
+    profile's FP8 or FP4 tensor peak; a CPU profile prices only what this engine's kernels run."""
     name = canonical(dtype)
+    cpu = is_cpu_profile(profile)
+    gpu_float = "bfloat16" if profile.has_peak("bf16") else "float16"
     if name == "auto":
-        name = "float32" if is_cpu_profile(profile) else "bfloat16" if profile.has_peak("bf16") else "float16"
-    prec = precision(name)
-    profile.peak_flops(prec)   # a profile without this dtype's peak is refused in one line
-    return prec
+        name = "float32" if cpu else gpu_float
+    if name in GPU_FORMATS and cpu:
+        raise InputError(f"--dtype {name} is a GPU tensor-core format; profile {profile.key} is a CPU's: "
+                         "simulate it on a GPU profile (see `profiles`)")
+    prec = precision(name, activation="float32" if cpu else gpu_float)
+    if not profile.has_peak(prec):
+        key = prec.compute
+        raise InputError(f"profile {profile.key} ({profile.name}) has no {key} peak, so it cannot run --dtype {name}"
+                         f" (its peaks: {', '.join(profile.dtypes)})")
+    return prec.with_kv(kv_dtype)
 
 
 def model_bytes(shape, prec: Precision) -> int:
     """The weights' bytes: the matrices (and the LM head) at the precision, the rest at the activation dtype."""
-    matrices = linear_params_per_layer(shape) * shape.num_layers + shape.vocab_size * shape.hidden_size
+    matrices = _matrix_params(shape)
     rest = max(0, shape.num_params() - matrices)
     return int(matrices * prec.weight_bytes + rest * prec.activation_bytes)
 
 
-def check_memory(shape, prec: Precision, profile: GpuProfile, kv_capacity: int) -> None:
-    """Refuse a run whose weights and KV cache exceed the profile's memory."""
-    kv_bytes = kv_capacity * 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * prec.activation_bytes
-    need = model_bytes(shape, prec) + kv_bytes
+def _matrix_params(shape) -> int:
+    """The layers' matrices and the LM head's weights (cost.matrix_params where the cost model has it)."""
+    from backend.roofline import cost
+    if hasattr(cost, "matrix_params"):
+        return cost.matrix_params(shape)
+    return linear_params_per_layer(shape) * shape.num_layers + shape.vocab_size * shape.hidden_size
+
+
+def kv_bytes_per_token(shape, prec: Precision) -> float:
+    """Bytes one token's keys and values take over every layer (MLA: its latent), at the KV dtype."""
+    per_element = prec.kv_bytes
+    if parallel.is_mla(shape):
+        return shape.num_layers * (shape.kv_lora_rank + shape.qk_rope_head_dim) * per_element
+    return 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * per_element
+
+
+def check_memory(shape, prec: Precision, profile: GpuProfile, kv_capacity: int, layout: Layout | None = None) -> None:
+    """Refuse a run whose weights and KV cache exceed a device's memory (each of a replica's tp x pp
+    devices holds its share of both: parallel.py)."""
+    layout = layout or Layout()
+    devices = layout.tp * layout.pp
+    kv_share = layout.pp * parallel.kv_shards(shape, layout.tp)
+    need = model_bytes(shape, prec) / devices + kv_capacity * kv_bytes_per_token(shape, prec) / kv_share
     have = profile.memory_gb * 1e9
     if need > have:
-        raise DoesNotFit(f"the weights and a KV cache of {kv_capacity:,} tokens need {need / 1e9:,.1f} GB; "
-                         f"{profile.key} has {profile.memory_gb:,.0f} GB: lower --max-batch, --kv-tokens or the lengths")
+        each = f" per device over {devices} devices (tp {layout.tp} x pp {layout.pp})" if devices > 1 else ""
+        raise DoesNotFit(f"the weights and a KV cache of {kv_capacity:,} tokens need {need / 1e9:,.1f} GB{each}; "
+                         f"{profile.key} has {profile.memory_gb:,.0f} GB: lower --max-batch, --kv-tokens or the "
+                         f"lengths, or spread the model (--tp, --pp)")
+
+
+def deployment_info(deployment: Deployment, layout: Layout, prec: Precision, devices: int) -> dict:
+    """run.json's record of how the model was spread: the layout, its link, the KV dtype, the devices."""
+    return {"tp": layout.tp, "pp": layout.pp, "dp": deployment.dp, "ep": layout.ep, "router": deployment.router,
+            "devices": devices, "link": layout.link.as_dict() if layout.link is not None else None,
+            "kv_dtype": prec.kv_dtype}
 
 
 def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precision, model: CostModel, device: str,
@@ -116,13 +182,15 @@ def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precisio
             "source": source, "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
             "weight_bytes": model_bytes(shape, prec), "shape": asdict(shape), "device": device,
             "device_name": profile.name, "dtype": prec.name, "weight_bits": prec.weight_bits,
-            "activation_dtype": prec.activation, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
+            "activation_dtype": prec.activation, "kv_dtype": prec.kv_dtype,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
 
 
 def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
                   cost_model: CostModel | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload) with every step priced on config.profile."""
     from backend.targets.local import drive, kv_capacity_of, longest_sequence, validate
+    from backend.targets.replicas import ReplicaSet
     from backend.engine.loop import Engine
     from backend.engine.scheduler import Scheduler, SchedulerConfig
     from backend.results.recorder import RunRecorder
@@ -139,9 +207,12 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         raise InputError("--simulate needs synthetic prompts (--prompt-len N), not --prompt text: it has no tokenizer")
     profile = find_profile(config.profile)
     shape = resolve_model(config.model.name)
-    prec = resolve_precision(config.model.dtype, profile)
-    model = cost_model or CostModel.for_profile(profile)
+    deployment = config.deployment
+    parallel.validate(deployment, shape, config.model.name)
+    prec = resolve_precision(config.model.dtype, profile, deployment.kv_dtype)
+    model = cost_model or CostModel.for_profile(profile, prec)
     model.validate()
+    layout = Layout.of(deployment, profile)
     with RunRecorder(config, emit, retain_records) as recorder:
         emit = recorder.emit
         if config.mode == "batch":
@@ -158,24 +229,85 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
             source = WorkloadSource(spec, tokenize=None, vocab_size=shape.vocab_size, max_prompt_len=shape.max_position)
             num_slots, policy = config.engine.max_batch, config.engine.policy
             max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
+        if config.mode == "batch" and deployment.dp > 1:
+            raise InputError("--dp spreads a workload's requests over replicas: use `load`, not `run`")
         kv_capacity = kv_capacity_of(config, num_slots, max_len)
-        check_memory(shape, prec, profile, kv_capacity)
-        device = f"simulated {profile.key}"
-        source_text = f"simulated on {profile.key} ({profile.name}): step times from a cost model, no weights loaded"
+        check_memory(shape, prec, profile, kv_capacity, layout)
+        devices = layout.devices * deployment.dp
+        device = f"simulated {profile.key}" + (f" x {devices}" if devices > 1 else "")
+        source_text = (f"simulated on {profile.key} ({profile.name})"
+                       + (f", {describe(deployment, layout)}" if devices > 1 else "")
+                       + ": step times from a cost model, no weights loaded")
         weight_bytes = model_bytes(shape, prec)
         emit(ModelLoaded(config.model.name, device, profile.name, prec.name, source_text, False, shape.num_params(),
-                         weight_bytes, kv_capacity, shape, False, prec.weight_bits, prec.activation))
+                         weight_bytes, kv_capacity * deployment.dp, shape, False, prec.weight_bits, prec.activation))
         clock = VirtualClock()
-        runner = SimRunner(shape, prec, profile, model, clock)
-        scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, kv_capacity=kv_capacity,
-                                              max_len=max_len, chunk_tokens=config.engine.chunk_tokens))
-        engine = Engine(scheduler, runner, recorder.run_id, clock=clock.now, sleep=clock.advance)
+
+        def make_scheduler() -> Scheduler:
+            return Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, kv_capacity=kv_capacity,
+                                             max_len=max_len, chunk_tokens=config.engine.chunk_tokens))
+
+        def make_runner() -> SimRunner:
+            return SimRunner(shape, prec, profile, model, clock, layout)
+
+        if deployment.dp > 1:
+            engine = ReplicaSet(deployment.dp, make_scheduler, make_runner, deployment.router, recorder.run_id)
+        else:
+            engine = Engine(make_scheduler(), make_runner(), recorder.run_id, clock=clock.now, sleep=clock.advance)
         emit(Progress("simulating", None))
         wall_start = time.perf_counter()
 
         def info() -> dict:
+            virtual_s = engine.now_ms / 1000.0 if deployment.dp > 1 else clock.seconds
             return simulated_info(config, profile, shape, prec, model, device, source_text, kv_capacity=kv_capacity,
-                                  kv_slots=num_slots, max_len=max_len, virtual_s=clock.seconds,
-                                  wall_s=time.perf_counter() - wall_start)
+                                  kv_slots=num_slots, max_len=max_len, virtual_s=virtual_s,
+                                  wall_s=time.perf_counter() - wall_start,
+                                  deployment=deployment_info(deployment, layout, prec, devices))
 
-        return drive(engine, source, recorder, should_stop, info, priced_on=profile)
+        return drive(engine, source, recorder, should_stop, info,
+                     costs=lambda summary: costs_of(summary, profile, layout.devices, layout.devices, devices))
+
+
+def describe(deployment: Deployment, layout: Layout) -> str:
+    """'tp 4, pp 2, dp 2 (least-loaded), over nvlink4': the layout in words."""
+    parts = [f"tp {layout.tp}"] if layout.tp > 1 else []
+    parts += [f"pp {layout.pp}"] if layout.pp > 1 else []
+    parts += [f"ep {layout.ep}"] if layout.ep > 1 else []
+    parts += [f"dp {deployment.dp} ({deployment.router})"] if deployment.dp > 1 else []
+    text = ", ".join(parts) or "1 device"
+    return text + (f", over {layout.link.name}" if layout.link is not None else "")
+
+
+def costs_of(summary: dict, profile: GpuProfile, prefill_devices: int, decode_devices: int,
+             all_devices: int) -> tuple[dict, dict]:
+    """(the summary's cost figures, run.json's priced_on and price_source) of a deployment; nothing
+    for a profile without a price."""
+    figures = deployment_costs(summary, profile, prefill_devices, decode_devices, all_devices)
+    if not figures:
+        return {}, {}
+    priced_on, source = priced_text(profile, all_devices)
+    return figures, {"priced_on": priced_on, "price_source": source}
+
+
+def deployment_costs(summary: dict, profile: GpuProfile, prefill_devices: int, decode_devices: int,
+                     all_devices: int) -> dict:
+    """The cost figures of a deployment (empty for a profile without a price): a prefill step's time at the
+    price of the devices that ran it, a decode step's likewise (a replica's tp x pp, a disaggregated pool's
+    group), and the whole run's time at every device's price (the wall figure, idle replicas included)."""
+    from backend.results.cost import cost_figures
+    price = profile.price_per_hour
+    if price is None:
+        return {}
+    figures = cost_figures(summary, price, prefill_devices)
+    decode = cost_figures(summary, price, decode_devices)
+    wall = cost_figures(summary, price, all_devices)
+    figures.update(cost_decode_usd=decode["cost_decode_usd"], cost_per_m_output_usd=decode["cost_per_m_output_usd"],
+                   cost_per_m_output_wall_usd=wall["cost_per_m_output_wall_usd"], price_per_hour=price * all_devices)
+    return figures
+
+
+def priced_text(profile: GpuProfile, devices: int) -> tuple[str, str]:
+    """(what the price is for, its source) for run.json and the summary's cost line."""
+    if devices == 1:
+        return profile.name, profile.price_source
+    return f"{devices} x {profile.name}", f"{devices} devices at ${profile.price_per_hour:g}/h each: {profile.price_source}"

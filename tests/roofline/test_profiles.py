@@ -70,10 +70,18 @@ def test_dtype_spellings(spelling):
     assert dtype_bytes(spelling) == 2
 
 
-def test_unknown_dtype_is_refused():
+def test_a_peak_the_datasheet_lacks_is_refused():
     with pytest.raises(InputError, match="fp8"):
-        find_profile("h100-sxm").peak_flops("fp8")
+        find_profile("a100-80gb-sxm").peak_flops("fp8")   # Ampere has no FP8 tensor cores
     assert dtype_bytes("float32") == 4
+
+
+def test_fp8_and_fp4_peaks_where_the_datasheets_give_them():
+    from backend.precision import precision
+    assert find_profile("h100-sxm").peak_flops(precision("fp8")) == pytest.approx(1978.9e12)
+    assert find_profile("b200").peak_flops(precision("nvfp4")) == pytest.approx(9000e12)
+    assert find_profile("b200").peak_key(precision("mxfp4")) == "fp4"
+    assert not find_profile("h200-sxm").has_peak(precision("nvfp4"))
 
 
 def test_quantized_precisions_are_priced_at_the_peak_their_arithmetic_runs_at():

@@ -47,7 +47,7 @@ def test_run_json_says_simulated_and_records_the_cost_model(thousand):
     assert info["profile"] == "h100-sxm"
     assert info["device"] == "simulated h100-sxm"
     assert info["cost_model"] == {"mfu": 0.6, "afu": 0.3, "mbu": 0.8, "step_ms": 0.2, "token_ms": 0.0005,
-                                  "request_ms": 0.005}
+                                  "request_ms": 0.005, "layer_us": 0.0}
     assert info["cost_model_source"].startswith("placeholders, not fitted")
     assert "simulated on h100-sxm" in info["source"]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import time
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
@@ -27,61 +26,7 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
 from backend.targets.disaggregated.summary import fill_split
 from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
-
-LINKS_FILE = "links/kv-links.toml"
-
-
-@dataclass(slots=True, frozen=True)
-class KVLink:
-    name: str
-    gbs: float        # one direction, GB/s
-    us: float         # per hand-off, microseconds
-    source: str = ""
-
-    def seconds(self, nbytes: int) -> float:
-        return self.us * 1e-6 + nbytes / (self.gbs * 1e9)
-
-    def describe(self) -> str:
-        return f"{self.name}, {self.gbs:,.1f} GB/s, {self.us:g} us per hand-off"
-
-
-def _links_table() -> dict:
-    from profiles import HERE
-    with open(HERE / LINKS_FILE, "rb") as f:
-        return tomllib.load(f)
-
-
-def known_links() -> dict[str, KVLink]:
-    table = _links_table()
-    return {name: KVLink(name, float(v["gbs"]), float(v["us"]), v.get("source", ""))
-            for name, v in table.get("links", {}).items()}
-
-
-def resolve_link(config: RunConfig, profile) -> KVLink:
-    """--kv-link (or the profile's default link), with --kv-link-gbs and --kv-link-us over it."""
-    e = config.engine
-    links = known_links()
-    defaults = _links_table().get("defaults", {})
-    name = e.kv_link or defaults.get(profile.key) or ("pcie4-x16" if e.kv_link_gbs is None else "custom")
-    if name in links:
-        link = links[name]
-    elif e.kv_link is not None:
-        raise InputError(f"--kv-link: unknown link {name!r} (known: {', '.join(links)})")
-    else:
-        link = KVLink(name, 0.0, 0.0, "given on the command line")
-    if e.kv_link_gbs is not None:
-        if e.kv_link_gbs <= 0:
-            raise InputError(f"--kv-link-gbs must be positive, got {e.kv_link_gbs}")
-        link = replace(link, gbs=e.kv_link_gbs, source="--kv-link-gbs" + (f" over {link.name}'s latency"
-                                                                            if link.name in links else ""))
-    if e.kv_link_us is not None:
-        if e.kv_link_us < 0:
-            raise InputError(f"--kv-link-us must not be negative, got {e.kv_link_us}")
-        link = replace(link, us=e.kv_link_us)
-    if link.gbs <= 0:
-        raise InputError("--kv-link-gbs is needed for a custom link")
-    return link
-
+from backend.roofline.links import KVLink, known_links, resolve_link   # noqa: F401 -- the links' home; re-exported
 
 @dataclass(slots=True)
 class _Handoff:
@@ -110,7 +55,7 @@ class DisaggregatedSim:
     def __init__(self, config: RunConfig, shape, prec, profile, cost_model, link: KVLink, emit: Emit, run_id: str,
                  should_stop: Callable[[], bool] = lambda: False):
         from backend.engine.decode_batch import DecodeBatch
-        from backend.engine.kv_transfer import kv_bytes_per_token
+        from backend.targets.simulated import kv_bytes_per_token
         from backend.targets.local import kv_capacity_of, longest_sequence
         from backend.engine.scheduler import Scheduler, SchedulerConfig
         from backend.targets.simulated import SimRunner, VirtualClock
@@ -122,8 +67,10 @@ class DisaggregatedSim:
         self.source = WorkloadSource(spec, tokenize=None, vocab_size=shape.vocab_size, max_prompt_len=shape.max_position)
         self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
         self.kv_capacity = kv_capacity_of(config, e.max_batch, self.max_len)
-        self.kv_per_token = kv_bytes_per_token(shape, int(prec.activation_bytes))
-        self.pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock())
+        self.kv_per_token = int(kv_bytes_per_token(shape, prec))
+        self.layouts = pool_layouts(config, profile)   # (prefill, decode): each pool's devices' tp and link
+        self.prefill_pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock(), self.layouts[0])
+        self.decode_pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock(), self.layouts[1])
         self.prefill = [_Device(f"prefill-{i}", i) for i in range(e.prefill_workers)]
         self.decode = [_Device(f"decode-{i}", i) for i in range(e.decode_workers)]
         self.schedulers = [Scheduler(SchedulerConfig(policy="chunked", max_batch=e.max_batch,
@@ -206,7 +153,7 @@ class DisaggregatedSim:
                 batch.scheduled[chunk.request.request_id] = chunk.request.scheduled_ms
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
         kv_tokens = scheduler.kv_tokens_used + out.num_tokens
-        end = start + self.pricer.price(out) * 1000.0
+        end = start + self.prefill_pricer.price(out) * 1000.0
         sampled = {c.request.request_id: SIM_TOKEN for c in out.prefill if c.samples}
         finished = scheduler.update(out, sampled, end)
         device.free_ms = end
@@ -247,7 +194,7 @@ class DisaggregatedSim:
             return
         contexts = [r.num_computed + 1 for r in out.decode]
         kv_tokens = batch_state.kv_tokens_used + out.num_tokens
-        end = start + self.pricer.price(out) * 1000.0
+        end = start + self.decode_pricer.price(out) * 1000.0
         finished = batch_state.update(out, {r.request_id: SIM_TOKEN for r in out.decode}, end)
         device.free_ms = end
         batch = RecordBatch()
@@ -290,6 +237,18 @@ class DisaggregatedSim:
         return record
 
 
+def pool_layouts(config: RunConfig, profile):
+    """The prefill pool's and the decode pool's replica layouts: --prefill-tp and --decode-tp (default --tp)."""
+    from backend.roofline.parallel import Layout
+    d = config.deployment
+    return (Layout.of(d, profile, d.prefill_tp or d.tp), Layout.of(d, profile, d.decode_tp or d.tp))
+
+
+def pool_devices(config: RunConfig, layouts) -> int:
+    e = config.engine
+    return e.prefill_workers * layouts[0].devices + e.decode_workers * layouts[1].devices
+
+
 def prepare(config: RunConfig, cost_model=None):
     """(shape, precision, profile, cost model, link) of a simulated disaggregated run, each refused in one line."""
     from backend.targets.disaggregated.coordinator import shared_settings, validate_disaggregated
@@ -300,13 +259,19 @@ def prepare(config: RunConfig, cost_model=None):
         raise InputError("--simulate needs --profile NAME (see `profiles`), the device whose steps are priced")
     validate_disaggregated(config)
     validate(shared_settings(config))
+    from backend.roofline import parallel
     profile = find_profile(config.profile)
     shape = resolve_model(config.model.name)
-    prec = resolve_precision(config.model.dtype, profile)
-    model = cost_model or CostModel.for_profile(profile)
+    if config.deployment.dp > 1:
+        raise InputError("--dp: the disaggregated policy's replicas are its pools; use --prefill-workers and "
+                         "--decode-workers")
+    parallel.validate(config.deployment, shape, config.model.name)
+    prec = resolve_precision(config.model.dtype, profile, config.deployment.kv_dtype)
+    model = cost_model or CostModel.for_profile(profile, prec)
     model.validate()
     max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
-    check_memory(shape, prec, profile, kv_capacity_of(config, config.engine.max_batch, max_len))
+    for layout in pool_layouts(config, profile):
+        check_memory(shape, prec, profile, kv_capacity_of(config, config.engine.max_batch, max_len), layout)
     return shape, prec, profile, model, resolve_link(config, profile)
 
 
@@ -315,21 +280,24 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
     """`load --policy disaggregated --simulate --profile NAME`."""
     from backend.targets.disaggregated.events import WorkerLayout
     from backend.targets.disaggregated.summary import disaggregated_figures
-    from backend.targets.simulated import model_bytes, simulated_info
+    from backend.targets.simulated import costs_of, deployment_info, model_bytes, simulated_info
     from backend.results.recorder import RunRecorder
     shape, prec, profile, model, link = prepare(config, cost_model)
     with RunRecorder(config, emit, retain_records) as recorder:
         emit = recorder.emit
         sim = DisaggregatedSim(config, shape, prec, profile, model, link, emit, recorder.run_id, should_stop)
         e = config.engine
-        device = f"simulated {e.prefill_workers}+{e.decode_workers} x {profile.key}"
+        pre, dec = sim.layouts
+        tps = "" if pre.tp == dec.tp == 1 else f" (prefill tp {pre.tp}, decode tp {dec.tp})"
+        device = f"simulated {e.prefill_workers}+{e.decode_workers} x {profile.key}{tps}"
         source_text = (f"simulated on {e.prefill_workers} prefill + {e.decode_workers} decode {profile.key} "
-                       f"({profile.name}), KV over {link.describe()}: step times from a cost model, no weights loaded")
+                       f"({profile.name}){tps}, KV over {link.describe()}: step times from a cost model, no weights loaded")
         emit(ModelLoaded(config.model.name, device, profile.name, prec.name, source_text, False, shape.num_params(),
                          model_bytes(shape, prec), sim.kv_capacity * e.decode_workers, shape, False, prec.weight_bits,
                          prec.activation))
         workers = [{"name": dev.name, "role": dev.name.split("-")[0], "cores": [], "pid": None, "threads": None}
                    for dev in sim.prefill + sim.decode]
+        devices = pool_devices(config, sim.layouts)
         emit(WorkerLayout(workers, f"link {link.describe()}"))
         emit(Progress("simulating", None))
         wall_start = time.perf_counter()
@@ -342,5 +310,11 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
             virtual_s=sim.now_ms / 1000.0, wall_s=time.perf_counter() - wall_start,
             layout={"prefill_workers": e.prefill_workers, "decode_workers": e.decode_workers,
                     "kv_transport": "simulated link", "kv_link": asdict(link),
-                    "workers": [{"name": w["name"], "role": w["role"], "devices": 1} for w in workers]})
+                    "workers": [{"name": w["name"], "role": w["role"],
+                                 "devices": (pre if w["role"] == "prefill" else dec).devices} for w in workers]},
+            deployment={**deployment_info(config.deployment, dec, prec, devices),
+                        "prefill_tp": pre.tp, "decode_tp": dec.tp})
+        figures, entries = costs_of(summary, profile, pre.devices, dec.devices, devices)
+        summary.update(figures)
+        info.update(entries)
         return recorder.finish(info, sim.stopped, None, summary)
