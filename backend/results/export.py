@@ -35,10 +35,29 @@ def ensure_writable(folder: str | os.PathLike) -> Path:
     return path
 
 
+class _Writer:
+    """csv.writer with "\n" line ends that also quotes a cell holding a lone carriage return: QUOTE_MINIMAL
+    quotes only the line terminator's characters, and a reader splits rows at an unquoted "\r" (a random
+    model's text has them)."""
+
+    def __init__(self, f):
+        self.plain = csv.writer(f, lineterminator="\n")
+        self.quoted = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def writerow(self, row) -> None:
+        row = list(row)
+        carriage = any(isinstance(cell, str) and "\r" in cell for cell in row)
+        (self.quoted if carriage else self.plain).writerow(row)
+
+    def writerows(self, rows) -> None:
+        for row in rows:
+            self.writerow(row)
+
+
 def _csv_text(header: list[str], rows) -> str:
     import io
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    writer = _Writer(buf)
     writer.writerow(header)
     writer.writerows(rows)
     return buf.getvalue()
@@ -58,7 +77,7 @@ class RunWriter:
         for name, cls in RECORD_FILES.items():
             f = open(self.folder / f"{name}.partial", "w", encoding="utf-8", newline="")
             self._files[name] = f
-            self._writers[name] = csv.writer(f, lineterminator="\n")
+            self._writers[name] = _Writer(f)
             self._writers[name].writerow(record_fields(cls))
 
     def add(self, batch: RecordBatch) -> None:
