@@ -79,6 +79,12 @@ def test_a_shipped_config_and_a_config_json_are_offered_only_under_simulate(qtbo
         c.deployment_box.tp_spin.setValue(2)
         config = c.build_config()
         assert config.model.name == key and config.deployment.tp == 2
+    moe = next((k for k in ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3") if k in configs), None)
+    if moe is not None:   # a mixture of experts: EP takes part
+        c.select_model(moe)
+        assert c.deployment_box.ep_spin.isEnabled()
+        c.deployment_box.ep_spin.setValue(2)
+        assert c.build_config().deployment.ep == 2
     # a config.json of the user's: listed and chosen; one that is not a model is refused in one line
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
@@ -140,7 +146,10 @@ def test_a_simulated_load_run_at_tp_2_finishes_in_the_window(qtbot, window):
     finished = run_to_end(qtbot, window)
     assert finished.data.info["target"] == "simulated"
     assert len(finished.data.requests) == 8
-    assert window.store.config["deployment"]["tp"] == 2   # what run.json records
+    assert window.store.config["deployment"]["tp"] == 2   # the settings run.json records
+    layout = finished.data.info.get("deployment")
+    if layout is not None:   # the layout the simulator priced (the lead's --tp support)
+        assert (layout["tp"], layout["devices"]) == (2, 2) and layout["link"]["name"] == "nvlink4"
 
 
 def test_a_tp_that_does_not_divide_the_heads_is_one_line_in_the_window(qtbot, window):
