@@ -32,8 +32,8 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--trace", help="replay this trace's arrivals and lengths instead of Poisson arrivals")
     p.add_argument("--prompt-len", default="1024", help="N or A:B (uniform), default 1024")
     p.add_argument("--output-len", default="256", help="N or A:B (uniform), default 256")
-    p.add_argument("--requests", type=positive_int, default=300,
-                   help="requests simulated per candidate (default 300)")
+    p.add_argument("--requests", type=positive_int, default=200,
+                   help="requests simulated per candidate (default 200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", default=DEFAULT_GPUS, help=f"comma-separated profile keys (default {DEFAULT_GPUS})")
     p.add_argument("--max-gpus", type=positive_int, default=8, help="most devices a deployment may use (default 8)")

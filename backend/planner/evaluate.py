@@ -29,7 +29,7 @@ class Problem:
     slo_ttft_ms: float
     slo_tpot_ms: float
     rate: float                      # Poisson arrivals per second (a trace brings its own)
-    num_requests: int = 300          # per candidate's simulation
+    num_requests: int = 200          # per candidate's simulation
     prompt_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 1024))
     output_len: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
     trace: str | None = None         # a trace file replayed instead of Poisson arrivals
@@ -61,7 +61,7 @@ class Problem:
 @lru_cache(maxsize=4)
 def _trace_traffic(trace: str, num_requests: int) -> tuple[float, float, float]:
     from backend.workload.spec import apply_overrides
-    from backend.workload.trace_spec import trace_rows
+    from backend.workload.trace import trace_rows
     base = WorkloadSpec(name="plan", num_requests=num_requests, arrival="poisson", rate=1.0)
     spec = apply_overrides(base, trace=trace, num_requests=num_requests)
     rows = trace_rows(spec)

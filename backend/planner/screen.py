@@ -3,7 +3,8 @@ roofline prices (no simulation), used only to choose which candidates the simula
 
 Per engine (a replica, or a disaggregated pool's group) at arrival rate lam:
   prefill: one prompt's price p; the engine spends rho_p = lam * p of each second prefilling
-  decode:  n requests decode at once, each for O steps: n = lam * O * tpot (Little's law), and
+  decode:  n requests decode at once (at most max_batch, or the sequences the KV left after the
+           weights holds), each for O steps: n = lam * O * tpot (Little's law), and
            tpot = d(n) / (1 - rho_p) where d(n) is a decode step of n requests (colocated: the
            prefills interleave with the decode steps; disaggregated: rho_p is 0 on a decode group)
   ttft:    p plus an M/D/1 queue's wait rho_p / (2 (1 - rho_p)) * p, plus one decode step (colocated)
@@ -33,6 +34,15 @@ def _prices(gpu: str, precision: str, model: str, prompt: int, context: int, bat
     return prefill, decode
 
 
+def _slots(c: Candidate, problem, sequence: int) -> int:
+    """Requests one engine runs at once: max_batch, or fewer where the KV left after the weights
+    holds fewer mean-length sequences."""
+    from backend.planner.candidates import kv_tokens_that_fit
+    from backend.planner.evaluate import _profile, _shape
+    kv = kv_tokens_that_fit(c, _shape(problem.model), _profile(c.gpu), problem.max_len())
+    return max(1, min(c.max_batch, kv // max(1, sequence)))
+
+
 def _split(seconds: float, tp: int) -> float:
     return seconds if tp == 1 else seconds / tp * 1.1   # 10% for the all-reduces the screen does not price
 
@@ -47,6 +57,7 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
     engines_p = c.prefill_workers if disaggregated else c.dp
     engines_d = c.decode_workers if disaggregated else c.dp
     lam_p, lam_d = rate / engines_p, rate / engines_d
+    slots = _slots(c, problem, prompt + output)
     prefill, _ = _prices(c.gpu, c.precision, problem.model, prompt, context, 1)
     prefill = _split(prefill, c.tp) / c.pp   # seconds of an engine's time per prompt (pp: stages overlap)
     rho_p = lam_p * prefill
@@ -55,7 +66,7 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
         return {"ttft_ms": INFEASIBLE, "tpot_ms": INFEASIBLE, "load": max(rho_p, busy_d)}
     n, tpot = 1.0, 0.0
     for _ in range(30):   # fixed point of n = lam * O * tpot(n)
-        batch = max(1, min(c.max_batch, math.ceil(n / c.pp)))
+        batch = max(1, min(slots, math.ceil(n / c.pp)))
         _, step = _prices(c.gpu, c.precision, problem.model, prompt, context, batch)
         tpot = _split(step, c.tp) / (1 - busy_d)
         new_n = lam_d * output * tpot
@@ -63,7 +74,7 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
             n = new_n
             break
         n = new_n
-    decode_load = n / (c.max_batch * c.pp)
+    decode_load = n / (slots * c.pp)
     load = max(rho_p, decode_load)
     wait = rho_p / (2 * (1 - rho_p)) * prefill * c.pp
     ttft = prefill * c.pp + wait + (0.0 if disaggregated else tpot)

@@ -72,8 +72,8 @@ class PlanView(QtWidgets.QWidget):
         self.prompt_edit, self.output_edit = QtWidgets.QLineEdit("1024"), QtWidgets.QLineEdit("256")
         self.gpus_edit = QtWidgets.QLineEdit("h100-sxm,h200-sxm,a100-80gb-sxm,b200")
         self.max_gpus_spin = self._int(1, 64, 8)
-        self.requests_spin = self._int(1, 100_000, 300)
-        self.budget_spin = self._int(1, 10_000, 240)
+        self.requests_spin = self._int(1, 100_000, 200)
+        self.budget_spin = self._int(1, 10_000, 220)
         self.workers_spin = self._int(1, 256, QtCore.QThread.idealThreadCount() or 1)
         for label, widget in (("Model", self.model_edit), ("TTFT SLO", self.ttft_spin), ("TPOT SLO", self.tpot_spin),
                               ("Rate", self.rate_spin), ("Prompt tokens", self.prompt_edit),
