@@ -123,6 +123,22 @@ def test_100_sequential_requests_open_at_most_a_few_connections(tmp_path):
     assert "connection(s) opened" in console(finished)
 
 
+def test_closed_loop_users_start_on_the_ramp_and_think_between_requests(tmp_path):
+    spec = workload(arrival="closed", concurrency=2, num_requests=6, output_len=2, ramp_ms=400.0, think_ms=150.0)
+    with FakeOpenAI(Behaviour(gap_ms=0.1)) as fake:
+        finished, _ = drive(endpoint(fake.url, workers=1), spec)
+    assert finished.summary["num_finished"] == 6
+    sent = sorted(r.arrival_ms for r in finished.data.requests)
+    # user 0 sends at once and then thinks 150 ms; user 1 waits for its turn on the ramp (400 ms / 2 users)
+    assert sent[0] < 100.0 and sent[1] >= 150.0
+    assert any(200.0 <= t for t in sent[1:3])
+    by_end = sorted(finished.data.requests, key=lambda r: r.finish_ms)
+    # every request but the users' first went out at least think_ms after an earlier answer
+    later = [r for r in finished.data.requests if r.arrival_ms > sent[0] and abs(r.arrival_ms - 200.0) > 20.0]
+    for r in later:
+        assert any(r.arrival_ms >= e.finish_ms + 150.0 for e in by_end if e is not r), (r, sent)
+
+
 def test_llama_cpp_serves_sequential_requests_on_one_connection(llama):
     spec = workload(arrival="closed", concurrency=1, num_requests=8, prompt_len=8, output_len=2)
     finished, _ = drive(endpoint(llama, timeout_s=60.0), spec)
@@ -176,7 +192,7 @@ def test_full_answers_give_no_early_stop_warning():
 
 def test_a_starved_client_is_flagged_client_limited(tmp_path):
     # one worker, 300 streams, tokens 0.2 ms apart: far more events than one event loop can read
-    spec = workload(arrival="closed", concurrency=300, num_requests=600, output_len=32, prompt_len=8)
+    spec = workload(arrival="closed", concurrency=300, num_requests=600, output_len=32, prompt_len=8, ramp_ms=0.0)
     with FakeOpenAI(Behaviour(gap_ms=0.2)) as fake:
         finished, _ = drive(endpoint(fake.url, model="m", workers=1, timeout_s=60.0), spec, out=tmp_path / "run")
     s = finished.summary

@@ -57,7 +57,8 @@ class RemoteRun:
     """
 
     def __init__(self, run_id: str, endpoint: RemoteEndpoint, sampling: SamplingConfig, source: RequestSource,
-                 builder: PromptBuilder, num_workers: int, synthetic: bool, users: int | None = None):
+                 builder: PromptBuilder, num_workers: int, synthetic: bool, users: int | None = None,
+                 ramp_ms: float = 0.0, think_ms: float = 0.0):
         self.run_id = run_id
         self.endpoint = endpoint
         self.sampling = sampling
@@ -71,6 +72,10 @@ class RemoteRun:
         self.users = [] if users is None else [users // num_workers + (k < users % num_workers)
                                                for k in range(num_workers)]
         self._initial = deque(_interleave([[k] * (n + RESERVE) for k, n in enumerate(self.users) if n]))
+        # user u (worker u % num_workers) starts at u x ramp / users, and waits think_ms after each answer
+        self.user_starts = [[u * ramp_ms / users for u in range(k, users, num_workers)] for k in range(num_workers)] \
+            if users else []
+        self.think_ms = think_ms
         self.requests: list[RequestRecord] = []
         self.tokens: list[TokenRecord] = []
         self.errors: Counter[str] = Counter()
@@ -178,7 +183,7 @@ class RemoteRun:
                 self._prompt(spec)
             self._t0 = time.perf_counter()   # the clock starts once the workers are ready: arrival 0 goes out at ~0
             for k, n in enumerate(self.users):
-                self.pool.send(k, {"op": "users", "n": n})
+                self.pool.send(k, {"op": "users", "n": n, "starts": self.user_starts[k], "think_ms": self.think_ms})
             self.pool.go(self._t0)
             if first:
                 self._send(first)

@@ -79,7 +79,7 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
     from backend.results.summary import summarize
     from backend.config import config_dict
     from backend.records import new_run_id
-    from backend.workload.arrivals import WorkloadSource
+    from backend.workload.arrivals import WorkloadSource, closed_loop_ramp_ms
     from backend.workload.spec import validate_workload
     endpoint = config.endpoint
     endpoint.validate()
@@ -103,7 +103,8 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
     writer = RunWriter(config.out_dir) if config.out_dir else None
     run = RemoteRun(new_run_id(), endpoint, config.sampling, source, builder, num_workers,
                      synthetic=spec.prompt_source != "text",
-                     users=spec.concurrency if spec.arrival == "closed" else None)
+                     users=spec.concurrency if spec.arrival == "closed" else None,
+                     ramp_ms=closed_loop_ramp_ms(spec) if spec.arrival == "closed" else 0.0, think_ms=spec.think_ms)
     try:
         emit(Progress(f"sending {spec.name} to {safe_url(endpoint.url)} ({endpoint.model}) from {num_workers} "
                       f"client worker{'s' * (num_workers > 1)}", None))

@@ -6,7 +6,9 @@ library prints goes to stderr):
 
     coordinator -> worker   {"op": "job", ...endpoint and sampling...}      first line (the key goes here, never argv)
                             {"op": "go", "t0": perf_counter}               the run's clock starts
-                            {"op": "users", "n"}                            closed loop: n users on this worker
+                            {"op": "users", "n", "starts", "think_ms"}      closed loop: n users on this worker,
+                                                                            first sending at `starts` ms, waiting
+                                                                            think_ms after each answer
                             {"op": "req", "id", "at", "prompt", "max_tokens"}   send at `at` ms (or now, if past);
                                                     at null: a closed loop's next, sent the moment a user is free
                             {"op": "end"} | {"op": "stop"} | {"op": "abort", "why"}
@@ -64,7 +66,8 @@ class Worker:
         self._text: dict[int, str] = {}
         self._flush_soon = False
         self._sent: list[list] = []            # [id, ms] of requests sent since the last flush
-        self.free_at: deque[tuple] = deque()   # closed loop: (when, pool) each idle user became free
+        self.free_at: deque[tuple] = deque()   # closed loop: (when, pool) each idle user is free to send
+        self.think_ms = 0.0                    # closed loop: a user's wait after its answer
         self.reserve: deque[dict] = deque()    # closed loop: requests waiting for a free user
 
     def now_ms(self) -> float:
@@ -125,8 +128,9 @@ class Worker:
                     self._start_reserved()
                 else:
                     self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
-            elif op == "users":
-                self.free_at.extend([(0.0, None)] * msg["n"])
+            elif op == "users":   # each user's first moment: the closed loop's ramp
+                self.free_at.extend((start, None) for start in msg.get("starts") or [0.0] * msg["n"])
+                self.think_ms = float(msg.get("think_ms") or 0.0)
             elif op == "go":
                 self.t0 = msg["t0"]
                 self.started.set()
@@ -197,7 +201,7 @@ class Worker:
                                state.completion_tokens, "".join(state.text), None if sent is None else sent - at])
         self.inflight.pop(rid, None)
         if msg.get("closed"):
-            self.free_at.append((now, msg.get("shard")))
+            self.free_at.append((now + self.think_ms, msg.get("shard")))
             self._start_reserved()
         if not self._flush_soon:   # at once (once per loop pass): a closed loop's next request waits on this
             self._flush_soon = True
