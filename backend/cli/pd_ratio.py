@@ -26,8 +26,9 @@ def print_points(config, points, total: int, out=None) -> None:
         slo.append(f"TTFT <= {config.slo_ttft_ms:g} ms")
     if config.slo_tpot_ms is not None:
         slo.append(f"TPOT <= {config.slo_tpot_ms:g} ms")
+    rate = f"{w.rate:g}/s" if w.rate else "one moment"   # a trace whose requests all arrive at once has no rate
     print(f"{config.model.name} on {total} x {config.profile}, KV over {link.describe()}; workload {w.name}: "
-          f"{w.num_requests} requests, {w.arrival} at {w.rate:g}/s, prompts {w.prompt_len.describe()} tokens, "
+          f"{w.num_requests} requests, {w.arrival} at {rate}, prompts {w.prompt_len.describe()} tokens, "
           f"outputs {w.output_len.describe()} tokens; "
           f"SLO {' and '.join(slo) if slo else 'none (best by tokens/s per device)'}", file=out)
 

@@ -53,12 +53,25 @@ def point_folder(kind: str, x: float) -> str:
     return f"rate-{x:g}" if kind == "rate" else f"users-{int(x)}"
 
 
+def _point_workload(w, kind: str, x: float):
+    """The workload of one point: at rate x (a trace: sped up or slowed to a mean rate of x), or x users."""
+    if kind != "rate":
+        return replace(w, arrival="closed", concurrency=int(x))
+    if w.trace is not None:
+        return replace(w, trace_speed=w.trace_speed * float(x) / w.rate, rate=float(x))
+    return replace(w, arrival="poisson" if w.arrival in ("closed", "burst") else w.arrival, rate=float(x))
+
+
 def run_load_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], target: Target) -> RunFinished:
     """Every point of config.sweep (kind rate or concurrency) through `target`, one load run each."""
     spec = config.sweep
     if config.workload is None:
         raise InputError("a load sweep needs a workload (--workload or the workload flags)")
     values = spec.rates if spec.kind == "rate" else spec.concurrencies
+    traced = config.workload.trace is not None
+    if traced and (spec.kind != "rate" or not config.workload.rate):
+        raise InputError("a trace replays its own arrivals: sweep it by rate (each rate sets --trace-speed to scale "
+                         "the trace's mean rate to it), and only a trace whose requests do not all arrive at once")
     out = ensure_writable(config.out_dir) if config.out_dir else None
     points: list[LoadPoint] = []
     note, last, info = "", None, {}
@@ -67,9 +80,7 @@ def run_load_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
             note = "stopped by user"
             break
         emit(Progress(f"sweep {spec.kind}: {x:g}", i / len(values)))
-        workload = (replace(config.workload, arrival="poisson" if config.workload.arrival in ("closed", "burst")
-                            else config.workload.arrival, rate=float(x)) if spec.kind == "rate"
-                    else replace(config.workload, arrival="closed", concurrency=int(x)))
+        workload = _point_workload(config.workload, spec.kind, x)
         one = replace(config, mode="load", sweep=None, workload=workload, repeats=1,
                       out_dir=str(out / point_folder(spec.kind, x)) if out is not None else None)
         last = target(one, lambda event: emit(event) if isinstance(event, Progress) else None, should_stop)
