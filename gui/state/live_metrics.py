@@ -153,7 +153,10 @@ def _roofline(store: RunStore) -> list[tuple[str, str]]:
     if shape is None or not any(t.steps for t in totals.values()):
         return []
     if str(device).startswith("simulated "):   # judged against the profile its steps were priced on
-        profile = simulated_profile(store.config.get("profile") or str(device).removeprefix("simulated "))
+        from backend.roofline.parallel import replica_profile
+        profile = simulated_profile(store.config.get("profile") or str(device).removeprefix("simulated ").split(" x ")[0])
+        if profile is not None:   # a replica of tp x pp devices judged as one
+            profile = replica_profile(profile, {"deployment": store.config.get("deployment") or {}})
     else:
         profile = device_profile(device, name)
     # the products' arithmetic (a CPU run's bf16 roof): the model's event says it, run.json too
