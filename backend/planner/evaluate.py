@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from backend.errors import InputError
+from backend.errors import InputError, one_line
 from backend.planner.candidates import Candidate, kv_tokens_that_fit
 from backend.workload.spec import LengthDist, WorkloadSpec
 
@@ -165,7 +165,7 @@ def run_config(candidate: Candidate, problem: Problem):
 
 
 def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
-    """Simulate one candidate; a refusal or a failure is kept in `error`, never raised."""
+    """Simulate one candidate; a refusal or a failure is kept in `error` (plan.csv shows it), never raised."""
     start = time.perf_counter()
     out = Outcome(candidate)
     try:
@@ -177,6 +177,10 @@ def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
         finished = target(config, emit=lambda e: None, should_stop=lambda: False, retain_records=False)
     except InputError as exc:
         out.error = str(exc)
+        out.wall_s = time.perf_counter() - start
+        return out
+    except Exception as exc:   # one candidate's failure is its row's error, not the end of the search
+        out.error = one_line(exc, typed=True)
         out.wall_s = time.perf_counter() - start
         return out
     out.wall_s = time.perf_counter() - start
