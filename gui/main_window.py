@@ -481,8 +481,15 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self._show_choices(c.model_name() or "", c.device_combo.currentText(), c.dtype_combo.currentText())
         self.throughput.set_inputs(profile=c.profile(), context=self._prediction_context())
         name = c.model_name()
-        if not self.running and name in SHAPES:
-            self.throughput.set_inputs(shape=SHAPES[name], run_dtype=self._guess_dtype())
+        if self.running or not name:
+            return
+        if c.is_simulated():   # any shape the simulator prices: a shipped config, a config.json
+            from gui.panels.sim_choices import check_sim_model
+            shape = check_sim_model(name)[0]
+        else:
+            shape = SHAPES.get(name)
+        if shape is not None:
+            self.throughput.set_inputs(shape=shape, run_dtype=self._guess_dtype())
 
     def _prediction_context(self) -> int:
         """The context of the batch sweep on the plot (its points were measured there), else the form's."""
@@ -491,8 +498,17 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         return self.controls.form.prediction_context()
 
     def _guess_dtype(self) -> str | None:
-        """The dtype the next run will use, as the backend resolves it (None keeps the last one)."""
-        return run_dtype_name(self.controls.device_combo.currentText(), self.controls.dtype_combo.currentText())
+        """The dtype the next run will use, as the backend resolves it (None keeps the last one): under
+        Simulate, as the simulator resolves it on the chosen profile."""
+        c = self.controls
+        if c.is_simulated():
+            from backend.errors import InputError
+            from backend.targets.simulated import resolve_precision
+            try:
+                return resolve_precision(c.dtype_combo.currentText(), c.profile()).name
+            except (InputError, AttributeError):
+                return None
+        return run_dtype_name(c.device_combo.currentText(), c.dtype_combo.currentText())
 
     def _show_choices(self, model: str, device: str, dtype: str) -> None:
         simulated = device.startswith("simulated")
