@@ -57,6 +57,7 @@ What is counted, and the choices made:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -156,6 +157,45 @@ def sizes(dtype_bytes: int | Precision) -> tuple[float, int]:
     return float(dtype_bytes), int(dtype_bytes)
 
 
+class _ShapeTerms(NamedTuple):
+    """What _cost needs of a shape that does not depend on the step: counted once per shape."""
+
+    sparse: int                       # MoE layers
+    routed_per_token: float           # routed experts' weights a token multiplies by, over the layers
+    used_per_token: float             # every matrix weight a token multiplies by, over the layers
+    flops_per_pair: float             # attention FLOPs per (query, key) pair in one layer
+    matrices: float                   # the layers' matrices and the LM head
+    small: float                      # norms and biases, the final norm included
+    all_experts: float                # every routed expert's weights, over the layers
+    kv_elements_per_layer_token: float
+    gpt2: bool
+
+
+def _count_terms(shape) -> _ShapeTerms:
+    sparse = moe_layers(shape)
+    gpt2 = _is_gpt2(shape)
+    d = shape.hidden_size
+    return _ShapeTerms(
+        sparse=sparse, routed_per_token=sparse * getattr(shape, "experts_per_token", 0) * expert_params(shape),
+        used_per_token=layer_matrix_params(shape) - sparse * unused_expert_params(shape),
+        flops_per_pair=attention_flops_per_pair(shape), matrices=matrix_params(shape),
+        small=small_params(shape) + (2 * d if gpt2 else d),
+        all_experts=sparse * getattr(shape, "num_experts", 0) * expert_params(shape) if sparse else 0.0,
+        kv_elements_per_layer_token=kv_elements_per_token(shape) / shape.num_layers, gpt2=gpt2)
+
+
+_count_terms_cached = lru_cache(maxsize=64)(_count_terms)
+
+
+def _terms(shape) -> _ShapeTerms:
+    """The shape's step-independent terms: cached for a ModelShape (the simulator prices thousands of steps
+    of one), counted afresh for anything else with its attributes (a run.json's shape)."""
+    try:
+        return _count_terms_cached(shape)
+    except TypeError:   # not hashable
+        return _count_terms(shape)
+
+
 def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, layer_pairs: float, kv_read: float,
           logit_rows: int, steps: int = 1) -> StepCost:
     """The cost of `steps` steps from their totals: tokens, attention (query, key) pairs summed over the
@@ -166,24 +206,22 @@ def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, layer_pa
     """
     matrix_bytes, element_bytes = sizes(dtype_bytes)
     d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
-    sparse = moe_layers(shape)
-    routed_flops = 2 * sparse * getattr(shape, "experts_per_token", 0) * expert_params(shape) * tokens
-    linear_flops = 2 * (layer_matrix_params(shape) - sparse * unused_expert_params(shape)) * tokens
-    attention_flops = attention_flops_per_pair(shape) * layer_pairs
+    t = _terms(shape)
+    sparse = t.sparse
+    routed_flops = 2 * t.routed_per_token * tokens
+    linear_flops = 2 * t.used_per_token * tokens
+    attention_flops = t.flops_per_pair * layer_pairs
     head_flops = 2 * d * vocab * logit_rows
 
-    final_norm = 2 * d if _is_gpt2(shape) else d
-    gathered_rows = 2 * tokens if _is_gpt2(shape) else tokens   # GPT-2: token + position rows
-    unread = sparse * unread_expert_params(shape, tokens / steps)   # the experts no token of a step was routed to
-    matrices = matrix_params(shape) - unread         # the layers' and the head's
-    small = small_params(shape) + final_norm         # norms, biases
-    weight_bytes = steps * (matrices * matrix_bytes + small * element_bytes) + gathered_rows * d * element_bytes
-    expert_bytes = steps * (sparse * shape.num_experts * expert_params(shape) - unread) * matrix_bytes \
-        if sparse else 0.0
+    gathered_rows = 2 * tokens if t.gpt2 else tokens   # GPT-2: token + position rows
+    unread = sparse * unread_expert_params(shape, tokens / steps) if sparse else 0.0   # experts no token was routed to
+    matrices = t.matrices - unread                   # the layers' and the head's
+    weight_bytes = steps * (matrices * matrix_bytes + t.small * element_bytes) + gathered_rows * d * element_bytes
+    expert_bytes = steps * (t.all_experts - unread) * matrix_bytes if sparse else 0.0
 
     # KV: each layer reads its keys and values (MLA: its latent) of the context it attends to, and writes the new tokens'
     kv_element = dtype_bytes.kv_bytes if isinstance(dtype_bytes, Precision) else element_bytes   # --kv-dtype fp8: 1
-    kv_per_layer_token = kv_elements_per_token(shape) / layers * kv_element
+    kv_per_layer_token = t.kv_elements_per_layer_token * kv_element
     kv_bytes = (kv_read + tokens * layers) * kv_per_layer_token
 
     # embedding output, the residual stream through every layer, and per logit row the final hidden state and logits

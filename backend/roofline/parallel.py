@@ -158,9 +158,11 @@ def shard(cost: StepCost, shape, prec: Precision, layout: Layout) -> StepCost:
     linear = cost.linear_flops * fraction / tp
     attention = cost.attention_flops * fraction / tp
     head = cost.head_flops / tp
-    return replace(cost, flops=linear + attention + head, bytes=weight_bytes + kv_bytes + activation_bytes,
-                   weight_bytes=weight_bytes, kv_bytes=kv_bytes, activation_bytes=activation_bytes,
-                   linear_flops=linear, attention_flops=attention, head_flops=head)
+    return StepCost(flops=linear + attention + head, bytes=weight_bytes + kv_bytes + activation_bytes,
+                    weight_bytes=weight_bytes, kv_bytes=kv_bytes, activation_bytes=activation_bytes,
+                    linear_flops=linear, attention_flops=attention, head_flops=head, rows=cost.rows,
+                    head_rows=cost.head_rows, expert_weight_bytes=cost.expert_weight_bytes * fraction / tp,
+                    expert_flops=cost.expert_flops * fraction / tp)
 
 
 def collective_seconds(shape, prec: Precision, layout: Layout, tokens: int) -> float:

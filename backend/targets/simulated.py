@@ -224,9 +224,9 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
                                   for i in range(b.batch)])
             num_slots, policy, max_len = b.batch, "static", b.prompt_len + b.output_len
         else:
-            # the simulator reads no text: synthetic ids of the same drawn lengths stand in for text prompts
+            # the simulator reads no text and no ids: one id (SIM_TOKEN) at the drawn lengths stands in for every prompt
             spec = replace(config.workload, prompt_source="synthetic")
-            source = WorkloadSource(spec, tokenize=None, vocab_size=shape.vocab_size, max_prompt_len=shape.max_position)
+            source = WorkloadSource(spec, tokenize=None, vocab_size=1, max_prompt_len=shape.max_position)
             num_slots, policy = config.engine.max_batch, config.engine.policy
             max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
         if config.mode == "batch" and deployment.dp > 1:

@@ -44,7 +44,10 @@ class PromptMaker:
                 break
             ids.extend(self._block(block))
         ids = ids[:n]
-        ids.extend(rng.choices(range(self._vocab_size), k=n - len(ids)))
+        if self._vocab_size == 1:   # one id to draw from (the simulator, which reads only the lengths): no draws
+            ids.extend([0] * (n - len(ids)))
+        else:
+            ids.extend(rng.choices(range(self._vocab_size), k=n - len(ids)))
         return ids, ""
 
     def _block(self, block: int) -> list[int]:

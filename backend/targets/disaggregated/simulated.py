@@ -64,7 +64,7 @@ class DisaggregatedSim:
         self.config, self.link, self.emit, self.should_stop = config, link, emit, should_stop
         self.shape, self.prec, self.profile, self.cost_model = shape, prec, profile, cost_model
         spec = replace(config.workload, prompt_source="synthetic")   # no tokenizer: synthetic ids of the same lengths
-        self.source = WorkloadSource(spec, tokenize=None, vocab_size=shape.vocab_size, max_prompt_len=shape.max_position)
+        self.source = WorkloadSource(spec, tokenize=None, vocab_size=1, max_prompt_len=shape.max_position)
         self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
         self.kv_capacity = kv_capacity_of(config, e.max_batch, self.max_len)
         self.kv_per_token = int(kv_bytes_per_token(shape, prec))
