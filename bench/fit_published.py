@@ -4,8 +4,12 @@ Each fitted figure is simulated once with the profile's own terms while every st
 recorded: the seconds of its matmuls and of its attention at the peak, of its bytes at the full
 bandwidth, of its collectives, its layers, tokens and requests. A candidate's price of that step is then
 
-    max(matmul / mfu + attention / afu, bytes / mbu) + collectives + layer_us x layers
+    max(dense matmuls / mfu + experts / efu, (weights + activations) / mbu) + max(attention / afu, KV / mbu)
+        + collectives / link_eff + (layer_us [+ prefill_layer_us on a step that prefills]) x layers
         + step_ms + token_ms x tokens + request_ms x requests
+
+(the cost model with serial = 1: products and attention each at their own roofline, in turn; a
+recorded base model without serial is checked with its own formula)
 
 (StepPricer's formula for one pipeline stage, checked against the simulator's own price of every
 recorded step), and the figure's metric moves with the time of the steps it is made of (a TTFT
@@ -34,8 +38,13 @@ from backend.roofline.roofs import compute_seconds
 from backend.roofline.step_time import CostModel
 
 EFFICIENCY = ("mfu", "afu", "mbu")
-BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.2, 0.95), "mbu": (0.2, 0.95), "step_ms": (0.0, 20.0),
-          "token_ms": (0.0, 0.05), "request_ms": (0.0, 0.5), "layer_us": (0.0, 300.0)}
+BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.1, 0.95), "mbu": (0.2, 0.95), "efu": (0.05, 0.95), "step_ms": (0.0, 20.0),
+          "token_ms": (0.0, 0.05), "request_ms": (0.0, 0.5), "layer_us": (0.0, 300.0), "prefill_layer_us": (0.0, 300.0),
+          "link_eff": (0.05, 1.0)}
+# not fitted: serial is structural (a GPU runs a step's products and attention as separate kernels); efu stays 0 (the
+# experts at mfu) because the fitted set holds no mixture of experts to fit it on (the rule put both Mixtral rows out)
+FIXED = {"serial": 1.0, "efu": 0.0}
+STARTS = {"efu": 0.5}   # a term whose placeholder is 0 (not used) starts here
 MIN_PER_GROUP = 6
 HUGE = 1e30
 
@@ -59,10 +68,18 @@ class Trace:
 
     def step_seconds(self, terms: dict) -> np.ndarray:
         a = self.arrays
-        compute = a["matmul"] / terms["mfu"] + a["attention"] / terms["afu"]
-        seconds = np.maximum(compute, a["memory"] / terms["mbu"]) + a["collective"]
-        seconds += terms.get("layer_us", 0.0) * a["layers"] / 1e6
-        return seconds + (terms["step_ms"] + terms["token_ms"] * a["tokens"] + terms["request_ms"] * a["requests"]) / 1e3
+        mbu = terms["mbu"]
+        if terms.get("serial"):
+            efu = terms.get("efu") or terms["mfu"]
+            gemms = np.maximum((a["matmul"] - a["experts"]) / terms["mfu"] + a["experts"] / efu, a["gemm_memory"] / mbu)
+            seconds = gemms + np.maximum(a["attention"] / terms["afu"], a["kv_memory"] / mbu)
+        else:
+            compute = a["matmul"] / terms["mfu"] + a["attention"] / terms["afu"]
+            seconds = np.maximum(compute, a["memory"] / mbu)
+        layer_us = terms.get("layer_us", 0.0) + terms.get("prefill_layer_us", 0.0) * a["is_prefill"]
+        seconds = seconds + a["collective"] / terms.get("link_eff", 1.0) + layer_us * a["layers"] / 1e6
+        fixed = terms["step_ms"] + terms["token_ms"] * a["tokens"] + terms["request_ms"] * a["requests"]
+        return seconds + fixed / 1e3
 
     def relevant(self) -> np.ndarray:
         """The steps the figure's metric is made of."""
@@ -98,9 +115,13 @@ def record(fig, simulate) -> Trace | None:
         needs = logit_rows if logit_rows is not None else [True] * len(new_tokens)
         shape, prec, layout, profile = pricer.shape, pricer.prec, pricer.layout, pricer.profile
         cost = parallel.shard(step_cost(shape, prec, new_tokens, contexts, sum(needs)), shape, prec, layout)
-        parts = dict(matmul=compute_seconds(cost, profile, prec, pricer.math, 1.0, HUGE),
+        matmul = compute_seconds(cost, profile, prec, pricer.math, 1.0, HUGE)
+        products = cost.flops - cost.attention_flops
+        bandwidth = profile.bandwidth_bytes_per_s
+        parts = dict(matmul=matmul, experts=matmul * cost.expert_flops / products if products > 0 else 0.0,
                      attention=compute_seconds(cost, profile, prec, pricer.math, HUGE, 1.0),
-                     memory=cost.bytes / profile.bandwidth_bytes_per_s,
+                     memory=cost.bytes / bandwidth, gemm_memory=(cost.weight_bytes + cost.activation_bytes) / bandwidth,
+                     kv_memory=cost.kv_bytes / bandwidth,
                      collective=parallel.collective_seconds(shape, prec, layout, sum(new_tokens)),
                      layers=parallel.stage_layers(shape, layout.pp), tokens=sum(new_tokens),
                      requests=len(new_tokens), is_prefill=float(max(new_tokens) > 1))
@@ -176,6 +197,7 @@ def nelder_mead(f, x0: list[float], step: float = 0.8, iterations: int = 600) ->
 
 def fit_over(traces: list[Trace], start: dict, names: tuple[str, ...]) -> dict:
     """The terms `names` that minimize the loss over `traces`, the rest held at `start`."""
+    names = tuple(n for n in names if n not in FIXED)
     def terms_of(y):
         return {**start, **{n: from_unit(n, v) for n, v in zip(names, y)}}
     best = None
@@ -219,7 +241,9 @@ def fit_traces(traces: list[Trace], structure: str) -> Fit:
     """The shared terms over every trace, then each large-enough group's own efficiencies."""
     names = tuple(n for n in BOUNDS if n in CostModel.__dataclass_fields__)
     # the placeholders as the start (a zero overhead starts just inside its bounds: its logit is finite)
-    start = {n: min(max(getattr(CostModel(), n), BOUNDS[n][0] + 1e-3), BOUNDS[n][1]) for n in names}
+    start = {n: min(max(getattr(CostModel(), n) or STARTS.get(n, 0.0), BOUNDS[n][0] + 1e-3), BOUNDS[n][1])
+             for n in names}
+    start.update(FIXED)
     fit = Fit(structure, fit_over(traces, start, names), counts={"*": len(traces)})
     if structure == "shared":
         return fit

@@ -232,16 +232,22 @@ def cost_model_text(c: dict) -> str:
     def g(key):
         value = c.get(key)
         return "?" if value is None else f"{value:.3g}"
-    return (f"matmuls {g('mfu')}, attention {g('afu')}, memory {g('mbu')} of peak; {g('step_ms')} ms/step, "
-            f"{g('token_ms')} ms/token, {g('request_ms')} ms/request")
+    experts = f", experts {g('efu')}" if c.get("efu") else ""
+    layers = f", {g('layer_us')} us/layer" if c.get("layer_us") else ""
+    layers += f", {g('prefill_layer_us')} us/layer in prefill" if c.get("prefill_layer_us") else ""
+    layers += f", links at {g('link_eff')} of their rate" if c.get("link_eff", 1.0) != 1.0 else ""
+    serial = "; products and attention each at their own roofline" if c.get("serial") else ""
+    return (f"matmuls {g('mfu')}{experts}, attention {g('afu')}, memory {g('mbu')} of peak; {g('step_ms')} ms/step, "
+            f"{g('token_ms')} ms/token, {g('request_ms')} ms/request{layers}{serial}")
 
 
 def precision_text(info: dict) -> str:
     """'float32', or for quantized weights 'q4_1 weights (5.74 bits), float32 activations'."""
     p = from_info(info)
+    kv = f", {p.kv_dtype} KV cache" if p is not None and p.kv else ""   # --kv-dtype other than the activations'
     if p is None or not p.is_quantized:
-        return str(info.get("dtype"))
-    return f"{p.name} weights ({p.weight_bits:.2f} bits), {p.activation} activations"
+        return str(info.get("dtype")) + kv
+    return f"{p.name} weights ({p.weight_bits:.2f} bits), {p.activation} activations{kv}"
 
 
 def _significant(value: float) -> str:

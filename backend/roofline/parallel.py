@@ -217,22 +217,24 @@ class StepPricer:
         self.layout = layout or Layout()
         self.math = math_
 
-    def stage_seconds(self, new_tokens: list[int], contexts: list[int], rows: int) -> float:
+    def stage_seconds(self, new_tokens: list[int], contexts: list[int], rows: int, prefill: bool = False) -> float:
         """One microbatch through the slowest stage: compute or memory, then its collectives."""
         cost = shard(step_cost(self.shape, self.prec, new_tokens, contexts, rows), self.shape, self.prec, self.layout)
         seconds = self.cost_model.cost_seconds(cost, self.profile, self.prec, self.math)
-        seconds += collective_seconds(self.shape, self.prec, self.layout, sum(new_tokens))
-        return seconds + self.cost_model.layer_seconds(stage_layers(self.shape, self.layout.pp))
+        seconds += collective_seconds(self.shape, self.prec, self.layout, sum(new_tokens)) / self.cost_model.link_eff
+        return seconds + self.cost_model.layer_seconds(stage_layers(self.shape, self.layout.pp), prefill)
 
     def seconds(self, new_tokens: list[int], contexts: list[int], logit_rows: list[bool] | None = None) -> float:
         """The step's time: request i computes new_tokens[i] tokens attending to contexts[i]; logit_rows[i]
         says whether it needs logits (None: every request)."""
         needs = logit_rows if logit_rows is not None else [True] * len(new_tokens)
         overhead = self.cost_model.overhead_seconds(sum(new_tokens), len(new_tokens))
+        prefill = max(new_tokens) > 1
         pp = self.layout.pp
         if pp == 1:
-            return self.stage_seconds(new_tokens, contexts, sum(needs)) + overhead
+            return self.stage_seconds(new_tokens, contexts, sum(needs), prefill) + overhead
         groups = microbatches(new_tokens, contexts, pp)
-        times = [self.stage_seconds(n, c, sum(needs[i] for i in idx)) for idx, n, c in groups]
-        hops = (pp - 1) * max(hop_seconds(self.shape, self.prec, self.layout, sum(n)) for _, n, _ in groups)
+        times = [self.stage_seconds(n, c, sum(needs[i] for i in idx), prefill) for idx, n, c in groups]
+        hops = (pp - 1) * max(hop_seconds(self.shape, self.prec, self.layout, sum(n)) for _, n, _ in groups) \
+            / self.cost_model.link_eff
         return sum(times) + (pp - len(groups)) * max(times) + hops + overhead

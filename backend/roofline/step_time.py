@@ -3,7 +3,19 @@ fractions of a profile's peaks, plus the host's fixed costs.
 
     seconds = max(matmul FLOPs / (peak x mfu) + attention FLOPs / (peak x afu),
                   bytes / (bandwidth x mbu))
-              + (step_ms + token_ms x tokens + request_ms x requests) / 1000 + layer_us x layers / 1e6
+              + (step_ms + token_ms x tokens + request_ms x requests) / 1000
+              + (layer_us [+ prefill_layer_us on a step that prefills]) x layers / 1e6
+
+With `serial` = 1 the step is not one roofline but two kernels' in turn, as a GPU runs them: the
+products (the weights and activations their traffic) and attention (the KV cache its traffic):
+
+    seconds = max(matmul FLOPs / (peak x mfu) + expert FLOPs / (peak x efu), (weights + activations) / (bw x mbu))
+              + max(attention FLOPs / (peak x afu), KV bytes / (bw x mbu)) + the overheads
+
+A large decode batch is then compute-bound in its products and memory-bound in its attention, and
+pays for both, which one roofline over the step hides (it overlaps them); a mixture of experts'
+grouped products reach their own fraction of the peak (efu). The CPU's fitted profiles and the
+placeholders keep serial = 0.
 
 The layer term is the fixed cost each layer adds to a step whatever its size (its kernels' launch
 and tail latencies): what keeps a small model's decode step far above its weight-read time on a
@@ -35,7 +47,7 @@ from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pair
 # calibrated profile's peak is one measured matmul (torch's), which tuned kernels can beat:
 # fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
 from backend.roofline.profiles import MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
-from backend.roofline.roofs import compute_seconds
+from backend.roofline.roofs import compute_parts, compute_seconds
 
 if TYPE_CHECKING:
     from backend.kernels.matmath import MatMath
@@ -60,6 +72,12 @@ class CostModel:
     token_ms: float = 0.0005       # per token processed: input preparation, embedding gather
     request_ms: float = 0.005      # per request in the step: sampling, detokenizing, its metadata
     layer_us: float = 0.0          # per layer per step: its kernels' launch and tail latencies
+    prefill_layer_us: float = 0.0  # per layer of a step that prefills: a context phase's kernels, launched one
+                                   # by one (decode steps replay a captured graph)
+    link_eff: float = 1.0          # collectives and pipeline hops: the fraction of the link's rate (its
+                                   # bandwidth, and 1 / its latencies) an engine's all-reduces reach
+    efu: float = 0.0               # with serial: routed experts' grouped matmuls' fraction of the peak (0: mfu)
+    serial: float = 0.0            # 1: the products and attention each at their own roofline, one after the other
     source: str = field(default=GPU_SOURCE, compare=False)   # where the terms come from
 
     @classmethod
@@ -97,12 +115,16 @@ class CostModel:
         return replace(self, source=source)
 
     def validate(self) -> None:
-        for name in ("mfu", "afu", "mbu"):
+        for name in ("efu", "serial"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_EFFICIENCY:
+                raise InputError(f"cost model {name} must be a number in [0, {MAX_EFFICIENCY:g}], got {value!r}")
+        for name in ("mfu", "afu", "mbu", "link_eff"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_EFFICIENCY:
                 raise InputError(f"cost model {name} must be a fraction of the peak in (0, {MAX_EFFICIENCY:g}], "
                                  f"got {value!r}")
-        for name in ("step_ms", "token_ms", "request_ms", "layer_us"):
+        for name in ("step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 unit = "microseconds" if name.endswith("_us") else "milliseconds"
@@ -110,30 +132,43 @@ class CostModel:
 
     def cost_seconds(self, cost: StepCost, profile: GpuProfile, prec: Precision, math: MatMath | None = None) -> float:
         """The roofline part of a step's time: the slower of its compute (each product at its unit's
-        peak, backend.roofline.roofs) and its memory traffic."""
-        compute_s = compute_seconds(cost, profile, prec, math, self.mfu, self.afu)
-        memory_s = cost.bytes / (profile.bandwidth_bytes_per_s * self.mbu)
-        return max(compute_s, memory_s)
+        peak, backend.roofline.roofs) and its memory traffic -- over the whole step, or with `serial`
+        over each of its two kinds of kernels in turn (module docstring)."""
+        if not self.serial:
+            compute_s = compute_seconds(cost, profile, prec, math, self.mfu, self.afu)
+            memory_s = cost.bytes / (profile.bandwidth_bytes_per_s * self.mbu)
+            return max(compute_s, memory_s)
+        matmul_s, attention_s = compute_parts(cost, profile, prec, math)
+        products = cost.flops - cost.attention_flops
+        expert_s = matmul_s * cost.expert_flops / products if products > 0 else 0.0
+        efu = self.efu or self.mfu
+        bandwidth = profile.bandwidth_bytes_per_s * self.mbu
+        gemms = max((matmul_s - expert_s) / self.mfu + expert_s / efu,
+                    (cost.weight_bytes + cost.activation_bytes) / bandwidth)
+        attention = max(attention_s / self.afu, cost.kv_bytes / bandwidth)
+        return gemms + attention
 
     def overhead_seconds(self, tokens: int, requests: int) -> float:
         return (self.step_ms + self.token_ms * tokens + self.request_ms * requests) / 1000.0
 
-    def layer_seconds(self, layers: int) -> float:
-        return self.layer_us * layers / 1e6
+    def layer_seconds(self, layers: int, prefill: bool = False) -> float:
+        """The layers' fixed costs; `prefill`: the step holds a prompt's tokens (more than one of some request)."""
+        return (self.layer_us + (self.prefill_layer_us if prefill else 0.0)) * layers / 1e6
 
     def step_seconds(self, shape, prec: Precision, profile: GpuProfile, new_tokens: list[int],
                      contexts: list[int], logit_rows: int | None = None, math: MatMath | None = None) -> float:
         """The price of one step: request i computes new_tokens[i] tokens attending to contexts[i]."""
         cost = step_cost(shape, prec, new_tokens, contexts, logit_rows)
         return (self.cost_seconds(cost, profile, prec, math) + self.overhead_seconds(sum(new_tokens), len(new_tokens))
-                + self.layer_seconds(shape.num_layers))
+                + self.layer_seconds(shape.num_layers, max(new_tokens) > 1))
 
     def record_seconds(self, shape, prec: Precision, profile: GpuProfile, step, math: MatMath | None = None) -> float:
         """The price of a recorded step (a StepRecord, or anything with its totals): what the
         simulator would have charged for it. Exact for decode steps and for equal prompts;
         unequal requests in one step are priced as if they shared its tokens and context evenly."""
         return self.cost_seconds(record_cost(shape, prec, step), profile, prec, math) + \
-            self.overhead_seconds(step.num_tokens, step.num_requests) + self.layer_seconds(shape.num_layers)
+            self.overhead_seconds(step.num_tokens, step.num_requests) + \
+            self.layer_seconds(shape.num_layers, step.num_tokens > step.num_requests)
 
 
 def record_cost(shape, prec: Precision, step) -> StepCost:
