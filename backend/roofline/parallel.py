@@ -76,6 +76,10 @@ def validate(deployment: Deployment, shape, model_name: str = "the model") -> No
         value = getattr(deployment, name)
         if value is not None:
             check_tp(_whole(name.replace("_", "-"), value), shape, model_name, f"--{name.replace('_', '-')}")
+    if deployment.link is not None:
+        from backend.roofline.links import known_links
+        if deployment.link not in known_links():
+            raise InputError(f"--link: unknown link {deployment.link!r} (known: {', '.join(known_links())})")
     if deployment.router not in ROUTERS:
         raise InputError(f"--router {deployment.router!r}: use one of {', '.join(ROUTERS)}")
     check_tp(tp, shape, model_name, "--tp")

@@ -85,6 +85,11 @@ def test_load_and_sweep_and_listings(tmp_path):
     (["load", "--model", "tiny", "--chunk-tokens", "0", "--policy", "chunked"], "--chunk-tokens"),
     (["sweep", "batch", "--model", "tiny", "--profile", "no-such-gpu"], "no-such-gpu"),
     (["sweep", "batch", "--model", "tiny", "--batches", "1,x"], "--batches"),
+    (["run", "--model", "tiny", "--tp", "2"], "add --simulate"),
+    (["run", "--simulate", "--profile", "h100-sxm", "--model", "llama-3.1-70b", "--tp", "3"], "does not divide"),
+    (["run", "--simulate", "--profile", "a100-80gb-sxm", "--model", "llama-8b", "--dtype", "fp8"], "no fp8 peak"),
+    (["run", "--simulate", "--profile", "h100-sxm", "--model", "llama-8b", "--link", "pigeon"], "unknown link"),
+    (["run", "--model", "tiny", "--dtype", "fp8"], "the simulator prices"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(args, text):
     assert_clean_error(cli(*args), 2, text)
