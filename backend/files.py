@@ -1,5 +1,5 @@
 """Writing files so that a failure (a full disk) leaves nothing half-written and nothing replaced;
-and the user's configuration folder (profiles, remembered model folders)."""
+the user's configuration folder (profiles, remembered model folders); reading a config.json."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,19 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from backend.errors import RunError
+from backend.errors import InputError, RunError
+
+
+def read_config_json(path: Path) -> dict:
+    """A transformers config.json's top-level object; one line for a file that is not one."""
+    import json
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable config.json ({exc})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not a config.json (its top level is not an object)")
+    return config
 
 
 class WriteError(RunError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -106,28 +105,14 @@ def flag(row: dict, key: str) -> bool:
 
 def render_png(rows: list[dict], path: str | Path, title: str = "") -> Path:
     """The plot of these rows written to `path` offscreen; OSError when it cannot be drawn."""
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    try:
-        from PySide6 import QtWidgets
-        import pyqtgraph as pg
-        import pyqtgraph.exporters
-    except ImportError as exc:
-        raise OSError(f"the PNG needs PySide6 and pyqtgraph ({exc})") from None
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
-    pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    from gui.views.plot_export import export_png, offscreen_pyqtgraph
+    app, pg = offscreen_pyqtgraph("the PNG")
     widget = pg.PlotWidget()
     widget.resize(*SIZE)
     item = widget.getPlotItem()
     item.setTitle(title or "Simulated deployments: cost against goodput")
     draw_plan(item, rows)
-    app.processEvents()
-    path = Path(path)
-    exporter = pyqtgraph.exporters.ImageExporter(item)
-    exporter.parameters()["width"] = SIZE[0]
-    if not exporter.export(str(path)) and not path.is_file():
-        raise OSError(f"could not write {path}")
-    return path
+    return export_png(app, item, Path(path), SIZE[0])
 
 
 def main(argv: list[str]) -> int:

@@ -155,14 +155,20 @@ class Engine:
         return self.tokenizer.decode(req.output_ids)
 
     def _record_unfinished(self, result: EngineResult, emit) -> None:
-        """Requests still queued or running when the run stopped are kept, with why they did not finish."""
-        reason = "stopped by user" if result.stopped else (f"run failed: {result.error}" if result.error else "")
-        batch = RecordBatch()
-        for req in sorted(self._requests.values(), key=lambda r: r.request_id):
-            if req.finish_reason == "":
-                req.finish_reason = reason or "unfinished"
-            batch.requests.append(req.to_record(self._final_text(req)))
-        self._requests.clear()
-        if batch.requests:
-            emit(batch)
+        record_unfinished(self._requests, result, emit, self._final_text)
+
+
+def record_unfinished(requests: dict[int, Request], result: EngineResult, emit,
+                      text: Callable[[Request], str] = lambda req: "") -> None:
+    """Requests still queued or running when a run stopped are kept, with why they did not finish
+    (the engine loop's and the simulated replicas'); `requests` is emptied."""
+    reason = "stopped by user" if result.stopped else (f"run failed: {result.error}" if result.error else "")
+    batch = RecordBatch()
+    for req in sorted(requests.values(), key=lambda r: r.request_id):
+        if req.finish_reason == "":
+            req.finish_reason = reason or "unfinished"
+        batch.requests.append(req.to_record(text(req)))
+    requests.clear()
+    if batch.requests:
+        emit(batch)
 

@@ -138,15 +138,9 @@ def config_shape(name_or_path: str) -> tuple[ModelShape, torch.Tensor | None] | 
         return None
     if not path.is_file():
         raise InputError(f"{path}: no such config file")
-    import json
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable config.json ({exc})") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: not a config.json (its top level is not an object)")
+    from backend.files import read_config_json
     from backend.loaders.hf import shape_from_config
-    return shape_from_config(config, path)
+    return shape_from_config(read_config_json(path), path)
 
 
 def _cached_config_only(repo_id: str) -> Path | None:

@@ -21,7 +21,6 @@ Each family's fields, as transformers' config classes name them:
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from profiles import HERE as PROFILES
@@ -61,13 +60,8 @@ def sim_shape(name_or_path: str) -> ModelShape:
 
 
 def shape_from_file(path: Path) -> ModelShape:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable config.json ({exc})") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: not a config.json (its top level is not an object)")
-    return shape_from_dict(config, path)
+    from backend.files import read_config_json
+    return shape_from_dict(read_config_json(path), path)
 
 
 def shape_from_dict(config: dict, path) -> ModelShape:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from backend.config import ROUTERS
-from backend.engine.loop import EngineResult
+from backend.engine.loop import EngineResult, record_unfinished
 from backend.engine.request import Request
 from backend.errors import InputError, one_line
 from backend.events import RequestsArrived
@@ -92,7 +92,7 @@ class ReplicaSet:
                     self._step_replica(self.replicas[index], source, emit, at)
         except Exception as exc:  # noqa: BLE001 -- the partial run is kept; the caller shows the message
             result.error = one_line(exc, typed=True)
-        self._record_unfinished(result, emit)
+        record_unfinished(self._requests, result, emit)
         return result
 
     def _arrive(self, source, emit, now: float) -> None:
@@ -149,14 +149,3 @@ class ReplicaSet:
             source.on_finish(now)
             self._requests.pop(req.request_id, None)
             self._announced.discard(req.request_id)
-
-    def _record_unfinished(self, result: EngineResult, emit) -> None:
-        reason = "stopped by user" if result.stopped else (f"run failed: {result.error}" if result.error else "")
-        batch = RecordBatch()
-        for req in sorted(self._requests.values(), key=lambda r: r.request_id):
-            if req.finish_reason == "":
-                req.finish_reason = reason or "unfinished"
-            batch.requests.append(req.to_record())
-        self._requests.clear()
-        if batch.requests:
-            emit(batch)

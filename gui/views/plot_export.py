@@ -18,18 +18,36 @@ COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
 SIZE = (900, 560)
 
 
-def render_plots(plots: list[Plot], folder: Path) -> list[Path]:
-    """Draw every plot into folder / plot.file_name; the paths written."""
+def offscreen_pyqtgraph(what: str):
+    """(the QApplication, pyqtgraph) for drawing PNGs without a window (offscreen where there is no display);
+    OSError naming `what` when PySide6 or pyqtgraph is missing."""
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     try:
         from PySide6 import QtWidgets
         import pyqtgraph as pg
-        import pyqtgraph.exporters
+        import pyqtgraph.exporters  # noqa: F401 -- ImageExporter, below
     except ImportError as exc:
-        raise OSError(f"the PNGs need PySide6 and pyqtgraph ({exc})") from None
+        raise OSError(f"{what} needs PySide6 and pyqtgraph ({exc})") from None
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    return app, pg
+
+
+def export_png(app, item, path: Path, width: int) -> Path:
+    """A plot item written to `path` as a PNG `width` pixels wide; OSError when it is not written."""
+    import pyqtgraph.exporters
+    app.processEvents()
+    exporter = pyqtgraph.exporters.ImageExporter(item)
+    exporter.parameters()["width"] = width
+    if not exporter.export(str(path)) and not Path(path).is_file():
+        raise OSError(f"could not write {path}")
+    return Path(path)
+
+
+def render_plots(plots: list[Plot], folder: Path) -> list[Path]:
+    """Draw every plot into folder / plot.file_name; the paths written."""
+    app, pg = offscreen_pyqtgraph("the PNGs")
     written = []
     for plot in plots:
         widget = pg.PlotWidget()
@@ -51,13 +69,7 @@ def render_plots(plots: list[Plot], folder: Path) -> list[Path]:
             pen = pg.mkPen(COLOURS[i % len(COLOURS)], width=2)
             item.plot(xs, ys, pen=pen, name=series.label, symbol=None if plot.steps else "o", symbolSize=6,
                       symbolBrush=COLOURS[i % len(COLOURS)])
-        app.processEvents()
-        path = Path(folder) / plot.file_name
-        exporter = pyqtgraph.exporters.ImageExporter(item)
-        exporter.parameters()["width"] = SIZE[0]
-        if not exporter.export(str(path)) and not path.is_file():
-            raise OSError(f"could not write {path}")
-        written.append(path)
+        written.append(export_png(app, item, Path(folder) / plot.file_name, SIZE[0]))
         widget.deleteLater()
     app.processEvents()
     return written
