@@ -144,7 +144,9 @@ class LanesView(pg.PlotWidget):
     def set_remote(self, remote: bool) -> None:
         """A remote server's lanes are seen from the client: sent, first token, streaming."""
         self._remote = remote
-        self._transfer_shown = bool(self.store.workers)   # the KV transfer's swatch: a disaggregated run's only
+        from gui.views.worker_strip import is_replicas
+        workers = self.store.workers   # the KV transfer's swatch: a disaggregated run's only (not --dp replicas')
+        self._transfer_shown = bool(workers) and not is_replicas(workers.names)
         names = REMOTE_NAMES if remote else {n: n for n in SEGMENTS if n != "KV transfer" or self._transfer_shown}
         title = swatch_title("Request lanes" + (" (client's clock)" if remote else ""),
                              [(names[n], SEGMENT_COLORS[n]) for n in names])

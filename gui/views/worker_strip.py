@@ -14,10 +14,21 @@ from PySide6 import QtWidgets
 
 from backend.records import Phase
 
-from gui.views.plot_style import PHASE_COLORS, cosmetic_pen, outline_color, rect_path, style_plot, swatch_title
+from gui.views.plot_style import PHASE_COLORS, cosmetic_pen, outline_color, rect_path, set_title, style_plot, swatch_title
 from gui.state.worker_rows import PHASE_CODE
 
 ROW_HEIGHT = 0.8      # of one row's unit: the gap between rows is the rest
+
+
+def is_replicas(names) -> bool:
+    """Whether the rows are a simulated data-parallel run's replicas (replica-0, replica-1, ...)."""
+    return bool(names) and all(str(n).startswith("replica-") for n in names)
+
+
+def strip_title(replicas: bool) -> str:
+    text = ("Engine steps by replica: one row per data-parallel replica" if replicas else
+            "Engine steps by worker: prefill workers above, decode workers below")
+    return swatch_title(text, [(p.value, c) for p, c in PHASE_COLORS.items()])
 
 
 class WorkerStripView(pg.PlotWidget):
@@ -29,9 +40,8 @@ class WorkerStripView(pg.PlotWidget):
         self.store = store
         self._seen_version = -1
         plot = self.getPlotItem()
-        style_plot(plot, swatch_title("Engine steps by worker: prefill workers above, decode workers below",
-                                      [(p.value, c) for p, c in PHASE_COLORS.items()]),
-                   "time since run start (ms)", "")
+        style_plot(plot, strip_title(False), "time since run start (ms)", "")
+        self._replicas = False   # the rows are a simulated --dp run's replicas, not disaggregated workers
         plot.setMouseEnabled(x=True, y=False)
         self.items: dict[Phase, QtWidgets.QGraphicsPathItem] = {}
         for phase, color in PHASE_COLORS.items():
@@ -59,6 +69,10 @@ class WorkerStripView(pg.PlotWidget):
             return
         self._seen_version = self.store.version
         rows = self.store.workers
+        replicas = is_replicas(rows.names)
+        if replicas != self._replicas:
+            self._replicas = replicas
+            set_title(self.getPlotItem(), strip_title(replicas))
         top = max((float(np.max(buf.column("tokens"))) for buf in rows.rows.values() if len(buf)), default=1.0)
         scale = np.log10(max(top, 2.0))
         paths = {phase: ([], [], [], []) for phase in Phase}
