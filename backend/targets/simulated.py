@@ -25,7 +25,7 @@ from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.precision import GPU_FORMATS, Precision, canonical, precision
 from backend.roofline import parallel
-from backend.roofline.cost import linear_params_per_layer
+from backend.roofline.cost import matrix_params
 from backend.roofline.parallel import Layout, StepPricer
 from backend.roofline.profiles import GpuProfile, find_profile
 from backend.roofline.step_time import CostModel, is_cpu_profile
@@ -85,12 +85,8 @@ def resolve_model(name: str):
     from backend.models.shapes import SHAPES
     if name.lower() in SHAPES:
         return SHAPES[name.lower()]
-    try:
-        from backend.roofline.model_configs import SHIPPED_CONFIGS, sim_shape
-    except ImportError:   # noqa: the shipped configs' module is optional to this function
-        SHIPPED_CONFIGS, sim_shape = {}, None
-    if sim_shape is not None and (name.lower() in SHIPPED_CONFIGS or name.lower().endswith(".json")
-                                  or _holds_config(name)):
+    from backend.roofline.model_configs import SHIPPED_CONFIGS, sim_shape
+    if name.lower() in SHIPPED_CONFIGS or name.lower().endswith(".json") or _holds_config(name):
         return sim_shape(name)
     from backend.loaders.weights import config_shape
     found = config_shape(name)
@@ -130,17 +126,9 @@ def resolve_precision(dtype: str, profile: GpuProfile, kv_dtype: str = "auto") -
 
 def model_bytes(shape, prec: Precision) -> int:
     """The weights' bytes: the matrices (and the LM head) at the precision, the rest at the activation dtype."""
-    matrices = _matrix_params(shape)
+    matrices = matrix_params(shape)
     rest = max(0, shape.num_params() - matrices)
     return int(matrices * prec.weight_bytes + rest * prec.activation_bytes)
-
-
-def _matrix_params(shape) -> int:
-    """The layers' matrices and the LM head's weights (cost.matrix_params where the cost model has it)."""
-    from backend.roofline import cost
-    if hasattr(cost, "matrix_params"):
-        return cost.matrix_params(shape)
-    return linear_params_per_layer(shape) * shape.num_layers + shape.vocab_size * shape.hidden_size
 
 
 def kv_bytes_per_token(shape, prec: Precision) -> float:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import fields as dataclass_fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
@@ -33,11 +33,6 @@ FORM_POLICIES = (*POLICIES, "disaggregated")   # the scheduler's policies, and p
 
 
 TRACE_KEYS = ("trace", "trace_speed", "think_ms")   # WorkloadSpec's --trace, --trace-speed, --think-ms
-
-
-def workload_has(key: str) -> bool:
-    """Whether WorkloadSpec has this field (the trace and think-time fields are newer than the form)."""
-    return key in {f.name for f in dataclass_fields(WorkloadSpec)}
 
 
 def trace_file(text: str) -> str:
@@ -252,9 +247,6 @@ class RunForm(QtWidgets.QWidget):
         form.addRow("Think time", self.think_spin)
         form.addRow("Trace", trace_row)
         form.addRow("Trace speed", self.trace_speed_spin)
-        self._trace_rows = {"trace": trace_row, "trace_speed": self.trace_speed_spin, "think_ms": self.think_spin}
-        for key, row in self._trace_rows.items():   # a backend without the field: the row is not offered
-            form.setRowVisible(row, workload_has(key))
         form.addRow("Prompt tokens", f["prompt_len"])
         form.addRow("Output tokens", f["output_len"])
         form.addRow("Prompts", self.source_combo)
@@ -543,8 +535,7 @@ class RunForm(QtWidgets.QWidget):
             prompt_source=self.source_combo.currentText(), seed=self.fields["sampling"]["seed"].value, **trace)
 
     def _trace_values(self) -> dict:
-        """--trace and --trace-speed, or --think-ms of a closed loop, as the form has them (the fields
-        WorkloadSpec has only)."""
+        """--trace and --trace-speed, or --think-ms of a closed loop, as the form has them."""
         trace = self.fields["load"]["trace"].value
         if trace:
             values = {"trace": trace, "trace_speed": self.trace_speed_spin.value()}
@@ -552,7 +543,7 @@ class RunForm(QtWidgets.QWidget):
             values = {"think_ms": self.think_spin.value()}
         else:
             values = {}
-        return {key: value for key, value in values.items() if workload_has(key)}
+        return values
 
     @staticmethod
     def _overridden(base: WorkloadSpec, **flags) -> WorkloadSpec:

@@ -20,28 +20,15 @@ def sim_dtypes() -> list[str]:
 
 
 def shipped_configs() -> dict[str, str]:
-    """The shipped model configs (key -> config.json path), e.g. "llama-3.1-70b"; empty until the
-    backend ships them (backend.roofline.model_configs.SHIPPED_CONFIGS)."""
-    try:
-        from backend.roofline.model_configs import SHIPPED_CONFIGS
-    except ImportError:
-        return {}
+    """The shipped model configs (key -> config.json path), e.g. "llama-3.1-70b"
+    (backend.roofline.model_configs.SHIPPED_CONFIGS)."""
+    from backend.roofline.model_configs import SHIPPED_CONFIGS
     return {key: str(path) for key, path in SHIPPED_CONFIGS.items()}
 
 
 def link_names() -> list[str]:
-    """The links --link takes: backend.roofline.links.list_links(), or where that loader is absent
-    the [links] tables of profiles/links/*.toml in their files' order."""
-    try:
-        from backend.roofline.links import list_links
-    except ImportError:
-        import tomllib
-        from profiles import HERE
-        names: list[str] = []
-        for path in sorted((HERE / "links").glob("*.toml")):
-            with open(path, "rb") as f:
-                names += [n for n in tomllib.load(f).get("links", {}) if n not in names]
-        return names
+    """The links --link takes (backend.roofline.links.list_links)."""
+    from backend.roofline.links import list_links
     return [str(name) for name in list_links()]
 
 
@@ -74,11 +61,8 @@ def check_sim_model(name: str) -> tuple[object | None, str]:
 
 def check_deployment(deployment, shape, model_name: str) -> str:
     """Why the model cannot take this layout (TP that does not divide its heads, ...), in the
-    backend's one line (backend.roofline.parallel.validate); "" when it can, or nothing checks it yet."""
-    try:
-        from backend.roofline.parallel import validate
-    except ImportError:
-        return ""
+    backend's one line (backend.roofline.parallel.validate); "" when it can."""
+    from backend.roofline.parallel import validate
     try:
         validate(deployment, shape, model_name)
     except InputError as exc:

@@ -109,18 +109,13 @@ def test_a_shipped_config_and_a_config_json_are_offered_only_under_simulate(qtbo
 
 
 def test_the_trace_and_think_time_reach_the_workload(qtbot, controls, tmp_path):
-    from gui.panels.run_form import workload_has
     form = controls.form
     form.set_kind("load")
-    if not workload_has("think_ms"):
-        pytest.skip("WorkloadSpec has no think_ms yet")
     form.preset_combo.setCurrentText("closed-loop-8")   # no trace of its own
     assert not form.fields["load"]["trace"].text()
     form.arrival_combo.setCurrentText("closed")
     form.think_spin.setValue(250)
     assert form.workload().think_ms == 250.0
-    if not workload_has("trace"):
-        return
     trace = tmp_path / "trace.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,100,10\n0.5,200,20\n")
     form.open_trace(str(trace))
