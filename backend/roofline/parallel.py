@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING
 from backend.config import ROUTERS, Deployment
 from backend.errors import InputError
 from backend.roofline.cost import StepCost, step_cost
+from backend.roofline.attention import kv_heads_for_sharding
 from backend.roofline.links import KVLink, device_link
+from backend.shape import is_mla, moe_layers
 
 if TYPE_CHECKING:
     from backend.precision import Precision
@@ -44,20 +46,9 @@ if TYPE_CHECKING:
     from backend.roofline.step_time import CostModel
 
 
-def is_mla(shape) -> bool:
-    return getattr(shape, "kv_lora_rank", 0) > 0
-
-
-def moe_layers(shape) -> int:
-    """Layers whose MLP is a mixture of experts (DeepSeek's first layers are dense)."""
-    if not getattr(shape, "num_experts", 0):
-        return 0
-    return shape.num_layers - getattr(shape, "num_dense_layers", 0)
-
-
 def kv_shards(shape, tp: int) -> int:
     """Ways the KV cache splits over tp devices: its heads', at most; MLA's latent not at all."""
-    return 1 if is_mla(shape) else max(1, min(tp, shape.num_kv_heads))
+    return max(1, min(tp, kv_heads_for_sharding(shape)))
 
 
 def _whole(name: str, value) -> int:

@@ -28,6 +28,7 @@ from backend.roofline import parallel
 from backend.roofline.cost import matrix_params
 from backend.roofline.parallel import Layout, StepPricer
 from backend.roofline.profiles import GpuProfile, find_profile
+from backend.shape import kv_elements_per_token
 from backend.roofline.step_time import CostModel, is_cpu_profile
 
 SIM_TOKEN = 0   # every sampled token: never a stop id (the simulated requests have none)
@@ -133,10 +134,7 @@ def model_bytes(shape, prec: Precision) -> int:
 
 def kv_bytes_per_token(shape, prec: Precision) -> float:
     """Bytes one token's keys and values take over every layer (MLA: its latent), at the KV dtype."""
-    per_element = prec.kv_bytes
-    if parallel.is_mla(shape):
-        return shape.num_layers * (shape.kv_lora_rank + shape.qk_rope_head_dim) * per_element
-    return 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * per_element
+    return kv_elements_per_token(shape) * prec.kv_bytes
 
 
 def check_memory(shape, prec: Precision, profile: GpuProfile, kv_capacity: int, layout: Layout | None = None) -> None:
