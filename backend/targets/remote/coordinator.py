@@ -1,6 +1,6 @@
 """The coordinator of one remote run (`load --endpoint`): draws the workload's arrivals, builds
-each prompt, hands the requests to the client worker processes (backend.targets.remote.pool) at their
-planned times, and merges what the workers send back into one stream of records for the
+each prompt, hands the requests to the client worker processes (backend.targets.remote.pool; or
+actors on a Ray cluster, backend.targets.remote.ray_pool) at their planned times, and merges what the workers send back into one stream of records for the
 calling thread. backend.targets.remote.target sets it up and turns its records into a run.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenReco
 from backend.targets.remote.client import MAX_DETAIL
 from backend.targets.remote.honesty import ClientLoad
 from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics
+from backend.targets.remote.server_log import ServerLog
 from backend.targets.remote.pool import WorkerPool
 from backend.targets.remote.prompts import PromptBuilder
 from backend.workload.arrivals import RequestSource
@@ -87,7 +88,8 @@ class RemoteRun:
         self.stopped = False
         self.abort: str | None = None           # "every request failed: ..." or "the server ... stopped answering ..."
         self.crash: str | None = None           # an unexpected failure of the run itself
-        self.metrics_peak: dict[str, float] = {}   # the highest reading of each server gauge
+        self.lost: list[str] = []               # workers lost while the run went on (Ray actors)
+        self.server = ServerLog()                  # the server's readings of its own load (its /metrics)
         self.events: queue.Queue = queue.Queue()
         self.stop_requested = threading.Event()
         self.pool: WorkerPool | None = None
@@ -174,7 +176,11 @@ class RemoteRun:
         job = {"url": ep.url, "model": ep.model, "api": ep.api, "api_key": ep.api_key, "timeout_s": ep.timeout_s,
                "sampling": {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
                             "seed": self.sampling.seed, "ignore_eos": self.sampling.ignore_eos}}
-        self.pool = WorkerPool(self.num_workers, job, self._on_message)
+        if ep.ray_address:   # the workers as actors on a Ray cluster (imported only then: Ray is an extra)
+            from backend.targets.remote.ray_pool import RayWorkerPool
+            self.pool = RayWorkerPool(self.num_workers, job, self._on_message, name=f"phasescope-{self.run_id}")
+        else:
+            self.pool = WorkerPool(self.num_workers, job, self._on_message)
         background: list[asyncio.Task] = []
         try:
             await self.pool.start()
@@ -261,6 +267,12 @@ class RemoteRun:
             self.crash = self.crash or msg["why"]
             self.abort = self.abort or msg["why"]
             self._wake.set()
+        elif op == "lost":   # a Ray actor or its node was lost: its requests fail, the others go on
+            for rid in msg["ids"]:
+                if self._finish_failed(rid, "worker_lost", msg["why"]):
+                    self.source.on_finish(self.now_ms())   # a closed loop's user sends its next elsewhere
+            self.lost.append(msg["why"])
+            self._wake.set()
 
     def _on_records(self, k: int, msg: dict) -> None:
         # arrivals as the workers sent them (a closed loop's next request goes out when its worker's
@@ -326,10 +338,10 @@ class RemoteRun:
             return True
         return False
 
-    def _finish_failed(self, rid: int, kind: str, why: str) -> None:
+    def _finish_failed(self, rid: int, kind: str, why: str) -> bool:
         entry = self._inflight.pop(rid, None)
         if entry is None:
-            return
+            return False
         spec, prompt = entry
         self.errors[kind] += 1
         record = RequestRecord.from_times(request_id=rid, status=RequestStatus.ERROR, prompt_tokens=prompt.num_tokens,
@@ -337,16 +349,14 @@ class RemoteRun:
                                           finish_reason=f"{kind}: {why}")
         record.prompt_tokens_source = prompt.source
         self._finish(record)
+        return True
 
     def _finish(self, record: RequestRecord) -> None:
         self.requests.append(record)
         self._pending.requests.append(record)
 
     def _on_metrics(self, reading: ServerMetrics) -> None:
-        for name in ("running", "waiting", "kv_usage"):
-            value = getattr(reading, name)
-            if value is not None:
-                self.metrics_peak[name] = max(value, self.metrics_peak.get(name, value))
+        self.server.add(reading)
         self.events.put(reading)
 
     async def _flush_every(self) -> None:
