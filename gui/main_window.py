@@ -22,6 +22,7 @@ from gui.panels.controls import ControlsPanel
 from gui.views.distributions import DistributionsView
 from gui.actions.files import FileActions
 from gui.views.lanes import LanesView
+from gui.views.server_metrics import ServerMetricsView
 from gui.views.metrics import MetricsPanel, repeats_text
 from gui.views.precision import PrecisionView
 from gui.actions.references import ReferenceActions
@@ -117,6 +118,11 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.worker_strip.getPlotItem().getViewBox().sigRangeChangedManually.connect(
             lambda *_: self.timeline.set_follow(False))
         self.worker_strip.hide()
+        # a remote run's server load under the lanes, on their time axis (shown when the server has /metrics)
+        self.server_view = ServerMetricsView(self.store)
+        self.server_view.setXLink(self.timeline)
+        self.server_view.getPlotItem().getAxis("left").setWidth(AXIS_WIDTH)
+        self.server_view.hide()
         self.throughput = ThroughputView(self.store)
         self.precision = PrecisionView(self.store)
         self.table = RequestsTable(self.store)
@@ -145,7 +151,11 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         splitter.addWidget(self.timeline)
         splitter.addWidget(self.worker_strip)
-        splitter.addWidget(self.lanes)
+        lanes_box = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)   # one slot of the splitter: the lanes
+        lanes_box.addWidget(self.lanes)                                   # and the server's load under them
+        lanes_box.addWidget(self.server_view)
+        lanes_box.setSizes([240, 110])
+        splitter.addWidget(lanes_box)
         splitter.setSizes([220, 0, 330])
         self.central_splitter = splitter   # a reference's strip and lanes go under these (align_reference)
         central = QtWidgets.QWidget()
@@ -436,7 +446,9 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
             self.table.refresh()   # keeps row counts right even while hidden
         # a CDF sorts every value: with the numbers' cadence, not every frame
         self._show_worker_strip(bool(self.store.workers))
-        for view in (self.timeline, self.worker_strip, self.lanes, self.throughput, self.precision, self.text) + \
+        self.server_view.setVisible(self.server_view.has_data())
+        for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
+                     self.text) + \
                 self.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()

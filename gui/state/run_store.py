@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from backend.targets.disaggregated.events import WorkerLayout
+from backend.errors import InputError
 from backend.events import ModelLoaded, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
 from backend.targets.remote.metrics import ServerMetrics
+from backend.targets.remote.server_log import read_server_metrics
 from backend.roofline.cost import PhaseTotals, step_pairs
 
 from gui.state.buffers import BoundedBuffer, GrowableBuffer, RecentBuffer
@@ -77,6 +79,7 @@ class RunStore:
         self.workers = WorkerRows()                    # a disaggregated run's steps, one row per worker
         self.remote = False                            # a remote server's run: no steps, sent = scheduled
         self.server: ServerMetrics | None = None       # the server's latest reading of its own load
+        self.server_readings: list[ServerMetrics] = []  # and all of them, in order (server_metrics.csv)
         self.source: Path | None = None                # the run folder holding the complete record
         # whole-run sums for the per-token costs (the step buffer keeps only the newest steps)
         self.prefill_ms = self.prefill_tokens = self.decode_ms = self.decode_tokens = 0.0
@@ -98,6 +101,7 @@ class RunStore:
                     self._set(row, scheduled_ms=arrival, queue_ms=0.0)
         elif isinstance(event, ServerMetrics):
             self.server = event
+            self.server_readings.append(event)
         elif isinstance(event, WorkerLayout):
             self.workers.set_layout(event.names)
         elif isinstance(event, ModelLoaded):
@@ -271,6 +275,16 @@ class RunStore:
         self.run_id, self.config, self.info = run.run_id, dict(run.config), dict(run.info)
         self.remote = run.info.get("target") == "remote"
         self.source = Path(folder) if folder is not None else None
+        if self.remote and folder is not None:
+            try:
+                self.server_readings = read_server_metrics(folder)
+            except InputError:   # a damaged server_metrics.csv: the run shows without it
+                self.server_readings = []
+            meta = self.info.get("server_metrics")   # a dict since server_metrics.csv exists (a bool before)
+            engine = meta.get("engine", "") if isinstance(meta, dict) else ""
+            for reading in self.server_readings:
+                reading.engine = engine
+            self.server = self.server_readings[-1] if self.server_readings else None
         self.sweep_points = list(sweep or [])
         self.sweep_context = (run.config.get("sweep") or {}).get("context")
         self.precision_points = list(precision or [])

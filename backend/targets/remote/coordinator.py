@@ -21,7 +21,7 @@ from backend.results.export import RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
 from backend.targets.remote.client import MAX_DETAIL
 from backend.targets.remote.honesty import ClientLoad
-from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics
+from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics, read_metrics
 from backend.targets.remote.server_log import ServerLog
 from backend.targets.remote.pool import WorkerPool
 from backend.targets.remote.prompts import PromptBuilder
@@ -100,6 +100,7 @@ class RemoteRun:
         self._freed: deque[int] = deque()        # closed loop: the workers whose users are free, in order
         self._built: dict[tuple[str, int], object] = {}   # (texts, length) -> Prompt: workloads reuse their texts
         self._wake: asyncio.Event | None = None
+        self._metrics: httpx.AsyncClient | None = None   # reads the server's /metrics
         self._thread = threading.Thread(target=self._thread_main, name="phasescope-remote", daemon=True)
         self._t0 = 0.0                          # set on the loop thread, read only there
 
@@ -184,6 +185,9 @@ class RemoteRun:
         background: list[asyncio.Task] = []
         try:
             await self.pool.start()
+            metrics_client = None
+            if ep.read_metrics:   # made now: its TLS context and first connection cost the loop ~0.1-1 s
+                metrics_client = await self._metrics_client()
             first = self.source.due(LOOKAHEAD_MS)   # the first requests' prompts are built before the clock starts
             for spec in first:
                 self._prompt(spec)
@@ -194,23 +198,42 @@ class RemoteRun:
             if first:
                 self._send(first)
             background.append(asyncio.create_task(self._flush_every()))
-            if ep.read_metrics:
-                background.append(asyncio.create_task(self._poll_metrics()))
+            if metrics_client is not None:
+                background.append(asyncio.create_task(self._poll_metrics(metrics_client)))
             await self._dispatch()
             await self.pool.wait_all()
             self.wall_s = self.now_ms() / 1000.0
+            if metrics_client is not None and self.server.readings:   # the server's figures as the run ends
+                background[-1].cancel()
+                _, reading = await read_metrics(metrics_client, metrics_url(ep.url), self._metrics_headers(),
+                                                self.now_ms)
+                if reading is not None:
+                    self._on_metrics(reading)
         finally:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await self.pool.close()
+            if self._metrics is not None:
+                await self._metrics.aclose()
             self.coordinator_cpu_s = time.thread_time() - cpu0
 
-    async def _poll_metrics(self) -> None:
-        ep = self.endpoint
-        headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
-        async with httpx.AsyncClient() as client:
-            await poll_metrics(client, metrics_url(ep.url), headers, self.now_ms, self._on_metrics)
+    def _metrics_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+
+    async def _poll_metrics(self, client: httpx.AsyncClient) -> None:
+        await poll_metrics(client, metrics_url(self.endpoint.url), self._metrics_headers(), self.now_ms,
+                           self._on_metrics)
+
+    async def _metrics_client(self) -> httpx.AsyncClient:
+        """The client that reads /metrics, connected before the run's clock starts (a server without
+        /metrics just answers 404 then, and again when polled)."""
+        self._metrics = httpx.AsyncClient()
+        try:
+            await self._metrics.get(metrics_url(self.endpoint.url), headers=self._metrics_headers(), timeout=5.0)
+        except httpx.HTTPError:
+            pass
+        return self._metrics
 
     async def _dispatch(self) -> None:
         while True:

@@ -196,27 +196,32 @@ def metrics_url(base_url: str) -> str:
     return root + "/metrics"
 
 
+async def read_metrics(client: httpx.AsyncClient, url: str, headers: dict[str, str],
+                       now_ms: Callable[[], float]) -> tuple[int | None, ServerMetrics | None]:
+    """One reading: (HTTP status or None when unreachable, the reading or None), timed at the middle of
+    the request (the server answered somewhere in between)."""
+    before = now_ms()
+    try:
+        response = await client.get(url, headers=headers, timeout=2.0)
+    except httpx.HTTPError:
+        return None, None
+    if response.status_code != 200:
+        return response.status_code, None
+    return 200, server_metrics(response.text, (before + now_ms()) / 2.0)
+
+
 async def poll_metrics(client: httpx.AsyncClient, url: str, headers: dict[str, str],
                        now_ms: Callable[[], float], publish: Callable[[ServerMetrics], None],
                        every_s: float = POLL_S) -> None:
-    """Read `url` every `every_s` until cancelled; stop for good on 404 or a page without known series.
-
-    Readings are timed at the middle of the request: the server answered somewhere in between."""
+    """Read `url` every `every_s` until cancelled; stop for good on 404 or a page without known series
+    (a busy or restarting server that does not answer is tried again at the next tick)."""
     loop = asyncio.get_running_loop()
     next_at = loop.time()
     while True:
-        before = now_ms()
-        try:
-            response = await client.get(url, headers=headers, timeout=max(1.0, every_s * 4))
-        except httpx.HTTPError:
-            response = None   # a busy or restarting server: try again at the next tick
-        if response is not None:
-            if response.status_code == 404:
-                return
-            if response.status_code == 200:
-                reading = server_metrics(response.text, (before + now_ms()) / 2.0)
-                if reading is None:
-                    return
-                publish(reading)
+        status, reading = await read_metrics(client, url, headers, now_ms)
+        if status == 404 or (status == 200 and reading is None):
+            return
+        if reading is not None:
+            publish(reading)
         next_at = max(next_at + every_s, loop.time())   # a slow answer skips ticks rather than bunching them
         await asyncio.sleep(next_at - loop.time())

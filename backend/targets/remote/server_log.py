@@ -111,6 +111,23 @@ class ServerLog:
         return buf.getvalue()
 
 
+def server_line(meta: dict, summary: dict) -> str:
+    """One line for the console: what the server said of itself, and which fields it published."""
+    parts = []
+    for name, label in (("running", "running"), ("waiting", "waiting")):
+        if f"server_{name}_max" in summary:
+            parts.append(f"{label} max {summary[f'server_{name}_max']:g}")
+    if "server_kv_usage_max" in summary:
+        parts.append(f"KV cache max {100.0 * summary['server_kv_usage_max']:.0f}%")
+    for quantity in ("ttft", "itl", "prefill", "decode"):
+        if f"server_{quantity}_mean_ms" in summary:
+            p50 = summary.get(f"server_{quantity}_p50_ms")
+            parts.append(f"{quantity.upper() if len(quantity) < 5 else quantity} mean "
+                         f"{summary[f'server_{quantity}_mean_ms']:.1f} ms" + (f" (p50 ~{p50:.1f})" if p50 else ""))
+    return (f"server   {meta.get('engine', '?')} /metrics, {meta.get('readings', 0)} readings: " + ", ".join(parts) +
+            f"; fields: {' '.join(meta.get('fields', []))} ({FILE})")
+
+
 def read_server_metrics(folder: str | Path) -> list[ServerMetrics]:
     """The readings of a run folder's server_metrics.csv (histograms as count and sum, no buckets);
     [] when the run has none; InputError for a file that is not one."""
