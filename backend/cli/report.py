@@ -137,7 +137,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         from backend.targets.remote.honesty import client_line
         from backend.targets.remote.server_log import server_line
         print(client_line(info), file=out)
-        if info.get("server_metrics"):
+        if isinstance(info.get("server_metrics"), dict) and info["server_metrics"]:
             print(server_line(info["server_metrics"], s), file=out)
         for line in info.get("warnings", []):   # what the run knows is wrong with its own figures
             print(f"warning  {line}", file=out)

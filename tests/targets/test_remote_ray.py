@@ -38,7 +38,9 @@ def ray_head():
     port, temp = free_port(), tempfile.mkdtemp(prefix="ray", dir="/tmp")
     cli = _ray_cli()
     subprocess.run([cli, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
-                    "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp],
+                    "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
+                    # ports of their own rather than Ray's fixed defaults, which another cluster may hold
+                    "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port())],
                    check=True, capture_output=True, timeout=120)
     try:
         yield f"127.0.0.1:{port}"

@@ -289,10 +289,8 @@ class RayWorkerPool:
 
 
 def _reason(exc: BaseException) -> str:
-    """Ray's actor errors run to many lines: the first that says what happened."""
-    text = str(exc)
-    for line in text.splitlines():
-        line = line.strip()
-        if "killed" in line or "died" in line or "lost" in line or "exited" in line:
-            return line[:MAX_REASON]
-    return one_line(exc, typed=True, limit=MAX_REASON)
+    """Ray's actor errors run to many lines: the one that says why ("... because it was killed by
+    `ray.kill`", "... because its node died"), else the first."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    why = next((line for line in lines if "because" in line), None)
+    return (why or one_line(exc, typed=True))[:MAX_REASON]
