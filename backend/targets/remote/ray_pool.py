@@ -151,10 +151,10 @@ class RayWorkerPool:
         self.actors: list = []
         self.inflight: list[set[int]] = [set() for _ in range(num_workers)]
         self.stats: list[dict | None] = [None] * num_workers
-        self.exited: list[asyncio.Event] = []
+        self.exited = [asyncio.Event() for _ in range(num_workers)]
         self.crashes: list[str] = []
         self.clocks: list[dict] = []           # per worker: host, offset, uncertainty (run.json's "ray")
-        self._ready: list[asyncio.Event] = []
+        self._ready = [asyncio.Event() for _ in range(num_workers)]
         self._readers: list[asyncio.Task] = []
         self._outgoing: list[list[bytes]] = [[] for _ in range(num_workers)]
         self._seq = [0] * num_workers
@@ -179,14 +179,13 @@ class RayWorkerPool:
                 None, measure_offset, lambda a=actor: ray.get(a.clock.remote()))
             self.clocks.append({"worker": k, "host": hosts[k], "offset_ms": offset * 1000.0,
                                 "uncertainty_ms": uncertainty * 1000.0, "rtt_ms": rtt * 1000.0, "lost": None})
-            self._ready.append(asyncio.Event())
-            self.exited.append(asyncio.Event())
             await actor.start.remote({"op": "job", **self.job})
             self._readers.append(asyncio.create_task(self._read(k)))
-        try:
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready)), START_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            raise RunError(f"the client workers did not start within {START_TIMEOUT_S:.0f} s") from None
+        deadline = loop.time() + START_TIMEOUT_S
+        while not all(r.is_set() or e.is_set() for r, e in zip(self._ready, self.exited)):
+            if loop.time() > deadline:
+                raise RunError(f"the client workers did not start within {START_TIMEOUT_S:.0f} s")
+            await asyncio.sleep(0.05)
         if any(e.is_set() for e in self.exited):
             raise RunError(f"a client worker failed to start: {self.crashes[0] if self.crashes else '?'}")
 
@@ -241,6 +240,8 @@ class RayWorkerPool:
 
     async def close(self) -> None:
         import ray
+        if not self.actors:   # none was created
+            return
         self._flush(eof=True)
         try:
             await asyncio.wait_for(asyncio.gather(*self._readers, return_exceptions=True), 5.0)
