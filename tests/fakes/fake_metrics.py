@@ -4,7 +4,8 @@ The gauges are read from the streams in flight when the page is asked for: runni
 the batch), waiting (for a batch slot, `Behaviour.max_batch`), and the KV cache's usage (the
 prompt and the tokens written so far of every admitted stream, over `Behaviour.kv_tokens`). The
 histograms observe each request as the engine loop serves it: queue (read to admitted), prefill
-(admitted to first token), decode (first to last token), TTFT, every inter-token gap, end to end;
+(admitted to first token), decode (first to last token), TTFT, every inter-token gap (TGI: each
+request's mean gap), end to end;
 TGI's forward-pass histograms observe each engine step, by method.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ NAMES = {
                "e2e": "sglang:e2e_request_latency_seconds"},
     "tgi": {"running": "tgi_batch_current_size", "waiting": "tgi_queue_size",
             "queue": "tgi_request_queue_duration", "step_prefill": "tgi_batch_forward_duration",
-            "step_decode": "tgi_batch_forward_duration", "itl": "tgi_request_mean_time_per_token_duration",
+            "step_decode": "tgi_batch_forward_duration", "tpot": "tgi_request_mean_time_per_token_duration",
             "e2e": "tgi_request_duration"},
 }
 
@@ -53,7 +54,7 @@ class _Hist:
 class FakeMetrics:
     def __init__(self, behaviour):
         self.behaviour = behaviour
-        self.hists = {q: _Hist() for q in ("queue", "prefill", "decode", "ttft", "itl", "e2e", "step_prefill",
+        self.hists = {q: _Hist() for q in ("queue", "prefill", "decode", "ttft", "itl", "tpot", "e2e", "step_prefill",
                                            "step_decode")}
         self._last_step: float | None = None
         self._firsts = 0   # first tokens written in the current step: it was a prefill step
@@ -76,7 +77,10 @@ class FakeMetrics:
             self.hists["itl"].observe(writes[-1] - writes[-2])
 
     def finished(self, s, now: float) -> None:
-        self.hists["decode"].observe(now - s.log.writes_s[0])
+        writes = s.log.writes_s
+        self.hists["decode"].observe(now - writes[0])
+        if len(writes) > 1:   # TGI's per-request mean gap
+            self.hists["tpot"].observe((writes[-1] - writes[0]) / (len(writes) - 1))
         self.hists["e2e"].observe(now - s.log.read_s)
 
     # ---- the page -------------------------------------------------------------------------------
