@@ -3,8 +3,9 @@
 The way out (MainWindow.shut_down) stops a run at its next step boundary, joins the worker thread,
 ends the engine process, and keeps the stopped run's records: the worker streamed them into a
 temporary folder, which is moved to the runs folder (kept_runs_dir) instead of being removed, and
-listed under File > Recent runs. Without this, QApplication.quit() during a run destroyed a running
-QThread (Qt aborts: "QThread: Destroyed while thread is still running", a core dump), and SIGTERM
+listed under File > Recent runs. Without this, QApplication.exit() (or quit() where the windows are
+not closed first) during a run destroyed a running QThread (Qt aborts: "QThread: Destroyed while
+thread is still running", a core dump), and SIGTERM
 (a session's logout, `kill`) ended the process by Python's default, leaving the engine process and
 losing the run.
 
@@ -13,7 +14,7 @@ may not give it for a long time: Python's C-level handler writes the signal's nu
 (signal.set_wakeup_fd), and a QSocketNotifier on the other end wakes the loop.
 
 Exit status: 143 after SIGTERM, 130 after SIGINT (Ctrl+C in the terminal, as the CLI's), 0 after
-quit() or the window's close.
+quit() or the window's close, exit()'s own otherwise.
 """
 from __future__ import annotations
 

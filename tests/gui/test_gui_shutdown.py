@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 180   # a shared CPU can take long to start the engine; a hang still fails
 
 # The window, once its engine has taken steps, asks Qt to quit (as a desktop session's end or a
-# script would); then the exit status is the process's.
+# script would); then the exit status is the process's. QApplication.exit() ends the loop without
+# closing the window first: it used to destroy the running QThread (Qt aborts, exit status 134).
 QUIT_SCRIPT = r"""
 import sys
 from PySide6 import QtCore, QtWidgets
@@ -34,7 +35,7 @@ from gui.main_window import MainWindow, run_app
 def watch():
     for w in app.topLevelWidgets():
         if isinstance(w, MainWindow) and len(w.store.steps) >= 3:
-            QtWidgets.QApplication.quit()
+            QtWidgets.QApplication.{call}
 timer = QtCore.QTimer()
 timer.timeout.connect(watch)
 timer.start(100)
@@ -135,9 +136,10 @@ def test_sigterm_mid_run_keeps_the_records_and_leaves_no_process(app_env):
     assert not [pid for pid in engines if alive(pid)]
 
 
-def test_quit_mid_run_joins_the_thread_instead_of_aborting(app_env):
+@pytest.mark.parametrize("call", ["quit()", "exit(0)"])
+def test_quit_mid_run_joins_the_thread_instead_of_aborting(app_env, call):
     env, tmp = app_env
-    proc = start_app(["-c", QUIT_SCRIPT], env, tmp)
+    proc = start_app(["-c", QUIT_SCRIPT.replace("{call}", call)], env, tmp)
     engines = children(proc.pid)
     out, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 0, err
