@@ -66,8 +66,11 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
     runFailed = QtCore.Signal(str)
     comparisonFinished = QtCore.Signal(object)   # a Compare policies series ended (compare_actions.Series)
 
-    def __init__(self, worker=None, parent=None):
+    def __init__(self, worker=None, parent=None, remember: bool = False):
+        """`remember`: restore the last session's layout and settings and save them at the end (the
+        app's window; one made by code, a test's or a benchmark's, starts from the defaults)."""
         super().__init__(parent)
+        self.remember = remember
         self.setWindowTitle(TITLE)
         self.setWindowIcon(QtGui.QIcon(str(icon_path())))
         self.store = RunStore()
@@ -107,7 +110,8 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.cpu_timer.start()
         self._choices_changed()
         self.resize(1400, 900)
-        restore_window(self)   # the last session's layout and settings (gui/settings.py)
+        if remember:
+            restore_window(self)   # the last session's layout and settings (gui/settings.py)
         if self.controls.profile_problem:
             self.show_error(self.controls.profile_problem)
 
@@ -575,7 +579,7 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
     app.setDesktopFileName("phasescope")   # the desktop entry's (--install-desktop-entry): its icon in the dock
     from gui.theme import follow_system
     from gui.shutdown import quit_on_signals
-    window = MainWindow()
+    window = MainWindow(remember=True)
     follow_system(app, window)
     try:
         if model:
@@ -587,10 +591,13 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
         print(f"error: {exc}", file=sys.stderr)
         return 2
     window.show()
-    quit_on_signals(app, window)   # SIGTERM, SIGINT and quit() take the window's way out
+    waker = quit_on_signals(app, window)   # SIGTERM, SIGINT and quit() take the window's way out
     if autostart:
         QtCore.QTimer.singleShot(0, window.start_run)
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        waker.close()   # Python's own signal handling back
 
 
 def _with_note(view) -> QtWidgets.QWidget:

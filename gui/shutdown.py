@@ -87,7 +87,9 @@ class SignalWaker(QtCore.QObject):
                 self.signalled.emit(signum)
 
     def close(self) -> None:
-        """Put back the handlers and wakeup descriptor found."""
+        """Put back the handlers and wakeup descriptor found (once; again does nothing)."""
+        if self._read.fileno() < 0:
+            return
         self.notifier.setEnabled(False)
         for signum, handler in self._old.items():
             signal.signal(signum, handler)
@@ -127,8 +129,9 @@ class ShutdownActions:
         self.repaint_timer.stop()
         self.cpu_timer.stop()
         self.series = None   # a Compare policies series starts nothing more
-        from gui.settings import save_window
-        save_window(self)
+        if self.remember:
+            from gui.settings import save_window
+            save_window(self)
         kept: list[Path] = []
         keep = (lambda folder: kept.append(self._keep_stopped_run(folder))) if self.running else None
         self.worker_thread.stop_and_join(keep)

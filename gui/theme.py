@@ -39,12 +39,21 @@ def dark_palette() -> QtGui.QPalette:
     return p
 
 
+_before_dark: dict = {}   # the style and palette found before a dark palette was set here: put back for light
+
+
 def apply_scheme(app: QtWidgets.QApplication, dark: bool, roots=()) -> None:
-    """Set the palette for a dark or light scheme, and restyle the plots under each of `roots`."""
-    app.setPalette(QtGui.QPalette())   # back to the platform's own palette first
+    """Set the palette for a dark or light scheme, and restyle the plots under each of `roots`. The
+    application's palette is set only to darken it (an explicitly set palette stops a platform
+    theme's own updates), and given back when the scheme turns light."""
     if dark and not is_dark_palette(app.palette()):
+        _before_dark.setdefault("style", app.style().name())
+        _before_dark.setdefault("palette", QtGui.QPalette(app.palette()))
         app.setStyle("Fusion")   # the native styles ignore a palette in places; Fusion paints with it
         app.setPalette(dark_palette())
+    elif not dark and _before_dark:
+        app.setStyle(_before_dark.pop("style"))
+        app.setPalette(_before_dark.pop("palette"))
     background, foreground = PLOT_COLORS[dark]
     pg.setConfigOptions(background=background, foreground=foreground)
     for root in roots:

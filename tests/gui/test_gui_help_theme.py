@@ -59,7 +59,7 @@ def test_the_window_has_the_shipped_icon(qtbot, window):
 
 def test_a_dark_scheme_darkens_the_palette_and_the_plots_and_light_brings_them_back(qtbot, window):
     app = QtWidgets.QApplication.instance()
-    style = app.style().name()
+    style, palette = app.style().name(), QtGui.QPalette(app.palette())
     try:
         apply_scheme(app, True, [window])
         assert is_dark_palette(app.palette())
@@ -69,9 +69,9 @@ def test_a_dark_scheme_darkens_the_palette_and_the_plots_and_light_brings_them_b
         axis = window.timeline.getPlotItem().getAxis("left")
         assert axis.textPen().color() == pg.mkColor(PLOT_COLORS[True][1])
         apply_scheme(app, False, [window])
-        assert not is_dark_palette(app.palette())
+        assert not is_dark_palette(app.palette()) and app.style().name() == style   # given back as found
+        assert app.palette().color(QtGui.QPalette.ColorRole.Window) == palette.color(QtGui.QPalette.ColorRole.Window)
         assert window.timeline.backgroundBrush().color() == pg.mkColor(PLOT_COLORS[False][0])
     finally:
         apply_scheme(app, False, [window])
-        app.setStyle(style)
         pg.setConfigOptions(background="w", foreground="#222")

@@ -10,7 +10,8 @@ from gui.settings import open_settings, remember_folder, settings_path, start_fo
 
 
 def new_window(qtbot) -> MainWindow:
-    w = MainWindow()
+    """The app's window: it remembers (a window made by code does not, below)."""
+    w = MainWindow(remember=True)
     qtbot.addWidget(w)
     w.show()
     return w
@@ -120,3 +121,16 @@ def test_the_geometry_is_restored(qtbot):
     first.close()
     second = new_window(qtbot)
     assert second.size() == size != QtCore.QSize(1400, 900)
+
+
+def test_a_window_made_by_code_neither_reads_nor_writes_the_settings(qtbot):
+    first = new_window(qtbot)
+    first.controls.form.fields["batch"]["output_len"].setText("99")
+    first.close()
+    saved = settings_path().read_text()
+    plain = MainWindow()   # a test's or a benchmark's window: the defaults, whatever was saved
+    qtbot.addWidget(plain)
+    assert plain.controls.form.fields["batch"]["output_len"].text() == "64"
+    plain.controls.form.fields["batch"]["output_len"].setText("5")
+    plain.close()
+    assert settings_path().read_text() == saved

@@ -88,10 +88,13 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def app_env(qtbot, window, tmp_path):
+def app_env(qtbot, tmp_path):
     """The environment of a subprocess app whose saved settings are a long run; its TMPDIR."""
-    long_run_settings(window)
-    window.close()   # saves the settings into this test's configuration folder
+    from gui.main_window import MainWindow
+    w = MainWindow(remember=True)
+    qtbot.addWidget(w)
+    long_run_settings(w)
+    w.close()   # saves the settings into this test's configuration folder
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TMPDIR=str(tmp), PYTHONUNBUFFERED="1")
