@@ -76,7 +76,7 @@ class CompareCacheActions:
         """The series folders the window uses: the one under way and those its references come from."""
         from gui.actions.compare import compare_root
         root = compare_root().resolve()
-        used = {self.series.folder} if getattr(self, "series", None) is not None else set()
+        used = {self.series.folder} if self.series is not None else set()
         for ref in self.references.items:
             folder = Path(getattr(ref, "folder", "") or "").resolve()
             if folder.is_relative_to(root) and folder != root:

@@ -101,9 +101,12 @@ def app_env(qtbot, tmp_path):
     return env, tmp
 
 
-def start_app(args, env, tmp):
+def start_app(args, env, tmp, wait: bool = True):
+    """The app in a subprocess; with `wait`, once its run has recorded a few steps."""
     proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    if not wait:
+        return proc
     deadline = time.monotonic() + WAIT_S
     while not steps_recorded(tmp):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -142,13 +145,18 @@ def test_sigterm_mid_run_keeps_the_records_and_leaves_no_process(app_env):
 @pytest.mark.parametrize("call", ["quit()", "exit(0)"])
 def test_quit_mid_run_joins_the_thread_instead_of_aborting(app_env, call):
     env, tmp = app_env
-    proc = start_app(["-c", QUIT_SCRIPT.replace("{call}", call)], env, tmp)
-    engines = children(proc.pid)
+    # the script quits by itself once its run has steps; its engine process is seen while it runs
+    proc = start_app(["-c", QUIT_SCRIPT.replace("{call}", call)], env, tmp, wait=False)
+    engines: set[int] = set()
+    deadline = time.monotonic() + WAIT_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        engines.update(children(proc.pid))
+        time.sleep(0.1)
     out, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 0, err
     assert "QThread: Destroyed while thread" not in err
     check_kept(tmp, err)
-    assert not [pid for pid in engines if alive(pid)]
+    assert engines and not [pid for pid in engines if alive(pid)]
 
 
 def test_closing_the_window_mid_run_keeps_the_run(qtbot, window):
