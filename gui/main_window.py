@@ -18,6 +18,9 @@ from backend.roofline.profiles import LOCAL_KEY
 from backend.config import config_dict
 
 from gui.actions.compare import CompareActions
+from gui.actions.compare_cache import CompareCacheActions
+from gui.actions.help import HelpActions
+from gui.actions.recent import RecentActions
 from gui.panels.controls import ControlsPanel
 from gui.views.distributions import DistributionsView
 from gui.actions.files import FileActions
@@ -29,6 +32,10 @@ from gui.actions.references import ReferenceActions
 from gui.views.requests_table import RequestsTable
 from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
+from gui.panels.status_bar import MessageBar
+from gui.desktop_entry import icon_path
+from gui.settings import restore_window
+from gui.shutdown import ShutdownActions
 from gui.views.text import GeneratedText
 from gui.views.throughput import ThroughputView
 from gui.views.timeline import TimelineView
@@ -51,7 +58,8 @@ REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
 TITLE = "phasescope — prefill and decode, step by step"
 
 
-class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainWindow):
+class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActions, RecentActions, HelpActions,
+                 ShutdownActions, QtWidgets.QMainWindow):
     startRun = QtCore.Signal(object)
     startCalibration = QtCore.Signal(str)
     # emitted in the window's thread once it has taken in the outcome (tests and automation wait on these)
@@ -59,9 +67,13 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
     runFailed = QtCore.Signal(str)
     comparisonFinished = QtCore.Signal(object)   # a Compare policies series ended (compare_actions.Series)
 
-    def __init__(self, worker=None, parent=None):
+    def __init__(self, worker=None, parent=None, remember: bool = False):
+        """`remember`: restore the last session's layout and settings and save them at the end (the
+        app's window; one made by code, a test's or a benchmark's, starts from the defaults)."""
         super().__init__(parent)
+        self.remember = remember
         self.setWindowTitle(TITLE)
+        self.setWindowIcon(QtGui.QIcon(str(icon_path())))
         self.store = RunStore()
         self.running = False
         self.last_error = ""
@@ -73,6 +85,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self._build_views()
         self._build_docks()
         self._build_actions()
+        self.setStatusBar(MessageBar())   # messages never clipped by the labels beside them
         self.status = RunStatus(self.statusBar())
         self.worker_thread = WorkerThread(worker)
         self.worker = self.worker_thread.worker
@@ -98,6 +111,8 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.cpu_timer.start()
         self._choices_changed()
         self.resize(1400, 900)
+        if remember:
+            restore_window(self)   # the last session's layout and settings (gui/settings.py)
         if self.controls.profile_problem:
             self.show_error(self.controls.profile_problem)
 
@@ -229,12 +244,15 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         file_menu = bar.addMenu("&File")
         self.open_run_action = self._action(file_menu, "&Open run…", self._open_run_dialog,
                                             QtGui.QKeySequence.StandardKey.Open, "openRunAction")
+        self._build_recent(file_menu)
         self.add_reference_action = self._action(file_menu, "Add &reference run…", self._add_reference_dialog,
                                                  "Ctrl+Shift+O", "addReferenceAction")
         self.export_csv_action = self._action(file_menu, "&Export CSV…", self._export_dialog, "Ctrl+E",
                                               "exportCsvAction")
         self.save_plot_action = self._action(file_menu, "Save plot as &PNG…", self._save_plot_dialog, "Ctrl+Shift+S",
                                              "savePlotAction")
+        file_menu.addSeparator()
+        self._action(file_menu, "Clear Compare-policies &cache", self.clear_compare_cache, name="clearCacheAction")
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QtGui.QKeySequence.StandardKey.Quit)
         run_menu = bar.addMenu("&Run")
@@ -247,6 +265,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
                      self.throughput_dock, self.table_dock):
             view_menu.addAction(dock.toggleViewAction())
+        self._build_help(bar)
 
     def open_plan(self) -> None:
         """Run > Plan deployment: the planner's own window (gui/views/plan.py), one per main window."""
@@ -559,18 +578,21 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         return self.store.config.get("mode") == "sweep-precision"
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
-        """Stop a run at its next step and join the worker thread before the window goes."""
-        self.repaint_timer.stop()
-        self.cpu_timer.stop()
-        self.series = None   # a Compare policies series starts nothing more
-        self.worker_thread.stop_and_join()
+        """Stop a run at its next step (its records kept), join the worker thread, end the engine
+        process and save the settings before the window goes (gui/shutdown.py)."""
+        self.shut_down()
         super().closeEvent(event)
 
 
 def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False) -> int:
     """`python main.py [--model NAME] [--profile NAME] [--autostart]`: open the window (and run)."""
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    window = MainWindow()
+    app.setApplicationName("phasescope")
+    app.setDesktopFileName("phasescope")   # the desktop entry's (--install-desktop-entry): its icon in the dock
+    from gui.theme import follow_system
+    from gui.shutdown import quit_on_signals
+    window = MainWindow(remember=True)
+    follow_system(app, window)
     try:
         if model:
             window.controls.select_model(model)
@@ -581,9 +603,13 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
         print(f"error: {exc}", file=sys.stderr)
         return 2
     window.show()
+    waker = quit_on_signals(app, window)   # SIGTERM, SIGINT and quit() take the window's way out
     if autostart:
         QtCore.QTimer.singleShot(0, window.start_run)
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        waker.close()   # Python's own signal handling back
 
 
 def _with_note(view) -> QtWidgets.QWidget:

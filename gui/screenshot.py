@@ -4,6 +4,7 @@
     python -m gui.screenshot --precision [precision.png]
     python -m gui.screenshot --references [references.png]
     python -m gui.screenshot --simulate [simulate.png]
+    python -m gui.screenshot --sizes [docs/window]
 
 It first measures this machine quickly (calibrate --quick, into a temporary configuration
 folder: the user's own profile is left alone), so the throughput plot compares the measured
@@ -16,6 +17,8 @@ adds both as references: the window then compares static against continuous in e
 current run on screen is the continuous one, with the static reference's steps and lanes under it).
 With --simulate it runs a batch-size sweep of the bundled model (measured, with this machine's cost
 model beside it), then "Simulate on this profile": a chat workload of llama-8b on an H100.
+With --sizes it runs a short precision sweep and saves the window at 1400 x 900 and 1920 x 1080
+(PREFIX-1400x900.png, PREFIX-1920x1080.png): the status bar's message whole at both widths.
 """
 from __future__ import annotations
 
@@ -57,15 +60,19 @@ def measure_this_machine(folder: str) -> None:
 
 def main(*args: str) -> int:
     precision, references, simulate = "--precision" in args, "--references" in args, "--simulate" in args
+    sizes = "--sizes" in args
     paths = [a for a in args if not a.startswith("--")]
     path = paths[0] if paths else ("precision.png" if precision else "references.png" if references
-                                   else "simulate.png" if simulate else "docs/screenshot.png")
+                                   else "simulate.png" if simulate else "docs/window" if sizes
+                                   else "docs/screenshot.png")
     with tempfile.TemporaryDirectory(prefix="phasescope-config-") as folder:
         measure_this_machine(folder)
         if references:
             return shoot_references(path)
         if simulate:
             return shoot_simulated(path)
+        if sizes:
+            return shoot_sizes(path)
         return shoot_precision(path) if precision else shoot(path)
 
 
@@ -128,6 +135,26 @@ def shoot_precision(path: str, dtypes: str = "float32,bfloat16,q8_0,q4_1", promp
         f[key].setText(text)
     run_and_wait(app, window)
     return save(app, window, path)
+
+
+def shoot_sizes(prefix: str) -> int:
+    """A short precision sweep (its long "Finished: precision sweep, ..." line), then the window at two sizes."""
+    app, window, form = open_window()
+    form.set_kind("sweep-precision")
+    f = form.fields["sweep-precision"]
+    for key, text in (("dtypes", "float32,q8_0,q4_1"), ("prompt_len", "64"), ("output_len", "8"), ("steps", "2")):
+        f[key].setText(text)
+    run_and_wait(app, window)
+    for width, height in ((1400, 900), (1920, 1080)):
+        window.resize(width, height)
+        window.repaint_views()
+        app.processEvents()
+        path = f"{prefix}-{width}x{height}.png"
+        window.grab().save(path)
+        print(f"wrote {path}; status: {window.statusBar().currentMessage()!r}, "
+              f"clipped: {window.statusBar().is_clipped()}")
+    window.close()
+    return 0
 
 
 def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10") -> int:

@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Callable
 
 from PySide6 import QtCore
 
@@ -181,14 +182,18 @@ class WorkerThread:
         _threads.add(self.thread)
         self.thread.start()
 
-    def stop_and_join(self) -> None:
+    def stop_and_join(self, keep: Callable[[Path], object] | None = None) -> None:
         """Ask the run to stop at its next step boundary, end the thread and wait for it, then
-        end the engine process (no process outlives the window)."""
+        end the engine process (no process outlives the window). `keep` takes the last run's
+        recording (a run stopped by the window's shutdown) instead of its being removed."""
         if not self.thread.isRunning():
             return
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()
+        if keep is not None and self.worker.recording is not None:
+            keep(self.worker.recording)
+            self.worker.recording = None
         self.worker.discard_recording()
         if self.worker.engine is not None:
             self.worker.engine.close()

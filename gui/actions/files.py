@@ -1,4 +1,5 @@
-"""The window's File menu: Export CSV, Open run and Save plot as PNG (methods of MainWindow)."""
+"""The window's File menu: Export CSV, Open run and Save plot as PNG (methods of MainWindow); each
+dialog opens in the folder its kind used last, and a run opened or exported joins Recent runs."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ from backend.errors import InputError, RunError
 from backend.results.export import LONG_FILES, ensure_writable, write_run
 from backend.sweeps.points import write_points
 
+from gui.settings import remember_folder, start_folder
 from gui.state.references import read_run_folder
 from gui.state.run_store import RunStore
 
@@ -58,6 +60,7 @@ class FileActions:
         note = "" if complete else (f" (the run's record on disk was lost: only its newest "
                                     f"{len(self.store.steps):,} steps)")
         self.statusBar().showMessage(f"Exported CSV to {path}{note}")
+        self.remember_run(str(path))
         return True
 
     def open_run(self, folder: str) -> bool:
@@ -78,6 +81,7 @@ class FileActions:
         self.repaint_views()
         self.statusBar().showMessage(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, "
                                      f"{len(run.requests)} requests")
+        self.remember_run(folder)
         return True
 
     def save_plot(self, path: str, plot: pg.PlotWidget | None = None) -> bool:
@@ -90,17 +94,21 @@ class FileActions:
         return True
 
     def _export_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder")
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder", start_folder("export"))
         if folder:
+            remember_folder("export", folder)
             self.export_csv(folder)
 
     def _open_run_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder")
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder", start_folder("runs"))
         if folder:
+            remember_folder("runs", str(Path(folder).parent))   # the next one is likely a sibling
             self.open_run(folder)
 
     def _save_plot_dialog(self) -> None:
         name = self.current_plot.objectName()
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", f"{name}.png", "PNG (*.png)")
+        start = str(Path(start_folder("plots") or ".") / f"{name}.png")
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", start, "PNG (*.png)")
         if path:
+            remember_folder("plots", path)
             self.save_plot(path)

@@ -27,8 +27,11 @@ def no_thread_left():
 
 @pytest.fixture(autouse=True)
 def config_dir(tmp_path, monkeypatch):
-    """Calibration writes its profile here, never into the user's configuration folder."""
+    """Calibration writes its profile here, never into the user's configuration folder; the window's
+    settings (window.ini) live here too, and a run stopped by closing the window is kept under this
+    test's own data folder."""
     monkeypatch.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
 def step(i: int, phase: Phase, start: float, duration: float, prefill: int = 0, decode: int = 0,
