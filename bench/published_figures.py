@@ -3,8 +3,8 @@
 Every figure is copied as printed in its source (no rounding, no reading off a plot) with the setup
 the source states; what the source does not state is said in the figure's `note`, never guessed
 into a field silently. The list was written, and the held-out rule below fixed, before any of them
-was simulated; F46-F111 (the rest of the TensorRT-LLM 0.9.0 page's rows, Mixtral's among them) were
-appended later, under the same rule, before any of them was simulated.
+was simulated; F46-F111 (the rest of the TensorRT-LLM 0.9.0 page's rows, Mixtral's among them) and F112-F113
+(the vLLM CI's Mixtral latency test) were appended later, under the same rule, before any of them was simulated.
 
 Held-out rule (fixed up front, never tuned): figures are numbered F01, F02, ... in the order they
 were transcribed (source by source, table row by table row); every third one (F03, F06, F09, ...)
@@ -136,14 +136,18 @@ def _ttft(num, gpu, model, tp, isl, value):
 
 
 def _vllm(num, gpu, n, model, tp, value, build, label):
-    note = (f"the tests file names {label} (the page's description says llama-3.1 8B / llama-3 70B); the same "
-            f"shape either way. GPU column reads "
-            + ("'8xH100' (an 8-GPU H100 node; SXM assumed)" if gpu == "h100-sxm" else
-               "'H200'" if gpu == "h200-sxm" else "'A100-SXM4-80GB'"))
+    if model == "mixtral-8x7b":
+        test = "mixtral8x7B_tp2"
+        note = (f"the page's description says 'mixtral 8x7B' (the dashboard: 'Mixtral 8x7B on 2xA100'); {label} "
+                f"assumed, the base model's shape either way; no expert parallelism (vLLM's default then). ")
+    else:
+        test = "llama8B_tp1" if tp == 1 else "llama70B_tp4"
+        note = (f"the tests file names {label} (the page's description says llama-3.1 8B / llama-3 70B); the same "
+                f"shape either way. ")
+    note += "GPU column reads " + ("'8xH100' (an 8-GPU H100 node; SXM assumed)" if gpu == "h100-sxm" else
+                                   "'H200'" if gpu == "h200-sxm" else "'A100-SXM4-80GB'")
     return Figure(f"F{num:02d}", VLLM_CI, gpu, n, model, "bfloat16", "auto", tp, 1, "batch", 32, 128, 8, 0, 8,
-                  "e2e_ms", value, "ms",
-                  f"build {build}, Latency tests: latency_{'llama8B_tp1' if tp == 1 else 'llama70B_tp4'}: "
-                  f"Mean latency {value} ms", note)
+                  "e2e_ms", value, "ms", f"build {build}, Latency tests: latency_{test}: Mean latency {value} ms", note)
 
 
 def _nim(num, isl, osl, conc, metric, value, requests):
@@ -295,6 +299,10 @@ FIGURES: list[Figure] = [
     _ttft(109, "a100-80gb-sxm", "mistral-7b", 1, 2048, 139.6),
     _ttft(110, "a100-80gb-sxm", "mixtral-8x7b", 2, 128, 23.8),
     _ttft(111, "a100-80gb-sxm", "mixtral-8x7b", 2, 2048, 160.9),
+    # Appended 2026-12-02 under the same rule, before simulating them: the vLLM nightly CI's Mixtral latency test on
+    # the two builds above whose stored pages print it (H200, then A100; build 9555's H100 row was not found)
+    _vllm(112, "h200-sxm", 2, "mixtral-8x7b", 2, 1921.1, 9513, "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+    _vllm(113, "a100-80gb-sxm", 2, "mixtral-8x7b", 2, 3643.84, 9523, "mistralai/Mixtral-8x7B-Instruct-v0.1"),
 ]
 
 
