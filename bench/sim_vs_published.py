@@ -155,7 +155,8 @@ def main() -> int:
     # "shared" is what `--structure select` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on
     # the fitted set, median out-of-fold error: shared 15.5%, gpu 18.8%, precision 17.1%, gpu+efu 18.7%, precision+efu
     # 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%); select reruns that choice
-    parser.add_argument("--structure", default="shared", choices=("select", "shared", "gpu", "precision", "gpu+efu", "precision+efu",
+    parser.add_argument("--structure", default="shared",
+                        choices=("select", "shared", "gpu", "precision", "gpu+efu", "precision+efu",
                                  "shared+efu-by-precision", "gpu+efu-by-precision"),
                         help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
