@@ -22,7 +22,8 @@ space that keeps the terms physical (efficiencies in [0.2, 0.95], overheads >= 0
 First one set of terms shared by every figure; then, for each group of a structure (one per GPU
 profile, or one per precision: fp8 against 16-bit) with at least MIN_PER_GROUP fitted figures,
 its own efficiencies (mfu, afu, mbu, and in the "+efu" structures the experts' efu) over the shared
-overheads. `select_structure` picks the
+overheads; in the "+efu-by-precision" structures the experts' efu is one per precision (efu@fp8,
+efu@16-bit), fitted with the shared terms (a profile carries the fp8 one in [simulation.fp8]). `select_structure` picks the
 structure by 5-fold cross-validation on the fitted set alone: the held-out set plays no part.
 """
 from __future__ import annotations
