@@ -140,3 +140,15 @@ def fit_and_write(fit_folders: list[str], check_folders: list[str], target: Path
     peaks = ", ".join(f"{k} {v:g} TFLOP/s" for k, v in profile.tflops.items())
     return FitReport(str(path), profile.key, f"{profile.key} ({profile.bandwidth_gbs:,.1f} GB/s, {peaks})",
                      len(fit_folders), model, held_out, list(fit_folders))
+
+
+def measure_and_fit(runs_dir: str, device: str, threads: int | None, say: Say,
+                    should_stop: Callable[[], bool] = lambda: False) -> FitReport:
+    """A bare `calibrate --fit` into this machine's profile: the standard runs measured into runs_dir,
+    then fitted, each left out in turn for the held-out error (the window's Fit…)."""
+    from backend.engine.threads import apply_threads
+    from backend.roofline.profiles import local_profile_path
+    apply_threads(threads)
+    folders = measure_standard_runs(Path(runs_dir), "cpu" if device == "auto" else device, threads, say, should_stop)
+    say("fitting the cost model")
+    return fit_and_write(folders, [], local_profile_path(), device, say=say)

@@ -340,23 +340,14 @@ class _Job:
         self._answer_with("calibrated", measure)
 
     def fit(self, runs_dir: str, device: str, threads: int | None) -> None:
-        from pathlib import Path
-        from backend import fitting
-        from backend.engine.threads import apply_threads
-        from backend.roofline.profiles import local_profile_path
-        steps = ["batch", "prompt", "load"]
+        from backend.fitting import measure_and_fit
+        self._answer_with("fitted", lambda: measure_and_fit(runs_dir, device, threads, self.say, self.should_stop))
 
-        def say(line: str) -> None:   # the measuring lines name the standard runs: the bar moves by them
-            done = next((i for i, name in enumerate(steps) if line.startswith(f"measuring {name} ")), len(steps))
-            self.emit(Progress(line, done / (len(steps) + 1)))
-
-        def work():
-            apply_threads(threads)
-            folders = fitting.measure_standard_runs(Path(runs_dir), "cpu" if device == "auto" else device, threads,
-                                                    say, self.should_stop)
-            say("fitting the cost model")
-            return fitting.fit_and_write(folders, [], local_profile_path(), device, say=say)
-        self._answer_with("fitted", work)
+    def say(self, line: str) -> None:
+        """A fit's progress line; the bar moves by the standard run it names (batch, prompt, load, fit)."""
+        stages = ("measuring batch ", "measuring prompt ", "measuring load ", "fitting")
+        done = next((i for i, stage in enumerate(stages) if line.startswith(stage)), None)
+        self.emit(Progress(line, None if done is None else done / len(stages)))
 
     def _answer_with(self, kind: str, work: Callable[[], object]) -> None:
         """Do the job and send its result as `kind`, or its failure in one line."""

@@ -133,7 +133,7 @@ class ControlsPanel(SimModels, RemoteBox, QtWidgets.QWidget):
         self.profile_combo.setObjectName("profileCombo")
         self.calibrate_button = QtWidgets.QPushButton("Calibrate…")
         self.calibrate_button.setToolTip("Measure this machine's FLOP/s and bandwidth into a profile (`calibrate`)")
-        self.fit_button = QtWidgets.QPushButton("Fit…")
+        self.fit_button = QtWidgets.QPushButton("Fit cost model…")
         self.fit_button.setObjectName("fitButton")
         self.fit_button.setToolTip("Measure three short runs of the bundled model (a batch sweep, a prompt sweep, a "
                                    "Poisson workload), fit the simulator's cost model to their steps and store it in "
@@ -146,7 +146,9 @@ class ControlsPanel(SimModels, RemoteBox, QtWidgets.QWidget):
         profile_buttons = QtWidgets.QHBoxLayout()
         profile_buttons.addWidget(self.open_profile_button)
         profile_buttons.addWidget(self.calibrate_button)
-        profile_buttons.addWidget(self.fit_button)
+        fit_row = QtWidgets.QHBoxLayout()   # a third button beside them clips the dock's narrowest width
+        fit_row.addWidget(self.fit_button)
+        fit_row.addStretch(1)
         self.simulate_check = QtWidgets.QCheckBox("Simulate on this profile")
         self.simulate_check.setObjectName("simulateCheck")
         self.simulate_check.setToolTip("No model is run: the real scheduler and workload, each step's time priced on "
@@ -164,6 +166,7 @@ class ControlsPanel(SimModels, RemoteBox, QtWidgets.QWidget):
         form.addRow("Threads", self.threads_spin)
         form.addRow("GPU profile", self.profile_combo)
         form.addRow("", profile_buttons)
+        form.addRow("", fit_row)
         form.addRow("", self.simulate_check)
         self.model_form = form
         self.reload_profiles()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.targets.disaggregated.events import WorkerLayout
-from backend.events import ModelLoaded, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
+from backend.events import LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
 from backend.targets.remote.metrics import ServerMetrics
 from backend.roofline.cost import PhaseTotals, step_pairs
@@ -68,6 +68,8 @@ class RunStore:
         self.sweep_context: int | None = None          # the context a batch sweep's points were measured at
         self.precision_points: list[PrecisionPoint] = []   # a precision sweep's, in the order measured
         self.precision_summary: dict | None = None     # and its RunFinished summary (ratios, skipped precisions)
+        self.load_points: list[LoadPoint] = []         # a rate or concurrency sweep's, one load run each
+        self.pd_points: list[PDPoint] = []             # a prefill:decode split sweep's, one simulated run each
         self.model: ModelLoaded | None = None
         self.info: dict = {}
         self.config: dict = {}
@@ -107,6 +109,10 @@ class RunStore:
             self.sweep_points.append(event)
         elif isinstance(event, PrecisionPoint):
             self.precision_points.append(event)
+        elif isinstance(event, LoadPoint):
+            self.load_points.append(event)
+        elif isinstance(event, PDPoint):
+            self.pd_points.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event
             self.run_id = event.run_id or self.run_id

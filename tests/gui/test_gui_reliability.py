@@ -221,6 +221,7 @@ def test_text_the_tokenizer_cannot_round_trip_is_noted_in_the_status_bar(qtbot, 
     window.controls.device_combo.setCurrentText("cpu")
     window.controls.form.fields["batch"]["output_len"].setText("3")
     window.controls.form.prompt_edit.setPlainText("the capital of Zanzibar")
+    window.controls.form.chat_check.setChecked(False)   # the text itself, not wrapped in a chat template
     result = run_to_end(qtbot, window)
     assert not result.error
     assert "does not round-trip this prompt exactly" in window.statusBar().currentMessage()
