@@ -422,7 +422,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, ToolActions, QtW
         elif s.get("kind") in ("rate", "concurrency", "pd-ratio"):
             count = s.get("num_points", 0)
             self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: {s['kind']} sweep, "
-                                         f"{count} point{'s' if count != 1 else ''}; see the Load sweep tab")
+                                         f"{count} point{'s' if count != 1 else ''}")
         elif result.stopped:
             self.statusBar().showMessage(f"Stopped: {s.get('num_finished', 0)} of {s.get('num_requests', 0)} "
                                          "requests finished; the records so far are kept")
@@ -576,6 +576,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, ToolActions, QtW
         """Stop a run at its next step and join the worker thread before the window goes."""
         self.repaint_timer.stop()
         self.cpu_timer.stop()
+        self.warm_timer.stop()   # no engine process started for a window that is going
         self.series = None   # a Compare policies series starts nothing more
         self.worker_thread.stop_and_join()
         super().closeEvent(event)

@@ -52,7 +52,8 @@ class FileActions:
         if self.running:
             self.show_error("a run is under way: stop it or let it end, then export")
             return False
-        if self.store.num_requests == 0 and self.store.num_steps == 0:
+        if self.store.num_requests == 0 and self.store.num_steps == 0 and not (self.store.load_points
+                                                                                or self.store.pd_points):
             self.show_error("nothing to export yet: run something or open a run first")
             return False
         try:

@@ -118,9 +118,20 @@ class RunStore:
             self.run_id = event.run_id or self.run_id
             if event.summary.get("kind") == "precision":
                 self.precision_summary = dict(event.summary)
+            self._mark_load_points(event.summary)
         else:
             return
         self.version += 1
+
+    def _mark_load_points(self, summary: dict) -> None:
+        """A load sweep marks its front and its best point once every point is in; the points that
+        came from the engine process are copies sent before that: mark them here as the sweep did."""
+        if summary.get("kind") in ("rate", "concurrency") and self.load_points:
+            from backend.sweeps.load import mark_front
+            mark_front(self.load_points)
+        elif summary.get("kind") == "pd-ratio":
+            for point in self.pd_points:
+                point.best = point.split == summary.get("best_split")
 
     def add_batch(self, batch: RecordBatch) -> None:
         if batch.steps:

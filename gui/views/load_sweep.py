@@ -101,9 +101,10 @@ class LoadSweepView(pg.PlotWidget):
         unit = "/s" if self.kind == "rate" else " users"
         middle = (min(p.tokens_per_s_per_user for p in pts) + max(p.tokens_per_s_per_user for p in pts)) / 2 \
             if pts else 0.0
-        for p in pts:   # each label on the side of its point away from the frame
-            self._label(f"{p.x:g}{unit}", p.tokens_per_s_per_user, p.tokens_per_s_per_device,
-                        anchor=(1, 1) if p.tokens_per_s_per_user > middle else (0, 1))
+        for p in pts:   # beside its point, on the side away from the nearer edge of the frame
+            right = p.tokens_per_s_per_user > middle
+            self._label(f"{p.x:g}{unit} " if right else f" {p.x:g}{unit}", p.tokens_per_s_per_user,
+                        p.tokens_per_s_per_device, anchor=(1, 0.5) if right else (0, 0.5))
 
     def _paint_splits(self) -> None:
         self.points.setData([], [])
@@ -117,9 +118,8 @@ class LoadSweepView(pg.PlotWidget):
         config = self.store.config
         slo = config.get("slo_ttft_ms") is not None or config.get("slo_tpot_ms") is not None
         for i, p in enumerate(pts):   # the goodput over each bar where SLOs were given
-            if slo and finite(p.goodput_rps):
-                self._label(f"goodput {p.goodput_rps:.2f} req/s", i, per_device[i],
-                            CROSSOVER_COLOR if p.best else PREDICTED_COLOR, anchor=(0.5, 1))
+            if slo and finite(p.goodput_rps):   # inside the bar's top: above it, a tall bar's text meets the title
+                self._label(f"goodput\n{p.goodput_rps:.2f} req/s", i, per_device[i], "#ffffff", anchor=(0.5, 0))
 
     def notes(self) -> list[str]:
         """The summary lines the CLI prints after the sweep's table."""
