@@ -6,20 +6,20 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 
 from backend.config import ModelChoice, RunConfig
-from backend.loaders.device import available_devices, available_precisions, device_name, resolve_device
+from backend.loaders.device import available_devices, available_precisions, resolve_device
 from backend.errors import InputError
 from backend.kernels.matmath import MIN_ROWS, MODES
-from backend.roofline.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
-                              match_profile)
 from backend.engine.threads import available_cores, window_default_threads
 from backend.loaders.weights import is_hub_id, list_models
 
 from gui.panels.deployment import DeploymentBox
 from gui.panels.fields import ValidatedField, open_file
-from gui.panels.remote_box import REMOTE, REMOTE_TITLE, RemoteBox, endpoint_url, served_model  # noqa: F401
+from gui.panels.found_models import FoundModels
+from gui.panels.profile_list import ProfileList
+from gui.panels.remote_box import REMOTE, REMOTE_TITLE, RemoteBox
 from gui.panels.run_form import RunForm
 from gui.panels.sim_choices import check_deployment, check_sim_model, is_moe, sim_dtypes
-from gui.panels.sim_models import CONFIG_FILE, CONFIG_FILE_TITLE, SIM_ONLY, SimModels  # noqa: F401
+from gui.panels.sim_models import CONFIG_FILE, SimModels
 
 OPEN_FOLDER = "Open folder…"
 PREFILL_MATH_TIP = (f"The CPU kernels' arithmetic for products of {min(MIN_ROWS.values())}+ rows (prefill, mixed steps, "
@@ -40,7 +40,7 @@ def hub_id_or_path(text: str) -> str:
     raise ValueError(f"{text!r} is neither a hub id (owner/name) nor an existing folder or .gguf file")
 
 
-class ControlsPanel(SimModels, RemoteBox, QtWidgets.QWidget):
+class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QWidget):
     runRequested = QtCore.Signal()
     stopRequested = QtCore.Signal()
     calibrateRequested = QtCore.Signal(str)   # device
@@ -237,53 +237,6 @@ class ControlsPanel(SimModels, RemoteBox, QtWidgets.QWidget):
         else:
             self.model_combo.setCurrentIndex(self._model_index)
 
-    def open_model_folder(self, folder: str) -> None:
-        """A model folder (config.json) or a folder of models (GGUFs, model folders one level down):
-        remembered for the next sessions (as `models --local --add-folder` does), its models listed,
-        the first selected; a folder with no model in it is refused in one line."""
-        from backend.loaders.discover import add_folder, find_models
-        try:
-            root = add_folder(folder)
-        except (InputError, OSError) as exc:
-            self.inputRejected.emit(str(exc))
-            self.model_combo.setCurrentIndex(self._model_index)
-            return
-        listed = {self.model_combo.itemData(i) for i in range(self.model_combo.count())}
-        found = [m for m in find_models() if Path(m.path).resolve().is_relative_to(root)]
-        for m in found:
-            if m.path not in listed:
-                self._add_found(m, before=self.model_combo.count() - 2)   # above the remote and open entries
-        runnable = [m for m in found if m.runs]
-        if not runnable:
-            why = f" ({found[0].reason})" if found else ""
-            self.inputRejected.emit(f"{folder}: no model this engine runs in it{why}")
-            self.model_combo.setCurrentIndex(self._model_index)
-            return
-        self.select_model(runnable[0].path)
-
-    def _add_local_models(self) -> None:
-        """The models already on the disk (backend.loaders.discover): each with what it is; one this
-        engine cannot run is listed greyed, with why."""
-        import torch
-        from backend.loaders.discover import find_models
-        from backend.loaders.weights import free_memory
-        for m in find_models(free_memory(torch.device("cpu"))):
-            self._add_found(m, before=self.model_combo.count())
-
-    def _add_found(self, m, before: int) -> None:
-        """One discovered model (backend.loaders.discover.FoundModel) as a list entry at index `before`."""
-        size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes >= 1e8 else f"{m.size_bytes / 1e6:.0f} MB"
-        bits = f", {m.bits_per_weight:.1f} bits/weight" if m.bits_per_weight else ""
-        params = f"{m.params / 1e6:,.0f}M, " if m.params else ""
-        text = f"{m.name} ({m.where}, {params}{size})" + ("" if m.runs else " - cannot run here")
-        self.model_combo.insertItem(before, text, m.path)
-        tip = (f"{m.path}\n{m.arch}, {m.format}{bits}, {size}"
-               + ("" if m.fits is not False else "; larger than the free memory")
-               + ("" if m.runs else f"\nnot runnable: {m.reason}"))
-        self.model_combo.setItemData(before, tip, QtCore.Qt.ItemDataRole.ToolTipRole)
-        if not m.runs:
-            self.model_combo.model().item(before).setEnabled(False)
-
     def _device_changed(self) -> None:
         device = resolve_device(self.device_combo.currentText())
         self._fill_dtypes()
@@ -315,56 +268,6 @@ class ControlsPanel(SimModels, RemoteBox, QtWidgets.QWidget):
         self.deployment_box.set_policy(policy if form.uses_workload() else "")
         shape, _ = check_sim_model(self.model_name() or "")
         self.deployment_box.set_moe(is_moe(shape))
-
-    def _preselect_profile(self, device) -> None:
-        """The profile matching a CUDA device's name; on a CPU this machine's measured one, else the generic CPU."""
-        profile = match_profile(device_name(device)) if device.type == "cuda" else None
-        keys = [self.profile_combo.itemData(i) for i in range(self.profile_combo.count())]
-        if profile is None:
-            profile_key = LOCAL_KEY if LOCAL_KEY in keys else "cpu"
-        else:
-            profile_key = profile.key
-        if profile_key in keys:
-            self.profile_combo.setCurrentIndex(keys.index(profile_key))
-
-    def reload_profiles(self) -> None:
-        """Fill the profile list (again after calibration adds this machine's)."""
-        current = self.profile_combo.currentData()
-        self.profile_combo.blockSignals(True)
-        self.profile_combo.clear()
-        try:
-            profiles = list_profiles()
-            self.profile_problem = ""
-        except InputError as exc:   # this machine's measured profile is malformed: the shipped ones still serve
-            profiles = [load_profile(p) for p in sorted(SHIPPED_DIR.glob("*.toml"))]
-            self.profile_problem = f"{exc} (left out of the profile list; calibrate again to replace it)"
-            self.inputRejected.emit(self.profile_problem)
-        for p in profiles:
-            self.profile_combo.addItem(f"{p.name} (measured)" if p.measured else p.name, p.key)
-            self.profile_combo.setItemData(self.profile_combo.count() - 1, p.source, QtCore.Qt.ItemDataRole.ToolTipRole)
-        for path in self._profile_paths:
-            try:
-                self._add_profile_item(load_profile(path), path)
-            except InputError as exc:   # edited since it was opened
-                self.inputRejected.emit(str(exc))
-        if current is not None:
-            self.select_profile(current)
-        self.profile_combo.blockSignals(False)
-
-    def add_profile_path(self, path: str) -> None:
-        """Add a profile TOML file to the list and select it; InputError names the file and field when malformed."""
-        profile = load_profile(path)   # refused here, before it becomes a choice
-        if path not in self._profile_paths:
-            self._profile_paths.append(path)
-            self._add_profile_item(profile, path)
-        self.select_profile(path)
-
-    def _add_profile_item(self, profile: GpuProfile, path: str) -> None:
-        self.profile_combo.addItem(f"{profile.name} ({Path(path).name})", path)
-        self.profile_combo.setItemData(self.profile_combo.count() - 1, path, QtCore.Qt.ItemDataRole.ToolTipRole)
-
-    def _open_profile_dialog(self) -> None:
-        open_file(self, "Open a GPU profile", "GPU profile (*.toml)", self.add_profile_path, self.inputRejected)
 
     def _update(self) -> None:
         problems = self.errors()
@@ -425,18 +328,6 @@ class ControlsPanel(SimModels, RemoteBox, QtWidgets.QWidget):
                 self.hub_field.setText("")
                 return
         self.hub_field.setText(name)
-
-    def select_profile(self, name: str) -> None:
-        """A profile by key or display name; InputError when there is none."""
-        for i in range(self.profile_combo.count()):
-            if name.lower() in (str(self.profile_combo.itemData(i)).lower(), self.profile_combo.itemText(i).lower()):
-                self.profile_combo.setCurrentIndex(i)
-                return
-        known = ", ".join(str(self.profile_combo.itemData(i)) for i in range(self.profile_combo.count()))
-        raise InputError(f"unknown profile {name!r} (known: {known})")
-
-    def profile(self) -> GpuProfile:
-        return find_profile(self.profile_combo.currentData())
 
     def build_config(self) -> RunConfig:
         """The settings as a RunConfig; InputError with the first problem when they cannot run."""

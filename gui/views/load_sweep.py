@@ -16,8 +16,8 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from gui.state.run_store import RunStore
-from gui.views.plot_style import (CROSSOVER_COLOR, MEASURED_COLOR, PREDICTED_COLOR, cosmetic_pen,
-                                  set_title, style_plot, swatch_title)
+from gui.views.plot_style import (CROSSOVER_COLOR, MEASURED_COLOR, PREDICTED_COLOR, cosmetic_pen, style_plot,
+                                  swatch_title)
 
 UNITS = {"rate": "arrivals/s", "concurrency": "users"}
 
