@@ -209,6 +209,8 @@ NOT_REACHED = {
     "calibrate --threads": "the engine process measures with the Threads spin's count",
     "compare --resamples": "the References panel's comparisons use the CLI's default 1000 seeded resamples",
     "compare --seed": "as --resamples: the bootstrap's default seed",
+    "plan --out": "the Plan dialog shows the table and the plot on screen; plan.csv, pareto.csv and plan.png are "
+                  "the CLI's",
     "plan --attainment": "the Plan dialog asks for the default 90% of requests within the SLOs",
     "plan --trace": "the Plan dialog plans for Poisson arrivals; a trace's plan is the CLI's",
     "plan --seed": "the Plan dialog's workload is drawn with the default seed",

@@ -168,6 +168,7 @@ FIELD_CASES = [
 
 def test_every_bad_number_is_refused_as_it_is_typed(window):
     form = window.controls.form
+    form.use_synthetic_prompt()   # the batch page's prompt length counts only for random prompt tokens
     form.preset_combo.setCurrentText("custom")
     form.arrival_combo.setCurrentText("poisson")
     form.fields["load"]["rate"].setText("4")
