@@ -18,8 +18,8 @@ adds both as references: the window then compares static against continuous in e
 current run on screen is the continuous one, with the static reference's steps and lanes under it).
 With --simulate it runs a batch-size sweep of the bundled model (measured, with this machine's cost
 model beside it), then "Simulate on this profile": a chat workload of llama-8b on an H100.
-With --first-run it presses Run on the window's defaults (one batch: the default question as a chat
-message), for the Generated text a newcomer sees first. With --load-sweeps it runs a rate sweep of the
+With --first-run it presses Run on the window's defaults, as on a fresh install (no calibration; one
+batch: the default question as a chat message), for the Generated text a newcomer sees first. With --load-sweeps it runs a rate sweep of the
 bundled model (a short workload at four arrival rates, SLOs set) and saves it, then a prefill:decode
 split sweep of llama-8b over 4 simulated H100s, saved beside it as sweep-pd-ratio.png.
 """
@@ -69,9 +69,10 @@ def main(*args: str) -> int:
                                    else "simulate.png" if simulate else "first-run.png" if first_run
                                    else "sweep-rate.png" if load_sweeps else "docs/screenshot.png")
     with tempfile.TemporaryDirectory(prefix="phasescope-config-") as folder:
-        measure_this_machine(folder)
-        if first_run:
+        if first_run:   # as on a fresh install: no measured profile, every setting at its default
+            os.environ["PHASESCOPE_CONFIG_DIR"] = folder
             return shoot_first_run(path)
+        measure_this_machine(folder)
         if load_sweeps:
             return shoot_load_sweeps(path)
         if references:
@@ -178,7 +179,10 @@ def shoot_simulated(path: str) -> int:
 
 def shoot_first_run(path: str) -> int:
     """Run pressed on the defaults: what a new user sees first."""
-    app, window, _ = open_window()
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    window = MainWindow()
+    window.resize(1400, 900)
+    window.show()
     run_and_wait(app, window)
     window.select_request(0)
     return save(app, window, path)
