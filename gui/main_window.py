@@ -26,9 +26,11 @@ from gui.views.distributions import DistributionsView
 from gui.actions.files import FileActions
 from gui.views.lanes import LanesView
 from gui.views.server_metrics import ServerMetricsView
+from gui.views.load_sweep import LoadSweepView
 from gui.views.metrics import MetricsPanel, repeats_text
 from gui.views.precision import PrecisionView
 from gui.actions.references import ReferenceActions
+from gui.actions.tools import ToolActions
 from gui.views.requests_table import RequestsTable
 from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
@@ -50,6 +52,8 @@ AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); the throughput plot below has the numbers"
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
+LOAD_SWEEP_TITLE = "Load sweep: a load run at each point"
+LOAD_SWEEP_MESSAGE = "A load sweep runs the workload once per point; its points are on the Load sweep tab below"
 # what a new repeat keeps of the store: the settings, the model, and an earlier sweep shown beside this run
 REPEAT_KEEPS = ("config", "model", "info", "remote", "sweep_points", "sweep_context", "precision_points",
                 "precision_summary")
@@ -59,9 +63,12 @@ TITLE = "phasescope — prefill and decode, step by step"
 
 
 class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActions, RecentActions, HelpActions,
-                 ShutdownActions, QtWidgets.QMainWindow):
+                 ShutdownActions, ToolActions, QtWidgets.QMainWindow):
     startRun = QtCore.Signal(object)
     startCalibration = QtCore.Signal(str)
+    startFit = QtCore.Signal(str, str, object)   # runs folder, device, threads (gui/actions/tools.py)
+    warmEngine = QtCore.Signal(object)           # the settings the engine process starts for, ahead of Run
+    fitFinished = QtCore.Signal(object)          # a FitReport, once the window has shown it
     # emitted in the window's thread once it has taken in the outcome (tests and automation wait on these)
     runFinished = QtCore.Signal(object)
     runFailed = QtCore.Signal(str)
@@ -91,6 +98,9 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.worker = self.worker_thread.worker
         self.startRun.connect(self.worker.run)
         self.startCalibration.connect(self.worker.calibrate)
+        self.startFit.connect(self.worker.fit)
+        self.warmEngine.connect(self.worker.warm)
+        self.worker.fitted.connect(self._on_fitted)
         self.worker.event.connect(self._on_event)
         self.worker.records.connect(self._on_records)
         self.worker.finished.connect(self._on_finished)
@@ -110,6 +120,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.cpu_timer.timeout.connect(self._sample_cpu)
         self.cpu_timer.start()
         self._choices_changed()
+        self._build_tools()
         self.resize(1400, 900)
         if remember:
             restore_window(self)   # the last session's layout and settings (gui/settings.py)
@@ -140,6 +151,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.server_view.hide()
         self.throughput = ThroughputView(self.store)
         self.precision = PrecisionView(self.store)
+        self.load_sweep = LoadSweepView(self.store)   # rate, concurrency and prefill:decode split sweeps
         self.table = RequestsTable(self.store)
         self.text = GeneratedText(self.store)
         self.metrics = MetricsPanel(self.store)
@@ -148,7 +160,8 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.precision.set_references(self.references)
         self.metrics.set_references(self.references)
         self.current_plot: pg.PlotWidget = self.timeline
-        for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.distributions.plot):
+        for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep,
+                     self.distributions.plot):
             plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
         self.lanes.requestClicked.connect(self.select_request)
         self.table.requestSelected.connect(self.select_request)
@@ -196,7 +209,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
         self.metrics_dock = self._dock("Live metrics", self.metrics, "metricsDock")
         self.text_dock = self._dock("Generated text", self.text, "textDock")
-        throughput, precision = (_with_note(view) for view in (self.throughput, self.precision))
+        throughput, precision, load_sweep = (_with_note(v) for v in (self.throughput, self.precision, self.load_sweep))
         # the throughput plot and a precision sweep's share the dock, a tab each: a precision sweep
         # brings its tab forward, a batch or prompt sweep the throughput's
         self.roofline_tabs = QtWidgets.QTabWidget()
@@ -205,6 +218,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.roofline_tabs.addTab(throughput, "Throughput")
         self.roofline_tabs.addTab(precision, "Precision")
         self.roofline_tabs.addTab(self.distributions, "Latency CDF")
+        self.roofline_tabs.addTab(load_sweep, "Load sweep")
         self._throughput_title = "Throughput vs batch size"
         self.throughput_dock = self._dock(self._throughput_title, self.roofline_tabs, "throughputDock")
         self.roofline_tabs.currentChanged.connect(self._show_dock_title)
@@ -260,7 +274,10 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.stop_action = self._action(run_menu, "&Stop", self.stop_run, "Esc", "stopAction")
         self._action(run_menu, "&Calibrate this machine…",
                      lambda: self.start_calibration(self.controls.device_combo.currentText()))
+        self._action(run_menu, "Fit the simulator's cost model…",
+                     lambda: self.start_fit(self.controls.device_combo.currentText()), name="fitAction")
         self._action(run_menu, "&Plan deployment…", self.open_plan, name="planAction")
+        self._action(run_menu, "&Worked example…", self.open_example, name="exampleAction")
         view_menu = bar.addMenu("&View")
         for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
                      self.throughput_dock, self.table_dock):
@@ -326,13 +343,16 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self._throughput_title = "Throughput vs " + ("prompt length" if kind == "prompt" else "batch size")
         if mode == "sweep-precision":
             self.roofline_tabs.setCurrentWidget(self.precision.parentWidget())
+        elif mode in ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio"):
+            self.roofline_tabs.setCurrentWidget(self.load_sweep.parentWidget())
         elif mode.startswith("sweep") or (not self.store.precision_points
                                           and self.roofline_tabs.currentWidget() is not self.distributions):
             # (a run's latency distributions stay in front when they are: a load run has them too)
             self.roofline_tabs.setCurrentWidget(self.throughput.parentWidget())
         self._show_dock_title()
         one_bar_a_point = mode in ("sweep-batch", "sweep-prompt")   # a precision sweep shows every timed step
-        message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else ""
+        message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else \
+            LOAD_SWEEP_MESSAGE if mode in ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio") else ""
         self.timeline.set_empty_message(message)
         self.lanes.set_remote(self.store.remote)
 
@@ -341,6 +361,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         tab = self.roofline_tabs.currentWidget()
         self.throughput_dock.setWindowTitle(PRECISION_TITLE if tab is self.precision.parentWidget() else
                                             DISTRIBUTIONS_TITLE if tab is self.distributions else
+                                            LOAD_SWEEP_TITLE if tab is self.load_sweep.parentWidget() else
                                             self._throughput_title)
         if tab is self.distributions:
             self.distributions.refresh()
@@ -427,6 +448,10 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
             self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: precision sweep, {count} "
                                          f"precision{'s' if count != 1 else ''} measured"
                                          + "".join(f"; {note}" for note in [s.get("note"), *self.run_notes] if note))
+        elif s.get("kind") in ("rate", "concurrency", "pd-ratio"):
+            count = s.get("num_points", 0)
+            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: {s['kind']} sweep, "
+                                         f"{count} point{'s' if count != 1 else ''}")
         elif result.stopped:
             self.statusBar().showMessage(f"Stopped: {s.get('num_finished', 0)} of {s.get('num_requests', 0)} "
                                          "requests finished; the records so far are kept")
@@ -467,7 +492,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self._show_worker_strip(bool(self.store.workers))
         self.server_view.setVisible(self.server_view.has_data())
         for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
-                     self.text) + \
+                     self.load_sweep, self.text) + \
                 self.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()

@@ -128,6 +128,7 @@ class ShutdownActions:
         self.is_shut_down = True
         self.repaint_timer.stop()
         self.cpu_timer.stop()
+        self.warm_timer.stop()   # no engine process started for a window that is going
         self.series = None   # a Compare policies series starts nothing more
         if self.remember:
             from gui.settings import save_window

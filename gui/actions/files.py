@@ -11,11 +11,14 @@ from PySide6 import QtWidgets
 
 from backend.errors import InputError, RunError
 from backend.results.export import LONG_FILES, ensure_writable, write_run
-from backend.sweeps.points import write_points
+from backend.sweeps.points import read_points, write_points
 
 from gui.settings import remember_folder, start_folder
 from gui.state.references import read_run_folder
 from gui.state.run_store import RunStore
+
+LOAD_SWEEP_MODES = ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio")
+
 
 def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
     """Write the run on screen as the CLI's --out would; returns the folder and whether it is complete.
@@ -36,6 +39,8 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
         write_points(path, "precision", store.precision_points, data, records_from=source)
     elif mode.startswith("sweep") and points:
         write_points(path, points[0].kind, points, data, records_from=source)
+    elif mode in LOAD_SWEEP_MODES:   # as the CLI writes a load sweep's --out
+        write_points(path, mode.removeprefix("sweep-"), store.pd_points or store.load_points, data, records_from=source)
     else:
         write_run(path, data, records_from=source)
     return path, source is not None or store.is_complete
@@ -49,7 +54,8 @@ class FileActions:
         if self.running:
             self.show_error("a run is under way: stop it or let it end, then export")
             return False
-        if self.store.num_requests == 0 and self.store.num_steps == 0:
+        if self.store.num_requests == 0 and self.store.num_steps == 0 and not (self.store.load_points
+                                                                                or self.store.pd_points):
             self.show_error("nothing to export yet: run something or open a run first")
             return False
         try:
@@ -70,10 +76,14 @@ class FileActions:
             run, sweep, precision = read_run_folder(folder)
             mode = "sweep-precision" if precision or run.config.get("mode") == "sweep-precision" \
                 else str(run.config.get("mode", ""))
+            # a load sweep's points (rate, concurrency, pd-ratio): the load sweep view draws them
+            kind, points = read_points(folder) if mode in LOAD_SWEEP_MODES else (None, [])
         except InputError as exc:
             self.show_error(str(exc))
             return False
         self.store.load(run, folder, sweep, precision)
+        self.store.pd_points = points if kind == "pd-ratio" else []
+        self.store.load_points = points if kind in ("rate", "concurrency") else []
         self.select_request(None)
         self._show_run_kind(mode, sweep[0].kind if sweep else None)
         self._show_run_info(run.info)

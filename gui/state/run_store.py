@@ -16,7 +16,7 @@ import numpy as np
 
 from backend.targets.disaggregated.events import WorkerLayout
 from backend.errors import InputError
-from backend.events import ModelLoaded, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
+from backend.events import LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
 from backend.targets.remote.metrics import ServerMetrics
 from backend.targets.remote.server_log import read_server_metrics
@@ -70,6 +70,8 @@ class RunStore:
         self.sweep_context: int | None = None          # the context a batch sweep's points were measured at
         self.precision_points: list[PrecisionPoint] = []   # a precision sweep's, in the order measured
         self.precision_summary: dict | None = None     # and its RunFinished summary (ratios, skipped precisions)
+        self.load_points: list[LoadPoint] = []         # a rate or concurrency sweep's, one load run each
+        self.pd_points: list[PDPoint] = []             # a prefill:decode split sweep's, one simulated run each
         self.model: ModelLoaded | None = None
         self.info: dict = {}
         self.config: dict = {}
@@ -111,14 +113,29 @@ class RunStore:
             self.sweep_points.append(event)
         elif isinstance(event, PrecisionPoint):
             self.precision_points.append(event)
+        elif isinstance(event, LoadPoint):
+            self.load_points.append(event)
+        elif isinstance(event, PDPoint):
+            self.pd_points.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event
             self.run_id = event.run_id or self.run_id
             if event.summary.get("kind") == "precision":
                 self.precision_summary = dict(event.summary)
+            self._mark_load_points(event.summary)
         else:
             return
         self.version += 1
+
+    def _mark_load_points(self, summary: dict) -> None:
+        """A load sweep marks its front and its best point once every point is in; the points that
+        came from the engine process are copies sent before that: mark them here as the sweep did."""
+        if summary.get("kind") in ("rate", "concurrency") and self.load_points:
+            from backend.sweeps.load import mark_front
+            mark_front(self.load_points)
+        elif summary.get("kind") == "pd-ratio":
+            for point in self.pd_points:
+                point.best = point.split == summary.get("best_split")
 
     def add_batch(self, batch: RecordBatch) -> None:
         if batch.steps:

@@ -120,6 +120,7 @@ def use_tiny(w, prompt_len="16", output_len="6", batch="2") -> None:
     w.controls.select_model("tiny")
     w.controls.device_combo.setCurrentText("cpu")
     w.controls.form.set_kind("batch")
+    w.controls.form.use_synthetic_prompt()   # random ids of the length below, not the default question
     f = w.controls.form.fields["batch"]
     f["prompt_len"].setText(prompt_len)
     f["output_len"].setText(output_len)
