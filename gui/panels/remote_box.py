@@ -1,5 +1,6 @@
 """The model list's remote entry: an OpenAI-compatible server's URL, served model, API key, API and
-timeout (`load --endpoint URL --served-model NAME --api-key KEY --api API --request-timeout S`).
+timeout and Ray cluster (`load --endpoint URL --served-model NAME --api-key KEY --api API --request-timeout S
+--ray HOST:PORT`).
 Methods of ControlsPanel."""
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def endpoint_url(text: str) -> str:
     except InputError as exc:
         raise ValueError(str(exc).replace("--endpoint ", "URL ")) from None
     return url
+
+
+def ray_address(text: str) -> str | None:
+    """A Ray cluster's HOST:PORT (`--ray`), or None to run the client's workers as local processes."""
+    text = text.strip()
+    if not text:
+        return None
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected HOST:PORT of a Ray cluster's head, e.g. 10.0.0.5:6379 (empty: this machine's cores)")
+    return text
 
 
 def served_model(text: str) -> str:
@@ -64,8 +76,12 @@ class RemoteBox:
         form.addRow("Served model", self.served_field)
         form.addRow("API key", self.key_edit)
         form.addRow("API", self.api_combo)
+        self.ray_field = ValidatedField("", ray_address, placeholder="none: this machine's cores",
+                                        tooltip="HOST:PORT of a running Ray cluster: the client's workers run there "
+                                                "as actors when this machine's cores are not enough (phasescope[ray])")
         form.addRow("Timeout (s)", self.timeout_field)
-        for field in (self.url_field, self.served_field, self.timeout_field):
+        form.addRow("Ray cluster", self.ray_field)
+        for field in (self.url_field, self.served_field, self.timeout_field, self.ray_field):
             field.valueChanged.connect(self._update)
             field.valueChanged.connect(self.choicesChanged)
         self.api_combo.currentIndexChanged.connect(self._update)
@@ -79,7 +95,7 @@ class RemoteBox:
         """The server as typed; the key as typed (or from the environment), held only in memory."""
         key = self.key_edit.text().strip() or None
         return RemoteEndpoint(self.url_field.value, self.served_field.value, key, self.api_combo.currentText(),
-                              self.timeout_field.value, read_metrics=True)
+                              self.timeout_field.value, read_metrics=True, ray_address=self.ray_field.value)
 
     def select_remote(self, url: str, model: str, api: str = "completions", api_key: str | None = None) -> None:
         """Choose an OpenAI-compatible server (automation and tests)."""

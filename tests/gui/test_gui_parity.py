@@ -131,6 +131,7 @@ REACHED = {
     "--api-key": Reach("controls.key_edit", "secret", lambda c: c.endpoint.api_key, REMOTE_ARGV, remote),
     "--api": Reach("controls.api_combo", "chat", lambda c: c.endpoint.api, REMOTE_ARGV, remote),
     "--request-timeout": Reach("controls.timeout_field", "30", lambda c: c.endpoint.timeout_s, REMOTE_ARGV, remote),
+    "--ray": Reach("controls.ray_field", "127.0.0.1:6379", lambda c: c.endpoint.ray_address, REMOTE_ARGV, remote),
     # the sweeps' axes
     "--batches": Reach("controls.form.fields[sweep-batch][batches]", "1,4", lambda c: c.sweep.batches),
     "--context": Reach("controls.form.fields[sweep-batch][context]", "256", lambda c: c.sweep.context),
@@ -188,6 +189,9 @@ for command in ("load", "sweep rate", "sweep concurrency", "sweep pd-ratio"):
 NOT_REACHED = {
     "--out": "the File menu's Export CSV… writes the run on screen as --out would (and compare's PNGs: "
              "File › Save plot as PNG…)",
+    "(window) --install-desktop-entry": "it installs the applications-menu entry for a pipx install and exits: "
+                                        "a window is already open when it could be pressed",
+    "(window) --uninstall-desktop-entry": "it removes that entry and exits, as the line above",
     "(window) --autostart": "it presses Run once the window opens: the Run button",
     "--duration": "a preset's duration is kept while Requests is empty; the window sets a count, not a duration",
     "--ramp-ms": "the closed loop's default ramp (20 ms per mean output token) is the window's; users start "
@@ -372,7 +376,7 @@ def test_the_window_builds_the_same_run_config_field_as_the_flag(qtbot, flag, re
         if simulated and flag in SIMULATION_UNUSED or command == "sweep pd-ratio" and flag == "--simulate":
             continue   # pd-ratio is always simulated
         if command == "sweep pd-ratio" and flag in ("--endpoint", "--served-model", "--api-key", "--api",
-                                                    "--request-timeout"):
+                                                    "--request-timeout", "--ray"):
             continue   # a split sweep is simulated: the CLI refuses a server, the window offers none for it
         controls.form.set_kind(KIND_OF[command])
         argv = [*reach.argv, flag] + ([reach.value] if reach.value else [])
