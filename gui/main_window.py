@@ -233,6 +233,8 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self._action(run_menu, "&Calibrate this machine…",
                      lambda: self.start_calibration(self.controls.device_combo.currentText()))
         self._action(run_menu, "&Plan deployment…", self.open_plan, name="planAction")
+        learn_menu = bar.addMenu("&Learn")
+        self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.open_tour, name="tourAction")
         view_menu = bar.addMenu("&View")
         for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
                      self.throughput_dock, self.table_dock):
@@ -245,6 +247,14 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
             self.plan_dialog = PlanDialog(self)
         self.plan_dialog.show()
         self.plan_dialog.raise_()
+
+    def open_tour(self) -> None:
+        """Learn > The tour (gui/tour/panel.py): its own window, one per main window, each step a run of this one."""
+        from gui.tour.panel import TourPanel
+        if getattr(self, "tour", None) is None:
+            self.tour = TourPanel(self)
+        self.tour.show()
+        self.tour.raise_()
 
     # ---- running -----------------------------------------------------------------------------
 
