@@ -32,7 +32,7 @@ def _fy(fig: Figure, y):
 def _log10_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
     """1, 2, 5, 10, 20, 50 ... between 10**lo and 10**hi."""
     ticks = []
-    for k in range(math.floor(lo), math.ceil(hi) + 1):
+    for k in range(math.floor(lo) - 1, math.ceil(hi) + 1):
         for m in (1, 2, 5):
             v = m * 10.0 ** k
             if lo - 1e-9 <= math.log10(v) <= hi + 1e-9:
@@ -81,7 +81,8 @@ def draw(plot: pg.PlotWidget, fig: Figure) -> None:
     y_span = (y_hi - y_lo) or 1.0
     top = y_hi + y_span * (0.12 + 0.1 * rows)   # room above the data for the labels of spans and lines
     item.setXRange(x_lo - x_pad, x_hi + x_pad, padding=0)
-    item.setYRange(y_lo - y_span * 0.04, top, padding=0)
+    y_lo -= y_span * 0.04
+    item.setYRange(y_lo, top, padding=0)
     item.getViewBox().setMouseEnabled(x=True, y=True)
     _ticks(item, fig, (x_lo, x_hi), (y_lo, top))
     row = 0
@@ -122,6 +123,7 @@ def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float, sp
             plot.addItem(pg.InfiniteLine(x0, angle=90, movable=False, pen=pg.mkPen(color, width=2,
                                          style=QtCore.Qt.PenStyle.DashLine)), ignoreBounds=True)
         label = pg.TextItem(mark.text, color=color, anchor=(0, 0), fill=LABEL_FILL)
+        label.setZValue(20)   # over the spans' edges and the bars
         label.setPos(x0, top - y_span * 0.09 * row)
         plot.addItem(label, ignoreBounds=True)
         return row + 1
@@ -133,6 +135,7 @@ def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float, sp
                          brush=color, pen=pg.mkPen(color))
     plot.addItem(arrow, ignoreBounds=True)
     label = pg.TextItem(mark.text, color=color, anchor=(1, 1), fill=LABEL_FILL)
+    label.setZValue(20)
     label.setPos(x0 - x_span * 0.025, y + y_span * 0.05)   # beside the arrow's tail
     plot.addItem(label, ignoreBounds=True)
     return row

@@ -109,3 +109,10 @@ def ms(value: float) -> str:
 def times(a: float, b: float) -> str:
     """How many times b is a: "3.1x"."""
     return f"{b / a:.1f}x" if a and not math.isnan(a) and not math.isnan(b) else "—"
+
+
+def faster(before: float, after: float) -> str:
+    """"2.6x faster" when `after` is the shorter time, "1.2x slower" when it is not."""
+    if not before or not after or math.isnan(before) or math.isnan(after):
+        return "—"
+    return f"{before / after:.1f}x faster" if after <= before else f"{after / before:.1f}x slower"

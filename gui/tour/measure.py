@@ -7,7 +7,7 @@ import math
 from backend.records import Phase, RequestStatus, StepRecord
 
 from gui.tour.finding import (DECODE, GREEN, GREY, MIXED, PHASE, PREFILL, RED, Curve, Figure, Finding, Mark, Outcome,
-                              Rects, median, ms, times)
+                              Rects, faster, median, ms, times)
 
 TOKEN_TICKS = [(math.log10(n), str(n)) for n in (1, 10, 100, 1000, 10000)]
 BASE = math.log10(0.5)   # bars start half a token up, so a one-token decode step has height on the log axis
@@ -50,10 +50,10 @@ def one_request(outcomes: list[Outcome]) -> Finding:
     per_prompt_token = p_ms / prompt if prompt else math.nan
     fig = strip(steps, "One request: the engine's steps")
     if prefill:
-        fig.marks.append(Mark("region", f"prefill: {prompt} tokens in one pass, {ms(p_ms)}",
+        fig.marks.append(Mark("region", f"prefill: {prompt} tokens in one pass, {ms(p_ms)} (TTFT)",
                               prefill[0].start_ms, prefill[-1].start_ms + prefill[-1].duration_ms, color=PREFILL))
     if decode:
-        fig.marks.append(Mark("region", f"decode: {len(decode)} steps of one token, {ms(d_ms)} each",
+        fig.marks.append(Mark("region", f"decode: {len(decode)} steps of one token, {ms(d_ms)} each (TPOT)",
                               decode[0].start_ms, decode[-1].start_ms + decode[-1].duration_ms, color=DECODE))
     sentence = (f"Prefill took {ms(p_ms)} for {prompt} prompt tokens ({ms(per_prompt_token)} a token); each decode "
                 f"step took {ms(d_ms)} for a single token, so a generated token cost "
@@ -72,7 +72,7 @@ def prompt_lengths(outcomes: list[Outcome]) -> Finding:
         rows.append([tokens, sum(s.duration_ms for s in prefill), median(s.duration_ms for s in decode)])
     rows.sort()
     xs = [r[0] for r in rows]
-    fig = Figure("Prefill and decode against the prompt's length", "prompt tokens", "ms", log_x=True, log_y=True,
+    fig = Figure("Prefill and decode against the prompt's length", "prompt tokens", "ms (log scale)", log_x=True, log_y=True,
                  curves=[Curve("prefill (the whole prompt, one step)", xs, [r[1] for r in rows], PREFILL),
                          Curve("decode (one token, median step)", xs, [r[2] for r in rows], DECODE)])
     if len(rows) < 2:
@@ -101,14 +101,14 @@ def precisions(outcomes: list[Outcome]) -> Finding:
                    Curve("TPOT (a decode step)", xs, [p.tpot_ms / base.tpot_ms for p in points], DECODE),
                    Curve("TTFT (prefill)", xs, [p.ttft_ms / base.ttft_ms for p in points], PREFILL)]
     last = points[-1]
-    fig.marks += [Mark("point", f"decode {times(last.tpot_ms, base.tpot_ms)} faster", xs[-1],
+    fig.marks += [Mark("point", f"decode {faster(base.tpot_ms, last.tpot_ms)}", xs[-1],
                        y=last.tpot_ms / base.tpot_ms, color=DECODE),
-                  Mark("point", f"prefill {times(last.ttft_ms, base.ttft_ms)}", xs[-1],
+                  Mark("point", f"prefill {faster(base.ttft_ms, last.ttft_ms)}", xs[-1],
                        y=last.ttft_ms / base.ttft_ms, color=PREFILL)]
     sentence = (f"{last.dtype} stores a weight in {last.weight_bits:.1f} bits against {base.dtype}'s "
                 f"{base.weight_bits:.0f}: {times(last.weight_bytes, base.weight_bytes)} fewer bytes. A decode step went "
-                f"from {ms(base.tpot_ms)} to {ms(last.tpot_ms)} ({times(last.tpot_ms, base.tpot_ms)} faster); the "
-                f"prefill went from {ms(base.ttft_ms)} to {ms(last.ttft_ms)} ({times(last.ttft_ms, base.ttft_ms)}).")
+                f"from {ms(base.tpot_ms)} to {ms(last.tpot_ms)} ({faster(base.tpot_ms, last.tpot_ms)}); the "
+                f"prefill went from {ms(base.ttft_ms)} to {ms(last.ttft_ms)} ({faster(base.ttft_ms, last.ttft_ms)}).")
     rows = [[p.dtype, p.weight_bytes, round(p.weight_bits, 2), round(p.ttft_ms, 3), round(p.tpot_ms, 3)]
             for p in points]
     return Finding(sentence, fig, ["dtype", "weight_bytes", "bits", "ttft_ms", "tpot_ms"], rows)
@@ -131,6 +131,8 @@ def batch_sweep(outcomes: list[Outcome]) -> Finding:
     summary = out.data.summary
     predicted_at = summary.get("predicted_local_crossover_batch")
     measured_at = summary.get("measured_crossover_batch")
+    fig.marks.append(Mark("point", f"batch {last.x}: {times(first.tokens_per_s, last.tokens_per_s)} the tokens/s",
+                          last.x, y=last.tokens_per_s, color=DECODE))
     if predicted_at:
         fig.marks.append(Mark("vline", f"roofline crossover: batch {predicted_at}", predicted_at, color=GREEN))
     if measured_at:
