@@ -100,9 +100,11 @@ def median(values) -> float:
 
 
 def ms(value: float) -> str:
-    """212 ms, 24.1 ms, 3.62 ms: three significant figures or whole milliseconds."""
+    """212 ms, 24.1 ms, 3.62 ms, 12.5 s: three significant figures or whole milliseconds."""
     if math.isnan(value):
         return "—"
+    if value >= 10_000:
+        return f"{value / 1000:.1f} s"
     return f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
 
 

@@ -53,13 +53,13 @@ def _load(policy: str, workload: WorkloadSpec, max_batch: int = 4, chunk_tokens:
 
 def _burst() -> WorkloadSpec:
     return WorkloadSpec("tour-burst", num_requests=8, arrival="burst", rate=None, prompt_len=LengthDist("fixed", 64),
-                        output_len=LengthDist("uniform", low=4, high=40), description="8 requests at once")
+                        output_len=LengthDist("uniform", low=4, high=32), description="8 requests at once")
 
 
 def _long_prompts() -> WorkloadSpec:
-    return WorkloadSpec("tour-long-prompts", num_requests=6, arrival="constant", rate=1.5,
-                        prompt_len=LengthDist("uniform", low=32, high=384), output_len=LengthDist("fixed", 24),
-                        description="prompts of up to 384 tokens arriving while others decode")
+    return WorkloadSpec("tour-long-prompts", num_requests=5, arrival="constant", rate=1.5,
+                        prompt_len=LengthDist("uniform", low=32, high=256), output_len=LengthDist("fixed", 16),
+                        description="prompts of up to 256 tokens arriving while others decode")
 
 
 def _runs_one_request():
@@ -73,13 +73,13 @@ def _runs_prompt_lengths():
 def _runs_precision():
     return [("precision sweep", RunConfig(mode="sweep-precision", model=_model(), sampling=_greedy(),
                                           sweep=SweepSpec(kind="precision", dtypes=["float32", "q8_0", "q4_1"],
-                                                          prompt_len=64, output_len=12, batch=1, steps=2, warmup=1)))]
+                                                          prompt_len=32, output_len=8, batch=1, steps=1, warmup=1)))]
 
 
 def _runs_batch():
     return [("batch sweep", RunConfig(mode="sweep-batch", model=_model(), sampling=_greedy(),
-                                      sweep=SweepSpec(kind="batch", batches=[1, 2, 4, 8, 16, 32], context=64,
-                                                      steps=3, warmup=1)))]
+                                      sweep=SweepSpec(kind="batch", batches=[1, 2, 4, 8, 16, 32], context=32,
+                                                      steps=2, warmup=1)))]
 
 
 def _runs_static_continuous():
@@ -150,7 +150,7 @@ STEPS: list[TourStep] = [
         "A server batches the requests that arrive. Static batching takes up to four of them, runs them together, "
         "and starts the next four only once the longest of the batch is done: a short request's slot sits idle. "
         "Continuous batching decides at every step: as soon as one request ends, a waiting one takes its "
-        "place.\n\nThis step sends the same 8 requests at once, with outputs of 4 to 40 tokens, under each "
+        "place.\n\nThis step sends the same 8 requests at once, with outputs of 4 to 32 tokens, under each "
         "policy with room for 4 at a time.",
         "Each request has two bars: grey under static batching, blue under continuous. The first four start "
         "together under both; the later ones wait far less under continuous batching.",
@@ -160,7 +160,7 @@ STEPS: list[TourStep] = [
         "Under continuous batching a newly arrived prompt is prefilled in a step of its own, and every request "
         "already decoding waits for that step: its next token is late (a stall). Chunked prefill cuts the prompt "
         "into slices of a fixed number of tokens and puts one slice into each step beside the decodes, so no "
-        "step is long.\n\nThis step sends six requests with prompts of up to 384 tokens, one every 0.67 s, first "
+        "step is long.\n\nThis step sends five requests with prompts of up to 256 tokens, one every 0.67 s, first "
         "under continuous batching, then with chunks of 32 tokens.",
         "Each dot is the wait between two tokens of one request. The orange dots high up are decodes that waited "
         "for a whole prompt's prefill; the purple ones (chunked) stay low.",
