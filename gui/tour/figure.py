@@ -45,7 +45,7 @@ def draw(plot: pg.PlotWidget, fig: Figure) -> None:
     item = plot.getPlotItem()
     item.clear()
     legend = [(c.name, c.color, "&#9473;" if c.line else "&#9679;") for c in fig.curves] + \
-             [(r.name, r.color) for r in fig.rects]
+             list(dict.fromkeys((r.name, r.color) for r in fig.rects))   # once each (a phase on several rows)
     style_plot(item, swatch_title(fig.title, legend), fig.x_label, fig.y_label)
     item.getAxis("left").setWidth(AXIS_WIDTH)     # named ticks ("decode worker", "1,000") need the room
     item.getAxis("bottom").setHeight(AXIS_HEIGHT)
@@ -118,6 +118,7 @@ def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float, sp
             shade.setAlpha(45)
             region = pg.LinearRegionItem(values=(x0, _fx(fig, mark.x1)), movable=False, brush=shade,
                                          pen=pg.mkPen(color, width=1))
+            region.setZValue(-10)   # under the bars it marks
             plot.addItem(region, ignoreBounds=True)
         else:
             plot.addItem(pg.InfiniteLine(x0, angle=90, movable=False, pen=pg.mkPen(color, width=2,

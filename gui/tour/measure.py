@@ -221,33 +221,47 @@ def chunked(outcomes: list[Outcome]) -> Finding:
     return Finding(sentence, fig, ["policy", "max_gap_ms", "median_gap_ms"], rows)
 
 
+def _workers(out: Outcome) -> dict[str, list[tuple[float, float, int, str]]]:
+    """Each worker's steps (start_ms, end_ms, tokens, phase): as the window held them, else from the records."""
+    if out.worker_steps:
+        return out.worker_steps
+    rows: dict[str, list] = {}
+    for s in out.data.steps:
+        if s.worker:
+            rows.setdefault(s.worker, []).append((s.start_ms, s.start_ms + s.duration_ms, s.num_tokens, s.phase.value))
+    return rows
+
+
 def disaggregated(outcomes: list[Outcome]) -> Finding:
     """(7) prefill and decode in separate engines: each worker's steps, and the KV handed between them."""
     out = outcomes[0]
-    rows_of = sorted({s.worker for s in out.data.steps}, key=lambda w: (not w.startswith("decode"), w))
-    fig = Figure("Two engines: one prefills, one decodes", "time since the run started (ms)", "",
-                 y_ticks=[(i + 0.5, name.replace("-", " worker ")) for i, name in enumerate(rows_of)])
-    for i, worker in enumerate(rows_of):
+    workers = _workers(out)
+    names = sorted(workers, key=lambda w: (not w.startswith("decode"), w))   # decode at the bottom
+    fig = Figure("Two engines: one prefills, one decodes", "time since the run started (ms)", "engine",
+                 y_ticks=[(i + 0.5, name.replace("-", " ")) for i, name in enumerate(names)])
+    for i, name in enumerate(names):
         for phase in Phase:
-            own = [s for s in out.data.steps if s.worker == worker and s.phase is phase]
+            own = [r for r in workers[name] if r[3] == phase.value]
             if own:
-                fig.rects.append(Rects(f"{worker} {phase.value}", [s.start_ms for s in own],
-                                       [s.start_ms + s.duration_ms for s in own], [i + 0.1] * len(own),
-                                       [i + 0.9] * len(own), PHASE[phase.value]))
-    prefills = [s for s in out.data.steps if s.worker.startswith("prefill")]
-    decodes = [s for s in out.data.steps if s.worker.startswith("decode")]
+                fig.rects.append(Rects(phase.value, [r[0] for r in own], [r[1] for r in own],
+                                       [i + 0.1] * len(own), [i + 0.9] * len(own), PHASE[phase.value]))
+    prefills = [r for name in names if name.startswith("prefill") for r in workers[name]]
+    decodes = [r for name in names if name.startswith("decode") for r in workers[name]]
     done = _finished(out)
     transfer = median(r.kv_transfer_ms for r in done)
     kv_kb = median(r.kv_bytes / 1024 for r in done if r.kv_bytes is not None)
-    mixed_in = sum(s.num_prefill_tokens for s in decodes)
+    prompts_in_decode = sum(1 for r in decodes if r[3] != Phase.DECODE.value)
+    longest_prefill = max((r[1] - r[0] for r in prefills), default=math.nan)
+    longest_decode = max((r[1] - r[0] for r in decodes), default=math.nan)
     if prefills:
-        longest = max(prefills, key=lambda s: s.duration_ms)
-        fig.marks.append(Mark("region", f"a {longest.num_prefill_tokens}-token prompt: {ms(longest.duration_ms)}; "
-                              f"decoding goes on beside it", longest.start_ms, longest.start_ms + longest.duration_ms))
-    sentence = (f"The prefill engine ran {len(prefills)} prompt steps (the longest {ms(max((s.duration_ms for s in prefills), default=math.nan))}); "
-                f"the decode engine's {len(decodes)} steps held {mixed_in} prompt tokens, and its longest took "
-                f"{ms(max((s.duration_ms for s in decodes), default=math.nan))}. Each prompt's KV cache "
-                f"({kv_kb:,.0f} KB, median) took {ms(transfer)} to hand over.")
+        a, b, tokens, _ = max(prefills, key=lambda r: r[1] - r[0])
+        fig.marks.append(Mark("region", f"the longest prompt step ({tokens} tokens, {ms(b - a)}): decoding goes on "
+                              f"beside it", a, b))
+    sentence = (f"The prefill engine ran {len(prefills)} prompt steps, the longest {ms(longest_prefill)}; the decode "
+                f"engine's {len(decodes)} steps held no prompt" + ("" if not prompts_in_decode else
+                                                                   f" but in {prompts_in_decode} of them") +
+                f", and its longest took {ms(longest_decode)}. Each prompt's KV cache ({kv_kb:,.0f} KB, median) took "
+                f"{ms(transfer)} to hand over.")
     rows = [[r.request_id, r.prompt_tokens, r.ttft_ms, r.prefill_ms, r.kv_transfer_ms, r.kv_bytes, r.tpot_ms]
             for r in done]
     return Finding(sentence, fig, ["request", "prompt_tokens", "ttft_ms", "prefill_ms", "kv_transfer_ms",

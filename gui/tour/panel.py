@@ -16,11 +16,24 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from backend.records import Phase
+
 from gui.tour import figure
 from gui.tour.finding import Finding, Outcome
 from gui.tour.steps import STEPS, TourStep
 
 TITLE = "Learn: the seed's claims, measured here"
+PHASE_NAMES = [p.value for p in Phase]   # a worker row's phase code is the index in Phase
+
+
+def worker_steps(store) -> dict[str, list[tuple[float, float, int, str]]]:
+    """A disaggregated run's steps by worker, as the window holds them (its worker rows)."""
+    out = {}
+    for name in store.workers.names:
+        rows = store.workers.rows[name]
+        out[name] = [(float(a), float(b), int(t), PHASE_NAMES[int(p)]) for a, b, t, p in
+                     zip(rows.column("start"), rows.column("end"), rows.column("tokens"), rows.column("phase"))]
+    return out
 
 
 class TourPanel(QtWidgets.QWidget):
@@ -170,7 +183,7 @@ class TourPanel(QtWidgets.QWidget):
             data.summary = dict(result.summary)
         store = self.window_.store
         self.outcomes.append(Outcome(self._current, data, list(store.sweep_points), list(store.precision_points),
-                                     time.monotonic() - self._run_started))
+                                     time.monotonic() - self._run_started, worker_steps(store)))
         if self.queue:
             self._next_run()
             return
