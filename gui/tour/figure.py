@@ -87,7 +87,7 @@ def draw(plot: pg.PlotWidget, fig: Figure) -> None:
     _ticks(item, fig, (x_lo, x_hi), (y_lo, top))
     row = 0
     for mark in fig.marks:
-        row = _mark(plot, fig, mark, row, top, (x_hi - x_lo + 2 * x_pad, top - y_lo))
+        row = _mark(plot, fig, mark, row, top, (x_lo - x_pad, x_hi - x_lo + 2 * x_pad, top - y_lo))
 
 
 def _ticks(item: pg.PlotItem, fig: Figure, x_range, y_range) -> None:
@@ -107,11 +107,12 @@ def _ticks(item: pg.PlotItem, fig: Figure, x_range, y_range) -> None:
         left.setTicks(None)
 
 
-def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float, spans: tuple[float, float]) -> int:
+def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float,
+          spans: tuple[float, float, float]) -> int:
     """Draw one mark; the labels of spans and lines take rows from the top down."""
     color = QtGui.QColor(mark.color)
     x0 = _fx(fig, mark.x0)
-    x_span, y_span = spans
+    left, x_span, y_span = spans
     if mark.kind in ("region", "vline"):
         if mark.kind == "region":
             shade = QtGui.QColor(color)
@@ -131,13 +132,14 @@ def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float, sp
     y = _fy(fig, mark.y)
     if not math.isfinite(y):
         return row
-    # the arrow comes from the upper left (labels sit left of the data's right edge, above it)
-    arrow = pg.ArrowItem(pos=(x0, y), angle=-135, tipAngle=30, headLen=14, tailLen=26, tailWidth=2,
-                         brush=color, pen=pg.mkPen(color))
+    # the arrow comes from above, on the side with more room; its label sits by its tail
+    right = x0 < left + 0.45 * x_span
+    arrow = pg.ArrowItem(pos=(x0, y), angle=-45 if right else -135, tipAngle=30, headLen=14, tailLen=26,
+                         tailWidth=2, brush=color, pen=pg.mkPen(color))
     plot.addItem(arrow, ignoreBounds=True)
-    label = pg.TextItem(mark.text, color=color, anchor=(1, 1), fill=LABEL_FILL)
+    label = pg.TextItem(mark.text, color=color, anchor=(0, 1) if right else (1, 1), fill=LABEL_FILL)
     label.setZValue(20)
-    label.setPos(x0 - x_span * 0.025, y + y_span * 0.05)   # beside the arrow's tail
+    label.setPos(x0 + (1 if right else -1) * x_span * 0.025, y + y_span * 0.05)
     plot.addItem(label, ignoreBounds=True)
     return row
 
