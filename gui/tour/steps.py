@@ -62,6 +62,13 @@ def _long_prompts() -> WorkloadSpec:
                         description="prompts of up to 256 tokens arriving while others decode")
 
 
+def _handoffs() -> WorkloadSpec:
+    """Fewer and shorter prompts than _long_prompts: two more engine processes start and load the model."""
+    return WorkloadSpec("tour-handoffs", num_requests=4, arrival="constant", rate=1.5,
+                        prompt_len=LengthDist("uniform", low=32, high=160), output_len=LengthDist("fixed", 12),
+                        description="prompts of up to 160 tokens handed from a prefill engine to a decode engine")
+
+
 def _runs_one_request():
     return [("one request", _one(128, 32))]
 
@@ -72,13 +79,13 @@ def _runs_prompt_lengths():
 
 def _runs_precision():
     return [("precision sweep", RunConfig(mode="sweep-precision", model=_model(), sampling=_greedy(),
-                                          sweep=SweepSpec(kind="precision", dtypes=["float32", "q8_0", "q4_1"],
+                                          sweep=SweepSpec(kind="precision", dtypes=["float32", "q4_1"],
                                                           prompt_len=32, output_len=8, batch=1, steps=1, warmup=1)))]
 
 
 def _runs_batch():
     return [("batch sweep", RunConfig(mode="sweep-batch", model=_model(), sampling=_greedy(),
-                                      sweep=SweepSpec(kind="batch", batches=[1, 2, 4, 8, 16, 32], context=32,
+                                      sweep=SweepSpec(kind="batch", batches=[1, 2, 4, 8, 16], context=32,
                                                       steps=2, warmup=1)))]
 
 
@@ -92,7 +99,7 @@ def _runs_chunked():
 
 
 def _runs_disaggregated():
-    return [("disaggregated", _load("disaggregated", _long_prompts()))]
+    return [("disaggregated", _load("disaggregated", _handoffs()))]
 
 
 def _runs_example():
@@ -126,10 +133,10 @@ STEPS: list[TourStep] = [
         _runs_prompt_lengths, measure.prompt_lengths),
     TourStep(
         "precision", "Fewer bytes per weight: decode speeds up, prefill stays",
-        "A model's weights can be stored with fewer bits: 32-bit floats, or 8-bit and about 5-bit integers with a "
-        "scale per block (q8_0, q4_1). Fewer bits mean fewer bytes to read, and reading the weights is what a "
+        "A model's weights can be stored with fewer bits: 32-bit floats, or integers of a few bits with a scale "
+        "per block of weights (q4_1: about 5.7 bits, the bundled file's own format). Fewer bits mean fewer bytes to read, and reading the weights is what a "
         "decode step waits on. Prefill is bound by arithmetic instead, which still happens in full precision, so "
-        "it gains little.\n\nThis step loads the model at three precisions and times a prefill and the decode "
+        "it gains little.\n\nThis step loads the model at two precisions and times a prefill and the decode "
         "steps at each.",
         "Everything is relative to float32 (1 at the left). The grey dashed line is the bytes read; the blue line "
         "(decode) follows it down; the orange line (prefill) stays near 1.",
@@ -140,7 +147,7 @@ STEPS: list[TourStep] = [
         "for nearly the same price: the weights are read once and used for every request in the batch. So "
         "throughput (tokens per second, all requests together) climbs with the batch, until the arithmetic "
         "catches up with the reading: the crossover, which a roofline model predicts from the machine's "
-        "arithmetic speed and memory bandwidth.\n\nThis step decodes batches of 1 to 32 requests.",
+        "arithmetic speed and memory bandwidth.\n\nThis step decodes batches of 1 to 16 requests.",
         "The blue line is measured, the green dashed one the roofline for this machine's profile (a generic CPU "
         "profile until you calibrate, Run › Calibrate). The vertical line is the predicted crossover; the red "
         "arrow marks where the measured growth slowed.",
@@ -170,8 +177,8 @@ STEPS: list[TourStep] = [
         "Another way to keep prompts from stalling decodes is to run them elsewhere: one engine only prefills, "
         "another only decodes, and each prompt's KV cache (what the model remembers of the prompt) is handed "
         "from the first to the second. Large deployments do this on separate GPUs; here both engines share this "
-        "machine's cores, so they slow each other down, but the separation shows.\n\nThis step sends the "
-        "same requests as the last one through a prefill engine and a decode engine.",
+        "machine's cores, so they slow each other down, but the separation shows.\n\nThis step sends four "
+        "requests with prompts of up to 160 tokens through a prefill engine and a decode engine.",
         "The lower row is the decode engine: only short blue steps. The upper row is the prefill engine. The "
         "shaded span is its longest prompt: the decode engine keeps stepping beside it.",
         _runs_disaggregated, measure.disaggregated),
