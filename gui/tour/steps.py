@@ -138,8 +138,9 @@ STEPS: list[TourStep] = [
         "decode step waits on. Prefill is bound by arithmetic instead, which still happens in full precision, so "
         "it gains little.\n\nThis step loads the model at two precisions and times a prefill and the decode "
         "steps at each.",
-        "Everything is relative to float32 (1 at the left). The grey dashed line is the bytes read; the blue line "
-        "(decode) follows it down; the orange line (prefill) stays near 1.",
+        "Everything is relative to float32 (1 at the left). The grey dashed line is the bytes a step reads. Where "
+        "decode waits on memory, the blue line (decode) falls with it while the orange line (prefill) stays near 1; "
+        "when other programs keep the cores busy, the cores become the limit instead and the blue line stays up.",
         _runs_precision, measure.precisions),
     TourStep(
         "batch", "Batching: many requests for the price of one read",
@@ -160,7 +161,8 @@ STEPS: list[TourStep] = [
         "place.\n\nThis step sends the same 8 requests at once, with outputs of 4 to 32 tokens, under each "
         "policy with room for 4 at a time.",
         "Each request has two bars: grey under static batching, blue under continuous. The first four start "
-        "together under both; the later ones wait far less under continuous batching.",
+        "together under both. Look at the fifth: under static batching it waits for the whole first batch to end, "
+        "under continuous batching only for the first request of it.",
         _runs_static_continuous, measure.static_continuous),
     TourStep(
         "chunked", "Chunked prefill: no more stalls",
