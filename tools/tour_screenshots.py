@@ -1,6 +1,6 @@
 """Run every step of Learn › The tour in the real window, offscreen, and save each as the README shows it.
 
-    python tools/tour_screenshots.py [--steps 1,2,...] [--calibrate] [FOLDER]   (default FOLDER: docs)
+    python tools/tour_screenshots.py [--steps=1,2,...] [--calibrate] [FOLDER]   (default FOLDER: docs)
 
 Each step runs as a user's would: the window's own runs, under `app.exec()` driven by the
 panel's signals (a test helper's waits would slow the engine several times). Each step's panel

@@ -124,7 +124,9 @@ def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float,
         else:
             plot.addItem(pg.InfiniteLine(x0, angle=90, movable=False, pen=pg.mkPen(color, width=2,
                                          style=QtCore.Qt.PenStyle.DashLine)), ignoreBounds=True)
-        label = pg.TextItem(mark.text, color=color, anchor=(0, 0), fill=LABEL_FILL)
+        # a label reads rightwards from its span or line, leftwards when that is near the right edge
+        leftwards = mark.kind == "vline" and x0 > left + 0.55 * x_span
+        label = pg.TextItem(mark.text, color=color, anchor=(1, 0) if leftwards else (0, 0), fill=LABEL_FILL)
         label.setZValue(20)   # over the spans' edges and the bars
         label.setPos(x0, top - y_span * 0.09 * row)
         plot.addItem(label, ignoreBounds=True)

@@ -72,7 +72,8 @@ def prompt_lengths(outcomes: list[Outcome]) -> Finding:
         rows.append([tokens, sum(s.duration_ms for s in prefill), median(s.duration_ms for s in decode)])
     rows.sort()
     xs = [r[0] for r in rows]
-    fig = Figure("Prefill and decode against the prompt's length", "prompt tokens", "ms (log scale)", log_x=True, log_y=True,
+    fig = Figure("Prefill and decode against the prompt's length", "prompt tokens", "ms (log scale)",
+                 log_x=True, log_y=True,
                  curves=[Curve("prefill (the whole prompt, one step)", xs, [r[1] for r in rows], PREFILL),
                          Curve("decode (one token, median step)", xs, [r[2] for r in rows], DECODE)])
     if len(rows) < 2:
@@ -106,8 +107,8 @@ def precisions(outcomes: list[Outcome]) -> Finding:
                   Mark("point", f"prefill {faster(base.ttft_ms, last.ttft_ms)}", xs[-1],
                        y=last.ttft_ms / base.ttft_ms, color=PREFILL)]
     sentence = (f"{last.dtype} stores a weight in {last.weight_bits:.1f} bits against {base.dtype}'s "
-                f"{base.weight_bits:.0f}: {times(last.weight_bytes, base.weight_bytes)} fewer bytes. A decode step went "
-                f"from {ms(base.tpot_ms)} to {ms(last.tpot_ms)} ({faster(base.tpot_ms, last.tpot_ms)}); the "
+                f"{base.weight_bits:.0f}: {times(last.weight_bytes, base.weight_bytes)} fewer bytes. A decode step "
+                f"went from {ms(base.tpot_ms)} to {ms(last.tpot_ms)} ({faster(base.tpot_ms, last.tpot_ms)}); the "
                 f"prefill went from {ms(base.ttft_ms)} to {ms(last.ttft_ms)} ({faster(base.ttft_ms, last.ttft_ms)}).")
     rows = [[p.dtype, p.weight_bytes, round(p.weight_bits, 2), round(p.ttft_ms, 3), round(p.tpot_ms, 3)]
             for p in points]
@@ -147,8 +148,8 @@ def batch_sweep(outcomes: list[Outcome]) -> Finding:
                 f"batch {last.x}, {ms(last.step_ms)} ({last.tokens_per_s:,.0f} tokens/s): "
                 f"{times(first.tokens_per_s, last.tokens_per_s)} the throughput for {last.x // first.x}x the "
                 f"requests. " + where + seen)
-    rows = [[p.x, round(p.step_ms, 3), round(p.tokens_per_s, 1), p.predicted_local_ms and round(p.predicted_local_ms, 3),
-             p.bound] for p in points]
+    rows = [[p.x, round(p.step_ms, 3), round(p.tokens_per_s, 1),
+             p.predicted_local_ms and round(p.predicted_local_ms, 3), p.bound] for p in points]
     return Finding(sentence, fig, ["batch", "step_ms", "tokens_per_s", "predicted_local_ms", "bound"], rows)
 
 

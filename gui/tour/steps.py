@@ -52,8 +52,8 @@ def _load(policy: str, workload: WorkloadSpec, max_batch: int = 4, chunk_tokens:
 
 
 def _burst() -> WorkloadSpec:
-    return WorkloadSpec("tour-burst", num_requests=8, arrival="burst", rate=None, prompt_len=LengthDist("fixed", 64),
-                        output_len=LengthDist("uniform", low=4, high=32), description="8 requests at once")
+    return WorkloadSpec("tour-burst", num_requests=8, arrival="burst", rate=None, prompt_len=LengthDist("fixed", 32),
+                        output_len=LengthDist("uniform", low=2, high=48), description="8 requests at once")
 
 
 def _long_prompts() -> WorkloadSpec:
@@ -134,10 +134,10 @@ STEPS: list[TourStep] = [
     TourStep(
         "precision", "Fewer bytes per weight: decode speeds up, prefill stays",
         "A model's weights can be stored with fewer bits: 32-bit floats, or integers of a few bits with a scale "
-        "per block of weights (q4_1: about 5.7 bits, the bundled file's own format). Fewer bits mean fewer bytes to read, and reading the weights is what a "
-        "decode step waits on. Prefill is bound by arithmetic instead, which still happens in full precision, so "
-        "it gains little.\n\nThis step loads the model at two precisions and times a prefill and the decode "
-        "steps at each.",
+        "per block of weights (q4_1: about 5.7 bits, the bundled file's own format). Fewer bits mean fewer bytes "
+        "to read, and reading the weights is what a decode step waits on. Prefill is bound by arithmetic "
+        "instead, which still happens in full precision, so it gains little.\n\nThis step loads the model at two "
+        "precisions and times a prefill and the decode steps at each.",
         "Everything is relative to float32 (1 at the left). The grey dashed line is the bytes a step reads. Where "
         "decode waits on memory, the blue line (decode) falls with it while the orange line (prefill) stays near 1; "
         "when other programs keep the cores busy, the cores become the limit instead and the blue line stays up.",
@@ -158,7 +158,7 @@ STEPS: list[TourStep] = [
         "A server batches the requests that arrive. Static batching takes up to four of them, runs them together, "
         "and starts the next four only once the longest of the batch is done: a short request's slot sits idle. "
         "Continuous batching decides at every step: as soon as one request ends, a waiting one takes its "
-        "place.\n\nThis step sends the same 8 requests at once, with outputs of 4 to 32 tokens, under each "
+        "place.\n\nThis step sends the same 8 requests at once, with outputs of 2 to 48 tokens, under each "
         "policy with room for 4 at a time.",
         "Each request has two bars: grey under static batching, blue under continuous. The first four start "
         "together under both. Look at the fifth: under static batching it waits for the whole first batch to end, "
