@@ -57,6 +57,7 @@ class TourPanel(QtWidgets.QWidget):
         self._build()
         window.runFinished.connect(self._on_run_finished)
         window.runFailed.connect(self._on_run_failed)
+        window.installEventFilter(self)   # closes with the main window (a window of its own would stay up)
         self.resize(960, 820)
         self.show_step(0)
 
@@ -102,6 +103,11 @@ class TourPanel(QtWidgets.QWidget):
         layout.addWidget(self.sentence)
         layout.addWidget(self.state)
         layout.addLayout(buttons)
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.window_ and event.type() == QtCore.QEvent.Type.Close:
+            self.close()
+        return False
 
     # ---- navigating --------------------------------------------------------------------------
 

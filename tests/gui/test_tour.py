@@ -130,6 +130,8 @@ def test_the_panel_goes_forward_and_back_and_says_a_step_has_not_run(qtbot, wind
     assert not panel.next_button.isEnabled()
     qtbot.mouseClick(panel.previous_button, QtCore.Qt.MouseButton.LeftButton)
     assert panel.index == len(STEPS) - 2 and panel.next_button.isEnabled()
+    window.close()   # the tour goes with the window
+    assert not panel.isVisible()
 
 
 def test_a_step_is_refused_while_the_window_runs(qtbot, window):
