@@ -28,7 +28,6 @@ class Outcome:
     data: RunData                                  # steps, requests, tokens, summary (gui.state.run_store.to_run_data)
     sweep_points: list = field(default_factory=list)       # SweepPoint (a batch sweep)
     precision_points: list = field(default_factory=list)   # PrecisionPoint (a precision sweep)
-    wall_s: float = 0.0                            # from Run to its end, on the window's clock
     # a disaggregated run: each worker's steps as (start_ms, end_ms, tokens, phase) ("prefill-0": [...])
     worker_steps: dict[str, list[tuple[float, float, int, str]]] = field(default_factory=dict)
 

@@ -52,7 +52,7 @@ class TourPanel(QtWidgets.QWidget):
         self.queue: list[tuple[str, object]] = []   # the running step's runs still to go
         self.outcomes: list[Outcome] = []
         self.running_step: int | None = None
-        self._started = self._run_started = 0.0
+        self._started = 0.0
         self._current = ""
         self._build()
         window.runFinished.connect(self._on_run_finished)
@@ -174,7 +174,6 @@ class TourPanel(QtWidgets.QWidget):
         done = len(self.outcomes)
         total = done + 1 + len(self.queue)
         self._show_state(f"Running {done + 1} of {total}: {name}… (the window's views show it live; Stop ends it)")
-        self._run_started = time.monotonic()
         self._current = name
         self.window_._launch(config, f"tour step {self.running_step + 1}: {name}")
 
@@ -189,7 +188,7 @@ class TourPanel(QtWidgets.QWidget):
             data.summary = dict(result.summary)
         store = self.window_.store
         self.outcomes.append(Outcome(self._current, data, list(store.sweep_points), list(store.precision_points),
-                                     time.monotonic() - self._run_started, worker_steps(store)))
+                                     worker_steps(store)))
         if self.queue:
             self._next_run()
             return
