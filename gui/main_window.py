@@ -278,6 +278,8 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
                      lambda: self.start_fit(self.controls.device_combo.currentText()), name="fitAction")
         self._action(run_menu, "&Plan deployment…", self.open_plan, name="planAction")
         self._action(run_menu, "&Worked example…", self.open_example, name="exampleAction")
+        learn_menu = bar.addMenu("&Learn")
+        self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.open_tour, name="tourAction")
         view_menu = bar.addMenu("&View")
         for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
                      self.throughput_dock, self.table_dock):
@@ -291,6 +293,14 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
             self.plan_dialog = PlanDialog(self)
         self.plan_dialog.show()
         self.plan_dialog.raise_()
+
+    def open_tour(self) -> None:
+        """Learn > The tour (gui/tour/panel.py): its own window, one per main window, each step a run of this one."""
+        from gui.tour.panel import TourPanel
+        if getattr(self, "tour", None) is None:
+            self.tour = TourPanel(self)
+        self.tour.show()
+        self.tour.raise_()
 
     # ---- running -----------------------------------------------------------------------------
 
