@@ -61,6 +61,9 @@ class SimRunner:
 
     def price(self, out) -> float:
         """Seconds the scheduler output `out` takes on the replica (before update() moves it on)."""
+        if not out.prefill:   # a decode step, most of a run's: one token a request, each sampled
+            decode = out.decode
+            return self.pricer.seconds([1] * len(decode), [r.num_computed + 1 for r in decode], [True] * len(decode))
         new_tokens = [c.num_tokens for c in out.prefill] + [1] * len(out.decode)
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
         contexts += [r.num_computed + 1 for r in out.decode]
