@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from backend.config import ROUTERS, Deployment
 from backend.errors import InputError
-from backend.roofline.decode_line import CHECK_EVERY, DecodeLine
+from backend.roofline.step_line import CHECK_EVERY, StepLine
 from backend.roofline.cost import StepCost, _cost as cost_of_sums, step_cost  # noqa: F401 -- step_cost: the straightforward price
 from backend.roofline.attention import capped_sum, kv_heads_for_sharding, layer_sums, windowed_layers
 from backend.roofline.links import KVLink, device_link
@@ -244,8 +244,8 @@ class StepPricer:
         self._window = windowed_layers(shape)[1]
         self._stages: dict[tuple, float] = {}
         self._steps: dict[tuple, float] = {}
-        self._lines: dict[int, DecodeLine] | None = {} if math_ is None else None   # by batch; None: the chain only
-        self._decoded = 0
+        self._lines: dict[tuple, StepLine] | None = {} if math_ is None else None   # by (tokens, rows); None: the chain
+        self._lined = 0
         self._collectives: dict[int, float] = {}
         layers = stage_layers(shape, self.layout.pp)
         self._layers = {False: cost_model.layer_seconds(layers, False), True: cost_model.layer_seconds(layers, True)}
@@ -261,7 +261,28 @@ class StepPricer:
         return seconds
 
     def _stage_seconds(self, key: tuple) -> float:
-        """A stage's price from its sums (stage_key): step_cost's arithmetic from where its loop ends."""
+        """A stage's price from its sums (stage_key), on the StepLine of its tokens and rows
+        (backend/roofline/step_line.py): checked against the chain on each line's first stage and every
+        CHECK_EVERY-th after; one difference and this pricer keeps to the chain."""
+        if self._lines is None:
+            return self._chain_seconds(key)
+        tokens, _requests, pairs, context, rows, prefill, *window = key
+        line = self._lines.get((tokens, rows))
+        fresh = line is None
+        if fresh:
+            line = self._lines[(tokens, rows)] = StepLine(self, tokens, rows)
+        seconds = line.seconds(pairs, context, *window) + self._collective(tokens)
+        seconds = seconds + self._layers[prefill]
+        self._lined += 1
+        if fresh or self._lined % CHECK_EVERY == 0:
+            chain = self._chain_seconds(key)
+            if chain != seconds:
+                self._lines = None
+                return chain
+        return seconds
+
+    def _chain_seconds(self, key: tuple) -> float:
+        """A stage's price from its sums through the general chain: step_cost's arithmetic from where its loop ends."""
         tokens, _requests, pairs, context, rows, prefill, *window = key
         layer_pairs, kv_read = layer_sums(self.shape, pairs, context, *(window or (0, 0)))
         cost = shard(cost_of_sums(self.shape, self.prec, tokens, layer_pairs, kv_read, rows), self.shape, self.prec,
@@ -280,33 +301,9 @@ class StepPricer:
         key = stage_key(new_tokens, contexts, rows, None, self._window)
         seconds = self._steps.get(key)
         if seconds is None:
-            if key is not None and key[0] == key[1] == key[4] and self._lines is not None:   # a decode step
-                seconds = self._decode_seconds(key, new_tokens, contexts, logit_rows)
-            else:
-                seconds = self._seconds(new_tokens, contexts, logit_rows)
+            seconds = self._seconds(new_tokens, contexts, logit_rows)
             if key is not None:
                 self._steps[key] = seconds
-        return seconds
-
-    def _decode_seconds(self, key: tuple, new_tokens: list[int], contexts: list[int],
-                        logit_rows: list[bool] | None) -> float:
-        """A decode step priced on its DecodeLine (backend/roofline/decode_line.py), checked against the
-        general chain on each line's first step and every CHECK_EVERY-th after; one difference and this
-        pricer keeps to the chain."""
-        tokens, requests, pairs, context, rows, _, *window = key
-        line = self._lines.get(tokens)
-        fresh = line is None
-        if fresh:
-            line = self._lines[tokens] = DecodeLine(self, tokens)
-        seconds = line.seconds(pairs, context, *window) + self._collective(tokens)
-        seconds = seconds + self._layers[False]
-        seconds = seconds + self.cost_model.overhead_seconds(tokens, requests)
-        self._decoded += 1
-        if fresh or self._decoded % CHECK_EVERY == 0:
-            chain = self._seconds(new_tokens, contexts, logit_rows)
-            if chain != seconds:
-                self._lines = None
-                return chain
         return seconds
 
     def _collective(self, tokens: int) -> float:

@@ -1,4 +1,4 @@
-"""The simulator's fast step prices (StepPricer's memo of stage_key, DecodeLine) against the straightforward
+"""The simulator's fast step prices (StepPricer's memo of stage_key, StepLine) against the straightforward
 chain they stand in for: step_cost -> shard -> CostModel.cost_seconds + collectives + layers + overhead, as
 StepPricer priced every step before it kept them. Equal to the last bit, on every step of varied runs and
 on random steps, or the simulator's figures would move."""
@@ -93,8 +93,7 @@ def test_every_step_of_a_run_is_priced_as_the_chain_prices_it(setup):
     pricer = pricer_of(*setup)
     for new_tokens, contexts, logits in steps:
         assert pricer.seconds(new_tokens, contexts, logits) == straightforward(pricer, new_tokens, contexts, logits)
-    if deployment.pp == 1:   # the decode steps went through DecodeLines, which never disagreed with the chain
-        assert pricer._lines, "no decode step took the fast path"
+    assert pricer._lines, "no step took the fast path"   # StepLines priced them, and never disagreed with the chain
     # priced again from the memo: the same answers
     for new_tokens, contexts, logits in steps[::7]:
         assert pricer.seconds(new_tokens, contexts, logits) == straightforward(pricer, new_tokens, contexts, logits)
@@ -117,7 +116,7 @@ def test_random_steps_are_priced_as_the_chain_prices_them(setup):
 
 def test_a_line_that_differs_from_the_chain_hands_every_step_back_to_it(monkeypatch):
     pricer = pricer_of(*SETUPS[0])
-    monkeypatch.setattr(parallel.DecodeLine, "seconds", lambda self, *sums: 1.0)   # a copy gone stale
+    monkeypatch.setattr(parallel.StepLine, "seconds", lambda self, *sums: 1.0)   # a copy gone stale
     price = pricer.seconds([1] * 8, [2000] * 8)
     assert price == straightforward(pricer, [1] * 8, [2000] * 8)
     assert pricer._lines is None

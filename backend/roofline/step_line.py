@@ -1,18 +1,19 @@
-"""A decode step's price as a function of its context, for the simulator's hot path.
+"""A step's price as a function of its attention sums, for the simulator's hot path.
 
-Most of a simulated run's steps decode one token for each of b requests, and no two of them attend
-to quite the same context: a 1,000-request run of 1,024/256 tokens prices some 13,000 distinct
-decode steps. Priced through the general chain (cost._cost -> parallel.shard -> CostModel.cost_seconds),
-each costs tens of microseconds of Python; most of that arithmetic depends on b alone. A DecodeLine
-holds, for one b, every term that does not depend on the context, and replays only the rest: the
-same operations in the same order on the same values, so its price is the chain's to the last bit.
+A simulated run's steps repeat their tokens and logit rows (a decode step of b requests: b and b; a
+chunked step filled to its budget: the budget) but hardly ever their context: a 1,000-request run of
+1,024/256 tokens prices some 13,000 distinct steps. Priced through the general chain (cost._cost ->
+parallel.shard -> CostModel.cost_seconds) each costs tens of microseconds of Python, and most of that
+arithmetic depends on the tokens and rows alone. A StepLine holds, for one (tokens, rows), every term
+that does not depend on the attention pairs and KV reads, and replays only the rest: the same
+operations in the same order on the same values, so its price is the chain's to the last bit.
 
 That is a second copy of the chain's arithmetic, so it is never trusted blind: each line is checked
 against the chain on its first step and on every CHECK_EVERY-th after, and a pricer whose line ever
 differs prices every step through the chain from then on (the figures stay the chain's; only the
 speed is lost). tests/roofline/test_step_memo.py holds every line to the chain on varied shapes,
 precisions and layouts, so a change to the chain's formulas that this copy misses fails there.
-Only what the simulator runs takes this path: a GPU profile's one roof (no CPU matrix-unit math).
+Only what the simulator runs takes this path: one roof (no CPU matrix-unit math).
 """
 from __future__ import annotations
 
@@ -23,14 +24,13 @@ from backend.roofline.moe import unread_expert_params
 CHECK_EVERY = 64
 
 
-class DecodeLine:
-    """The price of a decode step of `batch` requests (one token each, each sampled) from its context sums,
-    without the per-step fixed overhead (StepPricer adds it, as the chain does)."""
+class StepLine:
+    """The roofline part of the price (CostModel.cost_seconds of the stage's sharded StepCost) of a step or
+    microbatch of `tokens` tokens and `rows` logit rows, from its attention sums."""
 
-    def __init__(self, pricer, batch: int):
+    def __init__(self, pricer, tokens: int, rows: int):
         shape, prec, layout, model = pricer.shape, pricer.prec, pricer.layout, pricer.cost_model
         from backend.roofline.parallel import kv_shards, stage_layers
-        tokens = rows = batch
         matrix_bytes, element_bytes = sizes(prec)
         d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
         t = _terms(shape)
