@@ -247,7 +247,8 @@ class StepPricer:
         self._lines: dict[tuple, StepLine] | None = {} if math_ is None else None   # by (tokens, rows); None: the chain
         self._lined = 0
         self._collectives: dict[int, float] = {}
-        layers = stage_layers(shape, self.layout.pp)
+        self.stage_layers = layers = stage_layers(shape, self.layout.pp)   # the slowest stage's (StepLine's too)
+        self.kv_split = kv_shards(shape, self.layout.tp)
         self._layers = {False: cost_model.layer_seconds(layers, False), True: cost_model.layer_seconds(layers, True)}
 
     def stage_seconds(self, new_tokens: list[int], contexts: list[int], rows: int, prefill: bool = False) -> float:

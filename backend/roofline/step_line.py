@@ -30,7 +30,6 @@ class StepLine:
 
     def __init__(self, pricer, tokens: int, rows: int):
         shape, prec, layout, model = pricer.shape, pricer.prec, pricer.layout, pricer.cost_model
-        from backend.roofline.parallel import kv_shards, stage_layers
         matrix_bytes, element_bytes = sizes(prec)
         d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
         t = _terms(shape)
@@ -52,9 +51,9 @@ class StepLine:
         self.tp, self.sharded = layout.tp, layout.tp > 1 or layout.pp > 1
         if self.sharded:
             tp = layout.tp
-            self.fraction = stage_layers(shape, layout.pp) / layers
+            self.fraction = pricer.stage_layers / layers
             head_bytes = vocab * d * prec.weight_bytes
-            self.kv_split = kv_shards(shape, tp)
+            self.kv_split = pricer.kv_split
             self.weight = (max(0.0, self.weight - head_bytes) * self.fraction + head_bytes) / tp
             self.activation = self.activation * self.fraction
             self.linear_s = float(self.linear) * self.fraction / tp
