@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from backend.config import ROUTERS, Deployment
 from backend.errors import InputError
 from backend.roofline.step_line import CHECK_EVERY, StepLine
-from backend.roofline.cost import StepCost, _cost as cost_of_sums, step_cost  # noqa: F401 -- step_cost: the straightforward price
+from backend.roofline.cost import StepCost, _cost as cost_of_sums, step_cost
 from backend.roofline.attention import capped_sum, kv_heads_for_sharding, layer_sums, windowed_layers
 from backend.roofline.links import KVLink, device_link
 from backend.shape import is_mla, moe_layers
