@@ -30,12 +30,15 @@ def read_plan_csv(path: str | Path) -> list[dict]:
 
 
 def describe(row: dict) -> str:
-    """'2 x h100-sxm fp8, tp2 pp1 dp1, chunked b128'."""
+    """'2 x h100-sxm fp8 kv-fp8, tp2 pp1 dp1, chunked b128' (the layout as Candidate.layout writes it)."""
     if row.get("policy") == "disaggregated":
-        layout = f"tp{row['tp']} P{row['prefill_workers']}:D{row['decode_workers']}"
+        decode_tp = row.get("decode_tp") or row["tp"]
+        layout = f"P{row['prefill_workers']}xtp{row['tp']}:D{row['decode_workers']}xtp{decode_tp}"
     else:
-        layout = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}"
-    return f"{row['devices']} x {row['gpu']} {row['precision']}, {layout}, {row['policy']} b{row['max_batch']}"
+        ep = row.get("ep") or "1"
+        layout = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}" + (f" ep{ep}" if ep != "1" else "")
+    kv = " kv-fp8" if row.get("kv_dtype") == "fp8" else ""
+    return f"{row['devices']} x {row['gpu']} {row['precision']}{kv}, {layout}, {row['policy']} b{row['max_batch']}"
 
 
 def chosen_index(rows: list[dict]) -> int | None:

@@ -39,6 +39,9 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--max-gpus", type=positive_int, default=8, help="most devices a deployment may use (default 8)")
     p.add_argument("--precisions", default=",".join(PRECISION_ORDER),
                    help="tried where the GPU has their peak (default bfloat16,fp8,nvfp4)")
+    p.add_argument("--kv-dtypes", default="auto,fp8",
+                   help="KV cache dtypes tried: auto (the activations') and fp8 where the GPU has an FP8 peak "
+                        "(default auto,fp8)")
     p.add_argument("--policies", default=",".join(POLICIES), help=f"default {','.join(POLICIES)}")
     p.add_argument("--max-batches", default="32,64,128,256", help="max_batch limits tried (default 32,64,128,256)")
     p.add_argument("--budget", type=positive_int, default=DEFAULT_BUDGET,
@@ -78,7 +81,9 @@ def problem_and_space(args):
         raise InputError(f"--rate must be a positive number of requests per second, got {args.rate:g}")
     precisions = _names(args.precisions, "--precisions")
     policies = _names(args.policies, "--policies")
-    for flag, names, known in (("--precisions", precisions, PRECISION_ORDER), ("--policies", policies, POLICIES)):
+    kv_dtypes = _names(args.kv_dtypes, "--kv-dtypes")
+    for flag, names, known in (("--precisions", precisions, PRECISION_ORDER), ("--policies", policies, POLICIES),
+                               ("--kv-dtypes", kv_dtypes, ("auto", "fp8"))):
         unknown = [n for n in names if n not in known]
         if unknown:
             raise InputError(f"{flag}: unknown {unknown[0]!r} (known: {', '.join(known)})")
@@ -88,7 +93,7 @@ def problem_and_space(args):
                       output_len=LengthDist.parse(args.output_len, "--output-len"),
                       trace=args.trace, attainment=args.attainment, seed=args.seed)
     space = SearchSpace(gpus=_names(args.gpus, "--gpus"), max_gpus=args.max_gpus, precisions=precisions,
-                        policies=policies, max_batches=_ints(args.max_batches, "--max-batches"))
+                        policies=policies, max_batches=_ints(args.max_batches, "--max-batches"), kv_dtypes=kv_dtypes)
     return problem, space
 
 

@@ -13,10 +13,13 @@ request finishes.
 from __future__ import annotations
 
 import heapq
+from operator import attrgetter
 
 from backend.engine.request import Request
 from backend.engine.scheduler import SchedulerOutput
 from backend.records import RequestStatus
+
+_num_computed = attrgetter("num_computed")
 
 
 class DecodeBatch:
@@ -40,7 +43,7 @@ class DecodeBatch:
 
     @property
     def kv_tokens_used(self) -> int:
-        return sum(r.num_computed for r in self._running)
+        return sum(map(_num_computed, self._running))
 
     @staticmethod
     def need(request: Request) -> int:
@@ -86,8 +89,7 @@ class DecodeBatch:
             if request.request_id not in sampled:
                 raise ValueError(f"no sampled token for request {request.request_id}")
             request.num_computed += 1
-            request.append_token(sampled[request.request_id], now_ms)
-            if request.is_finished:
+            if request.append_token(sampled[request.request_id], now_ms):
                 self._release(request)
                 finished.append(request)
         return finished

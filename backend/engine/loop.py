@@ -50,10 +50,12 @@ class Engine:
     def run(self, source: RequestSource, emit: Callable[[object], None],
             should_stop: Callable[[], bool]) -> EngineResult:
         result = EngineResult(self.run_id)
-        t0 = self.clock()
+        # locals: a simulated run goes round this loop tens of thousands of times a second
+        clock, scheduler, runner, announced = self.clock, self.scheduler, self.runner, self._announced
+        t0 = clock()
 
         def now_ms() -> float:
-            return (self.clock() - t0) * 1000.0
+            return (clock() - t0) * 1000.0
 
         step_index = 0
         try:
@@ -66,39 +68,40 @@ class Engine:
                     emit(RequestsArrived([r.request_id for r in arrived], [r.arrival_ms for r in arrived],
                                          [len(r.prompt_ids) for r in arrived]))
                 start = now_ms()
-                out = self.scheduler.schedule(start)
+                out = scheduler.schedule(start)
                 batch = RecordBatch()
                 for chunk in out.prefill:
                     req = chunk.request
-                    if req.request_id not in self._announced:
-                        self._announced.add(req.request_id)
+                    if req.request_id not in announced:
+                        announced.add(req.request_id)
                         batch.scheduled[req.request_id] = req.scheduled_ms
-                self._retire(out.rejected, batch, source, start)
-                if out.num_tokens == 0:
+                if out.rejected:
+                    self._retire(out.rejected, batch, source, start)
+                num_tokens = out.num_tokens
+                if num_tokens == 0:
                     if batch.requests:
                         emit(batch)
                         continue
-                    if not self.scheduler.has_work and source.is_exhausted():
+                    if not scheduler.has_work and source.is_exhausted():
                         break
                     nxt = source.next_arrival_ms()
                     wait_s = IDLE_POLL_S if nxt is None else min(IDLE_POLL_S, max(0.0, nxt - now_ms()) / 1000)
                     self.sleep(wait_s)
                     continue
                 # context attended to by each request in this step: cached tokens + the new ones
-                contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
+                contexts = [c.request.num_computed + c.num_tokens for c in out.prefill] if out.prefill else []
                 contexts += [r.num_computed + 1 for r in out.decode]
-                kv_tokens = self.scheduler.kv_tokens_used + out.num_tokens   # in use once this step has written
-                sampled = self.runner.run(out)
+                kv_tokens = scheduler.kv_tokens_used + num_tokens   # in use once this step has written
+                sampled = runner.run(out)
                 end = now_ms()
-                finished = self.scheduler.update(out, sampled, end)
+                finished = scheduler.update(out, sampled, end)
                 batch.steps.append(self._step_record(step_index, out, contexts, kv_tokens, start, end))
                 step_index += 1
-                for rid in sampled:
-                    req = self._requests[rid]
-                    batch.tokens.append(TokenRecord(request_id=rid, index=len(req.output_ids) - 1, time_ms=end,
-                                                    token_id=req.output_ids[-1]))
-                self._stream_text(sampled, batch)
-                self._retire(finished, batch, source, end)
+                batch.tokens = token_records(sampled, self._requests, end)
+                if self.tokenizer is not None:
+                    self._stream_text(sampled, batch)
+                if finished:
+                    self._retire(finished, batch, source, end)
                 emit(batch)
         except Exception as exc:  # the partial run is kept; the caller shows the message
             result.error = one_line(exc, typed=True)
@@ -122,7 +125,8 @@ class Engine:
         reads = getattr(self.runner, "step_reads", None)
         experts_touched, weight_bytes = reads() if reads is not None else (0, 0)
         return StepRecord.measured(
-            run_id=self.run_id, step=index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
+            run_id=self.run_id, step=index, phase=out.phase,
+            prefill_tokens=[c.num_tokens for c in out.prefill] if out.prefill else (),
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=self.scheduler.config.kv_capacity,
             num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
@@ -156,6 +160,17 @@ class Engine:
 
     def _record_unfinished(self, result: EngineResult, emit) -> None:
         record_unfinished(self._requests, result, emit, self._final_text)
+
+
+def token_records(sampled: dict[int, int], requests: dict[int, Request], time_ms: float) -> list[TokenRecord]:
+    """The tokens a step sampled (`sampled`'s requests, whose outputs hold them last), all at `time_ms`:
+    the engine loop's and the simulated replicas' (one record per token: the positional form is the fast one)."""
+    out = []
+    append = out.append
+    for rid in sampled:
+        output = requests[rid].output_ids
+        append(TokenRecord(rid, len(output) - 1, time_ms, output[-1]))
+    return out
 
 
 def record_unfinished(requests: dict[int, Request], result: EngineResult, emit,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from backend.workload.arrivals import RequestSpec
 
 _DONE = frozenset({RequestStatus.FINISHED, RequestStatus.REJECTED, RequestStatus.ERROR})
+_DECODING = RequestStatus.DECODING
 
 
 @dataclass(slots=True)
@@ -64,18 +65,22 @@ class Request:
         """Done for good: finished, rejected or failed."""
         return self.status in _DONE
 
-    def append_token(self, token_id: int, now_ms: float) -> None:
-        """Record one sampled token; finish the request on a stop token or at its length."""
-        self.output_ids.append(token_id)
+    def append_token(self, token_id: int, now_ms: float) -> bool:
+        """Record one sampled token; finish the request on a stop token or at its length. True when it
+        finished (every token of every request passes here: the simulator's hot path)."""
+        output = self.output_ids
+        output.append(token_id)
         self.token_times_ms.append(now_ms)
         if self.first_token_ms is None:
             self.first_token_ms = now_ms
         if token_id in self.stop_ids and not self.ignore_eos:
             self.finish(now_ms, "eos")
-        elif len(self.output_ids) >= self.max_new_tokens:
+            return True
+        if len(output) >= self.max_new_tokens:
             self.finish(now_ms, "length")
-        else:
-            self.status = RequestStatus.DECODING
+            return True
+        self.status = _DECODING
+        return False
 
     def finish(self, now_ms: float, reason: str, status: RequestStatus = RequestStatus.FINISHED) -> None:
         self.status = status

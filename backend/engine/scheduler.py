@@ -30,12 +30,15 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from backend.errors import InputError
 from backend.records import Phase, RequestStatus
 from backend.engine.request import Request, rejection
 
 POLICIES = ("static", "continuous", "chunked")
+_num_computed = attrgetter("num_computed")
+_DECODING = RequestStatus.DECODING
 
 
 @dataclass(slots=True)
@@ -130,7 +133,7 @@ class Scheduler:
 
     @property
     def kv_tokens_used(self) -> int:
-        return sum(r.num_computed for r in self._running)
+        return sum(map(_num_computed, self._running))
 
     @property
     def has_work(self) -> bool:
@@ -169,9 +172,14 @@ class Scheduler:
             chunk.request.num_computed += chunk.num_tokens
             if chunk.samples:
                 self._take_sample(chunk.request, sampled, now_ms, finished)
-        for request in output.decode:
+        for request in output.decode:   # a decode step's requests: the simulator's hot path, so no call per request
             request.num_computed += 1
-            self._take_sample(request, sampled, now_ms, finished)
+            token = sampled.get(request.request_id)
+            if token is None:
+                raise ValueError(f"no sampled token for request {request.request_id}")
+            if request.append_token(token, now_ms):
+                self._release(request)
+                finished.append(request)
         return finished
 
     def _rejection(self, request: Request) -> str:
@@ -210,7 +218,7 @@ class Scheduler:
         """Every decoding request (the oldest first, up to the budget), preempting the newest
         running requests until the cache holds one more token for each."""
         while True:
-            decoding = [r for r in self._running if r.status is RequestStatus.DECODING][:budget]
+            decoding = [r for r in self._running if r.status is _DECODING][:budget]
             if self.kv_tokens_used + len(decoding) <= self.config.kv_capacity:
                 return decoding
             self._preempt(self._running[-1], out)
@@ -253,9 +261,12 @@ class Scheduler:
                      finished: list[Request]) -> None:
         if request.request_id not in sampled:
             raise ValueError(f"no sampled token for request {request.request_id}")
-        request.append_token(sampled[request.request_id], now_ms)
-        if request.is_finished:
-            self._running.remove(request)
-            heapq.heappush(self._free_slots, request.slot)
-            request.slot = None
+        if request.append_token(sampled[request.request_id], now_ms):
+            self._release(request)
             finished.append(request)
+
+    def _release(self, request: Request) -> None:
+        """A finished request leaves the running set and frees its slot."""
+        self._running.remove(request)
+        heapq.heappush(self._free_slots, request.slot)
+        request.slot = None

@@ -2,9 +2,10 @@
 drops, before anything is simulated, the ones that cannot run (weights plus one full sequence of KV
 larger than a device's memory, a TP that does not divide the heads, a precision the GPU lacks).
 
-A candidate is one GPU type at one precision, laid out as tp x pp devices per replica and dp
-replicas (continuous or chunked scheduling), or as P prefill and D decode groups of tp devices each
-(disaggregated), with a limit on the requests one engine runs at once (max_batch).
+A candidate is one GPU type at one precision and KV dtype (FP8 where the GPU has an FP8 peak), laid out
+as tp x pp devices per replica and dp replicas (continuous or chunked scheduling; a mixture of experts
+also with its experts spread over the tp devices), or as P prefill groups of one tp and D decode groups
+of another (disaggregated), with a limit on the requests one engine runs at once (max_batch).
 """
 from __future__ import annotations
 
@@ -23,28 +24,47 @@ class Candidate:
     precision: str              # bfloat16 | fp8 | nvfp4
     policy: str                 # continuous | chunked | disaggregated
     max_batch: int              # requests one engine runs at once
-    tp: int = 1                 # devices a matrix is split over (disaggregated: each pool's groups)
+    tp: int = 1                 # devices a matrix is split over (disaggregated: the prefill pool's groups)
     pp: int = 1                 # pipeline stages a replica's layers are split into
     dp: int = 1                 # replicas behind the router
     prefill_workers: int = 0    # disaggregated: groups of tp devices that run prompts
-    decode_workers: int = 0     # disaggregated: groups of tp devices that run decode steps
+    decode_workers: int = 0     # disaggregated: groups of decode_tp devices that run decode steps
+    decode_tp: int = 0          # disaggregated: the decode pool's groups' tp (0: tp)
+    kv_dtype: str = "auto"      # the KV cache's dtype: auto (the activations') or fp8
+    ep: int = 1                 # expert parallel (MoE): the experts spread over ep of the tp devices
+
+    @property
+    def pool_tps(self) -> tuple[int, int]:
+        """(the prefill groups' tp, the decode groups' tp); a colocated candidate's tp twice."""
+        return self.tp, self.decode_tp or self.tp
+
+    @property
+    def pool_devices(self) -> tuple[int, int]:
+        """Disaggregated: (devices of the prefill pool, of the decode pool)."""
+        return self.prefill_workers * self.tp, self.decode_workers * (self.decode_tp or self.tp)
 
     @property
     def devices(self) -> int:
         if self.policy == "disaggregated":
-            return (self.prefill_workers + self.decode_workers) * self.tp
+            return sum(self.pool_devices)
         return self.tp * self.pp * self.dp
 
     @property
     def layout(self) -> str:
-        """'tp4 pp1 dp2' or 'tp2 P1:D3'."""
+        """'tp4 pp1 dp2', 'tp4 pp1 dp1 ep4' or 'P1xtp2:D3xtp4'."""
         if self.policy == "disaggregated":
-            return f"tp{self.tp} P{self.prefill_workers}:D{self.decode_workers}"
-        return f"tp{self.tp} pp{self.pp} dp{self.dp}"
+            prefill_tp, decode_tp = self.pool_tps
+            return f"P{self.prefill_workers}xtp{prefill_tp}:D{self.decode_workers}xtp{decode_tp}"
+        return f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" ep{self.ep}" if self.ep > 1 else "")
+
+    @property
+    def numbers(self) -> str:
+        """The precision, with an FP8 KV cache said: 'fp8', 'bfloat16 kv-fp8'."""
+        return self.precision + (" kv-fp8" if self.kv_dtype == "fp8" else "")
 
     @property
     def label(self) -> str:
-        return f"{self.devices}x {self.gpu} {self.precision} {self.layout} {self.policy} b{self.max_batch}"
+        return f"{self.devices}x {self.gpu} {self.numbers} {self.layout} {self.policy} b{self.max_batch}"
 
 
 @dataclass(slots=True)
@@ -58,6 +78,7 @@ class SearchSpace:
     dps: tuple[int, ...] = (1, 2, 4, 8)
     max_batches: tuple[int, ...] = (32, 64, 128, 256)
     disaggregated_batches: tuple[int, ...] = (64, 256)   # fewer: a split multiplies the count already
+    kv_dtypes: tuple[str, ...] = ("auto", "fp8")          # fp8 where the GPU has an FP8 peak
 
 
 def runnable_precisions(profile, wanted: tuple[str, ...]) -> list[str]:
@@ -66,63 +87,76 @@ def runnable_precisions(profile, wanted: tuple[str, ...]) -> list[str]:
     return [name for name in wanted if profile.has_peak(precision(name))]
 
 
-def enumerate_candidates(space: SearchSpace, profiles: dict) -> list[Candidate]:
-    """Every layout of the space, unpruned; `profiles` maps each GPU key to its GpuProfile."""
+def enumerate_candidates(space: SearchSpace, profiles: dict, shape=None) -> list[Candidate]:
+    """Every layout of the space, unpruned; `profiles` maps each GPU key to its GpuProfile. With a
+    mixture-of-experts `shape`, each tensor-parallel layout is tried with its experts spread over all
+    its devices too (ep = tp, where tp divides the experts)."""
     out: list[Candidate] = []
+    experts = getattr(shape, "num_experts", 0) if shape is not None else 0
     for gpu in space.gpus:
+        kv_dtypes = [kv for kv in space.kv_dtypes if kv != "fp8" or runnable_precisions(profiles[gpu], ("fp8",))]
         for prec in runnable_precisions(profiles[gpu], space.precisions):
-            for policy in space.policies:
-                if policy == "disaggregated":
-                    out += _disaggregated(space, gpu, prec)
-                    continue
-                for tp in space.tps:
-                    for pp in space.pps:
-                        for dp in space.dps:
-                            if tp * pp * dp > space.max_gpus:
-                                continue
-                            out += [Candidate(gpu, prec, policy, b, tp, pp, dp) for b in space.max_batches]
+            for kv in kv_dtypes:
+                for policy in space.policies:
+                    if policy == "disaggregated":
+                        out += _disaggregated(space, gpu, prec, kv)
+                        continue
+                    for tp in space.tps:
+                        eps = [1] + ([tp] if experts and tp > 1 and experts % tp == 0 else [])
+                        for pp in space.pps:
+                            for dp in space.dps:
+                                if tp * pp * dp > space.max_gpus:
+                                    continue
+                                out += [Candidate(gpu, prec, policy, b, tp, pp, dp, kv_dtype=kv, ep=ep)
+                                        for ep in eps for b in space.max_batches]
     return out
 
 
-def _disaggregated(space: SearchSpace, gpu: str, prec: str) -> list[Candidate]:
+def _disaggregated(space: SearchSpace, gpu: str, prec: str, kv: str) -> list[Candidate]:
+    """Every split of the devices into P prefill groups of one tp and D decode groups of another."""
     out = []
-    for tp in space.tps:
-        groups = space.max_gpus // tp
-        for p in range(1, groups):
-            for d in range(1, groups - p + 1):
-                out += [Candidate(gpu, prec, "disaggregated", b, tp, 1, 1, p, d) for b in space.disaggregated_batches]
+    for prefill_tp in space.tps:
+        for decode_tp in space.tps:
+            for p in range(1, space.max_gpus // prefill_tp + 1):
+                for d in range(1, (space.max_gpus - p * prefill_tp) // decode_tp + 1):
+                    out += [Candidate(gpu, prec, "disaggregated", b, prefill_tp, 1, 1, p, d,
+                                      decode_tp if decode_tp != prefill_tp else 0, kv)
+                            for b in space.disaggregated_batches]
     return out
 
 
-def device_memory(shape, prec_name: str, tp: int, pp: int, kv_dtype_bytes: int | None = None) -> tuple[float, float]:
-    """(weight bytes, KV bytes per token) one device of a tp x pp group holds: the weights split
-    evenly, the KV heads split over tp (replicated when tp exceeds them), the layers over pp."""
-    from backend.precision import precision
-    from backend.targets.simulated import model_bytes
-    prec = precision(prec_name)
-    kv_bytes = kv_dtype_bytes or prec.activation_bytes
-    heads_per_device = -(-shape.num_kv_heads // tp)
-    layers_per_stage = -(-shape.num_layers // pp)
-    return model_bytes(shape, prec) / (tp * pp), 2 * layers_per_stage * heads_per_device * shape.head_dim * kv_bytes
+def device_memory(candidate: Candidate, shape, profile, tp: int | None = None) -> tuple[float, float]:
+    """(weight bytes, KV bytes a token) one device of the candidate's tp x pp group holds (tp: a
+    disaggregated pool's own): the simulator's own per-device arithmetic (simulated.per_device_bytes)
+    at the precision it will run, its KV dtype included."""
+    from backend.roofline.parallel import Layout
+    from backend.targets.simulated import per_device_bytes, resolve_precision
+    prec = resolve_precision(candidate.precision, profile, candidate.kv_dtype)
+    return per_device_bytes(shape, prec, Layout(tp=candidate.tp if tp is None else tp, pp=candidate.pp))
 
 
 def kv_tokens_that_fit(candidate: Candidate, shape, profile, max_len: int) -> int:
     """KV tokens one engine of this candidate can hold: the memory left after the weights (at
-    MEMORY_FRACTION of each device), at most every slot at full length; 0 when not one sequence fits."""
-    weights, per_token = device_memory(shape, candidate.precision, candidate.tp, candidate.pp)
-    free = profile.memory_gb * 1e9 * MEMORY_FRACTION - weights
-    fit = int(free // per_token) if free > 0 else 0
+    MEMORY_FRACTION of each device), at most every slot at full length; 0 when not one sequence fits.
+    A disaggregated candidate's engines share one size, so its smaller pool's devices set it."""
+    fits = []
+    for tp in sorted(set(candidate.pool_tps)):
+        weights, per_token = device_memory(candidate, shape, profile, tp)
+        free = profile.memory_gb * 1e9 * MEMORY_FRACTION - weights
+        fits.append(int(free // per_token) if free > 0 else 0)
+    fit = min(fits)
     return 0 if fit < max_len else min(fit, candidate.max_batch * max_len)
 
 
 def why_not(candidate: Candidate, shape, profile, max_len: int) -> str | None:
     """None when the candidate can run; else the one reason it is pruned."""
-    if shape.num_heads % candidate.tp:
-        return f"tp {candidate.tp} does not divide {shape.num_heads} attention heads"
+    for tp in sorted(set(candidate.pool_tps)):
+        if shape.num_heads % tp:
+            return f"tp {tp} does not divide {shape.num_heads} attention heads"
     if candidate.pp > shape.num_layers:
         return f"pp {candidate.pp} exceeds {shape.num_layers} layers"
     if kv_tokens_that_fit(candidate, shape, profile, max_len) == 0:
-        weights, per_token = device_memory(shape, candidate.precision, candidate.tp, candidate.pp)
+        weights, per_token = device_memory(candidate, shape, profile, min(candidate.pool_tps))
         return (f"{weights / 1e9:,.1f} GB of weights + {max_len * per_token / 1e9:,.2f} GB of KV per device "
                 f"exceed {MEMORY_FRACTION:.0%} of {profile.memory_gb:g} GB")
     return None

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from backend.errors import InputError, one_line
 from backend.planner.candidates import Candidate, kv_tokens_that_fit
+from backend.results.cost import phase_ms
 from backend.workload.spec import LengthDist, WorkloadSpec
 
 NAN = math.nan
@@ -111,12 +112,10 @@ def cost_per_million(usd_per_hour: float, tokens_per_s: float) -> float:
 def prefill_share(summary: dict, candidate: Candidate) -> float:
     """The share of the bill charged to the input tokens (see the module's docstring)."""
     if candidate.policy == "disaggregated":
-        return candidate.prefill_workers / (candidate.prefill_workers + candidate.decode_workers)
-    mixed = summary.get("mixed_time_ms", 0.0) or 0.0
-    p_tok, d_tok = summary.get("mixed_prefill_tokens", 0) or 0, summary.get("mixed_decode_tokens", 0) or 0
-    mixed_p = mixed * p_tok / (p_tok + d_tok) if p_tok + d_tok else 0.0
-    prefill = (summary.get("prefill_time_ms", 0.0) or 0.0) + mixed_p
-    busy = prefill + (summary.get("decode_time_ms", 0.0) or 0.0) + mixed - mixed_p
+        prefill_devices, decode_devices = candidate.pool_devices
+        return prefill_devices / (prefill_devices + decode_devices)
+    prefill, decode = phase_ms(summary)
+    busy = prefill + decode
     return prefill / busy if busy > 0 else 0.5
 
 
@@ -156,9 +155,9 @@ def run_config(candidate: Candidate, problem: Problem):
                           max_len=max_len,
                           prefill_workers=candidate.prefill_workers if disaggregated else 1,
                           decode_workers=candidate.decode_workers if disaggregated else 1)
-    deployment = Deployment(tp=candidate.tp, pp=candidate.pp, dp=candidate.dp, router="least-loaded",
-                            prefill_tp=candidate.tp if disaggregated else None,
-                            decode_tp=candidate.tp if disaggregated else None)
+    deployment = Deployment(tp=candidate.tp, pp=candidate.pp, dp=candidate.dp, ep=candidate.ep, router="least-loaded",
+                            kv_dtype=candidate.kv_dtype, prefill_tp=candidate.tp if disaggregated else None,
+                            decode_tp=candidate.pool_tps[1] if disaggregated else None)
     return RunConfig(mode="load", simulate=True, profile=candidate.gpu,
                      model=ModelChoice(name=problem.model, dtype=candidate.precision), workload=spec, engine=engine,
                      deployment=deployment, slo_ttft_ms=problem.slo_ttft_ms, slo_tpot_ms=problem.slo_tpot_ms)

@@ -46,7 +46,8 @@ def cheapest(outcomes: Sequence, top: int = 5) -> list:
     shown, seen = [], set()
     for o in good:
         c = o.candidate
-        layout = (c.gpu, c.precision, c.policy, c.tp, c.pp, c.dp, c.prefill_workers, c.decode_workers)
+        layout = (c.gpu, c.precision, c.kv_dtype, c.policy, c.tp, c.pp, c.dp, c.ep, c.prefill_workers, c.decode_workers,
+                  c.decode_tp)
         if layout not in seen:
             seen.add(layout)
             shown.append(o)

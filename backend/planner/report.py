@@ -8,16 +8,17 @@ from pathlib import Path
 
 from backend.planner.search import PlanResult
 
-COLUMNS = ("gpu", "devices", "precision", "policy", "tp", "pp", "dp", "prefill_workers", "decode_workers",
-           "max_batch", "meets_slo", "on_front", "goodput_rps", "attainment", "throughput_rps", "ttft_p90_ms",
+COLUMNS = ("gpu", "devices", "precision", "kv_dtype", "policy", "tp", "pp", "dp", "ep", "prefill_workers",
+           "decode_workers", "decode_tp", "max_batch", "meets_slo", "on_front", "goodput_rps", "attainment", "throughput_rps", "ttft_p90_ms",
            "tpot_p90_ms", "usd_per_hour", "usd_per_m_tokens", "usd_per_m_input", "usd_per_m_output",
            "screen_ttft_ms", "screen_tpot_ms", "error")
 
 
 def row(outcome, on_front: bool) -> dict:
     c = outcome.candidate
-    return {"gpu": c.gpu, "devices": c.devices, "precision": c.precision, "policy": c.policy, "tp": c.tp,
-            "pp": c.pp, "dp": c.dp, "prefill_workers": c.prefill_workers, "decode_workers": c.decode_workers,
+    return {"gpu": c.gpu, "devices": c.devices, "precision": c.precision, "kv_dtype": c.kv_dtype, "policy": c.policy,
+            "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "prefill_workers": c.prefill_workers,
+            "decode_workers": c.decode_workers, "decode_tp": c.pool_tps[1] if c.policy == "disaggregated" else 0,
             "max_batch": c.max_batch, "meets_slo": int(outcome.meets), "on_front": int(on_front),
             "goodput_rps": outcome.goodput, "attainment": outcome.attainment, "throughput_rps": outcome.throughput,
             "ttft_p90_ms": outcome.ttft_p90_ms, "tpot_p90_ms": outcome.tpot_p90_ms,
@@ -53,12 +54,12 @@ def _usd(value: float) -> str:
 
 
 def table(outcomes, title: str) -> list[str]:
-    head = (f"  {'#':>2}  {'devices':<26} {'layout':<13} {'policy':<13} {'batch':>5}  {'goodput':>7}  {'SLO met':>7}"
+    head = (f"  {'#':>2}  {'devices':<33} {'layout':<17} {'policy':<13} {'batch':>5}  {'goodput':>7}  {'SLO met':>7}"
             f"  {'TTFT p90':>8}  {'TPOT p90':>8}  {'$/h':>7}  {'$/1M tok':>8}  {'$/1M in':>8}  {'$/1M out':>8}")
     lines = [title, head]
     for i, o in enumerate(outcomes, 1):
         c = o.candidate
-        lines.append(f"  {i:>2}  {f'{c.devices} x {c.gpu} {c.precision}':<26} {c.layout:<13} {c.policy:<13} "
+        lines.append(f"  {i:>2}  {f'{c.devices} x {c.gpu} {c.numbers}':<33} {c.layout:<17} {c.policy:<13} "
                      f"{c.max_batch:>5}  {_num(o.goodput, 2):>7}  {_num(100 * o.attainment, 0) + '%':>7}  "
                      f"{_num(o.ttft_p90_ms):>8}  {_num(o.tpot_p90_ms):>8}  {_usd(o.usd_per_hour):>7}  "
                      f"{_usd(o.usd_per_m_tokens):>8}  {_usd(o.usd_per_m_input):>8}  {_usd(o.usd_per_m_output):>8}")

@@ -8,7 +8,9 @@ Per engine (a replica, or a disaggregated pool's group) at arrival rate lam:
            tpot = d(n) / (1 - rho_p) where d(n) is a decode step of n requests (colocated: the
            prefills interleave with the decode steps; disaggregated: rho_p is 0 on a decode group)
   ttft:    p plus an M/D/1 queue's wait rho_p / (2 (1 - rho_p)) * p, plus one decode step (colocated)
-A tp-way split divides a step's roofline time by tp (its all-reduces ignored: a screen, not a price);
+A tp-way split divides a step's roofline time by tp (its all-reduces ignored: a screen, not a price;
+a disaggregated candidate's prefill by its prefill pool's tp, its decode by its decode pool's; expert
+parallelism is left to the simulator);
 a pp-way split keeps a step's latency and multiplies the engine's throughput by pp.
 """
 from __future__ import annotations
@@ -22,12 +24,14 @@ INFEASIBLE = math.inf
 
 
 @lru_cache(maxsize=4096)
-def _prices(gpu: str, precision: str, model: str, prompt: int, context: int, batch: int) -> tuple[float, float]:
+def _prices(gpu: str, precision: str, kv_dtype: str, model: str, prompt: int, context: int,
+            batch: int) -> tuple[float, float]:
     """(one prompt's prefill seconds, one decode step of `batch` requests at `context` tokens) on one device."""
     from backend.planner.evaluate import _profile, _shape
-    from backend.precision import precision as make
     from backend.roofline.step_time import CostModel
-    profile, shape, prec = _profile(gpu), _shape(model), make(precision)
+    from backend.targets.simulated import resolve_precision
+    profile, shape = _profile(gpu), _shape(model)
+    prec = resolve_precision(precision, profile, kv_dtype)
     cost = CostModel.for_profile(profile)
     prefill = cost.step_seconds(shape, prec, profile, [prompt], [prompt], 1)
     decode = cost.step_seconds(shape, prec, profile, [1] * batch, [context] * batch, batch)
@@ -58,8 +62,9 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
     engines_d = c.decode_workers if disaggregated else c.dp
     lam_p, lam_d = rate / engines_p, rate / engines_d
     slots = _slots(c, problem, prompt + output)
-    prefill, _ = _prices(c.gpu, c.precision, problem.model, prompt, context, 1)
-    prefill = _split(prefill, c.tp) / c.pp   # seconds of an engine's time per prompt (pp: stages overlap)
+    prefill_tp, decode_tp = c.pool_tps
+    prefill, _ = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, 1)
+    prefill = _split(prefill, prefill_tp) / c.pp   # seconds of an engine's time per prompt (pp: stages overlap)
     rho_p = lam_p * prefill
     busy_d = 0.0 if disaggregated else rho_p
     if rho_p >= 1 or busy_d >= 1:
@@ -67,8 +72,8 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
     n, tpot = 1.0, 0.0
     for _ in range(30):   # fixed point of n = lam * O * tpot(n)
         batch = max(1, min(slots, math.ceil(n / c.pp)))
-        _, step = _prices(c.gpu, c.precision, problem.model, prompt, context, batch)
-        tpot = _split(step, c.tp) / (1 - busy_d)
+        _, step = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, batch)
+        tpot = _split(step, decode_tp) / (1 - busy_d)
         new_n = lam_d * output * tpot
         if abs(new_n - n) < 0.01 * max(n, 1):
             n = new_n

@@ -59,7 +59,7 @@ def choose(problem: Problem, space: SearchSpace, budget: int):
     from backend.planner.evaluate import _shape
     profiles = find_profiles(space.gpus)
     shape = _shape(problem.model)
-    every = enumerate_candidates(space, profiles)
+    every = enumerate_candidates(space, profiles, shape)
     kept, pruned = prune(every, shape, profiles, problem.max_len())
     if not kept:
         reasons = "; ".join(f"{n} {why}" for why, n in pruned.items()) or "the space is empty"

@@ -12,16 +12,23 @@ from __future__ import annotations
 import math
 
 
+def phase_ms(summary: dict) -> tuple[float, float]:
+    """(prefill ms, decode ms) of a run's steps: each phase's own steps, and a mixed step's time split
+    between the two by its tokens (the cost figures' split, and the planner's)."""
+    mixed_ms = summary.get("mixed_time_ms", 0.0) or 0.0
+    p_tokens, d_tokens = summary.get("mixed_prefill_tokens", 0) or 0, summary.get("mixed_decode_tokens", 0) or 0
+    prefill_share = p_tokens / (p_tokens + d_tokens) if p_tokens + d_tokens else 0.0
+    prefill_ms = (summary.get("prefill_time_ms", 0.0) or 0.0) + mixed_ms * prefill_share
+    decode_ms = (summary.get("decode_time_ms", 0.0) or 0.0) + mixed_ms * (1 - prefill_share)
+    return prefill_ms, decode_ms
+
+
 def cost_figures(summary: dict, price_per_hour: float | None, num_devices: int = 1) -> dict[str, float]:
     """The summary's cost entries (empty without a price): US dollars per million tokens."""
     if price_per_hour is None:
         return {}
     per_ms = price_per_hour * num_devices / 3_600_000
-    mixed_ms = summary.get("mixed_time_ms", 0.0) or 0.0
-    p_tokens, d_tokens = summary.get("mixed_prefill_tokens", 0) or 0, summary.get("mixed_decode_tokens", 0) or 0
-    prefill_share = p_tokens / (p_tokens + d_tokens) if p_tokens + d_tokens else 0.0
-    prefill_ms = summary.get("prefill_time_ms", 0.0) + mixed_ms * prefill_share
-    decode_ms = summary.get("decode_time_ms", 0.0) + mixed_ms * (1 - prefill_share)
+    prefill_ms, decode_ms = phase_ms(summary)
     inputs, outputs = summary.get("num_input_tokens", 0), summary.get("num_output_tokens", 0)
 
     def per_million(ms: float, tokens: int) -> float:

@@ -54,7 +54,9 @@ class RunRecorder:
 
     def add(self, batch: RecordBatch) -> None:
         self.accumulator.add(batch)
-        self.step_rows.update((s.phase.value, s.num_tokens) for s in batch.steps)
+        rows = self.step_rows
+        for s in batch.steps:
+            rows[(s.phase.value, s.num_tokens)] += 1
         if self.writer is not None:
             self.writer.add(batch)
         if self.retain_records:

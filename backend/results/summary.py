@@ -72,16 +72,28 @@ class RunAccumulator:
         self._last_token: dict[int, float] = {}
 
     def add(self, batch: RecordBatch) -> None:
-        self.add_steps(batch.steps)
-        for token in batch.tokens:
-            last = self._last_token.get(token.request_id)
+        if batch.steps:
+            self.add_steps(batch.steps)
+        if batch.tokens:
+            self._add_tokens(batch.tokens)
+        if batch.requests:
+            self.add_requests(batch.requests)
+            for r in batch.requests:
+                self._last_token.pop(r.request_id, None)
+
+    def _add_tokens(self, tokens: list[TokenRecord]) -> None:
+        """Each token's gap since its request's previous one; every token of a run passes here once."""
+        last_token, append = self._last_token, self.gaps.append
+        latest = self.last_ms
+        for token in tokens:
+            rid, time_ms = token.request_id, token.time_ms
+            last = last_token.get(rid)
             if last is not None:
-                self.gaps.append(token.time_ms - last)
-            self._last_token[token.request_id] = token.time_ms
-            self.last_ms = max(self.last_ms, token.time_ms)
-        self.add_requests(batch.requests)
-        for r in batch.requests:
-            self._last_token.pop(r.request_id, None)
+                append(time_ms - last)
+            last_token[rid] = time_ms
+            if time_ms > latest:
+                latest = time_ms
+        self.last_ms = latest
 
     def add_steps(self, steps: Iterable[StepRecord]) -> None:
         for s in steps:

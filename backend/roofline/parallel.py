@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING
 
 from backend.config import ROUTERS, Deployment
 from backend.errors import InputError
-from backend.roofline.cost import StepCost, step_cost
-from backend.roofline.attention import kv_heads_for_sharding
+from backend.roofline.step_line import CHECK_EVERY, StepLine
+from backend.roofline.cost import StepCost, _cost as cost_of_sums, step_cost
+from backend.roofline.attention import capped_sum, kv_heads_for_sharding, layer_sums, windowed_layers
 from backend.roofline.links import KVLink, device_link
 from backend.shape import is_mla, moe_layers
 
@@ -202,6 +203,33 @@ def microbatches(new_tokens: list[int], contexts: list[int], pp: int) -> list[tu
     return groups
 
 
+def stage_key(new_tokens: list[int], contexts: list[int], rows: int, prefill: bool,
+              window: int | None) -> tuple | None:
+    """What a stage's price depends on: the sums step_cost reduces a step's requests to (its tokens, the
+    attention pairs of the causal mask, the context, and on sliding-window layers the capped pairs and
+    reads: backend/roofline/cost.step_cost), the requests and logit rows, and whether the step holds a
+    prompt. Equal keys cost the same to the last bit (tests/roofline/test_step_memo.py holds every step of
+    varied runs to step_cost's price). None for what step_cost refuses (it says why). A decode step's sums
+    are C-level: one token a request, whose pairs are its context."""
+    requests = len(new_tokens)
+    if not requests or len(contexts) != requests:
+        return None
+    tokens, context = sum(new_tokens), sum(contexts)
+    if tokens == requests and min(new_tokens) >= 1:   # one token each
+        if min(contexts) < 1:
+            return None
+        pairs = context
+    elif all(1 <= n <= c for n, c in zip(new_tokens, contexts)):
+        pairs = sum(n * (c - n) + n * (n + 1) // 2 for n, c in zip(new_tokens, contexts))
+    else:
+        return None
+    if not window:
+        return tokens, requests, pairs, context, rows, prefill
+    window_pairs = sum(capped_sum(c - n + 1, c, window) for n, c in zip(new_tokens, contexts))
+    window_context = sum(min(c, window + n - 1) for n, c in zip(new_tokens, contexts))
+    return tokens, requests, pairs, context, rows, prefill, window_pairs, window_context
+
+
 class StepPricer:
     """The simulator's price of one step on a replica: each device's share of the roofline at the cost
     model's efficiencies, its collectives, the pipeline's rounds, and the host's fixed costs."""
@@ -211,17 +239,82 @@ class StepPricer:
         self.shape, self.prec, self.profile, self.cost_model = shape, prec, profile, cost_model
         self.layout = layout or Layout()
         self.math = math_
+        # A run prices tens of thousands of steps, most of them decode steps that differ only in their
+        # sums: each distinct stage (stage_key) is priced once, its fixed terms once per pricer.
+        self._window = windowed_layers(shape)[1]
+        self._stages: dict[tuple, float] = {}
+        self._steps: dict[tuple, float] = {}
+        self._lines: dict[tuple, StepLine] | None = {} if math_ is None else None   # by (tokens, rows); None: the chain
+        self._lined = 0
+        self._collectives: dict[int, float] = {}
+        self.stage_layers = layers = stage_layers(shape, self.layout.pp)   # the slowest stage's (StepLine's too)
+        self.kv_split = kv_shards(shape, self.layout.tp)
+        self._layers = {False: cost_model.layer_seconds(layers, False), True: cost_model.layer_seconds(layers, True)}
 
     def stage_seconds(self, new_tokens: list[int], contexts: list[int], rows: int, prefill: bool = False) -> float:
         """One microbatch through the slowest stage: compute or memory, then its collectives."""
-        cost = shard(step_cost(self.shape, self.prec, new_tokens, contexts, rows), self.shape, self.prec, self.layout)
+        key = stage_key(new_tokens, contexts, rows, prefill, self._window)
+        if key is None:   # step_cost refuses it, in one line
+            step_cost(self.shape, self.prec, new_tokens, contexts, rows)
+        seconds = self._stages.get(key)
+        if seconds is None:
+            seconds = self._stages[key] = self._stage_seconds(key)
+        return seconds
+
+    def _stage_seconds(self, key: tuple) -> float:
+        """A stage's price from its sums (stage_key), on the StepLine of its tokens and rows
+        (backend/roofline/step_line.py): checked against the chain on each line's first stage and every
+        CHECK_EVERY-th after; one difference and this pricer keeps to the chain."""
+        if self._lines is None:
+            return self._chain_seconds(key)
+        tokens, _requests, pairs, context, rows, prefill, *window = key
+        line = self._lines.get((tokens, rows))
+        fresh = line is None
+        if fresh:
+            line = self._lines[(tokens, rows)] = StepLine(self, tokens, rows)
+        seconds = line.seconds(pairs, context, *window) + self._collective(tokens)
+        seconds = seconds + self._layers[prefill]
+        self._lined += 1
+        if fresh or self._lined % CHECK_EVERY == 0:
+            chain = self._chain_seconds(key)
+            if chain != seconds:
+                self._lines = None
+                return chain
+        return seconds
+
+    def _chain_seconds(self, key: tuple) -> float:
+        """A stage's price from its sums through the general chain: step_cost's arithmetic from where its loop ends."""
+        tokens, _requests, pairs, context, rows, prefill, *window = key
+        layer_pairs, kv_read = layer_sums(self.shape, pairs, context, *(window or (0, 0)))
+        cost = shard(cost_of_sums(self.shape, self.prec, tokens, layer_pairs, kv_read, rows), self.shape, self.prec,
+                     self.layout)
         seconds = self.cost_model.cost_seconds(cost, self.profile, self.prec, self.math)
-        seconds += collective_seconds(self.shape, self.prec, self.layout, sum(new_tokens)) / self.cost_model.link_eff
-        return seconds + self.cost_model.layer_seconds(stage_layers(self.shape, self.layout.pp), prefill)
+        seconds += self._collective(tokens)
+        return seconds + self._layers[prefill]
 
     def seconds(self, new_tokens: list[int], contexts: list[int], logit_rows: list[bool] | None = None) -> float:
         """The step's time: request i computes new_tokens[i] tokens attending to contexts[i]; logit_rows[i]
-        says whether it needs logits (None: every request)."""
+        says whether it needs logits (None: every request). Without a pipeline the step is one stage, so
+        the whole price is a function of its stage_key (whose tokens and requests say if it holds a prompt)."""
+        if self.layout.pp > 1:
+            return self._seconds(new_tokens, contexts, logit_rows)
+        rows = len(new_tokens) if logit_rows is None else sum(logit_rows)
+        key = stage_key(new_tokens, contexts, rows, None, self._window)
+        seconds = self._steps.get(key)
+        if seconds is None:
+            seconds = self._seconds(new_tokens, contexts, logit_rows)
+            if key is not None:
+                self._steps[key] = seconds
+        return seconds
+
+    def _collective(self, tokens: int) -> float:
+        collective = self._collectives.get(tokens)
+        if collective is None:
+            collective = self._collectives[tokens] = \
+                collective_seconds(self.shape, self.prec, self.layout, tokens) / self.cost_model.link_eff
+        return collective
+
+    def _seconds(self, new_tokens: list[int], contexts: list[int], logit_rows: list[bool] | None) -> float:
         needs = logit_rows if logit_rows is not None else [True] * len(new_tokens)
         overhead = self.cost_model.overhead_seconds(sum(new_tokens), len(new_tokens))
         prefill = max(new_tokens) > 1

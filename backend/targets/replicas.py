@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from backend.config import ROUTERS
-from backend.engine.loop import EngineResult, record_unfinished
+from backend.engine.loop import EngineResult, record_unfinished, token_records
 from backend.engine.request import Request
 from backend.errors import InputError, one_line
 from backend.events import RequestsArrived
-from backend.records import RecordBatch, StepRecord, TokenRecord
+from backend.records import RecordBatch, StepRecord
 
 
 @dataclass(slots=True)
@@ -136,10 +136,7 @@ class ReplicaSet:
             kv_tokens=kv_tokens, kv_capacity=scheduler.config.kv_capacity, num_waiting=scheduler.num_waiting,
             num_running=scheduler.num_running, worker=f"replica-{replica.index}"))
         self._step += 1
-        for rid in sampled:
-            req = self._requests[rid]
-            batch.tokens.append(TokenRecord(request_id=rid, index=len(req.output_ids) - 1, time_ms=end,
-                                            token_id=req.output_ids[-1]))
+        batch.tokens = token_records(sampled, self._requests, end)
         self._retire(finished, batch, source, end)
         emit(batch)
 

@@ -61,6 +61,9 @@ class SimRunner:
 
     def price(self, out) -> float:
         """Seconds the scheduler output `out` takes on the replica (before update() moves it on)."""
+        if not out.prefill:   # a decode step, most of a run's: one token a request, each sampled
+            decode = out.decode
+            return self.pricer.seconds([1] * len(decode), [r.num_computed + 1 for r in decode], [True] * len(decode))
         new_tokens = [c.num_tokens for c in out.prefill] + [1] * len(out.decode)
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
         contexts += [r.num_computed + 1 for r in out.decode]
@@ -137,13 +140,23 @@ def kv_bytes_per_token(shape, prec: Precision) -> float:
     return kv_elements_per_token(shape) * prec.kv_bytes
 
 
+def per_device_bytes(shape, prec: Precision, layout: Layout | None = None) -> tuple[float, float]:
+    """(weight bytes, KV cache bytes a token) one of a replica's tp x pp devices holds: the weights split
+    evenly over them, the KV cache over the stages and the KV heads tensor parallelism splits (replicated
+    past their count, MLA's one latent on every rank: parallel.kv_shards), at the KV dtype. The memory
+    check's arithmetic and the planner's (backend/planner/candidates.py)."""
+    layout = layout or Layout()
+    kv_share = layout.pp * parallel.kv_shards(shape, layout.tp)
+    return model_bytes(shape, prec) / (layout.tp * layout.pp), kv_bytes_per_token(shape, prec) / kv_share
+
+
 def check_memory(shape, prec: Precision, profile: GpuProfile, kv_capacity: int, layout: Layout | None = None) -> None:
     """Refuse a run whose weights and KV cache exceed a device's memory (each of a replica's tp x pp
-    devices holds its share of both: parallel.py)."""
+    devices holds its share of both: per_device_bytes)."""
     layout = layout or Layout()
     devices = layout.tp * layout.pp
-    kv_share = layout.pp * parallel.kv_shards(shape, layout.tp)
-    need = model_bytes(shape, prec) / devices + kv_capacity * kv_bytes_per_token(shape, prec) / kv_share
+    weights, kv_token = per_device_bytes(shape, prec, layout)
+    need = weights + kv_capacity * kv_token
     have = profile.memory_gb * 1e9
     if need > have:
         each = f" per device over {devices} devices (tp {layout.tp} x pp {layout.pp})" if devices > 1 else ""

@@ -206,7 +206,7 @@ class PlanView(QtWidgets.QWidget):
         self.table.setRowCount(len(shown))
         for r, (kind, o) in enumerate(shown):
             c = o.candidate
-            cells = (kind, f"{c.devices} x {c.gpu} {c.precision}", c.layout, c.policy, str(c.max_batch),
+            cells = (kind, f"{c.devices} x {c.gpu} {c.numbers}", c.layout, c.policy, str(c.max_batch),
                      _num(o.goodput, 2), _num(100 * o.attainment, 0) + "%", _num(o.ttft_p90_ms, 0),
                      _num(o.tpot_p90_ms, 1), _num(o.usd_per_hour, 2), _num(o.usd_per_m_tokens, 3),
                      _num(o.usd_per_m_input, 3), _num(o.usd_per_m_output, 3))

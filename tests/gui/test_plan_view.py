@@ -9,7 +9,7 @@ from backend.planner.candidates import SearchSpace  # noqa: E402
 from gui.views.plan import PlanView  # noqa: E402
 
 TINY = SearchSpace(gpus=("h100-sxm",), max_gpus=2, precisions=("bfloat16",), policies=("continuous",),
-                   tps=(1, 2), pps=(1,), dps=(1,), max_batches=(8, 64))   # 4 candidates
+                   tps=(1, 2), pps=(1,), dps=(1,), max_batches=(8, 64), kv_dtypes=("auto",))   # 4 candidates
 
 
 def test_a_tiny_plan_fills_the_table_and_the_plot(qtbot, no_thread_left):  # noqa: F811

@@ -25,11 +25,11 @@ def test_tp_that_does_not_divide_the_heads_is_pruned():
 
 def test_kv_heads_replicate_past_their_count_and_the_kv_fits_the_memory_left():
     shape = resolve_model(SEVENTY)
-    weights, per_token = device_memory(shape, "bfloat16", 16, 1)
-    assert per_token == 2 * 80 * 1 * 128 * 2   # 8 KV heads over 16 devices: one a device, replicated
     profile = find_profiles(("h100-sxm",))["h100-sxm"]
+    weights, per_token = device_memory(Candidate("h100-sxm", "bfloat16", "continuous", 64, tp=16), shape, profile)
+    assert per_token == 2 * 80 * 1 * 128 * 2   # 8 KV heads over 16 devices: one a device, replicated
     c = Candidate("h100-sxm", "bfloat16", "continuous", 10_000, tp=4)
-    weights, per_token = device_memory(shape, "bfloat16", 4, 1)
+    weights, per_token = device_memory(c, shape, profile)
     assert kv_tokens_that_fit(c, shape, profile, 1280) == int((80e9 * 0.9 - weights) // per_token)
     small = Candidate("h100-sxm", "bfloat16", "continuous", 2, tp=4)
     assert kv_tokens_that_fit(small, shape, profile, 1280) == 2 * 1280   # every slot full length, no more
@@ -41,8 +41,38 @@ def test_enumeration_keeps_precisions_the_gpu_has_and_the_device_limit():
     assert {c.precision for c in every if c.gpu == "a100-80gb-sxm"} == {"bfloat16"}   # no FP8 peak on Ampere
     assert {c.precision for c in every if c.gpu == "b200"} == {"bfloat16", "fp8", "nvfp4"}
     assert max(c.devices for c in every) == 4
-    split = [c for c in every if c.policy == "disaggregated" and c.tp == 2]
+    split = [c for c in every if c.policy == "disaggregated" and c.pool_tps == (2, 2)]
     assert {(c.prefill_workers, c.decode_workers) for c in split} == {(1, 1)}   # 2 groups of 2 in 4 devices
+    # each pool its own TP: one prefill group of 2 beside two decode devices, or the other way round
+    mixed = {(c.pool_tps, c.prefill_workers, c.decode_workers) for c in every if c.policy == "disaggregated"}
+    assert {((2, 1), 1, 2), ((1, 2), 2, 1)} <= mixed and all(c.devices <= 4 for c in every)
+    assert {c.kv_dtype for c in every if c.gpu == "b200"} == {"auto", "fp8"}
+    assert {c.kv_dtype for c in every if c.gpu == "a100-80gb-sxm"} == {"auto"}   # no FP8 to store it in
+
+
+def test_the_per_device_memory_is_the_simulators():
+    from backend.roofline.parallel import Layout
+    from backend.targets.simulated import per_device_bytes, resolve_precision
+    profile = find_profiles(("h200-sxm",))["h200-sxm"]
+    deepseek = resolve_model("deepseek-v3")   # MLA: one latent of 576 elements a token and layer, on every rank
+    c = Candidate("h200-sxm", "fp8", "continuous", 64, tp=8, pp=2, kv_dtype="fp8")
+    weights, per_token = device_memory(c, deepseek, profile)
+    prec = resolve_precision("fp8", profile, "fp8")
+    assert (weights, per_token) == per_device_bytes(deepseek, prec, Layout(tp=8, pp=2))
+    assert per_token == 61 * 576 * 1 / 2   # the latent's 61 layers over 2 stages, in one byte, not split by TP
+    llama = resolve_model(SEVENTY)
+    stages = device_memory(Candidate("h200-sxm", "bfloat16", "continuous", 64, tp=2, pp=3), llama, profile)
+    assert stages[1] == 2 * 80 * 8 * 128 * 2 / (3 * 2)   # the layers over the stages evenly, as the simulator checks
+
+
+def test_moe_layouts_are_tried_with_expert_parallelism_too():
+    profiles = find_profiles(("h100-sxm",))
+    space = SearchSpace(gpus=("h100-sxm",), max_gpus=4, precisions=("bfloat16",), policies=("continuous",),
+                        max_batches=(64,), kv_dtypes=("auto",), pps=(1,), dps=(1,))
+    dense = enumerate_candidates(space, profiles, resolve_model("llama-8b"))
+    moe = enumerate_candidates(space, profiles, resolve_model("mixtral-8x7b"))   # 8 experts
+    assert {(c.tp, c.ep) for c in dense} == {(1, 1), (2, 1), (4, 1)}
+    assert {(c.tp, c.ep) for c in moe} == {(1, 1), (2, 1), (2, 2), (4, 1), (4, 4)}
 
 
 def test_prune_counts_its_reasons():

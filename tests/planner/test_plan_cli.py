@@ -11,6 +11,7 @@ BASE = ["plan", "--model", "llama-8b", "--slo-ttft-ms", "300", "--slo-tpot-ms", 
     (["--slo-ttft-ms", "0"], "error: --slo-ttft-ms must be a positive number of milliseconds, got 0"),
     (["--slo-tpot-ms", "-5"], "error: --slo-tpot-ms must be a positive number of milliseconds, got -5"),
     (["--precisions", "int4"], "error: --precisions: unknown 'int4'"),
+    (["--kv-dtypes", "fp4"], "error: --kv-dtypes: unknown 'fp4' (known: auto, fp8)"),
     (["--model", "profiles/models/llama-3.1-70b.json", "--gpus", "a100-80gb-sxm", "--max-gpus", "1",
       "--precisions", "bfloat16"], "error: no candidate fits profiles/models/llama-3.1-70b.json"),
 ])
@@ -37,4 +38,5 @@ def test_a_trace_replaces_the_poisson_arrivals(capsys):
             "--max-gpus", "1", "--precisions", "fp8", "--policies", "chunked", "--max-batches", "32", "--workers", "1"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "trace profiles/workloads/traces/azure-conv-200.csv replayed (" in out and "1 simulated" in out
+    # fp8 with its KV cache in bfloat16 and in fp8: two candidates
+    assert "trace profiles/workloads/traces/azure-conv-200.csv replayed (" in out and "2 simulated" in out

@@ -9,7 +9,7 @@ from backend.planner.search import search
 from backend.workload.spec import LengthDist
 
 TINY = SearchSpace(gpus=("h100-sxm",), max_gpus=2, precisions=("bfloat16",), policies=("continuous",),
-                   tps=(1, 2), pps=(1,), dps=(1,), max_batches=(8, 64))   # 4 candidates
+                   tps=(1, 2), pps=(1,), dps=(1,), max_batches=(8, 64), kv_dtypes=("auto",))   # 4 candidates
 
 
 def problem(**kw):

@@ -200,9 +200,7 @@ class DisaggregatedSim:
         batch = RecordBatch()
         batch.steps.append(self.step_record(device.name, out, contexts, kv_tokens, start, end, len(device.pending),
                                             batch_state.num_running))
-        for r in out.decode:
-            batch.tokens.append(TokenRecord(request_id=r.request_id, index=len(r.output_ids) - 1, time_ms=end,
-                                            token_id=SIM_TOKEN))
+        batch.tokens = [TokenRecord(r.request_id, len(r.output_ids) - 1, end, SIM_TOKEN) for r in out.decode]
         for request in finished:
             batch.requests.append(self.record_of(request))
             device.assigned -= 1
