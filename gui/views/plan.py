@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
@@ -64,22 +65,45 @@ class PlanView(QtWidgets.QWidget):
         self._end()
 
     def _build(self) -> None:
+        from backend.cli.plan import DEFAULT_GPUS
+        from backend.planner.candidates import POLICIES, PRECISION_ORDER
         form = QtWidgets.QFormLayout()
         self.model_edit = QtWidgets.QLineEdit("llama-3.1-70b")
         self.ttft_spin = self._spin(1, 1e6, 1000, " ms")
         self.tpot_spin = self._spin(0.1, 1e5, 40, " ms")
+        self.attainment_spin = self._spin(1, 100, 90, " % of requests")
         self.rate_spin = self._spin(0.01, 1e4, 4, " req/s")
+        self.trace_edit = QtWidgets.QLineEdit()
+        self.trace_edit.setPlaceholderText("none: Poisson arrivals at the rate")
+        self.trace_edit.setToolTip("a trace's arrivals and lengths instead (Azure CSV, Mooncake JSONL, a requests.csv)")
+        trace_button = QtWidgets.QToolButton()
+        trace_button.setText("…")
+        trace_button.clicked.connect(self._choose_trace)
+        trace_row = QtWidgets.QHBoxLayout()
+        trace_row.setContentsMargins(0, 0, 0, 0)
+        trace_row.addWidget(self.trace_edit, 1)
+        trace_row.addWidget(trace_button)
         self.prompt_edit, self.output_edit = QtWidgets.QLineEdit("1024"), QtWidgets.QLineEdit("256")
-        self.gpus_edit = QtWidgets.QLineEdit("h100-sxm,h200-sxm,a100-80gb-sxm,b200")
+        self.seed_spin = self._int(0, 2**31 - 1, 0)
+        self.gpus_edit = QtWidgets.QLineEdit(DEFAULT_GPUS)
         self.max_gpus_spin = self._int(1, 64, 8)
+        self.precisions_edit = QtWidgets.QLineEdit(",".join(PRECISION_ORDER))
+        self.kv_dtypes_edit = QtWidgets.QLineEdit("auto,fp8")
+        self.policies_edit = QtWidgets.QLineEdit(",".join(POLICIES))
+        self.max_batches_edit = QtWidgets.QLineEdit("32,64,128,256")
         self.requests_spin = self._int(1, 100_000, 200)
         self.budget_spin = self._int(1, 10_000, 220)
         self.workers_spin = self._int(1, 256, QtCore.QThread.idealThreadCount() or 1)
+        self.top_spin = self._int(1, 1000, 5)
+        self.top_spin.setToolTip("the cheapest configurations listed above the Pareto front")
         for label, widget in (("Model", self.model_edit), ("TTFT SLO", self.ttft_spin), ("TPOT SLO", self.tpot_spin),
-                              ("Rate", self.rate_spin), ("Prompt tokens", self.prompt_edit),
-                              ("Output tokens", self.output_edit), ("GPUs", self.gpus_edit),
-                              ("Max GPUs", self.max_gpus_spin), ("Requests / candidate", self.requests_spin),
-                              ("Candidates simulated", self.budget_spin), ("Processes", self.workers_spin)):
+                              ("Met by", self.attainment_spin), ("Rate", self.rate_spin), ("Trace", trace_row),
+                              ("Prompt tokens", self.prompt_edit), ("Output tokens", self.output_edit),
+                              ("Seed", self.seed_spin), ("GPUs", self.gpus_edit), ("Max GPUs", self.max_gpus_spin),
+                              ("Precisions", self.precisions_edit), ("KV dtypes", self.kv_dtypes_edit),
+                              ("Policies", self.policies_edit), ("Max batches", self.max_batches_edit),
+                              ("Requests / candidate", self.requests_spin), ("Candidates simulated", self.budget_spin),
+                              ("Processes", self.workers_spin), ("Cheapest shown", self.top_spin)):
             form.addRow(label, widget)
         self.plan_button = QtWidgets.QPushButton("Plan")
         self.stop_button = QtWidgets.QPushButton("Stop")
@@ -87,8 +111,13 @@ class PlanView(QtWidgets.QWidget):
         self.plan_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.stop)
         buttons = QtWidgets.QHBoxLayout()
+        self.export_button = QtWidgets.QPushButton("Export…")
+        self.export_button.setToolTip("plan.csv, pareto.csv and plan.png into a folder, as plan --out writes them")
+        self.export_button.setEnabled(False)
+        self.export_button.clicked.connect(self._choose_export)
         buttons.addWidget(self.plan_button)
         buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.export_button)
         self.status = QtWidgets.QLabel("")
         self.status.setWordWrap(True)
         left = QtWidgets.QVBoxLayout()
@@ -131,18 +160,46 @@ class PlanView(QtWidgets.QWidget):
     # ---- the search -------------------------------------------------------------------------
 
     def problem_and_space(self):
-        from backend.planner.candidates import SearchSpace
-        from backend.planner.evaluate import Problem
-        from backend.workload.spec import LengthDist
-        gpus = tuple(g.strip() for g in self.gpus_edit.text().split(",") if g.strip())
-        if not gpus:
-            raise InputError("GPUs: give at least one profile key")
-        problem = Problem(model=self.model_edit.text().strip(), slo_ttft_ms=self.ttft_spin.value(),
-                          slo_tpot_ms=self.tpot_spin.value(), rate=self.rate_spin.value(),
-                          num_requests=self.requests_spin.value(),
-                          prompt_len=LengthDist.parse(self.prompt_edit.text(), "Prompt tokens"),
-                          output_len=LengthDist.parse(self.output_edit.text(), "Output tokens"))
-        return problem, SearchSpace(gpus=gpus, max_gpus=self.max_gpus_spin.value())
+        """The form as `plan`'s flags, checked by the CLI's own code (the same one-line refusals)."""
+        from argparse import Namespace
+        from backend.cli.plan import problem_and_space
+        trace = self.trace_edit.text().strip() or None
+        args = Namespace(model=self.model_edit.text().strip(), slo_ttft_ms=self.ttft_spin.value(),
+                         slo_tpot_ms=self.tpot_spin.value(), attainment=self.attainment_spin.value() / 100,
+                         rate=None if trace else self.rate_spin.value(), trace=trace,
+                         prompt_len=self.prompt_edit.text(), output_len=self.output_edit.text(),
+                         requests=self.requests_spin.value(), seed=self.seed_spin.value(),
+                         gpus=self.gpus_edit.text(), max_gpus=self.max_gpus_spin.value(),
+                         precisions=self.precisions_edit.text(), kv_dtypes=self.kv_dtypes_edit.text(),
+                         policies=self.policies_edit.text(), max_batches=self.max_batches_edit.text())
+        return problem_and_space(args)
+
+    def _choose_trace(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Trace to plan for", "",
+                                                        "Traces (*.csv *.jsonl *.json);;All files (*)")
+        if path:
+            self.trace_edit.setText(path)
+
+    def _choose_export(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Write plan.csv, pareto.csv and plan.png into")
+        if folder:
+            self.export(folder)
+
+    def export(self, folder: str) -> list:
+        """Write the shown result as `plan --out FOLDER` does; the paths written (the status line says which)."""
+        from backend.cli.plan import render_png
+        from backend.planner import report
+        try:
+            paths = list(report.write_csvs(self.result, folder))
+        except OSError as exc:
+            self.status.setText(f"error: could not write into {folder}: {exc.strerror or exc}")
+            return []
+        png = Path(folder) / "plan.png"
+        line = render_png(paths[0], png, self.model_edit.text().strip())   # drawn in a child, as the CLI's
+        if line is None:
+            paths.append(png)
+        self.status.setText("wrote " + ", ".join(str(p) for p in paths) + (f"; {line}" if line else ""))
+        return paths
 
     def start(self, space=None) -> None:
         """Start a search (`space` replaces the form's search space: tests use a tiny one)."""
@@ -202,7 +259,8 @@ class PlanView(QtWidgets.QWidget):
         self.status.setText(f"{len(result.outcomes)} simulated of {result.num_enumerated} candidates "
                             f"({sum(result.pruned.values())} pruned, {result.num_screened_out} screened out) in "
                             f"{result.wall_s:.1f} s; {meets} meet the SLOs" + (" (stopped)" if result.stopped else ""))
-        shown = [("cheapest", o) for o in result.best] + [("front", result.outcomes[i]) for i in result.front]
+        self.export_button.setEnabled(True)
+        shown = [("cheapest", o) for o in result.best[:self.top_spin.value()]] + [("front", result.outcomes[i]) for i in result.front]
         self.table.setRowCount(len(shown))
         for r, (kind, o) in enumerate(shown):
             c = o.candidate
