@@ -15,7 +15,8 @@ accepted.
 
 In a test: `with FakeOpenAI(Behaviour(...)) as server: ... server.log ...` (its loop runs on a
 thread). For a benchmark, as its own process: `python tests/fakes/fake_openai.py --port P --tokens 64
---gap-ms 1`; `GET /fake/log` returns the log as JSON and `POST /fake/reset` clears it.
+--gap-ms 1`; `GET /fake/log` returns the log as JSON, `GET /fake/count` how many completions it read
+and finished, and `POST /fake/reset` clears them.
 """
 from __future__ import annotations
 
@@ -82,6 +83,7 @@ class FakeOpenAI:
         self.num_connections = 0
         self._streams: list[_Stream] = []
         self._count = 0
+        self._read = 0                 # completions read since the last reset
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -141,6 +143,7 @@ class FakeOpenAI:
         return {"num_connections": self.num_connections, "requests": [asdict(r) for r in self.log]}
 
     def reset(self) -> None:
+        self._read = 0
         self.log.clear()
         self.bodies.clear()
         self.num_connections = 0
@@ -159,6 +162,8 @@ class FakeOpenAI:
                 read_s = time.perf_counter()
                 if method == "GET" and path == "/fake/log":
                     self._reply(writer, 200, json.dumps(self.log_json()).encode())
+                elif method == "GET" and path == "/fake/count":   # cheap enough to poll during a run
+                    self._reply(writer, 200, json.dumps({"read": self._read, "done": len(self.log)}).encode())
                 elif method == "POST" and path == "/fake/reset":
                     self.reset()
                     self._reply(writer, 200, b"{}")
@@ -181,6 +186,7 @@ class FakeOpenAI:
     async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool) -> None:
         self.bodies.append(body)
         self._count += 1
+        self._read += 1
         b = self.behaviour
         prompt = body.get("prompt") if not chat else body.get("messages", [{}])[-1].get("content", "")
         if b.refuse_token_ids and isinstance(prompt, list):
@@ -251,6 +257,12 @@ class FakeOpenAI:
 
 
 def main() -> None:
+    try:   # one connection a stream: thousands of streams need more descriptors than a shell's soft limit
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
     parser = argparse.ArgumentParser(description="a fake OpenAI-compatible streaming server on loopback")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--tokens", type=int)

@@ -228,9 +228,21 @@ async def _main(out) -> None:
     await Worker(first, out).run(reader)
 
 
+def _raise_file_limit() -> None:
+    """One connection a stream: a thousand streams need more descriptors than many shells' soft limit of 1,024."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):   # no such limit here (Windows), or not allowed: keep the soft one
+        pass
+
+
 def main() -> None:
     """The child's entry point (backend.launcher): the protocol on stdin and stdout."""
     child_started()
+    _raise_file_limit()
     # the protocol gets its own copy of stdout; anything a library prints goes to stderr instead
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
