@@ -101,7 +101,14 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--profile", type=int, metavar="N", help="also print cProfile's top N functions (own time)")
     args = parser.parse_args()
+    if args.profile:
+        import cProfile
+        import io
+        import pstats
+        profiler = cProfile.Profile()
+        profiler.enable()
     work = (_ours if args.client == "ours" else _httpx)(args.url, args.streams, args.requests, args.output_len)
     if args.client == "ours":   # the workers' loop: uvloop where installed
         try:
@@ -111,6 +118,11 @@ def main() -> None:
             result = asyncio.run(work)
     else:
         result = asyncio.run(work)
+    if args.profile:
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.profile)
+        result["profile"] = text.getvalue()
     print(json.dumps(result))
 
 

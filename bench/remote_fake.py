@@ -65,7 +65,10 @@ def truth(log: dict) -> dict:
     reqs = log["requests"]
     gaps = [(b - a) * 1000 for r in reqs for a, b in zip(r["writes_s"], r["writes_s"][1:])]
     ttft = [(r["writes_s"][0] - r["read_s"]) * 1000 for r in reqs if r["writes_s"]]
+    means = [(r["writes_s"][-1] - r["writes_s"][0]) * 1000 / (len(r["writes_s"]) - 1) for r in reqs
+             if len(r["writes_s"]) > 1]
     return {"gap_p50": p(gaps, 50), "gap_p99": p(gaps, 99), "srv_ttft_p50": p(ttft, 50),
+            "mean_gap_p50": p(means, 50), "mean_gap_p99": p(means, 99),
             "srv_requests": len(reqs), "srv_tokens": sum(r["num_tokens"] for r in reqs),
             "srv_conns": log["num_connections"] - 1}   # less the log's own GET
 

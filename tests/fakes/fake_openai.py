@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 WORD = " tok"
+# the fields an OpenAI completions chunk carries; some clients (AIPerf) read `object` to know the kind
+HEAD = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": "fake"}
 
 
 @dataclass(slots=True)
@@ -214,7 +216,7 @@ class FakeOpenAI:
     async def _engine(self) -> None:
         """One step every gap_ms: the next token to every stream in flight; idle when none is."""
         gap = self.behaviour.gap_ms / 1000.0
-        token = _event({"choices": [{"index": 0, "text": WORD, "finish_reason": None}]})
+        token = _event({**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": None}]})
         next_s = time.perf_counter()
         while True:
             if not self._streams:
@@ -249,9 +251,9 @@ class FakeOpenAI:
             await asyncio.sleep(max(0.0, delay))
 
     def _last_bytes(self, s: _Stream) -> bytes:
-        out = _event({"choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]})
+        out = _event({**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]})
         if s.include_usage:
-            out += _event({"choices": [], "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent,
+            out += _event({**HEAD, "choices": [], "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent,
                                                     "total_tokens": s.prompt_tokens + s.sent}})
         return out + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 

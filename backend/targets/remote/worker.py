@@ -15,7 +15,8 @@ library prints goes to stderr):
     worker -> coordinator   {"op": "ready"}
                             {"op": "rec", "s": [[id, sent ms], ...], "r": [request, ...],
                              "t": [[id, index, ms], ...], "x": {id: text}}
-                            {"op": "stats", "lag": [ms, ...], "cpu_s", "wall_s", "connections", "rejected"}
+                            {"op": "stats", "lag": [ms, ...], "cpu_s", "wall_s", "connections", "rejected",
+                             "tokens", "clumped"}
                             {"op": "done"}
 
 time.perf_counter is the system's monotonic clock, shared by every process, so the worker's
@@ -57,6 +58,8 @@ class Worker:
         self.inflight: dict[int, asyncio.Task] = {}
         self.idle = asyncio.Event()
         self.lag: list[float] = []
+        self.num_tokens = 0
+        self.num_clumped = 0                # tokens that came in the same read as their stream's previous one
         self._requests: list[list] = []
         self._tokens: list[list] = []
         self._text: dict[int, str] = {}
@@ -97,7 +100,8 @@ class Worker:
                 await asyncio.gather(*background, return_exceptions=True)
             self._flush()
             self._send({"op": "stats", "lag": self.lag, "cpu_s": _cpu_s() - cpu0, "wall_s": time.perf_counter() - wall0,
-                        "connections": self.streamer.num_connections,
+                        "connections": self.streamer.num_connections, "tokens": self.num_tokens,
+                        "clumped": self.num_clumped,
                         "rejected": sorted(self.streamer.compat.rejected)})
             self._send({"op": "done"})
             commands.cancel()
@@ -180,6 +184,9 @@ class Worker:
         self.idle.set()
 
     def _on_token(self, state: StreamState, text: str, now: float) -> None:
+        self.num_tokens += 1
+        if state.token_times and state.token_times[-1] == now:
+            self.num_clumped += 1   # read together with the stream's previous token: its gap reads as 0
         indices = state.token_indices
         index = indices[-1] + 1 if indices else 0
         if state.completion_tokens:   # a chunk that carries several tokens, counted by the server
