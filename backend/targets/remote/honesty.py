@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 LOOP_LAG_P99_MS = 1.0       # the event loop wakes later than this (p99): token times are this late...
-CLUMPED_SHARE = 0.01        # ...and matters once more than this share of tokens came in one read with the one before
+# ...and matters once more than this share of tokens came in one read with the one before (measured against the
+# fake server's truth: ITL p50 held within 0.2 ms at 7% and 19% clumped, and moved 0.3 ms at 33%; a server that
+# writes two steps back to back makes a few clumps of its own)
+CLUMPED_SHARE = 0.25
 DISPATCH_LATE_P99_MS = 5.0  # requests go out later than planned by more than this (p99)
 CPU_SHARE = 0.9             # a worker (one event loop, one core) busier than this
 

@@ -27,6 +27,7 @@ out against its planned arrival, and its own CPU time.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import os
 import sys
@@ -65,7 +66,9 @@ class Worker:
         self._text: dict[int, str] = {}
         self._flush_soon = False
         self._sent: list[list] = []            # [id, ms] of requests sent since the last flush
-        self.free_at: deque[float] = deque()   # closed loop: when each idle user is free to send
+        # closed loop: when each idle user is free to send, a heap: the earliest goes first (a user whose answer
+        # came goes before one still waiting for its turn on the ramp)
+        self.free_at: list[float] = []
         self.think_ms = 0.0                    # closed loop: a user's wait after its answer
         self.reserve: deque[dict] = deque()    # closed loop: requests waiting for a free user
 
@@ -126,7 +129,8 @@ class Worker:
                 else:
                     self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
             elif op == "users":   # each user's first moment: the closed loop's ramp
-                self.free_at.extend(msg.get("starts") or [0.0] * msg["n"])
+                for start in msg.get("starts") or [0.0] * msg["n"]:
+                    heapq.heappush(self.free_at, start)
                 self.think_ms = float(msg.get("think_ms") or 0.0)
             elif op == "go":
                 self.t0 = msg["t0"]
@@ -144,7 +148,7 @@ class Worker:
         trip to the coordinator: the next request already waits here."""
         while self.free_at and self.reserve and not self.cancel_why:
             msg = self.reserve.popleft()
-            msg["at"] = self.free_at.popleft()   # the user's moment
+            msg["at"] = heapq.heappop(self.free_at)   # the user's moment
             msg["closed"] = True
             self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
 
@@ -176,7 +180,7 @@ class Worker:
                                state.completion_tokens, "".join(state.text), None if sent is None else sent - at])
         self.inflight.pop(rid, None)
         if msg.get("closed"):
-            self.free_at.append(now + self.think_ms)
+            heapq.heappush(self.free_at, now + self.think_ms)
             self._start_reserved()
         if not self._flush_soon:   # at once (once per loop pass): a closed loop's next request waits on this
             self._flush_soon = True
