@@ -120,6 +120,7 @@ class RemoteEndpoint:
     read_metrics: bool = True                     # poll the server's Prometheus /metrics
     tokenizer: str | None = None                  # the served model's tokenizer: .gguf, HF folder or hub id
     client_workers: int | None = None             # client worker processes; None: one per core
+    ray_address: str | None = None                # HOST:PORT of a Ray cluster: the workers run there as actors
 
     def validate(self) -> None:
         parts = urlsplit(self.url)

@@ -70,3 +70,9 @@ def config_dir() -> Path:
         return Path(os.environ["PHASESCOPE_CONFIG_DIR"])
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "phasescope"
+
+
+def data_home() -> Path:
+    """$XDG_DATA_HOME, else ~/.local/share: where the window keeps a run stopped at shutdown and
+    where a desktop entry and its icon are installed."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")

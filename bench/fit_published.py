@@ -21,7 +21,9 @@ The loss is the median absolute log error plus a quarter of the mean, minimized 
 space that keeps the terms physical (efficiencies in [0.2, 0.95], overheads >= 0 and bounded).
 First one set of terms shared by every figure; then, for each group of a structure (one per GPU
 profile, or one per precision: fp8 against 16-bit) with at least MIN_PER_GROUP fitted figures,
-its own efficiencies (mfu, afu, mbu) over the shared overheads. `select_structure` picks the
+its own efficiencies (mfu, afu, mbu, and in the "+efu" structures the experts' efu) over the shared
+overheads; in the "+efu-by-precision" structures the experts' efu is one per precision (efu@fp8,
+efu@16-bit), fitted with the shared terms (a profile carries the fp8 one in [simulation.fp8]). `select_structure` picks the
 structure by 5-fold cross-validation on the fitted set alone: the held-out set plays no part.
 """
 from __future__ import annotations
@@ -41,9 +43,9 @@ EFFICIENCY = ("mfu", "afu", "mbu")
 BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.1, 0.95), "mbu": (0.2, 0.95), "efu": (0.05, 0.95), "step_ms": (0.0, 20.0),
           "token_ms": (0.0, 0.05), "request_ms": (0.0, 0.5), "layer_us": (0.0, 300.0), "prefill_layer_us": (0.0, 300.0),
           "link_eff": (0.05, 1.0)}
-# not fitted: serial is structural (a GPU runs a step's products and attention as separate kernels); efu stays 0 (the
-# experts at mfu) because the fitted set holds no mixture of experts to fit it on (the rule put both Mixtral rows out)
-FIXED = {"serial": 1.0, "efu": 0.0}
+# not fitted: serial is structural (a GPU runs a step's products and attention as separate kernels). efu, the routed
+# experts' own efficiency, is fitted (shared by every GPU): the fitted set holds 16 Mixtral figures since F46-F111
+FIXED = {"serial": 1.0}
 STARTS = {"efu": 0.5}   # a term whose placeholder is 0 (not used) starts here
 MIN_PER_GROUP = 6
 HUGE = 1e30
@@ -58,6 +60,8 @@ class Trace:
     base_model: CostModel
     parts: dict[str, list[float]] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    _mask: np.ndarray | None = None
+    _base: float = 0.0
 
     def add(self, **values: float) -> None:
         for key, value in values.items():
@@ -67,19 +71,7 @@ class Trace:
         self.arrays = {k: np.asarray(v, dtype=float) for k, v in self.parts.items()}
 
     def step_seconds(self, terms: dict) -> np.ndarray:
-        a = self.arrays
-        mbu = terms["mbu"]
-        if terms.get("serial"):
-            efu = terms.get("efu") or terms["mfu"]
-            gemms = np.maximum((a["matmul"] - a["experts"]) / terms["mfu"] + a["experts"] / efu, a["gemm_memory"] / mbu)
-            seconds = gemms + np.maximum(a["attention"] / terms["afu"], a["kv_memory"] / mbu)
-        else:
-            compute = a["matmul"] / terms["mfu"] + a["attention"] / terms["afu"]
-            seconds = np.maximum(compute, a["memory"] / mbu)
-        layer_us = terms.get("layer_us", 0.0) + terms.get("prefill_layer_us", 0.0) * a["is_prefill"]
-        seconds = seconds + a["collective"] / terms.get("link_eff", 1.0) + layer_us * a["layers"] / 1e6
-        fixed = terms["step_ms"] + terms["token_ms"] * a["tokens"] + terms["request_ms"] * a["requests"]
-        return seconds + fixed / 1e3
+        return price(self.arrays, terms)
 
     def relevant(self) -> np.ndarray:
         """The steps the figure's metric is made of."""
@@ -90,10 +82,20 @@ class Trace:
             return ~prefill
         return np.ones_like(prefill, dtype=bool)
 
+    @property
+    def base_seconds(self) -> float:
+        """The relevant steps' seconds at the recorded terms (counted once: the fit asks thousands of times)."""
+        if self._mask is None:
+            self._mask = self.relevant()
+            self._base = self.step_seconds(self.base_terms)[self._mask].sum()
+        return self._base
+
     def predict(self, terms: dict) -> float:
-        mask = self.relevant()
-        base = self.step_seconds(self.base_terms)[mask].sum()
-        ratio = self.step_seconds(terms)[mask].sum() / base
+        ratio = self.step_seconds(terms)[self._mask if self._mask is not None else self.relevant()].sum()
+        return self.from_ratio(ratio / self.base_seconds)
+
+    def from_ratio(self, ratio):
+        """The metric when its steps take `ratio` times their recorded time."""
         return self.base_value / ratio if self.figure.metric.startswith("tok_s") else self.base_value * ratio
 
     @property
@@ -146,20 +148,70 @@ def record(fig, simulate) -> Trace | None:
     return t
 
 
+def price(a: dict[str, np.ndarray], terms: dict) -> np.ndarray:
+    """Each step's seconds under `terms` (the module docstring's formula; StepPricer's, checked in `record`)."""
+    mbu = terms["mbu"]
+    if terms.get("serial"):
+        efu = terms.get("efu", 0.0)   # a number, or one per step (an efu per precision: Stack.errors)
+        efu = np.where(np.asarray(efu) > 0, efu, terms["mfu"])
+        gemms = np.maximum((a["matmul"] - a["experts"]) / terms["mfu"] + a["experts"] / efu, a["gemm_memory"] / mbu)
+        seconds = gemms + np.maximum(a["attention"] / terms["afu"], a["kv_memory"] / mbu)
+    else:
+        compute = a["matmul"] / terms["mfu"] + a["attention"] / terms["afu"]
+        seconds = np.maximum(compute, a["memory"] / mbu)
+    layer_us = terms.get("layer_us", 0.0) + terms.get("prefill_layer_us", 0.0) * a["is_prefill"]
+    seconds = seconds + a["collective"] / terms.get("link_eff", 1.0) + layer_us * a["layers"] / 1e6
+    fixed = terms["step_ms"] + terms["token_ms"] * a["tokens"] + terms["request_ms"] * a["requests"]
+    return seconds + fixed / 1e3
+
+
+class Stack:
+    """Many traces' relevant steps in one set of arrays, so a loss prices them all in one numpy pass (the
+    same sums as Trace.predict, tens of times faster: the fit and its cross-validation call it thousands of times)."""
+
+    def __init__(self, traces: list[Trace]):
+        masks = [t.relevant() for t in traces]
+        if not all(m.any() for m in masks):
+            raise ValueError("a figure with no relevant step")
+        self.arrays = {k: np.concatenate([t.arrays[k][m] for t, m in zip(traces, masks)]) for k in traces[0].arrays}
+        self.starts = np.cumsum([0] + [int(m.sum()) for m in masks[:-1]])
+        self.base = np.array([t.base_seconds for t in traces])
+        self.base_value = np.array([t.base_value for t in traces])
+        self.value = np.array([t.figure.value for t in traces])
+        self.rate = np.array([t.figure.metric.startswith("tok_s") for t in traces])
+        self.efu_names = [f"efu@{_by_precision(t.figure)}" for t, m in zip(traces, masks) for _ in range(int(m.sum()))]
+        self.efu_keys = sorted(set(self.efu_names))
+        self.efu_index = np.array([self.efu_keys.index(n) for n in self.efu_names])
+
+    def errors(self, terms: dict) -> np.ndarray:
+        """|log(predicted / measured)| of each trace."""
+        if any(k.startswith("efu@") for k in terms):   # an efu per precision: each step gets its precision's
+            terms = {**terms, "efu": np.array([terms.get(k, terms["efu"]) for k in self.efu_keys])[self.efu_index]}
+        ratio = np.add.reduceat(price(self.arrays, terms), self.starts) / self.base
+        predicted = np.where(self.rate, self.base_value / ratio, self.base_value * ratio)
+        return np.abs(np.log(predicted / self.value))
+
+
+_STACKS: dict[tuple[int, ...], Stack] = {}
+
+
 def loss(traces: list[Trace], terms: dict) -> float:
-    errors = [abs(math.log(t.predict(terms) / t.figure.value)) for t in traces]
-    return statistics.median(errors) + 0.25 * statistics.fmean(errors)
+    key = tuple(id(t) for t in traces)
+    if key not in _STACKS:
+        _STACKS[key] = Stack(traces)
+    errors = _STACKS[key].errors(terms)
+    return float(np.median(errors) + 0.25 * errors.mean())
 
 
 def to_unit(name: str, value: float) -> float:
     """A term as an unbounded coordinate (logit of its place in its bounds)."""
-    low, high = BOUNDS[name]
+    low, high = BOUNDS[name.split("@")[0]]
     x = min(max((value - low) / (high - low), 1e-6), 1 - 1e-6)
     return math.log(x / (1 - x))
 
 
 def from_unit(name: str, y: float) -> float:
-    low, high = BOUNDS[name]
+    low, high = BOUNDS[name.split("@")[0]]
     return low + (high - low) / (1 + math.exp(-max(min(y, 50.0), -50.0)))
 
 
@@ -208,11 +260,44 @@ def fit_over(traces: list[Trace], start: dict, names: tuple[str, ...]) -> dict:
     return best
 
 
+def _by_gpu(fig) -> str:
+    return fig.profile
+
+
+def _by_precision(fig) -> str:
+    return "fp8" if fig.precision == "fp8" else "16-bit"
+
+
 STRUCTURES = {   # which figures share their efficiencies (the overheads are shared by all in every structure)
     "shared": lambda fig: "*",
-    "gpu": lambda fig: fig.profile,
-    "precision": lambda fig: "fp8" if fig.precision == "fp8" else "16-bit",
+    "gpu": _by_gpu,
+    "precision": _by_precision,
+    # the same groups with the experts' efficiency their own too (one MoE kernel's rate per GPU, or per precision:
+    # an engine may run FP8 experts through another kernel than 16-bit ones)
+    "gpu+efu": _by_gpu,
+    "precision+efu": _by_precision,
+    # the experts' efficiency one per precision (fp8, 16-bit), fitted jointly with the shared terms; the
+    # efficiencies shared, or per GPU
+    "shared+efu-by-precision": lambda fig: "*",
+    "gpu+efu-by-precision": _by_gpu,
 }
+
+
+def group_terms(structure: str) -> tuple[str, ...]:
+    """The terms each group of `structure` fits for itself (the rest are the shared fit's)."""
+    return EFFICIENCY + ("efu",) if structure.endswith("+efu") else EFFICIENCY
+
+
+def efu_by_precision(structure: str) -> bool:
+    return structure.endswith("+efu-by-precision")
+
+
+def efu_of(terms: dict, fig) -> dict:
+    """`terms` as a CostModel takes them: an efu per precision resolved to the figure's."""
+    own = terms.get(f"efu@{_by_precision(fig)}", terms.get("efu", 0.0))
+    return {**{k: v for k, v in terms.items() if not k.startswith("efu@")}, "efu": own}
+
+
 FOLDS = 5
 
 
@@ -226,7 +311,7 @@ class Fit:
     counts: dict = field(default_factory=dict)      # group key -> fitted figures behind it
 
     def terms_for(self, fig) -> dict:
-        return self.groups.get(STRUCTURES[self.structure](fig), self.shared)
+        return efu_of(self.groups.get(STRUCTURES[self.structure](fig), self.shared), fig)
 
     def model_for(self, fig) -> CostModel:
         key = STRUCTURES[self.structure](fig)
@@ -244,14 +329,21 @@ def fit_traces(traces: list[Trace], structure: str) -> Fit:
     start = {n: min(max(getattr(CostModel(), n) or STARTS.get(n, 0.0), BOUNDS[n][0] + 1e-3), BOUNDS[n][1])
              for n in names}
     start.update(FIXED)
+    if efu_by_precision(structure):   # one efu per precision that has an expert in the traces, fitted with the rest
+        keys = sorted({_by_precision(t.figure) for t in traces if t.arrays["experts"].any()})
+        names = tuple(n for n in names if n != "efu") + tuple(f"efu@{k}" for k in keys)
+        start.update({f"efu@{k}": STARTS["efu"] for k in keys})
     fit = Fit(structure, fit_over(traces, start, names), counts={"*": len(traces)})
-    if structure == "shared":
+    if structure in ("shared", "shared+efu-by-precision"):
         return fit
     key_of = STRUCTURES[structure]
     for key in sorted({key_of(t.figure) for t in traces}):
         own = [t for t in traces if key_of(t.figure) == key]
         if len(own) >= MIN_PER_GROUP:
-            fit.groups[key] = fit_over(own, fit.shared, EFFICIENCY)
+            terms = fit_over(own, fit.shared, group_terms(structure))
+            if not any(t.arrays["experts"].any() for t in own):   # no expert ran in the group: efu is the shared one
+                terms["efu"] = fit.shared["efu"]
+            fit.groups[key] = terms
             fit.counts[key] = len(own)
     return fit
 

@@ -3,7 +3,8 @@
 Every figure is copied as printed in its source (no rounding, no reading off a plot) with the setup
 the source states; what the source does not state is said in the figure's `note`, never guessed
 into a field silently. The list was written, and the held-out rule below fixed, before any of them
-was simulated.
+was simulated; F46-F111 (the rest of the TensorRT-LLM 0.9.0 page's rows, Mixtral's among them) and F112-F113
+(the vLLM CI's Mixtral latency test) were appended later, under the same rule, before any of them was simulated.
 
 Held-out rule (fixed up front, never tuned): figures are numbered F01, F02, ... in the order they
 were transcribed (source by source, table row by table row); every third one (F03, F06, F09, ...)
@@ -108,6 +109,12 @@ def _trt(num: int, gpu: str, model: str, tp: int, batch: int, isl: int, osl: int
         note += "; 'LLaMA 7B' is Llama-2-7b (the page's build section: Llama2-7b, 32 layers, 32 heads, 11008)"
     if model == "llama-2-70b":
         note += "; 'LLaMA 70B' is Llama-2-70b (80 layers, 64 heads, 8 KV heads, 28672)"
+    if model == "mixtral-8x7b":
+        note += ("; 'Mixtral 8x7B' taken as Mixtral-8x7B-v0.1 (the page gives no build for it); no expert "
+                 "parallelism stated: the experts split by TP as TensorRT-LLM 0.9 does by default")
+    if model == "mistral-7b":
+        note += ("; 'Mistral 7B' taken as Mistral-7B-v0.1 (the page gives no build for it); its 4096-token "
+                 "window never caps a context of these lengths")
     unit = "ms" if metric == "ttft_ms" else "output tok/s/GPU"
     return Figure(f"F{num:02d}", TRT_09, gpu, tp, model, "float16" if fp16 else "fp8", "auto" if fp16 else "fp8",
                   tp, 1, "batch", isl, osl, batch, 0, batch, metric, value, unit, quote, note)
@@ -129,14 +136,18 @@ def _ttft(num, gpu, model, tp, isl, value):
 
 
 def _vllm(num, gpu, n, model, tp, value, build, label):
-    note = (f"the tests file names {label} (the page's description says llama-3.1 8B / llama-3 70B); the same "
-            f"shape either way. GPU column reads "
-            + ("'8xH100' (an 8-GPU H100 node; SXM assumed)" if gpu == "h100-sxm" else
-               "'H200'" if gpu == "h200-sxm" else "'A100-SXM4-80GB'"))
+    if model == "mixtral-8x7b":
+        test = "mixtral8x7B_tp2"
+        note = (f"the page's description says 'mixtral 8x7B' (the dashboard: 'Mixtral 8x7B on 2xA100'); {label} "
+                f"assumed, the base model's shape either way; no expert parallelism (vLLM's default then). ")
+    else:
+        test = "llama8B_tp1" if tp == 1 else "llama70B_tp4"
+        note = (f"the tests file names {label} (the page's description says llama-3.1 8B / llama-3 70B); the same "
+                f"shape either way. ")
+    note += "GPU column reads " + ("'8xH100' (an 8-GPU H100 node; SXM assumed)" if gpu == "h100-sxm" else
+                                   "'H200'" if gpu == "h200-sxm" else "'A100-SXM4-80GB'")
     return Figure(f"F{num:02d}", VLLM_CI, gpu, n, model, "bfloat16", "auto", tp, 1, "batch", 32, 128, 8, 0, 8,
-                  "e2e_ms", value, "ms",
-                  f"build {build}, Latency tests: latency_{'llama8B_tp1' if tp == 1 else 'llama70B_tp4'}: "
-                  f"Mean latency {value} ms", note)
+                  "e2e_ms", value, "ms", f"build {build}, Latency tests: latency_{test}: Mean latency {value} ms", note)
 
 
 def _nim(num, isl, osl, conc, metric, value, requests):
@@ -209,6 +220,89 @@ FIGURES: list[Figure] = [
     _oci(43, 1, 3.530),
     _oci(44, 32, 5.130),
     _oci(45, 256, 17.750),
+    # Appended 2026-12-02 (a second pass over the same TensorRT-LLM 0.9.0 page, whose other rows the first pass
+    # had not transcribed), written down in full, and the held-out rule below applied to them unchanged, before any
+    # of them was simulated. Order: the page's order (Peak Throughput H200, H100, L40S, A100; then Low Latency
+    # H200, H100, L40S, A100; each table top to bottom), skipping the rows already above and the models without a
+    # shipped shape (GPT-J 6B, Falcon 180B).
+    # Peak Throughput, H200 GPUs (FP8)
+    _thr(46, "h200-sxm", "mistral-7b", 1, 896, 128, 128, 20460),
+    _thr(47, "h200-sxm", "mistral-7b", 1, 120, 128, 2048, 8950),
+    _thr(48, "h200-sxm", "mistral-7b", 1, 64, 2048, 128, 2423),
+    _thr(49, "h200-sxm", "mistral-7b", 1, 56, 2048, 2048, 3867),
+    _thr(50, "h200-sxm", "mixtral-8x7b", 2, 1024, 128, 128, 5444),
+    _thr(51, "h200-sxm", "mixtral-8x7b", 2, 256, 128, 2048, 4973),
+    _thr(52, "h200-sxm", "mixtral-8x7b", 2, 64, 2048, 128, 605),
+    _thr(53, "h200-sxm", "mixtral-8x7b", 2, 64, 2048, 2048, 1821),
+    _thr(54, "h200-sxm", "llama-2-7b", 1, 64, 2048, 128, 2391),
+    _thr(55, "h200-sxm", "llama-2-7b", 1, 56, 2048, 2048, 3522),
+    _thr(56, "h200-sxm", "llama-2-70b", 2, 512, 128, 2048, 3963),
+    _thr(57, "h200-sxm", "llama-2-70b", 1, 64, 2048, 2048, 1458),
+    # Peak Throughput, H100 GPUs (FP8)
+    _thr(58, "h100-sxm", "mistral-7b", 1, 896, 128, 128, 20404),
+    _thr(59, "h100-sxm", "mistral-7b", 1, 120, 128, 2048, 8623),
+    _thr(60, "h100-sxm", "mistral-7b", 1, 84, 2048, 128, 2405),
+    _thr(61, "h100-sxm", "mistral-7b", 1, 56, 2048, 2048, 3731),
+    _thr(62, "h100-sxm", "mixtral-8x7b", 2, 128, 128, 2048, 3408),
+    _thr(63, "h100-sxm", "mixtral-8x7b", 2, 64, 2048, 128, 588),
+    _thr(64, "h100-sxm", "mixtral-8x7b", 2, 32, 2048, 2048, 1317),
+    # Peak Throughput, L40S GPUs (FP8)
+    _thr(65, "l40s", "mistral-7b", 1, 896, 128, 128, 9562),
+    _thr(66, "l40s", "mistral-7b", 1, 120, 128, 2048, 4387),
+    _thr(67, "l40s", "mistral-7b", 1, 84, 2048, 128, 971),
+    _thr(68, "l40s", "mistral-7b", 1, 56, 2048, 2048, 1721),
+    _thr(69, "l40s", "mixtral-8x7b", 4, 256, 128, 128, 1266),
+    _thr(70, "l40s", "mixtral-8x7b", 4, 256, 128, 2048, 1490),
+    _thr(71, "l40s", "mixtral-8x7b", 4, 64, 2048, 128, 155),
+    _thr(72, "l40s", "mixtral-8x7b", 4, 32, 2048, 2048, 412),
+    _thr(73, "l40s", "llama-2-7b", 1, 32, 2048, 128, 574),
+    _thr(74, "l40s", "llama-2-7b", 1, 16, 2048, 2048, 537),
+    _thr(75, "l40s", "llama-2-70b", 2, 256, 128, 128, 562),
+    _thr(76, "l40s", "llama-2-70b", 4, 256, 128, 2048, 478),
+    _thr(77, "l40s", "llama-2-70b", 2, 16, 2048, 128, 49),
+    _thr(78, "l40s", "llama-2-70b", 4, 64, 2048, 2048, 185),
+    # Peak Throughput, A100 GPUs (FP16)
+    _thr(79, "a100-80gb-sxm", "mistral-7b", 1, 896, 128, 128, 6251),
+    _thr(80, "a100-80gb-sxm", "mistral-7b", 1, 120, 128, 2048, 3776),
+    _thr(81, "a100-80gb-sxm", "mistral-7b", 1, 64, 2048, 128, 698),
+    _thr(82, "a100-80gb-sxm", "mistral-7b", 1, 56, 2048, 2048, 1576),
+    _thr(83, "a100-80gb-sxm", "mixtral-8x7b", 2, 512, 128, 128, 2842),
+    _thr(84, "a100-80gb-sxm", "mixtral-8x7b", 2, 128, 128, 2048, 1724),
+    _thr(85, "a100-80gb-sxm", "mixtral-8x7b", 2, 64, 2048, 128, 319),
+    _thr(86, "a100-80gb-sxm", "mixtral-8x7b", 2, 32, 2048, 2048, 801),
+    _thr(87, "a100-80gb-sxm", "llama-2-7b", 1, 32, 2048, 128, 533),
+    _thr(88, "a100-80gb-sxm", "llama-2-7b", 1, 16, 2048, 2048, 603),
+    _thr(89, "a100-80gb-sxm", "llama-2-70b", 8, 512, 128, 2048, 684),
+    _thr(90, "a100-80gb-sxm", "llama-2-70b", 4, 96, 2048, 128, 80),
+    _thr(91, "a100-80gb-sxm", "llama-2-70b", 4, 64, 2048, 2048, 289),
+    # Low Latency, H200 GPUs (FP8)
+    _ttft(92, "h200-sxm", "mistral-7b", 1, 128, 5.9),
+    _ttft(93, "h200-sxm", "mistral-7b", 1, 2048, 31.7),
+    _ttft(94, "h200-sxm", "mixtral-8x7b", 2, 128, 12.1),
+    _ttft(95, "h200-sxm", "mixtral-8x7b", 2, 2048, 87.7),
+    _ttft(96, "h200-sxm", "llama-2-7b", 1, 128, 5.7),
+    _ttft(97, "h200-sxm", "llama-2-70b", 4, 128, 17.8),
+    # Low Latency, H100 GPUs (FP8)
+    _ttft(98, "h100-sxm", "mistral-7b", 1, 128, 6.5),
+    _ttft(99, "h100-sxm", "mistral-7b", 1, 2048, 32.4),
+    _ttft(100, "h100-sxm", "mixtral-8x7b", 2, 128, 13.4),
+    # Low Latency, L40S GPUs (FP8)
+    _ttft(101, "l40s", "mistral-7b", 1, 128, 15.4),
+    _ttft(102, "l40s", "mistral-7b", 1, 2048, 87.3),
+    _ttft(103, "l40s", "mixtral-8x7b", 4, 128, 19.5),
+    _ttft(104, "l40s", "mixtral-8x7b", 4, 2048, 165.6),
+    _ttft(105, "l40s", "llama-2-7b", 1, 128, 14.1),
+    _ttft(106, "l40s", "llama-2-70b", 8, 128, 70.4),
+    _ttft(107, "l40s", "llama-2-70b", 4, 2048, 673.3),
+    # Low Latency, A100 GPUs (FP16)
+    _ttft(108, "a100-80gb-sxm", "mistral-7b", 1, 128, 16.3),
+    _ttft(109, "a100-80gb-sxm", "mistral-7b", 1, 2048, 139.6),
+    _ttft(110, "a100-80gb-sxm", "mixtral-8x7b", 2, 128, 23.8),
+    _ttft(111, "a100-80gb-sxm", "mixtral-8x7b", 2, 2048, 160.9),
+    # Appended 2026-12-02 under the same rule, before simulating them: the vLLM nightly CI's Mixtral latency test on
+    # the two builds above whose stored pages print it (H200, then A100; build 9555's H100 row was not found)
+    _vllm(112, "h200-sxm", 2, "mixtral-8x7b", 2, 1921.1, 9513, "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+    _vllm(113, "a100-80gb-sxm", 2, "mixtral-8x7b", 2, 3643.84, 9523, "mistralai/Mixtral-8x7B-Instruct-v0.1"),
 ]
 
 

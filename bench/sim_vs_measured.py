@@ -29,7 +29,7 @@ from backend.roofline.fit import fit_cost_model, step_errors  # noqa: E402
 from backend.roofline.profiles import load_profile, local_profile_path  # noqa: E402
 from backend.roofline.step_time import CostModel  # noqa: E402
 from backend.session import execute  # noqa: E402
-from backend.cli.fit import poisson, standard_runs  # noqa: E402
+from backend.fitting import poisson, standard_runs  # noqa: E402
 
 BEGIN, END = "<!-- sim_vs_measured:begin -->", "<!-- sim_vs_measured:end -->"
 MODEL = ModelChoice("smollm2-135m", "cpu", "float32")
@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
     parser.add_argument("--out", help="keep the run folders here (default: a temporary folder)")
     args = parser.parse_args()
-    from backend.cli.fit import read_measured
+    from backend.fitting import read_measured
     from bench.engine_vs_hf import machine, write_readme
 
     def log(message: str) -> None:

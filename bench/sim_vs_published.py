@@ -122,13 +122,25 @@ def table(results: list[Result], markdown: bool = False) -> str:
     return "\n".join("  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in (head, *rows))
 
 
+def is_moe(fig: Figure) -> bool:
+    from backend.roofline.model_configs import sim_shape
+    return getattr(sim_shape(fig.model), "num_experts", 0) > 0
+
+
 def summary_lines(results: list[Result], label: str) -> list[str]:
+    """Median and worst error of each set, over all its figures and then its dense and its MoE ones apart."""
     lines = []
     for name, chosen in (("held-out", [r for r in results if is_held_out(r.figure)]),
                          ("fitted", [r for r in results if not is_held_out(r.figure)])):
         median, worst, n = stats(chosen)
         lines.append(f"{label}: {name} set: median |error| {median:.1f}%, worst {worst:.1f}% over {n} figures"
                      + (f" ({len(chosen) - n} not expressible)" if len(chosen) > n else ""))
+        for kind, part in (("dense", [r for r in chosen if not is_moe(r.figure)]),
+                           ("MoE", [r for r in chosen if is_moe(r.figure)])):
+            median, worst, n = stats(part)
+            if n:
+                lines.append(f"{label}:   {name}, {kind} only: median |error| {median:.1f}%, worst {worst:.1f}% "
+                             f"over {n} figures")
     return lines
 
 
@@ -140,9 +152,12 @@ def run_all(model_for=None) -> list[Result]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the cost-model terms on the fitted set, then rerun")
-    # "gpu" is what `--structure select` chose on 2026-12-02 with the serial cost model (5-fold cross-validation on the
-    # fitted set: shared 11.6%, gpu 10.6%, precision 10.8% median out-of-fold error); select reruns that choice
-    parser.add_argument("--structure", default="gpu", choices=("select", "shared", "gpu", "precision"),
+    # "shared" is what `--structure select` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on
+    # the fitted set, median out-of-fold error: shared 15.5%, gpu 18.8%, precision 17.1%, gpu+efu 18.7%, precision+efu
+    # 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%); select reruns that choice
+    parser.add_argument("--structure", default="shared",
+                        choices=("select", "shared", "gpu", "precision", "gpu+efu", "precision+efu",
+                                 "shared+efu-by-precision", "gpu+efu-by-precision"),
                         help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
     args = parser.parse_args()

@@ -22,10 +22,21 @@ def render_plots(plots, folder):
     return render(plots, folder)
 
 
+def desktop_entry(install: bool) -> int:
+    """--install-desktop-entry / --uninstall-desktop-entry (gui/desktop_entry.py; no Qt)."""
+    from gui.desktop_entry import run
+    return run(install)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the window (no sub-command) or a sub-command; the exit status."""
     from backend.cli.main import main as cli_main
-    return cli_main(sys.argv[1:] if argv is None else argv, open_window=open_window, render_plots=render_plots)
+    return cli_main(sys.argv[1:] if argv is None else argv, open_window=open_window, render_plots=render_plots,
+                    desktop_entry=desktop_entry)
+
+
+if __name__ == "__main__":   # `python -m gui.app`, as a desktop entry without the phasescope script starts it
+    sys.exit(main())
 
 
 if __name__ == "__main__":

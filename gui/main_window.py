@@ -18,16 +18,26 @@ from backend.roofline.profiles import LOCAL_KEY
 from backend.config import config_dict
 
 from gui.actions.compare import CompareActions
+from gui.actions.compare_cache import CompareCacheActions
+from gui.actions.help import HelpActions
+from gui.actions.recent import RecentActions
 from gui.panels.controls import ControlsPanel
 from gui.views.distributions import DistributionsView
 from gui.actions.files import FileActions
 from gui.views.lanes import LanesView
+from gui.views.server_metrics import ServerMetricsView
+from gui.views.load_sweep import LoadSweepView
 from gui.views.metrics import MetricsPanel, repeats_text
 from gui.views.precision import PrecisionView
 from gui.actions.references import ReferenceActions
+from gui.actions.tools import ToolActions
 from gui.views.requests_table import RequestsTable
 from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
+from gui.panels.status_bar import MessageBar
+from gui.desktop_entry import icon_path
+from gui.settings import restore_window
+from gui.shutdown import ShutdownActions
 from gui.views.text import GeneratedText
 from gui.views.throughput import ThroughputView
 from gui.views.timeline import TimelineView
@@ -42,6 +52,8 @@ AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); the throughput plot below has the numbers"
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
+LOAD_SWEEP_TITLE = "Load sweep: a load run at each point"
+LOAD_SWEEP_MESSAGE = "A load sweep runs the workload once per point; its points are on the Load sweep tab below"
 # what a new repeat keeps of the store: the settings, the model, and an earlier sweep shown beside this run
 REPEAT_KEEPS = ("config", "model", "info", "remote", "sweep_points", "sweep_context", "precision_points",
                 "precision_summary")
@@ -50,17 +62,25 @@ REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
 TITLE = "phasescope — prefill and decode, step by step"
 
 
-class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainWindow):
+class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActions, RecentActions, HelpActions,
+                 ShutdownActions, ToolActions, QtWidgets.QMainWindow):
     startRun = QtCore.Signal(object)
     startCalibration = QtCore.Signal(str)
+    startFit = QtCore.Signal(str, str, object)   # runs folder, device, threads (gui/actions/tools.py)
+    warmEngine = QtCore.Signal(object)           # the settings the engine process starts for, ahead of Run
+    fitFinished = QtCore.Signal(object)          # a FitReport, once the window has shown it
     # emitted in the window's thread once it has taken in the outcome (tests and automation wait on these)
     runFinished = QtCore.Signal(object)
     runFailed = QtCore.Signal(str)
     comparisonFinished = QtCore.Signal(object)   # a Compare policies series ended (compare_actions.Series)
 
-    def __init__(self, worker=None, parent=None):
+    def __init__(self, worker=None, parent=None, remember: bool = False):
+        """`remember`: restore the last session's layout and settings and save them at the end (the
+        app's window; one made by code, a test's or a benchmark's, starts from the defaults)."""
         super().__init__(parent)
+        self.remember = remember
         self.setWindowTitle(TITLE)
+        self.setWindowIcon(QtGui.QIcon(str(icon_path())))
         self.store = RunStore()
         self.running = False
         self.last_error = ""
@@ -72,11 +92,15 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self._build_views()
         self._build_docks()
         self._build_actions()
+        self.setStatusBar(MessageBar())   # messages never clipped by the labels beside them
         self.status = RunStatus(self.statusBar())
         self.worker_thread = WorkerThread(worker)
         self.worker = self.worker_thread.worker
         self.startRun.connect(self.worker.run)
         self.startCalibration.connect(self.worker.calibrate)
+        self.startFit.connect(self.worker.fit)
+        self.warmEngine.connect(self.worker.warm)
+        self.worker.fitted.connect(self._on_fitted)
         self.worker.event.connect(self._on_event)
         self.worker.records.connect(self._on_records)
         self.worker.finished.connect(self._on_finished)
@@ -96,7 +120,10 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.cpu_timer.timeout.connect(self._sample_cpu)
         self.cpu_timer.start()
         self._choices_changed()
+        self._build_tools()
         self.resize(1400, 900)
+        if remember:
+            restore_window(self)   # the last session's layout and settings (gui/settings.py)
         if self.controls.profile_problem:
             self.show_error(self.controls.profile_problem)
 
@@ -117,8 +144,14 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.worker_strip.getPlotItem().getViewBox().sigRangeChangedManually.connect(
             lambda *_: self.timeline.set_follow(False))
         self.worker_strip.hide()
+        # a remote run's server load under the lanes, on their time axis (shown when the server has /metrics)
+        self.server_view = ServerMetricsView(self.store)
+        self.server_view.setXLink(self.timeline)
+        self.server_view.getPlotItem().getAxis("left").setWidth(AXIS_WIDTH)
+        self.server_view.hide()
         self.throughput = ThroughputView(self.store)
         self.precision = PrecisionView(self.store)
+        self.load_sweep = LoadSweepView(self.store)   # rate, concurrency and prefill:decode split sweeps
         self.table = RequestsTable(self.store)
         self.text = GeneratedText(self.store)
         self.metrics = MetricsPanel(self.store)
@@ -127,7 +160,8 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.precision.set_references(self.references)
         self.metrics.set_references(self.references)
         self.current_plot: pg.PlotWidget = self.timeline
-        for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.distributions.plot):
+        for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep,
+                     self.distributions.plot):
             plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
         self.lanes.requestClicked.connect(self.select_request)
         self.table.requestSelected.connect(self.select_request)
@@ -145,7 +179,11 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         splitter.addWidget(self.timeline)
         splitter.addWidget(self.worker_strip)
-        splitter.addWidget(self.lanes)
+        lanes_box = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)   # one slot of the splitter: the lanes
+        lanes_box.addWidget(self.lanes)                                   # and the server's load under them
+        lanes_box.addWidget(self.server_view)
+        lanes_box.setSizes([240, 110])
+        splitter.addWidget(lanes_box)
         splitter.setSizes([220, 0, 330])
         self.central_splitter = splitter   # a reference's strip and lanes go under these (align_reference)
         central = QtWidgets.QWidget()
@@ -171,7 +209,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
         self.metrics_dock = self._dock("Live metrics", self.metrics, "metricsDock")
         self.text_dock = self._dock("Generated text", self.text, "textDock")
-        throughput, precision = (_with_note(view) for view in (self.throughput, self.precision))
+        throughput, precision, load_sweep = (_with_note(v) for v in (self.throughput, self.precision, self.load_sweep))
         # the throughput plot and a precision sweep's share the dock, a tab each: a precision sweep
         # brings its tab forward, a batch or prompt sweep the throughput's
         self.roofline_tabs = QtWidgets.QTabWidget()
@@ -180,6 +218,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.roofline_tabs.addTab(throughput, "Throughput")
         self.roofline_tabs.addTab(precision, "Precision")
         self.roofline_tabs.addTab(self.distributions, "Latency CDF")
+        self.roofline_tabs.addTab(load_sweep, "Load sweep")
         self._throughput_title = "Throughput vs batch size"
         self.throughput_dock = self._dock(self._throughput_title, self.roofline_tabs, "throughputDock")
         self.roofline_tabs.currentChanged.connect(self._show_dock_title)
@@ -219,6 +258,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         file_menu = bar.addMenu("&File")
         self.open_run_action = self._action(file_menu, "&Open run…", self._open_run_dialog,
                                             QtGui.QKeySequence.StandardKey.Open, "openRunAction")
+        self._build_recent(file_menu)
         self.add_reference_action = self._action(file_menu, "Add &reference run…", self._add_reference_dialog,
                                                  "Ctrl+Shift+O", "addReferenceAction")
         self.export_csv_action = self._action(file_menu, "&Export CSV…", self._export_dialog, "Ctrl+E",
@@ -226,17 +266,25 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self.save_plot_action = self._action(file_menu, "Save plot as &PNG…", self._save_plot_dialog, "Ctrl+Shift+S",
                                              "savePlotAction")
         file_menu.addSeparator()
+        self._action(file_menu, "Clear Compare-policies &cache", self.clear_compare_cache, name="clearCacheAction")
+        file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QtGui.QKeySequence.StandardKey.Quit)
         run_menu = bar.addMenu("&Run")
         self.run_action = self._action(run_menu, "&Run", self.start_run, "Ctrl+R", "runAction")
         self.stop_action = self._action(run_menu, "&Stop", self.stop_run, "Esc", "stopAction")
         self._action(run_menu, "&Calibrate this machine…",
                      lambda: self.start_calibration(self.controls.device_combo.currentText()))
+        self._action(run_menu, "Fit the simulator's cost model…",
+                     lambda: self.start_fit(self.controls.device_combo.currentText()), name="fitAction")
         self._action(run_menu, "&Plan deployment…", self.open_plan, name="planAction")
+        self._action(run_menu, "&Worked example…", self.open_example, name="exampleAction")
+        learn_menu = bar.addMenu("&Learn")
+        self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.open_tour, name="tourAction")
         view_menu = bar.addMenu("&View")
         for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
                      self.throughput_dock, self.table_dock):
             view_menu.addAction(dock.toggleViewAction())
+        self._build_help(bar)
 
     def open_plan(self) -> None:
         """Run > Plan deployment: the planner's own window (gui/views/plan.py), one per main window."""
@@ -245,6 +293,14 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
             self.plan_dialog = PlanDialog(self)
         self.plan_dialog.show()
         self.plan_dialog.raise_()
+
+    def open_tour(self) -> None:
+        """Learn > The tour (gui/tour/panel.py): its own window, one per main window, each step a run of this one."""
+        from gui.tour.panel import TourPanel
+        if getattr(self, "tour", None) is None:
+            self.tour = TourPanel(self)
+        self.tour.show()
+        self.tour.raise_()
 
     # ---- running -----------------------------------------------------------------------------
 
@@ -297,13 +353,16 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         self._throughput_title = "Throughput vs " + ("prompt length" if kind == "prompt" else "batch size")
         if mode == "sweep-precision":
             self.roofline_tabs.setCurrentWidget(self.precision.parentWidget())
+        elif mode in ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio"):
+            self.roofline_tabs.setCurrentWidget(self.load_sweep.parentWidget())
         elif mode.startswith("sweep") or (not self.store.precision_points
                                           and self.roofline_tabs.currentWidget() is not self.distributions):
             # (a run's latency distributions stay in front when they are: a load run has them too)
             self.roofline_tabs.setCurrentWidget(self.throughput.parentWidget())
         self._show_dock_title()
         one_bar_a_point = mode in ("sweep-batch", "sweep-prompt")   # a precision sweep shows every timed step
-        message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else ""
+        message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else \
+            LOAD_SWEEP_MESSAGE if mode in ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio") else ""
         self.timeline.set_empty_message(message)
         self.lanes.set_remote(self.store.remote)
 
@@ -312,6 +371,7 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         tab = self.roofline_tabs.currentWidget()
         self.throughput_dock.setWindowTitle(PRECISION_TITLE if tab is self.precision.parentWidget() else
                                             DISTRIBUTIONS_TITLE if tab is self.distributions else
+                                            LOAD_SWEEP_TITLE if tab is self.load_sweep.parentWidget() else
                                             self._throughput_title)
         if tab is self.distributions:
             self.distributions.refresh()
@@ -398,6 +458,10 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
             self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: precision sweep, {count} "
                                          f"precision{'s' if count != 1 else ''} measured"
                                          + "".join(f"; {note}" for note in [s.get("note"), *self.run_notes] if note))
+        elif s.get("kind") in ("rate", "concurrency", "pd-ratio"):
+            count = s.get("num_points", 0)
+            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: {s['kind']} sweep, "
+                                         f"{count} point{'s' if count != 1 else ''}")
         elif result.stopped:
             self.statusBar().showMessage(f"Stopped: {s.get('num_finished', 0)} of {s.get('num_requests', 0)} "
                                          "requests finished; the records so far are kept")
@@ -436,7 +500,9 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
             self.table.refresh()   # keeps row counts right even while hidden
         # a CDF sorts every value: with the numbers' cadence, not every frame
         self._show_worker_strip(bool(self.store.workers))
-        for view in (self.timeline, self.worker_strip, self.lanes, self.throughput, self.precision, self.text) + \
+        self.server_view.setVisible(self.server_view.has_data())
+        for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
+                     self.load_sweep, self.text) + \
                 self.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()
@@ -547,18 +613,21 @@ class MainWindow(CompareActions, ReferenceActions, FileActions, QtWidgets.QMainW
         return self.store.config.get("mode") == "sweep-precision"
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
-        """Stop a run at its next step and join the worker thread before the window goes."""
-        self.repaint_timer.stop()
-        self.cpu_timer.stop()
-        self.series = None   # a Compare policies series starts nothing more
-        self.worker_thread.stop_and_join()
+        """Stop a run at its next step (its records kept), join the worker thread, end the engine
+        process and save the settings before the window goes (gui/shutdown.py)."""
+        self.shut_down()
         super().closeEvent(event)
 
 
 def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False) -> int:
     """`python main.py [--model NAME] [--profile NAME] [--autostart]`: open the window (and run)."""
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    window = MainWindow()
+    app.setApplicationName("phasescope")
+    app.setDesktopFileName("phasescope")   # the desktop entry's (--install-desktop-entry): its icon in the dock
+    from gui.theme import follow_system
+    from gui.shutdown import quit_on_signals
+    window = MainWindow(remember=True)
+    follow_system(app, window)
     try:
         if model:
             window.controls.select_model(model)
@@ -569,9 +638,13 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
         print(f"error: {exc}", file=sys.stderr)
         return 2
     window.show()
+    waker = quit_on_signals(app, window)   # SIGTERM, SIGINT and quit() take the window's way out
     if autostart:
         QtCore.QTimer.singleShot(0, window.start_run)
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        waker.close()   # Python's own signal handling back
 
 
 def _with_note(view) -> QtWidgets.QWidget:

@@ -4,6 +4,9 @@
     python -m gui.screenshot --precision [precision.png]
     python -m gui.screenshot --references [references.png]
     python -m gui.screenshot --simulate [simulate.png]
+    python -m gui.screenshot --sizes [docs/window]
+    python -m gui.screenshot --first-run [first-run.png]
+    python -m gui.screenshot --load-sweeps [sweep-rate.png] (and sweep-pd-ratio.png beside it)
 
 It first measures this machine quickly (calibrate --quick, into a temporary configuration
 folder: the user's own profile is left alone), so the throughput plot compares the measured
@@ -16,6 +19,12 @@ adds both as references: the window then compares static against continuous in e
 current run on screen is the continuous one, with the static reference's steps and lanes under it).
 With --simulate it runs a batch-size sweep of the bundled model (measured, with this machine's cost
 model beside it), then "Simulate on this profile": a chat workload of llama-8b on an H100.
+With --sizes it runs a short precision sweep and saves the window at 1400 x 900 and 1920 x 1080
+(PREFIX-1400x900.png, PREFIX-1920x1080.png): the status bar's message whole at both widths.
+With --first-run it presses Run on the window's defaults, as on a fresh install (no calibration; one
+batch: the default question as a chat message), for the Generated text a newcomer sees first. With --load-sweeps it runs a rate sweep of the
+bundled model (a short workload at four arrival rates, SLOs set) and saves it, then a prefill:decode
+split sweep of llama-8b over 4 simulated H100s, saved beside it as sweep-pd-ratio.png.
 """
 from __future__ import annotations
 
@@ -57,15 +66,26 @@ def measure_this_machine(folder: str) -> None:
 
 def main(*args: str) -> int:
     precision, references, simulate = "--precision" in args, "--references" in args, "--simulate" in args
+    sizes = "--sizes" in args
+    first_run, load_sweeps = "--first-run" in args, "--load-sweeps" in args
     paths = [a for a in args if not a.startswith("--")]
     path = paths[0] if paths else ("precision.png" if precision else "references.png" if references
-                                   else "simulate.png" if simulate else "docs/screenshot.png")
+                                   else "simulate.png" if simulate else "docs/window" if sizes
+                                   else "first-run.png" if first_run
+                                   else "sweep-rate.png" if load_sweeps else "docs/screenshot.png")
     with tempfile.TemporaryDirectory(prefix="phasescope-config-") as folder:
+        if first_run:   # as on a fresh install: no measured profile, every setting at its default
+            os.environ["PHASESCOPE_CONFIG_DIR"] = folder
+            return shoot_first_run(path)
         measure_this_machine(folder)
+        if load_sweeps:
+            return shoot_load_sweeps(path)
         if references:
             return shoot_references(path)
         if simulate:
             return shoot_simulated(path)
+        if sizes:
+            return shoot_sizes(path)
         return shoot_precision(path) if precision else shoot(path)
 
 
@@ -130,6 +150,26 @@ def shoot_precision(path: str, dtypes: str = "float32,bfloat16,q8_0,q4_1", promp
     return save(app, window, path)
 
 
+def shoot_sizes(prefix: str) -> int:
+    """A short precision sweep (its long "Finished: precision sweep, ..." line), then the window at two sizes."""
+    app, window, form = open_window()
+    form.set_kind("sweep-precision")
+    f = form.fields["sweep-precision"]
+    for key, text in (("dtypes", "float32,q8_0,q4_1"), ("prompt_len", "64"), ("output_len", "8"), ("steps", "2")):
+        f[key].setText(text)
+    run_and_wait(app, window)
+    for width, height in ((1400, 900), (1920, 1080)):
+        window.resize(width, height)
+        window.repaint_views()
+        app.processEvents()
+        path = f"{prefix}-{width}x{height}.png"
+        window.grab().save(path)
+        print(f"wrote {path}; status: {window.statusBar().currentMessage()!r}, "
+              f"clipped: {window.statusBar().is_clipped()}")
+    window.close()
+    return 0
+
+
 def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10") -> int:
     """The window comparing the chat workload under the static and the continuous policy, as references."""
     # taller: two more plots (the reference's strip and lanes) share the centre
@@ -162,6 +202,46 @@ def shoot_simulated(path: str) -> int:
     form.fields["load"]["max_batch"].setText("32")
     run_and_wait(app, window)
     return save(app, window, path)
+
+
+def shoot_first_run(path: str) -> int:
+    """Run pressed on the defaults: what a new user sees first."""
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    window = MainWindow()
+    window.resize(1400, 900)
+    window.show()
+    run_and_wait(app, window)
+    window.select_request(0)
+    return save(app, window, path)
+
+
+def shoot_load_sweeps(path: str) -> int:
+    """A rate sweep of the bundled model, then a prefill:decode split sweep of llama-8b on 4 simulated H100s."""
+    app, window, form = open_window()
+    # the Load sweep tab taller than the default bottom dock, so its points and labels can be read
+    window.resizeDocks([window.throughput_dock], [400], QtCore.Qt.Orientation.Vertical)
+    form.set_kind("sweep-rate")
+    form.fields["load-sweep"]["rates"].setText("1,2,4,8")
+    f = form.fields["load"]
+    for key, value in (("requests", "12"), ("prompt_len", "32:128"), ("output_len", "16:48"), ("max_batch", "8"),
+                       ("slo_ttft_ms", "1000"), ("slo_tpot_ms", "60")):
+        f[key].setText(value)
+    run_and_wait(app, window)
+    window.repaint_views()
+    app.processEvents()
+    window.grab().save(path)
+    print(f"wrote {path}")
+    controls = window.controls
+    controls.select_model("llama-8b")
+    controls.select_profile("h100-sxm")
+    form.set_kind("sweep-pd-ratio")   # ticks Simulate
+    form.fields["load-sweep"]["total_devices"].setText("4")
+    for key, value in (("requests", "200"), ("rate", "8"), ("prompt_len", "1024:3072"), ("output_len", "128:384"),
+                       ("max_batch", "64"), ("slo_ttft_ms", "1000"), ("slo_tpot_ms", "40")):
+        f[key].setText(value)
+    form.arrival_combo.setCurrentText("poisson")
+    run_and_wait(app, window)
+    return save(app, window, os.path.join(os.path.dirname(path), "sweep-pd-ratio.png"))
 
 
 if __name__ == "__main__":

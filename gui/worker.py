@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Callable
 
 from PySide6 import QtCore
 
@@ -49,6 +50,7 @@ class RunWorker(QtCore.QObject):
     finished = QtCore.Signal(object)   # RunFinished
     recorded = QtCore.Signal(str)      # the run folder holding the whole record ("" when recording failed)
     calibrated = QtCore.Signal(object, str)   # GpuProfile, path written
+    fitted = QtCore.Signal(object)     # backend.fitting.FitReport
     failed = QtCore.Signal(str)        # one line
 
     def __init__(self, run=None, measure=None, flush_hz: float = FLUSH_HZ, engine: EngineProcess | None = None):
@@ -95,6 +97,32 @@ class RunWorker(QtCore.QObject):
         self._flush()
         self._close_recording(result)
         self.finished.emit(result)
+
+    @QtCore.Slot(object)
+    def warm(self, config) -> None:
+        """The engine process started, and the config's model loaded in it, before the Run that needs
+        them (the window asks when it opens and when the model changes); it does not wait for them."""
+        if self.engine is not None:
+            self.engine.warm(config)
+
+    @QtCore.Slot(str, str, object)
+    def fit(self, runs_dir: str, device: str, threads) -> None:
+        """`calibrate --fit` (the standard runs measured into runs_dir, then fitted), in the engine process
+        when there is one."""
+        self.started.emit()
+        try:
+            if self.engine is not None:
+                report = self.engine.fit(runs_dir, device, threads,
+                                         lambda message, fraction: self.event.emit(Progress(message, fraction)),
+                                         self.should_stop)
+            else:   # a worker that runs in this thread (tests that patch the backend)
+                from backend.fitting import measure_and_fit
+                report = measure_and_fit(runs_dir, device, threads, lambda line: self.event.emit(Progress(line)),
+                                         self.should_stop)
+        except Exception as exc:
+            self.failed.emit(one_line(exc))
+            return
+        self.fitted.emit(report)
 
     @QtCore.Slot(str)
     def calibrate(self, device: str) -> None:
@@ -181,14 +209,18 @@ class WorkerThread:
         _threads.add(self.thread)
         self.thread.start()
 
-    def stop_and_join(self) -> None:
+    def stop_and_join(self, keep: Callable[[Path], object] | None = None) -> None:
         """Ask the run to stop at its next step boundary, end the thread and wait for it, then
-        end the engine process (no process outlives the window)."""
+        end the engine process (no process outlives the window). `keep` takes the last run's
+        recording (a run stopped by the window's shutdown) instead of its being removed."""
         if not self.thread.isRunning():
             return
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()
+        if keep is not None and self.worker.recording is not None:
+            keep(self.worker.recording)
+            self.worker.recording = None
         self.worker.discard_recording()
         if self.worker.engine is not None:
             self.worker.engine.close()

@@ -25,7 +25,7 @@ def add_example_parser(sub) -> None:
     threads_flag(p)
 
 
-def _config(model: str, simulate: bool, profile: str | None, threads: int | None) -> RunConfig:
+def example_config(model: str, simulate: bool, profile: str | None, threads: int | None) -> RunConfig:
     return RunConfig(mode="batch", model=ModelChoice(model), batch=BatchRun(prompt_len=PROMPT_LEN, output_len=OUTPUT_LEN),
                      engine=EngineConfig(policy="static", max_batch=1), profile=profile, simulate=simulate,
                      threads=threads)
@@ -59,11 +59,11 @@ def run_example(args) -> int:
     profile = find_profile(args.profile)
     rows = [SEED_ROW]
     print(f"... simulating llama-8b on {profile.key}", file=sys.stderr)
-    simulated = execute(_config("llama-8b", True, profile.key, None), lambda e: None, lambda: False)
+    simulated = execute(example_config("llama-8b", True, profile.key, None), lambda e: None, lambda: False)
     rows.append(row_of(f"llama-8b on {profile.key}, simulated", simulated))
     if not args.no_measure:
         print(f"... measuring smollm2-135m here: {PROMPT_LEN}-token prompt, {OUTPUT_LEN} tokens", file=sys.stderr)
-        measured = execute(_config("smollm2-135m", False, None, args.threads), lambda e: None, lambda: False)
+        measured = execute(example_config("smollm2-135m", False, None, args.threads), lambda e: None, lambda: False)
         if measured.error:
             print(f"error: {measured.error}", file=sys.stderr)
             return 1

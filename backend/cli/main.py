@@ -28,6 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="(window) model to select")
     parser.add_argument("--profile", help="(window) GPU profile to select")
     parser.add_argument("--autostart", action="store_true", help="(window) start a run as soon as it opens")
+    entry = parser.add_mutually_exclusive_group()
+    entry.add_argument("--install-desktop-entry", action="store_true",
+                       help="(Linux) add the window to the desktop's applications menu, with its icon, and exit")
+    entry.add_argument("--uninstall-desktop-entry", action="store_true",
+                       help="(Linux) remove that entry and icon, and exit")
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="one batch: one prefill pass, then one decode step per token")
@@ -61,14 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, open_window: Callable[..., int] | None = None,
-         render_plots: RenderPlots | None = None) -> int:
+         render_plots: RenderPlots | None = None, desktop_entry: Callable[[bool], int] | None = None) -> int:
     """The exit status. `open_window(model=, profile=, autostart=)` opens the window when no
     sub-command is given (gui.app passes it; without it, that is a usage error).
+    `desktop_entry(install)` does --install-desktop-entry / --uninstall-desktop-entry (gui.app passes it).
     `render_plots(plots, folder) -> written paths` draws `compare --out`'s PNGs (backend.results.plots:
     the window's libraries draw them; without it, compare writes its CSV only and says so)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.install_desktop_entry or args.uninstall_desktop_entry:
+            if desktop_entry is None or args.command is not None:
+                parser.error("--install-desktop-entry and --uninstall-desktop-entry stand alone "
+                             "(from main.py or the phasescope command)")
+            return desktop_entry(args.install_desktop_entry)
         if args.command is None:
             if open_window is None:
                 parser.error("give a sub-command (the window opens from main.py or the phasescope command)")

@@ -135,7 +135,10 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         if errors:
             print("errors   " + ", ".join(f"{k} {v}" for k, v in errors.items()), file=out)
         from backend.targets.remote.honesty import client_line
+        from backend.targets.remote.server_log import server_line
         print(client_line(info), file=out)
+        if isinstance(info.get("server_metrics"), dict) and info["server_metrics"]:
+            print(server_line(info["server_metrics"], s), file=out)
         for line in info.get("warnings", []):   # what the run knows is wrong with its own figures
             print(f"warning  {line}", file=out)
         if config.out_dir:

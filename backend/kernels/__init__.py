@@ -51,18 +51,24 @@ def reason() -> str:
     return _reason
 
 
-def build(cache_dir: Path | None = None) -> Path:
-    """Compile the sources into a cached shared library (once per sources, compiler and machine)."""
-    sources = sorted(HERE.glob("*.c"))
+def library_path(cache_dir: Path | None = None) -> Path:
+    """Where the build for these sources, compiler and machine is cached (it may not exist yet)."""
     compiler = _compiler()
     digest = hashlib.sha256()
     for f in sorted(HERE.glob("*.[ch]")):
         digest.update(f.name.encode() + f.read_bytes())
-    arches = _arches()
-    digest.update(" ".join([*compiler, *FLAGS, *sum(arches, []), platform.machine(), platform.processor(),
+    digest.update(" ".join([*compiler, *FLAGS, *sum(_arches(), []), platform.machine(), platform.processor(),
                             _cpu_flags()]).encode())
-    folder = cache_dir or _cache_dir()
-    target = folder / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
+    return (cache_dir or _cache_dir()) / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
+
+
+def build(cache_dir: Path | None = None) -> Path:
+    """Compile the sources into a cached shared library (once per sources, compiler and machine)."""
+    sources = sorted(HERE.glob("*.c"))
+    compiler = _compiler()
+    arches = _arches()
+    target = library_path(cache_dir)
+    folder = target.parent
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)

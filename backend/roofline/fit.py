@@ -8,7 +8,7 @@ every (run, phase) group weighing alike however many steps it has: a workload ru
 decode steps does not drown the three points of a prompt sweep.
 
 Steps are priced from their recorded totals (StepRecord), as `CostModel.record_seconds` does.
-No torch, no files: the callers (backend.cli.fit, bench/sim_vs_measured.py) read run folders.
+No torch, no files: the callers (backend.fitting, bench/sim_vs_measured.py) read run folders.
 """
 from __future__ import annotations
 

@@ -12,10 +12,15 @@ device or dtype starts a fresh one.
 its place; the headless CLI keeps running in its own process (it is the reference). The wire
 is one pipe of pickled messages:
 
-    window -> engine   ("run", RunConfig) | ("calibrate", device) | ("stop",) | ("quit",)
+    window -> engine   ("run", RunConfig) | ("warm", RunConfig) | ("calibrate", device)
+                       | ("fit", runs folder, device, threads) | ("stop",) | ("quit",)
     engine -> window   ("events", [event, ...])    records merged, at most Throttle.HZ sends a second
-                       ("finished", RunFinished) | ("calibrated", GpuProfile)
+                       ("finished", RunFinished) | ("calibrated", GpuProfile) | ("fitted", FitReport)
                        ("input-error", line) | ("error", line)
+
+"warm" has no answer: the window sends it when it opens and when the model changes, so that the
+process is up and the model loaded before the first Run (a model that fails to load here fails
+again, with its reason, when the run asks for it).
 
 Stop is certain: the engine stops at its next step boundary, and one that has not answered
 within STOP_GRACE_S (a long prefill, a hung kernel) is ended; the records so far are kept.
@@ -77,7 +82,7 @@ class EngineProcess:
 
         A child that dies part way gives a RunFinished with the error in one line and the
         records received so far; InputError and RunError from the child are raised here."""
-        key = None if config.endpoint is not None else (config.model.name, config.model.device, config.model.dtype)
+        key = self._model_key(config)
         if self.is_alive() and key is not None and self._key is not None and key != self._key:
             self.close()   # another model: a fresh process gives its memory back whole
         self._ensure_started()
@@ -94,6 +99,22 @@ class EngineProcess:
             return received.finished(stopped=True)
         return received.finished(error=f"engine process {payload} after {received.where()}")
 
+    def warm(self, config) -> None:
+        """Start the child now, with the config's model loaded in it, so that a run of it starts at
+        once; another model's child is ended first (as execute does). Returns without waiting."""
+        key = self._model_key(config)
+        if self.is_alive() and key is not None and self._key is not None and key != self._key:
+            self.close()
+        self._ensure_started()
+        if key is not None:
+            self._key = key
+        self._send(("warm", config))
+
+    @staticmethod
+    def _model_key(config) -> tuple | None:
+        """What a child's loaded model is known by: None for a remote server (no model here)."""
+        return None if config.endpoint is not None else (config.model.name, config.model.device, config.model.dtype)
+
     def calibrate(self, device: str, progress: Callable[[str, float], None]):
         """calibrate.calibrate in the child, on all its cores; progress as it goes."""
         self._ensure_started()
@@ -107,8 +128,26 @@ class EngineProcess:
             raise RunError(f"engine process {payload} during calibration")
         return payload
 
+    def fit(self, runs_dir: str, device: str, threads: int | None, progress: Callable[[str, float], None],
+            should_stop: Callable[[], bool]):
+        """`calibrate --fit` in the child (backend/fitting.py): the standard runs measured into
+        runs_dir, the cost model fitted and written into this machine's profile; its FitReport."""
+        self._ensure_started()
+        self._key = None   # the child's model cache is not used by the standard runs
+        self._send(("fit", runs_dir, device, threads))
+
+        def forward(event) -> None:
+            if isinstance(event, Progress):
+                progress(event.message, event.fraction or 0.0)
+        kind, payload = self._receive(forward, should_stop, None)
+        if kind == "stopped":
+            raise RunError("stopped: nothing was fitted")
+        if kind != "fitted":
+            raise RunError(f"engine process {payload} while fitting")
+        return payload
+
     def _receive(self, emit, should_stop, received: _Received | None) -> tuple[str, object]:
-        """Until the job's last message: ("finished" | "calibrated", payload), ("stopped", None)
+        """Until the job's last message: ("finished" | "calibrated" | "fitted", payload), ("stopped", None)
         when Stop had to end the process, or ("died", how)."""
         stop_sent = None
         while True:
@@ -132,7 +171,7 @@ class EngineProcess:
                     if received is not None:
                         received.see(event)
                     emit(event)
-            elif kind in ("finished", "calibrated"):
+            elif kind in ("finished", "calibrated", "fitted"):
                 return kind, message[1]
             elif kind == "input-error":
                 raise InputError(message[1])
@@ -236,10 +275,12 @@ def serve_fd(fd: str) -> None:
 def serve(conn: Connection, target: Callable | None) -> None:
     """The child's main loop: one job at a time until "quit" or the window's end of the pipe closes."""
     child_started()
+    models = None
     if target is None:
         from backend.loaders.cache import ModelCache
         from backend.session import execute
-        target = partial(execute, retain_records=False, models=ModelCache())
+        models = ModelCache()
+        target = partial(execute, retain_records=False, models=models)
     while True:
         try:
             message = conn.recv()
@@ -247,14 +288,32 @@ def serve(conn: Connection, target: Callable | None) -> None:
             return
         if message[0] == "quit":
             return
+        if message[0] == "warm":
+            _warm(models, message[1])
+            continue
         job = _Job(conn)
         if message[0] == "run":
             job.run(target, message[1])
         elif message[0] == "calibrate":
             job.calibrate(message[1])
+        elif message[0] == "fit":
+            job.fit(*message[1:])
         # a ("stop",) that came after its run had already finished: nothing to stop
         if job.quit:
             return
+
+
+def _warm(models, config) -> None:
+    """Load the model a run of `config` will ask for (a local model only: a simulation or a remote
+    server has none here); any failure is left for the run itself to report."""
+    if models is None or config.simulate or config.endpoint is not None:
+        return
+    from backend.engine.threads import apply_threads
+    try:
+        apply_threads(config.threads)
+        models.get(config, lambda event: None)
+    except Exception:   # the run loads it again and says why it cannot
+        pass
 
 
 class _Job:
@@ -279,6 +338,16 @@ class _Job:
             apply_threads(None)   # the machine's measure: every core, not the last run's share
             return calibrate(device, lambda message, fraction: self.emit(Progress(message, fraction)))
         self._answer_with("calibrated", measure)
+
+    def fit(self, runs_dir: str, device: str, threads: int | None) -> None:
+        from backend.fitting import measure_and_fit
+        self._answer_with("fitted", lambda: measure_and_fit(runs_dir, device, threads, self.say, self.should_stop))
+
+    def say(self, line: str) -> None:
+        """A fit's progress line; the bar moves by the standard run it names (batch, prompt, load, fit)."""
+        stages = ("measuring batch ", "measuring prompt ", "measuring load ", "fitting")
+        done = next((i for i, stage in enumerate(stages) if line.startswith(stage)), None)
+        self.emit(Progress(line, None if done is None else done / len(stages)))
 
     def _answer_with(self, kind: str, work: Callable[[], object]) -> None:
         """Do the job and send its result as `kind`, or its failure in one line."""

@@ -56,6 +56,7 @@ class CompareActions:
             self.show_error(f"cannot make a folder for Compare policies under {compare_root()}: {exc}")
             return
         self.series = Series(folder, runs)
+        self.prune_compare_cache()   # the oldest series go once the cache passes its bound (compare_cache.py)
         self._run_in_series()
 
     def _run_in_series(self) -> None:

@@ -1,4 +1,5 @@
-"""The window's File menu: Export CSV, Open run and Save plot as PNG (methods of MainWindow)."""
+"""The window's File menu: Export CSV, Open run and Save plot as PNG (methods of MainWindow); each
+dialog opens in the folder its kind used last, and a run opened or exported joins Recent runs."""
 from __future__ import annotations
 
 import os
@@ -10,10 +11,14 @@ from PySide6 import QtWidgets
 
 from backend.errors import InputError, RunError
 from backend.results.export import LONG_FILES, ensure_writable, write_run
-from backend.sweeps.points import write_points
+from backend.sweeps.points import read_points, write_points
 
+from gui.settings import remember_folder, start_folder
 from gui.state.references import read_run_folder
 from gui.state.run_store import RunStore
+
+LOAD_SWEEP_MODES = ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio")
+
 
 def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
     """Write the run on screen as the CLI's --out would; returns the folder and whether it is complete.
@@ -34,6 +39,8 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
         write_points(path, "precision", store.precision_points, data, records_from=source)
     elif mode.startswith("sweep") and points:
         write_points(path, points[0].kind, points, data, records_from=source)
+    elif mode in LOAD_SWEEP_MODES:   # as the CLI writes a load sweep's --out
+        write_points(path, mode.removeprefix("sweep-"), store.pd_points or store.load_points, data, records_from=source)
     else:
         write_run(path, data, records_from=source)
     return path, source is not None or store.is_complete
@@ -47,7 +54,8 @@ class FileActions:
         if self.running:
             self.show_error("a run is under way: stop it or let it end, then export")
             return False
-        if self.store.num_requests == 0 and self.store.num_steps == 0:
+        if self.store.num_requests == 0 and self.store.num_steps == 0 and not (self.store.load_points
+                                                                                or self.store.pd_points):
             self.show_error("nothing to export yet: run something or open a run first")
             return False
         try:
@@ -58,6 +66,7 @@ class FileActions:
         note = "" if complete else (f" (the run's record on disk was lost: only its newest "
                                     f"{len(self.store.steps):,} steps)")
         self.statusBar().showMessage(f"Exported CSV to {path}{note}")
+        self.remember_run(str(path))
         return True
 
     def open_run(self, folder: str) -> bool:
@@ -67,10 +76,14 @@ class FileActions:
             run, sweep, precision = read_run_folder(folder)
             mode = "sweep-precision" if precision or run.config.get("mode") == "sweep-precision" \
                 else str(run.config.get("mode", ""))
+            # a load sweep's points (rate, concurrency, pd-ratio): the load sweep view draws them
+            kind, points = read_points(folder) if mode in LOAD_SWEEP_MODES else (None, [])
         except InputError as exc:
             self.show_error(str(exc))
             return False
         self.store.load(run, folder, sweep, precision)
+        self.store.pd_points = points if kind == "pd-ratio" else []
+        self.store.load_points = points if kind in ("rate", "concurrency") else []
         self.select_request(None)
         self._show_run_kind(mode, sweep[0].kind if sweep else None)
         self._show_run_info(run.info)
@@ -78,6 +91,7 @@ class FileActions:
         self.repaint_views()
         self.statusBar().showMessage(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, "
                                      f"{len(run.requests)} requests")
+        self.remember_run(folder)
         return True
 
     def save_plot(self, path: str, plot: pg.PlotWidget | None = None) -> bool:
@@ -90,17 +104,21 @@ class FileActions:
         return True
 
     def _export_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder")
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder", start_folder("export"))
         if folder:
+            remember_folder("export", folder)
             self.export_csv(folder)
 
     def _open_run_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder")
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder", start_folder("runs"))
         if folder:
+            remember_folder("runs", str(Path(folder).parent))   # the next one is likely a sibling
             self.open_run(folder)
 
     def _save_plot_dialog(self) -> None:
         name = self.current_plot.objectName()
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", f"{name}.png", "PNG (*.png)")
+        start = str(Path(start_folder("plots") or ".") / f"{name}.png")
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", start, "PNG (*.png)")
         if path:
+            remember_folder("plots", path)
             self.save_plot(path)

@@ -11,6 +11,7 @@ from backend.errors import InputError
 from gui.views.lanes import LanesView
 from gui.views.plot_style import set_title
 from gui.panels.references import ReferencePanel
+from gui.settings import remember_folder, start_folder
 from gui.state.references import Reference, ReferenceSet
 from gui.views.timeline import TimelineView
 
@@ -140,8 +141,10 @@ class ReferenceActions:
     # ---- dialogs, drag and drop ----------------------------------------------------------------
 
     def _add_reference_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Add a run folder as a reference")
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Add a run folder as a reference",
+                                                            start_folder("runs"))
         if folder:
+            remember_folder("runs", str(Path(folder).parent))
             self.add_reference(folder)
 
     def dragEnterEvent(self, event: QtGui.QDragEnterEvent) -> None:

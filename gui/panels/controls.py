@@ -2,31 +2,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from PySide6 import QtCore, QtWidgets
 
-from backend.config import APIS, ModelChoice, RemoteEndpoint, RunConfig, safe_url
-from backend.loaders.device import available_devices, available_precisions, device_name, resolve_device
+from backend.config import ModelChoice, RunConfig
+from backend.loaders.device import available_devices, available_precisions, resolve_device
 from backend.errors import InputError
 from backend.kernels.matmath import MIN_ROWS, MODES
-from backend.roofline.profiles import (SHIPPED_DIR, GpuProfile, LOCAL_KEY, find_profile, list_profiles, load_profile,
-                              match_profile)
-from backend.targets.remote.target import env_api_key
 from backend.engine.threads import available_cores, window_default_threads
 from backend.loaders.weights import is_hub_id, list_models
 
 from gui.panels.deployment import DeploymentBox
-from gui.panels.fields import ValidatedField, number, open_file
+from gui.panels.fields import ValidatedField, open_file
+from gui.panels.found_models import FoundModels
+from gui.panels.profile_list import ProfileList
+from gui.panels.remote_box import REMOTE, REMOTE_TITLE, RemoteBox
 from gui.panels.run_form import RunForm
-from gui.panels.sim_choices import check_deployment, check_sim_model, is_moe, shipped_configs, sim_dtypes
+from gui.panels.sim_choices import check_deployment, check_sim_model, is_moe, sim_dtypes
+from gui.panels.sim_models import CONFIG_FILE, SimModels
 
 OPEN_FOLDER = "Open folder…"
-REMOTE = "<remote endpoint>"   # the model list's entry for a server (item data; no model has this name)
-REMOTE_TITLE = "Remote endpoint (OpenAI-compatible)"
-CONFIG_FILE = "<config.json>"   # the model list's entry that opens a config.json (simulated runs only)
-CONFIG_FILE_TITLE = "config.json…"
-SIM_ONLY = QtCore.Qt.ItemDataRole.UserRole + 1   # item flag: listed only while Simulate is on
 PREFILL_MATH_TIP = (f"The CPU kernels' arithmetic for products of {min(MIN_ROWS.values())}+ rows (prefill, mixed steps, "
                     f"decode batches of {min(MIN_ROWS.values())}+):\n"
                     "bf16: bfloat16 products with float32 accumulation on the CPU's AVX512-BF16 or AMX unit; "
@@ -45,30 +40,11 @@ def hub_id_or_path(text: str) -> str:
     raise ValueError(f"{text!r} is neither a hub id (owner/name) nor an existing folder or .gguf file")
 
 
-def endpoint_url(text: str) -> str:
-    """A server's base URL as the load driver takes it: host:port alone means http://host:port/v1."""
-    url = text.strip().rstrip("/")
-    if url and "://" not in url:
-        url = "http://" + url
-    if url and urlsplit(url).path == "":
-        url += "/v1"
-    try:
-        RemoteEndpoint(url, "model").validate()
-    except InputError as exc:
-        raise ValueError(str(exc).replace("--endpoint ", "URL ")) from None
-    return url
-
-
-def served_model(text: str) -> str:
-    if not text.strip():
-        raise ValueError("the served model name is required (the server lists it at GET <URL>/models)")
-    return text.strip()
-
-
-class ControlsPanel(QtWidgets.QWidget):
+class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QWidget):
     runRequested = QtCore.Signal()
     stopRequested = QtCore.Signal()
     calibrateRequested = QtCore.Signal(str)   # device
+    fitRequested = QtCore.Signal(str)         # device: `calibrate --fit` (the standard runs, then the fit)
     choicesChanged = QtCore.Signal()          # model, device, dtype, profile or run settings
     inputRejected = QtCore.Signal(str)        # a chosen file that cannot be used (profile, workload), one line
 
@@ -103,6 +79,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.form.changed.connect(self.choicesChanged)
         self.form.inputRejected.connect(self.inputRejected)
         self.form.changed.connect(self._sync_deployment)
+        self.form.kind_combo.currentIndexChanged.connect(self._kind_chosen)
         self.deployment_box.changed.connect(self._update)
         self.deployment_box.changed.connect(self.choicesChanged)
         self._show_model_kind()
@@ -155,7 +132,13 @@ class ControlsPanel(QtWidgets.QWidget):
         self.profile_combo = QtWidgets.QComboBox()
         self.profile_combo.setObjectName("profileCombo")
         self.calibrate_button = QtWidgets.QPushButton("Calibrate…")
-        self.calibrate_button.setToolTip("Measure this machine's FLOP/s and bandwidth into a profile")
+        self.calibrate_button.setToolTip("Measure this machine's FLOP/s and bandwidth into a profile (`calibrate`)")
+        self.fit_button = QtWidgets.QPushButton("Fit cost model…")
+        self.fit_button.setObjectName("fitButton")
+        self.fit_button.setToolTip("Measure three short runs of the bundled model (a batch sweep, a prompt sweep, a "
+                                   "Poisson workload), fit the simulator's cost model to their steps and store it in "
+                                   "this machine's profile; the error on each run left out of the fit is shown "
+                                   "(`calibrate --fit`)")
         self.open_profile_button = QtWidgets.QPushButton("Open…")
         self.open_profile_button.setObjectName("openProfileButton")
         self.open_profile_button.setToolTip("Use a GPU profile TOML file of your own")
@@ -163,6 +146,9 @@ class ControlsPanel(QtWidgets.QWidget):
         profile_buttons = QtWidgets.QHBoxLayout()
         profile_buttons.addWidget(self.open_profile_button)
         profile_buttons.addWidget(self.calibrate_button)
+        fit_row = QtWidgets.QHBoxLayout()   # a third button beside them clips the dock's narrowest width
+        fit_row.addWidget(self.fit_button)
+        fit_row.addStretch(1)
         self.simulate_check = QtWidgets.QCheckBox("Simulate on this profile")
         self.simulate_check.setObjectName("simulateCheck")
         self.simulate_check.setToolTip("No model is run: the real scheduler and workload, each step's time priced on "
@@ -180,6 +166,7 @@ class ControlsPanel(QtWidgets.QWidget):
         form.addRow("Threads", self.threads_spin)
         form.addRow("GPU profile", self.profile_combo)
         form.addRow("", profile_buttons)
+        form.addRow("", fit_row)
         form.addRow("", self.simulate_check)
         self.model_form = form
         self.reload_profiles()
@@ -197,76 +184,10 @@ class ControlsPanel(QtWidgets.QWidget):
         self.simulate_check.toggled.connect(self._show_model_kind)
         self.simulate_check.toggled.connect(self.choicesChanged)
         self.calibrate_button.clicked.connect(lambda: self.calibrateRequested.emit(self.device_combo.currentText()))
+        self.fit_button.clicked.connect(lambda: self.fitRequested.emit(self.device_combo.currentText()))
         self.open_profile_button.clicked.connect(self._open_profile_dialog)
         return group
 
-    def _add_sim_models(self) -> None:
-        """The shipped model configs and a config.json picker: shapes only a simulation can run."""
-        for key, path in shipped_configs().items():
-            self._add_sim_item(f"{key} (config, simulated)", key, path)
-        self._add_sim_item(CONFIG_FILE_TITLE, CONFIG_FILE, "A model's config.json (any Hugging Face model's): "
-                           "its shape is priced, no weights are read (`--simulate --model CONFIG` headless)")
-
-    def _add_sim_item(self, text: str, data: str, tip: str, before: int | None = None) -> None:
-        index = self.model_combo.count() if before is None else before
-        self.model_combo.insertItem(index, text, data)
-        self.model_combo.setItemData(index, tip, QtCore.Qt.ItemDataRole.ToolTipRole)
-        self.model_combo.setItemData(index, True, SIM_ONLY)
-
-    def _show_sim_models(self, shown: bool) -> None:
-        """Simulate on: the config entries listed; off: hidden, and a chosen one gives way to the first model."""
-        view = self.model_combo.view()
-        items = self.model_combo.model()
-        for i in range(self.model_combo.count()):
-            if self.model_combo.itemData(i, SIM_ONLY):
-                view.setRowHidden(i, not shown)
-                items.item(i).setEnabled(shown)
-        if not shown and self.model_combo.currentData(SIM_ONLY):
-            self.model_combo.setCurrentIndex(0)
-            self._model_index = 0
-
-    def open_model_config(self, path: str) -> None:
-        """A config.json as the simulated model, listed and selected; InputError (one line) when the
-        simulator cannot price its shape."""
-        shape, problem = check_sim_model(path)
-        if shape is None:
-            raise InputError(problem)
-        index = self.model_combo.findData(path)
-        if index < 0:
-            index = self.model_combo.findData(CONFIG_FILE)
-            self._add_sim_item(f"{Path(path).parent.name or Path(path).name} (config.json)", path, path, before=index)
-        self.select_model(path)
-
-    def _remote_box(self) -> QtWidgets.QWidget:
-        """URL, served model, API key and API kind of an OpenAI-compatible server."""
-        box = QtWidgets.QWidget()
-        form = QtWidgets.QFormLayout(box)
-        form.setContentsMargins(0, 0, 0, 0)
-        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.DontWrapRows)
-        self.url_field = ValidatedField("http://127.0.0.1:8000/v1", endpoint_url,
-                                        tooltip="the server's OpenAI API root, e.g. http://host:8000/v1")
-        self.served_field = ValidatedField("", served_model, placeholder="name the server serves",
-                                           tooltip="as listed by GET <URL>/models")
-        self.key_edit = QtWidgets.QLineEdit(env_api_key())
-        self.key_edit.setObjectName("apiKeyEdit")
-        self.key_edit.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
-        self.key_edit.setPlaceholderText("none, or $PHASESCOPE_API_KEY")
-        self.key_edit.setToolTip("Sent as a bearer token; never written to a file, a log or run.json")
-        self.api_combo = QtWidgets.QComboBox()
-        self.api_combo.addItems(APIS)
-        self.api_combo.setToolTip("/v1/completions, or /v1/chat/completions (text prompts only)")
-        self.timeout_field = ValidatedField("120", number("timeout", 0.0, 86_400.0, low_inclusive=False),
-                                            tooltip="seconds to wait to connect or for the next streamed event")
-        form.addRow("URL", self.url_field)
-        form.addRow("Served model", self.served_field)
-        form.addRow("API key", self.key_edit)
-        form.addRow("API", self.api_combo)
-        form.addRow("Timeout (s)", self.timeout_field)
-        for field in (self.url_field, self.served_field, self.timeout_field):
-            field.valueChanged.connect(self._update)
-            field.valueChanged.connect(self.choicesChanged)
-        self.api_combo.currentIndexChanged.connect(self._update)
-        return box
 
     def _run_group(self) -> QtWidgets.QGroupBox:
         group = QtWidgets.QGroupBox("What to run")
@@ -296,6 +217,11 @@ class ControlsPanel(QtWidgets.QWidget):
         self._sync_deployment()
         self._update()
 
+    def _kind_chosen(self) -> None:
+        """A prefill:decode split sweep is simulated (as `sweep pd-ratio` is): choosing it ticks Simulate."""
+        if self.form.kind() == "sweep-pd-ratio" and not self.is_remote():
+            self.simulate_check.setChecked(True)
+
     def _model_activated(self, index: int) -> None:
         if self.model_combo.itemData(index) == CONFIG_FILE:
             self.model_combo.setCurrentIndex(self._model_index)
@@ -310,53 +236,6 @@ class ControlsPanel(QtWidgets.QWidget):
             self.open_model_folder(folder)
         else:
             self.model_combo.setCurrentIndex(self._model_index)
-
-    def open_model_folder(self, folder: str) -> None:
-        """A model folder (config.json) or a folder of models (GGUFs, model folders one level down):
-        remembered for the next sessions (as `models --local --add-folder` does), its models listed,
-        the first selected; a folder with no model in it is refused in one line."""
-        from backend.loaders.discover import add_folder, find_models
-        try:
-            root = add_folder(folder)
-        except (InputError, OSError) as exc:
-            self.inputRejected.emit(str(exc))
-            self.model_combo.setCurrentIndex(self._model_index)
-            return
-        listed = {self.model_combo.itemData(i) for i in range(self.model_combo.count())}
-        found = [m for m in find_models() if Path(m.path).resolve().is_relative_to(root)]
-        for m in found:
-            if m.path not in listed:
-                self._add_found(m, before=self.model_combo.count() - 2)   # above the remote and open entries
-        runnable = [m for m in found if m.runs]
-        if not runnable:
-            why = f" ({found[0].reason})" if found else ""
-            self.inputRejected.emit(f"{folder}: no model this engine runs in it{why}")
-            self.model_combo.setCurrentIndex(self._model_index)
-            return
-        self.select_model(runnable[0].path)
-
-    def _add_local_models(self) -> None:
-        """The models already on the disk (backend.loaders.discover): each with what it is; one this
-        engine cannot run is listed greyed, with why."""
-        import torch
-        from backend.loaders.discover import find_models
-        from backend.loaders.weights import free_memory
-        for m in find_models(free_memory(torch.device("cpu"))):
-            self._add_found(m, before=self.model_combo.count())
-
-    def _add_found(self, m, before: int) -> None:
-        """One discovered model (backend.loaders.discover.FoundModel) as a list entry at index `before`."""
-        size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes >= 1e8 else f"{m.size_bytes / 1e6:.0f} MB"
-        bits = f", {m.bits_per_weight:.1f} bits/weight" if m.bits_per_weight else ""
-        params = f"{m.params / 1e6:,.0f}M, " if m.params else ""
-        text = f"{m.name} ({m.where}, {params}{size})" + ("" if m.runs else " - cannot run here")
-        self.model_combo.insertItem(before, text, m.path)
-        tip = (f"{m.path}\n{m.arch}, {m.format}{bits}, {size}"
-               + ("" if m.fits is not False else "; larger than the free memory")
-               + ("" if m.runs else f"\nnot runnable: {m.reason}"))
-        self.model_combo.setItemData(before, tip, QtCore.Qt.ItemDataRole.ToolTipRole)
-        if not m.runs:
-            self.model_combo.model().item(before).setEnabled(False)
 
     def _device_changed(self) -> None:
         device = resolve_device(self.device_combo.currentText())
@@ -385,59 +264,10 @@ class ControlsPanel(QtWidgets.QWidget):
         if not self.is_simulated():
             return
         form = self.form
-        self.deployment_box.set_policy(form.policy_combo.currentText() if form.kind() == "load" else "")
+        policy = "disaggregated" if form.kind() == "sweep-pd-ratio" else form.policy_combo.currentText()
+        self.deployment_box.set_policy(policy if form.uses_workload() else "")
         shape, _ = check_sim_model(self.model_name() or "")
         self.deployment_box.set_moe(is_moe(shape))
-
-    def _preselect_profile(self, device) -> None:
-        """The profile matching a CUDA device's name; on a CPU this machine's measured one, else the generic CPU."""
-        profile = match_profile(device_name(device)) if device.type == "cuda" else None
-        keys = [self.profile_combo.itemData(i) for i in range(self.profile_combo.count())]
-        if profile is None:
-            profile_key = LOCAL_KEY if LOCAL_KEY in keys else "cpu"
-        else:
-            profile_key = profile.key
-        if profile_key in keys:
-            self.profile_combo.setCurrentIndex(keys.index(profile_key))
-
-    def reload_profiles(self) -> None:
-        """Fill the profile list (again after calibration adds this machine's)."""
-        current = self.profile_combo.currentData()
-        self.profile_combo.blockSignals(True)
-        self.profile_combo.clear()
-        try:
-            profiles = list_profiles()
-            self.profile_problem = ""
-        except InputError as exc:   # this machine's measured profile is malformed: the shipped ones still serve
-            profiles = [load_profile(p) for p in sorted(SHIPPED_DIR.glob("*.toml"))]
-            self.profile_problem = f"{exc} (left out of the profile list; calibrate again to replace it)"
-            self.inputRejected.emit(self.profile_problem)
-        for p in profiles:
-            self.profile_combo.addItem(f"{p.name} (measured)" if p.measured else p.name, p.key)
-            self.profile_combo.setItemData(self.profile_combo.count() - 1, p.source, QtCore.Qt.ItemDataRole.ToolTipRole)
-        for path in self._profile_paths:
-            try:
-                self._add_profile_item(load_profile(path), path)
-            except InputError as exc:   # edited since it was opened
-                self.inputRejected.emit(str(exc))
-        if current is not None:
-            self.select_profile(current)
-        self.profile_combo.blockSignals(False)
-
-    def add_profile_path(self, path: str) -> None:
-        """Add a profile TOML file to the list and select it; InputError names the file and field when malformed."""
-        profile = load_profile(path)   # refused here, before it becomes a choice
-        if path not in self._profile_paths:
-            self._profile_paths.append(path)
-            self._add_profile_item(profile, path)
-        self.select_profile(path)
-
-    def _add_profile_item(self, profile: GpuProfile, path: str) -> None:
-        self.profile_combo.addItem(f"{profile.name} ({Path(path).name})", path)
-        self.profile_combo.setItemData(self.profile_combo.count() - 1, path, QtCore.Qt.ItemDataRole.ToolTipRole)
-
-    def _open_profile_dialog(self) -> None:
-        open_file(self, "Open a GPU profile", "GPU profile (*.toml)", self.add_profile_path, self.inputRejected)
 
     def _update(self) -> None:
         problems = self.errors()
@@ -451,6 +281,8 @@ class ControlsPanel(QtWidgets.QWidget):
     # ---- public ------------------------------------------------------------------------------
 
     def errors(self) -> list[str]:
+        if self.form.kind() == "sweep-pd-ratio" and not self.is_simulated():
+            return ["a prefill:decode split sweep is simulated: tick Simulate on this profile"]
         if self.is_simulated():
             errors = [self.hub_field.error] if self.hub_field.error else []
             if not errors:
@@ -469,7 +301,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self._running = running
         for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
                        self.math_combo, self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button,
-                       self.simulate_check, self.deployment_box, self.form):
+                       self.fit_button, self.simulate_check, self.deployment_box, self.form):
             widget.setEnabled(not running)
         self._update()
 
@@ -479,15 +311,6 @@ class ControlsPanel(QtWidgets.QWidget):
     def is_simulated(self) -> bool:
         return self.simulate_check.isChecked() and not self.is_remote()
 
-    def remote_url(self) -> str:
-        """The server's URL without any credentials it carries (for the status bar)."""
-        return safe_url(self.url_field.value or self.url_field.text())
-
-    def endpoint(self) -> RemoteEndpoint:
-        """The server as typed; the key as typed (or from the environment), held only in memory."""
-        key = self.key_edit.text().strip() or None
-        return RemoteEndpoint(self.url_field.value, self.served_field.value, key, self.api_combo.currentText(),
-                              self.timeout_field.value, read_metrics=True)
 
     def model_name(self) -> str:
         if self.is_remote():
@@ -495,14 +318,6 @@ class ControlsPanel(QtWidgets.QWidget):
         typed = self.hub_field.value
         return typed if typed else self.model_combo.currentData()
 
-    def select_remote(self, url: str, model: str, api: str = "completions", api_key: str | None = None) -> None:
-        """Choose an OpenAI-compatible server (automation and tests)."""
-        self.model_combo.setCurrentIndex(self.model_combo.findData(REMOTE))
-        self.url_field.setText(url)
-        self.served_field.setText(model)
-        self.api_combo.setCurrentText(api)
-        if api_key is not None:
-            self.key_edit.setText(api_key)
 
     def select_model(self, name: str) -> None:
         """Pick a listed model by name, or else use the name as a hub id or path."""
@@ -514,18 +329,6 @@ class ControlsPanel(QtWidgets.QWidget):
                 return
         self.hub_field.setText(name)
 
-    def select_profile(self, name: str) -> None:
-        """A profile by key or display name; InputError when there is none."""
-        for i in range(self.profile_combo.count()):
-            if name.lower() in (str(self.profile_combo.itemData(i)).lower(), self.profile_combo.itemText(i).lower()):
-                self.profile_combo.setCurrentIndex(i)
-                return
-        known = ", ".join(str(self.profile_combo.itemData(i)) for i in range(self.profile_combo.count()))
-        raise InputError(f"unknown profile {name!r} (known: {known})")
-
-    def profile(self) -> GpuProfile:
-        return find_profile(self.profile_combo.currentData())
-
     def build_config(self) -> RunConfig:
         """The settings as a RunConfig; InputError with the first problem when they cannot run."""
         problems = self.errors()
@@ -535,9 +338,10 @@ class ControlsPanel(QtWidgets.QWidget):
         config = RunConfig(mode=kind, model=ModelChoice(self.model_name(), self.device_combo.currentText(),
                                                         self.dtype_combo.currentText(), self.math_combo.currentText()),
                            sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
-                           workload=self.form.workload() if kind == "load" else None, sweep=self.form.sweep(),
-                           profile=self.profile_combo.currentData(), threads=self.threads_spin.value(),
-                           repeats=self.form.repeats())
+                           workload=self.form.workload() if self.form.uses_workload() else None,
+                           sweep=self.form.sweep(), profile=self.profile_combo.currentData(),
+                           threads=self.threads_spin.value(), repeats=self.form.repeats())
+        config.slo_ttft_ms, config.slo_tpot_ms = self.form.slo() if self.form.uses_workload() else (None, None)
         if self.is_simulated():
             config.simulate = True
             config.model = ModelChoice(self.model_name(), "auto", self.dtype_combo.currentText())

@@ -136,9 +136,12 @@ class ValidatedField(QtWidgets.QWidget):
 
 def open_file(parent: QtWidgets.QWidget, title: str, file_filter: str, use: Callable[[str], object],
               rejected: QtCore.SignalInstance) -> None:
-    """Ask for a file and hand its path to `use`; a file it refuses (InputError) goes to `rejected` as one line."""
-    path, _ = QtWidgets.QFileDialog.getOpenFileName(parent, title, "", file_filter)
+    """Ask for a file and hand its path to `use`; a file it refuses (InputError) goes to `rejected` as one line.
+    The dialog opens where the last one was used (remembered between sessions)."""
+    from gui.settings import remember_folder, start_folder   # (gui.settings imports this module)
+    path, _ = QtWidgets.QFileDialog.getOpenFileName(parent, title, start_folder("files"), file_filter)
     if path:
+        remember_folder("files", path)
         try:
             use(path)
         except InputError as exc:

@@ -1,5 +1,6 @@
 """The status bar's permanent part: what the run uses (model, device, dtype, profile), its progress,
-and what the engine process and the window's own thread cost."""
+and what the engine process and the window's own thread cost. Each label gives way to the
+status bar's message (gui/panels/status_bar.py), eliding its end, rather than clipping it."""
 from __future__ import annotations
 
 from PySide6 import QtWidgets
@@ -7,18 +8,20 @@ from PySide6 import QtWidgets
 from backend.events import EngineStatus, Progress
 from backend.engine.threads import describe_threads
 
+from gui.panels.status_bar import ElidedLabel
+
 QUIET_MESSAGES = ("running", "done")   # progress messages that need no bar
 
 
 class RunStatus:
     def __init__(self, status_bar: QtWidgets.QStatusBar):
-        self.labels = {key: QtWidgets.QLabel() for key in ("model", "device", "dtype", "profile")}
+        self.labels = {key: ElidedLabel() for key in ("model", "device", "dtype", "profile")}
         for label in self.labels.values():
             status_bar.addPermanentWidget(label)
-        self.engine = QtWidgets.QLabel()
+        self.engine = ElidedLabel()
         self.engine.setObjectName("engineStatus")
         self.engine.setToolTip("The engine's own process: its threads, the cores it is pinned to, its CPU use")
-        self.window_cpu = QtWidgets.QLabel()
+        self.window_cpu = ElidedLabel()
         self.window_cpu.setObjectName("windowCpu")
         self.window_cpu.setToolTip("CPU time of the window's main thread (painting, tables) over the last second")
         for label in (self.engine, self.window_cpu):

@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from backend.targets.disaggregated.events import WorkerLayout
-from backend.events import ModelLoaded, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
+from backend.errors import InputError
+from backend.events import LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
 from backend.targets.remote.metrics import ServerMetrics
+from backend.targets.remote.server_log import read_server_metrics
 from backend.roofline.cost import PhaseTotals, step_pairs
 
 from gui.state.buffers import BoundedBuffer, GrowableBuffer, RecentBuffer
@@ -68,6 +70,8 @@ class RunStore:
         self.sweep_context: int | None = None          # the context a batch sweep's points were measured at
         self.precision_points: list[PrecisionPoint] = []   # a precision sweep's, in the order measured
         self.precision_summary: dict | None = None     # and its RunFinished summary (ratios, skipped precisions)
+        self.load_points: list[LoadPoint] = []         # a rate or concurrency sweep's, one load run each
+        self.pd_points: list[PDPoint] = []             # a prefill:decode split sweep's, one simulated run each
         self.model: ModelLoaded | None = None
         self.info: dict = {}
         self.config: dict = {}
@@ -77,6 +81,7 @@ class RunStore:
         self.workers = WorkerRows()                    # a disaggregated run's steps, one row per worker
         self.remote = False                            # a remote server's run: no steps, sent = scheduled
         self.server: ServerMetrics | None = None       # the server's latest reading of its own load
+        self.server_readings: list[ServerMetrics] = []  # and all of them, in order (server_metrics.csv)
         self.source: Path | None = None                # the run folder holding the complete record
         # whole-run sums for the per-token costs (the step buffer keeps only the newest steps)
         self.prefill_ms = self.prefill_tokens = self.decode_ms = self.decode_tokens = 0.0
@@ -98,6 +103,7 @@ class RunStore:
                     self._set(row, scheduled_ms=arrival, queue_ms=0.0)
         elif isinstance(event, ServerMetrics):
             self.server = event
+            self.server_readings.append(event)
         elif isinstance(event, WorkerLayout):
             self.workers.set_layout(event.names)
         elif isinstance(event, ModelLoaded):
@@ -107,14 +113,29 @@ class RunStore:
             self.sweep_points.append(event)
         elif isinstance(event, PrecisionPoint):
             self.precision_points.append(event)
+        elif isinstance(event, LoadPoint):
+            self.load_points.append(event)
+        elif isinstance(event, PDPoint):
+            self.pd_points.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event
             self.run_id = event.run_id or self.run_id
             if event.summary.get("kind") == "precision":
                 self.precision_summary = dict(event.summary)
+            self._mark_load_points(event.summary)
         else:
             return
         self.version += 1
+
+    def _mark_load_points(self, summary: dict) -> None:
+        """A load sweep marks its front and its best point once every point is in; the points that
+        came from the engine process are copies sent before that: mark them here as the sweep did."""
+        if summary.get("kind") in ("rate", "concurrency") and self.load_points:
+            from backend.sweeps.load import mark_front
+            mark_front(self.load_points)
+        elif summary.get("kind") == "pd-ratio":
+            for point in self.pd_points:
+                point.best = point.split == summary.get("best_split")
 
     def add_batch(self, batch: RecordBatch) -> None:
         if batch.steps:
@@ -271,6 +292,16 @@ class RunStore:
         self.run_id, self.config, self.info = run.run_id, dict(run.config), dict(run.info)
         self.remote = run.info.get("target") == "remote"
         self.source = Path(folder) if folder is not None else None
+        if self.remote and folder is not None:
+            try:
+                self.server_readings = read_server_metrics(folder)
+            except InputError:   # a damaged server_metrics.csv: the run shows without it
+                self.server_readings = []
+            meta = self.info.get("server_metrics")   # a dict since server_metrics.csv exists (a bool before)
+            engine = meta.get("engine", "") if isinstance(meta, dict) else ""
+            for reading in self.server_readings:
+                reading.engine = engine
+            self.server = self.server_readings[-1] if self.server_readings else None
         self.sweep_points = list(sweep or [])
         self.sweep_context = (run.config.get("sweep") or {}).get("context")
         self.precision_points = list(precision or [])

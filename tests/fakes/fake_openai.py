@@ -27,6 +27,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+try:   # imported as tests.fakes.fake_openai, or run as a script from this folder
+    from tests.fakes.fake_metrics import FakeMetrics
+except ImportError:
+    from fake_metrics import FakeMetrics
+
 WORD = " tok"
 # the fields an OpenAI completions chunk carries; some clients (AIPerf) read `object` to know the kind
 HEAD = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": "fake"}
@@ -41,6 +46,9 @@ class Behaviour:
     stop_early_every: int = 0        # every n-th request stops after half its tokens, finish_reason "stop"
     error_every: int = 0             # every n-th request gets HTTP 500
     refuse_token_ids: bool = False   # a token-id prompt gets HTTP 500, as llama-cpp-python's server answers
+    max_batch: int = 0               # streams decoding at once; later ones wait for a slot (0: no limit)
+    metrics: str = ""                # serve GET /metrics as "vllm", "sglang" or "tgi" names it (fake_metrics.py)
+    kv_tokens: int = 4096            # the KV cache's size in tokens, for the metrics' usage
 
 
 @dataclass(slots=True)
@@ -61,6 +69,7 @@ class _Stream:
     include_usage: bool
     prompt_tokens: int
     start_s: float              # not before this moment
+    admitted_s: float | None    # when it got a batch slot (None: still waiting for one)
     sent: int = 0
     done: asyncio.Future | None = None
 
@@ -92,6 +101,7 @@ class FakeOpenAI:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop_future: asyncio.Future | None = None
+        self.metrics = FakeMetrics(self.behaviour)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -166,6 +176,8 @@ class FakeOpenAI:
                     self._reply(writer, 200, json.dumps(self.log_json()).encode())
                 elif method == "GET" and path == "/fake/count":   # cheap enough to poll during a run
                     self._reply(writer, 200, json.dumps({"read": self._read, "done": len(self.log)}).encode())
+                elif method == "GET" and path == "/metrics" and self.behaviour.metrics:
+                    self._reply(writer, 200, self.metrics.page(self._streams).encode(), "text/plain; version=0.0.4")
                 elif method == "POST" and path == "/fake/reset":
                     self.reset()
                     self._reply(writer, 200, b"{}")
@@ -181,9 +193,9 @@ class FakeOpenAI:
         finally:
             writer.close()
 
-    def _reply(self, writer: asyncio.StreamWriter, status: int, data: bytes) -> None:
-        writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (status, len(data), data))
+    def _reply(self, writer: asyncio.StreamWriter, status: int, data: bytes, kind: str = "application/json") -> None:
+        writer.write(b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+                     % (status, kind.encode(), len(data), data))
 
     async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool) -> None:
         self.bodies.append(body)
@@ -207,7 +219,7 @@ class FakeOpenAI:
         prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
         include_usage = b.usage and bool((body.get("stream_options") or {}).get("include_usage"))
         stream = _Stream(writer, log, target, finish, include_usage, prompt_tokens, read_s + b.ttft_ms / 1000.0,
-                         done=asyncio.get_running_loop().create_future())
+                         None if b.max_batch else read_s, done=asyncio.get_running_loop().create_future())
         self._streams.append(stream)
         self._wake.set()
         await stream.done
@@ -225,7 +237,15 @@ class FakeOpenAI:
                 next_s = time.perf_counter()
             now = time.perf_counter()
             keep = []
+            self.metrics.step(self._streams, now)
+            admitted = sum(s.admitted_s is not None for s in self._streams)
             for s in self._streams:
+                if s.admitted_s is None:   # max_batch: waits for a slot, then its prefill takes ttft_ms
+                    if admitted >= self.behaviour.max_batch:
+                        keep.append(s)
+                        continue
+                    admitted += 1
+                    s.admitted_s, s.start_s = now, now + self.behaviour.ttft_ms / 1000.0
                 if now < s.start_s:
                     keep.append(s)
                     continue
@@ -236,7 +256,9 @@ class FakeOpenAI:
                 else:
                     s.writer.write(token)
                 s.log.writes_s.append(now)
+                self.metrics.token(s, now)
                 if last:
+                    self.metrics.finished(s, now)
                     s.log.done_s = time.perf_counter()
                     s.log.num_tokens, s.log.finish_reason = s.sent, s.finish
                     s.done.set_result(None)
@@ -270,8 +292,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int)
     parser.add_argument("--gap-ms", type=float, default=1.0)
     parser.add_argument("--ttft-ms", type=float, default=0.0)
+    parser.add_argument("--max-batch", type=int, default=0)
+    parser.add_argument("--metrics", choices=("vllm", "sglang", "tgi"), default="")
     args = parser.parse_args()
-    server = FakeOpenAI(Behaviour(tokens=args.tokens, gap_ms=args.gap_ms, ttft_ms=args.ttft_ms), port=args.port)
+    server = FakeOpenAI(Behaviour(tokens=args.tokens, gap_ms=args.gap_ms, ttft_ms=args.ttft_ms,
+                                  max_batch=args.max_batch, metrics=args.metrics), port=args.port)
     print(f"serving on 127.0.0.1:{args.port}", flush=True)
     try:
         asyncio.run(server.serve())

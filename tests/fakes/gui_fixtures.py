@@ -27,8 +27,11 @@ def no_thread_left():
 
 @pytest.fixture(autouse=True)
 def config_dir(tmp_path, monkeypatch):
-    """Calibration writes its profile here, never into the user's configuration folder."""
+    """Calibration writes its profile here, never into the user's configuration folder; the window's
+    settings (window.ini) live here too, and a run stopped by closing the window is kept under this
+    test's own data folder."""
     monkeypatch.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
 def step(i: int, phase: Phase, start: float, duration: float, prefill: int = 0, decode: int = 0,
@@ -117,6 +120,7 @@ def use_tiny(w, prompt_len="16", output_len="6", batch="2") -> None:
     w.controls.select_model("tiny")
     w.controls.device_combo.setCurrentText("cpu")
     w.controls.form.set_kind("batch")
+    w.controls.form.use_synthetic_prompt()   # random ids of the length below, not the default question
     f = w.controls.form.fields["batch"]
     f["prompt_len"].setText(prompt_len)
     f["output_len"].setText(output_len)

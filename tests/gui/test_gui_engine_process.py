@@ -88,6 +88,7 @@ def test_stop_during_a_long_prefill_ends_the_run_within_3_s(qtbot, window):
     window.controls.device_combo.setCurrentText("cpu")
     window.controls.threads_spin.setValue(1)
     window.controls.form.set_kind("batch")
+    window.controls.form.use_synthetic_prompt()
     fields = window.controls.form.fields["batch"]
     fields["prompt_len"].setText("2000")
     fields["output_len"].setText("4")

@@ -168,6 +168,7 @@ FIELD_CASES = [
 
 def test_every_bad_number_is_refused_as_it_is_typed(window):
     form = window.controls.form
+    form.use_synthetic_prompt()   # the batch page's prompt length counts only for random prompt tokens
     form.preset_combo.setCurrentText("custom")
     form.arrival_combo.setCurrentText("poisson")
     form.fields["load"]["rate"].setText("4")
@@ -221,6 +222,7 @@ def test_text_the_tokenizer_cannot_round_trip_is_noted_in_the_status_bar(qtbot, 
     window.controls.device_combo.setCurrentText("cpu")
     window.controls.form.fields["batch"]["output_len"].setText("3")
     window.controls.form.prompt_edit.setPlainText("the capital of Zanzibar")
+    window.controls.form.chat_check.setChecked(False)   # the text itself, not wrapped in a chat template
     result = run_to_end(qtbot, window)
     assert not result.error
     assert "does not round-trip this prompt exactly" in window.statusBar().currentMessage()

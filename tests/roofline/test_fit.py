@@ -209,7 +209,7 @@ def test_the_worked_example_beside_the_seed(capsys):
 
 
 def test_a_bare_fit_measures_the_standard_runs_first(tmp_path, monkeypatch, capsys):
-    import backend.cli.fit as fit_cli
+    import backend.fitting as fit_cli
     from backend.config import EngineConfig, RunConfig
     from backend.config import SweepSpec
     monkeypatch.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path / "config"))

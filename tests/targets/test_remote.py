@@ -254,7 +254,7 @@ def test_stop_cancels_in_flight_requests_and_metrics_are_read():
 
 def test_llama_cpp_metric_names_and_url():
     text = "llamacpp:requests_processing 2\nllamacpp:requests_deferred 4\nllamacpp:kv_cache_usage_ratio 0.125\n"
-    assert server_metrics(text, 1.0) == ServerMetrics(1.0, 2.0, 4.0, 0.125)
+    assert server_metrics(text, 1.0) == ServerMetrics(1.0, 2.0, 4.0, 0.125, engine="llamacpp")
     assert server_metrics("# nothing known\nprocess_cpu_seconds_total 3\n", 1.0) is None
     assert metrics_url("http://10.0.0.1:8000/v1/") == "http://10.0.0.1:8000/metrics"
 

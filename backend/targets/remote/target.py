@@ -25,6 +25,7 @@ import httpx
 
 from backend.config import APIS, RemoteEndpoint, RunConfig, safe_url
 from backend.errors import InputError
+from backend.files import write_files
 from backend.events import Emit, Progress, RunFinished
 from backend.results.export import RunWriter
 from backend.records import RequestStatus, RunData
@@ -32,6 +33,7 @@ from backend.targets.remote.honesty import client_report, early_stop_line, token
 from backend.targets.remote.pool import default_workers
 from backend.targets.remote.coordinator import RESERVE, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, RemoteRun
 from backend.targets.remote.prompts import PromptBuilder, load_tokenizer
+from backend.targets.remote.server_log import FILE as SERVER_FILE
 
 def add_remote_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("remote target (an OpenAI-compatible server instead of the local engine)")
@@ -48,7 +50,10 @@ def add_remote_flags(parser: argparse.ArgumentParser) -> None:
                    "are true (default: the bundled one when the served model is SmolLM2, else estimates)")
     g.add_argument("--client-workers", type=int, metavar="N",
                    help=f"client processes sharing the streams, one event loop each (default: one per core, "
-                   f"{default_workers()} here)")
+                   f"{default_workers()} here; with --ray, one per CPU of the cluster)")
+    g.add_argument("--ray", metavar="HOST:PORT",
+                   help="run the client workers as actors on this running Ray cluster (pip install "
+                   "'phasescope[ray]'), when this host's cores cannot hold the streams")
 
 
 def env_api_key() -> str:
@@ -59,7 +64,7 @@ def env_api_key() -> str:
 def endpoint_from_args(args) -> RemoteEndpoint | None:
     """The endpoint the flags name, or None for a local run; InputError for bad flags."""
     if args.endpoint is None:
-        for flag in ("served_model", "api_key", "tokenizer", "client_workers"):
+        for flag in ("served_model", "api_key", "tokenizer", "client_workers", "ray"):
             if getattr(args, flag) is not None:
                 raise InputError(f"--{flag.replace('_', '-')} needs --endpoint URL")
         return None
@@ -70,17 +75,13 @@ def endpoint_from_args(args) -> RemoteEndpoint | None:
         url += "/v1"   # a bare host:port means the usual /v1 root
     key = (args.api_key or env_api_key()).strip() or None   # a key read from a file often ends in a newline
     endpoint = RemoteEndpoint(url, args.served_model, key, args.api, args.request_timeout,
-                              not args.no_server_metrics, args.tokenizer, args.client_workers)
+                              not args.no_server_metrics, args.tokenizer, args.client_workers, args.ray)
     endpoint.validate()
     return endpoint
 
 
 def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
     """Send `config.workload` to `config.endpoint`, emitting events as for a local run; InputError for bad settings."""
-    from backend.results.summary import summarize
-    from backend.config import config_dict
-    from backend.records import new_run_id
-    from backend.workload.arrivals import WorkloadSource, closed_loop_ramp_ms
     from backend.workload.spec import validate_workload
     endpoint = config.endpoint
     endpoint.validate()
@@ -96,7 +97,28 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
             emit(Progress("loading the served model's tokenizer", None))
         tokenizer = load_tokenizer(endpoint.tokenizer, endpoint.model)
     builder = PromptBuilder(tokenizer, chat=endpoint.api == "chat")
-    num_workers = endpoint.client_workers or default_workers()
+    if endpoint.ray_address:
+        from backend.targets.remote import ray_pool
+        emit(Progress(f"joining the Ray cluster at {endpoint.ray_address}", None))
+        ray_pool.connect(endpoint.ray_address)
+        try:
+            cpus = ray_pool.cluster_cpus()
+            if (endpoint.client_workers or 0) > cpus:
+                raise InputError(f"--client-workers {endpoint.client_workers}: the Ray cluster at "
+                                 f"{endpoint.ray_address} has {cpus} CPUs, one for each worker")
+            return _run(config, emit, should_stop, spec, builder, endpoint.client_workers or cpus)
+        finally:
+            ray_pool.disconnect()
+    return _run(config, emit, should_stop, spec, builder, endpoint.client_workers or default_workers())
+
+
+def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, builder: PromptBuilder,
+         num_workers: int) -> RunFinished:
+    from backend.results.summary import summarize
+    from backend.config import config_dict
+    from backend.records import new_run_id
+    from backend.workload.arrivals import WorkloadSource, closed_loop_ramp_ms
+    endpoint = config.endpoint
     drawn = spec
     if spec.arrival == "closed":   # each worker holds its users' next requests in reserve (see RemoteRun)
         drawn = replace(spec, concurrency=spec.concurrency + RESERVE * min(num_workers, spec.concurrency))
@@ -107,13 +129,14 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
                      users=spec.concurrency if spec.arrival == "closed" else None,
                      ramp_ms=closed_loop_ramp_ms(spec) if spec.arrival == "closed" else 0.0, think_ms=spec.think_ms)
     try:
+        where = f" on the Ray cluster at {endpoint.ray_address}" if endpoint.ray_address else ""
         emit(Progress(f"sending {spec.name} to {safe_url(endpoint.url)} ({endpoint.model}) from {num_workers} "
-                      f"client worker{'s' * (num_workers > 1)}", None))
+                      f"client worker{'s' * (num_workers > 1)}{where}", None))
         run.start()
         run.pump(emit, writer, should_stop)
         summary = summarize([], run.requests, run.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
         summary.update({f"errors_{kind}": n for kind, n in sorted(run.errors.items())})
-        summary.update({f"server_{name}_max": value for name, value in run.metrics_peak.items()})
+        summary.update(run.server.summary())
         figures, client_info, warnings = client_report(run.client_load())
         summary.update(figures)
         finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
@@ -123,18 +146,23 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
                         "num_output_tokens_estimated": output_estimates})
         warnings += token_count_lines(len(finished), prompt_estimates, output_estimates)
         warnings += early_stop_line(run.num_early, len(finished), run.early_reasons)
+        warnings += run.lost   # "client worker 1 on HOST was lost: ...": its requests failed with that reason
         cfg = config_dict(config)
         cfg["remote"] = {"url": safe_url(endpoint.url), "model": endpoint.model, "api": endpoint.api,
                          "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics,
-                         "tokenizer": endpoint.tokenizer, "client_workers": num_workers}
+                         "tokenizer": endpoint.tokenizer, "client_workers": num_workers, "ray": endpoint.ray_address}
         info = _info(endpoint, run)
         info.update({"client": client_info, "warnings": warnings, "tokenizer": builder.name,
                      "connections_opened": client_info["connections_opened"],
                      "token_counts": {"prompt": dict(Counter(r.prompt_tokens_source for r in finished)),
                                       "output": dict(Counter(r.output_tokens_source for r in finished))}})
+        if endpoint.ray_address:   # each actor's clock against the coordinator's, and whether it was lost
+            info["ray"] = {"address": endpoint.ray_address, "workers": getattr(run.pool, "clocks", [])}
         data = RunData(run_id=run.run_id, config=cfg, info=info, requests=run.requests, tokens=run.tokens,
                        summary=summary)
         if writer is not None:
+            if run.server.readings:
+                write_files(writer.folder, {SERVER_FILE: run.server.csv_text()})
             writer.close(data)
         return RunFinished(run.run_id, summary, run.stopped, run.error_message(), data)
     finally:
@@ -146,7 +174,7 @@ def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> dict:
     from backend import __version__
     return {"target": "remote", "endpoint": safe_url(endpoint.url), "served_model": endpoint.model,
             "model": endpoint.model, "api": endpoint.api, "device": "remote",
-            "server_metrics": bool(run.metrics_peak),
+            "server_metrics": run.server.info(),   # {} when the server published none
             "note": "server engine steps are not visible from outside: steps.csv is empty, queue_ms is 0",
             "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__,
                          "httptools": httptools.__version__},

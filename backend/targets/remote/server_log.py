@@ -1,0 +1,151 @@
+"""A remote run's readings of the server's `/metrics`: kept in order, written as server_metrics.csv, summed up.
+
+The CSV has one row a reading, on the run's clock (ms since the first request could go out): the
+gauges as read, and each histogram as the count and the seconds it gained since the run's first
+reading (so a row's difference with the one before is what finished in between). The summary gives
+the peaks of the gauges and, for each histogram, what the server measured over the run: the mean and
+the p50 and p90 interpolated in its buckets (as Prometheus's histogram_quantile does). run.json
+notes which of these the server published.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from backend.errors import InputError
+from backend.targets.remote.metrics import GAUGES, HISTOGRAMS, POLL_S, Histogram, ServerMetrics
+
+FILE = "server_metrics.csv"
+
+
+def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """The q-quantile of cumulative (upper bound, count) buckets, linear within its bucket; None when empty."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for le, cum in buckets:
+        if cum >= rank:
+            if math.isinf(le):   # beyond the last finite bound: that bound is all that is known
+                return lower
+            return lower + (le - lower) * ((rank - below) / (cum - below) if cum > below else 1.0)
+        lower, below = le, cum
+    return lower
+
+
+def _minus(now: Histogram, then: Histogram | None) -> Histogram:
+    if then is None:
+        return now
+    before = dict(then.buckets)
+    return Histogram(now.count - then.count, now.total - then.total,
+                     [(le, cum - before.get(le, 0.0)) for le, cum in now.buckets])
+
+
+class ServerLog:
+    """The readings of one run, in the order read."""
+
+    def __init__(self, every_s: float = POLL_S):
+        self.every_s = every_s
+        self.readings: list[ServerMetrics] = []
+        self._first: dict[str, Histogram] = {}   # each histogram as first read: the run's zero
+
+    def add(self, reading: ServerMetrics) -> None:
+        for quantity, hist in reading.histograms.items():
+            self._first.setdefault(quantity, hist)
+        self.readings.append(reading)
+
+    def fields(self) -> list[str]:
+        """The quantities the server published, in GAUGES then HISTOGRAMS order."""
+        seen = {f for r in self.readings for f in r.fields()}
+        return [f for f in GAUGES + HISTOGRAMS if f in seen]
+
+    def since_start(self, reading: ServerMetrics, quantity: str) -> Histogram | None:
+        hist = reading.histograms.get(quantity)
+        return None if hist is None else _minus(hist, self._first.get(quantity))
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name in GAUGES:
+            values = [getattr(r, name) for r in self.readings if getattr(r, name) is not None]
+            if values:
+                out[f"server_{name}_max"] = max(values)
+                out[f"server_{name}_mean"] = sum(values) / len(values)
+        last = self.readings[-1] if self.readings else None
+        for quantity in HISTOGRAMS:
+            hist = None if last is None else self.since_start(last, quantity)
+            if hist is None or hist.count <= 0:
+                continue
+            base = f"server_{quantity[:-2]}"   # "server_prefill"
+            out[f"{base}_count"] = hist.count
+            out[f"{base}_mean_ms"] = 1000.0 * hist.total / hist.count
+            for q in (50, 90):
+                value = bucket_quantile(q / 100.0, hist.buckets)
+                if value is not None:
+                    out[f"{base}_p{q}_ms"] = 1000.0 * value
+        return out
+
+    def info(self) -> dict:
+        """For run.json: which engine, which fields, how many readings (empty when the server published none)."""
+        if not self.readings:
+            return {}
+        return {"engine": self.readings[0].engine, "fields": self.fields(), "readings": len(self.readings),
+                "every_ms": self.every_s * 1000.0, "file": FILE}
+
+    def csv_text(self) -> str:
+        fields = self.fields()
+        hists = [f for f in fields if f in HISTOGRAMS]
+        header = ["time_ms"] + [f for f in fields if f in GAUGES] + [f"{h}_{part}" for h in hists
+                                                                     for part in ("count", "sum")]
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(header)
+        for r in self.readings:
+            row: list = [f"{r.time_ms:.3f}"] + ["" if getattr(r, g) is None else repr(getattr(r, g))
+                                                  for g in fields if g in GAUGES]
+            for h in hists:
+                hist = self.since_start(r, h)
+                row += ["", ""] if hist is None else [repr(hist.count), repr(hist.total)]
+            writer.writerow(row)
+        return buf.getvalue()
+
+
+def server_line(meta: dict, summary: dict) -> str:
+    """One line for the console: what the server said of itself, and which fields it published."""
+    parts = []
+    for name, label in (("running", "running"), ("waiting", "waiting")):
+        if f"server_{name}_max" in summary:
+            parts.append(f"{label} max {summary[f'server_{name}_max']:g}")
+    if "server_kv_usage_max" in summary:
+        parts.append(f"KV cache max {100.0 * summary['server_kv_usage_max']:.0f}%")
+    for quantity in ("ttft", "itl", "prefill", "decode"):
+        if f"server_{quantity}_mean_ms" in summary:
+            p50 = summary.get(f"server_{quantity}_p50_ms")
+            parts.append(f"{quantity.upper() if len(quantity) < 5 else quantity} mean "
+                         f"{summary[f'server_{quantity}_mean_ms']:.1f} ms" + (f" (p50 ~{p50:.1f})" if p50 else ""))
+    return (f"server   {meta.get('engine', '?')} /metrics, {meta.get('readings', 0)} readings: " + ", ".join(parts) +
+            f"; fields: {' '.join(meta.get('fields', []))} ({FILE})")
+
+
+def read_server_metrics(folder: str | Path) -> list[ServerMetrics]:
+    """The readings of a run folder's server_metrics.csv (histograms as count and sum, no buckets);
+    [] when the run has none; InputError for a file that is not one."""
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                reading = ServerMetrics(float(row["time_ms"]))
+                for g in GAUGES:
+                    if row.get(g):
+                        setattr(reading, g, float(row[g]))
+                for h in HISTOGRAMS:
+                    if row.get(f"{h}_count"):
+                        reading.histograms[h] = Histogram(float(row[f"{h}_count"]), float(row[f"{h}_sum"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(f"{path}, line {line}: {exc}") from None
+            out.append(reading)
+    return out
