@@ -15,7 +15,8 @@ accepted.
 
 In a test: `with FakeOpenAI(Behaviour(...)) as server: ... server.log ...` (its loop runs on a
 thread). For a benchmark, as its own process: `python tests/fakes/fake_openai.py --port P --tokens 64
---gap-ms 1`; `GET /fake/log` returns the log as JSON and `POST /fake/reset` clears it.
+--gap-ms 1`; `GET /fake/log` returns the log as JSON, `GET /fake/count` how many completions it read
+and finished, and `POST /fake/reset` clears them.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ except ImportError:
     from fake_metrics import FakeMetrics
 
 WORD = " tok"
+# the fields an OpenAI completions chunk carries; some clients (AIPerf) read `object` to know the kind
+HEAD = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": "fake"}
 
 
 @dataclass(slots=True)
@@ -91,6 +94,7 @@ class FakeOpenAI:
         self.num_connections = 0
         self._streams: list[_Stream] = []
         self._count = 0
+        self._read = 0                 # completions read since the last reset
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -151,6 +155,7 @@ class FakeOpenAI:
         return {"num_connections": self.num_connections, "requests": [asdict(r) for r in self.log]}
 
     def reset(self) -> None:
+        self._read = 0
         self.log.clear()
         self.bodies.clear()
         self.num_connections = 0
@@ -169,6 +174,8 @@ class FakeOpenAI:
                 read_s = time.perf_counter()
                 if method == "GET" and path == "/fake/log":
                     self._reply(writer, 200, json.dumps(self.log_json()).encode())
+                elif method == "GET" and path == "/fake/count":   # cheap enough to poll during a run
+                    self._reply(writer, 200, json.dumps({"read": self._read, "done": len(self.log)}).encode())
                 elif method == "GET" and path == "/metrics" and self.behaviour.metrics:
                     self._reply(writer, 200, self.metrics.page(self._streams).encode(), "text/plain; version=0.0.4")
                 elif method == "POST" and path == "/fake/reset":
@@ -193,6 +200,7 @@ class FakeOpenAI:
     async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool) -> None:
         self.bodies.append(body)
         self._count += 1
+        self._read += 1
         b = self.behaviour
         prompt = body.get("prompt") if not chat else body.get("messages", [{}])[-1].get("content", "")
         if b.refuse_token_ids and isinstance(prompt, list):
@@ -220,7 +228,7 @@ class FakeOpenAI:
     async def _engine(self) -> None:
         """One step every gap_ms: the next token to every stream in flight; idle when none is."""
         gap = self.behaviour.gap_ms / 1000.0
-        token = _event({"choices": [{"index": 0, "text": WORD, "finish_reason": None}]})
+        token = _event({**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": None}]})
         next_s = time.perf_counter()
         while True:
             if not self._streams:
@@ -265,14 +273,20 @@ class FakeOpenAI:
             await asyncio.sleep(max(0.0, delay))
 
     def _last_bytes(self, s: _Stream) -> bytes:
-        out = _event({"choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]})
+        out = _event({**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]})
         if s.include_usage:
-            out += _event({"choices": [], "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent,
+            out += _event({**HEAD, "choices": [], "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent,
                                                     "total_tokens": s.prompt_tokens + s.sent}})
         return out + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
 def main() -> None:
+    try:   # one connection a stream: thousands of streams need more descriptors than a shell's soft limit
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
     parser = argparse.ArgumentParser(description="a fake OpenAI-compatible streaming server on loopback")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--tokens", type=int)

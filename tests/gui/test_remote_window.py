@@ -27,6 +27,7 @@ def test_the_status_line_says_client_limited_and_by_how_much(qtbot, inprocess_wi
     # tested with a really starved client in test_remote_honest.py
     limit = -1.0 if limited else 1e9
     monkeypatch.setattr(honesty, "LOOP_LAG_P99_MS", limit)
+    monkeypatch.setattr(honesty, "CLUMPED_SHARE", limit)   # the lag counts once tokens come clumped
     monkeypatch.setattr(honesty, "DISPATCH_LATE_P99_MS", 1e9)
     monkeypatch.setattr(honesty, "CPU_SHARE", 1e9)
     w = inprocess_window

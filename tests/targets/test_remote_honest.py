@@ -222,6 +222,14 @@ def test_the_client_thresholds_say_which_and_by_how_much():
     assert late.limits()[0].startswith("requests went out 40.0 ms after their planned arrival")
 
 
+def test_a_late_loop_is_flagged_only_once_its_tokens_come_clumped():
+    # the loop wakes 3 ms late at p99, but every token still came in a read of its own: its times hold
+    lagging = dict(loop_lag_ms=[0.1] * 90 + [3.0] * 10, late_ms=[0.2] * 50, cpu_shares=[0.5])
+    assert ClientLoad(1, num_tokens=10_000, num_clumped=500, **lagging).limits() == []
+    clumped = ClientLoad(1, num_tokens=10_000, num_clumped=4000, **lagging).limits()
+    assert len(clumped) == 1 and "40.0% of tokens were read together with the one before them (> 25%)" in clumped[0]
+
+
 # ---- token-id prompts ------------------------------------------------------------------------
 
 def test_refused_token_id_prompts_give_one_line_suggesting_text():

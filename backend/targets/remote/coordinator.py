@@ -157,6 +157,8 @@ class RemoteRun:
             if stats["wall_s"] > 0:
                 load.cpu_shares.append(stats["cpu_s"] / stats["wall_s"])
             load.num_connections += stats["connections"]
+            load.num_tokens += stats.get("tokens", 0)
+            load.num_clumped += stats.get("clumped", 0)
         return load
 
     # ---- the loop thread --------------------------------------------------------------------

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Callable
 from urllib.parse import urlsplit
 
+import httptools
 import httpx
 
 from backend.config import APIS, RemoteEndpoint, RunConfig, safe_url
@@ -175,5 +176,6 @@ def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> dict:
             "model": endpoint.model, "api": endpoint.api, "device": "remote",
             "server_metrics": run.server.info(),   # {} when the server published none
             "note": "server engine steps are not visible from outside: steps.csv is empty, queue_ms is 0",
-            "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__},
+            "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__,
+                         "httptools": httptools.__version__},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

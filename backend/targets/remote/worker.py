@@ -1,4 +1,4 @@
-"""One client worker: a fresh interpreter with one event loop and its own HTTP connection pools.
+"""One client worker: a fresh interpreter with one event loop (uvloop where installed) and its own connection pool.
 
 The run's coordinator (backend.targets.remote.pool) starts N of these through backend.launcher
 (fresh interpreters that die with it) and talks to each over its stdin and stdout, one JSON object a line (the worker's stdout is the protocol's; anything a
@@ -15,7 +15,8 @@ library prints goes to stderr):
     worker -> coordinator   {"op": "ready"}
                             {"op": "rec", "s": [[id, sent ms], ...], "r": [request, ...],
                              "t": [[id, index, ms], ...], "x": {id: text}}
-                            {"op": "stats", "lag": [ms, ...], "cpu_s", "wall_s", "connections", "rejected"}
+                            {"op": "stats", "lag": [ms, ...], "cpu_s", "wall_s", "connections", "rejected",
+                             "tokens", "clumped"}
                             {"op": "done"}
 
 time.perf_counter is the system's monotonic clock, shared by every process, so the worker's
@@ -26,24 +27,21 @@ out against its planned arrival, and its own CPU time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import heapq
 import json
 import os
 import sys
 import time
 from collections import deque
 
-import httpx
-
 from backend.config import SamplingConfig
 from backend.errors import one_line
 from backend.launcher import child_started
-from backend.targets.remote.client import MAX_DETAIL, Compat, RemoteFailure, StreamState, Streamer
+from backend.targets.remote.client import MAX_DETAIL, RemoteFailure, StreamState, Streamer
 
 FLUSH_S = 0.05       # records go to the coordinator in batches at most this old
 PROBE_S = 0.005      # the loop-lag probe's sleep
 MAX_LAG_SAMPLES = 40_000
-SHARD = 16           # streams per connection pool
 
 
 def _cpu_s() -> float:
@@ -61,12 +59,16 @@ class Worker:
         self.inflight: dict[int, asyncio.Task] = {}
         self.idle = asyncio.Event()
         self.lag: list[float] = []
+        self.num_tokens = 0
+        self.num_clumped = 0                # tokens that came in the same read as their stream's previous one
         self._requests: list[list] = []
         self._tokens: list[list] = []
         self._text: dict[int, str] = {}
         self._flush_soon = False
         self._sent: list[list] = []            # [id, ms] of requests sent since the last flush
-        self.free_at: deque[tuple] = deque()   # closed loop: (when, pool) each idle user is free to send
+        # closed loop: when each idle user is free to send, a heap: the earliest goes first (a user whose answer
+        # came goes before one still waiting for its turn on the ramp)
+        self.free_at: list[float] = []
         self.think_ms = 0.0                    # closed loop: a user's wait after its answer
         self.reserve: deque[dict] = deque()    # closed loop: requests waiting for a free user
 
@@ -77,16 +79,11 @@ class Worker:
         job = self.job
         sampling = SamplingConfig(**job["sampling"])
         headers = {"Authorization": f"Bearer {job['api_key']}"} if job.get("api_key") else {}
-        # never queue on our side; keep idle connections while a starved loop catches up (the server closes
-        # those it does not want: httpcore then sees the socket readable and opens a new one)
-        self._limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60.0)
-        self._make = lambda client: Streamer(client, job["url"], job["model"], job["api"], headers, sampling,
-                                             job["timeout_s"], self.now_ms)
-        self.compat = Compat()          # fields the server rejected, shared by every shard
-        async with contextlib.AsyncExitStack() as self._clients:
-            self.shards: list[list] = []   # [streamer, requests in flight]
-            await self._shard(None)
-            _warm_up()
+        # one pool with no limit (a load driver never queues its own requests); a closed loop's user
+        # finds the connection its last answer came on, the most recently freed
+        self.streamer = Streamer(job["url"], job["model"], job["api"], headers, sampling, job["timeout_s"],
+                                 self.now_ms)
+        try:
             self._send({"op": "ready"})
             commands = asyncio.create_task(self._commands(reader))
             await self.started.wait()
@@ -106,11 +103,14 @@ class Worker:
                 await asyncio.gather(*background, return_exceptions=True)
             self._flush()
             self._send({"op": "stats", "lag": self.lag, "cpu_s": _cpu_s() - cpu0, "wall_s": time.perf_counter() - wall0,
-                        "connections": sum(st.num_connections for st, _ in self.shards),
-                        "rejected": sorted(self.compat.rejected)})
+                        "connections": self.streamer.num_connections, "tokens": self.num_tokens,
+                        "clumped": self.num_clumped,
+                        "rejected": sorted(self.streamer.compat.rejected)})
             self._send({"op": "done"})
             commands.cancel()
             await asyncio.gather(commands, return_exceptions=True)
+        finally:
+            self.streamer.close()
 
     async def _commands(self, reader: asyncio.StreamReader) -> None:
         while True:
@@ -129,7 +129,8 @@ class Worker:
                 else:
                     self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
             elif op == "users":   # each user's first moment: the closed loop's ramp
-                self.free_at.extend((start, None) for start in msg.get("starts") or [0.0] * msg["n"])
+                for start in msg.get("starts") or [0.0] * msg["n"]:
+                    heapq.heappush(self.free_at, start)
                 self.think_ms = float(msg.get("think_ms") or 0.0)
             elif op == "go":
                 self.t0 = msg["t0"]
@@ -142,28 +143,12 @@ class Worker:
                 self.started.set()
                 self.idle.set()
 
-    async def _shard(self, prefer: int | None) -> int:
-        """The connection pool for the next request: `prefer` while it has room, else the least busy,
-        else a new one. httpcore's pool does work in proportion to its connections times its requests
-        at every request's start and end, so one pool per SHARD streams keeps that small at 256 streams."""
-        if prefer is not None and self.shards[prefer][1] < SHARD:
-            return prefer
-        if self.shards:
-            k = min(range(len(self.shards)), key=lambda i: self.shards[i][1])
-            if self.shards[k][1] < SHARD:
-                return k
-        client = await self._clients.enter_async_context(httpx.AsyncClient(limits=self._limits))
-        streamer = self._make(client)
-        streamer.compat = self.compat
-        self.shards.append([streamer, 0])
-        return len(self.shards) - 1
-
     def _start_reserved(self) -> None:
         """A closed loop's user sends its next request as soon as its last one left, with no round
         trip to the coordinator: the next request already waits here."""
         while self.free_at and self.reserve and not self.cancel_why:
             msg = self.reserve.popleft()
-            msg["at"], msg["shard"] = self.free_at.popleft()   # the user's moment, and its pool
+            msg["at"] = heapq.heappop(self.free_at)   # the user's moment
             msg["closed"] = True
             self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
 
@@ -178,13 +163,7 @@ class Worker:
                 await asyncio.sleep(delay)
             sent = state.arrival_ms = self.now_ms()
             self._sent.append([rid, sent])
-            shard = await self._shard(msg.get("shard"))
-            msg["shard"] = shard   # a closed loop's user keeps its shard, and so its pooled connection
-            self.shards[shard][1] += 1
-            try:
-                await self.shards[shard][0].send(msg["prompt"], msg["max_tokens"], state, self._on_token)
-            finally:
-                self.shards[shard][1] -= 1
+            await self.streamer.send(msg["prompt"], msg["max_tokens"], state, self._on_token)
             reason = state.finish_reason or "stop"
         except asyncio.CancelledError:
             status = "decoding" if state.token_times else "prefilling" if sent is not None else "waiting"
@@ -201,7 +180,7 @@ class Worker:
                                state.completion_tokens, "".join(state.text), None if sent is None else sent - at])
         self.inflight.pop(rid, None)
         if msg.get("closed"):
-            self.free_at.append((now + self.think_ms, msg.get("shard")))
+            heapq.heappush(self.free_at, now + self.think_ms)
             self._start_reserved()
         if not self._flush_soon:   # at once (once per loop pass): a closed loop's next request waits on this
             self._flush_soon = True
@@ -209,6 +188,9 @@ class Worker:
         self.idle.set()
 
     def _on_token(self, state: StreamState, text: str, now: float) -> None:
+        self.num_tokens += 1
+        if state.token_times and state.token_times[-1] == now:
+            self.num_clumped += 1   # read together with the stream's previous token: its gap reads as 0
         indices = state.token_indices
         index = indices[-1] + 1 if indices else 0
         if state.completion_tokens:   # a chunk that carries several tokens, counted by the server
@@ -249,17 +231,6 @@ class Worker:
         self.out.flush()
 
 
-def _warm_up() -> None:
-    """Import now what httpx imports on its first connection (its async backend, anyio: tens of ms),
-    so that the run's first requests do not go out late."""
-    import importlib
-    for name in ("anyio._backends._asyncio", "h11", "httpcore._backends.anyio"):   # anyio loads its backend lazily
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-
-
 async def _main(out) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 26)   # a request line holds a whole prompt
@@ -268,13 +239,31 @@ async def _main(out) -> None:
     await Worker(first, out).run(reader)
 
 
+def _raise_file_limit() -> None:
+    """One connection a stream: a thousand streams need more descriptors than many shells' soft limit of 1,024."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):   # no such limit here (Windows), or not allowed: keep the soft one
+        pass
+
+
 def main() -> None:
     """The child's entry point (backend.launcher): the protocol on stdin and stdout."""
     child_started()
+    _raise_file_limit()
     # the protocol gets its own copy of stdout; anything a library prints goes to stderr instead
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    asyncio.run(_main(out))
+    try:
+        import uvloop   # a faster loop where installed (not on Windows): the same results, less CPU per chunk
+        loop_factory = uvloop.new_event_loop
+    except ImportError:
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(_main(out))
 
 
 if __name__ == "__main__":
