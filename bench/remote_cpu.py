@@ -121,7 +121,7 @@ def main() -> None:
     if args.profile:
         profiler.disable()
         text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.profile)
+        pstats.Stats(profiler, stream=text).strip_dirs().sort_stats("tottime").print_stats(args.profile)
         result["profile"] = text.getvalue()
     print(json.dumps(result))
 
