@@ -157,8 +157,11 @@ def main() -> int:
     # 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%); select reruns that choice
     parser.add_argument("--structure", default="shared",
                         choices=("select", "shared", "gpu", "precision", "gpu+efu", "precision+efu",
-                                 "shared+efu-by-precision", "gpu+efu-by-precision"),
+                                 "shared+efu-by-precision", "gpu+efu-by-precision", "shared+attn-fixed",
+                                 "shared+efu-rows", "shared+attn-fixed+efu-rows"),
                         help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
+    parser.add_argument("--among", default="",
+                        help="with --structure select: only these structures, comma-separated (default: all)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
     args = parser.parse_args()
     before = run_all()
@@ -175,7 +178,8 @@ def main() -> int:
     traces = record_all([f for f in FIGURES if not is_held_out(f)], simulate)
     structure = args.structure
     if structure == "select":
-        structure, scores = select_structure(traces)
+        among = [n for n in args.among.split(",") if n] or None
+        structure, scores = select_structure(traces, among)
         print("\nfit structures, 5-fold cross-validated on the fitted set only (median, worst |error|):")
         for name, (median, worst) in scores.items():
             print(f"  {name}: {median:.1f}%, {worst:.1f}%" + ("   <- chosen" if name == structure else ""))
