@@ -336,8 +336,12 @@ class Fit:
         return CostModel(**self.terms_for(fig), source=source)
 
 
-def fit_traces(traces: list[Trace], structure: str) -> Fit:
-    """The shared terms over every trace, then each large-enough group's own efficiencies."""
+def fit_traces(traces: list[Trace], structure: str, starts: tuple[dict, ...] = ()) -> Fit:
+    """The shared terms over every trace, then each large-enough group's own efficiencies.
+
+    The shared fit starts from the placeholders and from each of `starts` (terms fitted before, on these figures
+    only: the cross-validation passes none, so no fold starts from terms its left-out figures shaped), and keeps
+    the lowest loss: from the placeholders alone Nelder-Mead can stop at a worse minimum than terms it was given."""
     names = tuple(n for n in BOUNDS if n in CostModel.__dataclass_fields__
                   and (n not in OPTIONAL or OPTIONAL[n] in structure))
     # the placeholders as the start (a zero overhead starts just inside its bounds: its logit is finite)
@@ -348,7 +352,10 @@ def fit_traces(traces: list[Trace], structure: str) -> Fit:
         keys = sorted({_by_precision(t.figure) for t in traces if t.arrays["experts"].any()})
         names = tuple(n for n in names if n != "efu") + tuple(f"efu@{k}" for k in keys)
         start.update({f"efu@{k}": STARTS["efu"] for k in keys})
-    fit = Fit(structure, fit_over(traces, start, names), counts={"*": len(traces)})
+    fits = [fit_over(traces, start, names)]
+    for other in starts:
+        fits.append(fit_over(traces, {**start, **{n: other[n] for n in names if other.get(n)}}, names))
+    fit = Fit(structure, min(fits, key=lambda terms: loss(traces, terms)), counts={"*": len(traces)})
     if STRUCTURES[structure](traces[0].figure) == "*":   # one group: every figure shares every term
         return fit
     key_of = STRUCTURES[structure]

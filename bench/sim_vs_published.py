@@ -162,6 +162,9 @@ def main() -> int:
                         help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
     parser.add_argument("--among", default="",
                         help="with --structure select: only these structures, comma-separated (default: all)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="fit this many times, each round's traces recorded at the previous round's terms (the fit "
+                             "is first-order around the terms the traces were recorded with)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
     args = parser.parse_args()
     before = run_all()
@@ -183,7 +186,11 @@ def main() -> int:
         print("\nfit structures, 5-fold cross-validated on the fitted set only (median, worst |error|):")
         for name, (median, worst) in scores.items():
             print(f"  {name}: {median:.1f}%, {worst:.1f}%" + ("   <- chosen" if name == structure else ""))
-    fit = fit_traces(traces, structure)
+    # the final fit also starts from the terms the traces were recorded with (the profiles' own, fitted on this set)
+    fit = fit_traces(traces, structure, starts=(traces[0].base_terms,))
+    for _ in range(args.rounds - 1):   # re-linearize around the fitted terms (fitted set only), and fit again
+        traces = record_all([f for f in FIGURES if not is_held_out(f)], lambda f, fit=fit: simulate(f, fit.model_for(f)))
+        fit = fit_traces(traces, structure, starts=(traces[0].base_terms,))
     after = run_all(fit.model_for)
     print()
     print(terms_report(fit))
