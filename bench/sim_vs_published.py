@@ -152,10 +152,12 @@ def run_all(model_for=None) -> list[Result]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the cost-model terms on the fitted set, then rerun")
-    # "shared" is what `--structure select` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on
-    # the fitted set, median out-of-fold error: shared 15.5%, gpu 18.8%, precision 17.1%, gpu+efu 18.7%, precision+efu
-    # 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%); select reruns that choice
-    parser.add_argument("--structure", default="shared",
+    # "shared+attn-fixed" is what `--structure select --among shared,shared+attn-fixed,shared+efu-rows,
+    # shared+attn-fixed+efu-rows` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on the fitted
+    # set, median out-of-fold error: shared 17.0%, shared+attn-fixed 14.0%, shared+efu-rows 15.7%, both 14.9%; an
+    # earlier run over the first seven structures, its traces recorded at the terms before: shared 15.5%, gpu 18.8%,
+    # precision 17.1%, gpu+efu 18.7%, precision+efu 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%)
+    parser.add_argument("--structure", default="shared+attn-fixed",
                         choices=("select", "shared", "gpu", "precision", "gpu+efu", "precision+efu",
                                  "shared+efu-by-precision", "gpu+efu-by-precision", "shared+attn-fixed",
                                  "shared+efu-rows", "shared+attn-fixed+efu-rows"),
