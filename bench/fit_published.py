@@ -4,9 +4,12 @@ Each fitted figure is simulated once with the profile's own terms while every st
 recorded: the seconds of its matmuls and of its attention at the peak, of its bytes at the full
 bandwidth, of its collectives, its layers, tokens and requests. A candidate's price of that step is then
 
-    max(dense matmuls / mfu + experts / efu, (weights + activations) / mbu) + max(attention / afu, KV / mbu)
+    max(dense matmuls / mfu + experts / efu', (weights + activations) / mbu) + max(attention / afu, KV / mbu)
         + collectives / link_eff + (layer_us [+ prefill_layer_us on a step that prefills]) x layers
-        + step_ms + token_ms x tokens + request_ms x requests
+        + request_layer_us x requests x layers + step_ms + token_ms x tokens + request_ms x requests
+
+(efu' = efu x m / (m + efu_rows) for m rows an expert gets; request_layer_us and efu_rows are the candidate
+terms, 0 and fitted only in the structures that name them: "+attn-fixed", "+efu-rows")
 
 (the cost model with serial = 1: products and attention each at their own roofline, in turn; a
 recorded base model without serial is checked with its own formula)
