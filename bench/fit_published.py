@@ -4,9 +4,12 @@ Each fitted figure is simulated once with the profile's own terms while every st
 recorded: the seconds of its matmuls and of its attention at the peak, of its bytes at the full
 bandwidth, of its collectives, its layers, tokens and requests. A candidate's price of that step is then
 
-    max(dense matmuls / mfu + experts / efu, (weights + activations) / mbu) + max(attention / afu, KV / mbu)
+    max(dense matmuls / mfu + experts / efu', (weights + activations) / mbu) + max(attention / afu, KV / mbu)
         + collectives / link_eff + (layer_us [+ prefill_layer_us on a step that prefills]) x layers
-        + step_ms + token_ms x tokens + request_ms x requests
+        + request_layer_us x requests x layers + step_ms + token_ms x tokens + request_ms x requests
+
+(efu' = efu x m / (m + efu_rows) for m rows an expert gets; request_layer_us and efu_rows are the candidate
+terms, 0 and fitted only in the structures that name them: "+attn-fixed", "+efu-rows")
 
 (the cost model with serial = 1: products and attention each at their own roofline, in turn; a
 recorded base model without serial is checked with its own formula)
@@ -42,11 +45,13 @@ from backend.roofline.step_time import CostModel
 EFFICIENCY = ("mfu", "afu", "mbu")
 BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.1, 0.95), "mbu": (0.2, 0.95), "efu": (0.05, 0.95), "step_ms": (0.0, 20.0),
           "token_ms": (0.0, 0.05), "request_ms": (0.0, 0.5), "layer_us": (0.0, 300.0), "prefill_layer_us": (0.0, 300.0),
-          "link_eff": (0.05, 1.0)}
+          "link_eff": (0.05, 1.0), "request_layer_us": (0.0, 5.0), "efu_rows": (0.0, 1024.0)}
 # not fitted: serial is structural (a GPU runs a step's products and attention as separate kernels). efu, the routed
 # experts' own efficiency, is fitted (shared by every GPU): the fitted set holds 16 Mixtral figures since F46-F111
 FIXED = {"serial": 1.0}
-STARTS = {"efu": 0.5}   # a term whose placeholder is 0 (not used) starts here
+STARTS = {"efu": 0.5, "request_layer_us": 0.3, "efu_rows": 32.0}   # a term whose placeholder is 0 (unused) starts here
+# the candidate terms, fitted only in the structures that name them ("+attn-fixed", "+efu-rows")
+OPTIONAL = {"request_layer_us": "+attn-fixed", "efu_rows": "+efu-rows"}
 MIN_PER_GROUP = 6
 HUGE = 1e30
 
@@ -126,7 +131,8 @@ def record(fig, simulate) -> Trace | None:
                      kv_memory=cost.kv_bytes / bandwidth,
                      collective=parallel.collective_seconds(shape, prec, layout, sum(new_tokens)),
                      layers=parallel.stage_layers(shape, layout.pp), tokens=sum(new_tokens),
-                     requests=len(new_tokens), is_prefill=float(max(new_tokens) > 1))
+                     requests=len(new_tokens), is_prefill=float(max(new_tokens) > 1),
+                     request_layers=cost.request_layers, expert_rows=cost.expert_rows)
         trace[0].add(**parts)
         trace[0].add(seconds=seconds)
         return seconds
@@ -154,11 +160,17 @@ def price(a: dict[str, np.ndarray], terms: dict) -> np.ndarray:
     if terms.get("serial"):
         efu = terms.get("efu", 0.0)   # a number, or one per step (an efu per precision: Stack.errors)
         efu = np.where(np.asarray(efu) > 0, efu, terms["mfu"])
+        rows = terms.get("efu_rows", 0.0)
+        if rows:   # a grouped GEMM of m rows an expert: efu x m / (m + efu_rows)
+            m = a["expert_rows"]
+            efu = np.where(m > 0, efu * m / (m + rows + (m <= 0)), efu)
         gemms = np.maximum((a["matmul"] - a["experts"]) / terms["mfu"] + a["experts"] / efu, a["gemm_memory"] / mbu)
         seconds = gemms + np.maximum(a["attention"] / terms["afu"], a["kv_memory"] / mbu)
     else:
         compute = a["matmul"] / terms["mfu"] + a["attention"] / terms["afu"]
         seconds = np.maximum(compute, a["memory"] / mbu)
+    if terms.get("request_layer_us"):   # a fixed attention cost per request and layer
+        seconds = seconds + terms["request_layer_us"] * a["request_layers"] / 1e6
     layer_us = terms.get("layer_us", 0.0) + terms.get("prefill_layer_us", 0.0) * a["is_prefill"]
     seconds = seconds + a["collective"] / terms.get("link_eff", 1.0) + layer_us * a["layers"] / 1e6
     fixed = terms["step_ms"] + terms["token_ms"] * a["tokens"] + terms["request_ms"] * a["requests"]
@@ -280,6 +292,11 @@ STRUCTURES = {   # which figures share their efficiencies (the overheads are sha
     # efficiencies shared, or per GPU
     "shared+efu-by-precision": lambda fig: "*",
     "gpu+efu-by-precision": _by_gpu,
+    # candidate terms shared by every figure (OPTIONAL): a fixed attention cost per request and layer, and an
+    # experts' efficiency that falls with the rows each expert gets
+    "shared+attn-fixed": lambda fig: "*",
+    "shared+efu-rows": lambda fig: "*",
+    "shared+attn-fixed+efu-rows": lambda fig: "*",
 }
 
 
@@ -322,9 +339,14 @@ class Fit:
         return CostModel(**self.terms_for(fig), source=source)
 
 
-def fit_traces(traces: list[Trace], structure: str) -> Fit:
-    """The shared terms over every trace, then each large-enough group's own efficiencies."""
-    names = tuple(n for n in BOUNDS if n in CostModel.__dataclass_fields__)
+def fit_traces(traces: list[Trace], structure: str, starts: tuple[dict, ...] = ()) -> Fit:
+    """The shared terms over every trace, then each large-enough group's own efficiencies.
+
+    The shared fit starts from the placeholders and from each of `starts` (terms fitted before, on these figures
+    only: the cross-validation passes none, so no fold starts from terms its left-out figures shaped), and keeps
+    the lowest loss: from the placeholders alone Nelder-Mead can stop at a worse minimum than terms it was given."""
+    names = tuple(n for n in BOUNDS if n in CostModel.__dataclass_fields__
+                  and (n not in OPTIONAL or OPTIONAL[n] in structure))
     # the placeholders as the start (a zero overhead starts just inside its bounds: its logit is finite)
     start = {n: min(max(getattr(CostModel(), n) or STARTS.get(n, 0.0), BOUNDS[n][0] + 1e-3), BOUNDS[n][1])
              for n in names}
@@ -333,8 +355,11 @@ def fit_traces(traces: list[Trace], structure: str) -> Fit:
         keys = sorted({_by_precision(t.figure) for t in traces if t.arrays["experts"].any()})
         names = tuple(n for n in names if n != "efu") + tuple(f"efu@{k}" for k in keys)
         start.update({f"efu@{k}": STARTS["efu"] for k in keys})
-    fit = Fit(structure, fit_over(traces, start, names), counts={"*": len(traces)})
-    if structure in ("shared", "shared+efu-by-precision"):
+    fits = [fit_over(traces, start, names)]
+    for other in starts:
+        fits.append(fit_over(traces, {**start, **{n: other[n] for n in names if other.get(n)}}, names))
+    fit = Fit(structure, min(fits, key=lambda terms: loss(traces, terms)), counts={"*": len(traces)})
+    if STRUCTURES[structure](traces[0].figure) == "*":   # one group: every figure shares every term
         return fit
     key_of = STRUCTURES[structure]
     for key in sorted({key_of(t.figure) for t in traces}):
@@ -363,9 +388,10 @@ def cross_validate(traces: list[Trace], structure: str) -> tuple[float, float]:
     return statistics.median(errors), max(errors)
 
 
-def select_structure(traces: list[Trace]) -> tuple[str, dict[str, tuple[float, float]]]:
-    """The structure with the lowest cross-validated median error on the fitted set (the held-out set unseen)."""
-    scores = {name: cross_validate(traces, name) for name in STRUCTURES}
+def select_structure(traces: list[Trace], names=None) -> tuple[str, dict[str, tuple[float, float]]]:
+    """The structure with the lowest cross-validated median error on the fitted set (the held-out set unseen),
+    among `names` (None: every structure)."""
+    scores = {name: cross_validate(traces, name) for name in (names or STRUCTURES)}
     return min(scores, key=lambda n: scores[n][0]), scores
 
 

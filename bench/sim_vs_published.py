@@ -152,13 +152,21 @@ def run_all(model_for=None) -> list[Result]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the cost-model terms on the fitted set, then rerun")
-    # "shared" is what `--structure select` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on
-    # the fitted set, median out-of-fold error: shared 15.5%, gpu 18.8%, precision 17.1%, gpu+efu 18.7%, precision+efu
-    # 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%); select reruns that choice
-    parser.add_argument("--structure", default="shared",
+    # "shared+attn-fixed" is what `--structure select --among shared,shared+attn-fixed,shared+efu-rows,
+    # shared+attn-fixed+efu-rows` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on the fitted
+    # set, median out-of-fold error: shared 17.0%, shared+attn-fixed 14.0%, shared+efu-rows 15.7%, both 14.9%; an
+    # earlier run over the first seven structures, its traces recorded at the terms before: shared 15.5%, gpu 18.8%,
+    # precision 17.1%, gpu+efu 18.7%, precision+efu 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%)
+    parser.add_argument("--structure", default="shared+attn-fixed",
                         choices=("select", "shared", "gpu", "precision", "gpu+efu", "precision+efu",
-                                 "shared+efu-by-precision", "gpu+efu-by-precision"),
+                                 "shared+efu-by-precision", "gpu+efu-by-precision", "shared+attn-fixed",
+                                 "shared+efu-rows", "shared+attn-fixed+efu-rows"),
                         help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
+    parser.add_argument("--among", default="",
+                        help="with --structure select: only these structures, comma-separated (default: all)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="fit this many times, each round's traces recorded at the previous round's terms (the fit "
+                             "is first-order around the terms the traces were recorded with)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
     args = parser.parse_args()
     before = run_all()
@@ -175,11 +183,16 @@ def main() -> int:
     traces = record_all([f for f in FIGURES if not is_held_out(f)], simulate)
     structure = args.structure
     if structure == "select":
-        structure, scores = select_structure(traces)
+        among = [n for n in args.among.split(",") if n] or None
+        structure, scores = select_structure(traces, among)
         print("\nfit structures, 5-fold cross-validated on the fitted set only (median, worst |error|):")
         for name, (median, worst) in scores.items():
             print(f"  {name}: {median:.1f}%, {worst:.1f}%" + ("   <- chosen" if name == structure else ""))
-    fit = fit_traces(traces, structure)
+    # the final fit also starts from the terms the traces were recorded with (the profiles' own, fitted on this set)
+    fit = fit_traces(traces, structure, starts=(traces[0].base_terms,))
+    for _ in range(args.rounds - 1):   # re-linearize around the fitted terms (fitted set only), and fit again
+        traces = record_all([f for f in FIGURES if not is_held_out(f)], lambda f, fit=fit: simulate(f, fit.model_for(f)))
+        fit = fit_traces(traces, structure, starts=(traces[0].base_terms,))
     after = run_all(fit.model_for)
     print()
     print(terms_report(fit))

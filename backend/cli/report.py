@@ -238,6 +238,8 @@ def cost_model_text(c: dict) -> str:
     experts = f", experts {g('efu')}" if c.get("efu") else ""
     layers = f", {g('layer_us')} us/layer" if c.get("layer_us") else ""
     layers += f", {g('prefill_layer_us')} us/layer in prefill" if c.get("prefill_layer_us") else ""
+    layers += f", {g('request_layer_us')} us/request/layer of attention" if c.get("request_layer_us") else ""
+    layers += f", experts' rows half-efficient at {g('efu_rows')}" if c.get("efu_rows") else ""
     layers += f", links at {g('link_eff')} of their rate" if c.get("link_eff", 1.0) != 1.0 else ""
     serial = "; products and attention each at their own roofline" if c.get("serial") else ""
     return (f"matmuls {g('mfu')}{experts}, attention {g('afu')}, memory {g('mbu')} of peak; {g('step_ms')} ms/step, "

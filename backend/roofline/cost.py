@@ -35,6 +35,9 @@ What is counted, and the choices made:
     token multiplies by and every step reads. Multi-head latent attention (kv_lora_rank > 0)
     multiplies by its down and up projections per token and prices attention in the absorbed
     form (attention_flops_per_pair).
+  * Counted for the cost model's fixed terms, not as FLOPs or bytes: the step's (request, layer) pairs
+    (an attention kernel's per-sequence work whatever its context) and, in an MoE, the rows each routed
+    expert multiplies (a grouped GEMM of few rows per expert runs far below the peak).
   * KV cache bytes: each request reads the keys and values of its whole context and writes
     those of its new tokens; MLA's cache is one latent of kv_lora_rank + qk_rope_head_dim per
     token and layer. On a layer with a sliding window (Mistral every layer, Gemma and gpt-oss
@@ -63,7 +66,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from backend.errors import InputError
 from backend.precision import Precision
-from backend.roofline.moe import expert_params, moe_layers, unread_expert_params, unused_expert_params
+from backend.roofline.moe import expected_experts, expert_params, moe_layers, unread_expert_params, unused_expert_params
 from backend.roofline.attention import (  # noqa: F401 -- kv_heads_for_sharding: part of this module's face
     attention_flops_per_pair, capped_sum, kv_heads_for_sharding, layer_sums, totals_sums, windowed_layers,
 )
@@ -97,6 +100,8 @@ class StepCost:
     head_rows: float = 0.0     # rows of the LM head's product per step: its logit rows
     expert_weight_bytes: float = 0.0   # the routed experts' part of weight_bytes (what expert parallelism splits)
     expert_flops: float = 0.0          # the routed experts' part of linear_flops
+    request_layers: float = 0.0        # (request, layer) pairs: the attention kernels' per-sequence work
+    expert_rows: float = 0.0           # rows each routed expert multiplies per step (mean, uniform routing)
 
     @property
     def intensity(self) -> float:
@@ -197,12 +202,12 @@ def _terms(shape) -> _ShapeTerms:
 
 
 def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, layer_pairs: float, kv_read: float,
-          logit_rows: int, steps: int = 1) -> StepCost:
+          logit_rows: int, steps: int = 1, requests: int | None = None) -> StepCost:
     """The cost of `steps` steps from their totals: tokens, attention (query, key) pairs summed over the
     layers, KV tokens read summed over the layers.
 
     Everything is linear in the totals but the weights, which every step reads once: a
-    phase's cost is this over its steps' sums.
+    phase's cost is this over its steps' sums. `requests` defaults to the logit rows (one per request).
     """
     matrix_bytes, element_bytes = sizes(dtype_bytes)
     d, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
@@ -235,7 +240,16 @@ def _cost(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, layer_pa
         linear_flops=float(linear_flops), attention_flops=float(attention_flops), head_flops=float(head_flops),
         rows=tokens / steps, head_rows=logit_rows / steps,
         expert_weight_bytes=float(expert_bytes), expert_flops=float(routed_flops),
+        request_layers=float((logit_rows if requests is None else requests) * layers),
+        expert_rows=_rows_per_expert(shape, tokens / steps) if sparse else 0.0,
     )
+
+
+def _rows_per_expert(shape, tokens: float) -> float:
+    """The rows each expert a step's tokens were routed to multiplies, on average (uniform routing): one in a
+    batch-1 decode step, tokens x k / experts in a long prefill."""
+    k = shape.experts_per_token
+    return tokens * k / max(expected_experts(shape.num_experts, k, tokens), 1.0)
 
 
 def step_cost(shape: ModelShape, dtype_bytes: int | Precision, new_tokens: list[int], context: list[int],
@@ -261,7 +275,7 @@ def step_cost(shape: ModelShape, dtype_bytes: int | Precision, new_tokens: list[
             window_context += min(c, window + n - 1)
     rows = len(new_tokens) if logit_rows is None else logit_rows
     layer_pairs, kv_read = layer_sums(shape, pairs, sum(context), window_pairs, window_context)
-    return _cost(shape, dtype_bytes, sum(new_tokens), layer_pairs, kv_read, rows)
+    return _cost(shape, dtype_bytes, sum(new_tokens), layer_pairs, kv_read, rows, requests=len(new_tokens))
 
 
 def cost_of_totals(shape: ModelShape, dtype_bytes: int | Precision, tokens: int, pairs: float,

@@ -158,7 +158,8 @@ def shard(cost: StepCost, shape, prec: Precision, layout: Layout) -> StepCost:
                     weight_bytes=weight_bytes, kv_bytes=kv_bytes, activation_bytes=activation_bytes,
                     linear_flops=linear, attention_flops=attention, head_flops=head, rows=cost.rows,
                     head_rows=cost.head_rows, expert_weight_bytes=cost.expert_weight_bytes * fraction / tp,
-                    expert_flops=cost.expert_flops * fraction / tp)
+                    expert_flops=cost.expert_flops * fraction / tp,
+                    request_layers=cost.request_layers * fraction, expert_rows=cost.expert_rows)
 
 
 def collective_seconds(shape, prec: Precision, layout: Layout, tokens: int) -> float:

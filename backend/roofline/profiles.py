@@ -210,7 +210,8 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
 
 
 # the cost model's terms a [simulation] table may hold (backend.roofline.step_time.CostModel)
-SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us", "link_eff", "efu", "serial")
+SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us", "link_eff", "efu", "serial",
+                    "efu_rows", "request_layer_us")
 MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned kernels can beat
 
 
@@ -234,11 +235,11 @@ def _check_simulation(path: Path, table: dict) -> None:
             raise InputError(f"{where} is not a cost model term (known: {', '.join(SIMULATION_TERMS)})")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise InputError(f"{where} must be a number, got {value!r}")
-        elif key.endswith(("_ms", "_us")) and value < 0:
+        elif key.endswith(("_ms", "_us", "_rows")) and value < 0:
             raise InputError(f"{where} is milliseconds and must not be negative, got {value!r}")
         elif key in ("efu", "serial") and not 0 <= value <= MAX_EFFICIENCY:   # 0: not used
             raise InputError(f"{where} must be in [0, {MAX_EFFICIENCY:g}], got {value!r}")
-        elif key not in ("efu", "serial") and not key.endswith(("_ms", "_us")) and not 0 < value <= MAX_EFFICIENCY:
+        elif key not in ("efu", "serial") and not key.endswith(("_ms", "_us", "_rows")) and not 0 < value <= MAX_EFFICIENCY:
             raise InputError(f"{where} is a fraction of the peak and must be in (0, {MAX_EFFICIENCY:g}], got {value!r}")
 
 

@@ -5,6 +5,7 @@ fractions of a profile's peaks, plus the host's fixed costs.
                   bytes / (bandwidth x mbu))
               + (step_ms + token_ms x tokens + request_ms x requests) / 1000
               + (layer_us [+ prefill_layer_us on a step that prefills]) x layers / 1e6
+              + request_layer_us x requests x layers / 1e6
 
 With `serial` = 1 the step is not one roofline but two kernels' in turn, as a GPU runs them: the
 products (the weights and activations their traffic) and attention (the KV cache its traffic):
@@ -14,7 +15,8 @@ products (the weights and activations their traffic) and attention (the KV cache
 
 A large decode batch is then compute-bound in its products and memory-bound in its attention, and
 pays for both, which one roofline over the step hides (it overlaps them); a mixture of experts'
-grouped products reach their own fraction of the peak (efu). The CPU's fitted profiles and the
+grouped products reach their own fraction of the peak (efu), which with efu_rows falls with the rows
+each expert gets (efu x m / (m + efu_rows)). The CPU's fitted profiles and the
 placeholders keep serial = 0.
 
 The layer term is the fixed cost each layer adds to a step whatever its size (its kernels' launch
@@ -77,6 +79,10 @@ class CostModel:
     link_eff: float = 1.0          # collectives and pipeline hops: the fraction of the link's rate (its
                                    # bandwidth, and 1 / its latencies) an engine's all-reduces reach
     efu: float = 0.0               # with serial: routed experts' grouped matmuls' fraction of the peak (0: mfu)
+    efu_rows: float = 0.0          # with efu: the rows per expert at which the experts reach half of efu (a grouped
+                                   # GEMM of m rows an expert runs at efu x m / (m + efu_rows); 0: efu whatever m)
+    request_layer_us: float = 0.0  # per request per layer of a step: its attention kernel's fixed work (the
+                                   # per-sequence setup and reduction), whatever the KV bytes it reads
     serial: float = 0.0            # 1: the products and attention each at their own roofline, one after the other
     source: str = field(default=GPU_SOURCE, compare=False)   # where the terms come from
 
@@ -124,29 +130,33 @@ class CostModel:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_EFFICIENCY:
                 raise InputError(f"cost model {name} must be a fraction of the peak in (0, {MAX_EFFICIENCY:g}], "
                                  f"got {value!r}")
-        for name in ("step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us"):
+        for name in ("step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us", "efu_rows",
+                     "request_layer_us"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                unit = "microseconds" if name.endswith("_us") else "milliseconds"
+                unit = "rows" if name == "efu_rows" else "microseconds" if name.endswith("_us") else "milliseconds"
                 raise InputError(f"cost model {name} must be a number of {unit} >= 0, got {value!r}")
 
     def cost_seconds(self, cost: StepCost, profile: GpuProfile, prec: Precision, math: MatMath | None = None) -> float:
         """The roofline part of a step's time: the slower of its compute (each product at its unit's
         peak, backend.roofline.roofs) and its memory traffic -- over the whole step, or with `serial`
         over each of its two kinds of kernels in turn (module docstring)."""
+        fixed = self.request_layer_us * cost.request_layers / 1e6
         if not self.serial:
             compute_s = compute_seconds(cost, profile, prec, math, self.mfu, self.afu)
             memory_s = cost.bytes / (profile.bandwidth_bytes_per_s * self.mbu)
-            return max(compute_s, memory_s)
+            return max(compute_s, memory_s) + fixed
         matmul_s, attention_s = compute_parts(cost, profile, prec, math)
         products = cost.flops - cost.attention_flops
         expert_s = matmul_s * cost.expert_flops / products if products > 0 else 0.0
         efu = self.efu or self.mfu
+        if self.efu_rows and cost.expert_rows > 0:
+            efu = efu * cost.expert_rows / (cost.expert_rows + self.efu_rows)
         bandwidth = profile.bandwidth_bytes_per_s * self.mbu
         gemms = max((matmul_s - expert_s) / self.mfu + expert_s / efu,
                     (cost.weight_bytes + cost.activation_bytes) / bandwidth)
         attention = max(attention_s / self.afu, cost.kv_bytes / bandwidth)
-        return gemms + attention
+        return gemms + attention + fixed
 
     def overhead_seconds(self, tokens: int, requests: int) -> float:
         return (self.step_ms + self.token_ms * tokens + self.request_ms * requests) / 1000.0

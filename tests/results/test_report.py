@@ -135,3 +135,12 @@ def test_the_total_is_a_breakdown_not_a_check():
 def test_breakdown_of_unequal_requests_says_so():
     text = breakdown_text(10.0, 7.5, 17.5, 2, 3, 2.83, times="×")
     assert text == "TTFT 10.0 ms + decode 7.5 ms (2 to 3 decode steps, TPOT 2.83 ms on average) = 17.5 ms, decode 43%"
+
+
+def test_the_cost_model_line_names_the_candidate_terms_only_when_set():
+    from backend.cli.report import cost_model_text
+    from backend.roofline.step_time import CostModel
+    plain = cost_model_text(CostModel().terms())
+    assert "request/layer" not in plain and "rows" not in plain
+    text = cost_model_text(CostModel(request_layer_us=0.26, efu=0.5, efu_rows=48.0, serial=1.0).terms())
+    assert "0.26 us/request/layer of attention" in text and "half-efficient at 48" in text

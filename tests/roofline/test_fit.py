@@ -42,6 +42,26 @@ def test_a_step_priced_by_hand():
     expected = (1040 / 0.5e6 + 96 / 0.25e6) + (1.0 + 1.5 + 0.25) / 1000
     assert model.step_seconds(SHAPE, FP32, FAKE, [3], [3]) == pytest.approx(expected, rel=1e-12)
 
+    # a fixed attention cost per request and layer: 2 requests x 1 layer x 3 microseconds more, nothing else moves
+    fixed = CostModel(mfu=0.5, afu=0.25, mbu=1.0, request_layer_us=3.0)
+    assert fixed.step_seconds(SHAPE, FP32, FAKE, [1, 1], [5, 9]) - CostModel(mfu=0.5, afu=0.25, mbu=1.0).step_seconds(
+        SHAPE, FP32, FAKE, [1, 1], [5, 9]) == pytest.approx(2 * 3.0e-6, rel=1e-9)
+
+
+def test_the_experts_efficiency_falls_with_the_rows_each_expert_gets():
+    """efu x m / (m + efu_rows): a decode step's few rows per expert pay much more than a prefill's many."""
+    from backend.roofline.model_configs import sim_shape
+    from backend.roofline.cost import step_cost
+    shape, prec, h100 = sim_shape("mixtral-8x7b"), precision("bfloat16"), find_profile("h100-sxm")
+    flat = CostModel(mfu=0.6, afu=0.3, mbu=0.8, serial=1.0, efu=0.5)
+    rows = CostModel(mfu=0.6, afu=0.3, mbu=0.8, serial=1.0, efu=0.5, efu_rows=256.0)
+    decode = step_cost(shape, prec, [1] * 256, [512] * 256)       # 256 tokens x 2 of 8 experts: 64 rows each
+    prefill = step_cost(shape, prec, [4096], [4096])              # 1,024 rows each
+    assert decode.expert_rows == pytest.approx(64.0, rel=0.01) and prefill.expert_rows == pytest.approx(1024, rel=0.01)
+    slower = [rows.cost_seconds(c, h100, prec) / flat.cost_seconds(c, h100, prec) for c in (decode, prefill)]
+    assert slower[0] > slower[1] > 1.0   # both compute-bound in their experts: the decode step's at a fifth of efu
+    assert CostModel(efu_rows=0.0).terms() == {**CostModel().terms(), "efu_rows": 0.0}   # absent: no effect
+
 
 def synthetic_runs(model: CostModel, shape, profile) -> list[MeasuredRun]:
     """Steps whose durations are exactly the model's prices: a batch sweep, a prompt sweep, a mixed load."""

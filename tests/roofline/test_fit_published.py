@@ -73,3 +73,38 @@ def test_the_fit_finds_the_experts_efficiency_that_made_the_figures():
     fit = fp.fit_traces(traces, "shared")
     assert fit.shared["efu"] == pytest.approx(0.15, rel=0.1)
     assert all(abs(t.predict(fit.terms_for(t.figure)) / t.figure.value - 1) < 0.02 for t in traces)
+
+
+def test_the_fit_prices_the_candidate_terms_as_the_simulator_does():
+    """record() checks the fit's step formula against the simulator's price of every step: with a fixed attention
+    cost per request and layer and an experts' efficiency that falls with their rows, on a tensor-parallel
+    Mixtral run (F63) and a dense one (F55)."""
+    from bench.sim_vs_published import simulate
+    model = CostModel(mfu=0.5, afu=0.3, mbu=0.7, step_ms=0.5, serial=1.0, efu=0.4, efu_rows=48.0,
+                      request_layer_us=0.8)
+    plain = replace(model, efu_rows=0.0, request_layer_us=0.0)
+    for fig_id in ("F63", "F55"):
+        fig = next(f for f in FIGURES if f.id == fig_id)
+        fig = replace(fig, output_len=min(fig.output_len, 64))   # a short run: the formula, not the figure
+        trace = fp.record(fig, lambda f: simulate(f, model))      # raises if the formula and the simulator differ
+        assert trace.arrays["request_layers"].min() > 0
+        assert (trace.arrays["expert_rows"] > 0).all() == (fig_id == "F63")
+        # the candidate terms cost time: the same steps priced without them are faster
+        assert trace.step_seconds(plain.terms()).sum() < trace.arrays["seconds"].sum()
+
+
+def test_a_candidate_term_is_fitted_only_in_the_structures_that_name_it():
+    truth = {**BASE.terms(), "request_layer_us": 0.6}
+    traces = []
+    for n, fig_id in enumerate(("F01", "F13", "F31", "F18", "F50", "F62")):
+        trace = synthetic(figure_like(fig_id, 1.0), 20, 0.0, n)
+        trace.parts["request_layers"] = list(np.arange(20) * (n + 1) * 64.0)   # many requests' steps and few
+        trace.parts["expert_rows"] = [0.0] * 20
+        trace.freeze()
+        trace.figure = replace(trace.figure, value=trace.predict(truth))
+        traces.append(trace)
+    assert fp.fit_traces(traces, "shared").shared.get("request_layer_us", 0.0) == 0.0
+    # fitted from the placeholders and from the terms that made the figures: the better of the two is kept
+    fitted = fp.fit_traces(traces, "shared+attn-fixed", starts=(truth,)).shared
+    assert fitted["request_layer_us"] == pytest.approx(0.6, rel=0.05) and "efu_rows" not in fitted
+    assert fp.loss(traces, fitted) < 1e-3
