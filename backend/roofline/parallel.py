@@ -268,12 +268,12 @@ class StepPricer:
         CHECK_EVERY-th after; one difference and this pricer keeps to the chain."""
         if self._lines is None:
             return self._chain_seconds(key)
-        tokens, _requests, pairs, context, rows, prefill, *window = key
+        tokens, requests, pairs, context, rows, prefill, *window = key
         line = self._lines.get((tokens, rows))
         fresh = line is None
         if fresh:
             line = self._lines[(tokens, rows)] = StepLine(self, tokens, rows)
-        seconds = line.seconds(pairs, context, *window) + self._collective(tokens)
+        seconds = line.seconds(requests, pairs, context, *window) + self._collective(tokens)
         seconds = seconds + self._layers[prefill]
         self._lined += 1
         if fresh or self._lined % CHECK_EVERY == 0:
@@ -285,10 +285,10 @@ class StepPricer:
 
     def _chain_seconds(self, key: tuple) -> float:
         """A stage's price from its sums through the general chain: step_cost's arithmetic from where its loop ends."""
-        tokens, _requests, pairs, context, rows, prefill, *window = key
+        tokens, requests, pairs, context, rows, prefill, *window = key
         layer_pairs, kv_read = layer_sums(self.shape, pairs, context, *(window or (0, 0)))
-        cost = shard(cost_of_sums(self.shape, self.prec, tokens, layer_pairs, kv_read, rows), self.shape, self.prec,
-                     self.layout)
+        cost = shard(cost_of_sums(self.shape, self.prec, tokens, layer_pairs, kv_read, rows, requests=requests),
+                     self.shape, self.prec, self.layout)
         seconds = self.cost_model.cost_seconds(cost, self.profile, self.prec, self.math)
         seconds += self._collective(tokens)
         return seconds + self._layers[prefill]

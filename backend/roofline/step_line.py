@@ -18,7 +18,7 @@ Only what the simulator runs takes this path: one roof (no CPU matrix-unit math)
 from __future__ import annotations
 
 from backend.roofline.attention import layer_sums
-from backend.roofline.cost import _terms, sizes
+from backend.roofline.cost import _rows_per_expert, _terms, sizes
 from backend.roofline.moe import unread_expert_params
 
 CHECK_EVERY = 64
@@ -63,15 +63,23 @@ class StepLine:
         # CostModel.cost_seconds on one roof (roofs.compute_parts / compute_seconds with math None)
         self.serial = model.serial
         self.mfu, self.afu, self.efu = model.mfu, model.afu, model.efu or model.mfu
+        expert_rows = _rows_per_expert(shape, tokens / 1) if t.sparse else 0.0
+        if model.efu_rows and expert_rows > 0:   # few rows an expert: its grouped product further below the peak
+            self.efu = self.efu * expert_rows / (expert_rows + model.efu_rows)
+        self.request_layer_us = model.request_layer_us
         self.base = pricer.profile.peak_flops(prec)
         self.bandwidth = pricer.profile.bandwidth_bytes_per_s * model.mbu
         self.plain_bandwidth = pricer.profile.bandwidth_bytes_per_s
         self.mbu = model.mbu
         self.gemm_bytes = self.weight + self.activation
 
-    def seconds(self, pairs: int, context: int, window_pairs: int = 0, window_context: int = 0) -> float:
+    def seconds(self, requests: int, pairs: int, context: int, window_pairs: int = 0, window_context: int = 0) -> float:
         """The roofline part of the step's price (CostModel.cost_seconds of the sharded StepCost)."""
         layer_pairs, kv_read = layer_sums(self.shape, pairs, context, window_pairs, window_context)
+        request_layers = float(requests * self.layers)   # the attention kernels' per-sequence work
+        if self.sharded:
+            request_layers = request_layers * self.fraction
+        fixed = self.request_layer_us * request_layers / 1e6
         attention = self.flops_per_pair * layer_pairs
         kv = float((kv_read + self.tokens * self.layers) * self.kv_per_layer_token)
         flops = float(self.linear + attention + self.head)
@@ -88,9 +96,9 @@ class StepLine:
                 compute = flops / self.base
             else:
                 compute = (flops - attention) / (self.base * self.mfu) + attention / (self.base * self.afu)
-            return max(compute, all_bytes / (self.plain_bandwidth * self.mbu))
+            return max(compute, all_bytes / (self.plain_bandwidth * self.mbu)) + fixed
         products = flops - attention
         matmul_s, attention_s = products / self.base, attention / self.base
         expert_s = matmul_s * self.expert_flops / products if products > 0 else 0.0
         gemms = max((matmul_s - expert_s) / self.mfu + expert_s / self.efu, self.gemm_bytes / self.bandwidth)
-        return gemms + max(attention_s / self.afu, kv / self.bandwidth)
+        return gemms + max(attention_s / self.afu, kv / self.bandwidth) + fixed

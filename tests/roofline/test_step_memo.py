@@ -42,13 +42,16 @@ def straightforward(pricer: StepPricer, new_tokens, contexts, logit_rows=None) -
 
 
 # model, profile, dtype, deployment, cost-model changes: dense, GQA, MLA, MoE with EP, sliding windows,
-# FP8 and FP8 KV, one device, TP, TP x PP; the fitted serial form and the plain roofline
+# FP8 and FP8 KV, one device, TP, TP x PP; the fitted serial form and the plain roofline; the per-request
+# attention term and the experts' efficiency by rows
 SETUPS = [
     ("llama-3.1-70b", "h100-sxm", "fp8", Deployment(tp=4), {}),
     ("llama-3.1-70b", "a100-80gb-sxm", "auto", Deployment(tp=2, pp=2), {}),
     ("llama-8b", "h100-sxm", "auto", Deployment(), {"serial": 0.0}),
     ("llama-8b", "l40s", "auto", Deployment(), {"serial": 0.0, "mfu": 1.0, "afu": 1.0}),
     ("mixtral-8x7b", "h100-sxm", "auto", Deployment(tp=4, ep=2), {"efu": 0.3}),
+    ("mixtral-8x7b", "h200-sxm", "fp8", Deployment(tp=2), {"efu": 0.5, "efu_rows": 24.0, "request_layer_us": 1.5}),
+    ("llama-8b", "h100-sxm", "auto", Deployment(), {"serial": 0.0, "request_layer_us": 0.7}),
     ("mistral-7b", "h100-sxm", "auto", Deployment(), {}),
     ("gemma-2-9b", "a100-80gb-sxm", "auto", Deployment(tp=2), {}),
     ("deepseek-v3", "h200-sxm", "fp8", Deployment(tp=8, kv_dtype="fp8"), {}),
