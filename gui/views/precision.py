@@ -103,9 +103,10 @@ class PrecisionView(pg.PlotWidget):
     def _title(self, base: str, profile: str | None = None) -> str:
         """The title with its legend under it, in short lines, as the throughput plot has it."""
         where = f" ({profile})" if profile else ""
-        legend = swatch_title("", [("weight bytes", BYTES_COLOR), ("TPOT", TPOT_COLOR, "&#9679;"),
+        # short names: the legend is one line, and the narrowest dock (at 1,400 px) must show it whole
+        legend = swatch_title("", [("bytes", BYTES_COLOR), ("TPOT", TPOT_COLOR, "&#9679;"),
                                    ("TTFT", TTFT_COLOR, "&#9650;"), (f"predicted{where}", "#555555", "- -"),
-                                   ("this machine (simulated)", "#555555", "&times;")])
+                                   ("simulated here", "#555555", "&times;")])
         # the title names the curves and leaves the verdict to them: the predictions show TPOT following
         # the bytes, and a CPU without bfloat16 arithmetic decodes bfloat16 slower than float32 all the same
         return (f"Weight bytes, TPOT and TTFT at each precision, each ÷ {base}"
