@@ -68,7 +68,12 @@ def test_bf16_on_a_cpu_without_a_unit_is_one_clear_line_and_auto_runs_float32_ex
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [line for line in proc.stderr.splitlines() if not line.startswith("...")]
     assert len(errors) == 1 and "--prefill-math bf16: no bfloat16 unit runs here" in errors[0]
-    assert "hidden by PHASESCOPE_MATH_UNITS" in errors[0] and "use fp32 or auto" in errors[0]
+    # each unit's reason is this CPU's: hidden where it has the unit, absent where it has not (an AVX2-only CPU)
+    from backend import kernels
+    for unit in ("AMX", "AVX512-BF16"):
+        why = "hidden by PHASESCOPE_MATH_UNITS" if kernels.cpu_units().get(unit) else f"this CPU has no {unit}"
+        assert f"{unit}: {why}" in errors[0] or kernels.load() is None, errors[0]
+    assert "use fp32 or auto" in errors[0]
     runs = {}
     for name, mode, env in (("auto", "auto", hidden), ("fp32", "fp32", None)):
         out = tmp_path / name
