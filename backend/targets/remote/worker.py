@@ -158,8 +158,8 @@ class Worker:
         sent = None
         status, kind, reason = "finished", "", ""
         try:
-            delay = (at - self.now_ms()) / 1000.0
-            if delay > 0:
+            # never before its moment: uvloop's timers have whole-millisecond ticks and can wake early
+            while (delay := (at - self.now_ms()) / 1000.0) > 0:
                 await asyncio.sleep(delay)
             sent = state.arrival_ms = self.now_ms()
             self._sent.append([rid, sent])
