@@ -28,7 +28,37 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-class WorkerPool:
+class Dispatching:
+    """Which worker takes a request, for a pool of local processes and one of Ray actors alike. The pool
+    has num_workers, exited (an Event a worker), crashes, inflight (a set of ids a worker), _next, and
+    send(k, msg); ALL_GONE says how its workers went."""
+
+    ALL_GONE = "every client worker has exited"
+
+    def dispatch(self, request_id: int, at_ms: float, prompt, max_tokens: int, prefer: int | None = None) -> int:
+        """Send one request to `prefer` (a closed loop's user stays on its worker, and so on its pooled
+        connection) or else the least busy live worker; the worker's index."""
+        live = [k for k in range(self.num_workers) if not self.exited[k].is_set()]
+        if not live:
+            raise RunError(f"{self.ALL_GONE}: {self.crashes[0] if self.crashes else '?'}")
+        if prefer in live:
+            k = prefer
+        else:
+            k = min(live, key=lambda i: (len(self.inflight[i]), (i - self._next) % self.num_workers))
+            self._next = (k + 1) % self.num_workers
+        self.inflight[k].add(request_id)
+        self.send(k, {"op": "req", "id": request_id, "at": at_ms, "prompt": prompt, "max_tokens": max_tokens})
+        return k
+
+    def finished(self, k: int, request_id: int) -> None:
+        self.inflight[k].discard(request_id)
+
+    def broadcast(self, msg: dict) -> None:
+        for k in range(self.num_workers):
+            self.send(k, msg)
+
+
+class WorkerPool(Dispatching):
     def __init__(self, num_workers: int, job: dict, on_message: Callable[[int, dict], None]):
         self.num_workers = num_workers
         self.job = job
@@ -72,28 +102,6 @@ class WorkerPool:
     def go(self, t0: float) -> None:
         for k in range(self.num_workers):
             self.send(k, {"op": "go", "t0": t0})
-
-    def dispatch(self, request_id: int, at_ms: float, prompt, max_tokens: int, prefer: int | None = None) -> int:
-        """Send one request to `prefer` (a closed loop's user stays on its worker, and so on its pooled
-        connection) or else the least busy live worker; the worker's index."""
-        live = [k for k in range(self.num_workers) if not self.exited[k].is_set()]
-        if not live:
-            raise RunError(f"every client worker has exited: {self.crashes[0] if self.crashes else '?'}")
-        if prefer in live:
-            k = prefer
-        else:
-            k = min(live, key=lambda i: (len(self.inflight[i]), (i - self._next) % self.num_workers))
-            self._next = (k + 1) % self.num_workers
-        self.inflight[k].add(request_id)
-        self.send(k, {"op": "req", "id": request_id, "at": at_ms, "prompt": prompt, "max_tokens": max_tokens})
-        return k
-
-    def finished(self, k: int, request_id: int) -> None:
-        self.inflight[k].discard(request_id)
-
-    def broadcast(self, msg: dict) -> None:
-        for k in range(self.num_workers):
-            self.send(k, msg)
 
     def send(self, k: int, msg: dict) -> None:
         stdin = self.procs[k].stdin

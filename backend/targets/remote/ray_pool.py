@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from backend.errors import InputError, RunError, one_line
+from backend.targets.remote.pool import Dispatching
 
 CLOCK_ROUNDS = 8      # round trips per actor to measure its clock offset
 DRAIN_S = 0.2         # an actor's long poll returns after this long with nothing to say
@@ -140,8 +141,10 @@ def measure_offset(read_clock, rounds: int = CLOCK_ROUNDS) -> tuple[float, float
     return offset, rtt / 2.0, rtt
 
 
-class RayWorkerPool:
+class RayWorkerPool(Dispatching):
     """WorkerPool's interface (backend.targets.remote.pool), over Ray actors."""
+
+    ALL_GONE = "every client worker was lost"
 
     def __init__(self, num_workers: int, job: dict, on_message, name: str = "phasescope"):
         self.name = name   # the actors are named NAME-client-K (seen in `ray list actors`)
@@ -192,26 +195,6 @@ class RayWorkerPool:
     def go(self, t0: float) -> None:
         for k in range(self.num_workers):   # the coordinator's t0 on each actor's own clock
             self.send(k, {"op": "go", "t0": t0 - self.clocks[k]["offset_ms"] / 1000.0})
-
-    def dispatch(self, request_id: int, at_ms: float, prompt, max_tokens: int, prefer: int | None = None) -> int:
-        live = [k for k in range(self.num_workers) if not self.exited[k].is_set()]
-        if not live:
-            raise RunError(f"every client worker was lost: {self.crashes[0] if self.crashes else '?'}")
-        if prefer in live:
-            k = prefer
-        else:
-            k = min(live, key=lambda i: (len(self.inflight[i]), (i - self._next) % self.num_workers))
-            self._next = (k + 1) % self.num_workers
-        self.inflight[k].add(request_id)
-        self.send(k, {"op": "req", "id": request_id, "at": at_ms, "prompt": prompt, "max_tokens": max_tokens})
-        return k
-
-    def finished(self, k: int, request_id: int) -> None:
-        self.inflight[k].discard(request_id)
-
-    def broadcast(self, msg: dict) -> None:
-        for k in range(self.num_workers):
-            self.send(k, msg)
 
     def send(self, k: int, msg: dict) -> None:
         """Queued, and sent once per pass of the loop: one actor call carries every line of that pass."""
