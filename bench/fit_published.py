@@ -5,11 +5,13 @@ recorded: the seconds of its matmuls and of its attention at the peak, of its by
 bandwidth, of its collectives, its layers, tokens and requests. A candidate's price of that step is then
 
     max(dense matmuls / mfu + experts / efu', (weights + activations) / mbu) + max(attention / afu, KV / mbu)
-        + collectives / link_eff + (layer_us [+ prefill_layer_us on a step that prefills]) x layers
+        + collectives' fixed costs x link_latency_x + their bytes / (link_eff, or pcie_link_eff over PCIe)
+        + (layer_us [+ prefill_layer_us on a step that prefills]) x layers
         + request_layer_us x requests x layers + step_ms + token_ms x tokens + request_ms x requests
 
-(efu' = efu x m / (m + efu_rows) for m rows an expert gets; request_layer_us and efu_rows are the candidate
-terms, 0 and fitted only in the structures that name them: "+attn-fixed", "+efu-rows")
+(efu' = efu x m / (m + efu_rows) for m rows an expert gets; request_layer_us, efu_rows, link_latency_x and
+pcie_link_eff are the candidate terms, at their placeholders (0, 0, 1, 1) and fitted only in the structures that
+name them: "+attn-fixed", "+efu-rows", "+link-latency", "+pcie")
 
 (the cost model with serial = 1: products and attention each at their own roofline, in turn; a
 recorded base model without serial is checked with its own formula)
@@ -45,13 +47,19 @@ from backend.roofline.step_time import CostModel
 EFFICIENCY = ("mfu", "afu", "mbu")
 BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.1, 0.95), "mbu": (0.2, 0.95), "efu": (0.05, 0.95), "step_ms": (0.0, 20.0),
           "token_ms": (0.0, 0.05), "request_ms": (0.0, 0.5), "layer_us": (0.0, 300.0), "prefill_layer_us": (0.0, 300.0),
-          "link_eff": (0.05, 1.0), "request_layer_us": (0.0, 5.0), "efu_rows": (0.0, 1024.0)}
+          "link_eff": (0.05, 1.0), "request_layer_us": (0.0, 5.0), "efu_rows": (0.0, 1024.0),
+          "link_latency_x": (0.2, 20.0), "pcie_link_eff": (0.05, 1.0)}
 # not fitted: serial is structural (a GPU runs a step's products and attention as separate kernels). efu, the routed
 # experts' own efficiency, is fitted (shared by every GPU): the fitted set holds 16 Mixtral figures since F46-F111
 FIXED = {"serial": 1.0}
 STARTS = {"efu": 0.5, "request_layer_us": 0.3, "efu_rows": 32.0}   # a term whose placeholder is 0 (unused) starts here
-# the candidate terms, fitted only in the structures that name them ("+attn-fixed", "+efu-rows")
-OPTIONAL = {"request_layer_us": "+attn-fixed", "efu_rows": "+efu-rows"}
+# a fraction whose placeholder is its bound (1) starts inside (a logit at the bound hardly moves)
+INSIDE = {"link_eff": 0.9, "pcie_link_eff": 0.5}
+EFU_STARTS = (0.5, 0.2)   # an efu per precision starts from each (an FP8 MoE kernel far below the dense one is a
+                          # minimum Nelder-Mead misses from the higher start alone)
+# the candidate terms, fitted only in the structures that name them
+OPTIONAL = {"request_layer_us": "+attn-fixed", "efu_rows": "+efu-rows", "link_latency_x": "+link-latency",
+            "pcie_link_eff": "+pcie"}
 MIN_PER_GROUP = 6
 HUGE = 1e30
 
@@ -121,6 +129,7 @@ def record(fig, simulate) -> Trace | None:
             raise NotImplementedError("the fit's step formula is one pipeline stage's (pp = 1)")
         needs = logit_rows if logit_rows is not None else [True] * len(new_tokens)
         shape, prec, layout, profile = pricer.shape, pricer.prec, pricer.layout, pricer.profile
+        coll_fixed, coll_bytes = parallel.collective_parts(shape, prec, layout, sum(new_tokens))
         cost = parallel.shard(step_cost(shape, prec, new_tokens, contexts, sum(needs)), shape, prec, layout)
         matmul = compute_seconds(cost, profile, prec, pricer.math, 1.0, HUGE)
         products = cost.flops - cost.attention_flops
@@ -129,7 +138,7 @@ def record(fig, simulate) -> Trace | None:
                      attention=compute_seconds(cost, profile, prec, pricer.math, HUGE, 1.0),
                      memory=cost.bytes / bandwidth, gemm_memory=(cost.weight_bytes + cost.activation_bytes) / bandwidth,
                      kv_memory=cost.kv_bytes / bandwidth,
-                     collective=parallel.collective_seconds(shape, prec, layout, sum(new_tokens)),
+                     coll_fixed=coll_fixed, coll_bytes=coll_bytes, pcie=float(bool(layout.link and layout.link.is_pcie)),
                      layers=parallel.stage_layers(shape, layout.pp), tokens=sum(new_tokens),
                      requests=len(new_tokens), is_prefill=float(max(new_tokens) > 1),
                      request_layers=cost.request_layers, expert_rows=cost.expert_rows)
@@ -172,7 +181,9 @@ def price(a: dict[str, np.ndarray], terms: dict) -> np.ndarray:
     if terms.get("request_layer_us"):   # a fixed attention cost per request and layer
         seconds = seconds + terms["request_layer_us"] * a["request_layers"] / 1e6
     layer_us = terms.get("layer_us", 0.0) + terms.get("prefill_layer_us", 0.0) * a["is_prefill"]
-    seconds = seconds + a["collective"] / terms.get("link_eff", 1.0) + layer_us * a["layers"] / 1e6
+    link_eff = np.where(a["pcie"] > 0, terms.get("pcie_link_eff", 1.0), terms.get("link_eff", 1.0))
+    collectives = a["coll_fixed"] * terms.get("link_latency_x", 1.0) + a["coll_bytes"] / link_eff
+    seconds = seconds + collectives + layer_us * a["layers"] / 1e6
     fixed = terms["step_ms"] + terms["token_ms"] * a["tokens"] + terms["request_ms"] * a["requests"]
     return seconds + fixed / 1e3
 
@@ -218,7 +229,8 @@ def loss(traces: list[Trace], terms: dict) -> float:
 def to_unit(name: str, value: float) -> float:
     """A term as an unbounded coordinate (logit of its place in its bounds)."""
     low, high = BOUNDS[name.split("@")[0]]
-    x = min(max((value - low) / (high - low), 1e-6), 1 - 1e-6)
+    # a start at (or next to) a bound is moved 1% inside: a logit far out makes Nelder-Mead's steps there vanish
+    x = min(max((value - low) / (high - low), 0.01), 0.99)
     return math.log(x / (1 - x))
 
 
@@ -297,6 +309,13 @@ STRUCTURES = {   # which figures share their efficiencies (the overheads are sha
     "shared+attn-fixed": lambda fig: "*",
     "shared+efu-rows": lambda fig: "*",
     "shared+attn-fixed+efu-rows": lambda fig: "*",
+    # the experts' efficiency per precision with the fixed attention cost, and the links' candidate terms: an
+    # engine's collective fixed cost as a multiple of the link's nominal one, PCIe's bandwidth fraction its own
+    "shared+attn-fixed+efu-by-precision": lambda fig: "*",
+    "shared+attn-fixed+link-latency+efu-by-precision": lambda fig: "*",
+    "shared+attn-fixed+pcie+efu-by-precision": lambda fig: "*",
+    "shared+attn-fixed+link-latency+pcie+efu-by-precision": lambda fig: "*",
+    "shared+attn-fixed+link-latency+pcie": lambda fig: "*",
 }
 
 
@@ -348,16 +367,18 @@ def fit_traces(traces: list[Trace], structure: str, starts: tuple[dict, ...] = (
     names = tuple(n for n in BOUNDS if n in CostModel.__dataclass_fields__
                   and (n not in OPTIONAL or OPTIONAL[n] in structure))
     # the placeholders as the start (a zero overhead starts just inside its bounds: its logit is finite)
-    start = {n: min(max(getattr(CostModel(), n) or STARTS.get(n, 0.0), BOUNDS[n][0] + 1e-3), BOUNDS[n][1])
-             for n in names}
+    start = {n: min(max(INSIDE.get(n) or getattr(CostModel(), n) or STARTS.get(n, 0.0), BOUNDS[n][0] + 1e-3),
+                    BOUNDS[n][1]) for n in names}
     start.update(FIXED)
     if efu_by_precision(structure):   # one efu per precision that has an expert in the traces, fitted with the rest
         keys = sorted({_by_precision(t.figure) for t in traces if t.arrays["experts"].any()})
         names = tuple(n for n in names if n != "efu") + tuple(f"efu@{k}" for k in keys)
-        start.update({f"efu@{k}": STARTS["efu"] for k in keys})
-    fits = [fit_over(traces, start, names)]
+        efu_starts = [{f"efu@{k}": value for k in keys} for value in EFU_STARTS]
+    else:
+        efu_starts = [{}]
+    fits = [fit_over(traces, {**start, **efu}, names) for efu in efu_starts]
     for other in starts:
-        fits.append(fit_over(traces, {**start, **{n: other[n] for n in names if other.get(n)}}, names))
+        fits.append(fit_over(traces, {**start, **efu_starts[-1], **{n: other[n] for n in names if other.get(n)}}, names))
     fit = Fit(structure, min(fits, key=lambda terms: loss(traces, terms)), counts={"*": len(traces)})
     if STRUCTURES[structure](traces[0].figure) == "*":   # one group: every figure shares every term
         return fit

@@ -30,7 +30,10 @@ from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunC
 from backend.errors import InputError  # noqa: E402
 from backend.roofline.step_time import CostModel  # noqa: E402
 from backend.workload.spec import LengthDist, WorkloadSpec  # noqa: E402
+from bench.fit_published import STRUCTURES  # noqa: E402
 from bench.published_figures import FIGURES, Figure, is_held_out  # noqa: E402
+
+STRUCTURE_NAMES = tuple(STRUCTURES)
 
 SUMMARY_KEY = {"ttft_ms": "ttft_mean_ms", "itl_ms": "itl_mean_ms", "e2e_ms": "e2e_mean_ms"}
 
@@ -152,15 +155,16 @@ def run_all(model_for=None) -> list[Result]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the cost-model terms on the fitted set, then rerun")
-    # "shared+attn-fixed" is what `--structure select --among shared,shared+attn-fixed,shared+efu-rows,
-    # shared+attn-fixed+efu-rows` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on the fitted
-    # set, median out-of-fold error: shared 17.0%, shared+attn-fixed 14.0%, shared+efu-rows 15.7%, both 14.9%; an
-    # earlier run over the first seven structures, its traces recorded at the terms before: shared 15.5%, gpu 18.8%,
-    # precision 17.1%, gpu+efu 18.7%, precision+efu 15.8%, shared+efu-by-precision 15.9%, gpu+efu-by-precision 20.3%)
-    parser.add_argument("--structure", default="shared+attn-fixed",
-                        choices=("select", "shared", "gpu", "precision", "gpu+efu", "precision+efu",
-                                 "shared+efu-by-precision", "gpu+efu-by-precision", "shared+attn-fixed",
-                                 "shared+efu-rows", "shared+attn-fixed+efu-rows"),
+    # "shared+attn-fixed+pcie+efu-by-precision" is what `--structure select --among shared+attn-fixed,
+    # shared+attn-fixed+efu-by-precision,shared+attn-fixed+link-latency+efu-by-precision,
+    # shared+attn-fixed+pcie+efu-by-precision,shared+attn-fixed+link-latency+pcie+efu-by-precision,
+    # shared+attn-fixed+link-latency+pcie` chose on 2026-12-02 over the 76 fitted figures (5-fold cross-validation on
+    # the fitted set, median out-of-fold error: 17.2%, 12.7%, 12.4%, 10.6%, 13.7%, 11.3%); earlier runs, their traces
+    # recorded at the terms before: shared 17.0%, shared+attn-fixed 14.0%, shared+efu-rows 15.7%, both 14.9%; shared
+    # 15.5%, gpu 18.8%, precision 17.1%, gpu+efu 18.7%, precision+efu 15.8%, shared+efu-by-precision 15.9%,
+    # gpu+efu-by-precision 20.3%
+    parser.add_argument("--structure", default="shared+attn-fixed+pcie+efu-by-precision",
+                        choices=("select", *STRUCTURE_NAMES),
                         help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
     parser.add_argument("--among", default="",
                         help="with --structure select: only these structures, comma-separated (default: all)")

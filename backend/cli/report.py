@@ -240,7 +240,9 @@ def cost_model_text(c: dict) -> str:
     layers += f", {g('prefill_layer_us')} us/layer in prefill" if c.get("prefill_layer_us") else ""
     layers += f", {g('request_layer_us')} us/request/layer of attention" if c.get("request_layer_us") else ""
     layers += f", experts' rows half-efficient at {g('efu_rows')}" if c.get("efu_rows") else ""
-    layers += f", links at {g('link_eff')} of their rate" if c.get("link_eff", 1.0) != 1.0 else ""
+    layers += f", links at {g('link_eff')} of their bandwidth" if c.get("link_eff", 1.0) != 1.0 else ""
+    layers += f", PCIe at {g('pcie_link_eff')} of its bandwidth" if c.get("pcie_link_eff", 1.0) != 1.0 else ""
+    layers += f", collectives' fixed costs x{g('link_latency_x')}" if c.get("link_latency_x", 1.0) != 1.0 else ""
     serial = "; products and attention each at their own roofline" if c.get("serial") else ""
     return (f"matmuls {g('mfu')}{experts}, attention {g('afu')}, memory {g('mbu')} of peak; {g('step_ms')} ms/step, "
             f"{g('token_ms')} ms/token, {g('request_ms')} ms/request{layers}{serial}")

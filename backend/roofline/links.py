@@ -30,6 +30,11 @@ class KVLink:
     def seconds(self, nbytes: int) -> float:
         return self.us * 1e-6 + nbytes / (self.gbs * 1e9)
 
+    @property
+    def is_pcie(self) -> bool:
+        """GPUs that talk over PCIe (no NVLink): an engine's collectives reach their own fraction of it."""
+        return self.name.startswith("pcie")
+
     def describe(self) -> str:
         return f"{self.name}, {self.gbs:,.1f} GB/s, {self.us:g} us per hand-off"
 

@@ -162,34 +162,41 @@ def shard(cost: StepCost, shape, prec: Precision, layout: Layout) -> StepCost:
                     request_layers=cost.request_layers * fraction, expert_rows=cost.expert_rows)
 
 
-def collective_seconds(shape, prec: Precision, layout: Layout, tokens: int) -> float:
-    """A stage's all-reduces (TP) and all-to-alls (EP) for one pass of `tokens` tokens."""
+def collective_parts(shape, prec: Precision, layout: Layout, tokens: int) -> tuple[float, float]:
+    """A stage's all-reduces (TP) and all-to-alls (EP) for one pass of `tokens` tokens, at the link's nominal
+    figures: (seconds of their fixed costs, seconds of their bytes at the link's bandwidth)."""
     tp, ep, link = layout.tp, layout.ep, layout.link
     if tp == 1 or link is None:
-        return 0.0
+        return 0.0, 0.0
     layers = stage_layers(shape, layout.pp)
     moe = min(layers, math.ceil(moe_layers(shape) / layout.pp))
     hidden = tokens * shape.hidden_size * prec.activation_bytes     # one all-reduce's payload, bytes
-    bus = link.gbs * 1e9
-
-    def all_reduce(group: int) -> float:
-        return 0.0 if group <= 1 else link.collective_us * 1e-6 + 2 * (group - 1) / group * hidden / bus
-
-    seconds = layers * all_reduce(tp)                               # after attention
-    if ep > 1:
-        routed = hidden * shape.experts_per_token * (ep - 1) / ep
-        seconds += moe * (2 * (link.collective_us * 1e-6 + routed / bus) + all_reduce(tp // ep))
-        seconds += (layers - moe) * all_reduce(tp)                  # the dense layers' MLP
-    else:
-        seconds += layers * all_reduce(tp)                          # after the MLP
-    return seconds
+    bus, fixed = link.gbs * 1e9, link.collective_us * 1e-6
+    reduces = 2 * layers                                            # after attention, after the MLP
+    ring = 2 * (tp - 1) / tp * hidden / bus                         # one all-reduce's bytes over the ring
+    if ep <= 1:
+        return reduces * fixed, reduces * ring
+    routed = hidden * shape.experts_per_token * (ep - 1) / ep
+    group = tp // ep                                                # an MoE layer's MLP all-reduce spans tp / ep
+    expert_reduce = (fixed, 2 * (group - 1) / group * hidden / bus) if group > 1 else (0.0, 0.0)
+    fixed_s = layers * fixed + moe * (2 * fixed + expert_reduce[0]) + (layers - moe) * fixed
+    bytes_s = layers * ring + moe * (2 * routed / bus + expert_reduce[1]) + (layers - moe) * ring
+    return fixed_s, bytes_s
 
 
-def hop_seconds(shape, prec: Precision, layout: Layout, tokens: int) -> float:
+def collective_seconds(shape, prec: Precision, layout: Layout, tokens: int, model=None) -> float:
+    """collective_parts priced at a cost model's link terms (CostModel.link_seconds; None: the nominal link)."""
+    fixed_s, bytes_s = collective_parts(shape, prec, layout, tokens)
+    return fixed_s + bytes_s if model is None else model.link_seconds(fixed_s, bytes_s, layout.link)
+
+
+def hop_seconds(shape, prec: Precision, layout: Layout, tokens: int, model=None) -> float:
     """A microbatch's hidden states crossing from one pipeline stage to the next."""
     if layout.pp == 1 or layout.link is None:
         return 0.0
-    return layout.link.seconds(int(tokens * shape.hidden_size * prec.activation_bytes))
+    link = layout.link
+    fixed_s, bytes_s = link.us * 1e-6, tokens * shape.hidden_size * prec.activation_bytes / (link.gbs * 1e9)
+    return fixed_s + bytes_s if model is None else model.link_seconds(fixed_s, bytes_s, link)
 
 
 def microbatches(new_tokens: list[int], contexts: list[int], pp: int) -> list[tuple[list[int], list[int], list[int]]]:
@@ -312,7 +319,7 @@ class StepPricer:
         collective = self._collectives.get(tokens)
         if collective is None:
             collective = self._collectives[tokens] = \
-                collective_seconds(self.shape, self.prec, self.layout, tokens) / self.cost_model.link_eff
+                collective_seconds(self.shape, self.prec, self.layout, tokens, self.cost_model)
         return collective
 
     def _seconds(self, new_tokens: list[int], contexts: list[int], logit_rows: list[bool] | None) -> float:
@@ -324,6 +331,6 @@ class StepPricer:
             return self.stage_seconds(new_tokens, contexts, sum(needs), prefill) + overhead
         groups = microbatches(new_tokens, contexts, pp)
         times = [self.stage_seconds(n, c, sum(needs[i] for i in idx), prefill) for idx, n, c in groups]
-        hops = (pp - 1) * max(hop_seconds(self.shape, self.prec, self.layout, sum(n)) for _, n, _ in groups) \
-            / self.cost_model.link_eff
+        hops = (pp - 1) * max(hop_seconds(self.shape, self.prec, self.layout, sum(n), self.cost_model)
+                              for _, n, _ in groups)
         return sum(times) + (pp - len(groups)) * max(times) + hops + overhead

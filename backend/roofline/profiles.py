@@ -211,7 +211,7 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
 
 # the cost model's terms a [simulation] table may hold (backend.roofline.step_time.CostModel)
 SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us", "link_eff", "efu", "serial",
-                    "efu_rows", "request_layer_us")
+                    "efu_rows", "request_layer_us", "link_latency_x", "pcie_link_eff")
 MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned kernels can beat
 
 

@@ -24,7 +24,8 @@ and tail latencies): what keeps a small model's decode step far above its weight
 big GPU (a 1B model's 2.5 GB read in 0.75 ms on an H100, its step several times that in engines).
 A profile's [simulation] table may hold, per precision key, a sub-table of terms that precision
 takes over the rest ([simulation.fp8]: FP8 GEMMs reach another fraction of their peak).
-Tensor, pipeline and expert parallelism are priced around this (backend/roofline/parallel.py).
+Tensor, pipeline and expert parallelism are priced around this (backend/roofline/parallel.py): each
+collective's fixed cost x link_latency_x, its bytes at link_eff of the link's bandwidth (pcie_link_eff over PCIe).
 
 Each product's peak is its unit's (backend/roofline/roofs.py: a CPU's bf16 roof for the products
 its bfloat16 path runs, given the run's math). The compute and the memory traffic overlap (the
@@ -76,8 +77,11 @@ class CostModel:
     layer_us: float = 0.0          # per layer per step: its kernels' launch and tail latencies
     prefill_layer_us: float = 0.0  # per layer of a step that prefills: a context phase's kernels, launched one
                                    # by one (decode steps replay a captured graph)
-    link_eff: float = 1.0          # collectives and pipeline hops: the fraction of the link's rate (its
-                                   # bandwidth, and 1 / its latencies) an engine's all-reduces reach
+    link_eff: float = 1.0          # collectives and pipeline hops: the fraction of the link's bandwidth an
+                                   # engine's all-reduces reach (NVLink, Infinity Fabric, RDMA)
+    pcie_link_eff: float = 1.0     # the same over a PCIe link: GPUs without NVLink reduce through the host bridge
+    link_latency_x: float = 1.0    # an engine's collective or hop takes this many times the link's nominal fixed
+                                   # cost (profiles/links/: collective_us, us): its kernels' launch and barriers
     efu: float = 0.0               # with serial: routed experts' grouped matmuls' fraction of the peak (0: mfu)
     efu_rows: float = 0.0          # with efu: the rows per expert at which the experts reach half of efu (a grouped
                                    # GEMM of m rows an expert runs at efu x m / (m + efu_rows); 0: efu whatever m)
@@ -125,16 +129,17 @@ class CostModel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_EFFICIENCY:
                 raise InputError(f"cost model {name} must be a number in [0, {MAX_EFFICIENCY:g}], got {value!r}")
-        for name in ("mfu", "afu", "mbu", "link_eff"):
+        for name in ("mfu", "afu", "mbu", "link_eff", "pcie_link_eff"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_EFFICIENCY:
                 raise InputError(f"cost model {name} must be a fraction of the peak in (0, {MAX_EFFICIENCY:g}], "
                                  f"got {value!r}")
         for name in ("step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us", "efu_rows",
-                     "request_layer_us"):
+                     "request_layer_us", "link_latency_x"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                unit = "rows" if name == "efu_rows" else "microseconds" if name.endswith("_us") else "milliseconds"
+                unit = {"efu_rows": "rows", "link_latency_x": "times"}.get(name) or \
+                    ("microseconds" if name.endswith("_us") else "milliseconds")
                 raise InputError(f"cost model {name} must be a number of {unit} >= 0, got {value!r}")
 
     def cost_seconds(self, cost: StepCost, profile: GpuProfile, prec: Precision, math: MatMath | None = None) -> float:
@@ -157,6 +162,12 @@ class CostModel:
                     (cost.weight_bytes + cost.activation_bytes) / bandwidth)
         attention = max(attention_s / self.afu, cost.kv_bytes / bandwidth)
         return gemms + attention + fixed
+
+    def link_seconds(self, fixed_s: float, bytes_s: float, link) -> float:
+        """A link's transfers as an engine runs them: `fixed_s` of the link's nominal fixed costs and `bytes_s`
+        of its bytes at its nominal bandwidth (parallel.collective_parts), at this model's link terms."""
+        eff = self.pcie_link_eff if link is not None and link.is_pcie else self.link_eff
+        return fixed_s * self.link_latency_x + bytes_s / eff
 
     def overhead_seconds(self, tokens: int, requests: int) -> float:
         return (self.step_ms + self.token_ms * tokens + self.request_ms * requests) / 1000.0

@@ -28,7 +28,8 @@ def synthetic(fig, steps: int, experts: float, seed: int) -> fp.Trace:
     for _ in range(steps):
         matmul = rng.uniform(1e-3, 5e-3)
         trace.add(matmul=matmul, experts=matmul * experts, attention=rng.uniform(1e-4, 1e-3), memory=0.0,
-                  gemm_memory=rng.uniform(1e-4, 3e-3), kv_memory=rng.uniform(1e-4, 1e-3), collective=0.0,
+                  gemm_memory=rng.uniform(1e-4, 3e-3), kv_memory=rng.uniform(1e-4, 1e-3), coll_fixed=0.0,
+                  coll_bytes=0.0, pcie=0.0,
                   layers=32.0, tokens=64.0, requests=64.0, is_prefill=0.0)
     trace.freeze()
     trace.base_value = float(fp.price(trace.arrays, BASE.terms()).sum() * 1e3)
@@ -77,18 +78,21 @@ def test_the_fit_finds_the_experts_efficiency_that_made_the_figures():
 
 def test_the_fit_prices_the_candidate_terms_as_the_simulator_does():
     """record() checks the fit's step formula against the simulator's price of every step: with a fixed attention
-    cost per request and layer and an experts' efficiency that falls with their rows, on a tensor-parallel
-    Mixtral run (F63) and a dense one (F55)."""
+    cost per request and layer, an experts' efficiency that falls with their rows, the links' fixed costs tripled
+    and PCIe's own fraction of its bandwidth, on a tensor-parallel Mixtral run over NVLink (F63), a
+    tensor-parallel dense one over PCIe (F75) and a one-GPU one (F55)."""
     from bench.sim_vs_published import simulate
     model = CostModel(mfu=0.5, afu=0.3, mbu=0.7, step_ms=0.5, serial=1.0, efu=0.4, efu_rows=48.0,
-                      request_layer_us=0.8)
-    plain = replace(model, efu_rows=0.0, request_layer_us=0.0)
-    for fig_id in ("F63", "F55"):
+                      request_layer_us=0.8, link_eff=0.8, pcie_link_eff=0.4, link_latency_x=3.0)
+    plain = replace(model, efu_rows=0.0, request_layer_us=0.0, link_eff=1.0, pcie_link_eff=1.0, link_latency_x=1.0)
+    for fig_id in ("F63", "F75", "F55"):
         fig = next(f for f in FIGURES if f.id == fig_id)
         fig = replace(fig, output_len=min(fig.output_len, 64))   # a short run: the formula, not the figure
         trace = fp.record(fig, lambda f: simulate(f, model))      # raises if the formula and the simulator differ
         assert trace.arrays["request_layers"].min() > 0
         assert (trace.arrays["expert_rows"] > 0).all() == (fig_id == "F63")
+        assert (trace.arrays["coll_fixed"] > 0).all() == (trace.arrays["coll_bytes"] > 0).all() == (fig_id != "F55")
+        assert (trace.arrays["pcie"] > 0).all() == (fig_id == "F75")
         # the candidate terms cost time: the same steps priced without them are faster
         assert trace.step_seconds(plain.terms()).sum() < trace.arrays["seconds"].sum()
 

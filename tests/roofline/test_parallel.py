@@ -56,6 +56,24 @@ def test_two_all_reduces_a_layer_priced_on_the_link():
     assert collective_seconds(LLAMA, BF16, Layout(tp=1), tokens=1) == 0.0
 
 
+def test_an_engines_link_terms_scale_the_fixed_costs_and_the_bytes_apart():
+    """link_latency_x multiplies each collective's fixed cost, link_eff divides its bytes' time, and over a PCIe
+    link pcie_link_eff does instead."""
+    pcie = KVLink("pcie4-x16", gbs=31.5, us=10.0, collective_us=25.0)
+    model = CostModel(link_latency_x=3.0, link_eff=0.8, pcie_link_eff=0.4)
+    for link, eff in ((NVLINK, 0.8), (pcie, 0.4)):
+        layout = Layout(tp=4, link=link)
+        fixed = 2 * LLAMA.num_layers * link.collective_us * 1e-6
+        nominal = collective_seconds(LLAMA, BF16, layout, tokens=128)
+        priced = collective_seconds(LLAMA, BF16, layout, tokens=128, model=model)
+        assert priced == pytest.approx(3.0 * fixed + (nominal - fixed) / eff)
+    assert pcie.is_pcie and not NVLINK.is_pcie
+    with pytest.raises(InputError, match="link_latency_x"):
+        CostModel.from_terms({"link_latency_x": -1.0})
+    with pytest.raises(InputError, match="pcie_link_eff"):
+        CostModel.from_terms({"pcie_link_eff": 0.0})
+
+
 def test_expert_parallel_all_to_alls_replace_the_mlp_all_reduce():
     tp_only = collective_seconds(MOE, BF16, Layout(tp=4, link=NVLINK), tokens=64)
     with_ep = collective_seconds(MOE, BF16, Layout(tp=4, ep=4, link=NVLINK), tokens=64)

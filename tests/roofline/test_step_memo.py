@@ -27,7 +27,7 @@ def straightforward(pricer: StepPricer, new_tokens, contexts, logit_rows=None) -
     def stage(n, c, rows, prefill):
         cost = shard(step_cost(shape, prec, n, c, rows), shape, prec, layout)
         seconds = model.cost_seconds(cost, pricer.profile, prec, pricer.math)
-        seconds += collective_seconds(shape, prec, layout, sum(n)) / model.link_eff
+        seconds += collective_seconds(shape, prec, layout, sum(n), model)
         return seconds + model.layer_seconds(parallel.stage_layers(shape, layout.pp), prefill)
 
     needs = logit_rows if logit_rows is not None else [True] * len(new_tokens)
@@ -37,7 +37,7 @@ def straightforward(pricer: StepPricer, new_tokens, contexts, logit_rows=None) -
         return stage(new_tokens, contexts, sum(needs), prefill) + overhead
     groups = microbatches(new_tokens, contexts, layout.pp)
     times = [stage(n, c, sum(needs[i] for i in idx), prefill) for idx, n, c in groups]
-    hops = (layout.pp - 1) * max(hop_seconds(shape, prec, layout, sum(n)) for _, n, _ in groups) / model.link_eff
+    hops = (layout.pp - 1) * max(hop_seconds(shape, prec, layout, sum(n), model) for _, n, _ in groups)
     return sum(times) + (layout.pp - len(groups)) * max(times) + hops + overhead
 
 
