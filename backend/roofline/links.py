@@ -27,8 +27,13 @@ class KVLink:
     source: str = ""
     collective_us: float = 10.0   # per small all-reduce or all-to-all, microseconds
 
+    def parts(self, nbytes: float) -> tuple[float, float]:
+        """One transfer of `nbytes`: (seconds of its fixed cost, seconds of its bytes at the bandwidth)."""
+        return self.us * 1e-6, nbytes / (self.gbs * 1e9)
+
     def seconds(self, nbytes: int) -> float:
-        return self.us * 1e-6 + nbytes / (self.gbs * 1e9)
+        fixed_s, bytes_s = self.parts(nbytes)
+        return fixed_s + bytes_s
 
     @property
     def is_pcie(self) -> bool:

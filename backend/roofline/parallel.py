@@ -194,9 +194,8 @@ def hop_seconds(shape, prec: Precision, layout: Layout, tokens: int, model=None)
     """A microbatch's hidden states crossing from one pipeline stage to the next."""
     if layout.pp == 1 or layout.link is None:
         return 0.0
-    link = layout.link
-    fixed_s, bytes_s = link.us * 1e-6, tokens * shape.hidden_size * prec.activation_bytes / (link.gbs * 1e9)
-    return fixed_s + bytes_s if model is None else model.link_seconds(fixed_s, bytes_s, link)
+    fixed_s, bytes_s = layout.link.parts(tokens * shape.hidden_size * prec.activation_bytes)
+    return fixed_s + bytes_s if model is None else model.link_seconds(fixed_s, bytes_s, layout.link)
 
 
 def microbatches(new_tokens: list[int], contexts: list[int], pp: int) -> list[tuple[list[int], list[int], list[int]]]:

@@ -30,8 +30,8 @@ def default_workers() -> int:
 
 class Dispatching:
     """Which worker takes a request, for a pool of local processes and one of Ray actors alike. The pool
-    has num_workers, exited (an Event a worker), crashes, inflight (a set of ids a worker), _next, and
-    send(k, msg); ALL_GONE says how its workers went."""
+    has num_workers, exited (an Event a worker), crashes, inflight (a set of ids a worker), stats, _ready (an
+    Event a worker), _next, on_message and send(k, msg); ALL_GONE says how its workers went."""
 
     ALL_GONE = "every client worker has exited"
 
@@ -56,6 +56,18 @@ class Dispatching:
     def broadcast(self, msg: dict) -> None:
         for k in range(self.num_workers):
             self.send(k, msg)
+
+    def receive(self, k: int, msg: dict) -> bool:
+        """One message from worker k, however it came: True at its last ("done", not passed on)."""
+        op = msg["op"]
+        if op == "ready":
+            self._ready[k].set()
+        elif op == "stats":
+            self.stats[k] = msg
+        elif op == "done":
+            return True
+        self.on_message(k, msg)
+        return False
 
 
 class WorkerPool(Dispatching):
@@ -131,17 +143,8 @@ class WorkerPool(Dispatching):
         try:
             while True:
                 line = await proc.stdout.readline()
-                if not line:
+                if not line or self.receive(k, json.loads(line)):
                     break
-                msg = json.loads(line)
-                op = msg["op"]
-                if op == "ready":
-                    self._ready[k].set()
-                elif op == "stats":
-                    self.stats[k] = msg
-                elif op == "done":
-                    break
-                self.on_message(k, msg)
         finally:
             if self.stats[k] is None:   # ended without its report: it crashed
                 code = await proc.wait()

@@ -245,19 +245,7 @@ class RayWorkerPool(Dispatching):
                     break
                 buffer += data
                 *lines, buffer = buffer.split(b"\n")
-                done = False
-                for line in lines:
-                    msg = json.loads(line)
-                    op = msg["op"]
-                    if op == "ready":
-                        self._ready[k].set()
-                    elif op == "stats":
-                        self.stats[k] = msg
-                    elif op == "done":
-                        done = True
-                        break
-                    self.on_message(k, msg)
-                if done:
+                if any(self.receive(k, json.loads(line)) for line in lines):
                     break
         except asyncio.CancelledError:
             raise
