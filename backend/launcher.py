@@ -1,6 +1,6 @@
 """Every child process backend starts, started one way: the launcher.
 
-The window's engine process (backend/targets/engine_process.py), the disaggregated policy's
+The window's engine process (backend/engine/process.py), the disaggregated policy's
 prefill and decode workers (backend/targets/disaggregated/worker.py) and the remote target's
 client workers (backend/targets/remote/worker.py) are each a fresh interpreter of
 `sys.executable` that imports the parent's path and calls one entry point (never a fork: torch

@@ -38,7 +38,7 @@ import PySide6  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
 from backend.loaders.device import cpu_name  # noqa: E402
-from backend.targets.engine_process import EngineProcess  # noqa: E402
+from backend.engine.process import EngineProcess  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.worker import RunWorker  # noqa: E402
 from synthetic_engine import SyntheticEngine  # noqa: E402  (bench/ is this script's folder)

@@ -1,6 +1,6 @@
 """The backend's Qt wrapper: runs a session in a QThread and reports through signals only.
 
-The run itself executes in the engine's own process (backend.targets.engine_process): this thread
+The run itself executes in the engine's own process (backend.engine.process): this thread
 sends it the settings, reads its records and turns them into the signals the views take, so
 painting neither slows the engine nor dies with it. The worker never touches a widget. Step records are coalesced: a fast GPU emits thousands
 of RecordBatches a second, and one queued signal per batch would flood the event loop, so
@@ -28,7 +28,7 @@ from PySide6 import QtCore
 from backend.roofline.calibrate import calibrate as measure_device
 from backend.roofline.calibrate import write_profile
 from backend.errors import InputError, RunError, one_line
-from backend.targets.engine_process import EngineProcess
+from backend.engine.process import EngineProcess
 from backend.events import Progress, RepeatStarted, RequestsArrived, RunFinished, Throttle, coalesce
 from backend.results.export import RunWriter
 from backend.records import RecordBatch, RunData

@@ -16,7 +16,7 @@ from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, St
 @pytest.fixture(autouse=True)
 def no_thread_left():
     """Fails a test that leaves a worker QThread or an engine process running."""
-    from backend.targets.engine_process import live_engines
+    from backend.engine.process import live_engines
     from gui.worker import running_threads
     yield
     leaked = running_threads()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from backend.targets.engine_process import live_engines
+from backend.engine.process import live_engines
 from backend.events import ModelLoaded
 from backend.session import execute
 from gui.main_window import MainWindow

@@ -16,7 +16,7 @@ from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left,
 import pytest
 
 from backend.results.export import read_run
-from backend.targets.engine_process import live_engines
+from backend.engine.process import live_engines
 from gui.actions.recent import recent_runs
 from gui.shutdown import SignalWaker, kept_runs_dir
 

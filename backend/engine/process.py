@@ -185,7 +185,7 @@ class EngineProcess:
             return
         self._reap()
         # the child gets the parent's import path, so that a benchmark's target unpickles there
-        self._process, self._conn = start_child("backend.targets.engine_process", "serve_fd")
+        self._process, self._conn = start_child("backend.engine.process", "serve_fd")
         self._key = None
         self._send(("target", self._target))
 

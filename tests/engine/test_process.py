@@ -7,7 +7,7 @@ import time
 import pytest
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
-from backend.targets.engine_process import STOP_GRACE_S, EngineProcess, describe_exit
+from backend.engine.process import STOP_GRACE_S, EngineProcess, describe_exit
 from backend.events import EngineStatus, ModelLoaded, Progress
 from backend.records import RecordBatch
 from backend.session import execute
