@@ -189,7 +189,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
                   cost_model: CostModel | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload) with every step priced on config.profile."""
     from backend.targets.local import drive, kv_capacity_of, longest_sequence, validate
-    from backend.targets.replicas import ReplicaSet
+    from backend.sim.replicas import ReplicaSet
     from backend.engine.loop import Engine
     from backend.engine.scheduler import Scheduler, SchedulerConfig
     from backend.results.recorder import RunRecorder
