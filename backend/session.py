@@ -7,7 +7,7 @@ from here:
 
 - the local engine (`targets.local.run_local`) for `run` and `load`;
 - a remote OpenAI-compatible server (`targets.remote.target.run_remote`) when the config names one;
-- the simulator (`targets.simulated.run_simulated`) with `config.simulate`: the real scheduler,
+- the simulator (`sim.target.run_simulated`) with `config.simulate`: the real scheduler,
   each step priced on `config.profile` by a cost model, on a virtual clock;
 - the disaggregated policy: prefill and decode engine processes (`targets.disaggregated`), or
   prefill and decode devices with a KV link between them, simulated
@@ -128,7 +128,7 @@ def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> T
         inner = target_for(replace(config, mode="batch", sweep=None, repeats=1), models, retain_records=True)
         return partial(run_step_sweep, target=inner)
     if config.simulate:
-        from backend.targets.simulated import run_simulated
+        from backend.sim.target import run_simulated
         return partial(run_simulated, retain_records=retain_records)
     if config.endpoint is not None:
         from backend.targets.remote.target import run_remote

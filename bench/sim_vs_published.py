@@ -82,7 +82,7 @@ def metric_of(fig: Figure, summary: dict) -> float:
 
 
 def simulate(fig: Figure, cost_model: CostModel | None = None) -> Result:
-    from backend.targets.simulated import run_simulated
+    from backend.sim.target import run_simulated
     try:
         finished = run_simulated(sim_config(fig), emit=lambda e: None, should_stop=lambda: False,
                                  retain_records=False, cost_model=cost_model)

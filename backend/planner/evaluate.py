@@ -140,7 +140,7 @@ def _profile(key: str):
 
 @lru_cache(maxsize=4)
 def _shape(model: str):
-    from backend.targets.simulated import resolve_model
+    from backend.sim.target import resolve_model
     return resolve_model(model)
 
 
@@ -172,7 +172,7 @@ def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
         if candidate.policy == "disaggregated":
             from backend.targets.disaggregated.simulated import run_simulated_disaggregated as target
         else:
-            from backend.targets.simulated import run_simulated as target
+            from backend.sim.target import run_simulated as target
         finished = target(config, emit=lambda e: None, should_stop=lambda: False, retain_records=False)
     except InputError as exc:
         out.error = str(exc)

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from backend.cli.main import main
-from backend.targets.simulated import CostModel, VirtualClock, resolve_precision
+from backend.sim.target import CostModel, VirtualClock, resolve_precision
 from backend.results.export import read_run
 from backend.models.shapes import SHAPES
 from backend.records import Phase, RequestStatus
