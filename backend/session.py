@@ -11,7 +11,7 @@ from here:
   each step priced on `config.profile` by a cost model, on a virtual clock;
 - the disaggregated policy: prefill and decode engine processes (`targets.disaggregated`), or
   prefill and decode devices with a KV link between them, simulated
-  (`targets.disaggregated.simulated`);
+  (`sim.disaggregated`);
 - a batch-size, prompt-length or precision sweep (`sweeps.steps.run_step_sweep`): each point a
   few `run` and `load` configs through whichever of these targets runs them (measured or simulated);
 - a load sweep (`sweeps.load.run_load_sweep`, `sweep rate|concurrency`): one `load` run per
@@ -110,7 +110,7 @@ def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> T
     """The target that runs this config."""
     if config.engine.policy == "disaggregated" and config.endpoint is None and config.mode == "load":
         if config.simulate:
-            from backend.targets.disaggregated.simulated import run_simulated_disaggregated
+            from backend.sim.disaggregated import run_simulated_disaggregated
             return partial(run_simulated_disaggregated, retain_records=retain_records)
         from backend.targets.disaggregated.coordinator import run_disaggregated
         return partial(run_disaggregated, retain_records=retain_records)

@@ -170,7 +170,7 @@ def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
     try:
         config = run_config(candidate, problem)
         if candidate.policy == "disaggregated":
-            from backend.targets.disaggregated.simulated import run_simulated_disaggregated as target
+            from backend.sim.disaggregated import run_simulated_disaggregated as target
         else:
             from backend.sim.target import run_simulated as target
         finished = target(config, emit=lambda e: None, should_stop=lambda: False, retain_records=False)

@@ -7,7 +7,7 @@ import pytest
 
 from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig
 from backend.errors import InputError
-from backend.targets.disaggregated.simulated import run_simulated_disaggregated
+from backend.sim.disaggregated import run_simulated_disaggregated
 from backend.sim.target import run_simulated
 from backend.workload.spec import LengthDist, WorkloadSpec
 
