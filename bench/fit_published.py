@@ -42,7 +42,7 @@ import numpy as np
 from backend.roofline import parallel
 from backend.roofline.cost import step_cost
 from backend.roofline.roofs import compute_seconds
-from backend.roofline.step_time import CostModel
+from backend.sim.step_time import CostModel
 
 EFFICIENCY = ("mfu", "afu", "mbu")
 BOUNDS = {"mfu": (0.2, 0.95), "afu": (0.1, 0.95), "mbu": (0.2, 0.95), "efu": (0.05, 0.95), "step_ms": (0.0, 20.0),

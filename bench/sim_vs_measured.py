@@ -27,7 +27,7 @@ from backend.config import EngineConfig, ModelChoice, RunConfig, SweepSpec
 from backend.loaders.cache import ModelCache  # noqa: E402
 from backend.roofline.fit import fit_cost_model, step_errors  # noqa: E402
 from backend.roofline.profiles import load_profile, local_profile_path  # noqa: E402
-from backend.roofline.step_time import CostModel  # noqa: E402
+from backend.sim.step_time import CostModel  # noqa: E402
 from backend.session import execute  # noqa: E402
 from backend.fitting import poisson, standard_runs  # noqa: E402
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig  # noqa: E402
 from backend.errors import InputError  # noqa: E402
-from backend.roofline.step_time import CostModel  # noqa: E402
+from backend.sim.step_time import CostModel  # noqa: E402
 from backend.workload.spec import LengthDist, WorkloadSpec  # noqa: E402
 from bench.fit_published import STRUCTURES  # noqa: E402
 from bench.published_figures import FIGURES, Figure, is_held_out  # noqa: E402

@@ -28,7 +28,7 @@ def _prices(gpu: str, precision: str, kv_dtype: str, model: str, prompt: int, co
             batch: int) -> tuple[float, float]:
     """(one prompt's prefill seconds, one decode step of `batch` requests at `context` tokens) on one device."""
     from backend.planner.evaluate import _profile, _shape
-    from backend.roofline.step_time import CostModel
+    from backend.sim.step_time import CostModel
     from backend.sim.target import resolve_precision
     profile, shape = _profile(gpu), _shape(model)
     prec = resolve_precision(precision, profile, kv_dtype)

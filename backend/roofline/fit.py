@@ -1,4 +1,4 @@
-"""Fit the cost model's terms (backend.roofline.step_time) to measured steps, and check it on others.
+"""Fit the cost model's terms (backend.sim.step_time) to measured steps, and check it on others.
 
 The model is a step's roofline time at efficiencies (mfu, afu, mbu) plus overheads linear in
 the step (per step, per token, per request). Given the efficiencies, the overheads are a
@@ -22,7 +22,7 @@ import numpy as np
 from backend.errors import InputError
 from backend.precision import Precision
 from backend.roofline.roofs import compute_parts
-from backend.roofline.step_time import MAX_EFFICIENCY, CostModel, record_cost
+from backend.sim.step_time import MAX_EFFICIENCY, CostModel, record_cost
 
 if TYPE_CHECKING:
     from backend.kernels.matmath import MatMath

@@ -44,7 +44,7 @@ from backend.shape import is_mla, moe_layers
 if TYPE_CHECKING:
     from backend.precision import Precision
     from backend.roofline.profiles import GpuProfile
-    from backend.roofline.step_time import CostModel
+    from backend.sim.step_time import CostModel
 
 
 def kv_shards(shape, tp: int) -> int:

@@ -78,7 +78,7 @@ class GpuProfile:
     measured: bool = False      # True for this machine's calibrated profile
     price_per_hour: float | None = None   # US dollars per device-hour; None: no cost line in the summary
     price_source: str = ""
-    simulation: dict = field(default_factory=dict, hash=False)   # the cost model's terms (roofline.step_time)
+    simulation: dict = field(default_factory=dict, hash=False)   # the cost model's terms (sim.step_time)
     bf16_unit: str = ""         # a CPU's: which unit its bf16 peak came from (BF16_UNITS; "" unknown)
     # a CPU's: the project's own C kernels' measured product rates (TFLOP/s) per arithmetic, fp32 and bf16
     kernels_tflops: dict[str, float] = field(default_factory=dict, hash=False)
@@ -209,7 +209,7 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
     )
 
 
-# the cost model's terms a [simulation] table may hold (backend.roofline.step_time.CostModel)
+# the cost model's terms a [simulation] table may hold (backend.sim.step_time.CostModel)
 SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us", "link_eff", "efu", "serial",
                     "efu_rows", "request_layer_us", "link_latency_x", "pcie_link_eff")
 MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned kernels can beat

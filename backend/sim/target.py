@@ -29,7 +29,7 @@ from backend.roofline.cost import matrix_params
 from backend.roofline.parallel import Layout, StepPricer
 from backend.roofline.profiles import GpuProfile, find_profile
 from backend.shape import kv_elements_per_token
-from backend.roofline.step_time import CostModel, is_cpu_profile
+from backend.sim.step_time import CostModel, is_cpu_profile
 
 SIM_TOKEN = 0   # every sampled token: never a stop id (the simulated requests have none)
 

@@ -226,7 +226,7 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
     the point's runs multiplied in (a MatMath from their run.json, None for none recorded), which sets
     a CPU profile's compute roof per step (backend/roofline/roofs.py)."""
     from backend.roofline.cost import predict, step_cost, utilization
-    from backend.roofline.step_time import CostModel
+    from backend.sim.step_time import CostModel
     spec = config.sweep
     shape, prec = loaded.shape, loaded.precision
 

@@ -295,7 +295,7 @@ class ThroughputView(pg.PlotWidget):
         """The selected profile's cost model over the same range: the roofline plus the efficiencies and overheads
         a real engine has (what `--simulate --profile` charges)."""
         from backend.precision import Precision
-        from backend.roofline.step_time import CostModel
+        from backend.sim.step_time import CostModel
         if not isinstance(dtype, Precision):
             self.profile_simulated.setData([], [])
             return []

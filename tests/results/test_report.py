@@ -139,7 +139,7 @@ def test_breakdown_of_unequal_requests_says_so():
 
 def test_the_cost_model_line_names_the_candidate_terms_only_when_set():
     from backend.cli.report import cost_model_text
-    from backend.roofline.step_time import CostModel
+    from backend.sim.step_time import CostModel
     plain = cost_model_text(CostModel().terms())
     assert "request/layer" not in plain and "rows" not in plain
     text = cost_model_text(CostModel(request_layer_us=0.26, efu=0.5, efu_rows=48.0, serial=1.0).terms())

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from backend.roofline.step_time import CostModel  # noqa: E402
+from backend.sim.step_time import CostModel  # noqa: E402
 from bench import fit_published as fp  # noqa: E402
 from bench.published_figures import FIGURES  # noqa: E402
 

@@ -14,7 +14,7 @@ from backend.roofline.links import KVLink, device_link, known_links
 from backend.roofline.parallel import (Layout, StepPricer, collective_seconds, kv_shards, microbatches,
                                        replica_profile, shard, validate)
 from backend.roofline.profiles import find_profile
-from backend.roofline.step_time import CostModel
+from backend.sim.step_time import CostModel
 
 LLAMA = SHAPES["llama-8b"]          # 32 heads, 8 KV heads, 32 layers
 BF16 = precision("bfloat16")

@@ -11,7 +11,7 @@ from backend.roofline.cost import (
 )
 from backend.roofline.profiles import find_profile
 from backend.roofline.roofs import compute_key, compute_roofs, compute_seconds, math_from_info, runs_bf16
-from backend.roofline.step_time import CostModel
+from backend.sim.step_time import CostModel
 from tests.roofline.test_roofline import LLAMA_1B
 
 CPU = find_profile("cpu")

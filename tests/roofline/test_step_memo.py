@@ -15,7 +15,7 @@ from backend.roofline import parallel
 from backend.roofline.cost import step_cost
 from backend.roofline.parallel import Layout, StepPricer, collective_seconds, hop_seconds, microbatches, shard
 from backend.roofline.profiles import find_profile
-from backend.roofline.step_time import CostModel
+from backend.sim.step_time import CostModel
 from backend.sim.target import resolve_model, resolve_precision, run_simulated
 from backend.workload.spec import LengthDist, WorkloadSpec
 

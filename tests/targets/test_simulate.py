@@ -47,7 +47,7 @@ def test_run_json_says_simulated_and_records_the_cost_model(thousand):
     assert info["profile"] == "h100-sxm"
     assert info["device"] == "simulated h100-sxm"
     from backend.roofline.profiles import find_profile
-    from backend.roofline.step_time import CostModel
+    from backend.sim.step_time import CostModel
     fitted = find_profile("h100-sxm").simulation   # the shipped profile's terms, fitted to published figures
     assert info["cost_model"] == CostModel.for_profile(find_profile("h100-sxm")).terms()
     assert info["cost_model"]["mfu"] == fitted["mfu"] and info["cost_model"]["serial"] == 1.0
