@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from backend.config import ROUTERS, Deployment
 from backend.errors import InputError
-from backend.roofline.step_line import CHECK_EVERY, StepLine
+from backend.sim.step_line import CHECK_EVERY, StepLine
 from backend.roofline.cost import StepCost, _cost as cost_of_sums, step_cost
 from backend.roofline.attention import capped_sum, kv_heads_for_sharding, layer_sums, windowed_layers
 from backend.roofline.links import KVLink, device_link
@@ -270,7 +270,7 @@ class StepPricer:
 
     def _stage_seconds(self, key: tuple) -> float:
         """A stage's price from its sums (stage_key), on the StepLine of its tokens and rows
-        (backend/roofline/step_line.py): checked against the chain on each line's first stage and every
+        (backend/sim/step_line.py): checked against the chain on each line's first stage and every
         CHECK_EVERY-th after; one difference and this pricer keeps to the chain."""
         if self._lines is None:
             return self._chain_seconds(key)
