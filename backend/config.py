@@ -49,7 +49,7 @@ ROUTERS = ("round-robin", "least-loaded")
 
 @dataclass(slots=True)
 class Deployment:
-    """How a simulated model is spread over devices (backend/roofline/parallel.py prices it): tensor,
+    """How a simulated model is spread over devices (backend/sim/parallel.py prices it): tensor,
     pipeline, data and expert parallelism, the link between the devices and the KV cache's dtype."""
 
     tp: int = 1                  # tensor parallel: each matrix split over tp devices, two all-reduces a layer

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backend.roofline import parallel
+from backend.sim import parallel
 from backend.roofline.cost import step_cost
 from backend.roofline.roofs import compute_seconds
 from backend.sim.step_time import CostModel

@@ -72,7 +72,7 @@ def simulate_flag(p: argparse.ArgumentParser) -> None:
 
 
 def deployment_flags(p: argparse.ArgumentParser) -> None:
-    """How a simulated model is spread over devices (backend/roofline/parallel.py)."""
+    """How a simulated model is spread over devices (backend/sim/parallel.py)."""
     g = p.add_argument_group("simulated deployment (with --simulate)")
     g.add_argument("--tp", type=positive_int, default=1, help="tensor parallel: every matrix split over N devices, "
                    "two all-reduces a layer on the link")

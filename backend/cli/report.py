@@ -214,7 +214,7 @@ def _print_batch_summary(config, data, s: dict, out) -> None:
         from backend.roofline.profiles import run_profile
         device, name = info.get("device", ""), info.get("device_name", "")
         if info.get("target") == "simulated":   # judged against the profile it was priced on
-            from backend.roofline.parallel import replica_profile
+            from backend.sim.parallel import replica_profile
             from backend.roofline.profiles import find_profile
             profile = replica_profile(find_profile(info["profile"]), info)   # a replica's devices as one
         else:

@@ -237,7 +237,7 @@ class DisaggregatedSim:
 
 def pool_layouts(config: RunConfig, profile):
     """The prefill pool's and the decode pool's replica layouts: --prefill-tp and --decode-tp (default --tp)."""
-    from backend.roofline.parallel import Layout
+    from backend.sim.parallel import Layout
     d = config.deployment
     return (Layout.of(d, profile, d.prefill_tp or d.tp), Layout.of(d, profile, d.decode_tp or d.tp))
 
@@ -257,7 +257,7 @@ def prepare(config: RunConfig, cost_model=None):
         raise InputError("--simulate needs --profile NAME (see `profiles`), the device whose steps are priced")
     validate_disaggregated(config)
     validate(shared_settings(config))
-    from backend.roofline import parallel
+    from backend.sim import parallel
     profile = find_profile(config.profile)
     shape = resolve_model(config.model.name)
     if config.deployment.dp > 1:

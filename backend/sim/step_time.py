@@ -24,7 +24,7 @@ and tail latencies): what keeps a small model's decode step far above its weight
 big GPU (a 1B model's 2.5 GB read in 0.75 ms on an H100, its step several times that in engines).
 A profile's [simulation] table may hold, per precision key, a sub-table of terms that precision
 takes over the rest ([simulation.fp8]: FP8 GEMMs reach another fraction of their peak).
-Tensor, pipeline and expert parallelism are priced around this (backend/roofline/parallel.py): each
+Tensor, pipeline and expert parallelism are priced around this (backend/sim/parallel.py): each
 collective's fixed cost x link_latency_x, its bytes at link_eff of the link's bandwidth (pcie_link_eff over PCIe).
 
 Each product's peak is its unit's (backend/roofline/roofs.py: a CPU's bf16 roof for the products

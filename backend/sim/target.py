@@ -10,7 +10,7 @@ The virtual clock starts at 0; the runner advances it by each step's price and t
 `sleep` advances it to the next arrival, so 1,000 requests of a GPU's workload run in seconds of
 this machine's time while every time in the records is the simulated device's.
 
-config.deployment spreads the model over devices (backend/roofline/parallel.py prices a replica of
+config.deployment spreads the model over devices (backend/sim/parallel.py prices a replica of
 tp x pp devices; `dp` replicas run behind a router, backend/targets/replicas.py); run.json records the
 layout, and the memory check is each device's.
 """
@@ -24,9 +24,9 @@ from backend.config import Deployment, RunConfig
 from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.precision import GPU_FORMATS, Precision, canonical, precision
-from backend.roofline import parallel
+from backend.sim import parallel
 from backend.roofline.cost import matrix_params
-from backend.roofline.parallel import Layout, StepPricer
+from backend.sim.parallel import Layout, StepPricer
 from backend.roofline.profiles import GpuProfile, find_profile
 from backend.shape import kv_elements_per_token
 from backend.sim.step_time import CostModel, is_cpu_profile

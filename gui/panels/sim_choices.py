@@ -61,8 +61,8 @@ def check_sim_model(name: str) -> tuple[object | None, str]:
 
 def check_deployment(deployment, shape, model_name: str) -> str:
     """Why the model cannot take this layout (TP that does not divide its heads, ...), in the
-    backend's one line (backend.roofline.parallel.validate); "" when it can."""
-    from backend.roofline.parallel import validate
+    backend's one line (backend.sim.parallel.validate); "" when it can."""
+    from backend.sim.parallel import validate
     try:
         validate(deployment, shape, model_name)
     except InputError as exc:

@@ -153,7 +153,7 @@ def _roofline(store: RunStore) -> list[tuple[str, str]]:
     if shape is None or not any(t.steps for t in totals.values()):
         return []
     if str(device).startswith("simulated "):   # judged against the profile its steps were priced on
-        from backend.roofline.parallel import replica_profile
+        from backend.sim.parallel import replica_profile
         profile = simulated_profile(store.config.get("profile") or str(device).removeprefix("simulated ").split(" x ")[0])
         if profile is not None:   # a replica of tp x pp devices judged as one
             profile = replica_profile(profile, {"deployment": store.config.get("deployment") or {}})

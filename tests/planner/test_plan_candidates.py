@@ -51,7 +51,7 @@ def test_enumeration_keeps_precisions_the_gpu_has_and_the_device_limit():
 
 
 def test_the_per_device_memory_is_the_simulators():
-    from backend.roofline.parallel import Layout
+    from backend.sim.parallel import Layout
     from backend.sim.target import per_device_bytes, resolve_precision
     profile = find_profiles(("h200-sxm",))["h200-sxm"]
     deepseek = resolve_model("deepseek-v3")   # MLA: one latent of 576 elements a token and layer, on every rank

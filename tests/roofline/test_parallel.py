@@ -1,4 +1,4 @@
-"""Tensor, pipeline and expert parallelism priced per device (backend/roofline/parallel.py)."""
+"""Tensor, pipeline and expert parallelism priced per device (backend/sim/parallel.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,7 +11,7 @@ from backend.models.shapes import SHAPES
 from backend.precision import precision
 from backend.roofline.cost import step_cost
 from backend.roofline.links import KVLink, device_link, known_links
-from backend.roofline.parallel import (Layout, StepPricer, collective_seconds, kv_shards, microbatches,
+from backend.sim.parallel import (Layout, StepPricer, collective_seconds, kv_shards, microbatches,
                                        replica_profile, shard, validate)
 from backend.roofline.profiles import find_profile
 from backend.sim.step_time import CostModel

@@ -11,9 +11,9 @@ import pytest
 
 from backend.config import Deployment, EngineConfig, ModelChoice, RunConfig
 from backend.errors import InputError
-from backend.roofline import parallel
+from backend.sim import parallel
 from backend.roofline.cost import step_cost
-from backend.roofline.parallel import Layout, StepPricer, collective_seconds, hop_seconds, microbatches, shard
+from backend.sim.parallel import Layout, StepPricer, collective_seconds, hop_seconds, microbatches, shard
 from backend.roofline.profiles import find_profile
 from backend.sim.step_time import CostModel
 from backend.sim.target import resolve_model, resolve_precision, run_simulated
