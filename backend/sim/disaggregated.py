@@ -26,7 +26,7 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
 from backend.targets.disaggregated.summary import fill_split
 from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
-from backend.roofline.links import KVLink, known_links, resolve_link   # noqa: F401 -- the links' home; re-exported
+from backend.sim.links import KVLink, known_links, resolve_link   # noqa: F401 -- the links' home; re-exported
 
 @dataclass(slots=True)
 class _Handoff:

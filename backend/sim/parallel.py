@@ -38,7 +38,7 @@ from backend.errors import InputError
 from backend.sim.step_line import CHECK_EVERY, StepLine
 from backend.roofline.cost import StepCost, _cost as cost_of_sums, step_cost
 from backend.roofline.attention import capped_sum, kv_heads_for_sharding, layer_sums, windowed_layers
-from backend.roofline.links import KVLink, device_link
+from backend.sim.links import KVLink, device_link
 from backend.shape import is_mla, moe_layers
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def validate(deployment: Deployment, shape, model_name: str = "the model") -> No
         if value is not None:
             check_tp(_whole(name.replace("_", "-"), value), shape, model_name, f"--{name.replace('_', '-')}")
     if deployment.link is not None:
-        from backend.roofline.links import known_links
+        from backend.sim.links import known_links
         if deployment.link not in known_links():
             raise InputError(f"--link: unknown link {deployment.link!r} (known: {', '.join(known_links())})")
     if deployment.router not in ROUTERS:

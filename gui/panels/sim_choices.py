@@ -27,8 +27,8 @@ def shipped_configs() -> dict[str, str]:
 
 
 def link_names() -> list[str]:
-    """The links --link takes (backend.roofline.links.list_links)."""
-    from backend.roofline.links import list_links
+    """The links --link takes (backend.sim.links.list_links)."""
+    from backend.sim.links import list_links
     return [str(name) for name in list_links()]
 
 

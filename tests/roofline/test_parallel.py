@@ -10,7 +10,7 @@ from backend.errors import InputError
 from backend.models.shapes import SHAPES
 from backend.precision import precision
 from backend.roofline.cost import step_cost
-from backend.roofline.links import KVLink, device_link, known_links
+from backend.sim.links import KVLink, device_link, known_links
 from backend.sim.parallel import (Layout, StepPricer, collective_seconds, kv_shards, microbatches,
                                        replica_profile, shard, validate)
 from backend.roofline.profiles import find_profile
