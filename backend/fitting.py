@@ -16,7 +16,7 @@ from typing import Callable
 
 from backend.config import EngineConfig, ModelChoice, RunConfig
 from backend.errors import InputError, RunError
-from backend.roofline.fit import ErrorReport, MeasuredRun, fit_cost_model, step_errors
+from backend.sim.fit import ErrorReport, MeasuredRun, fit_cost_model, step_errors
 from backend.sim.step_time import CostModel
 
 STANDARD_MODEL = "smollm2-135m"

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.config import EngineConfig, ModelChoice, RunConfig, SweepSpec
 from backend.loaders.cache import ModelCache  # noqa: E402
-from backend.roofline.fit import fit_cost_model, step_errors  # noqa: E402
+from backend.sim.fit import fit_cost_model, step_errors  # noqa: E402
 from backend.roofline.profiles import load_profile, local_profile_path  # noqa: E402
 from backend.sim.step_time import CostModel  # noqa: E402
 from backend.session import execute  # noqa: E402

@@ -36,7 +36,7 @@ different fraction of the peak than the big matmuls (on this project's CPU kerne
 The terms come from the profile's [simulation] table: a GPU's datasheet profile carries none,
 so `for_profile` gives placeholders in the range published serving measurements report, with
 that source; `calibrate --fit` writes terms fitted to this machine's measured steps
-(backend.roofline.fit) into its profile. No torch here.
+(backend.sim.fit) into its profile. No torch here.
 """
 from __future__ import annotations
 

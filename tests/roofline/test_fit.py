@@ -13,7 +13,7 @@ from backend.results.cost import cost_figures
 from backend.shape import ModelShape
 from backend.precision import precision
 from backend.records import Phase, StepRecord
-from backend.roofline.fit import MeasuredRun, batch_bucket, fit_cost_model, step_errors
+from backend.sim.fit import MeasuredRun, batch_bucket, fit_cost_model, step_errors
 from backend.roofline.profiles import GpuProfile, find_profile, load_profile
 from backend.sim.step_time import CostModel
 from backend.sweeps.load import mark_front
