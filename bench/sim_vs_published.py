@@ -31,7 +31,7 @@ from backend.errors import InputError  # noqa: E402
 from backend.sim.step_time import CostModel  # noqa: E402
 from backend.workload.spec import LengthDist, WorkloadSpec  # noqa: E402
 from bench.fit_published import STRUCTURES  # noqa: E402
-from bench.published_figures import FIGURES, Figure, is_held_out  # noqa: E402
+from backend.sim.published_figures import FIGURES, Figure, is_held_out  # noqa: E402
 
 STRUCTURE_NAMES = tuple(STRUCTURES)
 

@@ -1,4 +1,4 @@
-"""The published figures (bench/published_figures.py): every record complete and cited, the held-out
+"""The published figures (backend/sim/published_figures.py): every record complete and cited, the held-out
 rule kept, and the simulator runs one figure of each kind."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.published_figures import FIGURES, HELD_OUT_EVERY, METRICS, held_out, fitted, is_held_out  # noqa: E402
+from backend.sim.published_figures import FIGURES, HELD_OUT_EVERY, METRICS, held_out, fitted, is_held_out  # noqa: E402
 from profiles import __file__ as profiles_init  # noqa: E402
 
 PROFILE_KEYS = {p.stem for p in Path(profiles_init).parent.glob("*.toml")}
