@@ -30,7 +30,7 @@ from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunC
 from backend.errors import InputError  # noqa: E402
 from backend.sim.step_time import CostModel  # noqa: E402
 from backend.workload.spec import LengthDist, WorkloadSpec  # noqa: E402
-from bench.fit_published import STRUCTURES  # noqa: E402
+from backend.sim.published_fit import STRUCTURES  # noqa: E402
 from backend.sim.published_figures import FIGURES, Figure, is_held_out  # noqa: E402
 
 STRUCTURE_NAMES = tuple(STRUCTURES)
@@ -183,7 +183,7 @@ def main() -> int:
         print(table(before, markdown=True))
     if not args.fit:
         return 0
-    from bench.fit_published import fit_traces, record_all, select_structure, terms_report
+    from backend.sim.published_fit import fit_traces, record_all, select_structure, terms_report
     traces = record_all([f for f in FIGURES if not is_held_out(f)], simulate)
     structure = args.structure
     if structure == "select":

@@ -1,4 +1,4 @@
-"""bench/fit_published.py's pricing of recorded steps: the one-pass loss is the per-figure sums', an efu per
+"""backend/sim/published_fit.py's pricing of recorded steps: the one-pass loss is the per-figure sums', an efu per
 precision reaches each figure's steps, and a fit finds the experts' efficiency that made the figures."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from backend.sim.step_time import CostModel  # noqa: E402
-from bench import fit_published as fp  # noqa: E402
+from backend.sim import published_fit as fp  # noqa: E402
 from bench.published_figures import FIGURES  # noqa: E402
 
 BASE = CostModel(mfu=0.5, afu=0.3, mbu=0.7, step_ms=0.5, serial=1.0, efu=0.5)

@@ -159,7 +159,7 @@ def record(fig, simulate) -> Trace | None:
     check = t.step_seconds(t.base_terms)
     if not np.allclose(check, t.arrays["seconds"], rtol=1e-6, atol=1e-9):
         raise RuntimeError(f"{fig.id}: the fit's step formula no longer matches the simulator's price "
-                           f"(StepPricer changed): update bench/fit_published.py")
+                           f"(StepPricer changed): update backend/sim/published_fit.py")
     return t
 
 
