@@ -215,7 +215,7 @@ def stage_key(new_tokens: list[int], contexts: list[int], rows: int, prefill: bo
     """What a stage's price depends on: the sums step_cost reduces a step's requests to (its tokens, the
     attention pairs of the causal mask, the context, and on sliding-window layers the capped pairs and
     reads: backend/roofline/cost.step_cost), the requests and logit rows, and whether the step holds a
-    prompt. Equal keys cost the same to the last bit (tests/roofline/test_step_memo.py holds every step of
+    prompt. Equal keys cost the same to the last bit (tests/sim/test_step_memo.py holds every step of
     varied runs to step_cost's price). None for what step_cost refuses (it says why). A decode step's sums
     are C-level: one token a request, whose pairs are its context."""
     requests = len(new_tokens)

@@ -11,7 +11,7 @@ operations in the same order on the same values, so its price is the chain's to 
 That is a second copy of the chain's arithmetic, so it is never trusted blind: each line is checked
 against the chain on its first step and on every CHECK_EVERY-th after, and a pricer whose line ever
 differs prices every step through the chain from then on (the figures stay the chain's; only the
-speed is lost). tests/roofline/test_step_memo.py holds every line to the chain on varied shapes,
+speed is lost). tests/sim/test_step_memo.py holds every line to the chain on varied shapes,
 precisions and layouts, so a change to the chain's formulas that this copy misses fails there.
 Only what the simulator runs takes this path: one roof (no CPU matrix-unit math).
 """

@@ -6,9 +6,9 @@ rejection, a closed loop, a static batch, MoE, MLA and sliding windows) is diges
 tests/data/sim_golden.json. The step prices come from a fixed stand-in (each step's tokens and context),
 so this holds the bookkeeping -- the engine loop, the scheduler, the replicas, the disaggregated pools,
 the records and the accumulator -- whatever the cost model's terms become; the prices themselves are
-held to the straightforward chain by tests/roofline/test_step_memo.py.
+held to the straightforward chain by tests/sim/test_step_memo.py.
 
-Regenerate only for a change meant to move the records: python tests/targets/test_sim_records_golden.py --write
+Regenerate only for a change meant to move the records: python tests/sim/test_sim_records_golden.py --write
 """
 from __future__ import annotations
 

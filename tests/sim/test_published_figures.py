@@ -3,16 +3,12 @@ rule kept, and the simulator runs one figure of each kind."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from backend.sim.published_figures import FIGURES, HELD_OUT_EVERY, METRICS, held_out, fitted, is_held_out  # noqa: E402
-from profiles import __file__ as profiles_init  # noqa: E402
+from backend.sim.published_figures import FIGURES, HELD_OUT_EVERY, METRICS, held_out, fitted, is_held_out
+from profiles import __file__ as profiles_init
 
 PROFILE_KEYS = {p.stem for p in Path(profiles_init).parent.glob("*.toml")}
 

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from backend.sim.step_time import CostModel  # noqa: E402
-from backend.sim import published_fit as fp  # noqa: E402
-from backend.sim.published_figures import FIGURES  # noqa: E402
+from backend.sim.step_time import CostModel
+from backend.sim import published_fit as fp
+from backend.sim.published_figures import FIGURES
 
 BASE = CostModel(mfu=0.5, afu=0.3, mbu=0.7, step_ms=0.5, serial=1.0, efu=0.5)
 
