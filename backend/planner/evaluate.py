@@ -49,7 +49,7 @@ class Problem:
 
     def max_len(self) -> int:
         """The longest prompt + output a request can have (sizes the KV check)."""
-        from backend.targets.local import longest_sequence
+        from backend.targets.engine_run import longest_sequence
         return longest_sequence(self.workload())
 
     def traffic(self) -> tuple[float, float, float]:

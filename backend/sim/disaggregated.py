@@ -56,7 +56,7 @@ class DisaggregatedSim:
                  should_stop: Callable[[], bool] = lambda: False):
         from backend.engine.decode_batch import DecodeBatch
         from backend.sim.target import kv_bytes_per_token
-        from backend.targets.local import kv_capacity_of, longest_sequence
+        from backend.targets.engine_run import kv_capacity_of, longest_sequence
         from backend.engine.scheduler import Scheduler, SchedulerConfig
         from backend.sim.target import SimRunner, VirtualClock
         from backend.workload.arrivals import WorkloadSource
@@ -249,8 +249,7 @@ def pool_devices(config: RunConfig, layouts) -> int:
 
 def prepare(config: RunConfig, cost_model=None):
     """(shape, precision, profile, cost model, link) of a simulated disaggregated run, each refused in one line."""
-    from backend.targets.disaggregated.coordinator import shared_settings, validate_disaggregated
-    from backend.targets.local import kv_capacity_of, longest_sequence, validate
+    from backend.targets.engine_run import kv_capacity_of, longest_sequence, shared_settings, validate, validate_disaggregated
     from backend.sim.target import CostModel, check_memory, resolve_model, resolve_precision
     from backend.roofline.profiles import find_profile
     if not config.profile:

@@ -188,7 +188,7 @@ def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precisio
 def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
                   cost_model: CostModel | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload) with every step priced on config.profile."""
-    from backend.targets.local import drive, kv_capacity_of, longest_sequence, validate
+    from backend.targets.engine_run import drive, kv_capacity_of, longest_sequence, validate
     from backend.sim.replicas import ReplicaSet
     from backend.engine.loop import Engine
     from backend.engine.scheduler import Scheduler, SchedulerConfig

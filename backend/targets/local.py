@@ -6,18 +6,17 @@ every target: config, emit, should_stop).
 """
 from __future__ import annotations
 
-import platform
 import random
 import time
 from dataclasses import asdict
 from typing import Callable
 
 from backend.config import RunConfig
-from backend.engine.scheduler import POLICIES
 from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
+from backend.targets.engine_run import drive, kv_capacity_of, library_versions, longest_sequence, validate
 
 
 def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
@@ -26,32 +25,6 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
     validate(config)
     with RunRecorder(config, emit, retain_records) as recorder:   # a bad folder fails before the model loads
         return _execute(config, recorder, should_stop, models or ModelCache())
-
-
-def validate(config: RunConfig) -> None:
-    """Checks that need no model; each failure is one line naming the setting."""
-    def positive(name, value):
-        if value is None or value <= 0:
-            raise InputError(f"{name} must be a positive number, got {value}")
-    b, e, s = config.batch, config.engine, config.sampling
-    if config.mode == "batch":
-        positive("--batch", b.batch)
-        positive("--output-len", b.output_len)
-        if b.prompt is None:
-            positive("--prompt-len", b.prompt_len)
-        elif not b.prompt.strip():
-            raise InputError("--prompt is empty: give some text, or use --prompt-len N for synthetic tokens")
-    positive("--max-batch", e.max_batch)
-    positive("--chunk-tokens", e.chunk_tokens)
-    if e.kv_tokens is not None:
-        positive("--kv-tokens", e.kv_tokens)
-    if e.policy not in POLICIES:
-        raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
-    if s.temperature < 0:
-        raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
-    if not 0 < s.top_p <= 1:
-        raise InputError(f"--top-p must be in (0, 1], got {s.top_p}")
-
 
 
 def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: ModelCache) -> RunFinished:
@@ -91,46 +64,6 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
         return {**run_info(loaded, dev_name, kv_capacity, max_len, num_slots),
                 "matmul_steps": unit_steps(loaded, recorder.step_rows)}
     return drive(engine, source, recorder, should_stop, info, priced_on=run_profile(str(loaded.device), dev_name))
-
-
-def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
-    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length."""
-    return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
-
-
-def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], dict],
-          priced_on=None, costs: Callable[[dict], tuple[dict, dict]] | None = None) -> RunFinished:
-    """Run the engine loop over the source to the end, every record batch into the recorder; then
-    the run's files (info() is asked after the run). The local and the simulated targets both end
-    this way. With a profile that has a price (`priced_on`, the device the steps ran or were priced
-    on) the summary gains the cost per million tokens; `costs(summary)` gives (figures, run.json
-    entries) instead where the price is a deployment's (the simulator's many devices)."""
-    from backend.results.cost import cost_figures
-    result = engine.run(source, recorder.emit, should_stop)
-    summary = recorder.summary()
-    run_info_ = info()
-    if costs is not None:
-        figures, entries = costs(summary)
-        summary.update(figures)
-        run_info_.update(entries)
-    elif priced_on is not None and priced_on.price_per_hour is not None:
-        summary.update(cost_figures(summary, priced_on.price_per_hour))
-        run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
-    return recorder.finish(run_info_, result.stopped, result.error, summary)
-
-
-
-def library_versions() -> dict:
-    from importlib import metadata
-    from backend import __version__
-    versions = {"phasescope": __version__, "python": platform.python_version()}
-    for package in ("torch", "numpy", "gguf", "tokenizers", "safetensors", "transformers"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    return versions
-
 
 
 def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
@@ -191,13 +124,6 @@ def batch_source(config: RunConfig, loaded, emit: Emit):
         prompts = [[rng.randrange(vocab) for _ in range(b.prompt_len)] for _ in range(b.batch)]
     text = b.prompt or ""
     return FixedSource([RequestSpec(i, 0.0, p, text, b.output_len) for i, p in enumerate(prompts)])
-
-
-def longest_sequence(spec) -> int:
-    """Prompt + output tokens of the longest request the workload can draw (sizes the cache slots)."""
-    def upper(dist) -> int:
-        return dist.value if dist.kind == "fixed" else dist.high
-    return upper(spec.prompt_len) + upper(spec.output_len)
 
 
 def workload_source(config: RunConfig, loaded):

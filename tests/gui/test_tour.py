@@ -13,7 +13,7 @@ from backend.config import ModelChoice
 from backend.events import PrecisionPoint, SweepPoint
 from backend.records import Phase, RunData
 from backend.session import execute
-from backend.targets.local import validate
+from backend.targets.engine_run import validate
 from backend.workload.spec import validate_workload
 from gui.tour import measure
 from gui.tour.finding import Outcome, ms

@@ -22,7 +22,7 @@ from multiprocessing.connection import wait
 from typing import Callable
 
 from backend.config import RunConfig
-from backend.errors import InputError, RunError
+from backend.errors import RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
 from backend.engine.request import rejected_record, rejection
 from backend.records import RecordBatch, RequestRecord, RequestStatus
@@ -79,29 +79,10 @@ def plan_layout(num_prefill: int, num_decode: int, cores: list[int]) -> list[tup
     return layout
 
 
-def validate_disaggregated(config: RunConfig) -> None:
-    e = config.engine
-    if config.mode != "load":
-        raise InputError("the disaggregated policy runs `load` (a workload), not one batch")
-    if config.endpoint is not None:
-        raise InputError("--policy disaggregated runs engines here; it cannot be combined with --endpoint")
-    for flag, value in (("--prefill-workers", e.prefill_workers), ("--decode-workers", e.decode_workers)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{flag} must be a whole number of at least 1, got {value!r}")
-    from backend.engine.kv_transfer import resolve_transport
-    resolve_transport(e.kv_transport)
-
-
-def shared_settings(config: RunConfig) -> RunConfig:
-    """The config as local.validate checks it: the settings every policy shares (it knows the scheduler's only)."""
-    from dataclasses import replace
-    return replace(config, engine=replace(config.engine, policy="continuous"))
-
-
 def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                       retain_records: bool = True) -> RunFinished:
     """`load --policy disaggregated` on the real model."""
-    from backend.targets.local import validate
+    from backend.targets.engine_run import shared_settings, validate, validate_disaggregated
     from backend.results.recorder import RunRecorder
     validate_disaggregated(config)
     validate(shared_settings(config))
@@ -124,7 +105,7 @@ class Coordinator:
 
     def run(self) -> RunFinished:
         from backend.engine.kv_transfer import resolve_transport
-        from backend.targets.local import kv_capacity_of, longest_sequence
+        from backend.targets.engine_run import kv_capacity_of, longest_sequence
         from backend.targets.disaggregated.worker import PREFILL_SLOTS
         from backend.engine.threads import available_cores
         from backend.loaders.weights import model_header
@@ -151,7 +132,7 @@ class Coordinator:
         import os
         import socket
         from backend.engine.kv_transfer import new_memfd
-        from backend.targets.local import kv_capacity_of
+        from backend.targets.engine_run import kv_capacity_of
         from backend.targets.disaggregated.worker import WorkerSpec
         from backend.launcher import start_child
         config, e = self.config, self.config.engine
@@ -441,7 +422,7 @@ class Coordinator:
 
     def info(self, wall_s: float) -> dict:
         from backend.results.matmul import steps_by_unit
-        from backend.targets.local import library_versions
+        from backend.targets.engine_run import library_versions
         info = dict(self.loaded.info())
         # the run's threads and cores: every worker's together (each one's are in the layout)
         threads = sum(w.info.get("threads") or 0 for w in self.workers)

@@ -1,0 +1,110 @@
+"""What the targets that drive this project's engine loop share: the local engine
+(backend/targets/local.py), the disaggregated pair (backend/targets/disaggregated/) and the simulator
+(backend/sim/), each a target of its own that imports these and none of the others.
+
+Before anything loads: the checks of the settings that need no model (`validate`, and for the
+disaggregated policy, real or simulated, `validate_disaggregated`), the longest sequence a workload
+can draw and the KV cache's size from it. At the end: `drive`, the engine loop over the requests
+into the run's files, and the library versions run.json records.
+"""
+from __future__ import annotations
+
+import platform
+from typing import Callable
+
+from backend.config import RunConfig
+from backend.engine.scheduler import POLICIES
+from backend.errors import InputError
+from backend.events import RunFinished
+from backend.results.recorder import RunRecorder
+
+
+def validate(config: RunConfig) -> None:
+    """Checks that need no model; each failure is one line naming the setting."""
+    def positive(name, value):
+        if value is None or value <= 0:
+            raise InputError(f"{name} must be a positive number, got {value}")
+    b, e, s = config.batch, config.engine, config.sampling
+    if config.mode == "batch":
+        positive("--batch", b.batch)
+        positive("--output-len", b.output_len)
+        if b.prompt is None:
+            positive("--prompt-len", b.prompt_len)
+        elif not b.prompt.strip():
+            raise InputError("--prompt is empty: give some text, or use --prompt-len N for synthetic tokens")
+    positive("--max-batch", e.max_batch)
+    positive("--chunk-tokens", e.chunk_tokens)
+    if e.kv_tokens is not None:
+        positive("--kv-tokens", e.kv_tokens)
+    if e.policy not in POLICIES:
+        raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
+    if s.temperature < 0:
+        raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
+    if not 0 < s.top_p <= 1:
+        raise InputError(f"--top-p must be in (0, 1], got {s.top_p}")
+
+
+def validate_disaggregated(config: RunConfig) -> None:
+    """The disaggregated policy's own checks (its workers and transport), on the real pair or the simulated one."""
+    e = config.engine
+    if config.mode != "load":
+        raise InputError("the disaggregated policy runs `load` (a workload), not one batch")
+    if config.endpoint is not None:
+        raise InputError("--policy disaggregated runs engines here; it cannot be combined with --endpoint")
+    for flag, value in (("--prefill-workers", e.prefill_workers), ("--decode-workers", e.decode_workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{flag} must be a whole number of at least 1, got {value!r}")
+    from backend.engine.kv_transfer import resolve_transport
+    resolve_transport(e.kv_transport)
+
+
+def shared_settings(config: RunConfig) -> RunConfig:
+    """The config as `validate` checks it: the settings every policy shares (it knows the scheduler's only)."""
+    from dataclasses import replace
+    return replace(config, engine=replace(config.engine, policy="continuous"))
+
+
+def longest_sequence(spec) -> int:
+    """Prompt + output tokens of the longest request the workload can draw (sizes the cache slots)."""
+    def upper(dist) -> int:
+        return dist.value if dist.kind == "fixed" else dist.high
+    return upper(spec.prompt_len) + upper(spec.output_len)
+
+
+def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
+    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length."""
+    return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
+
+
+def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], dict],
+          priced_on=None, costs: Callable[[dict], tuple[dict, dict]] | None = None) -> RunFinished:
+    """Run the engine loop over the source to the end, every record batch into the recorder; then
+    the run's files (info() is asked after the run). The local and the simulated targets both end
+    this way. With a profile that has a price (`priced_on`, the device the steps ran or were priced
+    on) the summary gains the cost per million tokens; `costs(summary)` gives (figures, run.json
+    entries) instead where the price is a deployment's (the simulator's many devices)."""
+    from backend.results.cost import cost_figures
+    result = engine.run(source, recorder.emit, should_stop)
+    summary = recorder.summary()
+    run_info_ = info()
+    if costs is not None:
+        figures, entries = costs(summary)
+        summary.update(figures)
+        run_info_.update(entries)
+    elif priced_on is not None and priced_on.price_per_hour is not None:
+        summary.update(cost_figures(summary, priced_on.price_per_hour))
+        run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
+    return recorder.finish(run_info_, result.stopped, result.error, summary)
+
+
+def library_versions() -> dict:
+    """The versions run.json records: this project's, Python's and the libraries' a run's figures depend on."""
+    from importlib import metadata
+    from backend import __version__
+    versions = {"phasescope": __version__, "python": platform.python_version()}
+    for package in ("torch", "numpy", "gguf", "tokenizers", "safetensors", "transformers"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
