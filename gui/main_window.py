@@ -569,7 +569,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         c = self.controls
         if c.is_simulated():
             from backend.errors import InputError
-            from backend.sim.target import resolve_precision
+            from backend.sim.model import resolve_precision
             try:
                 return resolve_precision(c.dtype_combo.currentText(), c.profile()).name
             except (InputError, AttributeError):

@@ -16,7 +16,7 @@ def add_pd_ratio_parser(kinds, model_flags) -> None:
 
 def print_points(config, points, total: int, out=None) -> None:
     from backend.cli.report import print_table
-    from backend.sim.disaggregated import resolve_link
+    from backend.sim.links import resolve_link
     from backend.roofline.profiles import find_profile
     out = out or sys.stdout
     w = config.workload

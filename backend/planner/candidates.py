@@ -130,7 +130,7 @@ def device_memory(candidate: Candidate, shape, profile, tp: int | None = None) -
     disaggregated pool's own): the simulator's own per-device arithmetic (simulated.per_device_bytes)
     at the precision it will run, its KV dtype included."""
     from backend.sim.parallel import Layout
-    from backend.sim.target import per_device_bytes, resolve_precision
+    from backend.sim.model import per_device_bytes, resolve_precision
     prec = resolve_precision(candidate.precision, profile, candidate.kv_dtype)
     return per_device_bytes(shape, prec, Layout(tp=candidate.tp if tp is None else tp, pp=candidate.pp))
 

@@ -140,7 +140,7 @@ def _profile(key: str):
 
 @lru_cache(maxsize=4)
 def _shape(model: str):
-    from backend.sim.target import resolve_model
+    from backend.sim.model import resolve_model
     return resolve_model(model)
 
 

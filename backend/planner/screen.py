@@ -29,7 +29,7 @@ def _prices(gpu: str, precision: str, kv_dtype: str, model: str, prompt: int, co
     """(one prompt's prefill seconds, one decode step of `batch` requests at `context` tokens) on one device."""
     from backend.planner.evaluate import _profile, _shape
     from backend.sim.step_time import CostModel
-    from backend.sim.target import resolve_precision
+    from backend.sim.model import resolve_precision
     profile, shape = _profile(gpu), _shape(model)
     prec = resolve_precision(precision, profile, kv_dtype)
     cost = CostModel.for_profile(profile)

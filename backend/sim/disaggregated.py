@@ -26,7 +26,7 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
 from backend.targets.disaggregated.summary import fill_split
 from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
-from backend.sim.links import KVLink, known_links, resolve_link   # noqa: F401 -- the links' home; re-exported
+from backend.sim.links import KVLink, resolve_link
 
 @dataclass(slots=True)
 class _Handoff:
@@ -55,10 +55,10 @@ class DisaggregatedSim:
     def __init__(self, config: RunConfig, shape, prec, profile, cost_model, link: KVLink, emit: Emit, run_id: str,
                  should_stop: Callable[[], bool] = lambda: False):
         from backend.engine.decode_batch import DecodeBatch
-        from backend.sim.target import kv_bytes_per_token
+        from backend.sim.model import kv_bytes_per_token
         from backend.targets.engine_run import kv_capacity_of, longest_sequence
         from backend.engine.scheduler import Scheduler, SchedulerConfig
-        from backend.sim.target import SimRunner, VirtualClock
+        from backend.sim.runner import SimRunner, VirtualClock
         from backend.workload.arrivals import WorkloadSource
         e = config.engine
         self.config, self.link, self.emit, self.should_stop = config, link, emit, should_stop
@@ -144,7 +144,7 @@ class DisaggregatedSim:
             self.schedulers[p].add(Request(spec.request_id, spec.prompt_ids[:-1], 1, spec.arrival_ms))
 
     def prefill_step(self, p: int, start: float) -> None:
-        from backend.sim.target import SIM_TOKEN
+        from backend.sim.runner import SIM_TOKEN
         scheduler, device = self.schedulers[p], self.prefill[p]
         out = scheduler.schedule(start)
         batch = RecordBatch()
@@ -176,7 +176,7 @@ class DisaggregatedSim:
 
     def decode_step(self, d: int, start: float) -> None:
         from backend.engine.request import Request
-        from backend.sim.target import SIM_TOKEN
+        from backend.sim.runner import SIM_TOKEN
         device, batch_state = self.decode[d], self.batches[d]
         while device.pending and device.pending[0][0] <= start:
             handoff = device.pending[0][2]
@@ -250,7 +250,8 @@ def pool_devices(config: RunConfig, layouts) -> int:
 def prepare(config: RunConfig, cost_model=None):
     """(shape, precision, profile, cost model, link) of a simulated disaggregated run, each refused in one line."""
     from backend.targets.engine_run import kv_capacity_of, longest_sequence, shared_settings, validate, validate_disaggregated
-    from backend.sim.target import CostModel, check_memory, resolve_model, resolve_precision
+    from backend.sim.model import check_memory, resolve_model, resolve_precision
+    from backend.sim.step_time import CostModel
     from backend.roofline.profiles import find_profile
     if not config.profile:
         raise InputError("--simulate needs --profile NAME (see `profiles`), the device whose steps are priced")
@@ -277,7 +278,8 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
     """`load --policy disaggregated --simulate --profile NAME`."""
     from backend.targets.disaggregated.events import WorkerLayout
     from backend.targets.disaggregated.summary import disaggregated_figures
-    from backend.sim.target import costs_of, deployment_info, model_bytes, simulated_info
+    from backend.sim.info import costs_of, deployment_info, simulated_info
+    from backend.sim.model import model_bytes
     from backend.results.recorder import RunRecorder
     shape, prec, profile, model, link = prepare(config, cost_model)
     with RunRecorder(config, emit, retain_records) as recorder:

@@ -34,9 +34,9 @@ def link_names() -> list[str]:
 
 def sim_shape(name: str):
     """The ModelShape the simulator prices for a shape name, a shipped config key or a config.json
-    path, found as a simulated run finds it (backend.sim.target.resolve_model); InputError
+    path, found as a simulated run finds it (backend.sim.model.resolve_model); InputError
     (one line) for a name it cannot price."""
-    from backend.sim.target import resolve_model
+    from backend.sim.model import resolve_model
     return resolve_model(name)
 
 

@@ -1,7 +1,7 @@
 """The search space and its pruning, before anything is simulated."""
 from backend.planner.candidates import (Candidate, SearchSpace, device_memory, enumerate_candidates, find_profiles,
                                         kv_tokens_that_fit, prune, why_not)
-from backend.sim.target import resolve_model
+from backend.sim.model import resolve_model
 
 import pytest
 from backend.errors import InputError
@@ -52,7 +52,7 @@ def test_enumeration_keeps_precisions_the_gpu_has_and_the_device_limit():
 
 def test_the_per_device_memory_is_the_simulators():
     from backend.sim.parallel import Layout
-    from backend.sim.target import per_device_bytes, resolve_precision
+    from backend.sim.model import per_device_bytes, resolve_precision
     profile = find_profiles(("h200-sxm",))["h200-sxm"]
     deepseek = resolve_model("deepseek-v3")   # MLA: one latent of 576 elements a token and layer, on every rank
     c = Candidate("h200-sxm", "fp8", "continuous", 64, tp=8, pp=2, kv_dtype="fp8")

@@ -8,7 +8,7 @@ import pytest
 from backend.config import EngineConfig, ModelChoice, RunConfig, SweepSpec
 from backend.events import PDPoint
 from backend.sweeps.pd_ratio import mark_best
-from backend.sim.disaggregated import KVLink, known_links, resolve_link
+from backend.sim.links import KVLink, known_links, resolve_link
 from backend.errors import InputError
 from backend.results.export import read_run
 from backend.records import Phase, RequestStatus

@@ -89,7 +89,7 @@ def digest(finished) -> dict:
 
 def run_all() -> dict:
     from backend.session import execute
-    from backend.sim.target import SimRunner
+    from backend.sim.runner import SimRunner
     original = SimRunner.price
     SimRunner.price = stand_in_price
     try:

@@ -4,7 +4,9 @@ import json
 import pytest
 
 from backend.cli.main import main
-from backend.sim.target import CostModel, VirtualClock, resolve_precision
+from backend.sim.model import resolve_precision
+from backend.sim.runner import VirtualClock
+from backend.sim.step_time import CostModel
 from backend.results.export import read_run
 from backend.models.shapes import SHAPES
 from backend.records import Phase, RequestStatus

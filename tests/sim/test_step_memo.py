@@ -16,7 +16,8 @@ from backend.roofline.cost import step_cost
 from backend.sim.parallel import Layout, StepPricer, collective_seconds, hop_seconds, microbatches, shard
 from backend.roofline.profiles import find_profile
 from backend.sim.step_time import CostModel
-from backend.sim.target import resolve_model, resolve_precision, run_simulated
+from backend.sim.model import resolve_model, resolve_precision
+from backend.sim.target import run_simulated
 from backend.workload.spec import LengthDist, WorkloadSpec
 
 
