@@ -1,7 +1,7 @@
 """One model spread over devices: tensor, pipeline, expert and data parallelism, priced per step.
 
 A replica is tp x pp devices (`--tp`, `--pp`); `--dp` replicas sit behind a router
-(backend/targets/replicas.py). Within a replica:
+(backend/sim/replicas.py). Within a replica:
 
   * Tensor parallelism splits every matrix tp ways (attention by heads, the MLP by its width, the
     LM head by the vocabulary): each device does 1/tp of the FLOPs and reads 1/tp of the weights

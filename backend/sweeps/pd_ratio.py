@@ -1,7 +1,7 @@
 """`sweep pd-ratio --total-devices N`: every prefill:decode split of N devices, simulated on one workload.
 
 For P = 1 .. N-1 prefill devices (D = N - P decode devices) the simulated disaggregated policy
-(backend/targets/disaggregated/simulated.py) runs the same requests; each split is reported by its
+(backend/sim/disaggregated.py) runs the same requests; each split is reported by its
 goodput (requests a second meeting the TTFT and TPOT objectives), its output tokens a second
 and that per device, its TTFT and ITL percentiles, and the mean KV transfer.
 
