@@ -112,3 +112,11 @@ def test_the_extraction_joins_continued_lines_and_drops_comments():
         [("load", "--simulate", "--rate", "8")]
     assert _argv("make run ARGS='--model llama-1b --autostart'") == ("--model", "llama-1b", "--autostart")
     assert _argv("python tools/llama_cpp_peer.py --print") is None
+
+
+def test_a_flag_the_parser_lacks_is_refused(capsys):
+    """What the parametrized test relies on: a renamed flag makes the parser exit with status 2."""
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(list(_argv("python main.py load --no-such-flag 3")))
+    assert exc.value.code == 2
+    assert "--no-such-flag" in capsys.readouterr().err
