@@ -1,11 +1,11 @@
-"""Run every step of Learn › The tour in the real window, offscreen, and save each as the README shows it.
+"""Run every step of Learn › The tour in the real window, offscreen, and save each as docs/window.md shows it.
 
     python tools/tour_screenshots.py [--steps=1,2,...] [--calibrate] [FOLDER]   (default FOLDER: docs)
 
 Each step runs as a user's would: the window's own runs, under `app.exec()` driven by the
 panel's signals (a test helper's waits would slow the engine several times). Each step's panel
 is saved as FOLDER/tour-<n>-<key>.png with its CSV beside it in a temporary folder, and the
-time each step took, from Run to its finding, is printed (the README's table). With
+time each step took, from Run to its finding, is printed (the table in docs/window.md). With
 --calibrate this machine is measured first (quickly, into a temporary configuration folder:
 the user's own profile is left alone), so step 4's roofline is this machine's, not a generic CPU's.
 """

@@ -3,7 +3,7 @@
 Each step is one or more ordinary RunConfigs, run one after another through the window's own
 run machinery (the engine process, the live views); its finding is computed from their records
 (gui/tour/measure.py). Sizes are chosen so that each step ends within a minute on a 2-core CPU
-with the bundled model (README, "Learn: the tour", has the times measured).
+with the bundled model (docs/window.md, "Learn: the tour", has the times measured).
 """
 from __future__ import annotations
 

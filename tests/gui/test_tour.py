@@ -37,7 +37,7 @@ def test_every_step_runs_settings_the_engine_accepts_and_measures_them(tour_step
             validate(config)
         if config.workload is not None:
             validate_workload(config.workload)
-        if not config.simulate:   # the bundled model, measured: what the README's times are for
+        if not config.simulate:   # the bundled model, measured: what docs/window.md's times are for
             assert config.model.name == "smollm2-135m"
         finished, events = _simulated(config)
         outcomes.append(Outcome(name, finished.data, [e for e in events if isinstance(e, SweepPoint)],
