@@ -207,11 +207,17 @@ def main() -> int:
     return readme_report(after, "fitted terms", terms_report(fit), args.readme)
 
 
+def bullet(line: str) -> str:
+    """A summary line as a Markdown bullet; the dense and MoE lines (indented) under their set's."""
+    return f"{'  ' if line.startswith('   ') else ''}- {line.strip()}"
+
+
 def readme_report(results: list[Result], label: str, terms: str, readme: bool) -> int:
     """With --readme, the errors and the markdown table into bench/README.md (printed above already)."""
     if readme:
         lines = [measured_line(), "", f"The simulator at the {label}.", *(["", "```", terms, "```"] if terms else []),
-                 "", *(f"- {line}" for line in summary_lines(results, label)), "", table(results, markdown=True)]
+                 "", *map(bullet, (line.removeprefix(f"{label}:") for line in summary_lines(results, label))), "",
+                 table(results, markdown=True)]
         write_table("sim_vs_published", "\n".join(lines))
     return 0
 
