@@ -76,8 +76,8 @@ def main() -> int:
         print(rows[-1], file=sys.stderr)
     lines = [measured_line(), "",
              f"Bfloat16 unit {unit} (products of {math.min_rows}+ rows), float32 accumulation. KL of bfloat16's "
-             f"next-token distribution from float32's over {args.tokens} tokens of English (the shipped prompts), every "
-             "position's logits, every product in bfloat16 (the LM head too); the answer: 12 greedy tokens "
+             f"next-token distribution from float32's over {args.tokens} tokens of English (the shipped prompts), "
+             "every position's logits, every product in bfloat16 (the LM head too); the answer: 12 greedy tokens "
              "with the chat template, prefill in bfloat16.", "",
              "| precision | mean KL (nats) | largest KL | top-1 agreement | bf16 says Paris? (its answer) "
              "| float32's answer |",

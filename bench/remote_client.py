@@ -140,8 +140,8 @@ def report(args, streams: list[int], micro: dict | None, rows: list[dict], tools
            prof: list[str]) -> str:
     cores = client_cores()
     lines = [measured_line(*machine_extras()), "",
-             f"`python -m bench.remote_client` on a machine shared with other work, the fake server pinned to core 0 and every client to core "
-             f"{','.join(map(str, cores))}; the tools ran interleaved in one run (at each stream count: ours, then "
+             "`python -m bench.remote_client` on a machine shared with other work, the fake server pinned to core 0 "
+             f"and every client to core {','.join(map(str, cores))}; the tools ran interleaved in one run (at each stream count: ours, then "
              f"{', '.join(t for t in tools if t != 'ours') or 'no anchor'}). Closed loop, {PROMPT_LEN}-token prompts, "
              f"{args.output_len}-token answers, the fake server's engine step every {args.gap_ms:g} ms.", ""]
     if micro:

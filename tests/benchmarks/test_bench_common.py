@@ -15,7 +15,8 @@ BENCH = Path(common.__file__).parent
 
 def test_write_table_replaces_only_its_own_table(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text("# B\n\n<!-- a:begin -->\nold a\n<!-- a:end -->\n\ntext\n<!-- b:begin -->\nold b\n<!-- b:end -->\n")
+    readme.write_text("# B\n\n<!-- a:begin -->\nold a\n<!-- a:end -->\n\n"
+                      "text\n<!-- b:begin -->\nold b\n<!-- b:end -->\n")
     common.write_table("a", "new a\n| x |", readme)
     common.write_table("a", "newer a", readme)   # a rerun replaces the table again, nothing piles up
     assert readme.read_text() == ("# B\n\n<!-- a:begin -->\nnewer a\n<!-- a:end -->\n\ntext\n"
