@@ -23,10 +23,10 @@ from pathlib import Path
 from backend.config import EngineConfig, ModelChoice, RunConfig, SweepSpec
 from backend.fitting import poisson, standard_runs
 from backend.loaders.cache import ModelCache
-from backend.roofline.fit import fit_cost_model, step_errors
 from backend.roofline.profiles import load_profile, local_profile_path
-from backend.roofline.step_time import CostModel
 from backend.session import execute
+from backend.sim.fit import fit_cost_model, step_errors
+from backend.sim.step_time import CostModel
 from bench.common import add_readme_flag, log, measured_line, publish
 MODEL = ModelChoice("smollm2-135m", "cpu", "float32")
 

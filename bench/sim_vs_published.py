@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig
 from backend.errors import InputError
-from backend.roofline.step_time import CostModel
 from backend.sim.published_figures import FIGURES, Figure, is_held_out
 from backend.sim.published_fit import STRUCTURES
+from backend.sim.step_time import CostModel
 from backend.workload.spec import LengthDist, WorkloadSpec
 from bench.common import add_readme_flag, measured_line, write_table
 
@@ -81,7 +81,7 @@ def metric_of(fig: Figure, summary: dict) -> float:
 
 
 def simulate(fig: Figure, cost_model: CostModel | None = None) -> Result:
-    from backend.targets.simulated import run_simulated
+    from backend.sim.target import run_simulated
     try:
         finished = run_simulated(sim_config(fig), emit=lambda e: None, should_stop=lambda: False,
                                  retain_records=False, cost_model=cost_model)

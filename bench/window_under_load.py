@@ -34,7 +34,7 @@ import pyqtgraph  # noqa: E402
 import PySide6  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from backend.targets.engine_process import EngineProcess  # noqa: E402
+from backend.engine.process import EngineProcess  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.worker import RunWorker  # noqa: E402
 from bench.common import add_readme_flag, measured_line, publish  # noqa: E402
