@@ -63,7 +63,10 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import gguf  # noqa: E402
-import llama_cpp as lc  # noqa: E402
+try:
+    import llama_cpp as lc  # noqa: E402
+except ImportError:   # --help still answers; main() says what to install
+    lc = None
 import torch  # noqa: E402
 
 from backend.kernels import matmath  # noqa: E402
@@ -75,9 +78,9 @@ from backend.roofline.cost import step_cost  # noqa: E402
 from bench.common import ROOT, add_readme_flag, in_order, log, measured_line, publish, ratio_median  # noqa: E402
 from bench.engine_vs_hf import Ours  # noqa: E402
 
-PRECISIONS = {"F32": lc.LLAMA_FTYPE_ALL_F32, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1,
-              "Q4_K_M": lc.LLAMA_FTYPE_MOSTLY_Q4_K_M, "Q5_K_M": lc.LLAMA_FTYPE_MOSTLY_Q5_K_M,
-              "Q6_K": lc.LLAMA_FTYPE_MOSTLY_Q6_K}
+PRECISIONS = {"F32": "LLAMA_FTYPE_ALL_F32", "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
+              "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
+              "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K"}   # llama_cpp's names of the quantizer's file types
 FIGURES = {"decode1": "decode step, batch 1", "decode32": "decode step, batch 32",
            "prefill128": "prefill, 128 tokens", "prefill512": "prefill, 512 tokens"}
 PROMPT_LEN, NEW_TOKENS, QUICK_NEW_TOKENS = 128, 64, 16
@@ -89,7 +92,6 @@ LLAMA_LOG: list[str] = []
 _partial = {"level": 0, "text": ""}    # a log line that llama.cpp sends in pieces (GGML_LOG_CONT)
 
 
-@lc.llama_log_callback
 def _llama_log(level, text, _user):
     """llama.cpp's log, kept line by line (not printed: it is long); warnings and errors echoed to stderr."""
     if level != GGML_LOG_CONT:
@@ -102,9 +104,20 @@ def _llama_log(level, text, _user):
             log(f"llama.cpp: {line}")
 
 
-def quantize(src: Path, dst: Path, ftype: int, threads: int, allow_requantize: bool) -> None:
+def capture_llama_log() -> None:
+    """llama.cpp's log to _llama_log (the ctypes callback kept alive here: llama.cpp holds only its address)."""
+    global _LOG_CALLBACK
+    _LOG_CALLBACK = _LOG_CALLBACK or lc.llama_log_callback(_llama_log)
+    lc.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+_LOG_CALLBACK = None
+
+
+def quantize(src: Path, dst: Path, ftype: str, threads: int, allow_requantize: bool) -> None:
+    """llama.cpp's quantizer writes src as dst in `ftype` (a PRECISIONS value)."""
     params = lc.llama_model_quantize_default_params()
-    params.ftype, params.nthread, params.allow_requantize = ftype, threads, allow_requantize
+    params.ftype, params.nthread, params.allow_requantize = getattr(lc, ftype), threads, allow_requantize
     part = dst.with_suffix(".part")
     rc = lc.llama_model_quantize(str(src).encode(), str(part).encode(), ctypes.byref(params))
     if rc != 0:
@@ -211,7 +224,7 @@ def llama_worker() -> int:
     """The child: one JSON request a line on stdin (load, figure, close), one JSON answer a line."""
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)                       # anything else written to stdout, C code's included, goes to stderr
-    lc.llama_log_set(_llama_log, ctypes.c_void_p(0))
+    capture_llama_log()
     lc.llama_backend_init()
     models: dict[str, LlamaCpp] = {}
     for line in sys.stdin:
@@ -466,8 +479,10 @@ def main() -> int:
     add_readme_flag(parser)
     args = parser.parse_args()
     repeats, new_tokens = (1, QUICK_NEW_TOKENS) if args.quick else (args.repeats, NEW_TOKENS)
+    if lc is None:
+        raise SystemExit("llama.cpp is the peer here: `python tools/llama_cpp_peer.py` builds and installs it")
     torch.set_num_threads(args.threads)
-    lc.llama_log_set(_llama_log, ctypes.c_void_p(0))   # the quantizer's log
+    capture_llama_log()   # the quantizer's log
 
     chosen = [p.strip() for p in args.precisions.split(",") if p.strip()]
     unknown = sorted(set(chosen) - set(PRECISIONS))

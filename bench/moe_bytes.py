@@ -28,7 +28,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see 
 
 import argparse  # noqa: E402
 import collections  # noqa: E402
-import ctypes  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -69,7 +68,7 @@ def write_files(workdir: Path, threads: int) -> Path:
         del model
     if not q8.is_file():
         log(f"quantizing {f32.name} -> {q8.name} with llama.cpp")
-        peer.quantize(f32, q8, peer.lc.LLAMA_FTYPE_MOSTLY_Q8_0, threads, allow_requantize=False)
+        peer.quantize(f32, q8, peer.PRECISIONS["Q8_0"], threads, allow_requantize=False)
     return q8
 
 
@@ -109,8 +108,10 @@ def main() -> int:
     add_readme_flag(parser)
     args = parser.parse_args()
     repeats, new_tokens = (1, QUICK_NEW_TOKENS) if args.quick else (args.repeats, NEW_TOKENS)
+    if peer.lc is None:
+        raise SystemExit("llama.cpp is the peer here: `python tools/llama_cpp_peer.py` builds and installs it")
     torch.set_num_threads(args.threads)
-    peer.lc.llama_log_set(peer._llama_log, ctypes.c_void_p(0))
+    peer.capture_llama_log()
     path = write_files(args.workdir, args.threads)
     process = peer.LlamaProcess()
     engines = (LlamaMoE(process, path, args.threads), OursMoE(path))
