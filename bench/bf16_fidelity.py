@@ -1,6 +1,6 @@
 """What bfloat16 products do to the bundled model's answers, at every precision the kernels run.
 
-    .venv/bin/python bench/bf16_fidelity.py [--tokens 400] [--readme]
+    python -m bench.bf16_fidelity [--tokens 400] [--readme]
 
 For each precision (float32 and every --dtype of the C kernels, each quantized from the bundled
 model's floats, and the bundled Q4_1 GGUF as stored), on the CPU:
@@ -19,27 +19,20 @@ Prints a Markdown report; --readme also writes it into bench/README.md between i
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from engine_vs_hf import write_readme  # noqa: E402
-from backend.config import SamplingConfig  # noqa: E402
-from backend.engine.runner import Runner  # noqa: E402
-from backend.kernels import matmath  # noqa: E402
-from backend.loaders.device import cpu_name  # noqa: E402
-from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
-from backend.models import fidelity, make_step_batch  # noqa: E402
-from backend.models.packed import pack_weights  # noqa: E402
+from backend.config import SamplingConfig
+from backend.engine.runner import Runner
+from backend.kernels import matmath
+from backend.loaders.weights import bundled_gguf, load_model
+from backend.models import fidelity, make_step_batch
+from backend.models.packed import pack_weights
+from bench.common import add_readme_flag, measured_line, publish
 
 PRECISIONS = ["float32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "f16", "bf16w"]
 QUESTION = "What is the capital of France?"
-BEGIN, END = "<!-- bf16_fidelity:begin -->", "<!-- bf16_fidelity:end -->"
 
 
 def answer(loaded, math, new_tokens: int = 12) -> str:
@@ -60,7 +53,7 @@ def answer(loaded, math, new_tokens: int = 12) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=400, help="tokens of English text to compare over")
-    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    add_readme_flag(parser)
     args = parser.parse_args()
     unit, why = matmath.bf16_unit()
     if unit is None:
@@ -81,19 +74,15 @@ def main() -> int:
                     f"{'yes' if 'Paris' in said else 'no'}: “{first}” | "
                     f"{'same' if said == said32 else 'differs: “' + said32.splitlines()[0] + '”'} |")
         print(rows[-1], file=sys.stderr)
-    lines = [f"Measured {datetime.date.today()} on {cpu_name()}, torch {torch.__version__}; bfloat16 unit "
-             f"{unit} (products of {math.min_rows}+ rows), float32 accumulation. KL of bfloat16's next-token "
-             f"distribution from float32's over {args.tokens} tokens of English (the shipped prompts), every "
-             "position's logits, every product in bfloat16 (the LM head too); the answer: 12 greedy tokens "
+    lines = [measured_line(), "",
+             f"Bfloat16 unit {unit} (products of {math.min_rows}+ rows), float32 accumulation. KL of bfloat16's "
+             f"next-token distribution from float32's over {args.tokens} tokens of English (the shipped prompts), "
+             "every position's logits, every product in bfloat16 (the LM head too); the answer: 12 greedy tokens "
              "with the chat template, prefill in bfloat16.", "",
              "| precision | mean KL (nats) | largest KL | top-1 agreement | bf16 says Paris? (its answer) "
              "| float32's answer |",
              "|---|---|---|---|---|---|", *rows]
-    text = "\n".join(lines)
-    print(text)
-    if args.readme:
-        write_readme(text, BEGIN, END)
-    return 0
+    return publish("bf16_fidelity", lines, args.readme)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Disaggregated prefill and decode against one engine, measured side by side in one run; and the
 prefill:decode split of 8 simulated datacenter GPUs.
 
-    python bench/disaggregation.py [--readme]    (alone on the machine: its figures are timings)
+    python -m bench.disaggregation [--readme]    (alone on the machine: its figures are timings)
 
 1. The KV hand-off between two processes of this machine, shared memory against a pipe: one
    prompt's KV block of the bundled model (every layer's keys and values) packed in one
@@ -17,25 +17,15 @@ With --readme the tables go into bench/README.md between the disaggregation mark
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig  # noqa: E402
-from backend.session import execute  # noqa: E402
-from backend.workload.spec import apply_overrides, load_workload  # noqa: E402
-
-BEGIN, END = "<!-- disaggregation:begin -->", "<!-- disaggregation:end -->"
-
-
-def log(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
+from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
+from backend.session import execute
+from backend.workload.spec import apply_overrides, load_workload
+from bench.common import add_readme_flag, log, measured_line, publish
 
 
 # ---- 1. the hand-off between two processes ------------------------------------------------------
@@ -85,7 +75,7 @@ def measure_transports(sizes_tokens: list[int], repeats: int) -> list[tuple]:
         v.normal_()
     fd = new_memfd("bench-kv")
     arena = Arena(fd, block_of(cache, top).nbytes, num_buffers=1, create=True)
-    process, conn = start_child("disaggregation", "transport_child", (fd,))
+    process, conn = start_child("bench.disaggregation", "transport_child", (fd,))
     rows = []
     try:
         conn.send(("smollm2-135m", fd, top))
@@ -191,14 +181,9 @@ def simulated_sweeps(requests: int) -> list[str]:
     return lines
 
 
-def machine() -> str:
-    from backend.loaders.device import cpu_name
-    return f"{cpu_name()}, {os.cpu_count()} cores"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--readme", action="store_true", help="write the tables into bench/README.md")
+    add_readme_flag(parser)
     parser.add_argument("--long-requests", type=int, default=16)
     parser.add_argument("--chat-requests", type=int, default=24)
     parser.add_argument("--sim-requests", type=int, default=600)
@@ -206,7 +191,7 @@ def main() -> int:
     parser.add_argument("--skip-real", action="store_true", help="only the hand-off and the simulated sweep")
     args = parser.parse_args()
     cores = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
-    lines = [f"Measured {datetime.date.today()} on {machine()}.", "",
+    lines = [measured_line(), "",
              "**The KV hand-off between two processes** (the bundled model's KV block: 30 layers x keys and values x "
              "3 heads x 64, float32, 46 KB a token; packed in one process, in the other's cache slot when it answers; "
              f"median of {args.repeats}, the two interleaved):", "",
@@ -228,12 +213,7 @@ def main() -> int:
                                    f"{cores} cores in every run", chat_rows)
     lines += ["", "**Simulated: llama-8b on 8 x h100-sxm**, every prefill:decode split (`sweep pd-ratio "
                   "--total-devices 8`)"] + simulated_sweeps(args.sim_requests)
-    text = "\n".join(lines)
-    print(text)
-    if args.readme:
-        from engine_vs_hf import write_readme
-        write_readme(text, BEGIN, END)
-    return 0
+    return publish("disaggregation", lines, args.readme)
 
 
 if __name__ == "__main__":

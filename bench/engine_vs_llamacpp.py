@@ -1,7 +1,7 @@
 """This project's engine against llama.cpp: same GGUF files, same machine, same thread count.
 
-    .venv/bin/python bench/engine_vs_llamacpp.py [--repeats 3] [--threads N] [--readme] [--quick] [--workdir DIR]
-                                                 [--precisions F32,Q8_0,Q4_1,Q4_K_M,Q5_K_M,Q6_K] [--maths fp32,bf16]
+    python -m bench.engine_vs_llamacpp [--repeats 3] [--threads N] [--readme] [--quick] [--workdir DIR]
+                                       [--precisions F32,Q8_0,Q4_1,Q4_K_M,Q5_K_M,Q6_K] [--maths fp32,bf16]
 
 In one run, on one machine:
   1. llama.cpp's own quantizer (llama-cpp-python's llama_model_quantize, default params) writes
@@ -13,7 +13,7 @@ In one run, on one machine:
      ours runs every tensor in its stored format (fused q|k|v as row segments of two formats);
   2. on each file, llama.cpp through its low-level batch API (llama_decode on a llama_batch, the
      KV memory cleared with llama_memory_clear between trials) and ours (load_model(path, "cpu",
-     "auto") through scheduler, runner and records, as bench/engine_vs_hf.py does) time:
+     "auto") through scheduler, runner and records, as bench.engine_vs_hf does) time:
      a decode step at batch 1 and 32 (128-token prompts prefilled, then 63 steps of one token a
      sequence, 15 with --quick: the median step) and the prefill of a 128- and a 512-token
      prompt (one step; llama.cpp: one llama_decode, logits for the last token only). llama.cpp's
@@ -32,10 +32,10 @@ In one run, on one machine:
   5. beside each precision's batch-1 decode the read bandwidth (roofline.calibrate.read_bandwidth),
      each batch-1 step against its weight-read floor: bytes / bandwidth, with ours'
      LoadedModel.weight_bytes and llama.cpp's tensor bytes in the file.
-llama.cpp runs in a child process (this script with --llama-worker, asked over a pipe): a process
+llama.cpp runs in a child process (this module with --llama-worker, asked over a pipe): a process
 has one OpenMP runtime (torch's libgomp.so.1 and the one ggml links share the soname), and the
 engines want opposite wait policies. Ours runs under OMP_WAIT_POLICY=PASSIVE as in
-bench/engine_vs_hf.py (under ACTIVE, torch's idle threads spin against our kernels' pool: about
+bench.engine_vs_hf (under ACTIVE, torch's idle threads spin against our kernels' pool: about
 2x slower here); ggml's OpenMP build waits at a `#pragma omp barrier` after every graph node,
 which sleeps under PASSIVE (batch-1 decode about 3x slower here). The child has the variable
 unset, llama.cpp's default: spin a while, then sleep, leaving the cores to ours between calls.
@@ -55,7 +55,6 @@ if not LLAMA_WORKER:
 import argparse  # noqa: E402
 import collections  # noqa: E402
 import ctypes  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -63,42 +62,36 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import gguf  # noqa: E402
-import llama_cpp as lc  # noqa: E402
+try:
+    import llama_cpp as lc  # noqa: E402
+except ImportError:   # --help still answers; main() says what to install
+    lc = None
 import torch  # noqa: E402
 
-from engine_vs_hf import Ours, write_readme  # noqa: E402
-from backend.loaders.device import cpu_name  # noqa: E402
 from backend.kernels import matmath  # noqa: E402
 from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
 from backend.models import fidelity  # noqa: E402
 from backend.records import Phase  # noqa: E402
 from backend.roofline.calibrate import matmul_flops, read_bandwidth  # noqa: E402
 from backend.roofline.cost import step_cost  # noqa: E402
+from bench.common import ROOT, add_readme_flag, in_order, log, measured_line, publish, ratio_median  # noqa: E402
+from bench.engine_vs_hf import Ours  # noqa: E402
 
-PRECISIONS = {"F32": lc.LLAMA_FTYPE_ALL_F32, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1,
-              "Q4_K_M": lc.LLAMA_FTYPE_MOSTLY_Q4_K_M, "Q5_K_M": lc.LLAMA_FTYPE_MOSTLY_Q5_K_M,
-              "Q6_K": lc.LLAMA_FTYPE_MOSTLY_Q6_K}
+PRECISIONS = {"F32": "LLAMA_FTYPE_ALL_F32", "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
+              "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
+              "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K"}   # llama_cpp's names of the quantizer's file types
 FIGURES = {"decode1": "decode step, batch 1", "decode32": "decode step, batch 32",
            "prefill128": "prefill, 128 tokens", "prefill512": "prefill, 512 tokens"}
 PROMPT_LEN, NEW_TOKENS, QUICK_NEW_TOKENS = 128, 64, 16
 MAX_SEQS, CTX_PER_SEQ, N_BATCH = 32, 512, 512   # n_ctx = 32 x 512: each sequence's own 512 cells
 FIRST_ID = 100                                   # below: the control tokens (0..16 here) and some margin
 FLOOR_TARGET = 1.15
-BEGIN, END = "<!-- engine_vs_llamacpp:begin -->", "<!-- engine_vs_llamacpp:end -->"
 GGML_LOG_WARN, GGML_LOG_ERROR, GGML_LOG_CONT = 3, 4, 5
 LLAMA_LOG: list[str] = []
 _partial = {"level": 0, "text": ""}    # a log line that llama.cpp sends in pieces (GGML_LOG_CONT)
 
 
-def log(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
-
-
-@lc.llama_log_callback
 def _llama_log(level, text, _user):
     """llama.cpp's log, kept line by line (not printed: it is long); warnings and errors echoed to stderr."""
     if level != GGML_LOG_CONT:
@@ -111,9 +104,20 @@ def _llama_log(level, text, _user):
             log(f"llama.cpp: {line}")
 
 
-def quantize(src: Path, dst: Path, ftype: int, threads: int, allow_requantize: bool) -> None:
+def capture_llama_log() -> None:
+    """llama.cpp's log to _llama_log (the ctypes callback kept alive here: llama.cpp holds only its address)."""
+    global _LOG_CALLBACK
+    _LOG_CALLBACK = _LOG_CALLBACK or lc.llama_log_callback(_llama_log)
+    lc.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+_LOG_CALLBACK = None
+
+
+def quantize(src: Path, dst: Path, ftype: str, threads: int, allow_requantize: bool) -> None:
+    """llama.cpp's quantizer writes src as dst in `ftype` (a PRECISIONS value)."""
     params = lc.llama_model_quantize_default_params()
-    params.ftype, params.nthread, params.allow_requantize = ftype, threads, allow_requantize
+    params.ftype, params.nthread, params.allow_requantize = getattr(lc, ftype), threads, allow_requantize
     part = dst.with_suffix(".part")
     rc = lc.llama_model_quantize(str(src).encode(), str(part).encode(), ctypes.byref(params))
     if rc != 0:
@@ -220,7 +224,7 @@ def llama_worker() -> int:
     """The child: one JSON request a line on stdin (load, figure, close), one JSON answer a line."""
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)                       # anything else written to stdout, C code's included, goes to stderr
-    lc.llama_log_set(_llama_log, ctypes.c_void_p(0))
+    capture_llama_log()
     lc.llama_backend_init()
     models: dict[str, LlamaCpp] = {}
     for line in sys.stdin:
@@ -247,8 +251,8 @@ class LlamaProcess:
 
     def __init__(self):
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-        self.proc = subprocess.Popen([sys.executable, __file__, "--llama-worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.engine_vs_llamacpp", "--llama-worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
     def ask(self, **req) -> dict:
         self.proc.stdin.write(json.dumps(req) + "\n")
@@ -319,7 +323,7 @@ class OursEngine:
 
 
 def probe_bandwidth() -> float:
-    """Read bandwidth, bytes/s: calibrate's own measurement, shortened (as bench/engine_vs_hf.py does)."""
+    """Read bandwidth, bytes/s: calibrate's own measurement, shortened (as bench.engine_vs_hf does)."""
     return read_bandwidth(torch, torch.device("cpu"), 256, 0.5, lambda: None)
 
 
@@ -341,7 +345,7 @@ def measure(pairs: dict[str, tuple], prompts: dict, repeats: int, new_tokens: in
                for p, engines in pairs.items()}
     for rep in range(-1, repeats):          # -1: the warm-up pass, not kept
         for precision, pair in pairs.items():
-            order = pair[::-1] if rep % 2 == 1 else pair    # llama.cpp first in the warm-up and odd repeats
+            order = in_order(rep, pair)         # llama.cpp first in the warm-up and even repeats
             log(f"{'warm-up' if rep < 0 else f'repeat {rep + 1}/{repeats}'}, {precision}: "
                 f"{' then '.join(e.name for e in order)}")
             for figure in FIGURES:
@@ -365,11 +369,10 @@ def flash_attention() -> str:
 
 
 def header(threads: int, repeats: int, new_tokens: int, kv_dtype: str, flash: str) -> list[str]:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return [f"Measured {datetime.date.today()} on {cpu_name()}, {cores} cores, {threads} threads for both "
-            f"engines (torch.set_num_threads; llama.cpp n_threads = n_threads_batch), torch {torch.__version__}, "
-            f"llama-cpp-python {lc.__version__}; ours under OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, "
-            "llama.cpp in a child process with it unset (see the script's docstring).", "",
+    return [measured_line(f"{threads} threads for both engines (torch.set_num_threads; llama.cpp n_threads = "
+                          f"n_threads_batch)", f"llama-cpp-python {lc.__version__}", f"ours under OMP_WAIT_POLICY="
+                          f"{os.environ['OMP_WAIT_POLICY']}, llama.cpp in a child process with it unset (see "
+                          "the module's docstring)"), "",
             f"llama.cpp context: n_ctx {MAX_SEQS} x {CTX_PER_SEQ} (n_seq_max {MAX_SEQS}, per-sequence KV, "
             f"not unified), n_batch = n_ubatch = {N_BATCH}, KV cache f16, {flash}; ours: KV cache "
             f"{kv_dtype}. Decode: {PROMPT_LEN}-token prompts, then {new_tokens - 1} steps, median step; prefill: "
@@ -402,7 +405,7 @@ def comparison_table(samples: dict, files: dict[str, Path], ran_as: dict[str, st
             row = f"| {precision} | {files[precision].stat().st_size / 1e6:.0f} | {label} | {statistics.median(theirs):.1f} |"
             for m in maths:
                 ours = per[f"ours {m}"][figure]
-                ratio = statistics.median(o / t for o, t in zip(ours, theirs))
+                ratio = ratio_median(ours, theirs)
                 row += f" {statistics.median(ours):.1f} | {ratio_text(ratio)} |"
             lines.append(f"{row} {ran_as[precision]} |")
     return lines
@@ -414,7 +417,7 @@ def speedup_table(samples: dict, maths: list[str]) -> list[str]:
                                          ("prefill 128", "prefill 512", "decode batch 32") for m in maths) + " |",
              "|---|" + "---|" * (3 * len(maths))]
     for precision, per in samples.items():
-        cells = [f"{statistics.median(t / o for t, o in zip(per['llama.cpp'][f], per[f'ours {m}'][f])):.2f}x"
+        cells = [f"{ratio_median(per['llama.cpp'][f], per[f'ours {m}'][f]):.2f}x"
                  for f in ("prefill128", "prefill512", "decode32") for m in maths]
         lines.append(f"| {precision} | {' | '.join(cells)} |")
     return lines
@@ -473,11 +476,13 @@ def main() -> int:
     parser.add_argument("--maths", default="fp32,bf16",
                         help="ours' --prefill-math values, comma-separated (bf16 is left out where no unit runs it)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: 1 repeat, {QUICK_NEW_TOKENS} new tokens")
-    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    add_readme_flag(parser)
     args = parser.parse_args()
     repeats, new_tokens = (1, QUICK_NEW_TOKENS) if args.quick else (args.repeats, NEW_TOKENS)
+    if lc is None:
+        raise SystemExit("llama.cpp is the peer here: `python tools/llama_cpp_peer.py` builds and installs it")
     torch.set_num_threads(args.threads)
-    lc.llama_log_set(_llama_log, ctypes.c_void_p(0))   # the quantizer's log
+    capture_llama_log()   # the quantizer's log
 
     chosen = [p.strip() for p in args.precisions.split(",") if p.strip()]
     unknown = sorted(set(chosen) - set(PRECISIONS))
@@ -521,11 +526,7 @@ def main() -> int:
               "file the embedding, tied to the output, is Q8_0: llama.cpp picks Q6_K for the output tensor and "
               "falls back to Q8_0, as 576 columns are not a multiple of 256):", ""]
     lines += [f"- {p}: {mixes[p]}, {llama_bytes[p] / 1e6:.0f} MB of tensors" for p in files]
-    text = "\n".join(lines)
-    print(text)
-    if args.readme:
-        write_readme(text, BEGIN, END)
-    return 0
+    return publish("engine_vs_llamacpp", lines, args.readme)
 
 
 if __name__ == "__main__":

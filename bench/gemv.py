@@ -1,6 +1,6 @@
 """The CPU's matrix-product kernels on SmolLM2-135M's layer matrices: torch's and ours.
 
-    .venv/bin/python bench/gemv.py [--rounds 3]
+    python -m bench.gemv [--rounds 3] [--readme]
 
 A batch-1 decode step is 121 matrix-vector products over SmolLM2-135M's layer matrices
 (425 MB in fp32) plus the LM head. This streams the same matrices (random values, the model's
@@ -24,9 +24,6 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -34,6 +31,7 @@ import torch.nn.functional as F  # noqa: E402
 from backend import kernels  # noqa: E402
 from backend.kernels import ops  # noqa: E402
 from backend.models.packed import Panels  # noqa: E402
+from bench.common import add_readme_flag, measured_line, publish  # noqa: E402
 
 LAYERS = 30
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # qkv (9 + 2 x 3 heads of 64), o, gate_up, down: (out, in)
@@ -67,6 +65,7 @@ def products(weights, transposed, onednn, panels, rows) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
+    add_readme_flag(parser)
     args = parser.parse_args()
     ours = ops.usable(torch.device("cpu"), torch.float32)
     if not ours:
@@ -103,16 +102,14 @@ def main() -> int:
     def cell(values: list[float]) -> str:
         return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
-    print(f"{nbytes / 1e6:.0f} MB of fp32 matrices, {args.rounds} rounds; median (min-max)\n")
-    print("One row (a batch-1 decode step), GB/s:\n")
-    print("| kernel | 1 thread | 2 threads |\n|---|---|---|")
-    for name in kinds:
-        print(f"| {name} | {cell(results[(name, 1)])} | {cell(results[(name, 2)])} |")
-    print("\nMore rows, 2 threads, GFLOP/s:\n")
-    print("| kernel | " + " | ".join(f"{n} rows" for n in BATCHES) + " |\n|---|" + "---|" * len(BATCHES))
-    for name in products(weights, transposed, onednn, panels, one_row):
-        print(f"| {name} | " + " | ".join(f"{statistics.median(batched[(name, n)]):.0f}" for n in BATCHES) + " |")
-    return 0
+    lines = [measured_line(), "", f"{nbytes / 1e6:.0f} MB of fp32 matrices, {args.rounds} rounds; median (min-max)", "",
+             "One row (a batch-1 decode step), GB/s:", "", "| kernel | 1 thread | 2 threads |", "|---|---|---|"]
+    lines += [f"| {name} | {cell(results[(name, 1)])} | {cell(results[(name, 2)])} |" for name in kinds]
+    lines += ["", "More rows, 2 threads, GFLOP/s:", "",
+              "| kernel | " + " | ".join(f"{n} rows" for n in BATCHES) + " |", "|---|" + "---|" * len(BATCHES)]
+    lines += [f"| {name} | " + " | ".join(f"{statistics.median(batched[(name, n)]):.0f}" for n in BATCHES) + " |"
+              for name in products(weights, transposed, onednn, panels, one_row)]
+    return publish("gemv", lines, args.readme)
 
 
 if __name__ == "__main__":

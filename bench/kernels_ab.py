@@ -1,6 +1,6 @@
 """What the C kernels (backend/kernels) gain: the same model step on them and on torch's kernels.
 
-    .venv/bin/python bench/kernels_ab.py [--rounds 5]
+    python -m bench.kernels_ab [--rounds 5] [--readme]
 
 One process, the bundled SmolLM2-135M in float32, two copies of the model: one packed for the
 C kernels (panels), one for oneDNN with torch's attention, RMSNorm and SwiGLU (what runs where
@@ -18,11 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
@@ -30,6 +26,7 @@ from backend.kernels import ops  # noqa: E402
 from backend.models import KVCache, make_step_batch  # noqa: E402
 from backend.models import packed  # noqa: E402
 from backend.loaders.weights import BUNDLED, load_model  # noqa: E402
+from bench.common import add_readme_flag, interleaved, measured_line, publish, ratio_median  # noqa: E402
 
 BATCHES = (1, 8, 32)
 CACHED = 128
@@ -82,25 +79,24 @@ def timings(loaded, use_kernels: bool) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
+    add_readme_flag(parser)
     args = parser.parse_args()
     if not ops.usable(torch.device("cpu"), torch.float32):
         raise SystemExit("the C kernels are not built here: nothing to compare")
     models = {True: build(True), False: build(False)}
-    for use in models:   # warm-up: first-call costs stay out
-        timings(models[use], use)
-    results: dict[bool, list[dict]] = {True: [], False: []}
-    for r in range(args.rounds):
-        for use in ((True, False) if r % 2 == 0 else (False, True)):
-            results[use].append(timings(models[use], use))
-    print(f"SmolLM2-135M fp32, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds after a warm-up; "
-          f"decode steps with {CACHED} tokens cached, medians of {STEPS - 1}\n")
-    print("| step | torch's kernels (oneDNN, SDPA) | C kernels | speed-up |\n|---|---|---|---|")
-    for key in results[True][0]:
-        theirs = [r[key] for r in results[False]]
-        ours = [r[key] for r in results[True]]
-        ratio = statistics.median(t / o for t, o in zip(theirs, ours))
-        print(f"| {key} | {statistics.median(theirs) * 1000:.1f} ms | {statistics.median(ours) * 1000:.1f} ms | {ratio:.2f}x |")
-    return 0
+    # a warm-up of each (first-call costs stay out), then rounds alternating which goes first
+    c_kernels, torch_ones = interleaved(args.rounds, lambda _warm: timings(models[True], True),
+                                        lambda _warm: timings(models[False], False))
+    lines = [measured_line(f"{torch.get_num_threads()} torch threads"), "",
+             f"SmolLM2-135M fp32, {args.rounds} interleaved rounds after a warm-up; decode steps with {CACHED} "
+             f"tokens cached, medians of {STEPS - 1}", "",
+             "| step | torch's kernels (oneDNN, SDPA) | C kernels | speed-up |", "|---|---|---|---|"]
+    for key in c_kernels[0]:
+        theirs = [r[key] for r in torch_ones]
+        ours = [r[key] for r in c_kernels]
+        lines.append(f"| {key} | {statistics.median(theirs) * 1000:.1f} ms | {statistics.median(ours) * 1000:.1f} ms "
+                     f"| {ratio_median(theirs, ours):.2f}x |")
+    return publish("kernels_ab", lines, args.readme)
 
 
 if __name__ == "__main__":

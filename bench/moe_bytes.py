@@ -1,7 +1,7 @@
 """A mixture of experts' decode step: the weights it reads grow with the batch, measured against the roofline's
 prediction, and ours against llama.cpp on the same GGUF.
 
-    .venv/bin/python bench/moe_bytes.py [--repeats 3] [--threads N] [--readme] [--quick] [--workdir DIR]
+    python -m bench.moe_bytes [--repeats 3] [--threads N] [--readme] [--quick] [--workdir DIR]
 
 In one run, on one machine:
   1. a random-weight Qwen3-MoE-shaped model (transformers' Qwen3MoeConfig: hidden 1024, 8 layers,
@@ -10,7 +10,7 @@ In one run, on one machine:
      GGUF as llama.cpp's converter names it (tests/fakes/gguf_files.py), then by llama.cpp's own
      quantizer as Q8_0; both cached in --workdir;
   2. on the Q8_0 file, ours (load_model(path, "cpu", "auto"): every matrix Q8_0 as stored) and
-     llama.cpp (its batch API, in a child process, as bench/engine_vs_llamacpp.py runs it) time a
+     llama.cpp (its batch API, in a child process, as bench.engine_vs_llamacpp runs it) time a
      decode step at batch 1, 4, 16 and 64 (32-token prompts prefilled, then the median of the
      following steps), interleaved, llama.cpp first on odd repeats;
   3. ours also reports what each step read (StepRecord.weight_bytes: the shared matrices and the
@@ -24,27 +24,23 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see bench/engine_vs_llamacpp.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see bench.engine_vs_llamacpp)
 
 import argparse  # noqa: E402
 import collections  # noqa: E402
-import ctypes  # noqa: E402
-import datetime  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import torch  # noqa: E402
 
-import engine_vs_llamacpp as peer  # noqa: E402
-from engine_vs_hf import Ours, machine, write_readme  # noqa: E402
 from backend.loaders.weights import bundled_gguf, load_model  # noqa: E402
 from backend.records import Phase  # noqa: E402
 from backend.roofline.cost import step_cost  # noqa: E402
 from backend.roofline.moe import expected_experts  # noqa: E402
+from bench import engine_vs_llamacpp as peer  # noqa: E402
+from bench.common import add_readme_flag, in_order, log, measured_line, publish  # noqa: E402
+from bench.engine_vs_hf import Ours, machine_extras  # noqa: E402
 
 SHAPE = dict(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=384, num_hidden_layers=8,
              num_attention_heads=16, num_key_value_heads=4, head_dim=64, num_experts=64, num_experts_per_tok=8,
@@ -52,7 +48,6 @@ SHAPE = dict(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=384
              tie_word_embeddings=True, initializer_range=0.02, decoder_sparse_step=1, mlp_only_layers=[])
 BATCHES = (1, 4, 16, 64)
 PROMPT_LEN, NEW_TOKENS, QUICK_NEW_TOKENS = 32, 24, 8
-BEGIN, END = "<!-- moe_bytes:begin -->", "<!-- moe_bytes:end -->"
 
 
 def write_files(workdir: Path, threads: int) -> Path:
@@ -62,7 +57,7 @@ def write_files(workdir: Path, threads: int) -> Path:
     if not f32.is_file():
         import transformers
         from tests.fakes.gguf_files import write_gguf
-        peer.log("building the random Qwen3-MoE model and writing it as an F32 GGUF")
+        log("building the random Qwen3-MoE model and writing it as an F32 GGUF")
         torch.manual_seed(0)
         config = transformers.Qwen3MoeConfig(**SHAPE)
         config.architectures = ["Qwen3MoeForCausalLM"]
@@ -72,8 +67,8 @@ def write_files(workdir: Path, threads: int) -> Path:
         part.replace(f32)
         del model
     if not q8.is_file():
-        peer.log(f"quantizing {f32.name} -> {q8.name} with llama.cpp")
-        peer.quantize(f32, q8, peer.lc.LLAMA_FTYPE_MOSTLY_Q8_0, threads, allow_requantize=False)
+        log(f"quantizing {f32.name} -> {q8.name} with llama.cpp")
+        peer.quantize(f32, q8, peer.PRECISIONS["Q8_0"], threads, allow_requantize=False)
     return q8
 
 
@@ -110,11 +105,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads, for both engines")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "phasescope-moe-bytes")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: 1 repeat, {QUICK_NEW_TOKENS} new tokens")
-    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    add_readme_flag(parser)
     args = parser.parse_args()
     repeats, new_tokens = (1, QUICK_NEW_TOKENS) if args.quick else (args.repeats, NEW_TOKENS)
+    if peer.lc is None:
+        raise SystemExit("llama.cpp is the peer here: `python tools/llama_cpp_peer.py` builds and installs it")
     torch.set_num_threads(args.threads)
-    peer.lc.llama_log_set(peer._llama_log, ctypes.c_void_p(0))
+    peer.capture_llama_log()
     path = write_files(args.workdir, args.threads)
     process = peer.LlamaProcess()
     engines = (LlamaMoE(process, path, args.threads), OursMoE(path))
@@ -124,11 +121,11 @@ def main() -> int:
     samples = {e.name: collections.defaultdict(list) for e in engines}
     bandwidth = []
     for rep in range(-1, repeats):   # -1: the warm-up pass, not kept
-        order = engines[::-1] if rep % 2 == 1 else engines
+        order = in_order(rep, engines)
         for batch in BATCHES:
             for engine in order:
                 ms = engine.figure(batch, prompts[batch], new_tokens)
-                peer.log(f"{'warm-up' if rep < 0 else f'repeat {rep + 1}'} batch {batch} {engine.name}: {ms:.1f} ms")
+                log(f"{'warm-up' if rep < 0 else f'repeat {rep + 1}'} batch {batch} {engine.name}: {ms:.1f} ms")
                 if rep >= 0:
                     samples[engine.name][batch].append(ms)
             if batch == 1 and rep >= 0:
@@ -137,8 +134,8 @@ def main() -> int:
 
     bw = statistics.median(bandwidth)
     e, k = shape.num_experts, shape.experts_per_token
-    lines = [f"Measured {datetime.date.today()} on {machine()}, {args.threads} threads, {repeats} repeats "
-             f"(medians), read bandwidth {bw / 1e9:.1f} GB/s (median of {len(bandwidth)} probes).", "",
+    lines = [measured_line(*machine_extras(), f"{args.threads} threads, {repeats} repeats (medians), read bandwidth "
+                           f"{bw / 1e9:.1f} GB/s (median of {len(bandwidth)} probes)"), "",
              f"Model: random weights, Qwen3-MoE-shaped: {shape.num_layers} layers, hidden {shape.hidden_size}, "
              f"{e} experts of width {shape.intermediate_size}, {k} a token; {shape.num_params() / 1e9:.2f} B "
              f"parameters, {shape.num_active_params() / 1e9:.2f} B active a token; Q8_0 by llama.cpp's quantizer, "
@@ -159,11 +156,7 @@ def main() -> int:
     lines += ["", f"Batch 1's weight-read floor (its measured bytes / the bandwidth): {floor:.1f} ms. "
               "Random routers spread tokens almost uniformly, so the measured union tracks the uniform "
               "prediction; a trained router's popular experts make it smaller."]
-    text = "\n".join(lines)
-    print(text)
-    if args.readme:
-        write_readme(text, BEGIN, END)
-    return 0
+    return publish("moe_bytes", lines, args.readme)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,21 @@
 """Static vs continuous vs chunked-prefill scheduling on one workload, measured in one run.
 
-    .venv/bin/python bench/policies.py [--model smollm2-135m] [--requests 24] [--rate 3]
+    python -m bench.policies [--model smollm2-135m] [--requests 24] [--rate 3] [--readme]
 
 Runs the same seeded workload (same arrivals, prompts and output lengths) through the three
-policies on this machine and prints a Markdown table: throughput, p50/p99 TTFT and ITL.
-Paste it into bench/README.md with the date and the machine.
+policies on this machine and prints a Markdown table: throughput, p50/p99 TTFT and ITL;
+--readme also writes it into bench/README.md between its markers.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig  # noqa: E402
-from backend.loaders.device import cpu_name  # noqa: E402
-from backend.engine.scheduler import POLICIES  # noqa: E402
-from backend.session import execute  # noqa: E402
-from backend.workload.spec import apply_overrides, load_workload  # noqa: E402
+from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
+from backend.engine.scheduler import POLICIES
+from backend.session import execute
+from backend.workload.spec import apply_overrides, load_workload
+from bench.common import add_readme_flag, log, measured_line, publish
 
 
 def main() -> int:
@@ -31,6 +26,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=3.0)
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--chunk-tokens", type=int, default=128)
+    add_readme_flag(parser)
     args = parser.parse_args()
     spec = apply_overrides(load_workload(args.workload), num_requests=args.requests, rate=args.rate)
     rows = []
@@ -38,19 +34,20 @@ def main() -> int:
         config = RunConfig(mode="load", model=ModelChoice(args.model, "auto", "auto"),
                            sampling=SamplingConfig(ignore_eos=True), workload=spec,
                            engine=EngineConfig(policy=policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens))
-        print(f"... {policy}", file=sys.stderr, flush=True)
+        log(policy)
         s = execute(config, lambda e: None, lambda: False).summary
         rows.append((policy, s))
-    print(f"\n{time.strftime('%Y-%m-%d')}, {cpu_name()}, {os.cpu_count()} cores; "
-          f"model {args.model}; workload {args.workload}: {args.requests} requests, {spec.arrival} at {args.rate}/s, "
-          f"prompts {spec.prompt_len.describe()}, outputs {spec.output_len.describe()}; max batch {args.max_batch}, "
-          f"chunk {args.chunk_tokens} tokens\n")
-    print("| policy | duration s | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | preemptions |")
-    print("|---|---|---|---|---|---|---|---|")
+    lines = [measured_line(), "",
+             f"Model {args.model}; workload {args.workload}: {args.requests} requests, {spec.arrival} at {args.rate}/s, "
+             f"prompts {spec.prompt_len.describe()}, outputs {spec.output_len.describe()}; max batch {args.max_batch}, "
+             f"chunk {args.chunk_tokens} tokens", "",
+             "| policy | duration s | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | preemptions |",
+             "|---|---|---|---|---|---|---|---|"]
     for policy, s in rows:
-        print(f"| {policy} | {s['duration_s']:.1f} | {s['output_tokens_per_s']:.1f} | {s['ttft_p50_ms']:.0f} | "
-              f"{s['ttft_p99_ms']:.0f} | {s['itl_p50_ms']:.0f} | {s['itl_p99_ms']:.0f} | {int(s['num_preemptions'])} |")
-    return 0
+        lines.append(f"| {policy} | {s['duration_s']:.1f} | {s['output_tokens_per_s']:.1f} | {s['ttft_p50_ms']:.0f} | "
+                     f"{s['ttft_p99_ms']:.0f} | {s['itl_p50_ms']:.0f} | {s['itl_p99_ms']:.0f} | "
+                     f"{int(s['num_preemptions'])} |")
+    return publish("policies", lines, args.readme)
 
 
 if __name__ == "__main__":

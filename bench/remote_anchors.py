@@ -1,4 +1,4 @@
-"""AIPerf and GuideLLM as anchors for bench/remote_client.py: installed into bench-only virtualenvs, driven
+"""AIPerf and GuideLLM as anchors for bench.remote_client: installed into bench-only virtualenvs, driven
 at the same stream counts and lengths against the same fake server, their figures read from their own exports.
 
 Each tool gets a virtualenv of its own under .venv-bench/ (gitignored; their pins conflict with each
@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.common import ROOT
 from bench.remote_fake import BusyCPU, Server, p, truth
 
-ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".venv-bench"
 RUN_TIMEOUT_S = 300
 

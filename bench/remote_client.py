@@ -6,7 +6,7 @@ apart, logging when it read each request and wrote each token on the machine's m
 Everything on the client side (this process, the driver's workers, the other tools) is pinned
 to the other cores, so what limits a client is that client.
 
-1. CPU per 64-token request of the streaming client alone (bench/remote_cpu.py): ours against
+1. CPU per 64-token request of the streaming client alone (bench.remote_cpu): ours against
    httpx reading the same streams, at 1, 16 and 64 streams, interleaved, medians of repeats.
 2. At each stream count (closed loop, 128-token prompts, 64-token answers; fewer requests per
    stream at the high counts), the driver (`load --endpoint`) and then each anchor tool drive
@@ -18,54 +18,38 @@ to the other cores, so what limits a client is that client.
 The anchors (AIPerf and GuideLLM, both on PyPI) are installed by this script into a bench-only
 virtualenv, .venv-bench (bench/remote_anchors.py); `--no-anchors` skips them.
 
-    python bench/remote_client.py --readme    (as alone on the machine as you can)
+    python -m bench.remote_client --readme    (as alone on the machine as you can)
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from backend.config import RemoteEndpoint, RunConfig
+from backend.targets.remote.target import run_remote
+from backend.workload.spec import workload_from_dict
+from bench import remote_anchors
+from bench.common import ROOT, add_readme_flag, log, measured_line, publish
+from bench.remote_fake import Server, client_cores, truth
 
-import numpy as np  # noqa: E402
-
-from backend.config import RemoteEndpoint, RunConfig  # noqa: E402
-from backend.targets.remote.target import run_remote  # noqa: E402
-from backend.workload.spec import workload_from_dict  # noqa: E402
-from bench import remote_anchors  # noqa: E402
-from bench.remote_fake import Server, client_cores, truth  # noqa: E402
-
-README = Path(__file__).with_name("README.md")
-BEGIN, END = "<!-- remote_client:begin -->", "<!-- remote_client:end -->"
-ROOT = Path(__file__).resolve().parents[1]
 PROMPT_LEN = 128
 PROFILE_STREAMS = 64
 ITL_P50_MS, ITL_P99_X, TTFT_P50_MS = 0.2, 2.0, 5.0   # the targets
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def machine_extras() -> tuple[str, ...]:
+    """The client's HTTP parser and event loop, which set its CPU per token."""
     import httptools
     try:
         import uvloop
         loop = f"uvloop {uvloop.__version__}"
     except ImportError:
         loop = "asyncio's own loop"
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, httptools {httptools.__version__}, {loop}"
+    return f"httptools {httptools.__version__}", loop
 
 
 def num_requests(streams: int, per_stream: int) -> int:
@@ -105,18 +89,18 @@ def cpu_micro(server: Server, repeats: int, requests: int) -> dict:
     for _ in range(repeats):
         for streams in (1, 16, 64):
             for client in ("ours", "httpx"):
-                done = subprocess.run([sys.executable, str(ROOT / "bench" / "remote_cpu.py"), "--url", server.url,
+                done = subprocess.run([sys.executable, "-m", "bench.remote_cpu", "--url", server.url,
                                        "--client", client, "--streams", str(streams), "--requests", str(requests)],
                                       capture_output=True, text=True, cwd=ROOT, timeout=600)
                 if done.returncode != 0:
-                    raise SystemExit(f"bench/remote_cpu.py failed: {done.stderr.strip().splitlines()[-1:]}")
+                    raise SystemExit(f"bench.remote_cpu failed: {done.stderr.strip().splitlines()[-1:]}")
                 runs.setdefault((client, streams), []).append(json.loads(done.stdout)["cpu_ms_per_request"])
     return {key: statistics.median(values) for key, values in runs.items()}
 
 
 def profile(server: Server, streams: int, requests: int, top: int = 10) -> list[str]:
     """cProfile's top functions by own time in our streaming client alone: where its CPU goes."""
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "remote_cpu.py"), "--url", server.url, "--client",
+    done = subprocess.run([sys.executable, "-m", "bench.remote_cpu", "--url", server.url, "--client",
                            "ours", "--streams", str(streams), "--requests", str(requests), "--profile", str(top)],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     if done.returncode != 0:
@@ -155,13 +139,13 @@ def most_exact(rows: list[dict], tool: str, streams: list[int]) -> int:
 def report(args, streams: list[int], micro: dict | None, rows: list[dict], tools: list[str], notes: list[str],
            prof: list[str]) -> str:
     cores = client_cores()
-    lines = [f"Measured {datetime.date.today()} on a 2-core VM shared with other work ({machine()}): "
-             f"`python bench/remote_client.py`, the fake server pinned to core 0 and every client to core "
-             f"{','.join(map(str, cores))}; the tools ran interleaved in one run (at each stream count: ours, then "
+    lines = [measured_line(*machine_extras()), "",
+             "`python -m bench.remote_client` on a machine shared with other work, the fake server pinned to core 0 "
+             f"and every client to core {','.join(map(str, cores))}; the tools ran interleaved in one run (at each stream count: ours, then "
              f"{', '.join(t for t in tools if t != 'ours') or 'no anchor'}). Closed loop, {PROMPT_LEN}-token prompts, "
              f"{args.output_len}-token answers, the fake server's engine step every {args.gap_ms:g} ms.", ""]
     if micro:
-        lines += ["CPU per 64-token request of the streaming client alone (bench/remote_cpu.py; median of "
+        lines += ["CPU per 64-token request of the streaming client alone (bench.remote_cpu; median of "
                   f"{args.cpu_repeats} interleaved runs of {args.cpu_requests} requests, user + system time):", "",
                   "| streams | ours | httpx (the old hot path) | httpx / ours |", "|---:|---:|---:|---:|"]
         for n in (1, 16, 64):
@@ -185,7 +169,7 @@ def report(args, streams: list[int], micro: dict | None, rows: list[dict], tools
                                               else "disagreed with exactness at " + "; ".join(flag_lines) + "."))
     lines += ["", " ".join(notes)] if notes else []
     if prof:
-        lines += ["", f"Where our client's CPU goes (cProfile of bench/remote_cpu.py at {PROFILE_STREAMS} streams, own time; "
+        lines += ["", f"Where our client's CPU goes (cProfile of bench.remote_cpu at {PROFILE_STREAMS} streams, own time; "
                   "the profiler's own overhead inflates the small calls):", "", "```", *prof, "```"]
     return "\n".join(lines)
 
@@ -199,12 +183,9 @@ def main() -> int:
     parser.add_argument("--cpu-repeats", type=int, default=3, help="runs of each CPU measurement (0: none)")
     parser.add_argument("--cpu-requests", type=int, default=128)
     parser.add_argument("--no-anchors", action="store_true", help="only our driver (no AIPerf, no GuideLLM)")
-    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    add_readme_flag(parser)
     args = parser.parse_args()
     streams = [int(x) for x in args.streams.split(",")]
-
-    def log(message: str) -> None:
-        print(f"... {message}", file=sys.stderr, flush=True)
 
     tools = ["ours"]
     notes: list[str] = []
@@ -230,15 +211,7 @@ def main() -> int:
                 rows.append(run(server, n, requests, args.output_len, PROMPT_LEN))
     finally:
         server.close()
-    text = report(args, streams, micro, rows, tools, notes, prof)
-    print(text)
-    if args.readme:
-        body = README.read_text(encoding="utf-8")
-        if BEGIN not in body or END not in body:
-            raise SystemExit(f"{README} has no {BEGIN} ... {END} markers to write between")
-        head, rest = body.split(BEGIN, 1)
-        README.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
-    return 0
+    return publish("remote_client", report(args, streams, micro, rows, tools, notes, prof), args.readme)
 
 
 if __name__ == "__main__":

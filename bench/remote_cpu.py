@@ -4,10 +4,10 @@ Each measurement is a fresh process on the client's core that keeps `streams` re
 against the fake server (64-token answers), warms up, then counts its own CPU time (user +
 system) over `requests` more. `ours` is backend.targets.remote.client.Streamer, the hot path the
 workers run; `httpx` is what that path was before: httpx.AsyncClient.stream with aiter_raw, the
-same bytes.find line splitting and json.loads on asyncio's own loop. bench/remote_client.py runs
+same bytes.find line splitting and json.loads on asyncio's own loop. bench.remote_client runs
 both, interleaved, and puts the medians in its report.
 
-    python bench/remote_cpu.py --url http://127.0.0.1:PORT/v1 --client ours --streams 16 --requests 200
+    python -m bench.remote_cpu --url http://127.0.0.1:PORT/v1 --client ours --streams 16 --requests 200
 """
 from __future__ import annotations
 
@@ -15,11 +15,7 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PROMPT = "hello " * 128
 

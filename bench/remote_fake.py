@@ -8,13 +8,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT
 SERVER_CORE = 0
 
 

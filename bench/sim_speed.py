@@ -1,6 +1,6 @@
 """How fast the simulator prices a workload: requests and steps priced per second of this machine's CPU.
 
-    .venv/bin/python bench/sim_speed.py [--requests 1000] [--repeats 3] [--against REV]
+    python -m bench.sim_speed [--requests 1000] [--repeats 3] [--against REV] [--readme]
 
 Eight cases, each 1,000 Poisson requests (seeded) of Llama-3.1-70B (llama-3.1-8b on the 1-GPU rows):
 chat-length (prompts normal 96 +- 48 tokens, outputs 16-128, 20 req/s) and 1,024/256 tokens (4 req/s),
@@ -14,7 +14,7 @@ probe says how much.
 --against REV runs the same cases on that git revision of this repository (exported with
 `git archive`), interleaved with this tree's, repeat by repeat, and adds the speed-up and whether
 the two trees' figures are identical (every summary figure, compared exactly).
-Paste the table into bench/README.md with the date and the machine.
+--readme also writes the table into bench/README.md between its markers.
 """
 from __future__ import annotations
 
@@ -26,10 +26,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT, add_readme_flag, log, measured_line, publish
 
 CASES = [   # name, model, profile, dtype, lengths, deployment
     ("1 GPU, chat", "llama-3.1-8b", "h100-sxm", "auto", "chat", {}),
@@ -111,27 +110,26 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--against", metavar="REV", help="a git revision to time beside this tree")
+    add_readme_flag(parser)
     args = parser.parse_args()
     runs: dict[str, list[dict[str, dict]]] = {"this": [], "base": []}
     with tempfile.TemporaryDirectory() as tmp:
         base = export(args.against, Path(tmp)) if args.against else None
         for r in range(args.repeats):
-            print(f"... repeat {r + 1} of {args.repeats}", file=sys.stderr, flush=True)
+            log(f"repeat {r + 1} of {args.repeats}")
             runs["this"].append(run_tree(ROOT, args.requests))
             if base is not None:
                 runs["base"].append(run_tree(base, args.requests))
-    from backend.loaders.device import cpu_name
-    print(f"\n{time.strftime('%Y-%m-%d')}, {cpu_name()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
-          f"{args.requests} requests a case, median of {args.repeats} (CPU seconds, wall in brackets)"
-          + (f"; base: {args.against}" if base is not None else "")
-          + f"; the probe (a million-term generator sum) took {probe(runs['this'] + runs['base']):.3f} CPU s\n")
+    lines = [measured_line(), "",
+             f"{args.requests} requests a case, median of {args.repeats} (CPU seconds, wall in brackets)"
+             + (f"; base: {args.against}" if base is not None else "")
+             + f"; the probe (a million-term generator sum) took {probe(runs['this'] + runs['base']):.3f} CPU s", ""]
     head = "| case | steps | CPU s (wall) | requests/s | steps/s |"
     rule = "|---|---|---|---|---|"
     if base is not None:
         head += " base CPU s (wall) | speed-up | same figures |"
         rule += "---|---|---|"
-    print(head)
-    print(rule)
+    lines += [head, rule]
     for name, *_ in CASES:
         this = [run[name] for run in runs["this"]]
         cpu, wall = statistics.median(r["cpu"] for r in this), statistics.median(r["wall"] for r in this)
@@ -143,8 +141,8 @@ def main() -> int:
             old_cpu, old_wall = statistics.median(r["cpu"] for r in old), statistics.median(r["wall"] for r in old)
             same = all(r["summary"] == old[0]["summary"] for r in this + old)
             line += f" {old_cpu:.2f} ({old_wall:.2f}) | {old_cpu / cpu:.1f}x | {'yes' if same else 'NO'} |"
-        print(line)
-    return 0
+        lines.append(line)
+    return publish("sim_speed", lines, args.readme)
 
 
 if __name__ == "__main__":

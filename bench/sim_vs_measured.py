@@ -10,28 +10,24 @@ Reported: the step-time MAPE and worst case by phase and batch size on the check
 fitted model and for the un-fitted placeholders; and the check workload's TTFT and TPOT p50 and
 p99, measured against the same workload simulated with each.
 
-    python bench/sim_vs_measured.py [--readme]
+    python -m bench.sim_vs_measured [--readme]
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from backend.config import EngineConfig, ModelChoice, RunConfig, SweepSpec
-from backend.loaders.cache import ModelCache  # noqa: E402
-from backend.sim.fit import fit_cost_model, step_errors  # noqa: E402
-from backend.roofline.profiles import load_profile, local_profile_path  # noqa: E402
-from backend.sim.step_time import CostModel  # noqa: E402
-from backend.session import execute  # noqa: E402
-from backend.fitting import poisson, standard_runs  # noqa: E402
-
-BEGIN, END = "<!-- sim_vs_measured:begin -->", "<!-- sim_vs_measured:end -->"
+from backend.fitting import poisson, standard_runs
+from backend.loaders.cache import ModelCache
+from backend.roofline.profiles import load_profile, local_profile_path
+from backend.session import execute
+from backend.sim.fit import fit_cost_model, step_errors
+from backend.sim.step_time import CostModel
+from bench.common import add_readme_flag, log, measured_line, publish
 MODEL = ModelChoice("smollm2-135m", "cpu", "float32")
 
 
@@ -55,14 +51,11 @@ def probe_bandwidth() -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--readme", action="store_true", help="write the report into bench/README.md")
+    add_readme_flag(parser)
     parser.add_argument("--out", help="keep the run folders here (default: a temporary folder)")
     args = parser.parse_args()
     from backend.fitting import read_measured
-    from bench.engine_vs_hf import machine, write_readme
-
-    def log(message: str) -> None:
-        print(f"... {message}", file=sys.stderr, flush=True)
+    from bench.engine_vs_hf import machine_extras
     base = Path(args.out or tempfile.mkdtemp(prefix="sim-vs-measured-"))
     if local_profile_path().is_file():
         profile = load_profile(local_profile_path(), measured=True)
@@ -113,8 +106,8 @@ def main() -> int:
                       model=ModelChoice("smollm2-135m", "auto", "float32"))
         simulated[label] = execute(sim, lambda e: None, lambda: False).summary
 
-    lines = [f"Measured {datetime.date.today()} on {machine()}; the bundled model at float32, "
-             f"all cores; profile {profile.key} ({profile.bandwidth_gbs:g} GB/s, "
+    lines = [measured_line(*machine_extras()), "",
+             f"The bundled model at float32, all cores; profile {profile.key} ({profile.bandwidth_gbs:g} GB/s, "
              f"fp32 {profile.tflops.get('fp32', 0):g} TFLOP/s as calibrated).", "",
              "Fitted on: a batch sweep (1, 4, 16 at context 256), a prompt sweep (32, 128, 512) and a Poisson "
              "workload (30 requests at 1.5/s, prompts 32-256, outputs 16-48, max batch 8). Checked on: batches 2, 8, 32 "
@@ -146,11 +139,7 @@ def main() -> int:
                   if reports["fitted"].overall(ph) is not None)
     lines += ["", f"Targets: step-time MAPE <= 10% {'met' if step_ok else 'MISSED'}; workload percentiles within "
               f"10% {'met' if all(verdicts) else 'MISSED'} ({sum(verdicts)} of {len(verdicts)})."]
-    text = "\n".join(lines)
-    print(text)
-    if args.readme:
-        write_readme(text, BEGIN, END)
-    return 0
+    return publish("sim_vs_measured", lines, args.readme)
 
 
 if __name__ == "__main__":

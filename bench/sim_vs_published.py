@@ -1,4 +1,4 @@
-"""The simulator against published, measured serving figures (bench/published_figures.py).
+"""The simulator against published, measured serving figures (backend/sim/published_figures.py).
 
 Each figure's setup becomes a simulated run (`run` for a fixed batch, `load` with a closed loop of
 N users for a concurrency figure) on this repo's GPU profile, with the figure's model, precision,
@@ -6,10 +6,11 @@ KV dtype and tensor/pipeline parallelism; the printed table has the measured val
 one and the error, for the fitted and the held-out set apart (the held-out rule is in
 published_figures.py and fixed; nothing here chooses it).
 
-    python bench/sim_vs_published.py            # the profiles' own cost-model terms (the shipped GPU profiles
+    python -m bench.sim_vs_published            # the profiles' own cost-model terms (the shipped GPU profiles
                                                 # carry this fit's terms, so this reproduces its table)
-    python bench/sim_vs_published.py --fit      # fit the terms on the fitted set only, then both sets again
-    python bench/sim_vs_published.py --markdown # the tables as markdown too
+    python -m bench.sim_vs_published --fit      # fit the terms on the fitted set only, then both sets again
+    python -m bench.sim_vs_published --markdown # the tables as markdown too
+    python -m bench.sim_vs_published --readme   # the last terms' errors and markdown table into bench/README.md
 
 The simulated figures are this machine's simulator, not a GPU. A figure the simulator cannot
 express (a model shape it lacks, a layout it refuses) is listed with the reason and left out of
@@ -22,16 +23,14 @@ import math
 import statistics
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig  # noqa: E402
-from backend.errors import InputError  # noqa: E402
-from backend.sim.step_time import CostModel  # noqa: E402
-from backend.workload.spec import LengthDist, WorkloadSpec  # noqa: E402
-from backend.sim.published_fit import STRUCTURES  # noqa: E402
-from backend.sim.published_figures import FIGURES, Figure, is_held_out  # noqa: E402
+from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig
+from backend.errors import InputError
+from backend.sim.published_figures import FIGURES, Figure, is_held_out
+from backend.sim.published_fit import STRUCTURES
+from backend.sim.step_time import CostModel
+from backend.workload.spec import LengthDist, WorkloadSpec
+from bench.common import add_readme_flag, measured_line, write_table
 
 STRUCTURE_NAMES = tuple(STRUCTURES)
 
@@ -172,6 +171,7 @@ def main() -> int:
                         help="fit this many times, each round's traces recorded at the previous round's terms (the fit "
                              "is first-order around the terms the traces were recorded with)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown as well")
+    add_readme_flag(parser)
     args = parser.parse_args()
     before = run_all()
     print(table(before))
@@ -182,7 +182,7 @@ def main() -> int:
     if args.markdown:
         print(table(before, markdown=True))
     if not args.fit:
-        return 0
+        return readme_report(before, "profiles' terms", "", args.readme)
     from backend.sim.published_fit import fit_traces, record_all, select_structure, terms_report
     traces = record_all([f for f in FIGURES if not is_held_out(f)], simulate)
     structure = args.structure
@@ -204,6 +204,21 @@ def main() -> int:
     print("\n".join(summary_lines(after, "fitted terms")))
     if args.markdown:
         print(table(after, markdown=True))
+    return readme_report(after, "fitted terms", terms_report(fit), args.readme)
+
+
+def bullet(line: str) -> str:
+    """A summary line as a Markdown bullet; the dense and MoE lines (indented) under their set's."""
+    return f"{'  ' if line.startswith('   ') else ''}- {line.strip()}"
+
+
+def readme_report(results: list[Result], label: str, terms: str, readme: bool) -> int:
+    """With --readme, the errors and the markdown table into bench/README.md (printed above already)."""
+    if readme:
+        lines = [measured_line(), "", f"The simulator at the {label}.", *(["", "```", terms, "```"] if terms else []),
+                 "", *map(bullet, (line.removeprefix(f"{label}:") for line in summary_lines(results, label))), "",
+                 table(results, markdown=True)]
+        write_table("sim_vs_published", "\n".join(lines))
     return 0
 
 

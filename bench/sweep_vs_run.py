@@ -1,6 +1,6 @@
 """A batch-sweep point against `run --batch B` of the same shape: one measurement now, so one figure.
 
-    .venv/bin/python bench/sweep_vs_run.py [--batches 1,8,32] [--context 256] [--steps 16] [--repeats 5] [--readme]
+    python -m bench.sweep_vs_run [--batches 1,8,32] [--context 256] [--steps 16] [--repeats 5] [--readme]
 
 Since the sweeps run their points through the engine (backend/sweeps/steps.py), a batch-sweep
 point at batch B and context C is the median decode step of a run of B synthetic prompts of C
@@ -18,25 +18,17 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as main.py, before torch loads
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig, SweepSpec  # noqa: E402
 from backend.events import SweepPoint  # noqa: E402
 from backend.loaders.cache import ModelCache  # noqa: E402
-from backend.loaders.device import cpu_name  # noqa: E402
 from backend.records import Phase  # noqa: E402
 from backend.session import execute  # noqa: E402
-from engine_vs_hf import write_readme  # noqa: E402
-
-BEGIN, END = "<!-- sweep_vs_run:begin -->", "<!-- sweep_vs_run:end -->"
+from bench.common import add_readme_flag, alternating, log, measured_line, publish, ratio_median  # noqa: E402
 WARMUP = 2   # the sweep's default warm-up steps, left out of both medians
 
 
@@ -64,22 +56,21 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--readme", action="store_true")
+    add_readme_flag(parser)
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     models = ModelCache()
     _, info = run_median(models, 1, 16, 2)   # loads the model and warms the thread pool before any figure
     samples = {b: {"sweep": [], "run": []} for b in batches}
-    for rep in range(args.repeats):
+    for rep, order in alternating(args.repeats, ("sweep", "run"), warmup=0):
         for b in batches:
-            order = ("sweep", "run") if rep % 2 == 0 else ("run", "sweep")
             for kind in order:
                 ms = (sweep_point(models, b, args.context, args.steps) if kind == "sweep" else
                       run_median(models, b, args.context, args.steps)[0])
                 samples[b][kind].append(ms)
-                print(f"repeat {rep + 1} batch {b} {kind}: {ms:.2f} ms", file=sys.stderr, flush=True)
-    lines = [f"Measured {datetime.date.today()} on {cpu_name()}, {torch.get_num_threads()} threads, torch "
-             f"{torch.__version__}, the bundled SmolLM2-135M as stored ({info.get('dtype')} weights, "
+                log(f"repeat {rep + 1} batch {b} {kind}: {ms:.2f} ms")
+    lines = [measured_line(f"{torch.get_num_threads()} torch threads"), "",
+             f"The bundled SmolLM2-135M as stored ({info.get('dtype')} weights, "
              f"{info.get('kernels')}): context {args.context}, {args.steps} timed "
              f"decode steps after {WARMUP} warm-up steps, {args.repeats} repeats interleaved (the order alternating).",
              "", "| batch | sweep point step ms | run's decode median ms | sweep / run (median, range) |",
@@ -88,12 +79,8 @@ def main() -> int:
         s, r = samples[b]["sweep"], samples[b]["run"]
         ratios = [x / y for x, y in zip(s, r)]
         lines.append(f"| {b} | {statistics.median(s):.2f} | {statistics.median(r):.2f} | "
-                     f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
-    text = "\n".join(lines)
-    print(text)
-    if args.readme:
-        write_readme(text, BEGIN, END)
-    return 0
+                     f"{ratio_median(s, r):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+    return publish("sweep_vs_run", lines, args.readme)
 
 
 if __name__ == "__main__":

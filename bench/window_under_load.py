@@ -1,9 +1,9 @@
 """The window under load: the real main window fed synthetic engine steps at 5,000 a second.
 
-    python bench/window_under_load.py [--rate 5000] [--seconds 20] [--batch 8] [--output-len 512]
+    python -m bench.window_under_load [--rate 5000] [--seconds 20] [--batch 8] [--output-len 512] [--readme]
 
 The steps come the way a small model on a GPU makes them: a synthetic engine
-(bench/synthetic_engine.py) in the window's real engine process emits one RecordBatch per
+(bench.synthetic_engine) in the window's real engine process emits one RecordBatch per
 engine step (the step, a token and its text per running request, admissions and finished
 requests), paced by the wall clock, and they reach the window through the real path: batched
 onto the engine process's pipe, then the worker's coalesced signals and the record streamed
@@ -16,32 +16,29 @@ Measured in the window's thread, second by second:
 - frames: paint events of the step strip and of the request lanes;
 - event-loop lateness: how late a 10 ms precise timer fires;
 - memory: the process's resident set (RSS), whose change after the buffers fill should be flat.
-Offscreen (QT_QPA_PLATFORM=offscreen); prints a Markdown table for bench/README.md.
+Offscreen (QT_QPA_PLATFORM=offscreen); prints a Markdown table (--readme: into bench/README.md too).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import pyqtgraph  # noqa: E402
 import PySide6  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from backend.loaders.device import cpu_name  # noqa: E402
 from backend.engine.process import EngineProcess  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.worker import RunWorker  # noqa: E402
-from synthetic_engine import SyntheticEngine  # noqa: E402  (bench/ is this script's folder)
+from bench.common import add_readme_flag, measured_line, publish  # noqa: E402
+from bench.synthetic_engine import SyntheticEngine  # noqa: E402
 
 TICK_MS = 10            # the responsiveness probe's interval
 
@@ -115,9 +112,9 @@ class Probe:
         return np.maximum(np.diff(ticks) * 1000.0 - TICK_MS, 0.0) if len(ticks) > 1 else np.zeros(1)
 
 
-def machine() -> str:
-    return (f"{cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}, PySide6 {PySide6.__version__}, "
-            f"pyqtgraph {pyqtgraph.__version__}, Qt platform {os.environ['QT_QPA_PLATFORM']}")
+def machine_extras() -> tuple[str, ...]:
+    return (f"PySide6 {PySide6.__version__}", f"pyqtgraph {pyqtgraph.__version__}",
+            f"Qt platform {os.environ['QT_QPA_PLATFORM']}")
 
 
 def report(args, probe: Probe, engine: SyntheticEngine, window: MainWindow) -> str:
@@ -140,8 +137,8 @@ def report(args, probe: Probe, engine: SyntheticEngine, window: MainWindow) -> s
     def verdict(ok: bool) -> str:
         return "met" if ok else "missed"
     lines = [
-        f"{time.strftime('%Y-%m-%d')}, {machine()}; load average {probe.load_before:.1f} before the run "
-        "(other processes sharing the cores).",
+        measured_line(*machine_extras()), "",
+        f"Load average {probe.load_before:.1f} before the run (other processes sharing the cores).",
         f"{engine.emitted:,} steps in {rows[-1]['t']:.1f} s ({steps_per_s:,.0f} steps/s, batch {args.batch}: "
         f"{steps_per_s * args.batch:,.0f} tokens/s, {window.store.num_requests:,} requests). CPU time: the window's "
         f"thread {probe.window_cpu_s:.1f} s; the engine process's producing thread {engine.cpu_s:.1f} s (making and "
@@ -180,6 +177,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--batch", type=int, default=8, help="requests decoding together")
     parser.add_argument("--output-len", type=int, default=512, help="tokens each request generates")
+    add_readme_flag(parser)
     args = parser.parse_args()
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
@@ -198,8 +196,7 @@ def main() -> int:
     table = report(args, probe, engine, window)
     window.close()
     engine.remove()
-    print(table)
-    return 0
+    return publish("window_under_load", table, args.readme)
 
 
 if __name__ == "__main__":

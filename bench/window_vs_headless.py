@@ -1,6 +1,6 @@
 """What watching costs: the same batch in the real window and headless, alternately.
 
-    python bench/window_vs_headless.py [--repeats 3] [--threads N] [--cases smollm2-b1,smollm2-b8,tiny-b1]
+    python -m bench.window_vs_headless [--repeats 3] [--threads N] [--cases smollm2-b1,smollm2-b8,tiny-b1] [--readme]
 
 Each case (bundled SmolLM2 at batch 1 and 8, and `tiny`; 128-token synthetic prompt, 128
 output tokens, --ignore-eos, CPU, float32) runs `repeats` times on each side, the sides
@@ -13,7 +13,8 @@ alternating (W H, H W, W H, ...) so that drift in the host's bandwidth falls on 
 
 Both use the same thread count: the window's default (all cores but one) unless --threads.
 Prints each run's decode-step median and prefill time, the window/headless ratios of the
-medians over repeats, and the window's main-thread and the engine's CPU use, as Markdown.
+medians over repeats, and the window's main-thread and the engine's CPU use, as Markdown
+(--readme: into bench/README.md too).
 Under Xvfb for a real window (DISPLAY set), else offscreen.
 """
 from __future__ import annotations
@@ -22,7 +23,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import ROOT, add_readme_flag, in_order, log, measured_line, publish
 CASES = {"smollm2-b1": ("smollm2-135m", 1), "smollm2-b8": ("smollm2-135m", 8), "tiny-b1": ("tiny", 1)}
 PROMPT, OUTPUT = 128, 128
 
@@ -57,7 +57,8 @@ def headless(model: str, batch: int, threads: int) -> dict:
 def windowed(model: str, batch: int, threads: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="phasescope-bench-") as out:
         result = Path(out) / "result.json"
-        cmd = [sys.executable, __file__, "--one-window", model, str(batch), str(threads), str(result)]
+        cmd = [sys.executable, "-m", "bench.window_vs_headless", "--one-window", model, str(batch), str(threads),
+               str(result)]
         subprocess.run(cmd, check=True, cwd=ROOT)
         return json.loads(result.read_text())
 
@@ -66,7 +67,6 @@ def one_window(model: str, batch: int, threads: int, result_path: str) -> int:
     """In its own process: open the window, run once, write the figures, quit. Timers only."""
     os.environ.setdefault("QT_QPA_PLATFORM", "xcb" if os.environ.get("DISPLAY") else "offscreen")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as main.py sets it
-    sys.path.insert(0, str(ROOT))
     from PySide6 import QtCore, QtWidgets
     from backend.events import EngineStatus, Progress
     from gui.main_window import MainWindow
@@ -123,12 +123,6 @@ def one_window(model: str, batch: int, threads: int, result_path: str) -> int:
     return app.exec()
 
 
-def machine() -> str:
-    sys.path.insert(0, str(ROOT))
-    from backend.loaders.device import cpu_name
-    return f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--one-window":
         model, batch, threads, result = sys.argv[2:6]
@@ -137,37 +131,37 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1))
     parser.add_argument("--cases", default=",".join(CASES))
+    add_readme_flag(parser)
     args = parser.parse_args()
     display = "Xvfb/X11 (DISPLAY=" + os.environ["DISPLAY"] + ")" if os.environ.get("DISPLAY") else "offscreen"
-    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine()}, {args.threads} engine thread(s), window on {display}; "
-          f"{PROMPT}-token prompt, {OUTPUT} output tokens, --ignore-eos, float32\n")
-    print("| case | run | side | decode step median | prefill | window thread CPU | engine CPU |")
-    print("|---|---:|---|---:|---:|---:|---:|")
+    lines = [measured_line(f"{args.threads} engine thread(s)", f"window on {display}"), "",
+             f"{PROMPT}-token prompt, {OUTPUT} output tokens, --ignore-eos, float32", "",
+             "| case | run | side | decode step median | prefill | window thread CPU | engine CPU |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     summary = []
     for name in args.cases.split(","):
         model, batch = CASES[name]
         results = {"window": [], "headless": []}
         for i in range(args.repeats):
-            order = ("window", "headless") if i % 2 == 0 else ("headless", "window")
-            for side in order:
+            for side in in_order(i, ("window", "headless")):
                 r = windowed(model, batch, args.threads) if side == "window" else headless(model, batch, args.threads)
                 results[side].append(r)
                 cpu = (f"{100 * r['window_cpu']:.0f}% of a core", f"{100 * r['engine_cpu']:.0f}% of a core") \
                     if side == "window" else ("—", "—")
-                print(f"| {name} | {i + 1} | {side} | {r['decode_ms']:.2f} ms | {r['prefill_ms']:.1f} ms | "
-                      f"{cpu[0]} | {cpu[1]} |", flush=True)
+                lines.append(f"| {name} | {i + 1} | {side} | {r['decode_ms']:.2f} ms | {r['prefill_ms']:.1f} ms | "
+                             f"{cpu[0]} | {cpu[1]} |")
+                log(lines[-1])
         med = {side: {k: statistics.median(r[k] for r in rs) for k in ("decode_ms", "prefill_ms")}
                for side, rs in results.items()}
         summary.append((name, med))
-    print("\n| case | decode: window / headless | prefill: window / headless | target |")
-    print("|---|---:|---:|---|")
+    lines += ["", "| case | decode: window / headless | prefill: window / headless | target |", "|---|---:|---:|---|"]
     for name, med in summary:
         d = med["window"]["decode_ms"] / med["headless"]["decode_ms"]
         p = med["window"]["prefill_ms"] / med["headless"]["prefill_ms"]
-        print(f"| {name} | {d:.3f} ({med['window']['decode_ms']:.2f} / {med['headless']['decode_ms']:.2f} ms) | "
-              f"{p:.3f} ({med['window']['prefill_ms']:.1f} / {med['headless']['prefill_ms']:.1f} ms) | "
-              f"≤ 1.05: {'met' if max(d, p) <= 1.05 else 'missed'} |")
-    return 0
+        lines.append(f"| {name} | {d:.3f} ({med['window']['decode_ms']:.2f} / {med['headless']['decode_ms']:.2f} ms) | "
+                     f"{p:.3f} ({med['window']['prefill_ms']:.1f} / {med['headless']['prefill_ms']:.1f} ms) | "
+                     f"≤ 1.05: {'met' if max(d, p) <= 1.05 else 'missed'} |")
+    return publish("window_vs_headless", lines, args.readme)
 
 
 if __name__ == "__main__":
