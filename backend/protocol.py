@@ -28,7 +28,7 @@ import pickle
 import struct
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     import asyncio
@@ -323,15 +323,33 @@ class Abort:
     why: str
 
 
+class RequestRow(NamedTuple):
+    """One request as a client worker saw it end (a tuple on the wire: a thousand streams' traffic stays small)."""
+
+    request_id: int
+    status: str                   # finished | error | decoding | prefilling | waiting (cancelled before it went)
+    kind: str                     # the error's kind ("" unless status is error)
+    reason: str                   # the finish reason, or the error's kind and detail
+    sent_ms: float | None         # when it went out (its arrival, as the server saw it)
+    first_token_ms: float | None
+    last_token_ms: float | None
+    finish_ms: float
+    num_indexed: int              # tokens counted from the stream's events
+    usage_prompt: int | None      # the server's own counts, where it sent them
+    usage_output: int | None
+    text: str
+    late_ms: float | None         # sent minus its planned moment (None: never sent)
+
+
 @dataclass(slots=True)
 class ClientRecords:
     """What a client worker saw since its last: rows, not records, to keep a thousand streams' traffic small."""
 
     op: ClassVar[Op] = Op.CLIENT_RECORDS
-    sent: list[list]        # [request id, sent ms]
-    requests: list[list]    # one row a request: backend.targets.remote.worker.Worker._one says its columns
-    tokens: list[list]      # [request id, token index, ms]
-    text: dict[int, str]    # request id -> text since the last
+    sent: list[list]            # [request id, sent ms]
+    requests: list[RequestRow]
+    tokens: list[list]          # [request id, token index, ms]
+    text: dict[int, str]        # request id -> text since the last
 
 
 @dataclass(slots=True)

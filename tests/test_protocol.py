@@ -47,7 +47,8 @@ def sample(cls) -> p.Message:
         p.Send: p.Send(7, None, [1001, 1002], 16),
         p.End: p.End(),
         p.Abort: p.Abort("every request failed"),
-        p.ClientRecords: p.ClientRecords([[7, 1.0]], [[7, "finished"]], [[7, 0, 2.0]], {7: "hi"}),
+        p.ClientRecords: p.ClientRecords([[7, 1.0]], [p.RequestRow(7, "finished", "", "stop", 1.0, 2.0, 3.0, 3.5, 2,
+                                                                   3, 2, "hi", 0.25)], [[7, 0, 2.0]], {7: "hi"}),
         p.Stats: p.Stats([0.1, 0.2], 1.0, 2.0, 3, 40, 1, ["top_p"]),
         p.Crashed: p.Crashed([7], "client worker 0 exited with status 1"),
         p.Lost: p.Lost([7], "client worker 0 on h was lost"),
@@ -149,3 +150,9 @@ def test_a_stream_reads_its_messages_checked_and_ends_cleanly_or_says_it_was_cut
 def test_the_api_key_is_not_in_a_jobs_repr():
     job = sample(p.Job)
     assert "sk-secret" not in repr(job) and p.decode(p.encode(job)).api_key == "sk-secret"
+
+
+def test_a_client_workers_request_rows_come_back_named():
+    back = p.decode(p.encode(sample(p.ClientRecords)))
+    row = back.requests[0]
+    assert isinstance(row, p.RequestRow) and row.sent_ms == 1.0 and row.late_ms == 0.25

@@ -17,7 +17,7 @@ import httpx
 from backend.config import RemoteEndpoint, SamplingConfig
 from backend.errors import one_line
 from backend.events import Emit, RequestsArrived
-from backend.protocol import Abort, ClientRecords, Crashed, End, Job, Lost, Message, Stop, Users
+from backend.protocol import Abort, ClientRecords, Crashed, End, Job, Lost, Message, RequestRow, Stop, Users
 from backend.results.export import RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
 from backend.targets.remote.client import MAX_DETAIL
@@ -300,7 +300,7 @@ class RemoteRun:
     def _on_records(self, k: int, msg: ClientRecords) -> None:
         # arrivals as the workers sent them (a closed loop's next request goes out when its worker's
         # user is free); a request cancelled before it went out arrives with its record
-        arrived = msg.sent + [[row[0], row[4]] for row in msg.requests if row[1] == "waiting"]
+        arrived = msg.sent + [[row.request_id, row.sent_ms] for row in msg.requests if row.status == "waiting"]
         if arrived:
             self._flush()   # the records so far before these arrivals, in order
             self.events.put(RequestsArrived([rid for rid, _ in arrived], [at for _, at in arrived],
@@ -313,13 +313,13 @@ class RemoteRun:
         for rid, piece in msg.text.items():
             batch.text[rid] = batch.text.get(rid, "") + piece
         for row in msg.requests:
-            self.pool.finished(k, row[0])
+            self.pool.finished(k, row.request_id)
             if self._on_request(row) and self.closed:
                 self._freed.append(k)
         if msg.requests:
             self._wake.set()
 
-    def _on_request(self, row: list) -> bool:
+    def _on_request(self, row: RequestRow) -> bool:
         """Take in one request's record; whether it left (so a closed loop's user sends its next)."""
         rid, status, kind, reason, arrival, first, last, finish, n_indexed, usage_prompt, usage_output, text, late = row
         spec, prompt = self._inflight.pop(rid)

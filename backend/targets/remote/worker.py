@@ -26,8 +26,8 @@ from collections import deque
 
 from backend.errors import one_line
 from backend.launcher import child_started
-from backend.protocol import (Abort, Channel, ClientRecords, Done, End, Go, Job, Message, ProtocolError, Ready, Send,
-                              Side, Stats, Stop, Users, frame, read_message)
+from backend.protocol import (Abort, Channel, ClientRecords, Done, End, Go, Job, Message, ProtocolError, Ready,
+                              RequestRow, Send, Side, Stats, Stop, Users, frame, read_message)
 from backend.targets.remote.client import MAX_DETAIL, RemoteFailure, StreamState, Streamer
 
 FLUSH_S = 0.05       # records go to the coordinator in batches at most this old
@@ -52,7 +52,7 @@ class Worker:
         self.lag: list[float] = []
         self.num_tokens = 0
         self.num_clumped = 0                # tokens that came in the same read as their stream's previous one
-        self._requests: list[list] = []
+        self._requests: list[RequestRow] = []
         self._tokens: list[list] = []
         self._text: dict[int, str] = {}
         self._flush_soon = False
@@ -137,9 +137,7 @@ class Worker:
             self.inflight[msg.request_id] = asyncio.create_task(self._one(msg.request_id, at, msg, closed=True))
 
     async def _one(self, rid: int, at: float, msg: Send, closed: bool = False) -> None:
-        """One request, sent at `at` ms; its row of ClientRecords.requests when it ends: [id, status, error kind,
-        reason, sent ms, first token ms, last token ms, finish ms, tokens indexed, the server's prompt tokens,
-        the server's output tokens, text, late ms]."""
+        """One request, sent at `at` ms; its RequestRow goes with the next ClientRecords when it ends."""
         state = StreamState(rid, at)
         sent = None
         status, kind, reason = "finished", "", ""
@@ -160,10 +158,11 @@ class Worker:
             status, kind, reason = "error", failure.kind, f"{failure.kind}: {failure.detail}"
         now = self.now_ms()
         times = state.token_times
-        self._requests.append([rid, status, kind, reason, state.arrival_ms, times[0] if times else None,
-                               times[-1] if times else None, state.finish_ms if state.finish_ms is not None else now,
-                               state.token_indices[-1] + 1 if state.token_indices else 0, state.prompt_tokens,
-                               state.completion_tokens, "".join(state.text), None if sent is None else sent - at])
+        self._requests.append(RequestRow(
+            rid, status, kind, reason, state.arrival_ms, times[0] if times else None, times[-1] if times else None,
+            state.finish_ms if state.finish_ms is not None else now,
+            state.token_indices[-1] + 1 if state.token_indices else 0, state.prompt_tokens, state.completion_tokens,
+            "".join(state.text), None if sent is None else sent - at))
         self.inflight.pop(rid, None)
         if closed:
             heapq.heappush(self.free_at, now + self.think_ms)
