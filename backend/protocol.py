@@ -24,6 +24,7 @@ pickled, so a hand-off costs no copy more than the transport's own.
 """
 from __future__ import annotations
 
+import asyncio
 import pickle
 import struct
 from dataclasses import dataclass, field, fields
@@ -31,7 +32,6 @@ from enum import Enum
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
-    import asyncio
     from multiprocessing.connection import Connection
 
     from backend.config import RunConfig, SamplingConfig
@@ -487,7 +487,6 @@ def frame(channel: Channel, sender: Side, message: Message) -> bytes:
 
 async def read_message(reader: asyncio.StreamReader, channel: Channel, reader_side: Side) -> Message | None:
     """The next message from a stream, checked as the peer's; None at the end of the stream."""
-    import asyncio
     try:
         header = await reader.readexactly(HEADER_BYTES)
     except asyncio.IncompleteReadError as exc:
