@@ -8,7 +8,7 @@ and Qt do not survive one; never multiprocessing's spawn, which re-runs the call
 in the child and starts a resource tracker beside it).
 
 - `start_child`: the child gets one end of a socketpair as a file descriptor (the parent's end is
-  a multiprocessing Connection: pickled messages both ways; when the child dies it reads EOF).
+  a multiprocessing Connection, carrying backend.protocol's frames both ways; when the child dies it reads EOF).
 - `start_piped_child`: the child talks over its stdin and stdout (the remote client workers,
   whose parent is an asyncio loop).
 - `child_started`: what every child does first: the kernel ends it when its parent ends

@@ -10,15 +10,13 @@ device or dtype starts a fresh one.
 
 `EngineProcess.execute` has `session.execute`'s signature, so the window's worker calls it in
 its place; the headless CLI keeps running in its own process (it is the reference). The wire
-is one pipe of pickled messages:
+is one socket of backend.protocol's ENGINE channel:
 
-    window -> engine   ("run", RunConfig) | ("warm", RunConfig) | ("calibrate", device)
-                       | ("fit", runs folder, device, threads) | ("stop",) | ("quit",)
-    engine -> window   ("events", [event, ...])    records merged, at most Throttle.HZ sends a second
-                       ("finished", RunFinished) | ("calibrated", GpuProfile) | ("fitted", FitReport)
-                       ("input-error", line) | ("error", line)
+    window -> engine   UseTarget (first) | Run | Warm | Calibrate | Fit | Stop | Quit
+    engine -> window   Events (records merged, at most Throttle.HZ sends a second)
+                       | Finished | Calibrated | Fitted | InputFailed | Failed
 
-"warm" has no answer: the window sends it when it opens and when the model changes, so that the
+Warm has no answer: the window sends it when it opens and when the model changes, so that the
 process is up and the model loaded before the first Run (a model that fails to load here fails
 again, with its reason, when the run asks for it).
 
@@ -31,6 +29,7 @@ import os
 import sys
 import time
 import weakref
+from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Callable
@@ -38,6 +37,8 @@ from typing import Callable
 from backend.launcher import Child, child_started, describe_exit, end_process, start_child, wait_for
 from backend.errors import InputError, RunError, one_line
 from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, Throttle, coalesce
+from backend.protocol import (Calibrate, Calibrated, Channel, Events, Failed, Finished, Fit, Fitted, InputFailed,
+                              Port, ProtocolError, Quit, Run, Side, Stop, UseTarget, Warm)
 from backend.records import RecordBatch
 
 STATUS_EVERY_S = 1.0   # the engine's CPU use, for the window's status bar
@@ -64,7 +65,7 @@ class EngineProcess:
     def __init__(self, target: Callable | None = None):
         self._target = target
         self._process: Child | None = None
-        self._conn: Connection | None = None
+        self._port: Port | None = None
         self._key: tuple | None = None   # model, device, dtype of the model the child holds
         _live.add(self)
 
@@ -89,15 +90,15 @@ class EngineProcess:
         if key is not None:
             self._key = key
         received = _Received(config)
-        self._send(("run", config))
-        kind, payload = self._receive(emit, should_stop, received)
-        if kind == "finished":
-            return payload
-        if kind == "stopped":
+        self._send(Run(config))
+        answer = self._receive(emit, should_stop, received)
+        if isinstance(answer, Finished):
+            return answer.finished
+        if answer.stopped:
             emit(Progress(f"note: the engine did not stop within {STOP_GRACE_S:.0f} s; its process was ended "
                           "and the next run starts a fresh one"))
             return received.finished(stopped=True)
-        return received.finished(error=f"engine process {payload} after {received.where()}")
+        return received.finished(error=f"engine process {answer.how} after {received.where()}")
 
     def warm(self, config) -> None:
         """Start the child now, with the config's model loaded in it, so that a run of it starts at
@@ -108,7 +109,7 @@ class EngineProcess:
         self._ensure_started()
         if key is not None:
             self._key = key
-        self._send(("warm", config))
+        self._send(Warm(config))
 
     @staticmethod
     def _model_key(config) -> tuple | None:
@@ -118,15 +119,15 @@ class EngineProcess:
     def calibrate(self, device: str, progress: Callable[[str, float], None]):
         """calibrate.calibrate in the child, on all its cores; progress as it goes."""
         self._ensure_started()
-        self._send(("calibrate", device))
+        self._send(Calibrate(device))
 
         def forward(event) -> None:
             if isinstance(event, Progress):
                 progress(event.message, event.fraction or 0.0)
-        kind, payload = self._receive(forward, lambda: False, None)
-        if kind != "calibrated":
-            raise RunError(f"engine process {payload} during calibration")
-        return payload
+        answer = self._receive(forward, lambda: False, None)
+        if not isinstance(answer, Calibrated):
+            raise RunError(f"engine process {answer.how} during calibration")
+        return answer.profile
 
     def fit(self, runs_dir: str, device: str, threads: int | None, progress: Callable[[str, float], None],
             should_stop: Callable[[], bool]):
@@ -134,49 +135,47 @@ class EngineProcess:
         runs_dir, the cost model fitted and written into this machine's profile; its FitReport."""
         self._ensure_started()
         self._key = None   # the child's model cache is not used by the standard runs
-        self._send(("fit", runs_dir, device, threads))
+        self._send(Fit(runs_dir, device, threads))
 
         def forward(event) -> None:
             if isinstance(event, Progress):
                 progress(event.message, event.fraction or 0.0)
-        kind, payload = self._receive(forward, should_stop, None)
-        if kind == "stopped":
+        answer = self._receive(forward, should_stop, None)
+        if isinstance(answer, _Gone) and answer.stopped:
             raise RunError("stopped: nothing was fitted")
-        if kind != "fitted":
-            raise RunError(f"engine process {payload} while fitting")
-        return payload
+        if not isinstance(answer, Fitted):
+            raise RunError(f"engine process {answer.how} while fitting")
+        return answer.report
 
-    def _receive(self, emit, should_stop, received: _Received | None) -> tuple[str, object]:
-        """Until the job's last message: ("finished" | "calibrated" | "fitted", payload), ("stopped", None)
-        when Stop had to end the process, or ("died", how)."""
+    def _receive(self, emit, should_stop, received: _Received | None) -> Finished | Calibrated | Fitted | _Gone:
+        """Until the job's last message: its answer, or _Gone when Stop had to end the process or it died."""
         stop_sent = None
         while True:
             if stop_sent is None and should_stop():
-                self._send(("stop",))
+                self._send(Stop())
                 stop_sent = time.monotonic()
             if stop_sent is not None and time.monotonic() - stop_sent > STOP_GRACE_S:
                 self._end()
-                return "stopped", None
+                return _Gone(stopped=True)
             try:
-                if not self._conn.poll(POLL_S):
+                if not self._port.poll(POLL_S):
                     if not self.is_alive():
-                        return "died", self._reap()
+                        return _Gone(how=self._reap())
                     continue
-                message = self._conn.recv()
+                message = self._port.recv()
             except (EOFError, OSError):   # the child is gone: its end of the pipe closed
-                return "died", self._reap()
-            kind = message[0]
-            if kind == "events":
-                for event in message[1]:
+                return _Gone(how=self._reap())
+            if isinstance(message, Events):
+                for event in message.events:
                     if received is not None:
                         received.see(event)
                     emit(event)
-            elif kind in ("finished", "calibrated", "fitted"):
-                return kind, message[1]
-            elif kind == "input-error":
-                raise InputError(message[1])
+            elif isinstance(message, (Finished, Calibrated, Fitted)):
+                return message
+            elif isinstance(message, InputFailed):
+                raise InputError(message.line)
             else:
-                raise RunError(message[1])
+                raise RunError(message.line)
 
     # ---- the process --------------------------------------------------------------------------
 
@@ -185,13 +184,14 @@ class EngineProcess:
             return
         self._reap()
         # the child gets the parent's import path, so that a benchmark's target unpickles there
-        self._process, self._conn = start_child("backend.engine.process", "serve_fd")
+        self._process, conn = start_child("backend.engine.process", "serve_fd")
+        self._port = Port(conn, Channel.ENGINE, Side.WINDOW)
         self._key = None
-        self._send(("target", self._target))
+        self._send(UseTarget(self._target))
 
     def _send(self, message) -> None:
         try:
-            self._conn.send(message)
+            self._port.send(message)
         except OSError:
             pass   # the child is gone; the receiving loop notices
 
@@ -208,9 +208,9 @@ class EngineProcess:
             return describe_exit(None)
         wait_for(self._process, 1.0)
         how = describe_exit(self._process.returncode)
-        if self._conn is not None:
-            self._conn.close()
-        self._process = self._conn = self._key = None
+        if self._port is not None:
+            self._port.close()
+        self._process = self._port = self._key = None
         return how
 
     def close(self) -> None:
@@ -218,9 +218,17 @@ class EngineProcess:
         if self._process is None:
             return
         if self.is_alive():
-            self._send(("quit",))
+            self._send(Quit())
             wait_for(self._process, QUIT_WAIT_S)
         self._end()
+
+
+@dataclass(slots=True)
+class _Gone:
+    """A job that ended without its answer: Stop had to end the process, or it died (how, in words)."""
+
+    stopped: bool = False
+    how: str = ""
 
 
 class _Received:
@@ -263,17 +271,19 @@ class _Received:
 
 def serve_fd(fd: str) -> None:
     """The child's entry point (backend.launcher): its end of the socket's file descriptor, then the
-    run function ("target", callable or None)."""
-    conn = Connection(int(fd))
+    run function (UseTarget: a callable or None)."""
+    port = Port(Connection(int(fd)), Channel.ENGINE, Side.ENGINE)
     try:
-        kind, target = conn.recv()
+        first = port.recv()
     except (EOFError, OSError):
         return
-    serve(conn, target)
+    if not isinstance(first, UseTarget):
+        raise ProtocolError(f"the engine process's first message must be 'target', not '{first.op.value}'")
+    serve(port, first.run)
 
 
-def serve(conn: Connection, target: Callable | None) -> None:
-    """The child's main loop: one job at a time until "quit" or the window's end of the pipe closes."""
+def serve(port: Port, target: Callable | None) -> None:
+    """The child's main loop: one job at a time until Quit or the window's end of the pipe closes."""
     child_started()
     models = None
     if target is None:
@@ -283,22 +293,22 @@ def serve(conn: Connection, target: Callable | None) -> None:
         target = partial(execute, retain_records=False, models=models)
     while True:
         try:
-            message = conn.recv()
+            message = port.recv()
         except (EOFError, OSError):
             return
-        if message[0] == "quit":
+        if isinstance(message, Quit):
             return
-        if message[0] == "warm":
-            _warm(models, message[1])
+        if isinstance(message, Warm):
+            _warm(models, message.config)
             continue
-        job = _Job(conn)
-        if message[0] == "run":
-            job.run(target, message[1])
-        elif message[0] == "calibrate":
-            job.calibrate(message[1])
-        elif message[0] == "fit":
-            job.fit(*message[1:])
-        # a ("stop",) that came after its run had already finished: nothing to stop
+        job = _Job(port)
+        if isinstance(message, Run):
+            job.run(target, message.config)
+        elif isinstance(message, Calibrate):
+            job.calibrate(message.device)
+        elif isinstance(message, Fit):
+            job.fit(message.runs_dir, message.device, message.threads)
+        # a Stop that came after its run had already finished: nothing to stop
         if job.quit:
             return
 
@@ -319,8 +329,8 @@ def _warm(models, config) -> None:
 class _Job:
     """One run in the child: its events batched onto the pipe, Stop read from it at step boundaries."""
 
-    def __init__(self, conn):
-        self.conn = conn
+    def __init__(self, port: Port):
+        self.port = port
         self.stopped = False
         self.quit = False
         self.pending: list = []
@@ -328,7 +338,7 @@ class _Job:
         self.last_status = 0.0
 
     def run(self, target: Callable, config) -> None:
-        self._answer_with("finished", lambda: target(config, self.emit, self.should_stop))
+        self._answer_with(Finished, lambda: target(config, self.emit, self.should_stop))
 
     def calibrate(self, device: str) -> None:
         from backend.roofline.calibrate import calibrate
@@ -337,11 +347,11 @@ class _Job:
         def measure():
             apply_threads(None)   # the machine's measure: every core, not the last run's share
             return calibrate(device, lambda message, fraction: self.emit(Progress(message, fraction)))
-        self._answer_with("calibrated", measure)
+        self._answer_with(Calibrated, measure)
 
     def fit(self, runs_dir: str, device: str, threads: int | None) -> None:
         from backend.fitting import measure_and_fit
-        self._answer_with("fitted", lambda: measure_and_fit(runs_dir, device, threads, self.say, self.should_stop))
+        self._answer_with(Fitted, lambda: measure_and_fit(runs_dir, device, threads, self.say, self.should_stop))
 
     def say(self, line: str) -> None:
         """A fit's progress line; the bar moves by the standard run it names (batch, prompt, load, fit)."""
@@ -349,27 +359,27 @@ class _Job:
         done = next((i for i, stage in enumerate(stages) if line.startswith(stage)), None)
         self.emit(Progress(line, None if done is None else done / len(stages)))
 
-    def _answer_with(self, kind: str, work: Callable[[], object]) -> None:
-        """Do the job and send its result as `kind`, or its failure in one line."""
+    def _answer_with(self, answer: type[Finished | Calibrated | Fitted], work: Callable[[], object]) -> None:
+        """Do the job and send its result as `answer`, or its failure in one line."""
         try:
             result = work()
         except InputError as exc:
-            self.answer("input-error", str(exc))
+            self.answer(InputFailed(str(exc)))
         except Exception as exc:   # one line to the window; the process stays up for the next run
-            self.answer("error", one_line(exc, typed=True))
+            self.answer(Failed(one_line(exc, typed=True)))
         else:
-            self.answer(kind, result)
+            self.answer(answer(result))
 
-    def answer(self, kind: str, payload) -> None:
+    def answer(self, message: Finished | Calibrated | Fitted | InputFailed | Failed) -> None:
         self.flush(status=True)   # the last status covers the run's end, however short it was
-        self.conn.send((kind, payload))
+        self.port.send(message)
 
     def should_stop(self) -> bool:
         """Called by the engine at every step boundary (and while it idles): Stop, and overdue records."""
-        while not self.stopped and self.conn.poll():
-            kind = self.conn.recv()[0]
-            self.stopped = kind in ("stop", "quit")
-            self.quit = kind == "quit"
+        while not self.stopped and self.port.poll():
+            message = self.port.recv()
+            self.stopped = isinstance(message, (Stop, Quit))
+            self.quit = isinstance(message, Quit)
         if self.pending and self.throttle.due():
             self.flush()
         return self.stopped
@@ -391,7 +401,7 @@ class _Job:
         self.pending = []
         self.throttle.sent()
         if events:
-            self.conn.send(("events", events))
+            self.port.send(Events(events))
 
 
 def engine_status() -> EngineStatus:

@@ -8,6 +8,7 @@ import pytest
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
 from backend.engine.process import STOP_GRACE_S, EngineProcess, describe_exit
+from backend.errors import InputError, RunError
 from backend.events import EngineStatus, ModelLoaded, Progress
 from backend.records import RecordBatch
 from backend.session import execute
@@ -109,6 +110,26 @@ def test_stop_ends_an_engine_that_does_not_reach_a_step_boundary(engine):
     assert any(isinstance(e, Progress) and "did not stop" in e.message for e in events)
     assert not steps_of(events)   # the prefill never finished
     assert not engine.is_alive()
+
+
+def refusing_target(config, emit, should_stop):
+    """A run function for the child (picklable: it is imported there): refuses one thread, fails on two."""
+    if config.threads == 1:
+        raise InputError("--threads 1: refused here")
+    raise ValueError("two threads went wrong")
+
+
+def test_a_jobs_failures_come_back_as_the_errors_they_were_and_the_process_stays_up():
+    engine = EngineProcess(refusing_target)
+    try:
+        with pytest.raises(InputError, match=r"^--threads 1: refused here$"):
+            engine.execute(batch_config(threads=1), lambda e: None, lambda: False)
+        pid = engine.pid
+        with pytest.raises(RunError, match=r"^ValueError: two threads went wrong$"):
+            engine.execute(batch_config(threads=2), lambda e: None, lambda: False)
+        assert engine.pid == pid   # the same process answers the next job
+    finally:
+        engine.close()
 
 
 def test_exit_codes_read_as_words():

@@ -18,8 +18,10 @@ from backend.engine.request import Request
 from backend.errors import InputError
 from backend.results.export import read_run
 from backend.models import make_step_batch
+from backend.protocol import Channel, KVHandoff, Port, Side
 from backend.records import Phase, RecordBatch, RequestStatus
 from backend.session import execute
+from backend.workload.arrivals import RequestSpec
 from backend.workload.spec import apply_overrides, load_workload
 
 
@@ -83,15 +85,22 @@ def test_hand_off_moves_exactly_the_prefilled_kv(smollm2, transport):
         unpack(dest.cache, 1, view_of(block, peer.map))
         del peer
     else:
-        a, b = socket.socketpair()
-        send, recv = Connection(a.detach()), Connection(b.detach())
+        a, b = socket.socketpair()   # the link's two ends, as the workers hold them
+        send = Port(Connection(a.detach()), Channel.KV, Side.PREFILL)
+        recv = Port(Connection(b.detach()), Channel.KV, Side.DECODE)
         payload = torch.empty(block.shape, dtype=block.torch_dtype)
         pack(source.cache, 2, block, payload)
-        sender = threading.Thread(target=send.send_bytes, args=(payload.view(torch.uint8).reshape(-1).numpy(),),
-                                  daemon=True)
+        spec = RequestSpec(0, 0.0, prompt, "", 1)
+
+        def hand_off():
+            send.send(KVHandoff(spec, 0.0, 1.0, "prefill-0", None, block))
+            send.send_payload(payload.view(torch.uint8).reshape(-1).numpy())
+        sender = threading.Thread(target=hand_off, daemon=True)
         sender.start()   # the block is larger than a socket's buffer: the other end reads while it is sent
-        buffer = bytearray(block.nbytes)
-        assert recv.recv_bytes_into(buffer) == block.nbytes
+        header = recv.recv()
+        assert header.buffer is None and header.block == block
+        buffer = bytearray(header.block.nbytes)
+        recv.recv_payload_into(buffer)
         sender.join()
         unpack(dest.cache, 1, view_of(block, buffer))
         send.close()

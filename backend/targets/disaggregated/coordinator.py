@@ -25,6 +25,8 @@ from backend.config import RunConfig
 from backend.errors import RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
 from backend.engine.request import rejected_record, rejection
+from backend.protocol import (Cancel, Channel, Dispatch, Done, Failed, Init, Message, Port, Ready, Side, Start, Stop,
+                              WorkerRecords)
 from backend.records import RecordBatch, RequestRecord, RequestStatus
 
 READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
@@ -41,7 +43,7 @@ class WorkerSlot:
     index: int
     cores: list[int]
     process: object = None
-    conn: object = None
+    conn: Port | None = None
     info: dict = field(default_factory=dict)
     alive: bool = True
     done: bool = False
@@ -155,9 +157,9 @@ class Coordinator:
                                       self.transport, fds, dict(arenas))
                 process, conn = start_child("backend.targets.disaggregated.worker", "serve_fd",
                                             (*fds.values(), *spec.arenas.values()))
-                slot = WorkerSlot(name, role, index, cores, process, conn)
+                slot = WorkerSlot(name, role, index, cores, process, Port(conn, Channel.WORKER, Side.COORDINATOR))
                 self.workers.append(slot)
-                conn.send(("init", spec))
+                slot.conn.send(Init(spec))
         finally:   # the children hold their ends now: ours close, so a dead peer reads as EOF
             for a, b in links.values():
                 a.close()
@@ -173,12 +175,12 @@ class Coordinator:
             for w in self.workers:
                 if w.name not in waiting:
                     continue
-                kind, payload = self.receive(w, timeout=0.1)
-                if kind == "ready":
-                    w.info = payload
+                message = self.receive(w, timeout=0.1)
+                if isinstance(message, Ready):
+                    w.info = message.info
                     waiting.discard(w.name)
-                elif kind in ("error", "died"):
-                    raise RunError(f"{w.name} failed while loading: {payload}")
+                elif isinstance(message, Failed):
+                    raise RunError(f"{w.name} failed while loading: {message.line}")
             if time.monotonic() > deadline:
                 raise RunError(f"{', '.join(sorted(waiting))} did not load the model within {READY_TIMEOUT_S:.0f} s")
         loaded = self.workers[-1].info["loaded"]   # a decode worker's: its cache is where requests live
@@ -189,16 +191,17 @@ class Coordinator:
         self.emit(WorkerLayout([{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.info.get("pid"),
                                  "threads": w.info.get("threads")} for w in self.workers], self.transport))
 
-    def receive(self, w: WorkerSlot, timeout: float) -> tuple[str, object]:
+    def receive(self, w: WorkerSlot, timeout: float) -> Message | None:
+        """The worker's next message within timeout (None: nothing yet); a worker that died reads as
+        Failed with how it ended."""
         try:
             if not w.conn.poll(timeout):
                 if w.process.poll() is not None:
-                    return "died", self.how(w)
-                return "none", None
-            message = w.conn.recv()
+                    return Failed(self.how(w))
+                return None
+            return w.conn.recv()
         except (EOFError, OSError):
-            return "died", self.how(w)
-        return message[0], message[1] if len(message) > 1 else None
+            return Failed(self.how(w))
 
     @staticmethod
     def how(w: WorkerSlot) -> str:
@@ -219,7 +222,7 @@ class Coordinator:
         wall_start = time.perf_counter()
         self.t0 = time.monotonic()
         for w in self.workers:
-            self.send(w, ("start", self.t0))
+            self.send(w, Start(self.t0))
         stopped = False
         while True:
             if self.should_stop():
@@ -266,7 +269,7 @@ class Coordinator:
             p.queued_tokens += len(spec.prompt_ids)
             d.assigned += 1
             self.tracks[spec.request_id] = Track(spec, p.index, d.index)
-            self.send(p, ("request", spec, d.index))
+            self.send(p, Dispatch(spec, d.index))
 
     def rejection(self, spec) -> str:
         return rejection(len(spec.prompt_ids), spec.max_new_tokens, self.max_len, self.decode_capacity,
@@ -278,15 +281,15 @@ class Coordinator:
         except (EOFError, OSError):
             self.on_death(w, self.how(w))
             return
-        kind = message[0]
-        if kind == "events":
-            self.on_events(w, *message[1:])
-        elif kind == "error":
-            self.on_death(w, f"failed: {message[1]}")
-        elif kind == "done":
+        if isinstance(message, WorkerRecords):
+            self.on_events(w, message)
+        elif isinstance(message, Failed):
+            self.on_death(w, f"failed: {message.line}")
+        elif isinstance(message, Done):
             w.done = True
 
-    def on_events(self, w: WorkerSlot, batch: RecordBatch, handed: list, received: list) -> None:
+    def on_events(self, w: WorkerSlot, message: WorkerRecords) -> None:
+        batch, handed, received = message.batch, message.handed, message.received
         out = RecordBatch()
         for step in batch.steps:
             step.run_id, step.step = self.run_id, self.step_index
@@ -355,7 +358,7 @@ class Coordinator:
             track.stage = "done"
         for w in self.workers:
             if w.alive:
-                self.send(w, ("cancel", list(request_ids)))
+                self.send(w, Cancel(list(request_ids)))
         self.recorder.add(out)
         for _ in request_ids:
             self.source.on_finish(now)
@@ -380,7 +383,7 @@ class Coordinator:
         if out.requests:
             self.recorder.add(out)
 
-    def send(self, w: WorkerSlot, message) -> None:
+    def send(self, w: WorkerSlot, message: Message) -> None:
         try:
             w.conn.send(message)
         except OSError:
@@ -390,7 +393,7 @@ class Coordinator:
         """Ask every live worker to stop and take its last records."""
         for w in self.workers:
             if w.alive:
-                self.send(w, ("stop",))
+                self.send(w, Stop())
         deadline = time.monotonic() + DONE_TIMEOUT_S
         while time.monotonic() < deadline:
             live = {w.conn: w for w in self.workers if w.alive and not w.done}
@@ -403,9 +406,9 @@ class Coordinator:
                 except (EOFError, OSError):
                     w.alive = False
                     continue
-                if message[0] == "events":
-                    self.on_events(w, *message[1:])
-                elif message[0] == "done":
+                if isinstance(message, WorkerRecords):
+                    self.on_events(w, message)
+                elif isinstance(message, Done):
                     w.done = True
 
     def close(self) -> None:

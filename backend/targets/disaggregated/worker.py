@@ -12,14 +12,13 @@ up, says it is ready, and then runs its loop on the coordinator's clock until to
   and joins the continuous decode batch (backend/engine/decode_batch.py), whose first step for
   it takes the last prompt token and samples the first output token. It never runs a prefill.
 
-Wire (pickled tuples on one socket to the coordinator; one socket per prefill-decode pair):
+Wire (backend.protocol: its WORKER channel on one socket to the coordinator; its KV channel on one
+socket per prefill-decode pair):
 
-    coordinator -> worker   ("init", WorkerSpec) ("start", t0) ("request", RequestSpec, decode_index)
-                            ("cancel", [request_id]) ("stop",)
-    worker -> coordinator   ("ready", info) ("events", RecordBatch, handed [(rid, ms)], received [rid])
-                            ("error", line) ("done",)
-    prefill -> decode       ("kv", meta, buffer index | None, KVBlock) [+ the bytes, under pipe]
-    decode -> prefill       ("freed", buffer index)
+    coordinator -> worker   Init (first) | Start | Dispatch | Cancel | Stop
+    worker -> coordinator   Ready | WorkerRecords | Failed | Done
+    prefill -> decode       KVHandoff [+ the bytes as one raw frame, under pipe]
+    decode -> prefill       Freed
 """
 from __future__ import annotations
 
@@ -31,6 +30,8 @@ from multiprocessing.connection import Connection, wait
 
 from backend.events import Throttle
 from backend.launcher import child_started, pin_to
+from backend.protocol import (Cancel, Channel, Dispatch, Done, Failed, Freed, Init, KVHandoff, Port, ProtocolError,
+                              Ready, Side, Start, Stop, WorkerRecords)
 from backend.records import RecordBatch, StepRecord, TokenRecord
 from backend.targets.disaggregated.summary import fill_split
 
@@ -59,16 +60,19 @@ class WorkerSpec:
 def serve_fd(fd: str) -> None:
     """The child's entry point (backend.launcher): the file descriptor of its end of the coordinator's socket."""
     child_started()
-    conn = Connection(int(fd))
+    conn = Port(Connection(int(fd)), Channel.WORKER, Side.WORKER)
     try:
-        kind, spec = conn.recv()
+        first = conn.recv()
     except (EOFError, OSError):
         return
+    if not isinstance(first, Init):
+        raise ProtocolError(f"a worker's first message must be 'init', not '{first.op.value}'")
+    spec = first.spec
     try:
         worker = (PrefillWorker if spec.role == "prefill" else DecodeWorker)(conn, spec)
     except Exception as exc:   # noqa: BLE001 -- one line to the coordinator, which ends the run
         from backend.errors import one_line
-        conn.send(("error", one_line(exc, typed=True)))
+        conn.send(Failed(one_line(exc, typed=True)))
         return
     try:
         worker.serve()
@@ -77,7 +81,7 @@ def serve_fd(fd: str) -> None:
     except Exception as exc:   # noqa: BLE001 -- one line to the coordinator, which fails this worker's requests
         from backend.errors import one_line
         try:
-            conn.send(("error", one_line(exc, typed=True)))
+            conn.send(Failed(one_line(exc, typed=True)))
         except OSError:
             pass
     finally:
@@ -85,7 +89,7 @@ def serve_fd(fd: str) -> None:
 
 
 class _Worker:
-    def __init__(self, conn: Connection, spec: WorkerSpec):
+    def __init__(self, conn: Port, spec: WorkerSpec):
         self.conn = conn
         self.spec = spec
         self.name = spec.name
@@ -98,7 +102,8 @@ class _Worker:
         self.loaded, device_name = load(config, lambda event: None)
         self.runner = Runner(self.loaded, spec.num_slots, spec.max_len, config.sampling)
         self.runner.warmup()
-        self.links = {peer: Connection(fd) for peer, fd in spec.links.items()}
+        side = Side.PREFILL if spec.role == "prefill" else Side.DECODE
+        self.links = {peer: Port(Connection(fd), Channel.KV, side) for peer, fd in spec.links.items()}
         self.t0 = 0.0
         self.step_index = 0
         self.stopped = False
@@ -114,18 +119,18 @@ class _Worker:
                 "num_slots": spec.num_slots, "kv_capacity": spec.kv_capacity,
                 "matmul": matmul_info(self.loaded),
                 "loaded": self.loaded.loaded_event(device_name, spec.kv_capacity, False)}
-        self.conn.send(("ready", info))
+        self.conn.send(Ready(info))
 
     def now_ms(self) -> float:
         return (time.monotonic() - self.t0) * 1000.0
 
     def serve(self) -> None:
-        while True:   # until "start"
+        while True:   # until Start
             message = self.conn.recv()
-            if message[0] == "start":
-                self.t0 = message[1]
+            if isinstance(message, Start):
+                self.t0 = message.t0
                 break
-            if message[0] == "stop":
+            if isinstance(message, Stop):
                 return
         while not self.stopped:
             self.handle_control(block=False)
@@ -134,19 +139,18 @@ class _Worker:
             if not self.step():
                 self.idle()
         self.flush(force=True)
-        self.conn.send(("done",))
+        self.conn.send(Done())
 
     def handle_control(self, block: bool) -> None:
         while self.conn.poll(IDLE_S if block else 0):
             block = False
             message = self.conn.recv()
-            kind = message[0]
-            if kind == "stop":
+            if isinstance(message, Stop):
                 self.stopped = True
                 return
-            if kind == "cancel":
-                self.cancelled.update(message[1])
-                self.cancel(message[1])
+            if isinstance(message, Cancel):
+                self.cancelled.update(message.request_ids)
+                self.cancel(message.request_ids)
             else:
                 self.on_message(message)
 
@@ -176,7 +180,7 @@ class _Worker:
             return
         if not force and not b.requests and not self.throttle.due():
             return
-        self.conn.send(("events", b, self.handed, self.received))
+        self.conn.send(WorkerRecords(b, self.handed, self.received))
         self.batch, self.handed, self.received = RecordBatch(), [], []
         self.throttle.sent()
 
@@ -194,13 +198,13 @@ class _Worker:
 
     # the roles fill these in
     def step(self) -> bool: ...
-    def on_message(self, message) -> None: ...
+    def on_message(self, message: Dispatch) -> None: ...
     def on_link(self, conn) -> None: ...
     def cancel(self, request_ids) -> None: ...
 
 
 class PrefillWorker(_Worker):
-    def __init__(self, conn: Connection, spec: WorkerSpec):
+    def __init__(self, conn: Port, spec: WorkerSpec):
         super().__init__(conn, spec)
         from backend.engine.scheduler import Scheduler, SchedulerConfig
         config = spec.config
@@ -217,11 +221,11 @@ class PrefillWorker(_Worker):
             self.arena = Arena(spec.arenas[spec.index], kv_bytes_per_token(self.loaded.shape, itemsize) * spec.max_len,
                                create=True)
 
-    def on_message(self, message) -> None:
-        if message[0] != "request":
+    def on_message(self, message: Dispatch) -> None:
+        if not isinstance(message, Dispatch):
             return
         from backend.engine.request import Request
-        spec, decode_index = message[1], message[2]
+        spec, decode_index = message.spec, message.decode_index
         self.specs[spec.request_id] = (spec, decode_index)
         if len(spec.prompt_ids) <= 1:   # nothing to prefill: the whole prompt is the first decode step's input
             now = self.now_ms()
@@ -267,7 +271,6 @@ class PrefillWorker(_Worker):
             return
         spec, decode_index = entry
         block = block_of(self.runner.cache, num_tokens)
-        meta = {"spec": spec, "scheduled_ms": scheduled_ms, "prefill_done_ms": done_ms, "prefill_worker": self.name}
         link = self.links.get(decode_index)
         if link is None:
             return
@@ -278,14 +281,14 @@ class PrefillWorker(_Worker):
                     return
                 if num_tokens:
                     pack(self.runner.cache, slot, block, view_of(block, self.arena.map, self.arena.offset(index)))
-                link.send(("kv", meta, index, block))
+                link.send(KVHandoff(spec, scheduled_ms, done_ms, self.name, index, block))
             else:
                 import torch
                 payload = torch.empty(block.shape, dtype=block.torch_dtype)
                 if num_tokens:
                     pack(self.runner.cache, slot, block, payload)
-                link.send(("kv", meta, None, block))
-                link.send_bytes(payload.view(torch.uint8).reshape(-1).numpy() if num_tokens else b"")
+                link.send(KVHandoff(spec, scheduled_ms, done_ms, self.name, None, block))
+                link.send_payload(payload.view(torch.uint8).reshape(-1).numpy() if num_tokens else b"")
         except OSError:
             self.on_link_closed(decode_index)
             return
@@ -304,9 +307,9 @@ class PrefillWorker(_Worker):
     def on_link(self, conn) -> None:
         try:
             while conn.poll():
-                kind, index = conn.recv()
-                if kind == "freed" and self.arena is not None:
-                    self.arena.free.append(index)
+                message = conn.recv()
+                if self.arena is not None:
+                    self.arena.free.append(message.buffer)
         except (EOFError, OSError):
             self.on_link_closed(self.peer_of(conn))
 
@@ -317,14 +320,14 @@ class PrefillWorker(_Worker):
 
 
 class DecodeWorker(_Worker):
-    def __init__(self, conn: Connection, spec: WorkerSpec):
+    def __init__(self, conn: Port, spec: WorkerSpec):
         super().__init__(conn, spec)
         from backend.engine.decode_batch import DecodeBatch
         self.decode = DecodeBatch(spec.num_slots, spec.kv_capacity, spec.max_len)
-        self.pending: deque = deque()      # (meta, prefill index, buffer index | None, block, bytes | None, recv ms)
+        self.pending: deque[tuple[KVHandoff, int, bytearray | None]] = deque()   # (hand-off, prefill index, bytes)
         self.arenas: dict[int, object] = {}
         self.requests: dict[int, object] = {}
-        self.meta: dict[int, dict] = {}
+        self.meta: dict[int, _Handed] = {}
         self.text: dict[int, str] = {}
         self.tokenizer = self.loaded.tokenizer
         self.stop_ids = self.tokenizer.eos_ids
@@ -334,16 +337,13 @@ class DecodeWorker(_Worker):
         peer = self.peer_of(conn)
         try:
             while conn.poll():
-                kind, meta, index, block = conn.recv()
+                handoff = conn.recv()
                 payload = None
-                if index is None:   # pipe: the bytes follow the header
-                    payload = bytearray(block.nbytes)
-                    if block.nbytes:
-                        conn.recv_bytes_into(payload)
-                    else:
-                        conn.recv_bytes()
-                self.pending.append((meta, peer, index, block, payload))
-                self.received.append(meta["spec"].request_id)
+                if handoff.buffer is None:   # pipe: the bytes follow the header
+                    payload = bytearray(handoff.block.nbytes)
+                    conn.recv_payload_into(payload)
+                self.pending.append((handoff, peer, payload))
+                self.received.append(handoff.spec.request_id)
         except (EOFError, OSError):
             self.on_link_closed(peer)
 
@@ -355,8 +355,8 @@ class DecodeWorker(_Worker):
                 self.text.pop(rid, None)
         kept = deque()
         for item in self.pending:
-            if item[0]["spec"].request_id in request_ids:
-                self.free_buffer(item[1], item[2])
+            if item[0].spec.request_id in request_ids:
+                self.free_buffer(item[1], item[0].buffer)
             else:
                 kept.append(item)
         self.pending = kept
@@ -366,7 +366,7 @@ class DecodeWorker(_Worker):
         if index is None or link is None:
             return
         try:
-            link.send(("freed", index))
+            link.send(Freed(index))
         except OSError:
             self.on_link_closed(peer)
 
@@ -375,8 +375,8 @@ class DecodeWorker(_Worker):
         from backend.engine.kv_transfer import Arena, unpack, view_of
         from backend.engine.request import Request
         while self.pending:
-            meta, peer, index, block, payload = self.pending[0]
-            spec = meta["spec"]
+            handoff, peer, payload = self.pending[0]
+            spec, index, block = handoff.spec, handoff.buffer, handoff.block
             request = Request.from_spec(spec, self.stop_ids, self.ignore_eos)
             if not self.decode.can_admit(request):
                 return
@@ -391,10 +391,10 @@ class DecodeWorker(_Worker):
                 else:
                     unpack(self.runner.cache, slot, view_of(block, payload))
             self.free_buffer(peer, index)
-            request.scheduled_ms = meta["scheduled_ms"]
-            meta = dict(meta, loaded_ms=self.now_ms(), kv_bytes=block.nbytes)
+            request.scheduled_ms = handoff.scheduled_ms
             self.requests[spec.request_id] = request
-            self.meta[spec.request_id] = meta
+            self.meta[spec.request_id] = _Handed(handoff.scheduled_ms, handoff.prefill_done_ms, self.now_ms(),
+                                                 block.nbytes)
 
     def step(self) -> bool:
         for conn in wait(list(self.links.values()), 0) if self.links else []:
@@ -437,10 +437,20 @@ class DecodeWorker(_Worker):
         self.requests.pop(rid, None)
         self.text.pop(rid, None)
         record = request.to_record(self.tokenizer.decode(request.output_ids) if request.output_ids else "")
-        fill_split(record, meta["kv_bytes"], meta["scheduled_ms"], meta["prefill_done_ms"], meta["loaded_ms"])
+        fill_split(record, meta.kv_bytes, meta.scheduled_ms, meta.prefill_done_ms, meta.loaded_ms)
         return record
 
     def close(self) -> None:
         super().close()
         for arena in self.arenas.values():
             arena.close()
+
+
+@dataclass(slots=True)
+class _Handed:
+    """What a decode worker keeps of a request's hand-off, for its record's split of the time."""
+
+    scheduled_ms: float
+    prefill_done_ms: float
+    loaded_ms: float
+    kv_bytes: int

@@ -17,6 +17,7 @@ import httpx
 from backend.config import RemoteEndpoint, SamplingConfig
 from backend.errors import one_line
 from backend.events import Emit, RequestsArrived
+from backend.protocol import Abort, ClientRecords, Crashed, End, Job, Lost, Message, RequestRow, Stop, Users
 from backend.results.export import RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
 from backend.targets.remote.client import MAX_DETAIL
@@ -152,13 +153,13 @@ class RemoteRun:
         for stats in (self.pool.stats if self.pool is not None else []):
             if stats is None:
                 continue
-            load.loop_lag_ms.extend(stats["lag"])
-            load.cpu_s += stats["cpu_s"]
-            if stats["wall_s"] > 0:
-                load.cpu_shares.append(stats["cpu_s"] / stats["wall_s"])
-            load.num_connections += stats["connections"]
-            load.num_tokens += stats.get("tokens", 0)
-            load.num_clumped += stats.get("clumped", 0)
+            load.loop_lag_ms.extend(stats.lag)
+            load.cpu_s += stats.cpu_s
+            if stats.wall_s > 0:
+                load.cpu_shares.append(stats.cpu_s / stats.wall_s)
+            load.num_connections += stats.connections
+            load.num_tokens += stats.tokens
+            load.num_clumped += stats.clumped
         return load
 
     # ---- the loop thread --------------------------------------------------------------------
@@ -176,9 +177,7 @@ class RemoteRun:
         cpu0 = time.thread_time()
         ep = self.endpoint
         self._wake = asyncio.Event()
-        job = {"url": ep.url, "model": ep.model, "api": ep.api, "api_key": ep.api_key, "timeout_s": ep.timeout_s,
-               "sampling": {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
-                            "seed": self.sampling.seed, "ignore_eos": self.sampling.ignore_eos}}
+        job = Job(ep.url, ep.model, ep.api, ep.api_key, ep.timeout_s, self.sampling)
         if ep.ray_address:   # the workers as actors on a Ray cluster (imported only then: Ray is an extra)
             from backend.targets.remote.ray_pool import RayWorkerPool
             self.pool = RayWorkerPool(self.num_workers, job, self._on_message, name=f"phasescope-{self.run_id}")
@@ -195,7 +194,7 @@ class RemoteRun:
                 self._prompt(spec)
             self._t0 = time.perf_counter()   # the clock starts once the workers are ready: arrival 0 goes out at ~0
             for k, n in enumerate(self.users):
-                self.pool.send(k, {"op": "users", "n": n, "starts": self.user_starts[k], "think_ms": self.think_ms})
+                self.pool.send(k, Users(n, self.user_starts[k], self.think_ms))
             self.pool.go(self._t0)
             if first:
                 self._send(first)
@@ -242,16 +241,16 @@ class RemoteRun:
             self._wake.clear()
             if self.stop_requested.is_set():
                 self.stopped = True
-                self.pool.broadcast({"op": "stop"})
+                self.pool.broadcast(Stop())
                 return
             if self.abort:
-                self.pool.broadcast({"op": "abort", "why": self.abort})
+                self.pool.broadcast(Abort(self.abort))
                 return
             due = self.source.due(self.now_ms() + LOOKAHEAD_MS)
             if due:
                 self._send(due)
             if self.source.is_exhausted() and not self._inflight:
-                self.pool.broadcast({"op": "end"})
+                self.pool.broadcast(End())
                 return
             nxt = self.source.next_arrival_ms()
             wait = POLL_S if nxt is None else min(POLL_S, max(0.0, nxt - LOOKAHEAD_MS - self.now_ms()) / 1000.0)
@@ -282,47 +281,45 @@ class RemoteRun:
 
     # ---- what the workers send --------------------------------------------------------------
 
-    def _on_message(self, k: int, msg: dict) -> None:
-        op = msg["op"]
-        if op == "rec":
+    def _on_message(self, k: int, msg: Message) -> None:
+        if isinstance(msg, ClientRecords):
             self._on_records(k, msg)
-        elif op == "crashed":
-            for rid in msg["ids"]:
-                self._finish_failed(rid, "client_error", msg["why"])
-            self.crash = self.crash or msg["why"]
-            self.abort = self.abort or msg["why"]
+        elif isinstance(msg, Crashed):
+            for rid in msg.request_ids:
+                self._finish_failed(rid, "client_error", msg.why)
+            self.crash = self.crash or msg.why
+            self.abort = self.abort or msg.why
             self._wake.set()
-        elif op == "lost":   # a Ray actor or its node was lost: its requests fail, the others go on
-            for rid in msg["ids"]:
-                if self._finish_failed(rid, "worker_lost", msg["why"]):
+        elif isinstance(msg, Lost):   # a Ray actor or its node was lost: its requests fail, the others go on
+            for rid in msg.request_ids:
+                if self._finish_failed(rid, "worker_lost", msg.why):
                     self.source.on_finish(self.now_ms())   # a closed loop's user sends its next elsewhere
-            self.lost.append(msg["why"])
+            self.lost.append(msg.why)
             self._wake.set()
 
-    def _on_records(self, k: int, msg: dict) -> None:
+    def _on_records(self, k: int, msg: ClientRecords) -> None:
         # arrivals as the workers sent them (a closed loop's next request goes out when its worker's
         # user is free); a request cancelled before it went out arrives with its record
-        arrived = msg["s"] + [[row[0], row[4]] for row in msg["r"] if row[1] == "waiting"]
+        arrived = msg.sent + [[row.request_id, row.sent_ms] for row in msg.requests if row.status == "waiting"]
         if arrived:
             self._flush()   # the records so far before these arrivals, in order
             self.events.put(RequestsArrived([rid for rid, _ in arrived], [at for _, at in arrived],
                                             [self._inflight[rid][1].num_tokens for rid, _ in arrived]))
         batch = self._pending
-        for rid, index, at in msg["t"]:
+        for rid, index, at in msg.tokens:
             token = TokenRecord(request_id=rid, index=index, time_ms=at)
             self.tokens.append(token)
             batch.tokens.append(token)
-        for rid, piece in msg["x"].items():
-            rid = int(rid)
+        for rid, piece in msg.text.items():
             batch.text[rid] = batch.text.get(rid, "") + piece
-        for row in msg["r"]:
-            self.pool.finished(k, row[0])
+        for row in msg.requests:
+            self.pool.finished(k, row.request_id)
             if self._on_request(row) and self.closed:
                 self._freed.append(k)
-        if msg["r"]:
+        if msg.requests:
             self._wake.set()
 
-    def _on_request(self, row: list) -> bool:
+    def _on_request(self, row: RequestRow) -> bool:
         """Take in one request's record; whether it left (so a closed loop's user sends its next)."""
         rid, status, kind, reason, arrival, first, last, finish, n_indexed, usage_prompt, usage_output, text, late = row
         spec, prompt = self._inflight.pop(rid)

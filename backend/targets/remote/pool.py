@@ -3,18 +3,19 @@
 Each worker (backend.targets.remote.worker) is a fresh interpreter started as a plain subprocess, with
 one event loop and connection pools of its own; requests go to the worker with the fewest in
 flight. Messages from all workers come back through one callback, in the order they are read,
-which is the run's one merged record stream.
+which is the run's one merged record stream. The messages are backend.protocol's CLIENT channel's,
+framed by it on the worker's stdin and stdout.
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections import deque
 from typing import Callable
 
 from backend.errors import RunError
 from backend.launcher import start_piped_child
+from backend.protocol import Channel, Crashed, Done, Go, Job, Message, Ready, Send, Side, Stats, frame, read_message
 
 START_TIMEOUT_S = 60.0
 STDERR_LINES = 20
@@ -47,37 +48,36 @@ class Dispatching:
             k = min(live, key=lambda i: (len(self.inflight[i]), (i - self._next) % self.num_workers))
             self._next = (k + 1) % self.num_workers
         self.inflight[k].add(request_id)
-        self.send(k, {"op": "req", "id": request_id, "at": at_ms, "prompt": prompt, "max_tokens": max_tokens})
+        self.send(k, Send(request_id, at_ms, prompt, max_tokens))
         return k
 
     def finished(self, k: int, request_id: int) -> None:
         self.inflight[k].discard(request_id)
 
-    def broadcast(self, msg: dict) -> None:
+    def broadcast(self, msg: Message) -> None:
         for k in range(self.num_workers):
             self.send(k, msg)
 
-    def receive(self, k: int, msg: dict) -> bool:
-        """One message from worker k, however it came: True at its last ("done", not passed on)."""
-        op = msg["op"]
-        if op == "ready":
+    def receive(self, k: int, msg: Message) -> bool:
+        """One message from worker k, however it came: True at its last (Done, not passed on)."""
+        if isinstance(msg, Ready):
             self._ready[k].set()
-        elif op == "stats":
+        elif isinstance(msg, Stats):
             self.stats[k] = msg
-        elif op == "done":
+        elif isinstance(msg, Done):
             return True
         self.on_message(k, msg)
         return False
 
 
 class WorkerPool(Dispatching):
-    def __init__(self, num_workers: int, job: dict, on_message: Callable[[int, dict], None]):
+    def __init__(self, num_workers: int, job: Job, on_message: Callable[[int, Message], None]):
         self.num_workers = num_workers
         self.job = job
         self.on_message = on_message
         self.procs: list[asyncio.subprocess.Process] = []
         self.inflight: list[set[int]] = [set() for _ in range(num_workers)]
-        self.stats: list[dict | None] = [None] * num_workers
+        self.stats: list[Stats | None] = [None] * num_workers
         self.exited: list[asyncio.Event] = []
         self.crashes: list[str] = []
         self._ready: list[asyncio.Event] = []
@@ -94,7 +94,7 @@ class WorkerPool(Dispatching):
             self._stderr.append(deque(maxlen=STDERR_LINES))
             self._readers.append(asyncio.create_task(self._read(k, proc)))
             self._readers.append(asyncio.create_task(self._read_stderr(k, proc)))
-            self.send(k, {"op": "job", **self.job})
+            self.send(k, self.job)
         waits = [asyncio.create_task(e.wait()) for e in self._ready]
         exits = [asyncio.create_task(e.wait()) for e in self.exited]
         try:
@@ -113,13 +113,13 @@ class WorkerPool(Dispatching):
 
     def go(self, t0: float) -> None:
         for k in range(self.num_workers):
-            self.send(k, {"op": "go", "t0": t0})
+            self.send(k, Go(t0))
 
-    def send(self, k: int, msg: dict) -> None:
+    def send(self, k: int, msg: Message) -> None:
         stdin = self.procs[k].stdin
         if self.exited[k].is_set() or stdin is None or stdin.is_closing():
             return
-        stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        stdin.write(frame(Channel.CLIENT, Side.COORDINATOR, msg))
 
     async def wait_all(self) -> None:
         await asyncio.gather(*(e.wait() for e in self.exited))
@@ -142,15 +142,15 @@ class WorkerPool(Dispatching):
     async def _read(self, k: int, proc: asyncio.subprocess.Process) -> None:
         try:
             while True:
-                line = await proc.stdout.readline()
-                if not line or self.receive(k, json.loads(line)):
+                msg = await read_message(proc.stdout, Channel.CLIENT, Side.COORDINATOR)
+                if msg is None or self.receive(k, msg):
                     break
         finally:
             if self.stats[k] is None:   # ended without its report: it crashed
                 code = await proc.wait()
                 last = next((ln for ln in reversed(self._stderr[k]) if ln.strip()), "")
                 self.crashes.append(f"client worker {k} exited with status {code}" + (f": {last}" if last else ""))
-                self.on_message(k, {"op": "crashed", "ids": sorted(self.inflight[k]), "why": self.crashes[-1]})
+                self.on_message(k, Crashed(sorted(self.inflight[k]), self.crashes[-1]))
                 self.inflight[k].clear()
             self.exited[k].set()
 

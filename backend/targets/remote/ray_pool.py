@@ -3,9 +3,9 @@
 When one host's cores cannot hold the streams, the same workers (backend.targets.remote.worker,
 unchanged: one event loop and its own connection pools each) run as actors spread over the
 cluster's nodes, one core each. The coordinator keeps the workload's arrival schedule and talks
-to each actor in the worker protocol's own lines: commands go in numbered batches (an async
-actor may start calls out of order; the actor feeds them to its worker in number order), and a
-long poll brings back what the worker wrote.
+to each actor in the worker protocol's own frames (backend.protocol's CLIENT channel): commands go in
+numbered batches (an async actor may start calls out of order; the actor feeds them to its worker in
+number order), and a long poll brings back what the worker wrote.
 
 Clocks. Another host's monotonic clock has another origin, so before the run each actor's offset
 to the coordinator's clock is measured NTP-style: a few round trips, keeping the one with the
@@ -19,12 +19,12 @@ those it held fail with the reason, and the run goes on with the others.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import time
 from pathlib import Path
 
 from backend.errors import InputError, RunError, one_line
+from backend.protocol import Channel, Go, Job, Lost, Message, Side, Stats, check, frame, split_frames
 from backend.targets.remote.pool import Dispatching
 
 CLOCK_ROUNDS = 8      # round trips per actor to measure its clock offset
@@ -66,7 +66,7 @@ def cluster_cpus() -> int:
 
 
 class _Outbox:
-    """The worker's stdout inside an actor: its lines wait here for the coordinator's next poll."""
+    """The worker's stdout inside an actor: its frames wait here for the coordinator's next poll."""
 
     def __init__(self):
         self.parts: list[bytes] = []
@@ -96,7 +96,7 @@ class ClientActor:
     async def where(self) -> str:
         return socket.gethostname()
 
-    async def start(self, job: dict) -> None:
+    async def start(self, job: Job) -> None:
         from backend.targets.remote.worker import Worker
         self.outbox = _Outbox()
         self.reader = asyncio.StreamReader(limit=1 << 26)
@@ -146,14 +146,14 @@ class RayWorkerPool(Dispatching):
 
     ALL_GONE = "every client worker was lost"
 
-    def __init__(self, num_workers: int, job: dict, on_message, name: str = "phasescope"):
+    def __init__(self, num_workers: int, job: Job, on_message, name: str = "phasescope"):
         self.name = name   # the actors are named NAME-client-K (seen in `ray list actors`)
         self.num_workers = num_workers
         self.job = job
         self.on_message = on_message
         self.actors: list = []
         self.inflight: list[set[int]] = [set() for _ in range(num_workers)]
-        self.stats: list[dict | None] = [None] * num_workers
+        self.stats: list[Stats | None] = [None] * num_workers
         self.exited = [asyncio.Event() for _ in range(num_workers)]
         self.crashes: list[str] = []
         self.clocks: list[dict] = []           # per worker: host, offset, uncertainty (run.json's "ray")
@@ -182,7 +182,7 @@ class RayWorkerPool(Dispatching):
                 None, measure_offset, lambda a=actor: ray.get(a.clock.remote()))
             self.clocks.append({"worker": k, "host": hosts[k], "offset_ms": offset * 1000.0,
                                 "uncertainty_ms": uncertainty * 1000.0, "rtt_ms": rtt * 1000.0, "lost": None})
-            await actor.start.remote({"op": "job", **self.job})
+            await actor.start.remote(check(Channel.CLIENT, Side.COORDINATOR, self.job))
             self._readers.append(asyncio.create_task(self._read(k)))
         deadline = loop.time() + START_TIMEOUT_S
         while not all(r.is_set() or e.is_set() for r, e in zip(self._ready, self.exited)):
@@ -194,13 +194,13 @@ class RayWorkerPool(Dispatching):
 
     def go(self, t0: float) -> None:
         for k in range(self.num_workers):   # the coordinator's t0 on each actor's own clock
-            self.send(k, {"op": "go", "t0": t0 - self.clocks[k]["offset_ms"] / 1000.0})
+            self.send(k, Go(t0 - self.clocks[k]["offset_ms"] / 1000.0))
 
-    def send(self, k: int, msg: dict) -> None:
-        """Queued, and sent once per pass of the loop: one actor call carries every line of that pass."""
+    def send(self, k: int, msg: Message) -> None:
+        """Queued, and sent once per pass of the loop: one actor call carries every frame of that pass."""
         if self.exited[k].is_set():
             return
-        self._outgoing[k].append(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        self._outgoing[k].append(frame(Channel.CLIENT, Side.COORDINATOR, msg))
         if not self._flush_soon:
             self._flush_soon = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -243,9 +243,8 @@ class RayWorkerPool(Dispatching):
                 data = await actor.drain.remote()
                 if not data and self.stats[k] is not None:
                     break
-                buffer += data
-                *lines, buffer = buffer.split(b"\n")
-                if any(self.receive(k, json.loads(line)) for line in lines):
+                messages, buffer = split_frames(buffer + data)
+                if any(self.receive(k, check(Channel.CLIENT, Side.CLIENT, msg)) for msg in messages):
                     break
         except asyncio.CancelledError:
             raise
@@ -254,7 +253,7 @@ class RayWorkerPool(Dispatching):
             self.clocks[k]["lost"] = why
             self.crashes.append(why)
             self.exited[k].set()   # before the message: nothing more is sent to it
-            self.on_message(k, {"op": "lost", "ids": sorted(self.inflight[k]), "why": why})
+            self.on_message(k, Lost(sorted(self.inflight[k]), why))
             self.inflight[k].clear()
         finally:
             self.exited[k].set()

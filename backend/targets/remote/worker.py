@@ -1,23 +1,14 @@
 """One client worker: a fresh interpreter with one event loop (uvloop where installed) and its own connection pool.
 
 The run's coordinator (backend.targets.remote.pool) starts N of these through backend.launcher
-(fresh interpreters that die with it) and talks to each over its stdin and stdout, one JSON object a line (the worker's stdout is the protocol's; anything a
-library prints goes to stderr):
+(fresh interpreters that die with it) and talks to each over its stdin and stdout in the frames of
+backend.protocol's CLIENT channel (the worker's stdout is the protocol's; anything a library prints
+goes to stderr):
 
-    coordinator -> worker   {"op": "job", ...endpoint and sampling...}      first line (the key goes here, never argv)
-                            {"op": "go", "t0": perf_counter}               the run's clock starts
-                            {"op": "users", "n", "starts", "think_ms"}      closed loop: n users on this worker,
-                                                                            first sending at `starts` ms, waiting
-                                                                            think_ms after each answer
-                            {"op": "req", "id", "at", "prompt", "max_tokens"}   send at `at` ms (or now, if past);
-                                                    at null: a closed loop's next, sent the moment a user is free
-                            {"op": "end"} | {"op": "stop"} | {"op": "abort", "why"}
-    worker -> coordinator   {"op": "ready"}
-                            {"op": "rec", "s": [[id, sent ms], ...], "r": [request, ...],
-                             "t": [[id, index, ms], ...], "x": {id: text}}
-                            {"op": "stats", "lag": [ms, ...], "cpu_s", "wall_s", "connections", "rejected",
-                             "tokens", "clumped"}
-                            {"op": "done"}
+    coordinator -> worker   Job (first: the key goes here, never argv) | Go (the run's clock starts)
+                            | Users (a closed loop's users on this worker) | Send (one request)
+                            | End | Stop | Abort
+    worker -> coordinator   Ready | ClientRecords | Stats | Done
 
 time.perf_counter is the system's monotonic clock, shared by every process, so the worker's
 times and the coordinator's planned arrivals are on one clock. The worker measures itself while
@@ -28,15 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import os
 import sys
 import time
 from collections import deque
 
-from backend.config import SamplingConfig
 from backend.errors import one_line
 from backend.launcher import child_started
+from backend.protocol import (Abort, Channel, ClientRecords, Done, End, Go, Job, Message, ProtocolError, Ready,
+                              RequestRow, Send, Side, Stats, Stop, Users, frame, read_message)
 from backend.targets.remote.client import MAX_DETAIL, RemoteFailure, StreamState, Streamer
 
 FLUSH_S = 0.05       # records go to the coordinator in batches at most this old
@@ -49,7 +40,7 @@ def _cpu_s() -> float:
 
 
 class Worker:
-    def __init__(self, job: dict, out):
+    def __init__(self, job: Job, out):
         self.job = job
         self.out = out                      # a binary stream (stdout's buffer)
         self.t0 = 0.0
@@ -61,7 +52,7 @@ class Worker:
         self.lag: list[float] = []
         self.num_tokens = 0
         self.num_clumped = 0                # tokens that came in the same read as their stream's previous one
-        self._requests: list[list] = []
+        self._requests: list[RequestRow] = []
         self._tokens: list[list] = []
         self._text: dict[int, str] = {}
         self._flush_soon = False
@@ -70,21 +61,19 @@ class Worker:
         # came goes before one still waiting for its turn on the ramp)
         self.free_at: list[float] = []
         self.think_ms = 0.0                    # closed loop: a user's wait after its answer
-        self.reserve: deque[dict] = deque()    # closed loop: requests waiting for a free user
+        self.reserve: deque[Send] = deque()    # closed loop: requests waiting for a free user
 
     def now_ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000.0
 
     async def run(self, reader: asyncio.StreamReader) -> None:
         job = self.job
-        sampling = SamplingConfig(**job["sampling"])
-        headers = {"Authorization": f"Bearer {job['api_key']}"} if job.get("api_key") else {}
+        headers = {"Authorization": f"Bearer {job.api_key}"} if job.api_key else {}
         # one pool with no limit (a load driver never queues its own requests); a closed loop's user
         # finds the connection its last answer came on, the most recently freed
-        self.streamer = Streamer(job["url"], job["model"], job["api"], headers, sampling, job["timeout_s"],
-                                 self.now_ms)
+        self.streamer = Streamer(job.url, job.model, job.api, headers, job.sampling, job.timeout_s, self.now_ms)
         try:
-            self._send({"op": "ready"})
+            self._send(Ready())
             commands = asyncio.create_task(self._commands(reader))
             await self.started.wait()
             cpu0, wall0 = _cpu_s(), time.perf_counter()
@@ -102,11 +91,9 @@ class Worker:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
             self._flush()
-            self._send({"op": "stats", "lag": self.lag, "cpu_s": _cpu_s() - cpu0, "wall_s": time.perf_counter() - wall0,
-                        "connections": self.streamer.num_connections, "tokens": self.num_tokens,
-                        "clumped": self.num_clumped,
-                        "rejected": sorted(self.streamer.compat.rejected)})
-            self._send({"op": "done"})
+            self._send(Stats(self.lag, _cpu_s() - cpu0, time.perf_counter() - wall0, self.streamer.num_connections,
+                             self.num_tokens, self.num_clumped, sorted(self.streamer.compat.rejected)))
+            self._send(Done())
             commands.cancel()
             await asyncio.gather(commands, return_exceptions=True)
         finally:
@@ -114,32 +101,30 @@ class Worker:
 
     async def _commands(self, reader: asyncio.StreamReader) -> None:
         while True:
-            line = await reader.readline()
-            if not line:   # the coordinator went away: stop at once
+            msg = await read_message(reader, Channel.CLIENT, Side.CLIENT)
+            if msg is None:   # the coordinator went away: stop at once
                 self.cancel_why = self.cancel_why or "cancelled: the coordinator ended"
                 self.started.set()
                 self.idle.set()
                 return
-            msg = json.loads(line)
-            op = msg["op"]
-            if op == "req":
-                if msg["at"] is None:
+            if isinstance(msg, Send):
+                if msg.at_ms is None:
                     self.reserve.append(msg)
                     self._start_reserved()
                 else:
-                    self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
-            elif op == "users":   # each user's first moment: the closed loop's ramp
-                for start in msg.get("starts") or [0.0] * msg["n"]:
+                    self.inflight[msg.request_id] = asyncio.create_task(self._one(msg.request_id, msg.at_ms, msg))
+            elif isinstance(msg, Users):   # each user's first moment: the closed loop's ramp
+                for start in msg.starts or [0.0] * msg.n:
                     heapq.heappush(self.free_at, start)
-                self.think_ms = float(msg.get("think_ms") or 0.0)
-            elif op == "go":
-                self.t0 = msg["t0"]
+                self.think_ms = float(msg.think_ms or 0.0)
+            elif isinstance(msg, Go):
+                self.t0 = msg.t0
                 self.started.set()
-            elif op == "end":
+            elif isinstance(msg, End):
                 self.ending = True
                 self.idle.set()
-            elif op in ("stop", "abort"):
-                self.cancel_why = "stopped by user" if op == "stop" else f"cancelled: {msg.get('why')}"
+            elif isinstance(msg, (Stop, Abort)):
+                self.cancel_why = "stopped by user" if isinstance(msg, Stop) else f"cancelled: {msg.why}"
                 self.started.set()
                 self.idle.set()
 
@@ -148,12 +133,11 @@ class Worker:
         trip to the coordinator: the next request already waits here."""
         while self.free_at and self.reserve and not self.cancel_why:
             msg = self.reserve.popleft()
-            msg["at"] = heapq.heappop(self.free_at)   # the user's moment
-            msg["closed"] = True
-            self.inflight[msg["id"]] = asyncio.create_task(self._one(msg))
+            at = heapq.heappop(self.free_at)   # the user's moment
+            self.inflight[msg.request_id] = asyncio.create_task(self._one(msg.request_id, at, msg, closed=True))
 
-    async def _one(self, msg: dict) -> None:
-        rid, at = msg["id"], msg["at"]
+    async def _one(self, rid: int, at: float, msg: Send, closed: bool = False) -> None:
+        """One request, sent at `at` ms; its RequestRow goes with the next ClientRecords when it ends."""
         state = StreamState(rid, at)
         sent = None
         status, kind, reason = "finished", "", ""
@@ -163,7 +147,7 @@ class Worker:
                 await asyncio.sleep(delay)
             sent = state.arrival_ms = self.now_ms()
             self._sent.append([rid, sent])
-            await self.streamer.send(msg["prompt"], msg["max_tokens"], state, self._on_token)
+            await self.streamer.send(msg.prompt, msg.max_tokens, state, self._on_token)
             reason = state.finish_reason or "stop"
         except asyncio.CancelledError:
             status = "decoding" if state.token_times else "prefilling" if sent is not None else "waiting"
@@ -174,12 +158,13 @@ class Worker:
             status, kind, reason = "error", failure.kind, f"{failure.kind}: {failure.detail}"
         now = self.now_ms()
         times = state.token_times
-        self._requests.append([rid, status, kind, reason, state.arrival_ms, times[0] if times else None,
-                               times[-1] if times else None, state.finish_ms if state.finish_ms is not None else now,
-                               state.token_indices[-1] + 1 if state.token_indices else 0, state.prompt_tokens,
-                               state.completion_tokens, "".join(state.text), None if sent is None else sent - at])
+        self._requests.append(RequestRow(
+            rid, status, kind, reason, state.arrival_ms, times[0] if times else None, times[-1] if times else None,
+            state.finish_ms if state.finish_ms is not None else now,
+            state.token_indices[-1] + 1 if state.token_indices else 0, state.prompt_tokens, state.completion_tokens,
+            "".join(state.text), None if sent is None else sent - at))
         self.inflight.pop(rid, None)
-        if msg.get("closed"):
+        if closed:
             heapq.heappush(self.free_at, now + self.think_ms)
             self._start_reserved()
         if not self._flush_soon:   # at once (once per loop pass): a closed loop's next request waits on this
@@ -223,19 +208,23 @@ class Worker:
     def _flush(self) -> None:
         self._flush_soon = False
         if self._requests or self._tokens or self._text or self._sent:
-            self._send({"op": "rec", "s": self._sent, "r": self._requests, "t": self._tokens, "x": self._text})
+            self._send(ClientRecords(self._sent, self._requests, self._tokens, self._text))
             self._requests, self._tokens, self._text, self._sent = [], [], {}, []
 
-    def _send(self, msg: dict) -> None:
-        self.out.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+    def _send(self, msg: Message) -> None:
+        self.out.write(frame(Channel.CLIENT, Side.CLIENT, msg))
         self.out.flush()
 
 
 async def _main(out) -> None:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 26)   # a request line holds a whole prompt
+    reader = asyncio.StreamReader(limit=1 << 26)   # a request's frame holds a whole prompt
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    first = json.loads(await reader.readline())
+    first = await read_message(reader, Channel.CLIENT, Side.CLIENT)
+    if first is None:   # the coordinator ended before the job came
+        return
+    if not isinstance(first, Job):
+        raise ProtocolError(f"a client worker's first message must be 'job', not '{first.op.value}'")
     await Worker(first, out).run(reader)
 
 
