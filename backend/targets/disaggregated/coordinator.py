@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Callable
 
-from backend.config import RunConfig
+from backend.config import RunConfig, RunKind
 from backend.errors import InputError, RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
 from backend.engine.request import rejected_record, rejection
@@ -81,7 +81,7 @@ def plan_layout(num_prefill: int, num_decode: int, cores: list[int]) -> list[tup
 
 def validate_disaggregated(config: RunConfig) -> None:
     e = config.engine
-    if config.mode != "load":
+    if config.mode is not RunKind.LOAD:
         raise InputError("the disaggregated policy runs `load` (a workload), not one batch")
     if config.endpoint is not None:
         raise InputError("--policy disaggregated runs engines here; it cannot be combined with --endpoint")
