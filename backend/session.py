@@ -3,7 +3,7 @@
 `execute` is what the CLI and the window's engine process call. Every target has the same
 signature (`events.Target`: config, emit, should_stop -> RunFinished) and streams the same
 events (Progress, ModelLoaded, RequestsArrived, a RecordBatch per step); nothing imports back
-from here:
+from here.
 
 Two tables say who runs what. RUNNERS maps each RunKind to what builds its target: `run` and
 `load` go to one target; a batch-size, prompt-length or precision sweep (`sweeps.steps`) runs a
