@@ -122,7 +122,7 @@ def target_kind(config: RunConfig) -> TargetKind:
     """Which target runs one `run` or `load`. The disaggregated policy takes a load run that names no
     server (a batch or a server's run under it is refused by the target that gets it); then
     --simulate, then --endpoint; the local engine otherwise."""
-    if config.engine.policy == "disaggregated" and config.endpoint is None and config.mode is RunKind.LOAD:
+    if config.engine.policy == "disaggregated" and config.endpoint is None and config.mode == RunKind.LOAD:
         return TargetKind.SIMULATED_DISAGGREGATED if config.simulate else TargetKind.DISAGGREGATED
     if config.simulate:
         return TargetKind.SIMULATED

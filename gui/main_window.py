@@ -327,16 +327,16 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.store.reset()
         if config.mode not in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT):   # each sweep keeps the other's tab
             self.store.sweep_points, self.store.sweep_context = sweep
-        if config.mode is not RunKind.SWEEP_PRECISION:
+        if config.mode != RunKind.SWEEP_PRECISION:
             self.store.precision_points, self.store.precision_summary = precision
-        if config.mode is RunKind.SWEEP_BATCH:
+        if config.mode == RunKind.SWEEP_BATCH:
             self.store.sweep_context = config.sweep_spec.context
         self.store.config = config_dict(config)
         self.store.remote = config.endpoint is not None
         self.table.refresh()   # the table forgets the last run's rows now, before anything paints them
         self.select_request(None)
         self.run_notes = []
-        self._show_run_kind(config.mode, SweepKind.PROMPT if config.mode is RunKind.SWEEP_PROMPT else None)
+        self._show_run_kind(config.mode, SweepKind.PROMPT if config.mode == RunKind.SWEEP_PROMPT else None)
         self.timeline.set_follow(True)
         self._set_running(True)
         where = f" on {self.controls.remote_url()}" if self.store.remote else ""
@@ -352,7 +352,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.throughput.set_kind(kind)
         self.throughput.set_inputs(context=self._prediction_context())
         self._throughput_title = "Throughput vs " + ("prompt length" if kind == SweepKind.PROMPT else "batch size")
-        if mode is RunKind.SWEEP_PRECISION:
+        if mode == RunKind.SWEEP_PRECISION:
             self.roofline_tabs.setCurrentWidget(self.precision.parentWidget())
         elif mode in LOAD_SWEEPS:
             self.roofline_tabs.setCurrentWidget(self.load_sweep.parentWidget())
@@ -431,7 +431,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
             mode = RunKind.recorded(self.store.config.get("mode"))
             if mode in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT):
                 self.store.sweep_points = []   # a sweep's points are measured again
-            elif mode is RunKind.SWEEP_PRECISION:
+            elif mode == RunKind.SWEEP_PRECISION:
                 self.store.precision_points, self.store.precision_summary = [], None
             self.table.refresh()
             self.select_request(None)

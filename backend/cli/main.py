@@ -137,7 +137,7 @@ def run_headless(config: RunConfig) -> int:
     from backend.session import execute
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    progress = report.LiveProgress(enabled=config.mode is RunKind.LOAD)
+    progress = report.LiveProgress(enabled=config.mode == RunKind.LOAD)
     sweep = None
     if config.sweep is not None:
         from backend.cli.tools import SweepPrinter

@@ -32,7 +32,7 @@ def print_repeats(summary: RepeatsSummary, mode: RunKind, out_dir: str | None, o
     out = out or sys.stdout
     print("", file=out)
     # the cache keeps one model: a precision sweep loads each precision again in every repeat
-    loads = "each precision loaded again per repeat" if mode is RunKind.SWEEP_PRECISION else "the model loaded once"
+    loads = "each precision loaded again per repeat" if mode == RunKind.SWEEP_PRECISION else "the model loaded once"
     print(f"repeats  {summary.num_done} of {summary.requested}, back to back, {loads}; "
           f"95% interval by Student's t (n - 1 degrees of freedom)" +
           (f"; {summary.note}" if summary.note else ""), file=out)

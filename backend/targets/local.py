@@ -34,7 +34,7 @@ def validate(config: RunConfig) -> None:
         if value is None or value <= 0:
             raise InputError(f"{name} must be a positive number, got {value}")
     b, e, s = config.batch, config.engine, config.sampling
-    if config.mode is RunKind.BATCH:
+    if config.mode == RunKind.BATCH:
         positive("--batch", b.batch)
         positive("--output-len", b.output_len)
         if b.prompt is None:
@@ -62,7 +62,7 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     emit = recorder.emit
     loaded, dev_name, reused = models.get(config, emit)
     shape = loaded.shape
-    if config.mode is RunKind.BATCH:
+    if config.mode == RunKind.BATCH:
         source = batch_source(config, loaded, emit)
         num_slots = config.batch.batch
         policy = "static"

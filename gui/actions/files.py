@@ -33,7 +33,7 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
     data = store.to_run_data(with_records=source is None)
     points = store.sweep_points
     mode = RunKind.recorded(store.config.get("mode"))
-    if mode is RunKind.SWEEP_PRECISION:
+    if mode == RunKind.SWEEP_PRECISION:
         write_points(path, SweepKind.PRECISION, store.precision_points, data, records_from=source)
     elif mode is not None and mode.sweep_kind is not None and points:
         write_points(path, points[0].kind, points, data, records_from=source)

@@ -81,7 +81,7 @@ def plan_layout(num_prefill: int, num_decode: int, cores: list[int]) -> list[tup
 
 def validate_disaggregated(config: RunConfig) -> None:
     e = config.engine
-    if config.mode is not RunKind.LOAD:
+    if config.mode != RunKind.LOAD:
         raise InputError("the disaggregated policy runs `load` (a workload), not one batch")
     if config.endpoint is not None:
         raise InputError("--policy disaggregated runs engines here; it cannot be combined with --endpoint")
