@@ -152,3 +152,21 @@ def test_a_sweep_runs_its_points_through_the_target_of_one_run():
     # every split of a pd-ratio sweep is simulated under the disaggregated policy, whatever the form said
     splits = target_for(config_of(RunKind.SWEEP_PD_RATIO), models, retain_records=True)
     assert splits.func is run_pd_ratio_sweep and splits.keywords["target"].func is run_simulated_disaggregated
+
+
+def test_a_stored_mode_reads_back_as_its_kind_and_an_unknown_one_as_none():
+    assert RunKind.recorded("sweep-rate") is RunKind.SWEEP_RATE
+    assert [RunKind.recorded(word) for word in ("", None, "remote", "sweep")] == [None] * 4
+
+
+def test_a_load_sweeps_points_read_back_with_their_kind(tmp_path):
+    """sweep.csv holds the axis as its word; read back, the points carry the SweepKind again."""
+    from backend.events import LoadPoint
+    from backend.records import RunData
+    from backend.sweeps.points import read_points, write_points
+    point = LoadPoint(SweepKind.CONCURRENCY, 4.0, 10, 0, 2.0, 5.0, 100.0, 20.0, 30.0, 40.0, 9.0, 11.0, 12.0,
+                      float("nan"), float("nan"), float("nan"))
+    write_points(tmp_path, SweepKind.CONCURRENCY, [point], RunData("r", config={"mode": "sweep-concurrency"}))
+    kind, points = read_points(tmp_path)
+    assert kind is SweepKind.CONCURRENCY and points[0].kind is SweepKind.CONCURRENCY and points[0].x == 4.0
+    assert json.loads((tmp_path / "run.json").read_text())["info"]["sweep_kind"] == "concurrency"
