@@ -3,6 +3,7 @@ and remote endpoint, and the RunConfig that holds them. No torch here, and nothi
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, is_dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -10,6 +11,78 @@ from backend.errors import InputError
 
 if TYPE_CHECKING:   # annotations only: a workload's settings sit in the layer below (backend/workload)
     from backend.workload.spec import WorkloadSpec
+
+
+class SweepKind(StrEnum):
+    """A sweep's axis: the word after `sweep` on the command line, and the `kind` that run.json's
+    sweep settings, sweep.csv and the sweep's points carry."""
+
+    BATCH = "batch"               # decode steps at each batch size
+    PROMPT = "prompt"             # prefills at each prompt length
+    PRECISION = "precision"       # a batch's prefill and decode at each weight precision
+    RATE = "rate"                 # one load run at each arrival rate
+    CONCURRENCY = "concurrency"   # one closed-loop load run at each number of users
+    PD_RATIO = "pd-ratio"         # one simulated disaggregated load run at each prefill:decode split
+
+    @property
+    def run_kind(self) -> RunKind:
+        return RunKind(f"sweep-{self.value}")
+
+
+class RunKind(StrEnum):
+    """What a run does; its value is the `mode` run.json records (the words earlier versions wrote,
+    so their folders read back unchanged). Each kind needs its own settings (RunConfig.check_kind):
+    a batch its BatchRun, a load run its WorkloadSpec, a sweep its SweepSpec of the matching
+    SweepKind, a load sweep both. The planner is not a kind of run: it is a search whose every
+    candidate is a simulated LOAD run."""
+
+    BATCH = "batch"
+    LOAD = "load"
+    SWEEP_BATCH = "sweep-batch"
+    SWEEP_PROMPT = "sweep-prompt"
+    SWEEP_PRECISION = "sweep-precision"
+    SWEEP_RATE = "sweep-rate"
+    SWEEP_CONCURRENCY = "sweep-concurrency"
+    SWEEP_PD_RATIO = "sweep-pd-ratio"
+
+    @classmethod
+    def parse(cls, value) -> RunKind:
+        """The kind named by `value` (a RunKind or its word); InputError naming every kind otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            words = [kind.value for kind in cls]
+            raise InputError(f"unknown run kind {value!r}: use {', '.join(words[:-1])} or {words[-1]}") from None
+
+    @classmethod
+    def recorded(cls, value) -> RunKind | None:
+        """The kind a run.json records as its config's mode; None where it records none this version knows."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+    @property
+    def sweep_kind(self) -> SweepKind | None:
+        """The axis of a sweep; None for one batch or one load run."""
+        return SweepKind(self.value.removeprefix("sweep-")) if self.value.startswith("sweep-") else None
+
+    @property
+    def needs_workload(self) -> bool:
+        """A load run, and the sweeps whose every point is one."""
+        return self in LOAD_KINDS
+
+    @property
+    def command(self) -> str:
+        """The sub-command that runs this kind: `run`, `load`, `sweep batch`, ..."""
+        sweep = self.sweep_kind
+        return "run" if self is RunKind.BATCH else f"sweep {sweep}" if sweep else self.value
+
+
+LOAD_KINDS = frozenset({RunKind.LOAD, RunKind.SWEEP_RATE, RunKind.SWEEP_CONCURRENCY, RunKind.SWEEP_PD_RATIO})
+# the sweeps whose points are a few `run`s each (backend/sweeps/steps.py) and those whose points are a `load` each
+STEP_SWEEPS = (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT, RunKind.SWEEP_PRECISION)
+LOAD_SWEEPS = (RunKind.SWEEP_RATE, RunKind.SWEEP_CONCURRENCY, RunKind.SWEEP_PD_RATIO)
 
 
 @dataclass(slots=True)
@@ -84,7 +157,7 @@ class BatchRun:
 
 @dataclass(slots=True)
 class SweepSpec:
-    kind: str = "batch"                                   # batch | prompt | precision | rate | concurrency | pd-ratio
+    kind: SweepKind = SweepKind.BATCH
     batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
     lengths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024, 2048])
     context: int = 512                                    # batch sweep: tokens each request attends to
@@ -100,6 +173,13 @@ class SweepSpec:
     concurrencies: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     # pd-ratio (backend/sweeps/pd_ratio.py): every prefill:decode split of this many simulated devices
     total_devices: int = 8
+
+    def __post_init__(self) -> None:
+        try:
+            self.kind = SweepKind(self.kind)   # the word, as the CLI and earlier run.json files give it
+        except ValueError:
+            words = [kind.value for kind in SweepKind]
+            raise InputError(f"unknown sweep {self.kind!r}: use {', '.join(words[:-1])} or {words[-1]}") from None
 
 
 PRECISION_DEFAULT = ("float32", "bfloat16", "q8_0", "q4_1")
@@ -154,13 +234,13 @@ def safe_url(url: str) -> str:
 class RunConfig:
     """Everything one run needs; written to run.json so a run can be reproduced."""
 
-    mode: str = "batch"          # batch | load | sweep-batch | sweep-prompt | sweep-precision | sweep-rate | sweep-concurrency | sweep-pd-ratio
+    mode: RunKind = RunKind.BATCH   # what the run does; the settings below that it needs: check_kind
     model: ModelChoice = field(default_factory=ModelChoice)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     batch: BatchRun = field(default_factory=BatchRun)
-    workload: WorkloadSpec | None = None   # for mode "load"
-    sweep: SweepSpec | None = None         # for the sweep modes
+    workload: WorkloadSpec | None = None   # a load run and a load sweep (RunKind.needs_workload)
+    sweep: SweepSpec | None = None         # a sweep, of its kind's axis (RunKind.sweep_kind)
     endpoint: RemoteEndpoint | None = None # drive a server instead of a local model
     profile: str | None = None           # GPU profile name or path
     slo_ttft_ms: float | None = None
@@ -170,6 +250,38 @@ class RunConfig:
     repeats: int = 1                     # the same settings run back to back, the model loaded once (session.execute)
     simulate: bool = False               # price each step on `profile` with a cost model, on a virtual clock (no weights)
     deployment: Deployment = field(default_factory=Deployment)   # simulated: parallelism, link, KV dtype
+
+    def __post_init__(self) -> None:
+        self.mode = RunKind.parse(self.mode)   # the word, as the CLI, the window and run.json give it
+
+    def check_kind(self) -> None:
+        """InputError unless the settings this run's kind needs are there: a load run (and a load
+        sweep) its workload, a sweep its SweepSpec of the matching axis, a batch or load run no SweepSpec."""
+        kind = RunKind.parse(self.mode)   # a mode set after construction is read again
+        if kind.needs_workload and self.workload is None:
+            raise InputError(f"`{kind.command}` needs a workload (--workload NAME|PATH or the workload flags)")
+        axis = kind.sweep_kind
+        if axis is None:
+            if self.sweep is not None:
+                raise InputError(f"`{kind.command}` is not a sweep, yet its settings carry a {self.sweep.kind} sweep")
+        elif self.sweep is None:
+            raise InputError(f"`{kind.command}` needs its sweep settings (a SweepSpec of kind {axis})")
+        elif self.sweep.kind != axis:
+            raise InputError(f"`{kind.command}` sweeps {axis}, but its sweep settings are of kind {self.sweep.kind}")
+
+    @property
+    def load_workload(self) -> WorkloadSpec:
+        """The workload of a load run or a load sweep (check_kind has checked it is there)."""
+        if self.workload is None:
+            raise InputError(f"`{RunKind.parse(self.mode).command}` needs a workload (--workload NAME|PATH)")
+        return self.workload
+
+    @property
+    def sweep_spec(self) -> SweepSpec:
+        """The settings of a sweep (check_kind has checked their kind matches the run's)."""
+        if self.sweep is None:
+            raise InputError(f"`{RunKind.parse(self.mode).command}` is not a sweep: it has no sweep settings")
+        return self.sweep
 
 
 def config_dict(config: RunConfig) -> dict:
@@ -184,6 +296,8 @@ def config_dict(config: RunConfig) -> dict:
             return {k: plain(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [plain(v) for v in value]
+        if isinstance(value, StrEnum):
+            return value.value   # the run kind's and the sweep's words
         return value
     data = plain(config)
     data.pop("endpoint", None)

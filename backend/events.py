@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from backend.config import RunConfig
+from backend.config import RunConfig, SweepKind
 from backend.precision import Precision, from_info
 from backend.records import RecordBatch, RepeatsSummary, RunData, merge_batches
 from backend.shape import ModelShape
@@ -103,7 +103,7 @@ class PrecisionPoint:
 class SweepPoint:
     """One measured point of a batch-size or prompt-length sweep."""
 
-    kind: str                 # "batch" or "prompt"
+    kind: SweepKind           # BATCH or PROMPT
     x: int                    # batch size or prompt length
     step_ms: float            # median decode step (batch) or prefill time (prompt)
     tokens_per_s: float
@@ -125,7 +125,7 @@ class SweepPoint:
 class LoadPoint:
     """One rate (or concurrency) of a load sweep (backend/sweeps/load.py)."""
 
-    kind: str                       # "rate" or "concurrency"
+    kind: SweepKind                 # RATE or CONCURRENCY
     x: float                        # arrivals per second, or closed-loop users
     num_finished: int
     num_rejected: int

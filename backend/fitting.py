@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from backend.config import EngineConfig, ModelChoice, RunConfig
+from backend.config import EngineConfig, ModelChoice, RunConfig, RunKind, SweepKind
 from backend.errors import InputError, RunError
 from backend.sim.fit import ErrorReport, MeasuredRun, fit_cost_model, step_errors
 from backend.sim.step_time import CostModel
@@ -70,9 +70,10 @@ def standard_runs() -> list[tuple[str, RunConfig]]:
     """What `calibrate --fit` measures when given no run folders: a batch sweep, a prompt sweep and a
     Poisson workload of the bundled model at float32, each full-length (as bench/sim_vs_measured.py fits on)."""
     from backend.config import SweepSpec
-    return [("batch", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[1, 4, 16], context=256))),
-            ("prompt", RunConfig(mode="sweep-prompt", sweep=SweepSpec("prompt", lengths=[32, 128, 512]))),
-            ("load", RunConfig(mode="load", workload=poisson(1, 1.5, "32:256", "16:48", 30),
+    return [("batch", RunConfig(mode=RunKind.SWEEP_BATCH, sweep=SweepSpec(SweepKind.BATCH, batches=[1, 4, 16],
+                                                                          context=256))),
+            ("prompt", RunConfig(mode=RunKind.SWEEP_PROMPT, sweep=SweepSpec(SweepKind.PROMPT, lengths=[32, 128, 512]))),
+            ("load", RunConfig(mode=RunKind.LOAD, workload=poisson(1, 1.5, "32:256", "16:48", 30),
                                engine=EngineConfig(max_batch=8)))]
 
 

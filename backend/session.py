@@ -3,20 +3,17 @@
 `execute` is what the CLI and the window's engine process call. Every target has the same
 signature (`events.Target`: config, emit, should_stop -> RunFinished) and streams the same
 events (Progress, ModelLoaded, RequestsArrived, a RecordBatch per step); nothing imports back
-from here:
+from here.
 
-- the local engine (`targets.local.run_local`) for `run` and `load`;
-- a remote OpenAI-compatible server (`targets.remote.target.run_remote`) when the config names one;
-- the simulator (`sim.target.run_simulated`) with `config.simulate`: the real scheduler,
-  each step priced on `config.profile` by a cost model, on a virtual clock;
-- the disaggregated policy: prefill and decode engine processes (`targets.disaggregated`), or
-  prefill and decode devices with a KV link between them, simulated
-  (`sim.disaggregated`);
-- a batch-size, prompt-length or precision sweep (`sweeps.steps.run_step_sweep`): each point a
-  few `run` and `load` configs through whichever of these targets runs them (measured or simulated);
-- a load sweep (`sweeps.load.run_load_sweep`, `sweep rate|concurrency`): one `load` run per
-  point through whichever of these targets runs `load` for the config; `sweep pd-ratio`
-  (`sweeps.pd_ratio.run_pd_ratio_sweep`): one simulated disaggregated `load` per split.
+Two tables say who runs what. RUNNERS maps each RunKind to what builds its target: `run` and
+`load` go to one target; a batch-size, prompt-length or precision sweep (`sweeps.steps`) runs a
+few `run`s a point, a rate or concurrency sweep (`sweeps.load`) one `load` a point, each through
+the target that runs it; `sweep pd-ratio` (`sweeps.pd_ratio`) one simulated disaggregated `load`
+a split. TARGETS maps each TargetKind (`target_kind` picks it from the settings) to its target:
+the local engine (`targets.local`), the simulator (`sim.target`: the real scheduler, each
+step priced on `config.profile` by a cost model, on a virtual clock), a remote OpenAI-compatible
+server (`targets.remote`), prefill and decode engine processes (`targets.disaggregated`) or
+their simulation with a KV link between the devices (`sim.disaggregated`).
 
 With `config.repeats` N > 1 the same target runs N times back to back on one ModelCache (the
 model loaded once; each run still warms up before its timed steps), each repeat announced by a
@@ -27,18 +24,27 @@ repeat-K folders beside repeats.csv and repeats.json: backend.results.repeats).
 from __future__ import annotations
 
 from dataclasses import replace
+from enum import Enum
 from functools import partial
 from typing import Callable
 
-from backend.config import RunConfig, config_dict
+from backend.config import RunConfig, RunKind, config_dict
+from backend.engine.threads import apply_threads
 from backend.errors import InputError
 from backend.events import Emit, PrecisionPoint, Progress, RepeatStarted, RunFinished, SweepPoint, Target
-from backend.records import RecordBatch
 from backend.loaders.cache import ModelCache
-
-SWEEP_MODES = ("sweep-batch", "sweep-prompt", "sweep-precision")
-LOCAL_MODES = ("batch", "load")
-LOAD_SWEEP_MODES = ("sweep-rate", "sweep-concurrency")
+from backend.records import RecordBatch
+from backend.results.export import ensure_writable
+from backend.results.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
+from backend.roofline.profiles import find_profile
+from backend.sweeps.load import run_load_sweep
+from backend.sweeps.pd_ratio import run_pd_ratio_sweep
+from backend.sweeps.steps import run_step_sweep
+from backend.targets.disaggregated.coordinator import run_disaggregated
+from backend.sim.disaggregated import run_simulated_disaggregated
+from backend.targets.local import run_local
+from backend.targets.remote.target import run_remote
+from backend.sim.target import run_simulated
 
 
 def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
@@ -49,15 +55,13 @@ def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], reta
     tokens go to `emit` and to the output folder as they happen, so memory stays flat however
     long the run. `models` keeps the model loaded for the next run.
     """
-    from backend.engine.threads import apply_threads
     repeats = config.repeats
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise InputError(f"--repeats must be a positive whole number, got {repeats!r}")
     if config.profile:
-        from backend.roofline.profiles import find_profile
         find_profile(config.profile)   # a malformed profile file is refused before anything loads
+    target = target_for(config, models or ModelCache(), retain_records)   # a kind without its settings: refused here
     apply_threads(config.threads)
-    target = target_for(config, models or ModelCache(), retain_records)
     if repeats == 1:
         return target(config, emit, should_stop)
     return execute_repeats(config, target, emit, should_stop)
@@ -66,8 +70,6 @@ def execute(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], reta
 def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: Callable[[], bool]) -> RunFinished:
     """`target` run config.repeats times; a repeat that fails or is stopped ends the series and
     is left out of the figures (its folder keeps what it wrote)."""
-    from backend.results.export import ensure_writable
-    from backend.results.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
     out = ensure_writable(config.out_dir) if config.out_dir else None
     figures: list[dict] = []
     run_ids: list[str] = []
@@ -106,35 +108,80 @@ def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: 
     return finished
 
 
-def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
-    """The target that runs this config."""
-    if config.engine.policy == "disaggregated" and config.endpoint is None and config.mode == "load":
-        if config.simulate:
-            from backend.sim.disaggregated import run_simulated_disaggregated
-            return partial(run_simulated_disaggregated, retain_records=retain_records)
-        from backend.targets.disaggregated.coordinator import run_disaggregated
-        return partial(run_disaggregated, retain_records=retain_records)
-    if config.mode == "sweep-pd-ratio":   # each split a load run through the simulated disaggregated policy
-        from backend.sweeps.pd_ratio import run_pd_ratio_sweep
-        inner = target_for(replace(config, mode="load", sweep=None, simulate=True,
-                                   engine=replace(config.engine, policy="disaggregated")), models, retain_records=False)
-        return partial(run_pd_ratio_sweep, target=inner)
-    if config.mode in LOAD_SWEEP_MODES:   # each point a load run through the target that runs `load`
-        from backend.sweeps.load import run_load_sweep
-        inner = target_for(replace(config, mode="load", sweep=None), models, retain_records=False)
-        return partial(run_load_sweep, target=inner)
-    if config.mode in SWEEP_MODES:   # each point a few `run` and `load` configs through the target that runs them
-        from backend.sweeps.steps import run_step_sweep
-        inner = target_for(replace(config, mode="batch", sweep=None, repeats=1), models, retain_records=True)
-        return partial(run_step_sweep, target=inner)
+class TargetKind(Enum):
+    """What executes one `run` or `load`."""
+
+    LOCAL = "local"                                       # the engine in this process
+    SIMULATED = "simulated"                               # the scheduler, each step priced by a cost model
+    REMOTE = "remote"                                     # an OpenAI-compatible server
+    DISAGGREGATED = "disaggregated"                       # prefill and decode engine processes
+    SIMULATED_DISAGGREGATED = "simulated disaggregated"   # prefill and decode devices with a KV link
+
+
+def target_kind(config: RunConfig) -> TargetKind:
+    """Which target runs one `run` or `load`. The disaggregated policy takes a load run that names no
+    server (a batch or a server's run under it is refused by the target that gets it); then
+    --simulate, then --endpoint; the local engine otherwise."""
+    if config.engine.policy == "disaggregated" and config.endpoint is None and config.mode == RunKind.LOAD:
+        return TargetKind.SIMULATED_DISAGGREGATED if config.simulate else TargetKind.DISAGGREGATED
     if config.simulate:
-        from backend.sim.target import run_simulated
-        return partial(run_simulated, retain_records=retain_records)
+        return TargetKind.SIMULATED
     if config.endpoint is not None:
-        from backend.targets.remote.target import run_remote
-        return run_remote
-    if config.mode in LOCAL_MODES:
-        from backend.targets.local import run_local
-        return partial(run_local, retain_records=retain_records, models=models)
-    raise InputError(f"unknown run mode {config.mode!r}: use batch, load, sweep-batch, sweep-prompt, sweep-precision, "
-                     f"sweep-rate, sweep-concurrency or sweep-pd-ratio")
+        return TargetKind.REMOTE
+    return TargetKind.LOCAL
+
+
+# each target with what it is given besides (config, emit, should_stop): the loaded models, and
+# whether it keeps the step records in memory (else they go to the emit and the folder only)
+TARGETS: dict[TargetKind, Callable[[ModelCache, bool], Target]] = {
+    TargetKind.LOCAL: lambda models, retain: partial(run_local, retain_records=retain, models=models),
+    TargetKind.SIMULATED: lambda models, retain: partial(run_simulated, retain_records=retain),
+    TargetKind.REMOTE: lambda models, retain: run_remote,
+    TargetKind.DISAGGREGATED: lambda models, retain: partial(run_disaggregated, retain_records=retain),
+    TargetKind.SIMULATED_DISAGGREGATED: lambda models, retain: partial(run_simulated_disaggregated,
+                                                                       retain_records=retain),
+}
+
+
+def one_run(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
+    """`run` and `load`: the target of the table."""
+    return TARGETS[target_kind(config)](models, retain_records)
+
+
+def step_sweep(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
+    """A batch-size, prompt-length or precision sweep: each point a few `run`s through their target."""
+    inner = one_run(replace(config, mode=RunKind.BATCH, sweep=None, repeats=1), models, retain_records=True)
+    return partial(run_step_sweep, target=inner)
+
+
+def load_sweep(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
+    """A rate or concurrency sweep: each point a `load` through the target that runs it."""
+    inner = one_run(replace(config, mode=RunKind.LOAD, sweep=None), models, retain_records=False)
+    return partial(run_load_sweep, target=inner)
+
+
+def pd_ratio_sweep(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
+    """A prefill:decode split sweep: each split a `load` under the simulated disaggregated policy."""
+    inner = one_run(replace(config, mode=RunKind.LOAD, sweep=None, simulate=True,
+                            engine=replace(config.engine, policy="disaggregated")), models, retain_records=False)
+    return partial(run_pd_ratio_sweep, target=inner)
+
+
+Runner = Callable[[RunConfig, ModelCache, bool], Target]
+# each kind of run with what builds its target from (config, models, retain_records)
+RUNNERS: dict[RunKind, Runner] = {
+    RunKind.BATCH: one_run,
+    RunKind.LOAD: one_run,
+    RunKind.SWEEP_BATCH: step_sweep,
+    RunKind.SWEEP_PROMPT: step_sweep,
+    RunKind.SWEEP_PRECISION: step_sweep,
+    RunKind.SWEEP_RATE: load_sweep,
+    RunKind.SWEEP_CONCURRENCY: load_sweep,
+    RunKind.SWEEP_PD_RATIO: pd_ratio_sweep,
+}
+
+
+def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
+    """The target that runs this config; InputError for an unknown kind or a kind without its settings."""
+    config.check_kind()
+    return RUNNERS[RunKind.parse(config.mode)](config, models, retain_records)

@@ -15,7 +15,7 @@ from backend.events import EngineStatus, ModelLoaded, Progress, RepeatStarted
 from backend.shape import ModelShape
 from backend.models.shapes import SHAPES
 from backend.roofline.profiles import LOCAL_KEY
-from backend.config import config_dict
+from backend.config import LOAD_SWEEPS, RunKind, SweepKind, config_dict
 
 from gui.actions.compare import CompareActions
 from gui.actions.compare_cache import CompareCacheActions
@@ -325,18 +325,18 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         sweep = (self.store.sweep_points, self.store.sweep_context) if same_model else ([], None)
         precision = (self.store.precision_points, self.store.precision_summary) if same_model else ([], None)
         self.store.reset()
-        if config.mode not in ("sweep-batch", "sweep-prompt"):   # each sweep keeps the other's tab
+        if config.mode not in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT):   # each sweep keeps the other's tab
             self.store.sweep_points, self.store.sweep_context = sweep
-        if config.mode != "sweep-precision":
+        if config.mode != RunKind.SWEEP_PRECISION:
             self.store.precision_points, self.store.precision_summary = precision
-        if config.mode == "sweep-batch":
-            self.store.sweep_context = config.sweep.context
+        if config.mode == RunKind.SWEEP_BATCH:
+            self.store.sweep_context = config.sweep_spec.context
         self.store.config = config_dict(config)
         self.store.remote = config.endpoint is not None
         self.table.refresh()   # the table forgets the last run's rows now, before anything paints them
         self.select_request(None)
         self.run_notes = []
-        self._show_run_kind(config.mode, "prompt" if config.mode == "sweep-prompt" else None)
+        self._show_run_kind(config.mode, SweepKind.PROMPT if config.mode == RunKind.SWEEP_PROMPT else None)
         self.timeline.set_follow(True)
         self._set_running(True)
         where = f" on {self.controls.remote_url()}" if self.store.remote else ""
@@ -345,24 +345,25 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.worker.clear_stop()
         self.startRun.emit(config)
 
-    def _show_run_kind(self, mode: str, sweep_kind: str | None) -> None:
-        """Titles and messages for the kind of run on screen (a sweep, a remote server's, or a local run)."""
-        kind = sweep_kind or "batch"
+    def _show_run_kind(self, mode: RunKind | None, sweep_kind: SweepKind | None) -> None:
+        """Titles and messages for the kind of run on screen (a sweep, a remote server's, or a local run;
+        None: a folder that records no kind this version knows)."""
+        kind = sweep_kind or SweepKind.BATCH
         self.throughput.set_kind(kind)
         self.throughput.set_inputs(context=self._prediction_context())
-        self._throughput_title = "Throughput vs " + ("prompt length" if kind == "prompt" else "batch size")
-        if mode == "sweep-precision":
+        self._throughput_title = "Throughput vs " + ("prompt length" if kind == SweepKind.PROMPT else "batch size")
+        if mode == RunKind.SWEEP_PRECISION:
             self.roofline_tabs.setCurrentWidget(self.precision.parentWidget())
-        elif mode in ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio"):
+        elif mode in LOAD_SWEEPS:
             self.roofline_tabs.setCurrentWidget(self.load_sweep.parentWidget())
-        elif mode.startswith("sweep") or (not self.store.precision_points
+        elif (mode is not None and mode.sweep_kind is not None) or (not self.store.precision_points
                                           and self.roofline_tabs.currentWidget() is not self.distributions):
             # (a run's latency distributions stay in front when they are: a load run has them too)
             self.roofline_tabs.setCurrentWidget(self.throughput.parentWidget())
         self._show_dock_title()
-        one_bar_a_point = mode in ("sweep-batch", "sweep-prompt")   # a precision sweep shows every timed step
+        one_bar_a_point = mode in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT)   # a precision sweep: every timed step
         message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else \
-            LOAD_SWEEP_MESSAGE if mode in ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio") else ""
+            LOAD_SWEEP_MESSAGE if mode in LOAD_SWEEPS else ""
         self.timeline.set_empty_message(message)
         self.lanes.set_remote(self.store.remote)
 
@@ -427,10 +428,10 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
             self.store.reset()
             for name, value in kept.items():
                 setattr(self.store, name, value)
-            mode = self.store.config.get("mode")
-            if mode in ("sweep-batch", "sweep-prompt"):
+            mode = RunKind.recorded(self.store.config.get("mode"))
+            if mode in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT):
                 self.store.sweep_points = []   # a sweep's points are measured again
-            elif mode == "sweep-precision":
+            elif mode == RunKind.SWEEP_PRECISION:
                 self.store.precision_points, self.store.precision_summary = [], None
             self.table.refresh()
             self.select_request(None)
@@ -559,7 +560,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
 
     def _prediction_context(self) -> int:
         """The context of the batch sweep on the plot (its points were measured there), else the form's."""
-        if self.store.sweep_context and any(p.kind == "batch" for p in self.store.sweep_points):
+        if self.store.sweep_context and any(p.kind == SweepKind.BATCH for p in self.store.sweep_points):
             return self.store.sweep_context
         return self.controls.form.prediction_context()
 
@@ -610,7 +611,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
                                info.get("dtype", "?"))
 
     def _is_precision_sweep(self) -> bool:
-        return self.store.config.get("mode") == "sweep-precision"
+        return RunKind.recorded(self.store.config.get("mode")) is RunKind.SWEEP_PRECISION
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         """Stop a run at its next step (its records kept), join the worker thread, end the engine

@@ -36,6 +36,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
+from backend.config import RunKind  # noqa: E402
 from backend.roofline.calibrate import calibrate, write_profile  # noqa: E402
 from backend.roofline.profiles import LOCAL_KEY  # noqa: E402
 
@@ -103,15 +104,15 @@ def open_window(model: str = "smollm2-135m", height: int = 900):
 
 
 def set_batch_sweep(form, batches: str, steps: str) -> None:
-    form.set_kind("sweep-batch")
-    form.fields["sweep-batch"]["batches"].setText(batches)
-    form.fields["sweep-batch"]["context"].setText("256")
-    form.fields["sweep-batch"]["steps"].setText(steps)
+    form.set_kind(RunKind.SWEEP_BATCH)
+    form.fields[RunKind.SWEEP_BATCH]["batches"].setText(batches)
+    form.fields[RunKind.SWEEP_BATCH]["context"].setText("256")
+    form.fields[RunKind.SWEEP_BATCH]["steps"].setText(steps)
 
 
 def set_chat_load(form, policy: str, requests: str = "10") -> None:
     """The chat workload preset, 10 requests at 3 a second, at most 4 at once."""
-    form.set_kind("load")
+    form.set_kind(RunKind.LOAD)
     form.preset_combo.setCurrentText("poisson-chat")
     form.fields["load"]["requests"].setText(requests)
     form.fields["load"]["rate"].setText("3")
@@ -142,8 +143,8 @@ def shoot_precision(path: str, dtypes: str = "float32,bfloat16,q8_0,q4_1", promp
                     output_len: str = "16") -> int:
     """The window after a small precision sweep of the bundled model, its precision tab in front."""
     app, window, form = open_window()
-    form.set_kind("sweep-precision")
-    f = form.fields["sweep-precision"]
+    form.set_kind(RunKind.SWEEP_PRECISION)
+    f = form.fields[RunKind.SWEEP_PRECISION]
     for key, text in (("dtypes", dtypes), ("prompt_len", prompt_len), ("output_len", output_len), ("steps", "2")):
         f[key].setText(text)
     run_and_wait(app, window)
@@ -153,8 +154,8 @@ def shoot_precision(path: str, dtypes: str = "float32,bfloat16,q8_0,q4_1", promp
 def shoot_sizes(prefix: str) -> int:
     """A short precision sweep (its long "Finished: precision sweep, ..." line), then the window at two sizes."""
     app, window, form = open_window()
-    form.set_kind("sweep-precision")
-    f = form.fields["sweep-precision"]
+    form.set_kind(RunKind.SWEEP_PRECISION)
+    f = form.fields[RunKind.SWEEP_PRECISION]
     for key, text in (("dtypes", "float32,q8_0,q4_1"), ("prompt_len", "64"), ("output_len", "8"), ("steps", "2")):
         f[key].setText(text)
     run_and_wait(app, window)
@@ -220,7 +221,7 @@ def shoot_load_sweeps(path: str) -> int:
     app, window, form = open_window()
     # the Load sweep tab taller than the default bottom dock, so its points and labels can be read
     window.resizeDocks([window.throughput_dock], [400], QtCore.Qt.Orientation.Vertical)
-    form.set_kind("sweep-rate")
+    form.set_kind(RunKind.SWEEP_RATE)
     form.fields["load-sweep"]["rates"].setText("1,2,4,8")
     f = form.fields["load"]
     for key, value in (("requests", "12"), ("prompt_len", "32:128"), ("output_len", "16:48"), ("max_batch", "8"),
@@ -234,7 +235,7 @@ def shoot_load_sweeps(path: str) -> int:
     controls = window.controls
     controls.select_model("llama-8b")
     controls.select_profile("h100-sxm")
-    form.set_kind("sweep-pd-ratio")   # ticks Simulate
+    form.set_kind(RunKind.SWEEP_PD_RATIO)   # ticks Simulate
     form.fields["load-sweep"]["total_devices"].setText("4")
     for key, value in (("requests", "200"), ("rate", "8"), ("prompt_len", "1024:3072"), ("output_len", "128:384"),
                        ("max_batch", "64"), ("slo_ttft_ms", "1000"), ("slo_tpot_ms", "40")):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from backend.config import RunKind
 from backend.errors import InputError
 from backend.results.compare import TESTS, Cell, Row, Side, compare, compare_csv, plots_of, side_of
 from backend.results.plots import RenderPlots
@@ -45,10 +46,10 @@ def run_label(info: dict, config: dict) -> str:
     mode = str(config.get("mode", ""))
     if info.get("target") == "remote":
         what = f"remote {info.get('endpoint', '')}".strip()
-    elif mode == "load":
+    elif mode == RunKind.LOAD:
         what = (config.get("engine") or {}).get("policy", "")
     else:
-        what = {"batch": "run (static)"}.get(mode, mode)
+        what = {RunKind.BATCH: "run (static)"}.get(mode, mode)
     created = str(info.get("created", ""))
     date = created[:16].replace("T", " ")
     parts = [info.get("model"), info.get("device") if info.get("target") != "remote" else None,

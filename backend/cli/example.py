@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
+from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind
 
 PROMPT_LEN, OUTPUT_LEN = 2000, 300
 SEED_ROW = ("seed's worked example (8B, datacenter GPU, by hand)", 200.0, 20.0, 6200.0, 0.97)
@@ -26,7 +26,8 @@ def add_example_parser(sub) -> None:
 
 
 def example_config(model: str, simulate: bool, profile: str | None, threads: int | None) -> RunConfig:
-    return RunConfig(mode="batch", model=ModelChoice(model), batch=BatchRun(prompt_len=PROMPT_LEN, output_len=OUTPUT_LEN),
+    return RunConfig(mode=RunKind.BATCH, model=ModelChoice(model), batch=BatchRun(prompt_len=PROMPT_LEN,
+                                                                                 output_len=OUTPUT_LEN),
                      engine=EngineConfig(policy="static", max_batch=1), profile=profile, simulate=simulate,
                      threads=threads)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from backend.errors import InputError
-from backend.config import ROUTERS, Deployment, ModelChoice, RunConfig, SamplingConfig
+from backend.config import ROUTERS, Deployment, ModelChoice, RunConfig, RunKind, SamplingConfig
 from backend.kernels.matmath import MIN_ROWS, MODES
 
 
@@ -97,7 +97,7 @@ def deployment_of(args) -> Deployment:
                       decode_tp=getattr(args, "decode_tp", None))
 
 
-def common_config(args, mode: str) -> RunConfig:
+def common_config(args, mode: RunKind) -> RunConfig:
     deployment = deployment_of(args)
     if deployment != Deployment() and not getattr(args, "simulate", False):
         raise InputError("--tp, --pp, --dp, --ep, --router, --link, --kv-dtype, --prefill-tp and --decode-tp describe "

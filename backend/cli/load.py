@@ -1,7 +1,7 @@
 """`load`: a workload of requests through the scheduler, with flags overriding the workload file."""
 from __future__ import annotations
 
-from backend.config import EngineConfig, RunConfig
+from backend.config import EngineConfig, RunConfig, RunKind
 from backend.engine.scheduler import POLICIES
 
 
@@ -56,7 +56,7 @@ def load_config(args) -> RunConfig:
         value = getattr(args, flag)
         if value is not None:
             overrides[field] = value
-    config = common_config(args, "load")
+    config = common_config(args, RunKind.LOAD)
     config.workload = apply_overrides(spec, **overrides)
     config.engine = EngineConfig(policy=args.policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens,
                                  kv_tokens=args.kv_tokens)

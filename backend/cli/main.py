@@ -15,7 +15,7 @@ from typing import Callable
 
 from backend.cli import report
 from backend.cli.flags import Parser, common_config, model_flags, positive_int, simulate_flag
-from backend.config import BatchRun, EngineConfig, RunConfig
+from backend.config import BatchRun, EngineConfig, RunConfig, RunKind
 from backend.errors import InputError, RunError
 from backend.results.plots import RenderPlots
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
 
 
 def run_config(args) -> RunConfig:
-    config = common_config(args, "batch")
+    config = common_config(args, RunKind.BATCH)
     config.batch = BatchRun(prompt=args.prompt, chat=args.chat, prompt_len=args.prompt_len,
                             output_len=args.output_len, batch=args.batch)
     config.engine = EngineConfig(policy="static", max_batch=args.batch)
@@ -137,7 +137,7 @@ def run_headless(config: RunConfig) -> int:
     from backend.session import execute
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    progress = report.LiveProgress(enabled=config.mode == "load")
+    progress = report.LiveProgress(enabled=config.mode == RunKind.LOAD)
     sweep = None
     if config.sweep is not None:
         from backend.cli.tools import SweepPrinter

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import sys
 
+from backend.config import SweepKind
+
 
 def add_pd_ratio_parser(kinds, model_flags) -> None:
     from backend.cli.load import load_flags
-    d = kinds.add_parser("pd-ratio", help="simulated: every prefill:decode split of N devices under the disaggregated "
-                         "policy: goodput under the SLOs, throughput per device, TTFT and ITL; the best split marked")
+    d = kinds.add_parser(SweepKind.PD_RATIO, help="simulated: every prefill:decode split of N devices under the "
+                         "disaggregated policy: goodput under the SLOs, throughput per device, TTFT and ITL; the best split marked")
     load_flags(d, model_flags)
     d.add_argument("--total-devices", type=int, default=8, help="devices to split between prefill and decode")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import sys
 
+from backend.config import RunKind
 from backend.results.repeats import INDEX, TABLE
 from backend.records import RepeatsSummary
 
@@ -25,18 +26,18 @@ def shown_metrics(summary: RepeatsSummary, is_sweep: bool) -> list[tuple[str, st
     return [(k, label) for k, label in SHOWN if k in summary.metrics and summary.metrics[k].n > 0]
 
 
-def print_repeats(summary: RepeatsSummary, mode: str, out_dir: str | None, out=None) -> None:
+def print_repeats(summary: RepeatsSummary, mode: RunKind, out_dir: str | None, out=None) -> None:
     from backend.cli.compare import number
     from backend.cli.report import print_table
     out = out or sys.stdout
     print("", file=out)
     # the cache keeps one model: a precision sweep loads each precision again in every repeat
-    loads = "each precision loaded again per repeat" if mode == "sweep-precision" else "the model loaded once"
+    loads = "each precision loaded again per repeat" if mode == RunKind.SWEEP_PRECISION else "the model loaded once"
     print(f"repeats  {summary.num_done} of {summary.requested}, back to back, {loads}; "
           f"95% interval by Student's t (n - 1 degrees of freedom)" +
           (f"; {summary.note}" if summary.note else ""), file=out)
     rows = [("metric", "mean", "± 95% CI", "CV", "n")]
-    for key, label in shown_metrics(summary, mode.startswith("sweep")):
+    for key, label in shown_metrics(summary, mode.sweep_kind is not None):
         iv = summary.metrics[key]
         def text(v, fmt=number):
             return "-" if v is None or math.isnan(v) else fmt(v)

@@ -7,6 +7,7 @@ from collections import Counter
 import time
 from types import SimpleNamespace
 
+from backend.config import RunKind
 from backend.events import (
     LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, Progress, RequestsArrived, RunFinished, SweepPoint)
 from backend.precision import from_info
@@ -123,7 +124,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
     if data is None:
         return
     info, s = data.info, finished.summary
-    if config.mode == "batch" and config.batch.prompt is not None and data.requests:
+    if config.mode == RunKind.BATCH and config.batch.prompt is not None and data.requests:
         print("--- generated text (request 0) ---", file=out)
         print(data.requests[0].text.strip(), file=out)
         print("----------------------------------", file=out)
@@ -166,7 +167,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
     if info.get("layout"):
         from backend.cli.disaggregated_report import print_layout
         print_layout(info["layout"], s, out)
-    if config.mode == "batch":
+    if config.mode == RunKind.BATCH:
         _print_batch_summary(config, data, s, out)
     else:
         _print_load_summary(s, out)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from backend.config import RunConfig
+from backend.config import RunConfig, SweepKind
 
 
 def add_tool_parsers(sub, model_flags) -> None:
@@ -26,18 +26,18 @@ def add_tool_parsers(sub, model_flags) -> None:
 
     sweep = sub.add_parser("sweep", help="batch-size or prompt-length sweep against the roofline")
     kinds = sweep.add_subparsers(dest="kind", required=True)
-    b = kinds.add_parser("batch", help="decode step time and tokens/s by batch size at a fixed context")
+    b = kinds.add_parser(SweepKind.BATCH, help="decode step time and tokens/s by batch size at a fixed context")
     model_flags(b)
     simulate_flag(b)
     b.add_argument("--batches", default="1,2,4,8,16,32,64")
     b.add_argument("--context", type=int, default=512, help="tokens each request attends to")
     b.add_argument("--steps", type=int, default=8, help="timed steps per batch size (median reported)")
-    p = kinds.add_parser("prompt", help="TTFT and prefill tokens/s by prompt length")
+    p = kinds.add_parser(SweepKind.PROMPT, help="TTFT and prefill tokens/s by prompt length")
     model_flags(p)
     simulate_flag(p)
     p.add_argument("--lengths", default="32,64,128,256,512,1024,2048")
     p.add_argument("--steps", type=int, default=3, help="timed prefills per length (median reported)")
-    q = kinds.add_parser("precision", help="TTFT and TPOT of the same model at each weight precision")
+    q = kinds.add_parser(SweepKind.PRECISION, help="TTFT and TPOT of the same model at each weight precision")
     model_flags(q)
     simulate_flag(q)
     q.add_argument("--dtypes", default="float32,bfloat16,q8_0,q4_1",
@@ -48,11 +48,11 @@ def add_tool_parsers(sub, model_flags) -> None:
     q.add_argument("--batch", type=int, default=1, help="requests prefilled and decoded together")
     q.add_argument("--steps", type=int, default=3, help="timed prefills per precision (median reported as TTFT)")
     from backend.cli.load import load_flags
-    r = kinds.add_parser("rate", help="the same workload at each arrival rate: throughput per device against per "
+    r = kinds.add_parser(SweepKind.RATE, help="the same workload at each arrival rate: throughput per device against per "
                          "user, the Pareto front and the goodput under the SLOs (real, simulated or remote)")
     load_flags(r, model_flags)
     r.add_argument("--rates", default="1,2,4,8", help="comma-separated arrivals per second (Poisson unless --arrival gamma)")
-    c = kinds.add_parser("concurrency", help="the same workload at each number of closed-loop users: as `sweep rate`")
+    c = kinds.add_parser(SweepKind.CONCURRENCY, help="the same workload at each number of closed-loop users: as `sweep rate`")
     load_flags(c, model_flags)
     c.add_argument("--concurrencies", default="1,2,4,8,16", help="comma-separated numbers of users")
     from backend.cli.pd_ratio import add_pd_ratio_parser
@@ -125,36 +125,37 @@ def sweep_config(args) -> RunConfig:
     from backend.sweeps.parse import parse_rates
     from backend.config import SweepSpec
     from backend.errors import InputError
-    if args.kind in ("rate", "concurrency", "pd-ratio"):
+    kind = SweepKind(args.kind)
+    if kind in (SweepKind.RATE, SweepKind.CONCURRENCY, SweepKind.PD_RATIO):
         from backend.cli.load import load_config
         config = load_config(args)
-        config.mode = f"sweep-{args.kind}"
-        if args.kind == "pd-ratio":
+        config.mode = kind.run_kind
+        if kind is SweepKind.PD_RATIO:
             if config.endpoint is not None:
                 raise InputError("sweep pd-ratio is simulated: it cannot be combined with --endpoint")
             config.simulate = True
-            config.sweep = SweepSpec("pd-ratio", total_devices=args.total_devices)
+            config.sweep = SweepSpec(kind, total_devices=args.total_devices)
         else:
-            config.sweep = (SweepSpec("rate", rates=parse_rates(args.rates)) if args.kind == "rate" else
-                            SweepSpec("concurrency", concurrencies=parse_sizes(args.concurrencies, "--concurrencies")))
+            config.sweep = (SweepSpec(kind, rates=parse_rates(args.rates)) if kind is SweepKind.RATE else
+                            SweepSpec(kind, concurrencies=parse_sizes(args.concurrencies, "--concurrencies")))
         return config
-    config = common_config(args, f"sweep-{args.kind}")
+    config = common_config(args, kind.run_kind)
     if args.steps <= 0:
         raise InputError(f"--steps must be positive, got {args.steps}")
-    if args.kind == "precision":
+    if kind is SweepKind.PRECISION:
         from backend.sweeps.parse import parse_dtypes
         for flag, value in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len), ("--batch", args.batch)):
             if value <= 0:
                 raise InputError(f"{flag} must be positive, got {value}")
-        config.sweep = SweepSpec("precision", steps=args.steps, dtypes=parse_dtypes(args.dtypes),
+        config.sweep = SweepSpec(kind, steps=args.steps, dtypes=parse_dtypes(args.dtypes),
                                  prompt_len=args.prompt_len, output_len=args.output_len, batch=args.batch)
-    elif args.kind == "batch":
+    elif kind is SweepKind.BATCH:
         if args.context <= 0:
             raise InputError(f"--context must be positive, got {args.context}")
-        config.sweep = SweepSpec("batch", batches=parse_sizes(args.batches, "--batches"), context=args.context,
+        config.sweep = SweepSpec(kind, batches=parse_sizes(args.batches, "--batches"), context=args.context,
                                  steps=args.steps)
     else:
-        config.sweep = SweepSpec("prompt", lengths=parse_sizes(args.lengths, "--lengths"), steps=args.steps)
+        config.sweep = SweepSpec(kind, lengths=parse_sizes(args.lengths, "--lengths"), steps=args.steps)
     return config
 
 
@@ -201,42 +202,42 @@ def _experts_line(info: dict, points: list) -> str | None:
 class SweepPrinter:
     """Prints each sweep point as it is measured, then the crossover summary."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: SweepKind):
         self.kind = kind
         self.points: list = []
-        if kind == "pd-ratio":   # a table at the end, with the best split marked
+        if kind is SweepKind.PD_RATIO:   # a table at the end, with the best split marked
             self.printed = True
             return
-        if kind in ("rate", "concurrency"):
-            self.header = (f"{'rate/s' if kind == 'rate' else 'users':>7} {'done':>5} {'tok/s/device':>13} "
+        if kind in (SweepKind.RATE, SweepKind.CONCURRENCY):
+            self.header = (f"{'rate/s' if kind is SweepKind.RATE else 'users':>7} {'done':>5} {'tok/s/device':>13} "
                            f"{'tok/s/user':>11} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9} "
                            f"{'goodput':>8}")
             self.printed = False
             return
-        if kind == "precision":
+        if kind is SweepKind.PRECISION:
             self.header = (f"{'dtype':>9} {'weights':>9} {'bits':>5} {'TTFT ms':>9} {'TPOT ms':>9} {'prefill tok/s':>14} "
                            f"{'decode tok/s':>13} {'pred TTFT':>10} {'pred TPOT':>10}")
             self.printed = False
             return
         # weights: what a step read (measured; an MoE's grow with the batch) and the roofline's count
-        self.header = f"{'batch' if kind == 'batch' else 'prompt':>7} {'step ms':>10} {'tokens/s':>11} {'MFU':>7} " \
+        self.header = f"{'batch' if kind is SweepKind.BATCH else 'prompt':>7} {'step ms':>10} {'tokens/s':>11} {'MFU':>7} " \
                       f"{'MBU':>7} {'pred ms':>10} {'local ms':>10} {'weights':>9} {'pred':>9}  bound"
         self.printed = False
 
     def on_point(self, p) -> None:
         self.points.append(p)
-        if self.kind == "pd-ratio":
+        if self.kind is SweepKind.PD_RATIO:
             return
         if not self.printed:
             print(self.header)
             self.printed = True
-        if self.kind in ("rate", "concurrency"):
+        if self.kind in (SweepKind.RATE, SweepKind.CONCURRENCY):
             print(f"{p.x:>7g} {p.num_finished:>5} {p.tokens_per_s_per_device:>13,.1f} {p.tokens_per_s_per_user:>11,.1f} "
                   f"{p.ttft_p50_ms:>9,.1f} {p.ttft_p99_ms:>9,.1f} {p.tpot_p50_ms:>9,.2f} {p.tpot_p99_ms:>9,.2f} "
                   f"{_fmt(None if p.goodput_requests_per_s != p.goodput_requests_per_s else p.goodput_requests_per_s, '>8.2f')}",
                   flush=True)
             return
-        if self.kind == "precision":
+        if self.kind is SweepKind.PRECISION:
             print(f"{p.dtype:>9} {p.weight_bytes / 1e6:>7,.0f}MB {p.weight_bits:>5.2f} {p.ttft_ms:>9.1f} {p.tpot_ms:>9.2f} "
                   f"{p.prefill_tokens_per_s:>14,.0f} {p.decode_tokens_per_s:>13,.1f} "
                   f"{_fmt(p.predicted_ttft_ms, '>10.1f')} {_fmt(p.predicted_tpot_ms, '>10.2f')}", flush=True)
@@ -253,7 +254,7 @@ class SweepPrinter:
 
     def finish(self, finished, config) -> None:
         s, info = finished.summary, finished.data.info
-        if self.kind == "pd-ratio":
+        if self.kind is SweepKind.PD_RATIO:
             from backend.cli.pd_ratio import print_points
             best = s.get("best_split")
             for p in self.points:   # the points as emitted: mark the best the sweep chose
@@ -264,7 +265,7 @@ class SweepPrinter:
             if config.out_dir:
                 print(f"written to {config.out_dir}/sweep.csv (and run.json), each split's records in its own folder")
             return
-        if self.kind in ("rate", "concurrency"):
+        if self.kind in (SweepKind.RATE, SweepKind.CONCURRENCY):
             _finish_load_summary(s, info, config)
             return
         print(f"\nmodel {info.get('model')} on {info.get('device_name')} ({info.get('dtype')}); "

@@ -14,9 +14,12 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from backend.config import RunKind
 from backend.errors import InputError, one_line
+from backend.loaders.cache import ModelCache
 from backend.planner.candidates import Candidate, kv_tokens_that_fit
 from backend.results.cost import phase_ms
+from backend.session import target_for
 from backend.workload.spec import LengthDist, WorkloadSpec
 
 NAN = math.nan
@@ -158,7 +161,7 @@ def run_config(candidate: Candidate, problem: Problem):
     deployment = Deployment(tp=candidate.tp, pp=candidate.pp, dp=candidate.dp, ep=candidate.ep, router="least-loaded",
                             kv_dtype=candidate.kv_dtype, prefill_tp=candidate.tp if disaggregated else None,
                             decode_tp=candidate.pool_tps[1] if disaggregated else None)
-    return RunConfig(mode="load", simulate=True, profile=candidate.gpu,
+    return RunConfig(mode=RunKind.LOAD, simulate=True, profile=candidate.gpu,
                      model=ModelChoice(name=problem.model, dtype=candidate.precision), workload=spec, engine=engine,
                      deployment=deployment, slo_ttft_ms=problem.slo_ttft_ms, slo_tpot_ms=problem.slo_tpot_ms)
 
@@ -168,12 +171,9 @@ def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
     start = time.perf_counter()
     out = Outcome(candidate)
     try:
-        config = run_config(candidate, problem)
-        if candidate.policy == "disaggregated":
-            from backend.sim.disaggregated import run_simulated_disaggregated as target
-        else:
-            from backend.sim.target import run_simulated as target
-        finished = target(config, emit=lambda e: None, should_stop=lambda: False, retain_records=False)
+        config = run_config(candidate, problem)   # a simulated load run, disaggregated or not: session's table
+        target = target_for(config, ModelCache(), retain_records=False)
+        finished = target(config, lambda e: None, lambda: False)
     except InputError as exc:
         out.error = str(exc)
         out.wall_s = time.perf_counter() - start

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backend.config import SweepKind
 from backend.results.figures import METRICS, Metric, RunFigures, point_metrics
 from backend.results.plots import Plot, Series, cdf_series
 from backend.results.stats import bootstrap_difference, interval_of
@@ -155,7 +156,7 @@ def plots_of(sides: list[Side], short: list[str]) -> list[Plot]:
         if series:
             plots.append(Plot(f"{name}_cdf", f"{label} distribution", f"{label} (ms)", "share of requests"
                               if name != "itl" else "share of gaps", series, log_x=True, steps=True))
-    for kind, x_label in [("batch", "batch size"), ("prompt", "prompt length (tokens)")]:
+    for kind, x_label in [(SweepKind.BATCH, "batch size"), (SweepKind.PROMPT, "prompt length (tokens)")]:
         series = [Series(tag, [float(p.x) for p in pts], [p.tokens_per_s for p in pts])
                   for tag, s in zip(short, sides)
                   if (pts := [p for p in s.points if getattr(p, "kind", None) == kind])]

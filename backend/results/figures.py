@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backend.config import RunKind, SweepKind
 from backend.events import PrecisionPoint, SweepPoint
 from backend.results.stats import statistic_of
 from backend.results.summary import _meets, inter_token_latencies
@@ -47,7 +48,7 @@ def point_metrics(points: list) -> list[tuple[tuple, Metric]]:
     out = []
     for p in points:
         if isinstance(p, SweepPoint):
-            what = "batch" if p.kind == "batch" else "prompt"
+            what = "batch" if p.kind == SweepKind.BATCH else "prompt"
             out.append(((0, p.kind, p.x, 0), Metric(f"{p.kind}_{p.x}_step_ms", f"{what} {p.x}: step (ms)")))
             out.append(((0, p.kind, p.x, 1), Metric(f"{p.kind}_{p.x}_tokens_per_s", f"{what} {p.x}: tokens/s")))
         elif isinstance(p, PrecisionPoint):
@@ -61,7 +62,7 @@ def point_metrics(points: list) -> list[tuple[tuple, Metric]]:
 class RunFigures:
     """One run (or one repeat) as the comparison sees it."""
 
-    kind: str                                   # batch | load | remote | sweep-batch | sweep-prompt | sweep-precision
+    kind: str                                   # a RunKind's word, remote, or sweep (points of no recorded kind)
     values: dict[str, float] = field(default_factory=dict)
     samples: dict[str, np.ndarray] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)   # metric key -> why this run cannot have it
@@ -72,9 +73,10 @@ def run_kind(run: RunData, points: list) -> str:
     if run.info.get("target") == "remote" or run.info.get("endpoint"):
         return "remote"
     mode = str(run.config.get("mode", ""))
-    if points or mode.startswith("sweep"):
-        return mode if mode.startswith("sweep") else "sweep"
-    return mode or "load"
+    kind = RunKind.recorded(mode)
+    if kind is not None and kind.sweep_kind is not None:
+        return kind
+    return "sweep" if points else mode or RunKind.LOAD
 
 
 def figures_of(run: RunData, points: list) -> RunFigures:

@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from backend.config import Deployment, RunConfig
+from backend.config import Deployment, RunConfig, RunKind
 from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.roofline.profiles import find_profile
@@ -46,10 +46,10 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         raise InputError("--simulate needs --profile NAME (see `profiles`), the device whose steps are priced")
     if config.endpoint is not None:
         raise InputError("--simulate prices a local engine's steps; it cannot be combined with --endpoint")
-    if config.mode not in ("batch", "load"):
+    if config.mode not in (RunKind.BATCH, RunKind.LOAD):
         raise InputError(f"--simulate runs `run` and `load`, not {config.mode}")
     validate(config)
-    if config.mode == "batch" and config.batch.prompt is not None:
+    if config.mode == RunKind.BATCH and config.batch.prompt is not None:
         raise InputError("--simulate needs synthetic prompts (--prompt-len N), not --prompt text: it has no tokenizer")
     profile = find_profile(config.profile)
     shape = resolve_model(config.model.name)
@@ -61,7 +61,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
     layout = Layout.of(deployment, profile)
     with RunRecorder(config, emit, retain_records) as recorder:
         emit = recorder.emit
-        if config.mode == "batch":
+        if config.mode == RunKind.BATCH:
             b = config.batch
             if b.prompt_len + b.output_len > shape.max_position:
                 raise InputError(f"prompt of {b.prompt_len} tokens + {b.output_len} output tokens exceeds "
@@ -75,7 +75,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
             source = WorkloadSource(spec, tokenize=None, vocab_size=1, max_prompt_len=shape.max_position)
             num_slots, policy = config.engine.max_batch, config.engine.policy
             max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
-        if config.mode == "batch" and deployment.dp > 1:
+        if config.mode == RunKind.BATCH and deployment.dp > 1:
             raise InputError("--dp spreads a workload's requests over replicas: use `load`, not `run`")
         kv_capacity = kv_capacity_of(config, num_slots, max_len)
         check_memory(shape, prec, profile, kv_capacity, layout)

@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from backend.config import RunConfig, config_dict
+from backend.config import RunConfig, RunKind, SweepKind, config_dict
 from backend.errors import InputError
 from backend.events import Emit, LoadPoint, Progress, RunFinished, Target
 from backend.records import RunData, new_run_id
@@ -23,7 +23,7 @@ from backend.results.export import ensure_writable
 from backend.sweeps.points import write_points
 
 
-def point_from_summary(kind: str, x: float, s: dict, num_devices: int = 1) -> LoadPoint:
+def point_from_summary(kind: SweepKind, x: float, s: dict, num_devices: int = 1) -> LoadPoint:
     nan = math.nan
     tpot = s.get("tpot_p50_ms", nan)
     return LoadPoint(kind, x, int(s.get("num_finished", 0)), int(s.get("num_rejected", 0)), s.get("duration_s", nan),
@@ -49,13 +49,13 @@ def mark_front(points: list[LoadPoint]) -> None:
         max(scored, key=lambda p: p.goodput_requests_per_s).best_goodput = True
 
 
-def point_folder(kind: str, x: float) -> str:
-    return f"rate-{x:g}" if kind == "rate" else f"users-{int(x)}"
+def point_folder(kind: SweepKind, x: float) -> str:
+    return f"rate-{x:g}" if kind == SweepKind.RATE else f"users-{int(x)}"
 
 
-def _point_workload(w, kind: str, x: float):
+def _point_workload(w, kind: SweepKind, x: float):
     """The workload of one point: at rate x (a trace: sped up or slowed to a mean rate of x), or x users."""
-    if kind != "rate":
+    if kind != SweepKind.RATE:
         return replace(w, arrival="closed", concurrency=int(x))
     if w.trace is not None:
         return replace(w, trace_speed=w.trace_speed * float(x) / w.rate, rate=float(x))
@@ -64,12 +64,12 @@ def _point_workload(w, kind: str, x: float):
 
 def run_load_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], target: Target) -> RunFinished:
     """Every point of config.sweep (kind rate or concurrency) through `target`, one load run each."""
-    spec = config.sweep
+    spec = config.sweep_spec
     if config.workload is None:
         raise InputError("a load sweep needs a workload (--workload or the workload flags)")
-    values = spec.rates if spec.kind == "rate" else spec.concurrencies
+    values = spec.rates if spec.kind is SweepKind.RATE else spec.concurrencies
     traced = config.workload.trace is not None
-    if traced and (spec.kind != "rate" or not config.workload.rate):
+    if traced and (spec.kind is not SweepKind.RATE or not config.workload.rate):
         raise InputError("a trace replays its own arrivals: sweep it by rate (each rate sets --trace-speed to scale "
                          "the trace's mean rate to it), and only a trace whose requests do not all arrive at once")
     out = ensure_writable(config.out_dir) if config.out_dir else None
@@ -81,7 +81,7 @@ def run_load_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
             break
         emit(Progress(f"sweep {spec.kind}: {x:g}", i / len(values)))
         workload = _point_workload(config.workload, spec.kind, x)
-        one = replace(config, mode="load", sweep=None, workload=workload, repeats=1,
+        one = replace(config, mode=RunKind.LOAD, sweep=None, workload=workload, repeats=1,
                       out_dir=str(out / point_folder(spec.kind, x)) if out is not None else None)
         last = target(one, lambda event: emit(event) if isinstance(event, Progress) else None, should_stop)
         if last.error:

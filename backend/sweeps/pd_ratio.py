@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from backend.config import RunConfig, config_dict
+from backend.config import RunConfig, RunKind, SweepKind, config_dict
 from backend.errors import InputError
 from backend.events import Emit, PDPoint, Progress, RunFinished, Target
 from backend.records import RunData, new_run_id
@@ -34,7 +34,7 @@ def run_pd_ratio_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], 
     """Every split of config.sweep.total_devices through `target` (the simulated disaggregated
     policy), one load run each, the best marked; with an output folder, each split's records in
     OUT/split-PpDd and the points in OUT/sweep.csv (kind pd-ratio)."""
-    total = config.sweep.total_devices
+    total = config.sweep_spec.total_devices
     if isinstance(total, bool) or not isinstance(total, int) or total < 2:
         raise InputError(f"--total-devices must be at least 2 (one prefill and one decode device), got {total!r}")
     if config.workload is None:
@@ -49,7 +49,7 @@ def run_pd_ratio_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], 
             note = "stopped by user"
             break
         engine = replace(config.engine, policy="disaggregated", prefill_workers=p, decode_workers=total - p)
-        one = replace(config, engine=engine, mode="load", sweep=None, simulate=True, repeats=1,
+        one = replace(config, engine=engine, mode=RunKind.LOAD, sweep=None, simulate=True, repeats=1,
                       out_dir=str(out / point_folder(p, total - p)) if out is not None else None)
         emit(Progress(f"simulating {p} prefill + {total - p} decode {config.profile}", (p - 1) / (total - 1)))
         finished = target(one, lambda event: None, should_stop)
@@ -74,7 +74,7 @@ def run_pd_ratio_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], 
     run_id = new_run_id()
     data = RunData(run_id, config_dict(config), info, [], [], [], summary)
     if out is not None:
-        write_points(out, "pd-ratio", points, data)
+        write_points(out, SweepKind.PD_RATIO, points, data)
     return RunFinished(run_id, summary, note == "stopped by user", None, data)
 
 

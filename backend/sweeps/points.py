@@ -16,6 +16,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
+from backend.config import SweepKind
 from backend.errors import InputError
 from backend.events import LoadPoint, PDPoint, PrecisionPoint, SweepPoint
 from backend.records import RunData
@@ -25,28 +26,29 @@ SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "pre
 PRECISION_COLUMNS = [f.name for f in fields(PrecisionPoint)]
 LOAD_COLUMNS = [f.name for f in fields(LoadPoint)]
 PD_COLUMNS = [f.name for f in fields(PDPoint)]
-KINDS = ("batch", "prompt", "precision", "rate", "concurrency", "pd-ratio")
+KINDS = tuple(SweepKind)
+STEP_KINDS = (SweepKind.BATCH, SweepKind.PROMPT)   # a SweepPoint each, the axis value first
 
 
-def columns(kind: str) -> list[str]:
-    if kind in ("batch", "prompt"):
-        return ["batch" if kind == "batch" else "prompt_len", *SWEEP_COLUMNS]
-    if kind == "pd-ratio":
+def columns(kind: SweepKind) -> list[str]:
+    if kind in STEP_KINDS:
+        return ["batch" if kind == SweepKind.BATCH else "prompt_len", *SWEEP_COLUMNS]
+    if kind == SweepKind.PD_RATIO:
         return ["split", *PD_COLUMNS]
-    return PRECISION_COLUMNS if kind == "precision" else LOAD_COLUMNS
+    return PRECISION_COLUMNS if kind == SweepKind.PRECISION else LOAD_COLUMNS
 
 
-def _cells(kind: str, point) -> list:
-    names = columns(kind)[1:] if kind in ("batch", "prompt", "pd-ratio") else columns(kind)
+def _cells(kind: SweepKind, point) -> list:
+    names = columns(kind)[1:] if kind in (*STEP_KINDS, SweepKind.PD_RATIO) else columns(kind)
     values = [getattr(point, c) for c in names]
-    if kind in ("batch", "prompt"):
+    if kind in STEP_KINDS:
         values.insert(0, point.x)
-    elif kind == "pd-ratio":
+    elif kind == SweepKind.PD_RATIO:
         values.insert(0, point.split)
     return ["" if v is None else v for v in values]
 
 
-def points_csv(kind: str, points: list) -> str:
+def points_csv(kind: SweepKind, points: list) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns(kind))
@@ -54,7 +56,7 @@ def points_csv(kind: str, points: list) -> str:
     return buf.getvalue()
 
 
-def write_points(folder, kind: str, points: list, data: RunData, records_from=None) -> None:
+def write_points(folder, kind: SweepKind, points: list, data: RunData, records_from=None) -> None:
     """The run's files, with its kind in run.json and sweep.csv, written all together or not at all."""
     from backend.results.export import write_run
     if kind not in KINDS:
@@ -63,17 +65,17 @@ def write_points(folder, kind: str, points: list, data: RunData, records_from=No
     write_run(folder, data, records_from, extra={"sweep.csv": points_csv(kind, points)})
 
 
-def sweep_kind(folder) -> str | None:
+def sweep_kind(folder) -> SweepKind | None:
     """The kind of sweep a run folder holds (from its run.json), None for a folder of another run."""
     try:
         info = json.loads((Path(folder) / "run.json").read_text(encoding="utf-8")).get("info", {})
     except (OSError, ValueError, AttributeError):
         return None
     kind = info.get("sweep_kind") if isinstance(info, dict) else None
-    return kind if kind in KINDS else None
+    return SweepKind(kind) if kind in KINDS else None
 
 
-def read_points(folder) -> tuple[str | None, list]:
+def read_points(folder) -> tuple[SweepKind | None, list]:
     """(the sweep's kind, its points) of a run folder; (None, []) when it holds no sweep."""
     kind = sweep_kind(folder)
     path = Path(folder) / "sweep.csv"
@@ -85,21 +87,22 @@ def read_points(folder) -> tuple[str | None, list]:
     try:
         with open(path, encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
-        if kind in ("batch", "prompt"):
+        if kind in STEP_KINDS:
             x = columns(kind)[0]
             return kind, [SweepPoint(kind, int(row[x]), float(row["step_ms"]), float(row["tokens_per_s"]),
                                      float(row["flops"]), float(row["bytes"]), number(row["mfu"]), number(row["mbu"]),
                                      number(row["predicted_ms"]), number(row["predicted_local_ms"]), row["bound"],
                                      number(row["simulated_ms"]), number(row.get("weight_bytes") or ""),
                                      number(row.get("predicted_weight_bytes") or "")) for row in rows]
-        if kind == "precision":
+        if kind is SweepKind.PRECISION:
             return kind, [PrecisionPoint(row["dtype"], int(float(row["weight_bytes"])), float(row["weight_bits"]),
                                          *(number(row[c]) for c in PRECISION_COLUMNS[3:])) for row in rows]
-        cls = PDPoint if kind == "pd-ratio" else LoadPoint
+        cls = PDPoint if kind is SweepKind.PD_RATIO else LoadPoint
         types = {f.name: f.type for f in fields(cls)}
 
         def value(name: str, text: str):
             return text == "True" if types[name] == "bool" else text if types[name] == "str" else \
+                SweepKind(text) if types[name] == "SweepKind" else \
                 int(float(text)) if types[name] == "int" else float(text)
         return kind, [cls(**{c: value(c, row[c]) for c in types}) for row in rows]
     except (KeyError, ValueError, TypeError) as exc:

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from backend.config import BatchRun, RunConfig, config_dict
+from backend.config import BatchRun, RunConfig, RunKind, SweepKind, config_dict
 from backend.errors import DoesNotFit, InputError, RunError, is_out_of_memory, one_line
 from backend.events import Emit, ModelLoaded, PrecisionPoint, Progress, RunFinished, SweepPoint, Target
 from backend.records import Phase, RecordBatch, RunData, StepRecord, new_run_id
@@ -52,17 +52,17 @@ class Measure:
 
 def point_runs(config: RunConfig, x) -> list[Measure]:
     """The runs of one point of config.sweep at axis value x (a batch size, a prompt length, a precision)."""
-    spec = config.sweep
-    base = replace(config, mode="batch", sweep=None, out_dir=None, repeats=1, workload=None,
+    spec = config.sweep_spec
+    base = replace(config, mode=RunKind.BATCH, sweep=None, out_dir=None, repeats=1, workload=None,
                    sampling=replace(config.sampling, ignore_eos=True))
 
     def batch_run(model, batch: int, prompt_len: int, decode_steps: int) -> RunConfig:
         return replace(base, model=model, batch=BatchRun(prompt=None, prompt_len=prompt_len,
                                                          output_len=decode_steps + 1, batch=batch))
 
-    if spec.kind == "batch":
+    if spec.kind is SweepKind.BATCH:
         return [Measure(batch_run(config.model, x, spec.context, spec.warmup + spec.steps), Phase.DECODE, spec.warmup)]
-    if spec.kind == "prompt":
+    if spec.kind is SweepKind.PROMPT:
         return [Measure(batch_run(config.model, 1, x, 0), Phase.PREFILL, spec.warmup, spec.warmup + spec.steps)]
     model = replace(config.model, dtype=x)
     return [Measure(batch_run(model, spec.batch, spec.prompt_len, 0), Phase.PREFILL, 1, 1 + spec.steps),
@@ -70,8 +70,8 @@ def point_runs(config: RunConfig, x) -> list[Measure]:
 
 
 def axis_of(config: RunConfig) -> list:
-    spec = config.sweep
-    return {"batch": spec.batches, "prompt": spec.lengths, "precision": spec.dtypes}[spec.kind]
+    spec = config.sweep_spec
+    return {SweepKind.BATCH: spec.batches, SweepKind.PROMPT: spec.lengths, SweepKind.PRECISION: spec.dtypes}[spec.kind]
 
 
 class _Stopped(Exception):
@@ -118,7 +118,7 @@ class _Recording:
 
 def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], target: Target) -> RunFinished:
     """Every point of config.sweep (kind batch, prompt or precision), its runs through `target`."""
-    spec = config.sweep
+    spec = config.sweep_spec
     if config.endpoint is not None:
         raise InputError(f"sweep {spec.kind} times the engine's own steps, which a remote server does not show: "
                          "sweep rate and sweep concurrency drive a server")
@@ -171,7 +171,7 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
             break
         except Exception as exc:
             too_big = isinstance(exc, DoesNotFit) or is_out_of_memory(exc)
-            if spec.kind == "precision" and (too_big or isinstance(exc, InputError)):
+            if spec.kind is SweepKind.PRECISION and (too_big or isinstance(exc, InputError)):
                 # e.g. q4_1 without the C kernels: the other precisions still run
                 skipped.append(f"{x}: does not fit in memory ({one_line(exc)})" if too_big else f"{x}: {exc}")
                 continue
@@ -190,7 +190,7 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
     emit(Progress(f"sweep {spec.kind} done", 1.0))
     loaded = rec.loaded
     local, selected = profiles or _profiles(config, loaded)
-    summary = (precision_summary(spec, points, skipped, note) if spec.kind == "precision" else
+    summary = (precision_summary(spec, points, skipped, note) if spec.kind is SweepKind.PRECISION else
                sweep_summary(config, points, loaded, note, local, selected, math_from_info(info)))
     if config.simulate:
         summary["simulated"] = True
@@ -200,7 +200,7 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
         info.pop(key, None)   # a run's, not the sweep's
     info["profile"] = selected.key if selected else None
     info["local_profile"] = local.key if local and not config.simulate else None
-    if spec.kind == "precision":
+    if spec.kind is SweepKind.PRECISION:
         info["dtypes"] = [p.dtype for p in points]                 # every precision run, in order
         info["dtype"] = ",".join(info["dtypes"]) or info.get("dtype")
     data = RunData(run_id, config_dict(config), info, rec.steps, [], [], summary)
@@ -240,7 +240,7 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
             return None
         return CostModel.for_profile(local).step_seconds(shape, prec, local, new_tokens, contexts, math=math) * 1000
 
-    if spec.kind == "precision":
+    if spec.kind is SweepKind.PRECISION:
         b, n, out = spec.batch, spec.prompt_len, spec.output_len
         prefill, decode = ([n] * b, [n] * b), ([1] * b, [n + out // 2] * b)
         ttft, tpot = medians
@@ -249,7 +249,7 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
                               None if config.simulate else predicted(local, *prefill),
                               None if config.simulate else predicted(local, *decode),
                               simulated(*prefill), simulated(*decode))
-    new_tokens, contexts = ([1] * x, [spec.context] * x) if spec.kind == "batch" else ([x], [x])
+    new_tokens, contexts = ([1] * x, [spec.context] * x) if spec.kind is SweepKind.BATCH else ([x], [x])
     seconds = medians[0]
     cost = step_cost(shape, prec, new_tokens, contexts)
     judge = selected if config.simulate else local
@@ -275,7 +275,7 @@ def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoad
     from backend.roofline.cost import CROSSOVER_CAP, crossover_batch
     spec = config.sweep
     summary: dict = {"kind": spec.kind, "num_points": len(points), "note": note}
-    if spec.kind == "batch":
+    if spec.kind is SweepKind.BATCH:
         summary["context"] = spec.context
         summary["measured_crossover_batch"] = measured_crossover(points)
         if loaded is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import platform
 from typing import Callable
 
-from backend.config import RunConfig
+from backend.config import RunConfig, RunKind
 from backend.engine.scheduler import POLICIES
 from backend.errors import InputError
 from backend.events import RunFinished
@@ -25,7 +25,7 @@ def validate(config: RunConfig) -> None:
         if value is None or value <= 0:
             raise InputError(f"{name} must be a positive number, got {value}")
     b, e, s = config.batch, config.engine, config.sampling
-    if config.mode == "batch":
+    if config.mode == RunKind.BATCH:
         positive("--batch", b.batch)
         positive("--output-len", b.output_len)
         if b.prompt is None:
@@ -47,7 +47,7 @@ def validate(config: RunConfig) -> None:
 def validate_disaggregated(config: RunConfig) -> None:
     """The disaggregated policy's own checks (its workers and transport), on the real pair or the simulated one."""
     e = config.engine
-    if config.mode != "load":
+    if config.mode != RunKind.LOAD:
         raise InputError("the disaggregated policy runs `load` (a workload), not one batch")
     if config.endpoint is not None:
         raise InputError("--policy disaggregated runs engines here; it cannot be combined with --endpoint")

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from backend.config import RunConfig
+from backend.config import RunConfig, RunKind
 from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
@@ -35,7 +35,7 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     emit = recorder.emit
     loaded, dev_name, reused = models.get(config, emit)
     shape = loaded.shape
-    if config.mode == "batch":
+    if config.mode == RunKind.BATCH:
         source = batch_source(config, loaded, emit)
         num_slots = config.batch.batch
         policy = "static"

@@ -9,6 +9,7 @@ import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.exporters.*)
 from PySide6 import QtWidgets
 
+from backend.config import LOAD_SWEEPS, RunKind, SweepKind
 from backend.errors import InputError, RunError
 from backend.results.export import LONG_FILES, ensure_writable, write_run
 from backend.sweeps.points import read_points, write_points
@@ -16,9 +17,6 @@ from backend.sweeps.points import read_points, write_points
 from gui.settings import remember_folder, start_folder
 from gui.state.references import read_run_folder
 from gui.state.run_store import RunStore
-
-LOAD_SWEEP_MODES = ("sweep-rate", "sweep-concurrency", "sweep-pd-ratio")
-
 
 def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
     """Write the run on screen as the CLI's --out would; returns the folder and whether it is complete.
@@ -34,13 +32,13 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
         source = None
     data = store.to_run_data(with_records=source is None)
     points = store.sweep_points
-    mode = str(store.config.get("mode", ""))
-    if mode == "sweep-precision":
-        write_points(path, "precision", store.precision_points, data, records_from=source)
-    elif mode.startswith("sweep") and points:
+    mode = RunKind.recorded(store.config.get("mode"))
+    if mode == RunKind.SWEEP_PRECISION:
+        write_points(path, SweepKind.PRECISION, store.precision_points, data, records_from=source)
+    elif mode is not None and mode.sweep_kind is not None and points:
         write_points(path, points[0].kind, points, data, records_from=source)
-    elif mode in LOAD_SWEEP_MODES:   # as the CLI writes a load sweep's --out
-        write_points(path, mode.removeprefix("sweep-"), store.pd_points or store.load_points, data, records_from=source)
+    elif mode in LOAD_SWEEPS:   # as the CLI writes a load sweep's --out
+        write_points(path, mode.sweep_kind, store.pd_points or store.load_points, data, records_from=source)
     else:
         write_run(path, data, records_from=source)
     return path, source is not None or store.is_complete
@@ -74,16 +72,15 @@ class FileActions:
             return False
         try:
             run, sweep, precision = read_run_folder(folder)
-            mode = "sweep-precision" if precision or run.config.get("mode") == "sweep-precision" \
-                else str(run.config.get("mode", ""))
+            mode = RunKind.SWEEP_PRECISION if precision else RunKind.recorded(run.config.get("mode"))
             # a load sweep's points (rate, concurrency, pd-ratio): the load sweep view draws them
-            kind, points = read_points(folder) if mode in LOAD_SWEEP_MODES else (None, [])
+            kind, points = read_points(folder) if mode in LOAD_SWEEPS else (None, [])
         except InputError as exc:
             self.show_error(str(exc))
             return False
         self.store.load(run, folder, sweep, precision)
-        self.store.pd_points = points if kind == "pd-ratio" else []
-        self.store.load_points = points if kind in ("rate", "concurrency") else []
+        self.store.pd_points = points if kind is SweepKind.PD_RATIO else []
+        self.store.load_points = points if kind in (SweepKind.RATE, SweepKind.CONCURRENCY) else []
         self.select_request(None)
         self._show_run_kind(mode, sweep[0].kind if sweep else None)
         self._show_run_info(run.info)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from backend.config import ModelChoice, RunConfig
+from backend.config import ModelChoice, RunConfig, RunKind
 from backend.loaders.device import available_devices, available_precisions, resolve_device
 from backend.errors import InputError
 from backend.kernels.matmath import MIN_ROWS, MODES
@@ -219,7 +219,7 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
 
     def _kind_chosen(self) -> None:
         """A prefill:decode split sweep is simulated (as `sweep pd-ratio` is): choosing it ticks Simulate."""
-        if self.form.kind() == "sweep-pd-ratio" and not self.is_remote():
+        if self.form.kind() is RunKind.SWEEP_PD_RATIO and not self.is_remote():
             self.simulate_check.setChecked(True)
 
     def _model_activated(self, index: int) -> None:
@@ -264,7 +264,7 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         if not self.is_simulated():
             return
         form = self.form
-        policy = "disaggregated" if form.kind() == "sweep-pd-ratio" else form.policy_combo.currentText()
+        policy = "disaggregated" if form.kind() is RunKind.SWEEP_PD_RATIO else form.policy_combo.currentText()
         self.deployment_box.set_policy(policy if form.uses_workload() else "")
         shape, _ = check_sim_model(self.model_name() or "")
         self.deployment_box.set_moe(is_moe(shape))
@@ -275,13 +275,13 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         self.problem_label.setVisible(bool(problems))
         self.run_button.setEnabled(not self._running and not problems)
         # a precision sweep loads the model at each of its own precisions
-        self.dtype_combo.setEnabled(not self._running and self.form.kind() != "sweep-precision")
+        self.dtype_combo.setEnabled(not self._running and self.form.kind() is not RunKind.SWEEP_PRECISION)
         self.stop_button.setEnabled(self._running)
 
     # ---- public ------------------------------------------------------------------------------
 
     def errors(self) -> list[str]:
-        if self.form.kind() == "sweep-pd-ratio" and not self.is_simulated():
+        if self.form.kind() is RunKind.SWEEP_PD_RATIO and not self.is_simulated():
             return ["a prefill:decode split sweep is simulated: tick Simulate on this profile"]
         if self.is_simulated():
             errors = [self.hub_field.error] if self.hub_field.error else []

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from PySide6 import QtCore, QtWidgets
 
-from backend.config import EngineConfig
+from backend.config import EngineConfig, RunKind
 from backend.engine.scheduler import POLICIES
 from backend.errors import InputError
 from backend.workload.spec import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
@@ -177,22 +177,22 @@ class LoadPage:
         traced = bool(f["trace"].text().strip())   # a trace's rows bring their own times and lengths
         self._show_trace_arrival(traced)
         arrival = self.arrival_combo.currentText()
-        f["rate"].setEnabled(arrival in RATE_ARRIVALS and not traced and kind != "sweep-rate")
+        f["rate"].setEnabled(arrival in RATE_ARRIVALS and not traced and kind is not RunKind.SWEEP_RATE)
         f["burstiness"].setEnabled(arrival == "gamma" and not traced)
-        f["concurrency"].setEnabled(arrival == "closed" and not traced and kind != "sweep-concurrency")
+        f["concurrency"].setEnabled(arrival == "closed" and not traced and kind is not RunKind.SWEEP_CONCURRENCY)
         f["prompt_len"].setEnabled(not traced)
         f["output_len"].setEnabled(not traced)
         self.think_spin.setEnabled(arrival == "closed" and not traced)
         self.trace_speed_spin.setEnabled(traced)
         f["requests"].edit.setPlaceholderText("all the trace's rows" if traced else "the preset's duration")
         self.source_note.setText(PROMPT_NOTES.get(self.source_combo.currentText(), ""))
-        pd_ratio = kind == "sweep-pd-ratio"   # every split under the disaggregated policy: the sweep sets them
-        compare = self.compare_check.isChecked() and not self._remote and kind == "load"
+        pd_ratio = kind is RunKind.SWEEP_PD_RATIO   # every split under the disaggregated policy: the sweep sets them
+        compare = self.compare_check.isChecked() and not self._remote and kind is RunKind.LOAD
         policy = "disaggregated" if pd_ratio else self.policy_combo.currentText()
         f["chunk_tokens"].setEnabled((policy in ("chunked", "disaggregated") or compare) and not self._remote)
         for name in ("prefill_workers", "decode_workers"):
             f[name].setEnabled((policy == "disaggregated" or compare) and not self._remote and not pd_ratio)
-        self.compare_check.setEnabled(not self._remote and kind == "load")
+        self.compare_check.setEnabled(not self._remote and kind is RunKind.LOAD)
         f["compare_dtype"].setEnabled(compare)
         f["compare_chunk"].setEnabled(compare)
         f["max_batch"].setEnabled(not self._remote)
@@ -210,7 +210,7 @@ class LoadPage:
 
     def uses_workload(self) -> bool:
         """A load run, or a load sweep (a load run at each point)."""
-        return self.kind() == "load" or self.kind() in LOAD_SWEEPS
+        return self.kind() is RunKind.LOAD or self.kind() in LOAD_SWEEPS
 
     def open_workload(self, path: str) -> None:
         """Add a workload TOML file to the presets and select it; InputError (file and field) when malformed."""

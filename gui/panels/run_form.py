@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from PySide6 import QtCore, QtWidgets
 
-from backend.config import BatchRun, EngineConfig, SamplingConfig
+from backend.config import BatchRun, EngineConfig, RunKind, SamplingConfig
 
 from gui.panels.fields import MAX_BATCH, ValidatedField, number, whole
 from gui.panels.load_page import COMPARED_POLICIES, CUSTOM, LoadPage, mean_length
@@ -17,18 +17,20 @@ from gui.panels.sweep_pages import LOAD_SWEEPS, SweepPages, form_layout
 from gui.panels.trace_rows import TraceRows
 
 RUN_KINDS = (
-    ("batch", "One batch: prefill, then decode"),
-    ("load", "Workload through the load driver"),
-    ("sweep-batch", "Batch-size sweep (decode)"),
-    ("sweep-prompt", "Prompt-length sweep (prefill)"),
-    ("sweep-precision", "Precision sweep (bytes per weight)"),
-    ("sweep-rate", "Rate sweep (per device vs per user)"),
-    ("sweep-concurrency", "Concurrency sweep (closed-loop users)"),
-    ("sweep-pd-ratio", "Prefill:decode split sweep (simulated)"),
+    (RunKind.BATCH, "One batch: prefill, then decode"),
+    (RunKind.LOAD, "Workload through the load driver"),
+    (RunKind.SWEEP_BATCH, "Batch-size sweep (decode)"),
+    (RunKind.SWEEP_PROMPT, "Prompt-length sweep (prefill)"),
+    (RunKind.SWEEP_PRECISION, "Precision sweep (bytes per weight)"),
+    (RunKind.SWEEP_RATE, "Rate sweep (per device vs per user)"),
+    (RunKind.SWEEP_CONCURRENCY, "Concurrency sweep (closed-loop users)"),
+    (RunKind.SWEEP_PD_RATIO, "Prefill:decode split sweep (simulated)"),
 )
 # each kind's page in the stack (the load sweeps show the workload page) and its field groups
-PAGE_OF = {"batch": 0, "load": 1, "sweep-batch": 2, "sweep-prompt": 3, "sweep-precision": 4,
-           **{kind: 1 for kind in LOAD_SWEEPS}}
+PAGE_OF = {RunKind.BATCH: 0, RunKind.LOAD: 1, RunKind.SWEEP_BATCH: 2, RunKind.SWEEP_PROMPT: 3,
+           RunKind.SWEEP_PRECISION: 4, **{kind: 1 for kind in LOAD_SWEEPS}}
+# a remote server runs workloads: one load run, or one a point (a split sweep is simulated)
+REMOTE_KINDS = (RunKind.LOAD, RunKind.SWEEP_RATE, RunKind.SWEEP_CONCURRENCY)
 MAX_REPEATS = 1000
 # the first run of a session: a real question, as a chat message, so the Generated text reads as an answer
 DEFAULT_PROMPT = "Why is the sky blue? Answer in two or three sentences."
@@ -158,10 +160,9 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
         self._remote = remote
         kinds = self.kind_combo.model()
         for i, (key, _) in enumerate(RUN_KINDS):
-            # the load sweeps drive a server too; a split sweep is simulated
-            kinds.item(i).setEnabled(not remote or key in ("load", "sweep-rate", "sweep-concurrency"))
-        if remote and self.kind() not in ("load", "sweep-rate", "sweep-concurrency"):
-            self.set_kind("load")
+            kinds.item(i).setEnabled(not remote or key in REMOTE_KINDS)
+        if remote and self.kind() not in REMOTE_KINDS:
+            self.set_kind(RunKind.LOAD)
         self._field_changed()
 
     def _prompt_changed(self) -> None:
@@ -174,11 +175,11 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
 
     # ---- reading -----------------------------------------------------------------------------
 
-    def kind(self) -> str:
-        return self.kind_combo.currentData()
+    def kind(self) -> RunKind:
+        return RunKind(self.kind_combo.currentData())   # Qt hands the item's data back as a plain str
 
-    def set_kind(self, kind: str) -> None:
-        self.kind_combo.setCurrentIndex([k for k, _ in RUN_KINDS].index(kind))
+    def set_kind(self, kind: RunKind | str) -> None:
+        self.kind_combo.setCurrentIndex([k for k, _ in RUN_KINDS].index(RunKind(kind)))
 
     def _active_fields(self) -> list[ValidatedField]:
         kind = self.kind()
@@ -215,7 +216,7 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
 
     def compare_policies(self) -> bool:
         """Whether Run runs the workload under each policy (Compare policies, a local load run only)."""
-        return self.kind() == "load" and not self._remote and self.compare_check.isChecked()
+        return self.kind() is RunKind.LOAD and not self._remote and self.compare_check.isChecked()
 
     def compare_engines(self, engine: EngineConfig) -> list[tuple[str, EngineConfig, str | None]]:
         """The runs of Compare policies, as (name, engine, dtype or None for the form's): each policy,
@@ -237,8 +238,8 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
     def prediction_context(self) -> int:
         """The context the throughput plot's decode prediction assumes for this run."""
         kind = self.kind()
-        if kind == "sweep-batch" and self.fields["sweep-batch"]["context"].value:
-            return self.fields["sweep-batch"]["context"].value
+        if kind is RunKind.SWEEP_BATCH and self.fields[kind]["context"].value:
+            return self.fields[kind]["context"].value
         if self.uses_workload() and not self.errors():
             spec = self.workload()
             return max(1, round(mean_length(spec.prompt_len) + mean_length(spec.output_len) / 2))

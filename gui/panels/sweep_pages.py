@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6 import QtWidgets
 
-from backend.config import PRECISION_DEFAULT, SweepSpec
+from backend.config import PRECISION_DEFAULT, RunKind, SweepKind, SweepSpec
 from backend.errors import InputError
 from backend.sweeps.parse import parse_dtypes, parse_rates
 
@@ -14,11 +14,11 @@ from gui.panels.fields import MAX_BATCH, ValidatedField, whole, whole_list
 # the load sweeps: one whole load run of the workload page's settings per point (backend/sweeps/load.py,
 # backend/sweeps/pd_ratio.py); each kind's axis field, its label and its tooltip
 LOAD_SWEEPS = {
-    "sweep-rate": ("rates", "Rates (req/s)", "--rates: one load run at each arrival rate (Poisson unless the "
+    RunKind.SWEEP_RATE: ("rates", "Rates (req/s)", "--rates: one load run at each arrival rate (Poisson unless the "
                    "Arrival is gamma); a trace is sped up or slowed to each rate"),
-    "sweep-concurrency": ("concurrencies", "Users per point", "--concurrencies: one closed-loop load run with "
+    RunKind.SWEEP_CONCURRENCY: ("concurrencies", "Users per point", "--concurrencies: one closed-loop load run with "
                           "each number of users"),
-    "sweep-pd-ratio": ("total_devices", "Total devices", "--total-devices: every prefill:decode split of this many "
+    RunKind.SWEEP_PD_RATIO: ("total_devices", "Total devices", "--total-devices: every prefill:decode split of this many "
                        "simulated devices under the disaggregated policy, on the GPU profile above"),
 }
 
@@ -56,7 +56,7 @@ class SweepPages:
     def _sweep_batch_page(self) -> QtWidgets.QWidget:
         page = QtWidgets.QWidget()
         form = form_layout(page)
-        f = self.fields["sweep-batch"] = {
+        f = self.fields[RunKind.SWEEP_BATCH] = {
             "batches": ValidatedField("1,2,4,8,16,32", whole_list("batch size", MAX_BATCH)),
             "context": ValidatedField("512", whole("context")),
             "steps": ValidatedField("8", whole("timed steps", 1, 10_000), tooltip="the point is their median"),
@@ -69,7 +69,7 @@ class SweepPages:
     def _sweep_prompt_page(self) -> QtWidgets.QWidget:
         page = QtWidgets.QWidget()
         form = form_layout(page)
-        f = self.fields["sweep-prompt"] = {
+        f = self.fields[RunKind.SWEEP_PROMPT] = {
             "lengths": ValidatedField("32,64,128,256,512,1024", whole_list("prompt length")),
             "steps": ValidatedField("8", whole("timed prefills", 1, 10_000), tooltip="the point is their median"),
         }
@@ -80,7 +80,7 @@ class SweepPages:
     def _sweep_precision_page(self) -> QtWidgets.QWidget:
         page = QtWidgets.QWidget()
         form = form_layout(page)
-        f = self.fields["sweep-precision"] = {
+        f = self.fields[RunKind.SWEEP_PRECISION] = {
             "dtypes": ValidatedField(",".join(PRECISION_DEFAULT), precision_list,
                                      tooltip="the same model loaded at each: float32, bfloat16, float16, "
                                              "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, int8 "
@@ -114,23 +114,23 @@ class SweepPages:
 
     def sweep(self) -> SweepSpec | None:
         kind = self.kind()
-        if kind == "sweep-batch":
+        if kind is RunKind.SWEEP_BATCH:
             f = self.fields[kind]
-            return SweepSpec(kind="batch", batches=sorted(set(f["batches"].value)), context=f["context"].value,
+            return SweepSpec(kind=SweepKind.BATCH, batches=sorted(set(f["batches"].value)), context=f["context"].value,
                              steps=f["steps"].value)
-        if kind == "sweep-prompt":
+        if kind is RunKind.SWEEP_PROMPT:
             f = self.fields[kind]
-            return SweepSpec(kind="prompt", lengths=sorted(set(f["lengths"].value)), steps=f["steps"].value)
-        if kind == "sweep-precision":   # as the CLI's `sweep precision` builds it (cli.tools.sweep_config)
+            return SweepSpec(kind=SweepKind.PROMPT, lengths=sorted(set(f["lengths"].value)), steps=f["steps"].value)
+        if kind is RunKind.SWEEP_PRECISION:   # as the CLI's `sweep precision` builds it (cli.tools.sweep_config)
             f = self.fields[kind]
-            return SweepSpec(kind="precision", steps=f["steps"].value, dtypes=list(f["dtypes"].value),
+            return SweepSpec(kind=SweepKind.PRECISION, steps=f["steps"].value, dtypes=list(f["dtypes"].value),
                              prompt_len=f["prompt_len"].value, output_len=f["output_len"].value,
                              batch=f["batch"].value)
         f = self.fields["load-sweep"]
-        if kind == "sweep-rate":
-            return SweepSpec("rate", rates=list(f["rates"].value))
-        if kind == "sweep-concurrency":
-            return SweepSpec("concurrency", concurrencies=sorted(set(f["concurrencies"].value)))
-        if kind == "sweep-pd-ratio":
-            return SweepSpec("pd-ratio", total_devices=f["total_devices"].value)
+        if kind is RunKind.SWEEP_RATE:
+            return SweepSpec(SweepKind.RATE, rates=list(f["rates"].value))
+        if kind is RunKind.SWEEP_CONCURRENCY:
+            return SweepSpec(SweepKind.CONCURRENCY, concurrencies=sorted(set(f["concurrencies"].value)))
+        if kind is RunKind.SWEEP_PD_RATIO:
+            return SweepSpec(SweepKind.PD_RATIO, total_devices=f["total_devices"].value)
         return None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backend.config import RunKind
 from backend.precision import from_info
 from backend.roofline.profiles import local_profile_path, run_profile
 from backend.records import Phase, RequestStatus, RunData
@@ -140,7 +141,7 @@ def device_profile(device: str, device_name: str):
 
 def _roofline(store: RunStore) -> list[tuple[str, str]]:
     """The same lines as the CLI's summary, from the store's whole-run sums of the prefill and decode steps."""
-    if store.config.get("mode") == "sweep-precision":   # its steps ran at several precisions: no one roof
+    if store.config.get("mode") == RunKind.SWEEP_PRECISION:   # its steps ran at several precisions: no one roof
         return []
     if store.model is not None:   # a live run
         shape, device, name = store.model.shape, store.model.device, store.model.device_name

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.sweeps.points import read_points
+from backend.config import RunKind, SweepKind
+from backend.sweeps.points import STEP_KINDS, read_points
 from backend.errors import InputError
 from backend.events import PrecisionPoint, SweepPoint
 from backend.results.export import read_run
@@ -41,9 +42,9 @@ def read_run_folder(folder: str | Path) -> tuple[RunData, list[SweepPoint], list
     """A run folder as Open run reads it: the run, a batch or prompt sweep's points, a precision sweep's."""
     run = read_run(folder)
     kind, points = read_points(folder)
-    if kind == "precision":
+    if kind is SweepKind.PRECISION:
         return run, [], points
-    return run, points if kind in ("batch", "prompt") else [], []
+    return run, points if kind in STEP_KINDS else [], []
 
 
 def run_policy(config: dict, info: dict) -> str:
@@ -52,7 +53,7 @@ def run_policy(config: dict, info: dict) -> str:
         return "remote"
     mode = str(config.get("mode") or "?")
     policy = (config.get("engine") or {}).get("policy") if isinstance(config.get("engine"), dict) else None
-    return str(policy) if mode in ("batch", "load") and policy else mode
+    return str(policy) if mode in (RunKind.BATCH, RunKind.LOAD) and policy else mode
 
 
 def run_label(config: dict, info: dict) -> str:
@@ -95,8 +96,8 @@ class Reference:
             self._figures = compared_figures(self.store)
         return self._figures
 
-    def throughput_points(self, kind: str) -> tuple[np.ndarray, np.ndarray, str]:
-        """(x, tokens/s, what they are) for the throughput plot of `kind` ("batch" or "prompt")."""
+    def throughput_points(self, kind: SweepKind) -> tuple[np.ndarray, np.ndarray, str]:
+        """(x, tokens/s, what they are) for the throughput plot of `kind` (BATCH or PROMPT)."""
         if kind not in self._points:
             self._points[kind] = throughput_points(self.store, self.sweep, kind)
         return self._points[kind]
@@ -117,13 +118,13 @@ def delta_percent(current: float | None, reference: float | None) -> float | Non
     return 100.0 * (current - reference) / reference
 
 
-def throughput_points(store: RunStore, sweep: list[SweepPoint], kind: str) -> tuple[np.ndarray, np.ndarray, str]:
+def throughput_points(store: RunStore, sweep: list[SweepPoint], kind: SweepKind) -> tuple[np.ndarray, np.ndarray, str]:
     """A sweep's own points of this kind; for a run without them (a batch or load run), on the batch
     plot, its decode-only steps grouped by batch size: each size's median step as tokens/s."""
     points = [p for p in sweep if p.kind == kind]
     if points:
         return np.log2([p.x for p in points]), np.array([p.tokens_per_s for p in points]), "sweep"
-    if kind != "batch" or len(store.steps) == 0:
+    if kind != SweepKind.BATCH or len(store.steps) == 0:
         return np.empty(0), np.empty(0), "none"
     steps = store.steps
     decode = steps.column("phase") == PHASE_CODE[Phase.DECODE]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from backend.config import SweepKind
 from backend.records import Phase, RequestStatus, StepRecord
 
 from gui.tour.finding import (DECODE, GREEN, GREY, MIXED, PHASE, PREFILL, RED, Curve, Figure, Finding, Mark, Outcome,
@@ -118,7 +119,7 @@ def precisions(outcomes: list[Outcome]) -> Finding:
 def batch_sweep(outcomes: list[Outcome]) -> Finding:
     """(4) decode tokens/s against the batch, beside this machine's roofline and its crossover."""
     out = outcomes[0]
-    points = [p for p in out.sweep_points if p.kind == "batch"]
+    points = [p for p in out.sweep_points if p.kind == SweepKind.BATCH]
     xs = [p.x for p in points]
     fig = Figure("Decode throughput against the batch", "batch (requests decoded in one step)", "tokens/s",
                  log_x=True, log_y=True, curves=[Curve("measured", xs, [p.tokens_per_s for p in points], DECODE)])

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Callable
 
 from backend.cli.example import OUTPUT_LEN as EXAMPLE_OUTPUT, PROMPT_LEN as EXAMPLE_PROMPT, SEED_ROW
-from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig, SweepSpec
+from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind, SamplingConfig, SweepKind, SweepSpec
 from backend.workload.spec import LengthDist, WorkloadSpec
 
 from gui.tour import measure
@@ -42,12 +42,12 @@ def _greedy() -> SamplingConfig:
 
 
 def _one(prompt_len: int, output_len: int) -> RunConfig:
-    return RunConfig(mode="batch", model=_model(), sampling=_greedy(),
+    return RunConfig(mode=RunKind.BATCH, model=_model(), sampling=_greedy(),
                      batch=BatchRun(prompt_len=prompt_len, output_len=output_len, batch=1))
 
 
 def _load(policy: str, workload: WorkloadSpec, max_batch: int = 4, chunk_tokens: int = 512) -> RunConfig:
-    return RunConfig(mode="load", model=_model(), sampling=_greedy(), workload=workload,
+    return RunConfig(mode=RunKind.LOAD, model=_model(), sampling=_greedy(), workload=workload,
                      engine=EngineConfig(policy=policy, max_batch=max_batch, chunk_tokens=chunk_tokens))
 
 
@@ -78,14 +78,14 @@ def _runs_prompt_lengths():
 
 
 def _runs_precision():
-    return [("precision sweep", RunConfig(mode="sweep-precision", model=_model(), sampling=_greedy(),
-                                          sweep=SweepSpec(kind="precision", dtypes=["float32", "q4_1"],
+    return [("precision sweep", RunConfig(mode=RunKind.SWEEP_PRECISION, model=_model(), sampling=_greedy(),
+                                          sweep=SweepSpec(kind=SweepKind.PRECISION, dtypes=["float32", "q4_1"],
                                                           prompt_len=32, output_len=8, batch=1, steps=1, warmup=1)))]
 
 
 def _runs_batch():
-    return [("batch sweep", RunConfig(mode="sweep-batch", model=_model(), sampling=_greedy(),
-                                      sweep=SweepSpec(kind="batch", batches=[1, 2, 4, 8, 16], context=32,
+    return [("batch sweep", RunConfig(mode=RunKind.SWEEP_BATCH, model=_model(), sampling=_greedy(),
+                                      sweep=SweepSpec(kind=SweepKind.BATCH, batches=[1, 2, 4, 8, 16], context=32,
                                                       steps=2, warmup=1)))]
 
 
@@ -103,7 +103,7 @@ def _runs_disaggregated():
 
 
 def _runs_example():
-    return [("worked example", RunConfig(mode="batch", model=ModelChoice(EXAMPLE_MODEL),
+    return [("worked example", RunConfig(mode=RunKind.BATCH, model=ModelChoice(EXAMPLE_MODEL),
                                          batch=BatchRun(prompt_len=EXAMPLE_PROMPT, output_len=EXAMPLE_OUTPUT),
                                          engine=EngineConfig(policy="static", max_batch=1), sampling=_greedy(),
                                          profile=EXAMPLE_PROFILE, simulate=True))]

@@ -15,11 +15,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from backend.config import SweepKind
+
 from gui.state.run_store import RunStore
 from gui.views.plot_style import (CROSSOVER_COLOR, MEASURED_COLOR, PREDICTED_COLOR, cosmetic_pen, style_plot,
                                   swatch_title)
 
-UNITS = {"rate": "arrivals/s", "concurrency": "users"}
+UNITS = {SweepKind.RATE: "arrivals/s", SweepKind.CONCURRENCY: "users"}
 
 
 def finite(x) -> bool:
@@ -32,7 +34,7 @@ class LoadSweepView(pg.PlotWidget):
         self.setObjectName("loadSweepPlot")
         self.store = store
         self._seen = None
-        self.kind = ""   # rate | concurrency | pd-ratio (the points on screen)
+        self.kind: SweepKind | None = None   # RATE, CONCURRENCY or PD_RATIO: the points on screen
         plot = self.getPlotItem()
         plot.getViewBox().setDefaultPadding(0.15)   # room for the points' labels inside the frame
         self.points = plot.plot([], [], pen=None, symbol="o", symbolSize=8, symbolBrush=MEASURED_COLOR)
@@ -51,12 +53,12 @@ class LoadSweepView(pg.PlotWidget):
 
     def _label_axes(self) -> None:
         plot = self.getPlotItem()
-        if self.kind == "pd-ratio":
+        if self.kind == SweepKind.PD_RATIO:
             legend = swatch_title("", [("output tokens/s per device", MEASURED_COLOR), ("best split", CROSSOVER_COLOR)])
             style_plot(plot, f"Prefill:decode splits (simulated)<br><span style='font-size:8pt'>{legend}</span>",
                        "prefill : decode devices", "tokens/s per device")
             return
-        legend = swatch_title("", [(f"one point per {'rate' if self.kind != 'concurrency' else 'number of users'}",
+        legend = swatch_title("", [(f"one point per {'rate' if self.kind != SweepKind.CONCURRENCY else 'number of users'}",
                                     MEASURED_COLOR, "&#9679;"), ("Pareto front", MEASURED_COLOR, "&mdash;"),
                                    ("best goodput", CROSSOVER_COLOR, "&#9675;")])
         style_plot(plot, f"Throughput per device vs per user<br><span style='font-size:8pt'>{legend}</span>",
@@ -68,14 +70,14 @@ class LoadSweepView(pg.PlotWidget):
         if key == self._seen:
             return
         self._seen = key
-        kind = "pd-ratio" if store.pd_points else store.load_points[0].kind if store.load_points else self.kind
+        kind = SweepKind.PD_RATIO if store.pd_points else store.load_points[0].kind if store.load_points else self.kind
         if kind != self.kind:
             self.kind = kind
             self._label_axes()
         for label in self.labels:
             self.getPlotItem().removeItem(label)
         self.labels = []
-        if self.kind == "pd-ratio":
+        if self.kind == SweepKind.PD_RATIO:
             self._paint_splits()
         else:
             self._paint_load_points()
@@ -98,7 +100,7 @@ class LoadSweepView(pg.PlotWidget):
         self.front.setData([p.tokens_per_s_per_user for p in front], [p.tokens_per_s_per_device for p in front])
         best = [p for p in pts if p.best_goodput]
         self.best.setData([p.tokens_per_s_per_user for p in best], [p.tokens_per_s_per_device for p in best])
-        unit = "/s" if self.kind == "rate" else " users"
+        unit = "/s" if self.kind == SweepKind.RATE else " users"
         middle = (min(p.tokens_per_s_per_user for p in pts) + max(p.tokens_per_s_per_user for p in pts)) / 2 \
             if pts else 0.0
         for p in pts:   # beside its point, on the side away from the nearer edge of the frame
@@ -127,7 +129,7 @@ class LoadSweepView(pg.PlotWidget):
         s = finished.summary if finished is not None else {}
         config = self.store.config
         notes = []
-        if self.kind == "pd-ratio" and self.store.pd_points:
+        if self.kind == SweepKind.PD_RATIO and self.store.pd_points:
             best = next((p for p in self.store.pd_points if p.best), None)
             if best is not None:
                 notes.append(f"best split {best.split}: {best.output_tokens_per_s:,.1f} output tokens/s "

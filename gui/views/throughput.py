@@ -14,6 +14,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from backend.config import SweepKind
 from backend.errors import InputError
 from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes, dtype_key
 from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill, step_cost
@@ -63,7 +64,7 @@ class ThroughputView(pg.PlotWidget):
         super().__init__(parent, axisItems={"bottom": Log2Axis("bottom"), "left": RateAxis("left")})
         self.setObjectName("throughputPlot")
         self.store = store
-        self.kind = "batch"
+        self.kind = SweepKind.BATCH
         self.shape = None
         self.run_dtype = "float32"
         self.profile: GpuProfile | None = None
@@ -140,7 +141,7 @@ class ThroughputView(pg.PlotWidget):
 
     def _label_axes(self) -> None:
         plot = self.getPlotItem()
-        if self.kind == "batch":
+        if self.kind == SweepKind.BATCH:
             style_plot(plot, self._title(), "batch size (requests, log2)", "decode tokens/s (log)")
             plot.setLabel("right", "weights read per step (MB)" if self._shows_bytes() else "decode step (ms)")
         else:
@@ -151,7 +152,7 @@ class ThroughputView(pg.PlotWidget):
         """The title with the legend under it, in short lines (a legend box inside would cover the curves,
         and a long title would widen the plot past a narrow dock); the references three to a line."""
         predicted = predicted or self._predicted_name
-        title = "Decode tokens/s vs batch size" if self.kind == "batch" else "Prefill tokens/s vs prompt length"
+        title = "Decode tokens/s vs batch size" if self.kind == SweepKind.BATCH else "Prefill tokens/s vs prompt length"
         measured = swatch_title("", [("simulated run" if self._run_simulated() else "measured", MEASURED_COLOR,
                                       "&#9679;"),
                                      (self._right_name(), STEP_TIME_COLOR)])
@@ -168,12 +169,12 @@ class ThroughputView(pg.PlotWidget):
     def _shows_bytes(self) -> bool:
         """A batch sweep of a mixture of experts: its story is the weights a step reads, which grow
         with the batch (more experts touched); a dense model reads the same weights at every batch."""
-        return self.kind == "batch" and is_moe(self.shape)
+        return self.kind == SweepKind.BATCH and is_moe(self.shape)
 
     def _right_name(self) -> str:
         if self._shows_bytes():
             return "weights MB/step (right; - - predicted)"
-        return "step ms (right)" if self.kind == "batch" else "TTFT ms (right)"
+        return "step ms (right)" if self.kind == SweepKind.BATCH else "TTFT ms (right)"
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -182,7 +183,7 @@ class ThroughputView(pg.PlotWidget):
         self.references = references
         self._seen = None
 
-    def set_kind(self, kind: str) -> None:
+    def set_kind(self, kind: SweepKind) -> None:
         if kind != self.kind:
             self.kind = kind
             self._label_axes()
@@ -224,13 +225,13 @@ class ThroughputView(pg.PlotWidget):
         self.local.setData([a for a, _ in local], [b for _, b in local])
         simulated = [(xi, p) for xi, p in zip(x, points) if p.simulated_ms]
         self.simulated.setData([a for a, _ in simulated], [p.x / (p.simulated_ms / 1000.0) for _, p in simulated])
-        notes = [] if points else [f"run a {'batch-size' if self.kind == 'batch' else 'prompt-length'} sweep "
+        notes = [] if points else [f"run a {'batch-size' if self.kind == SweepKind.BATCH else 'prompt-length'} sweep "
                                    "to add measured points"]
         notes += self._simulation_notes(simulated)
         notes += self._paint_prediction()
         notes += self._reference_notes()
         measured = finished.summary.get("measured_crossover_batch") if finished is not None else None
-        if self.kind == "batch" and measured:
+        if self.kind == SweepKind.BATCH and measured:
             notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
@@ -304,7 +305,7 @@ class ThroughputView(pg.PlotWidget):
         except InputError as exc:
             self.profile_simulated.setData([], [])
             return [f"{self.profile.key}: no simulation ({exc})"]
-        if self.kind == "batch":
+        if self.kind == SweepKind.BATCH:
             times = [model.step_seconds(self.shape, dtype, self.profile, [1] * int(b), [self.context] * int(b))
                      for b in xs]
         else:
@@ -325,7 +326,7 @@ class ThroughputView(pg.PlotWidget):
         read = [step_cost(self.shape, nbytes, [1] * int(b), [self.context] * int(b)).weight_bytes / 1e6 for b in xs]
         self.predicted_bytes.setData(np.log2(xs), read)
         e, k = self.shape.num_experts, self.shape.experts_per_token
-        points = [p for p in self.store.sweep_points if p.kind == "batch" and p.weight_bytes]
+        points = [p for p in self.store.sweep_points if p.kind == SweepKind.BATCH and p.weight_bytes]
         note = (f"mixture of experts: a decode step reads the experts its tokens were routed to, "
                 f"{e}·(1−(1−{k}/{e})^B) of {e} per layer under uniform routing: {read[0]:,.0f} MB at batch 1, "
                 f"{read[-1]:,.0f} MB at batch {int(xs[-1])}")
@@ -341,7 +342,7 @@ class ThroughputView(pg.PlotWidget):
         """Each compute roof as the tokens/s its peak alone allows at each x (the step's FLOPs at that
         peak), labelled at its left end with the rows that ran under it."""
         self.roofs = compute_roofs(self.profile, dtype, matmul)
-        if self.kind == "batch":
+        if self.kind == SweepKind.BATCH:
             flops = [step_cost(self.shape, nbytes, [1] * int(b), [self.context] * int(b)).flops for b in xs]
         else:
             flops = [step_cost(self.shape, nbytes, [int(n)], [int(n)]).flops for n in xs]
@@ -381,9 +382,9 @@ class ThroughputView(pg.PlotWidget):
             return ["the prediction appears once a model's shape is known (after a run starts)"]
         dtype, nbytes = prediction_dtype(self.profile, self.run_dtype)
         matmul = math_from_info(self._run_info())   # the arithmetic the run's products ran in
-        lo, hi = BATCH_RANGE if self.kind == "batch" else PROMPT_RANGE
+        lo, hi = BATCH_RANGE if self.kind == SweepKind.BATCH else PROMPT_RANGE
         notes = []
-        if self.kind == "batch":
+        if self.kind == SweepKind.BATCH:
             self.crossover = crossover_batch(self.shape, nbytes, self.context, self.profile, dtype, matmul)
             if self.crossover < CROSSOVER_CAP:
                 hi = max(hi, 4 * self.crossover)
@@ -392,7 +393,7 @@ class ThroughputView(pg.PlotWidget):
                              "(no crossover batch)")
         # whole batch sizes / prompt lengths, four per octave
         xs = np.unique(np.round(2.0 ** np.arange(math.log2(lo), math.log2(hi) + 0.01, 0.25)))
-        if self.kind == "batch":
+        if self.kind == SweepKind.BATCH:
             times = [predict_decode(self.shape, nbytes, int(b), self.context, self.profile, dtype, matmul).time_s
                      for b in xs]
         else:
