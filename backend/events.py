@@ -14,6 +14,8 @@ from backend.config import RunConfig
 from backend.precision import Precision, from_info
 from backend.records import RecordBatch, RepeatsSummary, RunData, merge_batches
 from backend.shape import ModelShape
+from backend.run_info import RunInfo
+from backend.summary import Summary
 
 Emit = Callable[[object], None]
 
@@ -60,7 +62,7 @@ class ModelLoaded:
 
     @property
     def precision(self) -> Precision | None:
-        return from_info(self.info())
+        return from_info(RunInfo.from_json(self.info()))
 
 
 @dataclass(slots=True)
@@ -190,7 +192,7 @@ class EngineStatus:
 @dataclass(slots=True)
 class RunFinished:
     run_id: str
-    summary: dict = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)
     stopped: bool = False     # stopped by the user before the end
     error: str | None = None  # one-line message when the run failed part way
     data: RunData | None = None   # every record of the run

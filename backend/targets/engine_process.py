@@ -252,9 +252,10 @@ class _Received:
         from backend.records import RunData
         from backend.config import config_dict
         from backend.records import new_run_id
+        from backend.run_info import RunInfo
         run_id = self.run_id or new_run_id()
         summary = self.accumulator.summary(self.config.slo_ttft_ms, self.config.slo_tpot_ms)
-        data = RunData(run_id=run_id, config=config_dict(self.config), info=dict(self.info),
+        data = RunData(run_id=run_id, config=config_dict(self.config), info=RunInfo.from_json(self.info),
                        requests=list(self.accumulator.requests), summary=summary)
         return RunFinished(run_id, summary, stopped, error, data)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import platform
 import random
-import time
 from dataclasses import asdict
 from typing import Callable
 
@@ -18,6 +17,8 @@ from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
+from backend.run_info import RunInfo, now_created
+from backend.summary import Summary
 
 
 def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
@@ -99,7 +100,7 @@ def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
 
 
 def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], dict],
-          priced_on=None, costs: Callable[[dict], tuple[dict, dict]] | None = None) -> RunFinished:
+          priced_on=None, costs: Callable[[Summary], tuple[dict, dict]] | None = None) -> RunFinished:
     """Run the engine loop over the source to the end, every record batch into the recorder; then
     the run's files (info() is asked after the run). The local and the simulated targets both end
     this way. With a profile that has a price (`priced_on`, the device the steps ran or were priced
@@ -111,12 +112,12 @@ def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool]
     run_info_ = info()
     if costs is not None:
         figures, entries = costs(summary)
-        summary.update(figures)
+        summary = summary.merged(figures)
         run_info_.update(entries)
     elif priced_on is not None and priced_on.price_per_hour is not None:
-        summary.update(cost_figures(summary, priced_on.price_per_hour))
+        summary = summary.merged(cost_figures(summary, priced_on.price_per_hour))
         run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
-    return recorder.finish(run_info_, result.stopped, result.error, summary)
+    return recorder.finish(RunInfo.from_json(run_info_), result.stopped, result.error, summary)
 
 
 
@@ -149,7 +150,7 @@ def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: i
             "kv_capacity": kv_capacity,
             "kv_slots": num_slots, "max_len": max_len,
             "versions": library_versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "created": now_created()}
 
 
 

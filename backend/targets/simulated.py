@@ -29,6 +29,8 @@ from backend.roofline.cost import matrix_params
 from backend.roofline.parallel import Layout, StepPricer
 from backend.roofline.profiles import GpuProfile, find_profile
 from backend.shape import kv_elements_per_token
+from backend.run_info import now_created
+from backend.summary import Summary
 from backend.roofline.step_time import CostModel, is_cpu_profile
 
 SIM_TOKEN = 0   # every sampled token: never a stop id (the simulated requests have none)
@@ -182,7 +184,7 @@ def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precisio
             "weight_bytes": model_bytes(shape, prec), "shape": asdict(shape), "device": device,
             "device_name": profile.name, "dtype": prec.name, "weight_bits": prec.weight_bits,
             "activation_dtype": prec.activation, "kv_dtype": prec.kv_dtype,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
+            "created": now_created(), **extra}
 
 
 def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
@@ -277,7 +279,7 @@ def describe(deployment: Deployment, layout: Layout) -> str:
     return text + (f", over {layout.link.name}" if layout.link is not None else "")
 
 
-def costs_of(summary: dict, profile: GpuProfile, prefill_devices: int, decode_devices: int,
+def costs_of(summary: Summary, profile: GpuProfile, prefill_devices: int, decode_devices: int,
              all_devices: int) -> tuple[dict, dict]:
     """(the summary's cost figures, run.json's priced_on and price_source) of a deployment; nothing
     for a profile without a price."""
@@ -288,7 +290,7 @@ def costs_of(summary: dict, profile: GpuProfile, prefill_devices: int, decode_de
     return figures, {"priced_on": priced_on, "price_source": source}
 
 
-def deployment_costs(summary: dict, profile: GpuProfile, prefill_devices: int, decode_devices: int,
+def deployment_costs(summary: Summary, profile: GpuProfile, prefill_devices: int, decode_devices: int,
                      all_devices: int) -> dict:
     """The cost figures of a deployment (empty for a profile without a price): a prefill step's time at the
     price of the devices that ran it, a decode step's likewise (a replica's tp x pp, a disaggregated pool's

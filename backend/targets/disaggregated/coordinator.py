@@ -26,6 +26,7 @@ from backend.errors import InputError, RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
 from backend.engine.request import rejected_record, rejection
 from backend.records import RecordBatch, RequestRecord, RequestStatus
+from backend.run_info import RunInfo, now_created
 
 READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
 DONE_TIMEOUT_S = 5.0      # after "stop", how long a worker has to send its last records
@@ -256,9 +257,10 @@ class Coordinator:
         self.record_unfinished("stopped by user" if stopped else "unfinished")
         from backend.targets.disaggregated.summary import disaggregated_figures
         summary = self.recorder.summary()
-        summary.update(disaggregated_figures(self.recorder.accumulator.requests))
+        summary = summary.merged(disaggregated_figures(self.recorder.accumulator.requests))
         error = "; ".join(self.errors) if self.errors else None
-        return self.recorder.finish(self.info(time.perf_counter() - wall_start), stopped, error, summary)
+        return self.recorder.finish(RunInfo.from_json(self.info(time.perf_counter() - wall_start)), stopped, error,
+                                    summary)
 
     def dispatch_arrivals(self) -> None:
         arrived = self.source.due(self.now_ms())
@@ -450,7 +452,7 @@ class Coordinator:
                     affinity=cores, kv_slots=self.config.engine.max_batch, max_len=self.max_len,
                     kv_capacity=self.decode_capacity * self.config.engine.decode_workers,
                     layout=self.layout_info(), versions=library_versions(), wall_s=wall_s,
-                    created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                    created=now_created())
         # every worker loads the same model with the same --prefill-math: a prefill worker's choice
         # names the run's (its probe ran the same model); each phase's steps ran in their own pool
         matmul = next((w.info.get("matmul") for w in self.workers if w.info.get("matmul")), None)

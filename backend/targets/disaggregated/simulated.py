@@ -26,6 +26,7 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
 from backend.targets.disaggregated.summary import fill_split
 from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
+from backend.run_info import RunInfo
 from backend.roofline.links import KVLink, known_links, resolve_link   # noqa: F401 -- the links' home; re-exported
 
 @dataclass(slots=True)
@@ -301,7 +302,7 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
         wall_start = time.perf_counter()
         sim.run()
         summary = recorder.summary()
-        summary.update(disaggregated_figures(recorder.accumulator.requests))
+        summary = summary.merged(disaggregated_figures(recorder.accumulator.requests))
         info = simulated_info(
             config, profile, shape, prec, model, device, source_text,
             kv_capacity=sim.kv_capacity * e.decode_workers, kv_slots=e.max_batch, max_len=sim.max_len,
@@ -313,6 +314,6 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
             deployment={**deployment_info(config.deployment, dec, prec, devices),
                         "prefill_tp": pre.tp, "decode_tp": dec.tp})
         figures, entries = costs_of(summary, profile, pre.devices, dec.devices, devices)
-        summary.update(figures)
+        summary = summary.merged(figures)
         info.update(entries)
-        return recorder.finish(info, sim.stopped, None, summary)
+        return recorder.finish(RunInfo.from_json(info), sim.stopped, None, summary)

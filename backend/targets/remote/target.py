@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from collections import Counter
 from dataclasses import replace
 from typing import Callable
@@ -29,6 +28,7 @@ from backend.files import write_files
 from backend.events import Emit, Progress, RunFinished
 from backend.results.export import RunWriter
 from backend.records import RequestStatus, RunData
+from backend.run_info import RunInfo, now_created
 from backend.targets.remote.honesty import client_report, early_stop_line, token_count_lines
 from backend.targets.remote.pool import default_workers
 from backend.targets.remote.coordinator import RESERVE, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, RemoteRun
@@ -135,15 +135,16 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         run.start()
         run.pump(emit, writer, should_stop)
         summary = summarize([], run.requests, run.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
-        summary.update({f"errors_{kind}": n for kind, n in sorted(run.errors.items())})
-        summary.update(run.server.summary())
+        summary.errors = dict(sorted(run.errors.items()))
+        summary = summary.merged(run.server.summary())
         figures, client_info, warnings = client_report(run.client_load())
-        summary.update(figures)
+        summary = summary.merged(figures)
         finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
         prompt_estimates = sum(r.prompt_tokens_source == "estimate" for r in finished)
         output_estimates = sum(r.output_tokens_source == "estimate" for r in finished)
-        summary.update({"num_stopped_early": run.num_early, "num_prompt_tokens_estimated": prompt_estimates,
-                        "num_output_tokens_estimated": output_estimates})
+        summary.num_stopped_early = run.num_early
+        summary.num_prompt_tokens_estimated = prompt_estimates
+        summary.num_output_tokens_estimated = output_estimates
         warnings += token_count_lines(len(finished), prompt_estimates, output_estimates)
         warnings += early_stop_line(run.num_early, len(finished), run.early_reasons)
         warnings += run.lost   # "client worker 1 on HOST was lost: ...": its requests failed with that reason
@@ -158,7 +159,7 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
                                       "output": dict(Counter(r.output_tokens_source for r in finished))}})
         if endpoint.ray_address:   # each actor's clock against the coordinator's, and whether it was lost
             info["ray"] = {"address": endpoint.ray_address, "workers": getattr(run.pool, "clocks", [])}
-        data = RunData(run_id=run.run_id, config=cfg, info=info, requests=run.requests, tokens=run.tokens,
+        data = RunData(run_id=run.run_id, config=cfg, info=RunInfo.from_json(info), requests=run.requests, tokens=run.tokens,
                        summary=summary)
         if writer is not None:
             if run.server.readings:
@@ -178,4 +179,4 @@ def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> dict:
             "note": "server engine steps are not visible from outside: steps.csv is empty, queue_ms is 0",
             "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__,
                          "httptools": httptools.__version__},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "created": now_created()}
