@@ -68,6 +68,7 @@ def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: 
     is left out of the figures (its folder keeps what it wrote)."""
     from backend.results.export import ensure_writable
     from backend.results.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
+    from backend.run_info import RunInfo
     out = ensure_writable(config.out_dir) if config.out_dir else None
     figures: list[dict] = []
     run_ids: list[str] = []
@@ -101,7 +102,7 @@ def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: 
         return RunFinished("", stopped=True)
     summary = summarize_repeats(figures, config.repeats, run_ids, folders if out is not None else [], note)
     if out is not None and figures:
-        write_repeats(out, summary, config_dict(config), finished.data.info if finished.data else {})
+        write_repeats(out, summary, config_dict(config), finished.data.info if finished.data else RunInfo())
     finished.repeats = summary
     return finished
 

@@ -207,8 +207,10 @@ class Summary:
             if f.name == "errors":
                 out.update({f"errors_{kind}": n for kind, n in value.items()})
             elif f.name == "crossover":
-                if value is not None:
-                    out.update({f"{label}_crossover_batch": getattr(value, label) for label in _CROSSOVERS})
+                if value is not None:   # the measured one always (None: none found); a prediction where made
+                    out["measured_crossover_batch"] = value.measured
+                    out.update({f"{label}_crossover_batch": getattr(value, label) for label in _CROSSOVERS
+                                if label != "measured" and getattr(value, label) is not None})
             elif f.name == "precision":
                 for dtype, gain in value.items():
                     out.update({f"{dtype}_{name}": getattr(gain, name) for name in _GAINS})

@@ -220,7 +220,8 @@ def _print_batch_summary(config, data, s: Summary, out) -> None:
         if info.is_simulated:   # judged against the profile it was priced on
             from backend.roofline.parallel import replica_profile
             from backend.roofline.profiles import find_profile
-            profile = replica_profile(find_profile(info.profile), info)   # a replica's devices as one
+            replicas = info.replicas
+            profile = replica_profile(find_profile(info.profile), *((replicas.tp, replicas.pp) if replicas else ()))
         else:
             profile = run_profile(device, name)
         from backend.roofline.roofs import math_from_info

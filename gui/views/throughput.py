@@ -18,6 +18,7 @@ from backend.errors import InputError
 from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes, dtype_key
 from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill, step_cost
 from backend.roofline.roofs import Roof, compute_roofs, math_from_info, runs_bf16
+from backend.run_info import RunInfo
 
 from gui.views.plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, PROFILE_SIMULATED_COLOR,
                          ROOF_COLORS, SIMULATED_COLOR, STEP_TIME_COLOR, cosmetic_pen, RateAxis, set_title, style_plot,
@@ -229,17 +230,17 @@ class ThroughputView(pg.PlotWidget):
         notes += self._simulation_notes(simulated)
         notes += self._paint_prediction()
         notes += self._reference_notes()
-        measured = finished.summary.get("measured_crossover_batch") if finished is not None else None
+        crossover = finished.summary.crossover if finished is not None else None
+        measured = crossover.measured if crossover is not None else None
         if self.kind == "batch" and measured:
             notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
 
     def _run_simulated(self) -> bool:
-        return self.store.info.get("target") == "simulated" or str(self.store.info.get("device", "")).startswith(
-            "simulated")
+        return self.store.info.is_simulated or self.store.info.device.startswith("simulated")
 
-    def _run_info(self) -> dict:
+    def _run_info(self) -> RunInfo:
         """run.json's info of the run on the plot: the finished run's, else what the store knows of the live one."""
         finished = self.store.finished
         return finished.data.info if finished is not None and finished.data is not None else self.store.info
