@@ -1,6 +1,6 @@
 """A sweep folder's sweep.csv: one writer and one reader for every kind of point.
 
-The kind is recorded in run.json (`info["sweep_kind"]`: batch, prompt, precision, rate,
+The kind is recorded in run.json (info's `sweep_kind`, RunInfo.sweep: batch, prompt, precision, rate,
 concurrency or pd-ratio), never guessed from a header; a folder without it holds no sweep. Columns:
   - batch and prompt (SweepPoint): the axis ("batch" or "prompt_len"), then SWEEP_COLUMNS;
   - precision (PrecisionPoint): PRECISION_COLUMNS, the precision's name first;
