@@ -57,6 +57,6 @@ def test_the_summarys_crossover_is_the_one_of_the_runs_math(tmp_path, math):
     cpu = find_profile("cpu")
     summary = sweep_summary(config, [], loaded, "", cpu, cpu, math)
     want = crossover_batch(shape, F32, 512, cpu, F32, math)
-    assert summary["predicted_crossover_batch"] == summary["predicted_local_crossover_batch"] == want
+    assert summary.crossover.predicted == summary.crossover.predicted_local == want
     plain = crossover_batch(shape, F32, 512, cpu, F32)
     assert (want > plain) == (math is not None and math.bf16)

@@ -73,8 +73,8 @@ def test_decode_devices_never_prefill_and_every_request_finishes():
 def test_a_slower_link_costs_ttft():
     fast = execute(sim_config(kv_link="nvlink4"), lambda e: None, lambda: False).summary
     slow = execute(sim_config(kv_link="pcie3-x16", kv_link_us=1000.0), lambda e: None, lambda: False).summary
-    assert slow["split_kv_transfer_mean_ms"] > 5 * fast["split_kv_transfer_mean_ms"]
-    assert slow["ttft_mean_ms"] > fast["ttft_mean_ms"]
+    assert slow.split_kv_transfer_mean_ms > 5 * fast.split_kv_transfer_mean_ms
+    assert slow.ttft_mean_ms > fast.ttft_mean_ms
 
 
 def sweep_pd_ratio(config: RunConfig, total: int, out=None) -> tuple[list[PDPoint], dict]:
@@ -89,7 +89,7 @@ def best_prefill_devices(prompt_len: str, rate: float) -> int:
     points, summary = sweep_pd_ratio(sim_config(prompt_len=prompt_len, rate=rate, requests=240, max_batch=64), 6)
     assert len(points) == 5 and sum(pt.best for pt in points) == 1
     best = next(pt for pt in points if pt.best)
-    assert summary["best_split"] == best.split
+    assert summary.best_split == best.split
     return best.prefill_devices
 
 

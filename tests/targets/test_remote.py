@@ -185,7 +185,7 @@ def test_each_failure_is_recorded_by_kind(tmp_path, model, kind, num_tokens):
         endpoint = RemoteEndpoint(server.url, model, SENTINEL, "completions", 0.5, False)
         finished, _ = drive(endpoint, workload(), out=tmp_path)
     assert finished.error.startswith("every request failed: ")
-    assert finished.summary[f"errors_{kind}"] == 2
+    assert finished.summary.errors[kind] == 2
     for r in finished.data.requests:
         assert r.status is RequestStatus.ERROR and r.finish_reason.startswith(kind + ": ")
         assert len([t for t in finished.data.tokens if t.request_id == r.request_id]) == num_tokens
