@@ -48,8 +48,8 @@ def main() -> int:
     print("| policy | duration s | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | preemptions |")
     print("|---|---|---|---|---|---|---|---|")
     for policy, s in rows:
-        print(f"| {policy} | {s['duration_s']:.1f} | {s['output_tokens_per_s']:.1f} | {s['ttft_p50_ms']:.0f} | "
-              f"{s['ttft_p99_ms']:.0f} | {s['itl_p50_ms']:.0f} | {s['itl_p99_ms']:.0f} | {int(s['num_preemptions'])} |")
+        print(f"| {policy} | {s.duration_s:.1f} | {s.output_tokens_per_s:.1f} | {s.ttft_p50_ms:.0f} | "
+              f"{s.ttft_p99_ms:.0f} | {s.itl_p50_ms:.0f} | {s.itl_p99_ms:.0f} | {int(s.num_preemptions)} |")
     return 0
 
 
