@@ -14,7 +14,7 @@ from backend.config import RunConfig
 from backend.precision import Precision, from_info
 from backend.records import RecordBatch, RepeatsSummary, RunData, merge_batches
 from backend.shape import ModelShape
-from backend.run_info import RunInfo
+from backend.run_info import LocalInfo, RunInfo
 from backend.summary import Summary
 
 Emit = Callable[[object], None]
@@ -52,17 +52,17 @@ class ModelLoaded:
     activation_dtype: str = ""         # activations and KV cache ("" : the dtype itself)
     matmul: dict | None = None         # the products' arithmetic, run.json's "matmul" (None: not chosen)
 
-    def info(self) -> dict:
+    def info(self) -> RunInfo:
         """The model's part of run.json's info, for a run known only by its events."""
-        return {"model": self.name, "source": self.source, "device": self.device, "device_name": self.device_name,
-                "dtype": self.dtype, "weight_bits": self.weight_bits, "activation_dtype": self.activation_dtype,
-                "random_weights": self.random_weights, "num_params": self.num_params,
-                "weight_bytes": self.weight_bytes, "kv_capacity": self.kv_capacity,
-                **({"matmul": self.matmul} if self.matmul is not None else {})}
+        return RunInfo(model=self.name, source=self.source, device=self.device, device_name=self.device_name,
+                       dtype=self.dtype, weight_bits=self.weight_bits, activation_dtype=self.activation_dtype,
+                       random_weights=self.random_weights, num_params=self.num_params,
+                       weight_bytes=self.weight_bytes, kv_capacity=self.kv_capacity,
+                       local=LocalInfo(matmul=self.matmul) if self.matmul is not None else None)
 
     @property
     def precision(self) -> Precision | None:
-        return from_info(RunInfo.from_json(self.info()))
+        return from_info(self.info())
 
 
 @dataclass(slots=True)

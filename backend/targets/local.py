@@ -17,7 +17,7 @@ from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
-from backend.run_info import RunInfo, now_created
+from backend.run_info import LocalInfo, RunInfo, TargetKind, now_created
 from backend.summary import Summary
 
 
@@ -88,9 +88,10 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     from backend.roofline.profiles import run_profile
     from backend.results.matmul import unit_steps
 
-    def info() -> dict:   # after the run: which unit ran its steps
-        return {**run_info(loaded, dev_name, kv_capacity, max_len, num_slots),
-                "matmul_steps": unit_steps(loaded, recorder.step_rows)}
+    def info() -> RunInfo:   # after the run: which unit ran its steps
+        done = run_info(loaded, dev_name, kv_capacity, max_len, num_slots)
+        done.local.matmul_steps = unit_steps(loaded, recorder.step_rows)
+        return done
     return drive(engine, source, recorder, should_stop, info, priced_on=run_profile(str(loaded.device), dev_name))
 
 
@@ -99,25 +100,26 @@ def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
     return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
 
 
-def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], dict],
-          priced_on=None, costs: Callable[[Summary], tuple[dict, dict]] | None = None) -> RunFinished:
+def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], RunInfo],
+          priced_on=None, costs: Callable[[Summary], tuple[dict, tuple[str, str] | None]] | None = None) -> RunFinished:
     """Run the engine loop over the source to the end, every record batch into the recorder; then
     the run's files (info() is asked after the run). The local and the simulated targets both end
     this way. With a profile that has a price (`priced_on`, the device the steps ran or were priced
-    on) the summary gains the cost per million tokens; `costs(summary)` gives (figures, run.json
-    entries) instead where the price is a deployment's (the simulator's many devices)."""
+    on) the summary gains the cost per million tokens; `costs(summary)` gives (figures, (what the price
+    is for, its source)) instead where the price is a deployment's (the simulator's many devices)."""
     from backend.results.cost import cost_figures
     result = engine.run(source, recorder.emit, should_stop)
     summary = recorder.summary()
-    run_info_ = info()
+    done = info()
     if costs is not None:
-        figures, entries = costs(summary)
+        figures, price = costs(summary)
         summary = summary.merged(figures)
-        run_info_.update(entries)
+        if price is not None:
+            done.priced_on, done.price_source = price
     elif priced_on is not None and priced_on.price_per_hour is not None:
         summary = summary.merged(cost_figures(summary, priced_on.price_per_hour))
-        run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
-    return recorder.finish(RunInfo.from_json(run_info_), result.stopped, result.error, summary)
+        done.priced_on, done.price_source = priced_on.name, priced_on.price_source
+    return recorder.finish(done, result.stopped, result.error, summary)
 
 
 
@@ -134,23 +136,21 @@ def library_versions() -> dict:
 
 
 
-def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
+def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> RunInfo:
     import torch
     from backend.loaders.device import dtype_name
     from backend.models.packed import kernels_in_use
     from backend.engine.threads import current_affinity
     from backend.results.matmul import matmul_info
-    return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
-            "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
-            "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
-            "dtype": loaded.precision.name, "weight_bits": loaded.precision.weight_bits,
-            "activation_dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(),
-            "affinity": current_affinity(), "kernels": kernels_in_use(loaded.device, loaded.dtype, loaded.precision),
-            "matmul": matmul_info(loaded),
-            "kv_capacity": kv_capacity,
-            "kv_slots": num_slots, "max_len": max_len,
-            "versions": library_versions(),
-            "created": now_created()}
+    return RunInfo(target=TargetKind.LOCAL, model=loaded.name, source=loaded.source,
+                   random_weights=loaded.random_weights, arch=loaded.shape.arch, num_params=loaded.shape.num_params(),
+                   weight_bytes=loaded.weight_bytes, shape=asdict(loaded.shape), device=str(loaded.device),
+                   device_name=dev_name, dtype=loaded.precision.name, weight_bits=loaded.precision.weight_bits,
+                   activation_dtype=dtype_name(loaded.dtype), kv_capacity=kv_capacity, kv_slots=num_slots,
+                   max_len=max_len, versions=library_versions(), created=now_created(),
+                   local=LocalInfo(threads=torch.get_num_threads(), affinity=current_affinity(),
+                                   kernels=kernels_in_use(loaded.device, loaded.dtype, loaded.precision),
+                                   matmul=matmul_info(loaded)))
 
 
 

@@ -110,7 +110,7 @@ class RunStore:
             self.workers.set_layout(event.names)
         elif isinstance(event, ModelLoaded):
             self.model = event
-            self.info = RunInfo.from_json(event.info())
+            self.info = event.info()
         elif isinstance(event, SweepPoint):
             self.sweep_points.append(event)
         elif isinstance(event, PrecisionPoint):

@@ -132,7 +132,7 @@ def test_the_model_loaded_event_carries_the_math_so_the_window_predicts_it_durin
     assert isinstance(config, RunConfig)
     assert run_local(config, events.append, lambda: False).error is None
     loaded = next(e for e in events if isinstance(e, ModelLoaded))
-    assert loaded.matmul["mode"] == "fp32" and loaded.info()["matmul"] == loaded.matmul
+    assert loaded.matmul["mode"] == "fp32" and loaded.info().local.matmul == loaded.matmul
 
 
 @needs_unit

@@ -17,7 +17,7 @@ no decode worker left, the rest of the requests fail at once and the run ends, i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Callable
 
@@ -26,7 +26,7 @@ from backend.errors import InputError, RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
 from backend.engine.request import rejected_record, rejection
 from backend.records import RecordBatch, RequestRecord, RequestStatus
-from backend.run_info import RunInfo, now_created
+from backend.run_info import DisaggregatedInfo, LocalInfo, RunInfo, TargetKind, now_created
 
 READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
 DONE_TIMEOUT_S = 5.0      # after "stop", how long a worker has to send its last records
@@ -259,8 +259,7 @@ class Coordinator:
         summary = self.recorder.summary()
         summary = summary.merged(disaggregated_figures(self.recorder.accumulator.requests))
         error = "; ".join(self.errors) if self.errors else None
-        return self.recorder.finish(RunInfo.from_json(self.info(time.perf_counter() - wall_start)), stopped, error,
-                                    summary)
+        return self.recorder.finish(self.info(time.perf_counter() - wall_start), stopped, error, summary)
 
     def dispatch_arrivals(self) -> None:
         arrived = self.source.due(self.now_ms())
@@ -441,32 +440,31 @@ class Coordinator:
             end_process(w.process)
             w.conn.close()
 
-    def info(self, wall_s: float) -> dict:
+    def info(self, wall_s: float) -> RunInfo:
         from backend.results.matmul import steps_by_unit
         from backend.targets.local import library_versions
-        info = dict(self.loaded.info())
+        info = self.loaded.info()
         # the run's threads and cores: every worker's together (each one's are in the layout)
         threads = sum(w.info.get("threads") or 0 for w in self.workers)
         cores = sorted({c for w in self.workers for c in w.info.get("affinity") or w.cores})
-        info.update(target="disaggregated", arch=self.loaded.shape.arch, threads=threads,
-                    affinity=cores, kv_slots=self.config.engine.max_batch, max_len=self.max_len,
-                    kv_capacity=self.decode_capacity * self.config.engine.decode_workers,
-                    layout=self.layout_info(), versions=library_versions(), wall_s=wall_s,
-                    created=now_created())
         # every worker loads the same model with the same --prefill-math: a prefill worker's choice
         # names the run's (its probe ran the same model); each phase's steps ran in their own pool
         matmul = next((w.info.get("matmul") for w in self.workers if w.info.get("matmul")), None)
-        info.update(matmul=matmul, matmul_steps=steps_by_unit(matmul, self.recorder.step_rows))
-        return info
+        return replace(info, target=TargetKind.DISAGGREGATED, arch=self.loaded.shape.arch,
+                       kv_slots=self.config.engine.max_batch, max_len=self.max_len,
+                       kv_capacity=self.decode_capacity * self.config.engine.decode_workers,
+                       versions=library_versions(), wall_s=wall_s, created=now_created(),
+                       local=LocalInfo(threads=threads, affinity=cores, matmul=matmul,
+                                       matmul_steps=steps_by_unit(matmul, self.recorder.step_rows)),
+                       disaggregated=self.layout_info())
 
-    def layout_info(self) -> dict:
+    def layout_info(self) -> DisaggregatedInfo:
         from backend.engine.kv_transfer import NUM_BUFFERS
-        return {"prefill_workers": self.config.engine.prefill_workers,
-                "decode_workers": self.config.engine.decode_workers,
-                "kv_transport": self.transport,
-                "kv_buffers": NUM_BUFFERS if self.transport == "shm" else 0,
-                "workers": [{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.info.get("pid"),
-                             "threads": w.info.get("threads"), "kv_slots": w.info.get("num_slots"),
-                             "kv_capacity": w.info.get("kv_capacity"), "alive_at_end": w.alive}
-                            for w in self.workers],
-                "shared_cores": len({c for w in self.workers for c in w.cores}) < sum(len(w.cores) for w in self.workers)}
+        return DisaggregatedInfo(
+            prefill_workers=self.config.engine.prefill_workers, decode_workers=self.config.engine.decode_workers,
+            kv_transport=self.transport, kv_buffers=NUM_BUFFERS if self.transport == "shm" else 0,
+            workers=[{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.info.get("pid"),
+                      "threads": w.info.get("threads"), "kv_slots": w.info.get("num_slots"),
+                      "kv_capacity": w.info.get("kv_capacity"), "alive_at_end": w.alive}
+                     for w in self.workers],
+            shared_cores=len({c for w in self.workers for c in w.cores}) < sum(len(w.cores) for w in self.workers))

@@ -26,7 +26,7 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
 from backend.targets.disaggregated.summary import fill_split
 from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
-from backend.run_info import RunInfo
+from backend.run_info import DisaggregatedInfo
 from backend.roofline.links import KVLink, known_links, resolve_link   # noqa: F401 -- the links' home; re-exported
 
 @dataclass(slots=True)
@@ -307,13 +307,15 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
             config, profile, shape, prec, model, device, source_text,
             kv_capacity=sim.kv_capacity * e.decode_workers, kv_slots=e.max_batch, max_len=sim.max_len,
             virtual_s=sim.now_ms / 1000.0, wall_s=time.perf_counter() - wall_start,
-            layout={"prefill_workers": e.prefill_workers, "decode_workers": e.decode_workers,
-                    "kv_transport": "simulated link", "kv_link": asdict(link),
-                    "workers": [{"name": w["name"], "role": w["role"],
-                                 "devices": (pre if w["role"] == "prefill" else dec).devices} for w in workers]},
-            deployment={**deployment_info(config.deployment, dec, prec, devices),
-                        "prefill_tp": pre.tp, "decode_tp": dec.tp})
-        figures, entries = costs_of(summary, profile, pre.devices, dec.devices, devices)
+            disaggregated=DisaggregatedInfo(
+                prefill_workers=e.prefill_workers, decode_workers=e.decode_workers, kv_transport="simulated link",
+                kv_link=asdict(link), workers=[{"name": w["name"], "role": w["role"],
+                                                "devices": (pre if w["role"] == "prefill" else dec).devices}
+                                               for w in workers]),
+            replicas=replace(deployment_info(config.deployment, dec, prec, devices), prefill_tp=pre.tp,
+                             decode_tp=dec.tp))
+        figures, price = costs_of(summary, profile, pre.devices, dec.devices, devices)
         summary = summary.merged(figures)
-        info.update(entries)
-        return recorder.finish(RunInfo.from_json(info), sim.stopped, None, summary)
+        if price is not None:
+            info.priced_on, info.price_source = price
+        return recorder.finish(info, sim.stopped, None, summary)

@@ -28,7 +28,7 @@ from backend.files import write_files
 from backend.events import Emit, Progress, RunFinished
 from backend.results.export import RunWriter
 from backend.records import RequestStatus, RunData
-from backend.run_info import RunInfo, now_created
+from backend.run_info import RemoteInfo, RunInfo, TargetKind, now_created
 from backend.targets.remote.honesty import client_report, early_stop_line, token_count_lines
 from backend.targets.remote.pool import default_workers
 from backend.targets.remote.coordinator import RESERVE, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, RemoteRun
@@ -153,13 +153,14 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
                          "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics,
                          "tokenizer": endpoint.tokenizer, "client_workers": num_workers, "ray": endpoint.ray_address}
         info = _info(endpoint, run)
-        info.update({"client": client_info, "warnings": warnings, "tokenizer": builder.name,
-                     "connections_opened": client_info["connections_opened"],
-                     "token_counts": {"prompt": dict(Counter(r.prompt_tokens_source for r in finished)),
-                                      "output": dict(Counter(r.output_tokens_source for r in finished))}})
+        remote = info.remote
+        remote.client, remote.warnings, remote.tokenizer = client_info, warnings, builder.name
+        remote.connections_opened = client_info["connections_opened"]
+        remote.token_counts = {"prompt": dict(Counter(r.prompt_tokens_source for r in finished)),
+                               "output": dict(Counter(r.output_tokens_source for r in finished))}
         if endpoint.ray_address:   # each actor's clock against the coordinator's, and whether it was lost
-            info["ray"] = {"address": endpoint.ray_address, "workers": getattr(run.pool, "clocks", [])}
-        data = RunData(run_id=run.run_id, config=cfg, info=RunInfo.from_json(info), requests=run.requests, tokens=run.tokens,
+            remote.ray = {"address": endpoint.ray_address, "workers": getattr(run.pool, "clocks", [])}
+        data = RunData(run_id=run.run_id, config=cfg, info=info, requests=run.requests, tokens=run.tokens,
                        summary=summary)
         if writer is not None:
             if run.server.readings:
@@ -171,12 +172,13 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
             writer.abandon()
 
 
-def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> dict:
+def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> RunInfo:
     from backend import __version__
-    return {"target": "remote", "endpoint": safe_url(endpoint.url), "served_model": endpoint.model,
-            "model": endpoint.model, "api": endpoint.api, "device": "remote",
-            "server_metrics": run.server.info(),   # {} when the server published none
-            "note": "server engine steps are not visible from outside: steps.csv is empty, queue_ms is 0",
-            "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__,
-                         "httptools": httptools.__version__},
-            "created": now_created()}
+    return RunInfo(target=TargetKind.REMOTE, model=endpoint.model, device="remote",
+                   versions={"phasescope": __version__, "python": platform.python_version(),
+                             "httpx": httpx.__version__, "httptools": httptools.__version__},
+                   created=now_created(),
+                   remote=RemoteInfo(endpoint=safe_url(endpoint.url), served_model=endpoint.model, api=endpoint.api,
+                                     server_metrics=run.server.info(),   # {} when the server published none
+                                     note="server engine steps are not visible from outside: steps.csv is empty, "
+                                          "queue_ms is 0"))
