@@ -250,7 +250,8 @@ class ThroughputView(pg.PlotWidget):
         if not simulated:
             return []
         errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for _, p in simulated]
-        where = self._run_info().get("local_profile") or "this machine"
+        sweep = self._run_info().sweep
+        where = (sweep.local_profile if sweep is not None else None) or "this machine"
         try:
             from backend.roofline.profiles import find_profile
             fitted = bool(find_profile(where).simulation.get("fitted"))
