@@ -238,7 +238,7 @@ def test_every_record_is_streamed_to_a_run_folder_that_lives_until_the_next_run(
     folder = next(f for k, f in wt.collector.received if k == "recorded")
     saved = read_run(folder)
     assert [s.step for s in saved.steps] == [0, 1] and len(saved.tokens) == 2
-    assert saved.run_id == "rec" and saved.summary == {"num_finished": 1}
+    assert saved.run_id == "rec" and saved.summary == Summary(num_finished=1)
     with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
         wt.starter.run.emit(None)
     second = [f for k, f in wt.collector.received if k == "recorded"][-1]
