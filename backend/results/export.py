@@ -16,7 +16,7 @@ from pathlib import Path
 
 from backend.errors import InputError, RunError
 from backend.files import write_files
-from backend.run_info import RunInfo
+from backend.run_info import RunInfo, TargetKind
 from backend.summary import Summary
 from backend.records import (Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord,
                              record_fields, record_row)
@@ -281,5 +281,7 @@ def upgrade(meta, where: Path) -> dict:
         info.setdefault("target", "local")
         if not isinstance(info.get("server_metrics", {}), dict):
             info["server_metrics"] = {}
+    if info.get("target") not in {kind.value for kind in TargetKind}:
+        raise InputError(f"{where}: target {info.get('target')!r} is not one this version knows (another version?)")
     return {"format": FORMAT, "run_id": meta.get("run_id", ""), "config": meta.get("config") or {},
             "info": info, "summary": dict(meta.get("summary") or {})}

@@ -131,6 +131,8 @@ def test_upgrade_names_a_version_1_local_run_and_its_bool_server_metrics():
     for bad in ({"format": "phasescope-run/0"}, {"format": None}, [], "text"):
         with pytest.raises(InputError, match="format"):
             upgrade(bad, Path("run.json"))
+    with pytest.raises(InputError, match="target 'quantum' is not one this version knows"):
+        upgrade({**new, "info": {"target": "quantum"}}, Path("run.json"))
 
 
 def test_read_meta_is_none_for_a_folder_without_a_run(tmp_path):
