@@ -72,7 +72,7 @@ def assert_one_clock(finished):
 
 
 def assert_offsets(info):
-    workers = info["ray"]["workers"]
+    workers = info.remote.ray["workers"]
     assert [w["worker"] for w in workers] == [0, 1]
     for w in workers:   # one host: the true offset is 0, which the measurement must bracket
         assert w["uncertainty_ms"] > 0 and abs(w["offset_ms"]) <= w["uncertainty_ms"] + 1e-6
