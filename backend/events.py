@@ -14,6 +14,8 @@ from backend.config import RunConfig, SweepKind
 from backend.precision import Precision, from_info
 from backend.records import RecordBatch, RepeatsSummary, RunData, merge_batches
 from backend.shape import ModelShape
+from backend.run_info import LocalInfo, RunInfo
+from backend.summary import Summary
 
 Emit = Callable[[object], None]
 
@@ -50,13 +52,13 @@ class ModelLoaded:
     activation_dtype: str = ""         # activations and KV cache ("" : the dtype itself)
     matmul: dict | None = None         # the products' arithmetic, run.json's "matmul" (None: not chosen)
 
-    def info(self) -> dict:
+    def info(self) -> RunInfo:
         """The model's part of run.json's info, for a run known only by its events."""
-        return {"model": self.name, "source": self.source, "device": self.device, "device_name": self.device_name,
-                "dtype": self.dtype, "weight_bits": self.weight_bits, "activation_dtype": self.activation_dtype,
-                "random_weights": self.random_weights, "num_params": self.num_params,
-                "weight_bytes": self.weight_bytes, "kv_capacity": self.kv_capacity,
-                **({"matmul": self.matmul} if self.matmul is not None else {})}
+        return RunInfo(model=self.name, source=self.source, device=self.device, device_name=self.device_name,
+                       dtype=self.dtype, weight_bits=self.weight_bits, activation_dtype=self.activation_dtype,
+                       random_weights=self.random_weights, num_params=self.num_params,
+                       weight_bytes=self.weight_bytes, kv_capacity=self.kv_capacity,
+                       local=LocalInfo(matmul=self.matmul) if self.matmul is not None else None)
 
     @property
     def precision(self) -> Precision | None:
@@ -190,7 +192,7 @@ class EngineStatus:
 @dataclass(slots=True)
 class RunFinished:
     run_id: str
-    summary: dict = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)
     stopped: bool = False     # stopped by the user before the end
     error: str | None = None  # one-line message when the run failed part way
     data: RunData | None = None   # every record of the run

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from backend.config import EngineConfig, ModelChoice, RunConfig, RunKind, SweepKind
+from backend.run_info import RunInfo
 from backend.errors import InputError, RunError
 from backend.sim.fit import ErrorReport, MeasuredRun, fit_cost_model, step_errors
 from backend.sim.step_time import CostModel
@@ -37,16 +38,16 @@ class FitReport:
     fit_folders: list[str] = field(default_factory=list)
 
 
-def read_measured(folder: str) -> tuple[MeasuredRun, dict]:
+def read_measured(folder: str) -> tuple[MeasuredRun, RunInfo]:
     """A run folder's measured steps and its run.json info; one line refusing a simulated or remote run, or one without steps."""
     from backend.results.export import read_run
     from backend.shape import ModelShape
     from backend.precision import from_info
     run = read_run(folder)
     info = run.info
-    if info.get("target") == "simulated":
+    if info.is_simulated:
         raise InputError(f"{folder}: a simulated run; fit on runs measured on this machine")
-    if info.get("target") == "remote" or not info.get("shape"):
+    if info.is_remote or not info.shape:
         raise InputError(f"{folder}: a remote run has no engine steps of this machine to fit on")
     prec = from_info(info)
     if prec is None:
@@ -55,7 +56,7 @@ def read_measured(folder: str) -> tuple[MeasuredRun, dict]:
     if not steps:
         raise InputError(f"{folder}: no timed steps")
     from backend.roofline.roofs import math_from_info
-    return MeasuredRun(Path(folder).name or str(folder), ModelShape(**info["shape"]), prec, steps,
+    return MeasuredRun(Path(folder).name or str(folder), ModelShape(**info.shape), prec, steps,
                        math_from_info(info)), info
 
 
@@ -129,11 +130,11 @@ def fit_and_write(fit_folders: list[str], check_folders: list[str], target: Path
         say(f"{target} does not exist yet: measuring this machine's peaks first")
         profile = calibrate(device, lambda m, f: say(f"{m} ({f * 100:.0f}%)"), quick=quick)
     for folder, info in zip(folders, infos):
-        if not describes(profile, info.get("device_name", "")):
-            raise InputError(f"{folder} was measured on {info.get('device_name')!r}, not on {profile.name!r}: "
+        if not describes(profile, info.device_name):
+            raise InputError(f"{folder} was measured on {info.device_name!r}, not on {profile.name!r}: "
                              f"fit a profile on runs of its own device")
     model, held_out = fit_profile(runs[:len(fit_folders)], runs[len(fit_folders):], profile)
-    dtypes = sorted({info.get("dtype", "?") for info in infos})
+    dtypes = sorted({info.dtype or "?" for info in infos})
     source = (f"fitted by phasescope calibrate --fit on {time.strftime('%Y-%m-%d')} to {len(fit_folders)} measured "
               f"run(s) at {', '.join(dtypes)}: {', '.join(Path(f).name for f in fit_folders)}")
     model = model.with_source(source)

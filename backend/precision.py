@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.errors import InputError
+from backend.run_info import RunInfo
 
 
 @dataclass(slots=True, frozen=True)
@@ -162,13 +163,13 @@ def precision(name: str, activation: str = "float32", weight_bits: float | None 
     return Precision("int8", 8.0, _FLOAT_KEYS[activation], activation)
 
 
-def from_info(info: dict) -> Precision | None:
-    """The Precision a run recorded (run.json's info, or ModelLoaded.info()); None where unknown."""
-    name = info.get("dtype")
+def from_info(info: RunInfo) -> Precision | None:
+    """The Precision a run recorded (run.json's info); None where unknown."""
+    name = info.dtype
     if not name:
         return None
     try:
-        found = precision(name, info.get("activation_dtype") or "float32", info.get("weight_bits"))
-        return found.with_kv(info["kv_dtype"]) if info.get("kv_dtype") else found
+        found = precision(name, info.activation_dtype or "float32", info.weight_bits)
+        return found.with_kv(info.kv_dtype) if info.kv_dtype else found
     except InputError:
         return None

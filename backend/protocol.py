@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
     from backend.config import RunConfig, SamplingConfig
-    from backend.events import RunFinished
+    from backend.events import ModelLoaded, RunFinished
     from backend.records import RecordBatch
     from backend.workload.arrivals import RequestSpec
 
@@ -199,7 +199,21 @@ class Ready:
     """Loaded and warmed up (a disaggregated worker: its figures) or started (a client worker: info None)."""
 
     op: ClassVar[Op] = Op.READY
-    info: dict | None = None
+    info: WorkerFigures | None = None
+
+
+@dataclass(slots=True)
+class WorkerFigures:
+    """What a disaggregated worker tells the coordinator once it is ready: its process, threads and
+    cache (run.json's layout records them) and the model it loaded."""
+
+    pid: int
+    threads: int
+    affinity: list[int]
+    num_slots: int
+    kv_capacity: int
+    matmul: dict | None
+    loaded: ModelLoaded
 
 
 @dataclass(slots=True)

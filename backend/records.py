@@ -12,6 +12,9 @@ from enum import Enum
 from functools import lru_cache
 from operator import attrgetter
 
+from backend.run_info import RunInfo
+from backend.summary import Summary
+
 
 class Phase(str, Enum):
     """What an engine step did: prompt tokens only, decode tokens only, or both (chunked prefill)."""
@@ -188,11 +191,11 @@ class RunData:
 
     run_id: str = ""
     config: dict = field(default_factory=dict)
-    info: dict = field(default_factory=dict)       # model, device, dtype, versions
+    info: RunInfo = field(default_factory=RunInfo)       # model, device, dtype, versions, the target's own
     steps: list[StepRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
     tokens: list[TokenRecord] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ from backend.errors import InputError
 from backend.events import Emit, PrecisionPoint, Progress, RepeatStarted, RunFinished, SweepPoint, Target
 from backend.loaders.cache import ModelCache
 from backend.records import RecordBatch
+from backend.run_info import RunInfo
 from backend.results.export import ensure_writable
 from backend.results.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
 from backend.roofline.profiles import find_profile
@@ -103,7 +104,7 @@ def execute_repeats(config: RunConfig, target: Target, emit: Emit, should_stop: 
         return RunFinished("", stopped=True)
     summary = summarize_repeats(figures, config.repeats, run_ids, folders if out is not None else [], note)
     if out is not None and figures:
-        write_repeats(out, summary, config_dict(config), finished.data.info if finished.data else {})
+        write_repeats(out, summary, config_dict(config), finished.data.info if finished.data else RunInfo())
     finished.repeats = summary
     return finished
 

@@ -131,21 +131,21 @@ def real_table(title: str, spec_text: str, rows: list[tuple]) -> list[str]:
              "KV transfer mean ms | KV bytes mean |",
              "|---|---|---|---|---|---|---|---|---|"]
     for policy, s, info in rows:
-        layout = info.get("layout")
+        layout = info.disaggregated
         if layout:
-            where = ", ".join(f"{w['name']} on core {','.join(map(str, w['cores']))}" for w in layout["workers"])
-            where += f" (KV by {layout['kv_transport']})"
-            kv = (f"{s['split_kv_transfer_mean_ms']:.1f}", f"{s['kv_bytes_mean'] / 1e6:.1f} MB")
+            where = ", ".join(f"{w['name']} on core {','.join(map(str, w['cores']))}" for w in layout.workers)
+            where += f" (KV by {layout.kv_transport})"
+            kv = (f"{s.split_kv_transfer_mean_ms:.1f}", f"{s.kv_bytes_mean / 1e6:.1f} MB")
         else:
-            where = f"one engine, {info.get('threads')} threads"
+            where = f"one engine, {info.host.threads} threads"
             kv = ("-", "-")
-        lines.append(f"| {policy} | {where} | {s['output_tokens_per_s']:.1f} | {s['ttft_p50_ms']:.0f} | "
-                     f"{s['ttft_p99_ms']:.0f} | {s['itl_p50_ms']:.1f} | {s['itl_p99_ms']:.1f} | {kv[0]} | {kv[1]} |")
+        lines.append(f"| {policy} | {where} | {s.output_tokens_per_s:.1f} | {s.ttft_p50_ms:.0f} | "
+                     f"{s.ttft_p99_ms:.0f} | {s.itl_p50_ms:.1f} | {s.itl_p99_ms:.1f} | {kv[0]} | {kv[1]} |")
     split = next((s for policy, s, _ in rows if policy == "disaggregated"), None)
     if split is not None:
-        lines += ["", f"Disaggregated TTFT, means: queue {split['split_queue_mean_ms']:.0f} ms + prefill "
-                      f"{split['split_prefill_mean_ms']:.0f} ms + KV transfer {split['split_kv_transfer_mean_ms']:.1f} ms "
-                      f"+ first decode step {split['split_first_decode_mean_ms']:.1f} ms."]
+        lines += ["", f"Disaggregated TTFT, means: queue {split.split_queue_mean_ms:.0f} ms + prefill "
+                      f"{split.split_prefill_mean_ms:.0f} ms + KV transfer {split.split_kv_transfer_mean_ms:.1f} ms "
+                      f"+ first decode step {split.split_first_decode_mean_ms:.1f} ms."]
     return lines
 
 

@@ -44,9 +44,9 @@ def main() -> int:
              "| policy | duration s | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | preemptions |",
              "|---|---|---|---|---|---|---|---|"]
     for policy, s in rows:
-        lines.append(f"| {policy} | {s['duration_s']:.1f} | {s['output_tokens_per_s']:.1f} | {s['ttft_p50_ms']:.0f} | "
-                     f"{s['ttft_p99_ms']:.0f} | {s['itl_p50_ms']:.0f} | {s['itl_p99_ms']:.0f} | "
-                     f"{int(s['num_preemptions'])} |")
+        lines.append(f"| {policy} | {s.duration_s:.1f} | {s.output_tokens_per_s:.1f} | {s.ttft_p50_ms:.0f} | "
+                     f"{s.ttft_p99_ms:.0f} | {s.itl_p50_ms:.0f} | {s.itl_p99_ms:.0f} | "
+                     f"{int(s.num_preemptions)} |")
     return publish("policies", lines, args.readme)
 
 

@@ -73,14 +73,14 @@ def ours(server: Server, streams: int, requests: int, output_len: int) -> dict:
     finished = run_remote(config, lambda e: None, lambda: False)
     if finished.error:
         return {"tool": "ours", "streams": streams, "error": finished.error}
-    s, info = finished.summary, finished.data.info
-    cpu_s = s["client_cpu_s"] + s["client_coordinator_cpu_s"]   # the workers' and the coordinator's, during the run
-    return {"tool": "ours", "streams": streams, "requests": int(s["num_finished"]), "itl_p50": s["itl_p50_ms"],
-            "itl_p99": s["itl_p99_ms"], "ttft_p50": s["ttft_p50_ms"], **truth(server.log()),
-            "cpu_ms_per_req": 1000 * cpu_s / max(1, s["num_finished"]), "workers": int(s["client_workers"]),
-            "limited": bool(s["client_limited"]), "reasons": info["client"]["reasons"],
-            "lag_p99": s["client_loop_lag_p99_ms"], "late_p99": s["client_dispatch_late_p99_ms"],
-            "share": s["client_cpu_share_max"]}
+    s, remote = finished.summary, finished.data.info.remote
+    cpu_s = s.client_cpu_s + s.client_coordinator_cpu_s   # the workers' and the coordinator's, during the run
+    return {"tool": "ours", "streams": streams, "requests": int(s.num_finished), "itl_p50": s.itl_p50_ms,
+            "itl_p99": s.itl_p99_ms, "ttft_p50": s.ttft_p50_ms, **truth(server.log()),
+            "cpu_ms_per_req": 1000 * cpu_s / max(1, s.num_finished), "workers": int(s.client_workers),
+            "limited": bool(s.client_limited), "reasons": remote.client["reasons"],
+            "lag_p99": s.client_loop_lag_p99_ms, "late_p99": s.client_dispatch_late_p99_ms,
+            "share": s.client_cpu_share_max}
 
 
 def cpu_micro(server: Server, repeats: int, requests: int) -> dict:

@@ -72,9 +72,9 @@ for name, *case in cases:
     cpu, wall = time.process_time(), time.perf_counter()
     finished = execute(run, lambda e: None, lambda: False, retain_records=False)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    summary = {k: repr(v) for k, v in sorted(finished.summary.items())}
-    print(json.dumps({"name": name, "cpu": cpu, "wall": wall, "steps": finished.summary["num_steps"],
-                      "requests": finished.summary["num_finished"], "summary": summary, "error": finished.error}))
+    summary = {k: repr(v) for k, v in sorted(finished.summary.to_json().items())}
+    print(json.dumps({"name": name, "cpu": cpu, "wall": wall, "steps": finished.summary.num_steps,
+                      "requests": finished.summary.num_finished, "summary": summary, "error": finished.error}))
 """
 
 

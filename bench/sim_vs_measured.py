@@ -97,14 +97,14 @@ def main() -> int:
     # the check workload, simulated with each model on a profile holding its terms
     from backend.results.export import read_run
     from backend.roofline.profiles import profile_to_toml
-    measured = read_run(folders["chk-load"]).summary
+    measured = read_run(folders["chk-load"]).summary.to_json()   # figures by name
     simulated = {}
     for label, m in models_by_label.items():
         path = base / f"profile-{label}.toml"
         path.write_text(profile_to_toml(replace(profile, simulation={**m.terms(), "source": m.source or label})))
         sim = replace(configs["chk-load"], simulate=True, profile=str(path), out_dir=None,
                       model=ModelChoice("smollm2-135m", "auto", "float32"))
-        simulated[label] = execute(sim, lambda e: None, lambda: False).summary
+        simulated[label] = execute(sim, lambda e: None, lambda: False).summary.to_json()
 
     lines = [measured_line(*machine_extras()), "",
              f"The bundled model at float32, all cores; profile {profile.key} ({profile.bandwidth_gbs:g} GB/s, "

@@ -71,13 +71,13 @@ def sim_config(fig: Figure) -> RunConfig:
     return RunConfig(mode="load", workload=workload, engine=engine, **common)
 
 
-def metric_of(fig: Figure, summary: dict) -> float:
-    """The figure's metric read from a simulated run's summary."""
+def metric_of(fig: Figure, summary) -> float:
+    """The figure's metric read from a simulated run's summary (a backend.summary.Summary)."""
     if fig.metric == "tok_s_per_gpu":
-        return summary["num_output_tokens"] / summary["duration_s"] / fig.num_gpus
+        return summary.num_output_tokens / summary.duration_s / fig.num_gpus
     if fig.metric == "tok_s":
-        return summary["output_tokens_per_s"]
-    return summary[SUMMARY_KEY[fig.metric]]
+        return summary.output_tokens_per_s
+    return getattr(summary, SUMMARY_KEY[fig.metric])
 
 
 def simulate(fig: Figure, cost_model: CostModel | None = None) -> Result:

@@ -70,8 +70,8 @@ def main() -> int:
                 samples[b][kind].append(ms)
                 log(f"repeat {rep + 1} batch {b} {kind}: {ms:.2f} ms")
     lines = [measured_line(f"{torch.get_num_threads()} torch threads"), "",
-             f"The bundled SmolLM2-135M as stored ({info.get('dtype')} weights, "
-             f"{info.get('kernels')}): context {args.context}, {args.steps} timed "
+             f"The bundled SmolLM2-135M as stored ({info.dtype} weights, "
+             f"{info.host.kernels}): context {args.context}, {args.steps} timed "
              f"decode steps after {WARMUP} warm-up steps, {args.repeats} repeats interleaved (the order alternating).",
              "", "| batch | sweep point step ms | run's decode median ms | sweep / run (median, range) |",
              "|---|---|---|---|"]

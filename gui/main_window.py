@@ -10,6 +10,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.loaders.device import run_dtype_name
 from backend.precision import from_info
+from backend.run_info import RunInfo
 from backend.errors import InputError
 from backend.events import EngineStatus, ModelLoaded, Progress, RepeatStarted
 from backend.shape import ModelShape
@@ -454,24 +455,24 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         s = result.summary
         if result.error:
             self.show_error(f"the run failed part way: {result.error} (the records so far are kept)")
-        elif s.get("kind") == "precision":
-            count = s.get("num_points", 0)
+        elif s.kind == "precision":
+            count = s.num_points or 0
             self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: precision sweep, {count} "
                                          f"precision{'s' if count != 1 else ''} measured"
-                                         + "".join(f"; {note}" for note in [s.get("note"), *self.run_notes] if note))
-        elif s.get("kind") in ("rate", "concurrency", "pd-ratio"):
-            count = s.get("num_points", 0)
-            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: {s['kind']} sweep, "
+                                         + "".join(f"; {note}" for note in [s.note, *self.run_notes] if note))
+        elif s.kind in ("rate", "concurrency", "pd-ratio"):
+            count = s.num_points or 0
+            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: {s.kind} sweep, "
                                          f"{count} point{'s' if count != 1 else ''}")
         elif result.stopped:
-            self.statusBar().showMessage(f"Stopped: {s.get('num_finished', 0)} of {s.get('num_requests', 0)} "
+            self.statusBar().showMessage(f"Stopped: {s.num_finished or 0} of {s.num_requests or 0} "
                                          "requests finished; the records so far are kept")
         else:
-            self.statusBar().showMessage(f"Finished: {s.get('num_finished', 0)} requests, "
-                                         f"{s.get('output_tokens_per_s', 0):,.1f} output tokens/s"
+            self.statusBar().showMessage(f"Finished: {s.num_finished or 0} requests, "
+                                         f"{s.output_tokens_per_s or 0:,.1f} output tokens/s"
                                          + "".join(f"; {note}" for note in self.run_notes)
                                          # a remote run's own doubts: client-limited, estimated counts, early stops
-                                         + "".join(f"; {w}" for w in (result.data.info.get("warnings", [])
+                                         + "".join(f"; {w}" for w in (result.data.info.warnings
                                                                       if result.data is not None else [])))
         if result.repeats is not None and not result.error:
             self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: "
@@ -598,17 +599,16 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         box.show()
         self.error_box = box
 
-    def _show_run_info(self, info: dict) -> None:
+    def _show_run_info(self, info: RunInfo) -> None:
         """Model, device and dtype as a run recorded them (run.json's info), and its shape for the prediction."""
-        if isinstance(info.get("shape"), dict):
+        if isinstance(info.shape, dict):
             # a precision sweep's info names all its precisions ("float32,q8_0"): none is the run's dtype
-            run_dtype = None if self._is_precision_sweep() else from_info(info) or info.get("dtype")
-            self.throughput.set_inputs(shape=ModelShape(**info["shape"]), run_dtype=run_dtype)
-        if info.get("target") == "remote":
-            self._show_choices(info.get("model", "?"), f"remote ({info.get('endpoint', '?')})", "—")
-        elif "model" in info:
-            self._show_choices(info["model"], f"{info.get('device', '?')} ({info.get('device_name', '')})",
-                               info.get("dtype", "?"))
+            run_dtype = None if self._is_precision_sweep() else from_info(info) or info.dtype
+            self.throughput.set_inputs(shape=ModelShape(**info.shape), run_dtype=run_dtype)
+        if info.is_remote:
+            self._show_choices(info.model or "?", f"remote ({info.remote.endpoint or '?'})", "—")
+        elif info.model:
+            self._show_choices(info.model, f"{info.device or '?'} ({info.device_name})", info.dtype or "?")
 
     def _is_precision_sweep(self) -> bool:
         return RunKind.recorded(self.store.config.get("mode")) is RunKind.SWEEP_PRECISION

@@ -8,9 +8,13 @@ import pytest
 
 from backend import protocol as p
 from backend.config import RunConfig, SamplingConfig
-from backend.events import Progress, RunFinished
+from backend.events import ModelLoaded, Progress, RunFinished
+from backend.models.shapes import SHAPES
 from backend.records import RecordBatch, TokenRecord
 from backend.workload.arrivals import RequestSpec
+
+LOADED = ModelLoaded("smollm2-135m", "cpu", "a CPU", "q4_1", "bundled", False, 134_515_008, 85_000_000, 1024,
+                     SHAPES["smollm2-135m"])
 
 SPEC = RequestSpec(request_id=7, arrival_ms=1.5, prompt_ids=[3, 4, 5], prompt_text="", max_new_tokens=4)
 
@@ -32,7 +36,7 @@ def sample(cls) -> p.Message:
         p.Fitted: p.Fitted({"terms": [1.0, 2.0]}),
         p.InputFailed: p.InputFailed("--batch must be positive"),
         p.Failed: p.Failed("out of memory"),
-        p.Ready: p.Ready({"pid": 12, "cores": [0, 1]}),
+        p.Ready: p.Ready(p.WorkerFigures(12, 2, [0, 1], 4, 1024, None, LOADED)),
         p.Done: p.Done(),
         p.Init: p.Init({"role": "prefill"}),
         p.Start: p.Start(123.25),

@@ -9,6 +9,7 @@ from backend.config import RunKind
 from backend.errors import InputError
 from backend.results.compare import TESTS, Cell, Row, Side, compare, compare_csv, plots_of, side_of
 from backend.results.plots import RenderPlots
+from backend.run_info import RunInfo
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -41,19 +42,16 @@ def load_side(path: str, letter: str) -> Side:
     return side_of(label, str(folder), figures)
 
 
-def run_label(info: dict, config: dict) -> str:
+def run_label(info: RunInfo, config: dict) -> str:
     """model, device, dtype, policy (or what ran), date: from run.json."""
     mode = str(config.get("mode", ""))
-    if info.get("target") == "remote":
-        what = f"remote {info.get('endpoint', '')}".strip()
+    if info.is_remote:
+        what = f"remote {info.remote.endpoint}".strip()
     elif mode == RunKind.LOAD:
         what = (config.get("engine") or {}).get("policy", "")
     else:
         what = {RunKind.BATCH: "run (static)"}.get(mode, mode)
-    created = str(info.get("created", ""))
-    date = created[:16].replace("T", " ")
-    parts = [info.get("model"), info.get("device") if info.get("target") != "remote" else None,
-             info.get("dtype"), what, date]
+    parts = [info.model, info.device if not info.is_remote else None, info.dtype, what, info.created_minute]
     return " / ".join(str(p) for p in parts if p)
 
 

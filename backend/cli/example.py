@@ -68,11 +68,11 @@ def run_example(args) -> int:
         if measured.error:
             print(f"error: {measured.error}", file=sys.stderr)
             return 1
-        rows.append(row_of(f"smollm2-135m on {measured.data.info.get('device_name')}, measured", measured))
+        rows.append(row_of(f"smollm2-135m on {measured.data.info.device_name}, measured", measured))
     print(f"one request, {PROMPT_LEN:,}-token prompt, {OUTPUT_LEN} output tokens: total = TTFT + "
           f"{OUTPUT_LEN - 1} decode steps x TPOT\n")
     print_table(format_rows(rows))
     info = simulated.data.info
-    print(f"\nsimulated: {info.get('cost_model_source')}")
+    print(f"\nsimulated: {info.simulated.cost_model_source if info.simulated is not None else None}")
     print("decoded / prefilled token: one decode step's time over one prompt token's share of the prefill")
     return 0

@@ -12,6 +12,8 @@ from backend.events import (
     LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, Progress, RequestsArrived, RunFinished, SweepPoint)
 from backend.precision import from_info
 from backend.records import RecordBatch, RequestStatus
+from backend.run_info import RunInfo
+from backend.summary import Summary, figure
 from backend.roofline.cost import Bound, PhaseRoofline, PhaseTotals, phase_roofline
 from backend.engine.threads import describe_threads
 
@@ -128,52 +130,54 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         print("--- generated text (request 0) ---", file=out)
         print(data.requests[0].text.strip(), file=out)
         print("----------------------------------", file=out)
-    if info.get("target") == "remote":
-        print(f"target  {info.get('endpoint')}  model {info.get('served_model')}  api {info.get('api')}  "
+    if info.is_remote:
+        remote = info.remote
+        print(f"target  {remote.endpoint}  model {remote.served_model}  api {remote.api}  "
               f"(times from this machine's clock; the server's engine steps are not visible)", file=out)
         _print_load_summary(s, out)
-        errors = {k[len('errors_'):]: int(v) for k, v in s.items() if k.startswith("errors_")}
-        if errors:
-            print("errors   " + ", ".join(f"{k} {v}" for k, v in errors.items()), file=out)
+        if s.errors:
+            print("errors   " + ", ".join(f"{k} {int(v)}" for k, v in s.errors.items()), file=out)
         from backend.targets.remote.honesty import client_line
         from backend.targets.remote.server_log import server_line
         print(client_line(info), file=out)
-        if isinstance(info.get("server_metrics"), dict) and info["server_metrics"]:
-            print(server_line(info["server_metrics"], s), file=out)
-        for line in info.get("warnings", []):   # what the run knows is wrong with its own figures
+        if remote.server_metrics:
+            print(server_line(remote.server_metrics, s), file=out)
+        for line in remote.warnings:   # what the run knows is wrong with its own figures
             print(f"warning  {line}", file=out)
         if config.out_dir:
             print(f"records written to {config.out_dir}/", file=out)
         return
-    weights = "RANDOM weights (synthetic shape: timings are real, the text is noise)" if info.get("random_weights") \
-        else info.get("source", "")
-    print(f"model   {info.get('model')}  ({_params(info.get('num_params', 0))} params, "
-          f"{_gb(info.get('weight_bytes', 0))})  {weights}", file=out)
-    if info.get("target") == "simulated":
-        print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}; SIMULATED: "
-              f"{info.get('virtual_s', 0):,.1f} s of virtual time in {info.get('wall_s', 0):,.1f} s", file=out)
-        print(f"        cost model {cost_model_text(info.get('cost_model', {}))}: "
-              f"{info.get('cost_model_source') or 'no source recorded'}", file=out)
+    weights = "RANDOM weights (synthetic shape: timings are real, the text is noise)" if info.random_weights \
+        else info.source
+    print(f"model   {info.model}  ({_params(info.num_params)} params, "
+          f"{_gb(info.weight_bytes)})  {weights}", file=out)
+    if info.is_simulated:
+        sim = info.simulated
+        print(f"device  {info.device} ({info.device_name}), {precision_text(info)}; SIMULATED: "
+              f"{sim.virtual_s or 0:,.1f} s of virtual time in {info.wall_s or 0:,.1f} s", file=out)
+        print(f"        cost model {cost_model_text(sim.cost_model or {})}: "
+              f"{sim.cost_model_source or 'no source recorded'}", file=out)
     else:
-        threads = (describe_threads(info["threads"], info["affinity"]) if info.get("affinity")
-                   else f"{info.get('threads')} threads")
+        host = info.host
+        threads = (describe_threads(host.threads, host.affinity) if host.affinity
+                   else f"{host.threads} threads")
         from backend.results.matmul import math_lines, products_text
-        products = products_text(info.get("matmul"))
-        print(f"device  {info.get('device')} ({info.get('device_name')}), {precision_text(info)}, "
-              f"{threads}" + (f"; kernels: {info['kernels']}" if info.get("kernels") else "")
+        products = products_text(host.matmul)
+        print(f"device  {info.device} ({info.device_name}), {precision_text(info)}, "
+              f"{threads}" + (f"; kernels: {host.kernels}" if host.kernels else "")
               + (f"; products: {products}" if products else ""), file=out)
         for label, text in math_lines(info):
             print(f"  {label:<7} {text}", file=out)
-    if info.get("layout"):
+    if info.disaggregated is not None:
         from backend.cli.disaggregated_report import print_layout
-        print_layout(info["layout"], s, out)
+        print_layout(info.disaggregated, s, out)
     if config.mode == RunKind.BATCH:
         _print_batch_summary(config, data, s, out)
     else:
         _print_load_summary(s, out)
         _print_rejections(data.requests, out)
     from backend.results.cost import cost_text
-    cost = cost_text(s, info.get("priced_on", ""))
+    cost = cost_text(s, info.priced_on or "")
     if cost:
         print(cost, file=out)
     if config.out_dir:
@@ -181,47 +185,48 @@ def print_run(config, finished: RunFinished, out=None) -> None:
               f"run.json, trace.json)", file=out)
 
 
-def _decode_reads(data, s: dict) -> str:
+def _decode_reads(data, s: Summary) -> str:
     """What a decode step reads of the weights: all of a dense model's; of a mixture of experts,
     the experts its tokens were routed to (the decode steps' own mean count, where they measured it)."""
-    shape = data.info.get("shape") or {}   # run.json's: the ModelShape as a dict
+    shape = data.info.shape or {}   # run.json's: the ModelShape as a dict
     experts = shape.get("num_experts", 0)
     if not experts:
         return "every weight read each step"
-    touched, read = s.get("decode_experts_touched_mean", math.nan), s.get("decode_weight_bytes_mean", math.nan)
+    touched, read = figure(s.decode_experts_touched_mean), figure(s.decode_weight_bytes_mean)
     if math.isnan(touched):
         return f"only the experts routed to read ({shape.get('experts_per_token')} of {experts} a token)"
     return f"{touched / shape['num_layers']:.1f} of {experts} experts a layer read, {read / 1e6:,.0f} MB a step"
 
 
-def _print_batch_summary(config, data, s: dict, out) -> None:
+def _print_batch_summary(config, data, s: Summary, out) -> None:
     finished = [r for r in data.requests if r.status is RequestStatus.FINISHED]
     b = config.batch
     prompt_tokens = data.requests[0].prompt_tokens if data.requests else 0
     out_tokens = finished[0].output_tokens if finished else 0
     print(f"batch   {b.batch} request(s) x {prompt_tokens} prompt tokens, {out_tokens} output tokens each", file=out)
     print("", file=out)
-    ttft, tpot = s.get("ttft_mean_ms", math.nan), s.get("tpot_mean_ms", math.nan)
-    print(f"prefill  TTFT {_ms(ttft):>12}   {_rate(s.get('prefill_tokens_per_s')):>16}   "
+    ttft, tpot = figure(s.ttft_mean_ms), figure(s.tpot_mean_ms)
+    print(f"prefill  TTFT {_ms(ttft):>12}   {_rate(s.prefill_tokens_per_s):>16}   "
           f"one pass over every prompt token", file=out)
-    print(f"decode   TPOT {_ms(tpot):>12}   {_rate(s.get('decode_tokens_per_s')):>16}   "
+    print(f"decode   TPOT {_ms(tpot):>12}   {_rate(s.decode_tokens_per_s):>16}   "
           f"one step per token, {_decode_reads(data, s)}", file=out)
-    ratio = s.get("decode_prefill_cost_ratio", math.nan)
+    ratio = figure(s.decode_prefill_cost_ratio)
     if not math.isnan(ratio):
         print(f"a decoded token costs {ratio:,.1f}x a prefilled token", file=out)
     info = data.info
     totals = {phase: PhaseTotals.from_summary(s, phase) for phase in ("prefill", "decode")}
-    if info.get("shape") is not None and any(t is not None and t.steps for t in totals.values()):
+    if info.shape is not None and any(t is not None and t.steps for t in totals.values()):
         from backend.roofline.profiles import run_profile
-        device, name = info.get("device", ""), info.get("device_name", "")
-        if info.get("target") == "simulated":   # judged against the profile it was priced on
+        device, name = info.device, info.device_name
+        if info.is_simulated:   # judged against the profile it was priced on
             from backend.sim.parallel import replica_profile
             from backend.roofline.profiles import find_profile
-            profile = replica_profile(find_profile(info["profile"]), info)   # a replica's devices as one
+            replicas = info.replicas
+            profile = replica_profile(find_profile(info.profile), *((replicas.tp, replicas.pp) if replicas else ()))
         else:
             profile = run_profile(device, name)
         from backend.roofline.roofs import math_from_info
-        for label, text in roofline_lines(info["shape"], from_info(info) or info.get("dtype"), device, name, totals,
+        for label, text in roofline_lines(info.shape, from_info(info) or info.dtype, device, name, totals,
                                           profile, math_from_info(info)):
             print(f"roofline {text}" if label == "roofline" else f"  {label:<7} {text}", file=out)
     breakdown = breakdown_of(finished)
@@ -249,12 +254,12 @@ def cost_model_text(c: dict) -> str:
             f"{g('token_ms')} ms/token, {g('request_ms')} ms/request{layers}{serial}")
 
 
-def precision_text(info: dict) -> str:
+def precision_text(info: RunInfo) -> str:
     """'float32', or for quantized weights 'q4_1 weights (5.74 bits), float32 activations'."""
     p = from_info(info)
     kv = f", {p.kv_dtype} KV cache" if p is not None and p.kv else ""   # --kv-dtype other than the activations'
     if p is None or not p.is_quantized:
-        return str(info.get("dtype")) + kv
+        return str(info.dtype) + kv
     return f"{p.name} weights ({p.weight_bits:.2f} bits), {p.activation} activations{kv}"
 
 
@@ -373,23 +378,28 @@ def _print_rejections(requests, out) -> None:
         print(f"rejected {count}: {reason}", file=out)
 
 
-def _print_load_summary(s: dict, out) -> None:
+def _print_load_summary(s: Summary, out) -> None:
     print("", file=out)
-    print(f"requests {int(s['num_finished'])} finished, {int(s['num_rejected'])} rejected, "
-          f"{int(s.get('num_preemptions', 0))} preemptions, in {s['duration_s']:.1f} s  "
-          f"({s['requests_per_s']:.2f} req/s, {s['output_tokens_per_s']:.1f} output tok/s, "
-          f"{s['total_tokens_per_s']:.1f} total tok/s)", file=out)
-    if not s["num_finished"]:
+    print(f"requests {int(s.num_finished)} finished, {int(s.num_rejected)} rejected, "
+          f"{int(s.num_preemptions or 0)} preemptions, in {s.duration_s:.1f} s  "
+          f"({s.requests_per_s:.2f} req/s, {s.output_tokens_per_s:.1f} output tok/s, "
+          f"{s.total_tokens_per_s:.1f} total tok/s)", file=out)
+    if not s.num_finished:
         return
     rows = [("metric", "mean", "p50", "p90", "p99")]
-    for name, label in [("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end-to-end"), ("queue", "queue wait")]:
-        rows.append((label + " (ms)", *(f"{s[f'{name}_{k}_ms']:,.1f}" for k in ("mean", "p50", "p90", "p99"))))
+    latencies = [("TTFT", (s.ttft_mean_ms, s.ttft_p50_ms, s.ttft_p90_ms, s.ttft_p99_ms)),
+                 ("TPOT", (s.tpot_mean_ms, s.tpot_p50_ms, s.tpot_p90_ms, s.tpot_p99_ms)),
+                 ("ITL", (s.itl_mean_ms, s.itl_p50_ms, s.itl_p90_ms, s.itl_p99_ms)),
+                 ("end-to-end", (s.e2e_mean_ms, s.e2e_p50_ms, s.e2e_p90_ms, s.e2e_p99_ms)),
+                 ("queue wait", (s.queue_mean_ms, s.queue_p50_ms, s.queue_p90_ms, s.queue_p99_ms))]
+    for label, values in latencies:
+        rows.append((label + " (ms)", *(f"{v:,.1f}" for v in values)))
     print_table(rows, out)
-    if "goodput_requests_per_s" in s:
-        print(f"goodput  {s['goodput_requests_per_s']:.2f} req/s meet the SLO "
-              f"({s['slo_attainment'] * 100:.0f}% of finished requests)", file=out)
-    if not s.get("num_steps"):
+    if s.goodput_requests_per_s is not None:
+        print(f"goodput  {s.goodput_requests_per_s:.2f} req/s meet the SLO "
+              f"({s.slo_attainment * 100:.0f}% of finished requests)", file=out)
+    if not s.num_steps:
         return   # a remote target: no engine steps to split into phases
-    print(f"phases   prefill {_rate(s['prefill_tokens_per_s'])}, decode {_rate(s['decode_tokens_per_s'])}, "
-          f"time in prefill {s['prefill_time_ms']:,.0f} ms / decode {s['decode_time_ms']:,.0f} ms / "
-          f"mixed {s['mixed_time_ms']:,.0f} ms", file=out)
+    print(f"phases   prefill {_rate(s.prefill_tokens_per_s)}, decode {_rate(s.decode_tokens_per_s)}, "
+          f"time in prefill {s.prefill_time_ms:,.0f} ms / decode {s.decode_time_ms:,.0f} ms / "
+          f"mixed {s.mixed_time_ms:,.0f} ms", file=out)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 
 from backend.config import RunConfig, SweepKind
+from backend.run_info import RemoteInfo, RunInfo
+from backend.summary import Crossovers, Summary
 
 
 def add_tool_parsers(sub, model_flags) -> None:
@@ -159,19 +161,19 @@ def sweep_config(args) -> RunConfig:
     return config
 
 
-def _finish_load_summary(s: dict, info: dict, config) -> None:
-    unit = "arrivals/s" if s.get("kind") == "rate" else "users"
-    target = info.get("device") or info.get("endpoint") or "?"
-    print(f"\nmodel {info.get('model') or info.get('served_model')} on {target}"
-          + (" (SIMULATED)" if info.get("target") == "simulated" else ""))
-    if s.get("pareto"):
-        print(f"Pareto front (no point better on both throughput per device and per user): {s['pareto']} {unit}")
-    if s.get("best_goodput_at") is not None:
-        print(f"best goodput: {s['best_goodput_requests_per_s']:.2f} req/s within the SLOs at {s['best_goodput_at']:g} {unit}")
+def _finish_load_summary(s: Summary, info: RunInfo, config) -> None:
+    unit = "arrivals/s" if s.kind == "rate" else "users"
+    remote = info.remote or RemoteInfo()
+    target = info.device or remote.endpoint or "?"
+    print(f"\nmodel {info.model or remote.served_model} on {target}" + (" (SIMULATED)" if info.is_simulated else ""))
+    if s.pareto:
+        print(f"Pareto front (no point better on both throughput per device and per user): {s.pareto} {unit}")
+    if s.best_goodput_at is not None:
+        print(f"best goodput: {s.best_goodput_requests_per_s:.2f} req/s within the SLOs at {s.best_goodput_at:g} {unit}")
     elif config.slo_ttft_ms is None and config.slo_tpot_ms is None:
         print("no goodput: give --slo-ttft-ms and/or --slo-tpot-ms")
-    if s.get("note"):
-        print(s["note"])
+    if s.note:
+        print(s.note)
     if config.out_dir:
         print(f"written to {config.out_dir}/sweep.csv, each point's records in its own folder")
 
@@ -185,10 +187,10 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _experts_line(info: dict, points: list) -> str | None:
+def _experts_line(info: RunInfo, points: list) -> str | None:
     """A mixture of experts' batch sweep: the weights a decode step read at the smallest and the
     largest batch, the uniform routing's prediction beside them (None for a dense model)."""
-    shape = info.get("shape") or {}
+    shape = info.shape or {}
     read = [p for p in points if p.weight_bytes]
     if not shape.get("num_experts") or len(read) < 2:
         return None
@@ -247,7 +249,7 @@ class SweepPrinter:
               f"{_fmt(p.predicted_ms, '>10.3f')} {_fmt(p.predicted_local_ms, '>10.3f')} {_fmt(mb[0], '>9')} "
               f"{_fmt(mb[1], '>9')}  {p.bound}", flush=True)
 
-    def _print_experts(self, info: dict) -> None:
+    def _print_experts(self, info: RunInfo) -> None:
         line = _experts_line(info, self.points)
         if line:
             print(line)
@@ -256,47 +258,45 @@ class SweepPrinter:
         s, info = finished.summary, finished.data.info
         if self.kind is SweepKind.PD_RATIO:
             from backend.cli.pd_ratio import print_points
-            best = s.get("best_split")
             for p in self.points:   # the points as emitted: mark the best the sweep chose
-                p.best = p.split == best
+                p.best = p.split == s.best_split
             print_points(config, self.points, config.sweep.total_devices)
-            if s.get("note"):
-                print(s["note"])
+            if s.note:
+                print(s.note)
             if config.out_dir:
                 print(f"written to {config.out_dir}/sweep.csv (and run.json), each split's records in its own folder")
             return
         if self.kind in (SweepKind.RATE, SweepKind.CONCURRENCY):
             _finish_load_summary(s, info, config)
             return
-        print(f"\nmodel {info.get('model')} on {info.get('device_name')} ({info.get('dtype')}); "
-              f"profile {info.get('profile')} (local: {info.get('local_profile')})")
+        local_profile = info.sweep.local_profile if info.sweep is not None else None
+        print(f"\nmodel {info.model} on {info.device_name} ({info.dtype}); "
+              f"profile {info.profile} (local: {local_profile})")
         from backend.results.matmul import products_text
-        if products_text(info.get("matmul")):
-            print(f"products: {products_text(info['matmul'])}")
+        if products_text(info.host.matmul):
+            print(f"products: {products_text(info.host.matmul)}")
         from backend.roofline.roofs import math_from_info
         math = math_from_info(info)
-        if math is not None and math.bf16 and s.get("kind") in ("batch", "prompt"):
+        if math is not None and math.bf16 and s.kind in ("batch", "prompt"):
             print(f"predictions on a CPU profile: its bf16 roof for products of {math.min_rows}+ rows ({math.unit}), "
                   f"its fp32 roof for fewer, as the run computed them")
-        if s.get("simulated_mape") is not None:
-            print(f"simulated on {info.get('local_profile')} beside the measured points: step-time error "
-                  f"{s['simulated_mape']:.1f}% on average, {s['simulated_worst']:.1f}% at worst")
-        if s.get("kind") == "batch":
+        if s.simulated_mape is not None:
+            print(f"simulated on {local_profile} beside the measured points: step-time error "
+                  f"{s.simulated_mape:.1f}% on average, {s.simulated_worst:.1f}% at worst")
+        if s.kind == "batch":
             def show(v):
                 return "none (decode stays memory-bound)" if v is None else str(v)
-            seen = "simulated" if info.get("target") == "simulated" else "measured"
-            print(f"crossover batch: {seen} {show(s.get('measured_crossover_batch'))}, predicted for the profile "
-                  f"{show(s.get('predicted_crossover_batch'))}"
-                  + (f", for this machine {show(s.get('predicted_local_crossover_batch'))}"
-                     if info.get("local_profile") else ""))
+            seen = "simulated" if info.is_simulated else "measured"
+            crossover = s.crossover or Crossovers()
+            print(f"crossover batch: {seen} {show(crossover.measured)}, predicted for the profile "
+                  f"{show(crossover.predicted)}"
+                  + (f", for this machine {show(crossover.predicted_local)}" if local_profile else ""))
             self._print_experts(info)
-        if s.get("kind") == "precision":
-            for key, value in s.items():
-                if key.endswith("_bytes_ratio"):
-                    name = key.removesuffix("_bytes_ratio")
-                    print(f"{name}: {value:.2f}x fewer weight bytes than {info.get('dtype', '').split(',')[0]}; "
-                          f"TPOT {_change(s[name + '_tpot_speedup'])}, TTFT {_change(s[name + '_ttft_speedup'])}")
-        if s.get("note"):
-            print(s["note"])
+        if s.kind == "precision":
+            for name, gain in s.precision.items():
+                print(f"{name}: {gain.bytes_ratio:.2f}x fewer weight bytes than {(info.dtype or '').split(',')[0]}; "
+                      f"TPOT {_change(gain.tpot_speedup)}, TTFT {_change(gain.ttft_speedup)}")
+        if s.note:
+            print(s.note)
         if config.out_dir:
             print(f"written to {config.out_dir}/sweep.csv (and run.json, steps.csv)")

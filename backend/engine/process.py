@@ -30,6 +30,7 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass
+from dataclasses import replace
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Callable
@@ -40,6 +41,7 @@ from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived,
 from backend.protocol import (Calibrate, Calibrated, Channel, Events, Failed, Finished, Fit, Fitted, InputFailed,
                               Port, ProtocolError, Quit, Run, Side, Stop, UseTarget, Warm)
 from backend.records import RecordBatch
+from backend.run_info import RunInfo
 
 STATUS_EVERY_S = 1.0   # the engine's CPU use, for the window's status bar
 STOP_GRACE_S = 2.0     # after Stop, how long the engine has to reach a step boundary
@@ -240,7 +242,7 @@ class _Received:
         self.accumulator = RunAccumulator()
         self.run_id = ""
         self.last_step: int | None = None
-        self.info: dict = {}
+        self.info = RunInfo()
 
     def see(self, event) -> None:
         if isinstance(event, RecordBatch):
@@ -249,9 +251,14 @@ class _Received:
                 self.last_step = event.steps[-1].step
                 self.run_id = self.run_id or event.steps[0].run_id
         elif isinstance(event, ModelLoaded):
-            self.info.update(event.info())
+            host = self.info.local   # the process's threads, if its status came first
+            self.info = event.info()
+            if host is not None:
+                self.info.local = replace(self.info.host, engine_pid=host.engine_pid, threads=host.threads,
+                                          affinity=host.affinity)
         elif isinstance(event, EngineStatus):
-            self.info.update(engine_pid=event.pid, threads=event.threads, affinity=event.affinity)
+            self.info.local = replace(self.info.host, engine_pid=event.pid, threads=event.threads,
+                                      affinity=event.affinity)
 
     def where(self) -> str:
         return "before its first step" if self.last_step is None else f"step {self.last_step}"
@@ -262,7 +269,7 @@ class _Received:
         from backend.records import new_run_id
         run_id = self.run_id or new_run_id()
         summary = self.accumulator.summary(self.config.slo_ttft_ms, self.config.slo_tpot_ms)
-        data = RunData(run_id=run_id, config=config_dict(self.config), info=dict(self.info),
+        data = RunData(run_id=run_id, config=config_dict(self.config), info=self.info,
                        requests=list(self.accumulator.requests), summary=summary)
         return RunFinished(run_id, summary, stopped, error, data)
 

@@ -20,6 +20,7 @@ from backend.loaders.cache import ModelCache
 from backend.planner.candidates import Candidate, kv_tokens_that_fit
 from backend.results.cost import phase_ms
 from backend.session import target_for
+from backend.summary import Summary, figure
 from backend.workload.spec import LengthDist, WorkloadSpec
 
 NAN = math.nan
@@ -112,7 +113,7 @@ def cost_per_million(usd_per_hour: float, tokens_per_s: float) -> float:
     return usd_per_hour / (tokens_per_s * 3600.0) * 1e6
 
 
-def prefill_share(summary: dict, candidate: Candidate) -> float:
+def prefill_share(summary: Summary, candidate: Candidate) -> float:
     """The share of the bill charged to the input tokens (see the module's docstring)."""
     if candidate.policy == "disaggregated":
         prefill_devices, decode_devices = candidate.pool_devices
@@ -122,10 +123,10 @@ def prefill_share(summary: dict, candidate: Candidate) -> float:
     return prefill / busy if busy > 0 else 0.5
 
 
-def costs(summary: dict, candidate: Candidate, price_per_hour: float) -> dict[str, float]:
+def costs(summary: Summary, candidate: Candidate, price_per_hour: float) -> dict[str, float]:
     usd_per_hour = price_per_hour * candidate.devices
-    duration = summary.get("duration_s", 0.0) or 0.0
-    inputs, outputs = summary.get("num_input_tokens", 0) or 0, summary.get("num_output_tokens", 0) or 0
+    duration = summary.duration_s or 0.0
+    inputs, outputs = summary.num_input_tokens or 0, summary.num_output_tokens or 0
     if duration <= 0:
         return {"usd_per_hour": usd_per_hour}
     share = prefill_share(summary, candidate)
@@ -187,13 +188,13 @@ def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
         out.error = finished.error
         return out
     s = finished.summary
-    out.goodput = s.get("goodput_requests_per_s", NAN)
-    out.attainment = s.get("slo_attainment", NAN)
-    out.throughput = s.get("requests_per_s", NAN)
-    out.num_finished = int(s.get("num_finished", 0))
-    for name in ("ttft_p90_ms", "tpot_p90_ms", "ttft_p50_ms", "tpot_p50_ms"):
-        setattr(out, name, s.get(name, NAN))
+    out.goodput = figure(s.goodput_requests_per_s)
+    out.attainment = figure(s.slo_attainment)
+    out.throughput = figure(s.requests_per_s)
+    out.num_finished = int(s.num_finished or 0)
+    out.ttft_p90_ms, out.tpot_p90_ms = figure(s.ttft_p90_ms), figure(s.tpot_p90_ms)
+    out.ttft_p50_ms, out.tpot_p50_ms = figure(s.ttft_p50_ms), figure(s.tpot_p50_ms)
     for name, value in costs(s, candidate, _profile(candidate.gpu).price_per_hour).items():
         setattr(out, name, value)
-    out.meets = (out.num_finished == s.get("num_requests", -1) and out.attainment >= problem.attainment)
+    out.meets = (out.num_finished == (s.num_requests if s.num_requests is not None else -1) and out.attainment >= problem.attainment)
     return out

@@ -11,25 +11,27 @@ from __future__ import annotations
 
 import math
 
+from backend.summary import Summary
 
-def phase_ms(summary: dict) -> tuple[float, float]:
+
+def phase_ms(summary: Summary) -> tuple[float, float]:
     """(prefill ms, decode ms) of a run's steps: each phase's own steps, and a mixed step's time split
     between the two by its tokens (the cost figures' split, and the planner's)."""
-    mixed_ms = summary.get("mixed_time_ms", 0.0) or 0.0
-    p_tokens, d_tokens = summary.get("mixed_prefill_tokens", 0) or 0, summary.get("mixed_decode_tokens", 0) or 0
+    mixed_ms = summary.mixed_time_ms or 0.0
+    p_tokens, d_tokens = summary.mixed_prefill_tokens or 0, summary.mixed_decode_tokens or 0
     prefill_share = p_tokens / (p_tokens + d_tokens) if p_tokens + d_tokens else 0.0
-    prefill_ms = (summary.get("prefill_time_ms", 0.0) or 0.0) + mixed_ms * prefill_share
-    decode_ms = (summary.get("decode_time_ms", 0.0) or 0.0) + mixed_ms * (1 - prefill_share)
+    prefill_ms = (summary.prefill_time_ms or 0.0) + mixed_ms * prefill_share
+    decode_ms = (summary.decode_time_ms or 0.0) + mixed_ms * (1 - prefill_share)
     return prefill_ms, decode_ms
 
 
-def cost_figures(summary: dict, price_per_hour: float | None, num_devices: int = 1) -> dict[str, float]:
+def cost_figures(summary: Summary, price_per_hour: float | None, num_devices: int = 1) -> dict[str, float]:
     """The summary's cost entries (empty without a price): US dollars per million tokens."""
     if price_per_hour is None:
         return {}
     per_ms = price_per_hour * num_devices / 3_600_000
     prefill_ms, decode_ms = phase_ms(summary)
-    inputs, outputs = summary.get("num_input_tokens", 0), summary.get("num_output_tokens", 0)
+    inputs, outputs = summary.num_input_tokens or 0, summary.num_output_tokens or 0
 
     def per_million(ms: float, tokens: int) -> float:
         return ms * per_ms / tokens * 1e6 if tokens else math.nan
@@ -37,17 +39,17 @@ def cost_figures(summary: dict, price_per_hour: float | None, num_devices: int =
             "cost_prefill_usd": prefill_ms * per_ms, "cost_decode_usd": decode_ms * per_ms,
             "cost_per_m_input_usd": per_million(prefill_ms, inputs),
             "cost_per_m_output_usd": per_million(decode_ms, outputs),
-            "cost_per_m_output_wall_usd": per_million(summary.get("duration_s", 0.0) * 1000, outputs)}
+            "cost_per_m_output_wall_usd": per_million((summary.duration_s or 0.0) * 1000, outputs)}
 
 
-def cost_text(summary: dict, priced_on: str) -> str | None:
+def cost_text(summary: Summary, priced_on: str) -> str | None:
     """The summary's cost line, or None for a run without a price."""
-    if "cost_per_m_input_usd" not in summary:
+    if summary.cost_per_m_input_usd is None:
         return None
 
     def usd(value: float) -> str:
         return "n/a" if value is None or math.isnan(value) else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
-    return (f"cost    {usd(summary['cost_per_m_input_usd'])} per million input tokens (prefill), "
-            f"{usd(summary['cost_per_m_output_usd'])} per million output tokens (decode), at "
-            f"${summary['price_per_hour']:,.2f}/h for {priced_on}; {usd(summary['cost_per_m_output_wall_usd'])} per "
+    return (f"cost    {usd(summary.cost_per_m_input_usd)} per million input tokens (prefill), "
+            f"{usd(summary.cost_per_m_output_usd)} per million output tokens (decode), at "
+            f"${summary.price_per_hour:,.2f}/h for {priced_on}; {usd(summary.cost_per_m_output_wall_usd)} per "
             f"million output tokens for the run's whole device time (prefill and idle included)")

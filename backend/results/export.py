@@ -16,10 +16,13 @@ from pathlib import Path
 
 from backend.errors import InputError, RunError
 from backend.files import write_files
+from backend.run_info import RunInfo, TargetKind
+from backend.summary import Summary
 from backend.records import (Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord,
                              record_fields, record_row)
 
-FORMAT = "phasescope-run/1"
+FORMAT = "phasescope-run/2"   # 2: info names every run's target ("local" too); 1 is read through upgrade()
+FORMATS_READ = ("phasescope-run/1", FORMAT)
 RECORD_FILES = {"steps.csv": StepRecord, "requests.csv": RequestRecord, "tokens.csv": TokenRecord}
 
 
@@ -157,9 +160,10 @@ def _meta_texts(run: RunData, records_from: Path | None = None) -> dict[str, str
     when the run holds none in memory (a long run streamed to disk)."""
     if not run.steps and records_from is not None:
         run = replace(run, steps=_read_records(records_from / "steps.csv", StepRecord))
-    summary_rows = [[k, v] for k, v in run.summary.items()]
-    meta = {"format": FORMAT, "run_id": run.run_id, "info": run.info, "config": run.config,
-            "summary": run.summary}
+    summary = run.summary.to_json()
+    summary_rows = [[k, v] for k, v in summary.items()]
+    meta = {"format": FORMAT, "run_id": run.run_id, "info": run.info.to_json(), "config": run.config,
+            "summary": summary}
     return {"summary.csv": _csv_text(["metric", "value"], summary_rows),
             "run.json": json.dumps(meta, indent=2, default=_json_default) + "\n",
             "trace.json": json.dumps(chrome_trace(run))}
@@ -245,11 +249,39 @@ def read_run(folder: str | os.PathLike) -> RunData:
         meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{path / 'run.json'} is not valid JSON: {exc}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else None
-        raise InputError(f"{path / 'run.json'}: format {found!r} is not {FORMAT!r} (another version?)")
-    return RunData(run_id=meta.get("run_id", ""), config=meta.get("config", {}), info=meta.get("info", {}),
-                   summary=meta.get("summary", {}),
+    meta = upgrade(meta, path / "run.json")
+    return RunData(run_id=meta["run_id"], config=meta["config"], info=RunInfo.from_json(meta["info"]),
+                   summary=Summary.from_json(meta["summary"]),
                    steps=_read_records(path / "steps.csv", StepRecord),
                    requests=_read_records(path / "requests.csv", RequestRecord),
                    tokens=_read_records(path / "tokens.csv", TokenRecord))
+
+
+def read_meta(folder: str | os.PathLike) -> dict | None:
+    """A folder's run.json, upgraded to this version's format; None when there is none or it does not parse
+    (a quick look at a folder that may not be a run: its kind, its points)."""
+    try:
+        return upgrade(json.loads((Path(folder) / "run.json").read_text(encoding="utf-8")), Path(folder))
+    except (OSError, ValueError, InputError):
+        return None
+
+
+def upgrade(meta, where: Path) -> dict:
+    """run.json as this version writes it, from any version that wrote one; InputError for what is not.
+
+    Version 1 (every run folder written before the typed records) recognised a local run by the
+    absence of info's "target" and, before server_metrics.csv existed, held `server_metrics` as a
+    bool: both are made explicit here, the one place that knows older formats.
+    """
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found not in FORMATS_READ:
+        raise InputError(f"{where}: format {found!r} is not {FORMAT!r} (another version?)")
+    info = dict(meta.get("info") or {})
+    if found == "phasescope-run/1":
+        info.setdefault("target", "local")
+        if not isinstance(info.get("server_metrics", {}), dict):
+            info["server_metrics"] = {}
+    if info.get("target") not in {kind.value for kind in TargetKind}:
+        raise InputError(f"{where}: target {info.get('target')!r} is not one this version knows (another version?)")
+    return {"format": FORMAT, "run_id": meta.get("run_id", ""), "config": meta.get("config") or {},
+            "info": info, "summary": dict(meta.get("summary") or {})}

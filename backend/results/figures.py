@@ -17,6 +17,7 @@ from backend.events import PrecisionPoint, SweepPoint
 from backend.results.stats import statistic_of
 from backend.results.summary import _meets, inter_token_latencies
 from backend.records import Phase, RequestStatus, RunData
+from backend.summary import figure
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class RunFigures:
 
 
 def run_kind(run: RunData, points: list) -> str:
-    if run.info.get("target") == "remote" or run.info.get("endpoint"):
+    if run.info.is_remote:
         return "remote"
     mode = str(run.config.get("mode", ""))
     kind = RunKind.recorded(mode)
@@ -131,10 +132,10 @@ def _request_figures(run: RunData, fig: RunFigures) -> None:
     else:
         fig.missing["decode_share"] = "no finished request"
     s = run.summary
-    fig.values["output_tokens_per_s"] = float(s.get("output_tokens_per_s", math.nan))
-    slo_ttft, slo_tpot = _slo(s.get("slo_ttft_ms")), _slo(s.get("slo_tpot_ms"))
-    if "goodput_requests_per_s" in s and (slo_ttft is not None or slo_tpot is not None):
-        fig.values["goodput_requests_per_s"] = float(s["goodput_requests_per_s"])
+    fig.values["output_tokens_per_s"] = figure(s.output_tokens_per_s)
+    slo_ttft, slo_tpot = _slo(s.slo_ttft_ms), _slo(s.slo_tpot_ms)
+    if s.goodput_requests_per_s is not None and (slo_ttft is not None or slo_tpot is not None):
+        fig.values["goodput_requests_per_s"] = float(s.goodput_requests_per_s)
         if finished:
             fig.samples["slo"] = np.array([_meets(r, slo_ttft, slo_tpot) for r in finished], dtype=float)
     else:

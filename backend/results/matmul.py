@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from backend.run_info import RunInfo
+
 
 def matmul_info(loaded) -> dict | None:
     """run.json's "matmul": the model's MathChoice (its float32 unit "torch" off the kernels)."""
@@ -58,15 +60,15 @@ def steps_text(matmul_steps: dict | None) -> str:
                      if (matmul_steps or {}).get(phase))
 
 
-def math_lines(info: dict) -> list[tuple[str, str]]:
+def math_lines(info: RunInfo) -> list[tuple[str, str]]:
     """(label, text) lines under the device line: which unit ran each phase where bfloat16 was in
     play, and why this arithmetic (the fidelity probe's figures) where auto or bf16 was asked."""
-    matmul = info.get("matmul")
+    matmul, steps = info.host.matmul, info.host.matmul_steps
     if not products_text(matmul):
         return []
     lines = []
-    if matmul.get("unit", "fp32") != "fp32" and steps_text(info.get("matmul_steps")):
-        lines.append(("ran", steps_text(info.get("matmul_steps"))))
+    if matmul.get("unit", "fp32") != "fp32" and steps_text(steps):
+        lines.append(("ran", steps_text(steps)))
     if matmul.get("mode") != "fp32" and matmul.get("note"):
         lines.append(("math", matmul["note"]))
     return lines

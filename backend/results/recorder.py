@@ -22,6 +22,8 @@ from backend.events import Emit, RunFinished
 from backend.records import RecordBatch, RequestRecord, RunData, StepRecord, TokenRecord, new_run_id
 from backend.results.export import RunWriter
 from backend.results.summary import RunAccumulator
+from backend.run_info import RunInfo
+from backend.summary import Summary
 
 
 class RunRecorder:
@@ -65,10 +67,10 @@ class RunRecorder:
         self.requests.extend(batch.requests)
         self._emit(batch)
 
-    def summary(self) -> dict:
+    def summary(self) -> Summary:
         return self.accumulator.summary(self.config.slo_ttft_ms, self.config.slo_tpot_ms)
 
-    def finish(self, info: dict, stopped: bool, error: str | None, summary: dict | None = None) -> RunFinished:
+    def finish(self, info: RunInfo, stopped: bool, error: str | None, summary: Summary | None = None) -> RunFinished:
         """The run's end: its RunData (info as given, the summary computed unless given), the folder's
         last files, and the RunFinished every target returns."""
         summary = self.summary() if summary is None else summary

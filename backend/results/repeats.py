@@ -22,6 +22,8 @@ from backend.events import PrecisionPoint, SweepPoint
 from backend.files import write_files
 from backend.results.stats import interval_of
 from backend.records import RepeatsSummary
+from backend.run_info import RunInfo
+from backend.summary import Summary
 
 FORMAT = "phasescope-repeats/1"
 INDEX = "repeats.json"
@@ -51,10 +53,10 @@ def step_figures(durations: dict[str, list[float]]) -> dict[str, float]:
     return {f"{phase}_step_p50_ms": statistics.median(ms) for phase, ms in durations.items() if ms}
 
 
-def repeat_figures(summary: dict, durations: dict[str, list[float]], points: list) -> dict[str, float]:
+def repeat_figures(summary: Summary, durations: dict[str, list[float]], points: list) -> dict[str, float]:
     """One repeat's figures: the summary's numbers, the step medians (not for a sweep: its steps
     are one median per point already), the sweep's points."""
-    out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out = summary.numbers()
     if not points:
         out.update(step_figures(durations))
     out.update(point_figures(points))
@@ -73,7 +75,7 @@ def _number(value: float):
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def write_repeats(folder: str | os.PathLike, summary: RepeatsSummary, config: dict, info: dict) -> Path:
+def write_repeats(folder: str | os.PathLike, summary: RepeatsSummary, config: dict, info: RunInfo) -> Path:
     """repeats.csv and repeats.json beside the repeat folders, both or neither."""
     path = Path(folder)
     n = summary.num_done
@@ -85,7 +87,7 @@ def write_repeats(folder: str | os.PathLike, summary: RepeatsSummary, config: di
         w.writerow([name, iv.n, *(_number(v) for v in (iv.mean, iv.low, iv.high, iv.half_width, iv.cv)),
                     *(_number(v) for v in summary.per_repeat.get(name, []))])
     index = {"format": FORMAT, "requested": summary.requested, "note": summary.note, "config": config,
-             "info": info, "level": 0.95, "interval": "Student's t, n - 1 degrees of freedom",
+             "info": info.to_json(), "level": 0.95, "interval": "Student's t, n - 1 degrees of freedom",
              "repeats": [{"folder": Path(f).name, "run_id": r} for f, r in zip(summary.folders, summary.run_ids)],
              "metrics": {name: {"n": iv.n, "mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high,
                                 "ci_half_width": iv.half_width, "cv": iv.cv}

@@ -1,4 +1,4 @@
-"""Per-run summaries of the step, request and token records: one flat dict of numbers (summary.csv).
+"""Per-run summaries of the step, request and token records: a Summary (backend.summary; summary.csv).
 
 Latency figures (TTFT, TPOT, end-to-end, queue) are over finished requests; inter-token
 latencies are the gaps between consecutive tokens of each request, from the token records.
@@ -20,6 +20,7 @@ import numpy as np
 
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
 from backend.roofline.cost import PhaseTotals
+from backend.summary import Summary
 
 NAN = float("nan")
 
@@ -124,7 +125,7 @@ class RunAccumulator:
             if r.finish_ms is not None:
                 self.last_ms = max(self.last_ms, r.finish_ms)
 
-    def summary(self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> dict[str, float]:
+    def summary(self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> Summary:
         requests = self.requests
         finished = [r for r in requests if r.status is RequestStatus.FINISHED]
         served = [r for r in requests if r.status is not RequestStatus.REJECTED]
@@ -184,11 +185,11 @@ class RunAccumulator:
             out["slo_tpot_ms"] = NAN if slo_tpot_ms is None else slo_tpot_ms
             out["slo_attainment"] = _ratio(len(good), len(finished))
             out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
-        return out
+        return Summary.from_json(out)
 
 
 def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord],
-              slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> dict[str, float]:
+              slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> Summary:
     """The summary of records held in memory (tokens in any order)."""
     acc = RunAccumulator()
     acc.add_steps(steps)

@@ -71,6 +71,7 @@ from backend.roofline.attention import (  # noqa: F401 -- kv_heads_for_sharding:
     attention_flops_per_pair, capped_sum, kv_heads_for_sharding, layer_sums, totals_sums, windowed_layers,
 )
 from backend.shape import kv_elements_per_token, layer_matrix_params, small_params
+from backend.summary import Summary
 from backend.roofline.roofs import compute_key, compute_seconds, effective_peak
 
 if TYPE_CHECKING:
@@ -414,10 +415,13 @@ class PhaseTotals:
                 f"{phase}_logit_rows": self.logit_rows}
 
     @classmethod
-    def from_summary(cls, summary: dict, phase: str) -> PhaseTotals | None:
+    def from_summary(cls, summary: Summary, phase: str) -> PhaseTotals | None:
         """The totals back from a summary; None where it lacks them (a remote run, an older run folder)."""
-        keys = ("steps", "tokens", "attention_pairs", "context_tokens", "logit_rows", "time_ms")
-        values = [summary.get(f"{phase}_{k}") for k in keys]
+        s = summary
+        values = ([s.prefill_steps, s.prefill_tokens, s.prefill_attention_pairs, s.prefill_context_tokens,
+                   s.prefill_logit_rows, s.prefill_time_ms] if phase == "prefill" else
+                  [s.decode_steps, s.decode_tokens, s.decode_attention_pairs, s.decode_context_tokens,
+                   s.decode_logit_rows, s.decode_time_ms])
         if any(v is None or v != v for v in values):   # missing or NaN
             return None
         steps, tokens, pairs, context, rows, time_ms = values

@@ -29,13 +29,14 @@ from backend.roofline.profiles import dtype_key
 if TYPE_CHECKING:   # `cost` arguments are backend.roofline.cost.StepCost, which imports this module: unnamed here
     from backend.kernels.matmath import MatMath
     from backend.roofline.profiles import GpuProfile
+    from backend.run_info import RunInfo
 
 
-def math_from_info(info) -> MatMath | None:
-    """The arithmetic a run's products ran in, from run.json's info["matmul"] (backend.targets.local.run_info);
+def math_from_info(info: RunInfo | None) -> MatMath | None:
+    """The arithmetic a run's products ran in, from run.json's info.local.matmul (backend.targets.local.run_info);
     None for a run that recorded none (an older run, a remote or simulated one) or a malformed entry."""
     from backend.kernels.matmath import CODES, MatMath
-    entry = info.get("matmul") if isinstance(info, dict) else None
+    entry = info.host.matmul if info is not None else None
     if not isinstance(entry, dict):
         return None
     unit, min_rows = entry.get("unit"), entry.get("min_rows")

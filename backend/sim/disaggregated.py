@@ -26,6 +26,7 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
 from backend.targets.disaggregated.summary import fill_split
 from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
+from backend.run_info import DisaggregatedInfo
 from backend.sim.links import KVLink, resolve_link
 
 @dataclass(slots=True)
@@ -302,18 +303,20 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
         wall_start = time.perf_counter()
         sim.run()
         summary = recorder.summary()
-        summary.update(disaggregated_figures(recorder.accumulator.requests))
+        summary = summary.merged(disaggregated_figures(recorder.accumulator.requests))
         info = simulated_info(
             config, profile, shape, prec, model, device, source_text,
             kv_capacity=sim.kv_capacity * e.decode_workers, kv_slots=e.max_batch, max_len=sim.max_len,
             virtual_s=sim.now_ms / 1000.0, wall_s=time.perf_counter() - wall_start,
-            layout={"prefill_workers": e.prefill_workers, "decode_workers": e.decode_workers,
-                    "kv_transport": "simulated link", "kv_link": asdict(link),
-                    "workers": [{"name": w["name"], "role": w["role"],
-                                 "devices": (pre if w["role"] == "prefill" else dec).devices} for w in workers]},
-            deployment={**deployment_info(config.deployment, dec, prec, devices),
-                        "prefill_tp": pre.tp, "decode_tp": dec.tp})
-        figures, entries = costs_of(summary, profile, pre.devices, dec.devices, devices)
-        summary.update(figures)
-        info.update(entries)
+            disaggregated=DisaggregatedInfo(
+                prefill_workers=e.prefill_workers, decode_workers=e.decode_workers, kv_transport="simulated link",
+                kv_link=asdict(link), workers=[{"name": w["name"], "role": w["role"],
+                                                "devices": (pre if w["role"] == "prefill" else dec).devices}
+                                               for w in workers]),
+            replicas=replace(deployment_info(config.deployment, dec, prec, devices), prefill_tp=pre.tp,
+                             decode_tp=dec.tp))
+        figures, price = costs_of(summary, profile, pre.devices, dec.devices, devices)
+        summary = summary.merged(figures)
+        if price is not None:
+            info.priced_on, info.price_source = price
         return recorder.finish(info, sim.stopped, None, summary)

@@ -4,49 +4,52 @@ The simulated target and the disaggregated simulation both write these.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 
 from backend.config import Deployment, RunConfig
 from backend.precision import Precision
 from backend.roofline.profiles import GpuProfile
+from backend.run_info import DisaggregatedInfo, ReplicasInfo, RunInfo, SimulatedInfo, TargetKind, now_created
 from backend.sim.model import model_bytes
 from backend.sim.parallel import Layout
 from backend.sim.step_time import CostModel
+from backend.summary import Summary
 
 
-def deployment_info(deployment: Deployment, layout: Layout, prec: Precision, devices: int) -> dict:
+def deployment_info(deployment: Deployment, layout: Layout, prec: Precision, devices: int) -> ReplicasInfo:
     """run.json's record of how the model was spread: the layout, its link, the KV dtype, the devices."""
-    return {"tp": layout.tp, "pp": layout.pp, "dp": deployment.dp, "ep": layout.ep, "router": deployment.router,
-            "devices": devices, "link": layout.link.as_dict() if layout.link is not None else None,
-            "kv_dtype": prec.kv_dtype}
+    return ReplicasInfo(tp=layout.tp, pp=layout.pp, dp=deployment.dp, ep=layout.ep, router=deployment.router,
+                        devices=devices, link=layout.link.as_dict() if layout.link is not None else None,
+                        kv_dtype=prec.kv_dtype)
 
 
 def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precision, model: CostModel, device: str,
-                   source: str, **extra) -> dict:
-    """run.json's info of a simulated run (a run, a workload, a sweep, a disaggregated layout): what was
-    priced, on which profile, with which cost model; `extra` adds the target's own entries."""
-    return {"target": "simulated", "profile": config.profile, "profile_name": profile.name,
-            "cost_model": model.terms(), "cost_model_source": model.source, "model": config.model.name,
-            "source": source, "random_weights": False, "arch": shape.arch, "num_params": shape.num_params(),
-            "weight_bytes": model_bytes(shape, prec), "shape": asdict(shape), "device": device,
-            "device_name": profile.name, "dtype": prec.name, "weight_bits": prec.weight_bits,
-            "activation_dtype": prec.activation, "kv_dtype": prec.kv_dtype,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
+                   source: str, *, kv_capacity: int, kv_slots: int, max_len: int, virtual_s: float, wall_s: float,
+                   replicas: ReplicasInfo, disaggregated: DisaggregatedInfo | None = None) -> RunInfo:
+    """run.json's info of a simulated run (a run, a workload, a disaggregated layout): what was priced,
+    on which profile, with which cost model, spread how."""
+    return RunInfo(target=TargetKind.SIMULATED, profile=config.profile, model=config.model.name, source=source,
+                   random_weights=False, arch=shape.arch, num_params=shape.num_params(),
+                   weight_bytes=model_bytes(shape, prec), shape=asdict(shape), device=device, device_name=profile.name,
+                   dtype=prec.name, weight_bits=prec.weight_bits, activation_dtype=prec.activation,
+                   kv_dtype=prec.kv_dtype, kv_capacity=kv_capacity, kv_slots=kv_slots, max_len=max_len,
+                   created=now_created(), wall_s=wall_s,
+                   simulated=SimulatedInfo(profile_name=profile.name, cost_model=model.terms(),
+                                           cost_model_source=model.source, virtual_s=virtual_s),
+                   replicas=replicas, disaggregated=disaggregated)
 
 
-def costs_of(summary: dict, profile: GpuProfile, prefill_devices: int, decode_devices: int,
-             all_devices: int) -> tuple[dict, dict]:
-    """(the summary's cost figures, run.json's priced_on and price_source) of a deployment; nothing
+def costs_of(summary: Summary, profile: GpuProfile, prefill_devices: int, decode_devices: int,
+             all_devices: int) -> tuple[dict, tuple[str, str] | None]:
+    """(the summary's cost figures, (run.json's priced_on, price_source)) of a deployment; nothing
     for a profile without a price."""
     figures = deployment_costs(summary, profile, prefill_devices, decode_devices, all_devices)
     if not figures:
-        return {}, {}
-    priced_on, source = priced_text(profile, all_devices)
-    return figures, {"priced_on": priced_on, "price_source": source}
+        return {}, None
+    return figures, priced_text(profile, all_devices)
 
 
-def deployment_costs(summary: dict, profile: GpuProfile, prefill_devices: int, decode_devices: int,
+def deployment_costs(summary: Summary, profile: GpuProfile, prefill_devices: int, decode_devices: int,
                      all_devices: int) -> dict:
     """The cost figures of a deployment (empty for a profile without a price): a prefill step's time at the
     price of the devices that ran it, a decode step's likewise (a replica's tp x pp, a disaggregated pool's

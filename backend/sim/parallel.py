@@ -122,11 +122,11 @@ class Layout:
                 "link": self.link.as_dict() if self.link is not None else None}
 
 
-def replica_profile(profile, info: dict | None):
-    """The roofline of a simulated run's replica (run.json's info["deployment"]): tp x pp of the profile's
-    devices as one, every peak and the bandwidth times the devices; the profile itself for one device."""
-    layout = (info or {}).get("deployment") or {}
-    devices = int(layout.get("tp", 1) or 1) * int(layout.get("pp", 1) or 1)
+def replica_profile(profile, tp: int = 1, pp: int = 1):
+    """The roofline of a simulated run's replica (run.json's "deployment", a config's): tp x pp of the
+    profile's devices as one, every peak and the bandwidth times the devices; the profile itself for one
+    device."""
+    devices = int(tp or 1) * int(pp or 1)
     if devices <= 1:
         return profile
     return replace(profile, name=f"{devices} x {profile.name}", memory_gb=profile.memory_gb * devices,

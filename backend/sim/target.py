@@ -24,6 +24,7 @@ from backend.config import Deployment, RunConfig, RunKind
 from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.roofline.profiles import find_profile
+from backend.run_info import RunInfo
 from backend.sim import parallel
 from backend.sim.info import costs_of, deployment_info, simulated_info
 from backend.sim.model import check_memory, model_bytes, resolve_model, resolve_precision
@@ -103,12 +104,12 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         emit(Progress("simulating", None))
         wall_start = time.perf_counter()
 
-        def info() -> dict:
+        def info() -> RunInfo:
             virtual_s = engine.now_ms / 1000.0 if deployment.dp > 1 else clock.seconds
             return simulated_info(config, profile, shape, prec, model, device, source_text, kv_capacity=kv_capacity,
                                   kv_slots=num_slots, max_len=max_len, virtual_s=virtual_s,
                                   wall_s=time.perf_counter() - wall_start,
-                                  deployment=deployment_info(deployment, layout, prec, devices))
+                                  replicas=deployment_info(deployment, layout, prec, devices))
 
         return drive(engine, source, recorder, should_stop, info,
                      costs=lambda summary: costs_of(summary, profile, layout.devices, layout.devices, devices))

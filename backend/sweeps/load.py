@@ -11,7 +11,6 @@ OUT/rate-R (or OUT/users-N); OUT/sweep.csv holds one row per point.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from typing import Callable
 
@@ -20,18 +19,20 @@ from backend.errors import InputError
 from backend.events import Emit, LoadPoint, Progress, RunFinished, Target
 from backend.records import RunData, new_run_id
 from backend.results.export import ensure_writable
+from backend.run_info import sweep_info
+from backend.summary import Summary, figure
 from backend.sweeps.points import write_points
 
 
-def point_from_summary(kind: SweepKind, x: float, s: dict, num_devices: int = 1) -> LoadPoint:
+def point_from_summary(kind: SweepKind, x: float, s: Summary, num_devices: int = 1) -> LoadPoint:
     nan = math.nan
-    tpot = s.get("tpot_p50_ms", nan)
-    return LoadPoint(kind, x, int(s.get("num_finished", 0)), int(s.get("num_rejected", 0)), s.get("duration_s", nan),
-                     s.get("requests_per_s", nan), s.get("output_tokens_per_s", nan) / num_devices,
-                     1000.0 / tpot if tpot and tpot == tpot else nan, s.get("ttft_p50_ms", nan),
-                     s.get("ttft_p99_ms", nan), tpot, s.get("tpot_p99_ms", nan), s.get("itl_p99_ms", nan),
-                     s.get("goodput_requests_per_s", nan), s.get("slo_attainment", nan),
-                     s.get("cost_per_m_output_usd", nan))
+    tpot = figure(s.tpot_p50_ms)
+    return LoadPoint(kind, x, int(s.num_finished or 0), int(s.num_rejected or 0), figure(s.duration_s),
+                     figure(s.requests_per_s), figure(s.output_tokens_per_s) / num_devices,
+                     1000.0 / tpot if tpot and tpot == tpot else nan, figure(s.ttft_p50_ms),
+                     figure(s.ttft_p99_ms), tpot, figure(s.tpot_p99_ms), figure(s.itl_p99_ms),
+                     figure(s.goodput_requests_per_s), figure(s.slo_attainment),
+                     figure(s.cost_per_m_output_usd))
 
 
 def mark_front(points: list[LoadPoint]) -> None:
@@ -74,7 +75,7 @@ def run_load_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
                          "the trace's mean rate to it), and only a trace whose requests do not all arrive at once")
     out = ensure_writable(config.out_dir) if config.out_dir else None
     points: list[LoadPoint] = []
-    note, last, info = "", None, {}
+    note, last, info = "", None, None
     for i, x in enumerate(values):
         if should_stop():
             note = "stopped by user"
@@ -92,17 +93,17 @@ def run_load_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
             break
         point = point_from_summary(spec.kind, x, last.summary)
         points.append(point)
-        info = dict(last.data.info) if last.data else {}
+        info = last.data.info if last.data else None
         emit(point)
     mark_front(points)
     emit(Progress(f"sweep {spec.kind} done", 1.0))
-    summary = {"kind": spec.kind, "num_points": len(points), "note": note,
-               "pareto": ",".join(f"{p.x:g}" for p in points if p.pareto)}
+    summary = Summary(kind=spec.kind, num_points=len(points), note=note,
+                      pareto=",".join(f"{p.x:g}" for p in points if p.pareto))
     best = next((p for p in points if p.best_goodput), None)
     if best is not None:
-        summary["best_goodput_at"] = best.x
-        summary["best_goodput_requests_per_s"] = best.goodput_requests_per_s
-    info.update(points=[point_folder(spec.kind, p.x) for p in points], created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        summary.best_goodput_at = best.x
+        summary.best_goodput_requests_per_s = best.goodput_requests_per_s
+    info = sweep_info(info, [point_folder(spec.kind, p.x) for p in points])
     run_id = new_run_id()
     data = RunData(run_id, config_dict(config), info, [], [], [], summary)
     if out is not None:

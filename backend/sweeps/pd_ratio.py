@@ -14,7 +14,6 @@ the least p99 TTFT and ITL relative to the tied splits' own least).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from typing import Callable
 
@@ -23,6 +22,8 @@ from backend.errors import InputError
 from backend.events import Emit, PDPoint, Progress, RunFinished, Target
 from backend.records import RunData, new_run_id
 from backend.results.export import ensure_writable
+from backend.run_info import sweep_info
+from backend.summary import Summary, figure
 from backend.sweeps.points import write_points
 
 
@@ -43,7 +44,7 @@ def run_pd_ratio_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], 
         raise InputError("sweep pd-ratio needs --profile NAME (see `profiles`): the devices it simulates")
     out = ensure_writable(config.out_dir) if config.out_dir else None
     points: list[PDPoint] = []
-    note, info = "", {}
+    note, info = "", None
     for p in range(1, total):
         if should_stop():
             note = "stopped by user"
@@ -57,20 +58,19 @@ def run_pd_ratio_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], 
             note = "stopped by user"
             break
         s = finished.summary
-        goodput = s.get("goodput_requests_per_s", math.nan)
-        point = PDPoint(p, total - p, int(s["num_finished"]), goodput, s.get("slo_attainment", math.nan),
-                        s["output_tokens_per_s"], s["output_tokens_per_s"] / total, goodput / total,
-                        s["ttft_p50_ms"], s["ttft_p99_ms"], s["itl_p50_ms"], s["itl_p99_ms"],
-                        s.get("split_kv_transfer_mean_ms", math.nan))
+        goodput = figure(s.goodput_requests_per_s)
+        point = PDPoint(p, total - p, int(s.num_finished), goodput, figure(s.slo_attainment),
+                        s.output_tokens_per_s, s.output_tokens_per_s / total, goodput / total,
+                        s.ttft_p50_ms, s.ttft_p99_ms, s.itl_p50_ms, s.itl_p99_ms,
+                        figure(s.split_kv_transfer_mean_ms))
         points.append(point)
-        info = dict(finished.data.info) if finished.data else info
+        info = finished.data.info if finished.data else info
         emit(point)
     best = mark_best(points, config.slo_ttft_ms, config.slo_tpot_ms)
     emit(Progress("sweep pd-ratio done", 1.0))
-    summary = {"kind": "pd-ratio", "num_points": len(points), "note": note, "total_devices": total,
-               "best_split": best.split if best else None}
-    info.update(points=[point_folder(pt.prefill_devices, pt.decode_devices) for pt in points],
-                created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    summary = Summary(kind="pd-ratio", num_points=len(points), note=note, total_devices=total,
+                      best_split=best.split if best else None)
+    info = sweep_info(info, [point_folder(pt.prefill_devices, pt.decode_devices) for pt in points])
     run_id = new_run_id()
     data = RunData(run_id, config_dict(config), info, [], [], [], summary)
     if out is not None:

@@ -1,6 +1,6 @@
 """A sweep folder's sweep.csv: one writer and one reader for every kind of point.
 
-The kind is recorded in run.json (`info["sweep_kind"]`: batch, prompt, precision, rate,
+The kind is recorded in run.json (info's `sweep_kind`, RunInfo.sweep: batch, prompt, precision, rate,
 concurrency or pd-ratio), never guessed from a header; a folder without it holds no sweep. Columns:
   - batch and prompt (SweepPoint): the axis ("batch" or "prompt_len"), then SWEEP_COLUMNS;
   - precision (PrecisionPoint): PRECISION_COLUMNS, the precision's name first;
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from backend.config import SweepKind
 from backend.errors import InputError
 from backend.events import LoadPoint, PDPoint, PrecisionPoint, SweepPoint
 from backend.records import RunData
+from backend.run_info import RunInfo, SweepInfo
 
 SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms", "bound",
                  "simulated_ms", "weight_bytes", "predicted_weight_bytes"]
@@ -61,17 +61,18 @@ def write_points(folder, kind: SweepKind, points: list, data: RunData, records_f
     from backend.results.export import write_run
     if kind not in KINDS:
         raise ValueError(f"not a sweep kind: {kind!r}")
-    data.info["sweep_kind"] = kind
+    data.info.sweep = replace(data.info.sweep or SweepInfo(), sweep_kind=kind)
     write_run(folder, data, records_from, extra={"sweep.csv": points_csv(kind, points)})
 
 
 def sweep_kind(folder) -> SweepKind | None:
     """The kind of sweep a run folder holds (from its run.json), None for a folder of another run."""
-    try:
-        info = json.loads((Path(folder) / "run.json").read_text(encoding="utf-8")).get("info", {})
-    except (OSError, ValueError, AttributeError):
+    from backend.results.export import read_meta
+    meta = read_meta(folder)
+    if meta is None:
         return None
-    kind = info.get("sweep_kind") if isinstance(info, dict) else None
+    sweep = RunInfo.from_json(meta["info"]).sweep
+    kind = sweep.sweep_kind if sweep is not None else None
     return SweepKind(kind) if kind in KINDS else None
 
 

@@ -33,6 +33,8 @@ from backend.events import Emit, ModelLoaded, PrecisionPoint, Progress, RunFinis
 from backend.records import Phase, RecordBatch, RunData, StepRecord, new_run_id
 from backend.results.export import ensure_writable
 from backend.roofline.roofs import math_from_info
+from backend.run_info import RunInfo, SweepInfo
+from backend.summary import Crossovers, PrecisionGain, Summary
 from backend.sweeps.points import write_points
 
 GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than half of the batch's growth
@@ -130,7 +132,7 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
     rec = _Recording(run_id, emit, config.simulate)
     points: list = []
     skipped: list[str] = []
-    note, info = "", {}
+    note, info = "", None
     settled = config.simulate
     profiles = None   # (this machine's, the selected one), from the first point's model
 
@@ -144,7 +146,7 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
                 raise _Stopped
             if finished.error:
                 raise RunError(finished.error)
-            info = dict(finished.data.info) if finished.data else info
+            info = finished.data.info if finished.data else info
         return run_steps
 
     for i, x in enumerate(axis):
@@ -193,20 +195,30 @@ def run_step_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], bool
     summary = (precision_summary(spec, points, skipped, note) if spec.kind is SweepKind.PRECISION else
                sweep_summary(config, points, loaded, note, local, selected, math_from_info(info)))
     if config.simulate:
-        summary["simulated"] = True
-    info = info or {"model": config.model.name, "device": config.model.device, "device_name": config.model.device,
-                    "dtype": config.model.dtype}   # no run finished: what was asked for
-    for key in ("kv_capacity", "kv_slots", "max_len", "virtual_s", "wall_s", "matmul_steps"):
-        info.pop(key, None)   # a run's, not the sweep's
-    info["profile"] = selected.key if selected else None
-    info["local_profile"] = local.key if local and not config.simulate else None
-    if spec.kind is SweepKind.PRECISION:
-        info["dtypes"] = [p.dtype for p in points]                 # every precision run, in order
-        info["dtype"] = ",".join(info["dtypes"]) or info.get("dtype")
+        summary.simulated = True
+    info = sweep_point_info(info, config, points, selected, local)
     data = RunData(run_id, config_dict(config), info, rec.steps, [], [], summary)
     if out_dir is not None:
         write_points(out_dir, spec.kind, points, data)
     return RunFinished(run_id, summary, note == "stopped by user", None, data)
+
+
+def sweep_point_info(last: RunInfo | None, config: RunConfig, points: list, selected, local) -> RunInfo:
+    """A batch, prompt or precision sweep's info: its last run's without what belongs to one run (the KV
+    cache, the run's times), with the profiles it was judged against and, for precision, every dtype."""
+    if last is None:   # no run finished: what was asked for
+        last = RunInfo(model=config.model.name, device=config.model.device, device_name=config.model.device,
+                       dtype=config.model.dtype)
+    host = replace(last.local, matmul_steps=None) if last.local is not None else None
+    simulated = replace(last.simulated, virtual_s=None) if last.simulated is not None else None
+    info = replace(last, kv_capacity=None, kv_slots=None, max_len=None, wall_s=None, local=host,
+                   simulated=simulated, profile=selected.key if selected else None)
+    sweep = SweepInfo(local_profile=local.key if local and not config.simulate else None)
+    if config.sweep.kind is SweepKind.PRECISION:
+        sweep.dtypes = [p.dtype for p in points]                 # every precision run, in order
+        info.dtype = ",".join(sweep.dtypes) or info.dtype
+    info.sweep = sweep
+    return info
 
 
 def _profiles(config: RunConfig, loaded: ModelLoaded | None):
@@ -271,40 +283,38 @@ def measured_crossover(points: list[SweepPoint]) -> int | None:
 
 
 def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoaded | None, note: str,
-                  local, selected, math=None) -> dict:
+                  local, selected, math=None) -> Summary:
     from backend.roofline.cost import CROSSOVER_CAP, crossover_batch
     spec = config.sweep
-    summary: dict = {"kind": spec.kind, "num_points": len(points), "note": note}
+    summary = Summary(kind=spec.kind, num_points=len(points), note=note)
     if spec.kind is SweepKind.BATCH:
-        summary["context"] = spec.context
-        summary["measured_crossover_batch"] = measured_crossover(points)
+        summary.context = spec.context
+        summary.crossover = Crossovers(measured=measured_crossover(points))
         if loaded is not None:
             prec = loaded.precision
             for label, profile in (("predicted", selected), ("predicted_local", local)):
                 if profile is not None and profile.has_peak(prec):
                     b = crossover_batch(loaded.shape, prec, spec.context, profile, prec, math)
-                    summary[f"{label}_crossover_batch"] = None if b >= CROSSOVER_CAP else b
+                    setattr(summary.crossover, label, None if b >= CROSSOVER_CAP else b)
     errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for p in points if p.simulated_ms is not None]
     if errors:
-        summary["simulated_mape"] = sum(errors) / len(errors)
-        summary["simulated_worst"] = max(errors)
+        summary.simulated_mape = sum(errors) / len(errors)
+        summary.simulated_worst = max(errors)
     if points:
         best = max(points, key=lambda p: p.tokens_per_s)
-        summary["best_tokens_per_s"] = best.tokens_per_s
-        summary["best_at"] = best.x
-        summary["largest_fit"] = points[-1].x
+        summary.best_tokens_per_s = best.tokens_per_s
+        summary.best_at = best.x
+        summary.largest_fit = points[-1].x
     return summary
 
 
-def precision_summary(spec, points: list[PrecisionPoint], skipped: list[str], note: str) -> dict:
+def precision_summary(spec, points: list[PrecisionPoint], skipped: list[str], note: str) -> Summary:
     """The sweep's summary: the ratios against its first precision (the bytes, TPOT, TTFT)."""
-    summary: dict = {"kind": "precision", "num_points": len(points), "batch": spec.batch,
-                     "prompt_len": spec.prompt_len, "output_len": spec.output_len,
-                     "note": "; ".join(([note] if note else []) + [f"skipped {s}" for s in skipped])}
+    summary = Summary(kind="precision", num_points=len(points), batch=spec.batch, prompt_len=spec.prompt_len,
+                      output_len=spec.output_len,
+                      note="; ".join(([note] if note else []) + [f"skipped {s}" for s in skipped]))
     if points:
         base = points[0]
-        for p in points[1:]:
-            summary[f"{p.dtype}_bytes_ratio"] = base.weight_bytes / p.weight_bytes
-            summary[f"{p.dtype}_tpot_speedup"] = base.tpot_ms / p.tpot_ms
-            summary[f"{p.dtype}_ttft_speedup"] = base.ttft_ms / p.ttft_ms
+        summary.precision = {p.dtype: PrecisionGain(base.weight_bytes / p.weight_bytes, base.tpot_ms / p.tpot_ms,
+                                                    base.ttft_ms / p.ttft_ms) for p in points[1:]}
     return summary

@@ -17,6 +17,8 @@ from backend.engine.scheduler import POLICIES
 from backend.errors import InputError
 from backend.events import RunFinished
 from backend.results.recorder import RunRecorder
+from backend.run_info import RunInfo
+from backend.summary import Summary
 
 
 def validate(config: RunConfig) -> None:
@@ -76,25 +78,26 @@ def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
     return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
 
 
-def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], dict],
-          priced_on=None, costs: Callable[[dict], tuple[dict, dict]] | None = None) -> RunFinished:
+def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], RunInfo],
+          priced_on=None, costs: Callable[[Summary], tuple[dict, tuple[str, str] | None]] | None = None) -> RunFinished:
     """Run the engine loop over the source to the end, every record batch into the recorder; then
     the run's files (info() is asked after the run). The local and the simulated targets both end
     this way. With a profile that has a price (`priced_on`, the device the steps ran or were priced
-    on) the summary gains the cost per million tokens; `costs(summary)` gives (figures, run.json
-    entries) instead where the price is a deployment's (the simulator's many devices)."""
+    on) the summary gains the cost per million tokens; `costs(summary)` gives (figures, (what the price
+    is for, its source)) instead where the price is a deployment's (the simulator's many devices)."""
     from backend.results.cost import cost_figures
     result = engine.run(source, recorder.emit, should_stop)
     summary = recorder.summary()
-    run_info_ = info()
+    done = info()
     if costs is not None:
-        figures, entries = costs(summary)
-        summary.update(figures)
-        run_info_.update(entries)
+        figures, price = costs(summary)
+        summary = summary.merged(figures)
+        if price is not None:
+            done.priced_on, done.price_source = price
     elif priced_on is not None and priced_on.price_per_hour is not None:
-        summary.update(cost_figures(summary, priced_on.price_per_hour))
-        run_info_.update(priced_on=priced_on.name, price_source=priced_on.price_source)
-    return recorder.finish(run_info_, result.stopped, result.error, summary)
+        summary = summary.merged(cost_figures(summary, priced_on.price_per_hour))
+        done.priced_on, done.price_source = priced_on.name, priced_on.price_source
+    return recorder.finish(done, result.stopped, result.error, summary)
 
 
 def library_versions() -> dict:

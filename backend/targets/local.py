@@ -7,7 +7,6 @@ every target: config, emit, should_stop).
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import asdict
 from typing import Callable
 
@@ -17,6 +16,7 @@ from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
 from backend.targets.engine_run import drive, kv_capacity_of, library_versions, longest_sequence, validate
+from backend.run_info import LocalInfo, RunInfo, TargetKind, now_created
 
 
 def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
@@ -60,29 +60,28 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     from backend.roofline.profiles import run_profile
     from backend.results.matmul import unit_steps
 
-    def info() -> dict:   # after the run: which unit ran its steps
-        return {**run_info(loaded, dev_name, kv_capacity, max_len, num_slots),
-                "matmul_steps": unit_steps(loaded, recorder.step_rows)}
+    def info() -> RunInfo:   # after the run: which unit ran its steps
+        done = run_info(loaded, dev_name, kv_capacity, max_len, num_slots)
+        done.local.matmul_steps = unit_steps(loaded, recorder.step_rows)
+        return done
     return drive(engine, source, recorder, should_stop, info, priced_on=run_profile(str(loaded.device), dev_name))
 
 
-def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> dict:
+def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: int) -> RunInfo:
     import torch
     from backend.loaders.device import dtype_name
     from backend.models.packed import kernels_in_use
     from backend.engine.threads import current_affinity
     from backend.results.matmul import matmul_info
-    return {"model": loaded.name, "source": loaded.source, "random_weights": loaded.random_weights,
-            "arch": loaded.shape.arch, "num_params": loaded.shape.num_params(), "weight_bytes": loaded.weight_bytes,
-            "shape": asdict(loaded.shape), "device": str(loaded.device), "device_name": dev_name,
-            "dtype": loaded.precision.name, "weight_bits": loaded.precision.weight_bits,
-            "activation_dtype": dtype_name(loaded.dtype), "threads": torch.get_num_threads(),
-            "affinity": current_affinity(), "kernels": kernels_in_use(loaded.device, loaded.dtype, loaded.precision),
-            "matmul": matmul_info(loaded),
-            "kv_capacity": kv_capacity,
-            "kv_slots": num_slots, "max_len": max_len,
-            "versions": library_versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return RunInfo(target=TargetKind.LOCAL, model=loaded.name, source=loaded.source,
+                   random_weights=loaded.random_weights, arch=loaded.shape.arch, num_params=loaded.shape.num_params(),
+                   weight_bytes=loaded.weight_bytes, shape=asdict(loaded.shape), device=str(loaded.device),
+                   device_name=dev_name, dtype=loaded.precision.name, weight_bits=loaded.precision.weight_bits,
+                   activation_dtype=dtype_name(loaded.dtype), kv_capacity=kv_capacity, kv_slots=num_slots,
+                   max_len=max_len, versions=library_versions(), created=now_created(),
+                   local=LocalInfo(threads=torch.get_num_threads(), affinity=current_affinity(),
+                                   kernels=kernels_in_use(loaded.device, loaded.dtype, loaded.precision),
+                                   matmul=matmul_info(loaded)))
 
 
 

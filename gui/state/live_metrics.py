@@ -14,6 +14,7 @@ from backend.config import RunKind
 from backend.precision import from_info
 from backend.roofline.profiles import local_profile_path, run_profile
 from backend.records import Phase, RequestStatus, RunData
+from backend.run_info import RunInfo
 from backend.cli.report import roofline_lines
 from backend.roofline.roofs import math_from_info
 
@@ -116,7 +117,7 @@ def compute(store: RunStore) -> LiveMetrics:
         m.roofline = _roofline(store)
         _products(store, m)
     _ttft_split(store, m)
-    device = str(store.model.device if store.model is not None else store.info.get("device", ""))
+    device = str(store.model.device if store.model is not None else store.info.device)
     if device.startswith("simulated "):
         m.simulated_on = device.removeprefix("simulated ")
     return m
@@ -148,8 +149,8 @@ def _roofline(store: RunStore) -> list[tuple[str, str]]:
         dtype = store.model.precision or store.model.dtype
     else:                         # a saved run: run.json's info
         info = store.info
-        shape, device, name = info.get("shape"), info.get("device", ""), info.get("device_name", "")
-        dtype = from_info(info) or info.get("dtype")
+        shape, device, name = info.shape, info.device, info.device_name
+        dtype = from_info(info) or info.dtype
     totals = {"prefill": store.roofline[Phase.PREFILL], "decode": store.roofline[Phase.DECODE]}
     if shape is None or not any(t.steps for t in totals.values()):
         return []
@@ -157,24 +158,25 @@ def _roofline(store: RunStore) -> list[tuple[str, str]]:
         from backend.sim.parallel import replica_profile
         profile = simulated_profile(store.config.get("profile") or str(device).removeprefix("simulated ").split(" x ")[0])
         if profile is not None:   # a replica of tp x pp devices judged as one
-            profile = replica_profile(profile, {"deployment": store.config.get("deployment") or {}})
+            deployment = store.config.get("deployment") or {}   # the config's dict (the runkind change types it)
+            profile = replica_profile(profile, deployment.get("tp", 1), deployment.get("pp", 1))
     else:
         profile = device_profile(device, name)
     # the products' arithmetic (a CPU run's bf16 roof): the model's event says it, run.json too
     return roofline_lines(shape, dtype, device, name, totals, profile, math_from_info(_run_info(store)))
 
 
-def _run_info(store: RunStore) -> dict:
+def _run_info(store: RunStore) -> RunInfo:
     """The finished run's info (its matmul_steps included), else what the run's events have said."""
     done = store.finished.data if store.finished is not None else None
-    return done.info if isinstance(done, RunData) and done.info else store.info
+    return done.info if isinstance(done, RunData) and done.info.model else store.info
 
 
 def _products(store: RunStore, m: LiveMetrics) -> None:
     """Which unit ran each phase and the arithmetic and why, from the finished run's info (else the store's)."""
     from backend.results.matmul import products_text, steps_text
     info = _run_info(store)
-    matmul, steps = info.get("matmul"), info.get("matmul_steps") or {}
+    matmul, steps = info.host.matmul, info.host.matmul_steps or {}
     products = products_text(matmul)
     if not products:
         return

@@ -20,6 +20,7 @@ from backend.events import PrecisionPoint, SweepPoint
 from backend.results.export import read_run
 from backend.precision import from_info
 from backend.records import Phase, RunData
+from backend.run_info import RunInfo
 
 from gui.state.live_metrics import compute
 from gui.state.run_store import PHASE_CODE, RunStore
@@ -47,23 +48,21 @@ def read_run_folder(folder: str | Path) -> tuple[RunData, list[SweepPoint], list
     return run, points if kind in STEP_KINDS else [], []
 
 
-def run_policy(config: dict, info: dict) -> str:
+def run_policy(config: dict, info: RunInfo) -> str:
     """What drove the run: the engine's scheduling policy for a batch or load run, else its mode."""
-    if info.get("target") == "remote":
+    if info.is_remote:
         return "remote"
     mode = str(config.get("mode") or "?")
     policy = (config.get("engine") or {}).get("policy") if isinstance(config.get("engine"), dict) else None
     return str(policy) if mode in (RunKind.BATCH, RunKind.LOAD) and policy else mode
 
 
-def run_label(config: dict, info: dict) -> str:
+def run_label(config: dict, info: RunInfo) -> str:
     """model · device · dtype · policy · date, from run.json."""
     precision = from_info(info)
-    dtype = precision.name if precision is not None and hasattr(precision, "name") else info.get("dtype", "?")
-    created = str(info.get("created") or "")
-    date = created[:16].replace("T", " ") if created else "undated"
-    return " · ".join(str(part) for part in (info.get("model", "?"), info.get("device", "?"), dtype,
-                                             run_policy(config, info), date))
+    dtype = precision.name if precision is not None else info.dtype or "?"
+    return " · ".join(str(part) for part in (info.model or "?", info.device or "?", dtype,
+                                             run_policy(config, info), info.created_minute or "undated"))
 
 
 @dataclass(eq=False)

@@ -18,6 +18,8 @@ from backend.targets.disaggregated.events import WorkerLayout
 from backend.errors import InputError
 from backend.events import LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
+from backend.run_info import RunInfo
+from backend.summary import Summary
 from backend.targets.remote.metrics import ServerMetrics
 from backend.targets.remote.server_log import read_server_metrics
 from backend.roofline.cost import PhaseTotals, step_pairs
@@ -69,11 +71,11 @@ class RunStore:
         self.sweep_points: list[SweepPoint] = []
         self.sweep_context: int | None = None          # the context a batch sweep's points were measured at
         self.precision_points: list[PrecisionPoint] = []   # a precision sweep's, in the order measured
-        self.precision_summary: dict | None = None     # and its RunFinished summary (ratios, skipped precisions)
+        self.precision_summary: Summary | None = None     # and its RunFinished summary (ratios, skipped precisions)
         self.load_points: list[LoadPoint] = []         # a rate or concurrency sweep's, one load run each
         self.pd_points: list[PDPoint] = []             # a prefill:decode split sweep's, one simulated run each
         self.model: ModelLoaded | None = None
-        self.info: dict = {}
+        self.info: RunInfo = RunInfo()
         self.config: dict = {}
         self.run_id = ""
         self.finished: RunFinished | None = None
@@ -120,22 +122,22 @@ class RunStore:
         elif isinstance(event, RunFinished):
             self.finished = event
             self.run_id = event.run_id or self.run_id
-            if event.summary.get("kind") == "precision":
-                self.precision_summary = dict(event.summary)
+            if event.summary.kind == "precision":
+                self.precision_summary = event.summary
             self._mark_load_points(event.summary)
         else:
             return
         self.version += 1
 
-    def _mark_load_points(self, summary: dict) -> None:
+    def _mark_load_points(self, summary: Summary) -> None:
         """A load sweep marks its front and its best point once every point is in; the points that
         came from the engine process are copies sent before that: mark them here as the sweep did."""
-        if summary.get("kind") in ("rate", "concurrency") and self.load_points:
+        if summary.kind in ("rate", "concurrency") and self.load_points:
             from backend.sweeps.load import mark_front
             mark_front(self.load_points)
-        elif summary.get("kind") == "pd-ratio":
+        elif summary.kind == "pd-ratio":
             for point in self.pd_points:
-                point.best = point.split == summary.get("best_split")
+                point.best = point.split == summary.best_split
 
     def add_batch(self, batch: RecordBatch) -> None:
         if batch.steps:
@@ -289,28 +291,28 @@ class RunStore:
         """Show a saved run (Open run) read from `folder`, with its sweep's points if it is a sweep
         (a batch or prompt sweep's `sweep`, a precision sweep's `precision`)."""
         self.reset()
-        self.run_id, self.config, self.info = run.run_id, dict(run.config), dict(run.info)
-        self.remote = run.info.get("target") == "remote"
+        self.run_id, self.config, self.info = run.run_id, dict(run.config), run.info
+        self.remote = run.info.is_remote
         self.source = Path(folder) if folder is not None else None
         if self.remote and folder is not None:
             try:
                 self.server_readings = read_server_metrics(folder)
             except InputError:   # a damaged server_metrics.csv: the run shows without it
                 self.server_readings = []
-            meta = self.info.get("server_metrics")   # a dict since server_metrics.csv exists (a bool before)
-            engine = meta.get("engine", "") if isinstance(meta, dict) else ""
+            meta = run.info.remote.server_metrics or {}
+            engine = meta.get("engine", "")
             for reading in self.server_readings:
                 reading.engine = engine
             self.server = self.server_readings[-1] if self.server_readings else None
         self.sweep_points = list(sweep or [])
         self.sweep_context = (run.config.get("sweep") or {}).get("context")
         self.precision_points = list(precision or [])
-        if run.summary.get("kind") == "precision":
-            self.precision_summary = dict(run.summary)
+        if run.summary.kind == "precision":
+            self.precision_summary = run.summary
         for r in sorted(run.requests, key=lambda r: (r.arrival_ms, r.request_id)):
             self._row(r.request_id)
         self.add_batch(RecordBatch(steps=list(run.steps), tokens=list(run.tokens), requests=list(run.requests)))
-        self.finished = RunFinished(run.run_id, dict(run.summary), data=run)
+        self.finished = RunFinished(run.run_id, run.summary, data=run)
 
     def to_run_data(self, with_records: bool = True) -> RunData:
         """The run as held (complete, or partial after a stop or failure) for Export CSV.
@@ -330,12 +332,13 @@ class RunStore:
                        tokens=tokens)
         done = self.finished.data if self.finished is not None else None
         if isinstance(done, RunData):
-            data.run_id, data.config, data.info = done.run_id, done.config or self.config, done.info or self.info
-            data.summary = dict(done.summary)
+            data.run_id, data.config = done.run_id, done.config or self.config
+            data.info = done.info if done.info.model else self.info   # a run that died before loading: the store's
+            data.summary = done.summary
             if done.requests:
                 data.requests = list(done.requests)
         elif self.finished is not None:
-            data.summary = dict(self.finished.summary)
+            data.summary = self.finished.summary
         return data
 
     def _step_record(self, index: int) -> StepRecord:

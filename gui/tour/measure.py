@@ -6,6 +6,7 @@ import math
 
 from backend.config import SweepKind
 from backend.records import Phase, RequestStatus, StepRecord
+from backend.summary import Crossovers
 
 from gui.tour.finding import (DECODE, GREEN, GREY, MIXED, PHASE, PREFILL, RED, Curve, Figure, Finding, Mark, Outcome,
                               Rects, faster, median, ms, times)
@@ -131,8 +132,8 @@ def batch_sweep(outcomes: list[Outcome]) -> Finding:
         return Finding("Not enough batch sizes ran to compare.", fig, [], [])
     first, last = points[0], points[-1]
     summary = out.data.summary
-    predicted_at = summary.get("predicted_local_crossover_batch")
-    measured_at = summary.get("measured_crossover_batch")
+    crossover = summary.crossover or Crossovers()
+    predicted_at, measured_at = crossover.predicted_local, crossover.measured
     fig.marks.append(Mark("point", f"batch {last.x}: {times(first.tokens_per_s, last.tokens_per_s)} the tokens/s",
                           last.x, y=last.tokens_per_s, color=DECODE))
     if predicted_at:
@@ -275,7 +276,7 @@ def worked_example(outcomes: list[Outcome], seed_row: tuple) -> Finding:
     out = outcomes[0]
     steps = sorted(out.data.steps, key=lambda s: s.start_ms)
     request = next(iter(_finished(out)), None)
-    profile = out.data.info.get("profile") or out.data.config.get("profile") or "?"
+    profile = out.data.info.profile or out.data.config.get("profile") or "?"
     fig = strip(steps, f"The worked example, SIMULATED on {profile}")
     if request is None or request.ttft_ms is None:
         return Finding("The request did not finish.", fig, [], [])

@@ -17,6 +17,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from backend.records import Phase
+from backend.summary import Summary
 
 from gui.tour import figure
 from gui.tour.finding import Finding, Outcome
@@ -184,8 +185,8 @@ class TourPanel(QtWidgets.QWidget):
             self._fail(self.running_step, "stopped" if result.stopped else f"the run failed: {result.error}")
             return
         data = self.window_.store.to_run_data()
-        if not data.summary:
-            data.summary = dict(result.summary)
+        if data.summary == Summary():   # the store held none: the result's
+            data.summary = result.summary
         store = self.window_.store
         self.outcomes.append(Outcome(self._current, data, list(store.sweep_points), list(store.precision_points),
                                      worker_steps(store)))

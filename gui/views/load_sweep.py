@@ -16,6 +16,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from backend.config import SweepKind
+from backend.summary import Summary
 
 from gui.state.run_store import RunStore
 from gui.views.plot_style import (CROSSOVER_COLOR, MEASURED_COLOR, PREDICTED_COLOR, cosmetic_pen, style_plot,
@@ -126,7 +127,7 @@ class LoadSweepView(pg.PlotWidget):
     def notes(self) -> list[str]:
         """The summary lines the CLI prints after the sweep's table."""
         finished = self.store.finished
-        s = finished.summary if finished is not None else {}
+        s = finished.summary if finished is not None else Summary()
         config = self.store.config
         notes = []
         if self.kind == SweepKind.PD_RATIO and self.store.pd_points:
@@ -140,16 +141,16 @@ class LoadSweepView(pg.PlotWidget):
                              "goodput)")
         elif self.store.load_points:
             unit = UNITS.get(self.kind, "")
-            if s.get("pareto"):
+            if s.pareto:
                 notes.append(f"Pareto front (no point better on both throughput per device and per user): "
-                             f"{s['pareto']} {unit}")
-            if s.get("best_goodput_at") is not None:
-                notes.append(f"best goodput: {s['best_goodput_requests_per_s']:.2f} req/s within the SLOs at "
-                             f"{s['best_goodput_at']:g} {unit}")
+                             f"{s.pareto} {unit}")
+            if s.best_goodput_at is not None:
+                notes.append(f"best goodput: {s.best_goodput_requests_per_s:.2f} req/s within the SLOs at "
+                             f"{s.best_goodput_at:g} {unit}")
             elif finished is not None and config.get("slo_ttft_ms") is None and config.get("slo_tpot_ms") is None:
                 notes.append("no goodput: give SLO TTFT and/or TPOT on the workload page")
         else:
             notes.append("run a rate, concurrency or prefill:decode split sweep to add points here")
-        if s.get("note"):
-            notes.append(s["note"])
+        if s.note:
+            notes.append(s.note)
         return notes

@@ -15,6 +15,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.records import Phase
+from backend.summary import Summary
 
 from gui.views.plot_style import PHASE_COLORS, cosmetic_pen, set_title, style_plot, swatch_title
 from gui.state.run_store import RunStore
@@ -148,7 +149,7 @@ class PrecisionView(pg.PlotWidget):
             return
         self._seen = key
         plot = self.getPlotItem()
-        profile = self.store.config.get("profile") or self.store.info.get("profile")
+        profile = self.store.config.get("profile") or self.store.info.profile
         if not points:
             for curve in self.curves.values():
                 curve.setData([], [])
@@ -208,8 +209,8 @@ class PrecisionView(pg.PlotWidget):
         return "\n".join(parts)
 
     @staticmethod
-    def _skipped(summary: dict | None) -> str:
-        note = (summary or {}).get("note")
+    def _skipped(summary: Summary | None) -> str:
+        note = summary.note if summary is not None else None
         return f"\n{note}" if note else ""
 
 

@@ -19,6 +19,7 @@ from backend.errors import InputError
 from backend.roofline.profiles import GpuProfile, as_precision, dtype_bytes, dtype_key
 from backend.roofline.cost import CROSSOVER_CAP, crossover_batch, predict_decode, predict_prefill, step_cost
 from backend.roofline.roofs import Roof, compute_roofs, math_from_info, runs_bf16
+from backend.run_info import RunInfo
 
 from gui.views.plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, PREDICTED_COLOR, PROFILE_SIMULATED_COLOR,
                          ROOF_COLORS, SIMULATED_COLOR, STEP_TIME_COLOR, cosmetic_pen, RateAxis, set_title, style_plot,
@@ -230,17 +231,17 @@ class ThroughputView(pg.PlotWidget):
         notes += self._simulation_notes(simulated)
         notes += self._paint_prediction()
         notes += self._reference_notes()
-        measured = finished.summary.get("measured_crossover_batch") if finished is not None else None
+        crossover = finished.summary.crossover if finished is not None else None
+        measured = crossover.measured if crossover is not None else None
         if self.kind == SweepKind.BATCH and measured:
             notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
 
     def _run_simulated(self) -> bool:
-        return self.store.info.get("target") == "simulated" or str(self.store.info.get("device", "")).startswith(
-            "simulated")
+        return self.store.info.is_simulated or self.store.info.device.startswith("simulated")
 
-    def _run_info(self) -> dict:
+    def _run_info(self) -> RunInfo:
         """run.json's info of the run on the plot: the finished run's, else what the store knows of the live one."""
         finished = self.store.finished
         return finished.data.info if finished is not None and finished.data is not None else self.store.info
@@ -250,7 +251,8 @@ class ThroughputView(pg.PlotWidget):
         if not simulated:
             return []
         errors = [abs(p.simulated_ms - p.step_ms) / p.step_ms * 100 for _, p in simulated]
-        where = self._run_info().get("local_profile") or "this machine"
+        sweep = self._run_info().sweep
+        where = (sweep.local_profile if sweep is not None else None) or "this machine"
         try:
             from backend.roofline.profiles import find_profile
             fitted = bool(find_profile(where).simulation.get("fitted"))

@@ -141,7 +141,7 @@ class ExampleDialog(QtWidgets.QDialog):
             self.status.setText(f"stopped: {finished.error or 'by the user'}")
             self.run_button.setEnabled(True)
             return
-        self.rows.append(row_of(label.format(device=finished.data.info.get("device_name", "this machine")), finished))
+        self.rows.append(row_of(label.format(device=finished.data.info.device_name or "this machine"), finished))
         self._show()
         self._next()
 

@@ -11,6 +11,7 @@ import pytest
 
 from backend.cli.main import build_parser, main, run_config
 from backend.config import config_dict
+from backend.run_info import RunInfo
 from backend.kernels import matmath
 from backend.results.matmul import math_lines, products_text, steps_text
 
@@ -131,7 +132,7 @@ def test_the_model_loaded_event_carries_the_math_so_the_window_predicts_it_durin
     assert isinstance(config, RunConfig)
     assert run_local(config, events.append, lambda: False).error is None
     loaded = next(e for e in events if isinstance(e, ModelLoaded))
-    assert loaded.matmul["mode"] == "fp32" and loaded.info()["matmul"] == loaded.matmul
+    assert loaded.matmul["mode"] == "fp32" and loaded.info().local.matmul == loaded.matmul
 
 
 @needs_unit
@@ -196,7 +197,7 @@ def test_the_words_for_a_recorded_math():
     assert products_text(torch_run) == products_text(None) == ""
     assert steps_text(steps) == "prefill: AMX (1 step); decode: AVX-512 FMA (60 steps), AMX (4 steps)"
     assert steps_text({"mixed": {"AMX": 2}}) == "mixed: AMX (2 steps)" and steps_text(None) == ""
-    assert math_lines({"matmul": bf16, "matmul_steps": steps}) == [("ran", steps_text(steps)),
+    assert math_lines(RunInfo.from_json({"matmul": bf16, "matmul_steps": steps})) == [("ran", steps_text(steps)),
                                                                    ("math", "auto: mean KL 0.0002")]
-    assert math_lines({"matmul": fp32, "matmul_steps": steps}) == []
-    assert math_lines({"matmul": torch_run}) == [] and math_lines({}) == []   # a GPU run, an older or simulated one
+    assert math_lines(RunInfo.from_json({"matmul": fp32, "matmul_steps": steps})) == []
+    assert math_lines(RunInfo.from_json({"matmul": torch_run})) == [] and math_lines(RunInfo.from_json({})) == []   # a GPU run, an older or simulated one

@@ -19,6 +19,8 @@ from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, Sampl
 from backend.errors import RunError
 from backend.events import Progress
 from backend.results.export import read_run, write_run
+from backend.run_info import RunInfo
+from backend.summary import Summary
 from backend.records import RecordBatch, RequestStatus, RunData
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
@@ -326,9 +328,9 @@ def test_a_full_disk_ends_the_run_with_one_line_and_no_half_written_file(tmp_pat
 
 
 def test_a_full_disk_during_an_export_leaves_every_saved_file_as_it_was(tmp_path, monkeypatch):
-    run = RunData("r1", {"mode": "batch"}, {"model": "tiny"}, summary={"ttft_mean_ms": 1.0})
+    run = RunData("r1", {"mode": "batch"}, RunInfo(model="tiny"), summary=Summary(ttft_mean_ms=1.0))
     out = tmp_path / "out"
-    write_run(out, RunData("r0", {"mode": "batch"}, {"model": "older"}))
+    write_run(out, RunData("r0", {"mode": "batch"}, RunInfo(model="older")))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     fill_disk(monkeypatch, files_that_fit=4)
     with pytest.raises(RunError, match="No space left on device"):
@@ -419,8 +421,8 @@ def test_stop_during_a_sweep_point_ends_it_within_one_step(monkeypatch):
     config = RunConfig(mode="sweep-batch", model=ModelChoice("tiny", "cpu", "float32"),
                        sweep=SweepSpec("batch", batches=[1, 2], context=16, steps=50))
     finished = execute(config, lambda e: None, stop.is_set)
-    assert finished.stopped and finished.summary["note"] == "stopped by user"
-    assert passes["n"] == 3 and finished.summary["num_points"] == 0
+    assert finished.stopped and finished.summary.note == "stopped by user"
+    assert passes["n"] == 3 and finished.summary.num_points == 0
 
 
 def test_a_killed_load_run_leaves_its_records_on_disk_up_to_the_last_second(tmp_path):

@@ -74,7 +74,7 @@ def test_the_load_driver_runs_for_minutes_with_flat_memory_and_every_request_acc
     assert statuses <= {RequestStatus.FINISHED, RequestStatus.REJECTED}
     assert all(r.finish_reason for r in run.requests if r.status is RequestStatus.REJECTED)
     assert sorted(r.request_id for r in run.requests) == list(range(len(run.requests)))
-    assert len(run.requests) == int(run.summary["num_requests"])
+    assert len(run.requests) == int(run.summary.num_requests)
     expected = RATE * SOAK_S
     assert abs(len(run.requests) - expected) < 5 * math.sqrt(expected), len(run.requests)   # Poisson count
     finished = sum(r.status is RequestStatus.FINISHED for r in run.requests)

@@ -49,7 +49,7 @@ def test_batch_run_records_hold_their_invariants(tmp_path):
         assert r.first_token_ms == times[0] and r.finish_ms == times[-1]
         assert r.tpot_ms == pytest.approx((times[-1] - times[0]) / 5)
     assert sum(isinstance(e, RecordBatch) for e in events) >= len(run.steps)
-    assert run.info["random_weights"] is True and run.config["batch"]["batch"] == 3
+    assert run.info.random_weights is True and run.config["batch"]["batch"] == 3
 
 
 def test_every_request_of_a_workload_finishes_under_each_policy():
@@ -72,7 +72,7 @@ def test_a_small_kv_cache_preempts_and_still_finishes_everything():
     finished, _ = collect(config)
     data = finished.data
     assert all(r.status is RequestStatus.FINISHED for r in data.requests)
-    assert finished.summary["num_preemptions"] > 0
+    assert finished.summary.num_preemptions > 0
     assert all(s.kv_tokens <= 110 for s in data.steps)
 
 

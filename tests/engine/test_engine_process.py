@@ -49,8 +49,8 @@ def test_a_run_in_the_engine_process_gives_the_records_of_a_headless_run(engine)
         [(s.phase, s.num_tokens, s.num_requests) for s in theirs]
     tokens = sum(len(e.tokens) for e in events if isinstance(e, RecordBatch))
     assert tokens == sum(len(e.tokens) for e in headless if isinstance(e, RecordBatch)) == 2 * 6
-    assert result.summary["num_finished"] == reference.summary["num_finished"] == 2
-    assert result.data.info["threads"] == 1 and result.data.info["affinity"] == status[0].affinity
+    assert result.summary.num_finished == reference.summary.num_finished == 2
+    assert result.data.info.host.threads == 1 and result.data.info.host.affinity == status[0].affinity
 
 
 def test_a_second_run_on_the_same_model_does_not_reload_it(engine):
@@ -88,7 +88,7 @@ def test_a_crashed_engine_is_reported_in_one_line_with_the_records_so_far(engine
     assert len(steps_of(events)) >= 5 and result.data.run_id == steps_of(events)[0].run_id
     assert not engine.is_alive()
     again = engine.execute(batch_config(), lambda e: None, lambda: False)
-    assert again.error is None and again.summary["num_finished"] == 2
+    assert again.error is None and again.summary.num_finished == 2
 
 
 def test_stop_ends_an_engine_that_does_not_reach_a_step_boundary(engine):

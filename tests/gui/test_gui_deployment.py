@@ -139,12 +139,12 @@ def test_a_simulated_load_run_at_tp_2_finishes_in_the_window(qtbot, window):
     c.deployment_box.tp_spin.setValue(2)
     assert c.build_config().deployment.tp == 2
     finished = run_to_end(qtbot, window)
-    assert finished.data.info["target"] == "simulated"
+    assert finished.data.info.target == "simulated"
     assert len(finished.data.requests) == 8
     assert window.store.config["deployment"]["tp"] == 2   # the settings run.json records
-    layout = finished.data.info.get("deployment")
+    layout = finished.data.info.replicas
     if layout is not None:   # the layout the simulator priced (the lead's --tp support)
-        assert (layout["tp"], layout["devices"]) == (2, 2) and layout["link"]["name"] == "nvlink4"
+        assert (layout.tp, layout.devices) == (2, 2) and layout.link["name"] == "nvlink4"
 
 
 def test_a_tp_that_does_not_divide_the_heads_is_one_line_in_the_window(qtbot, window):

@@ -35,7 +35,7 @@ def test_a_window_run_executes_in_a_child_process_with_the_records_of_a_headless
     result = run_to_end(qtbot, window)
     pid = window.worker.engine.pid
     assert pid is not None and pid != os.getpid() and pid in live_engines()
-    assert result.data.info["threads"] == 1 and len(result.data.info["affinity"]) == 1
+    assert result.data.info.host.threads == 1 and len(result.data.info.host.affinity) == 1
     assert window.status.engine.text().startswith("engine: 1 thread on core")
 
     config = window.controls.build_config()
@@ -45,7 +45,7 @@ def test_a_window_run_executes_in_a_child_process_with_the_records_of_a_headless
     assert list(window.store.steps.column("phase")) == [PHASE_CODE[s.phase] for s in headless.data.steps]
     assert list(window.store.steps.column("num_tokens")) == [s.num_tokens for s in headless.data.steps]
     assert window.store.num_requests == len(headless.data.requests) == 2
-    assert result.summary["num_finished"] == headless.summary["num_finished"] == 2
+    assert result.summary.num_finished == headless.summary.num_finished == 2
     assert sum(r.output_tokens for r in result.data.requests) == 12
 
 

@@ -7,6 +7,7 @@ from tests.fakes.gui_fixtures import config_dir, no_thread_left, run_to_end, win
 import pytest
 
 from backend.cli.main import build_parser
+from backend.run_info import RunInfo
 from backend.cli.tools import sweep_config
 from backend.config import config_dict, ModelChoice, RunConfig, SweepSpec
 from backend.sweeps.points import read_points, write_points
@@ -113,7 +114,7 @@ def test_precision_points_fill_the_views_curves_as_ratios_to_the_first(qtbot, fa
     precision_form(w, dtypes="float32,q8_0,q4_0,q4_1")
     assert w.roofline_tabs.currentWidget() is w.throughput.parentWidget()
     result = run_to_end(qtbot, w)
-    assert result.summary["kind"] == "precision" and w.store.precision_points == POINTS
+    assert result.summary.kind == "precision" and w.store.precision_points == POINTS
     view = w.precision
     assert view.isVisible() and w.roofline_tabs.currentWidget() is view.parentWidget()
     assert w.throughput_dock.windowTitle() == PRECISION_TITLE
@@ -137,7 +138,7 @@ def test_precision_points_fill_the_views_curves_as_ratios_to_the_first(qtbot, fa
     # a batch of the same model afterwards leaves the sweep on its tab; another model clears it
     w.controls.form.set_kind("sweep-batch")
     w.controls.form.fields["sweep-batch"]["batches"].setText("1,2")
-    w.worker._run = lambda config, emit, should_stop: RunFinished("b", {})
+    w.worker._run = lambda config, emit, should_stop: RunFinished("b")
     run_to_end(qtbot, w)
     assert w.roofline_tabs.currentWidget() is w.throughput.parentWidget()
     assert w.store.precision_points == POINTS and w.throughput_dock.windowTitle() == "Throughput vs batch size"
@@ -159,8 +160,8 @@ def write_sweep_folder(folder, points=POINTS):
     steps = [StepRecord.measured(run_id="saved", step=i, phase=Phase.DECODE, prefill_tokens=[], num_decode=1,
                                  contexts=[33], start_ms=float(i), duration_ms=p.tpot_ms)
              for i, p in enumerate(points)]
-    info = {"model": "tiny", "device": "cpu", "device_name": "test CPU", "dtype": ",".join(p.dtype for p in points),
-            "shape": dataclasses.asdict(SHAPES["tiny"]), "profile": "cpu"}
+    info = RunInfo(model="tiny", device="cpu", device_name="test CPU", dtype=",".join(p.dtype for p in points),
+                   shape=dataclasses.asdict(SHAPES["tiny"]), profile="cpu")
     data = RunData("saved", config_dict(config), info, steps, [], [], precision_summary(spec, points, [SKIPPED], ""))
     write_points(folder, "precision", points, data)
 
@@ -192,7 +193,7 @@ def test_a_real_precision_sweep_of_the_bundled_model_from_the_window(qtbot, wind
     precision_form(window, model="smollm2-135m", dtypes="float32,q8_0", prompt_len="16", output_len="2", steps="1")
     result = run_to_end(qtbot, window)
     assert not result.error and not result.stopped, result.error
-    assert result.summary["kind"] == "precision" and result.summary["num_points"] == 2
+    assert result.summary.kind == "precision" and result.summary.num_points == 2
     assert [p.dtype for p in window.store.precision_points] == ["float32", "q8_0"]
     view = window.precision
     assert view.isVisible() and window.last_error == ""

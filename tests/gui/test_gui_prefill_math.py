@@ -61,7 +61,7 @@ def test_the_metrics_panel_names_the_unit_each_phase_ran_on(qtbot, window, mode)
     use_tiny(window, prompt_len="16", output_len="4", batch="2")   # a prefill of 32 rows, decode steps of 2
     window.controls.math_combo.setCurrentText(mode)
     result = run_to_end(qtbot, window)
-    assert not result.error and result.data.info["matmul"]["mode"] == mode
+    assert not result.error and result.data.info.host.matmul["mode"] == mode
     fp32 = matmath.fp32_unit()
     prefill = UNIT if mode == "bf16" else fp32
     values = window.metrics.values

@@ -15,6 +15,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.sweeps.points import read_points
 from backend.errors import InputError
+from backend.run_info import RunInfo
 from backend.results.export import read_run
 from backend.records import Phase
 from gui.views.distributions import cdf, metric_values
@@ -86,7 +87,7 @@ def test_colours_are_assigned_in_order_and_never_shared_while_a_reference_lives(
     with pytest.raises(InputError, match="already a reference"):
         refs.add(saved["continuous"])
     info = json.loads((saved["static"] / "run.json").read_text())
-    assert run_label(info["config"], info["info"]) == \
+    assert run_label(info["config"], RunInfo.from_json(info["info"])) == \
         f"tiny · cpu · float32 · static · {info['info']['created'][:16].replace('T', ' ')}"
     assert c.name == "R3 sweep-batch"
 

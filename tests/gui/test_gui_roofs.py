@@ -7,6 +7,7 @@ from tests.fakes.gui_fixtures import config_dir, no_thread_left  # noqa: F401
 from backend.kernels.matmath import MatMath
 from backend.models.shapes import SHAPES
 from backend.roofline.cost import crossover_batch, predict_decode, predict_prefill, step_cost
+from backend.run_info import RunInfo
 from backend.roofline.profiles import find_profile
 from gui.state.run_store import RunStore
 from gui.views.throughput import ThroughputView
@@ -17,7 +18,7 @@ BF16 = {"unit": "AVX512-BF16", "min_rows": 16, "fp32_unit": "AVX-512 FMA", "mode
 
 def view_of(qtbot, profile: str, info: dict | None = None, kind: str = "batch") -> ThroughputView:
     store = RunStore()
-    store.info = dict(info or {})
+    store.info = RunInfo.from_json(info or {})   # run.json's entries
     view = ThroughputView(store)
     qtbot.addWidget(view)
     view.set_kind(kind)

@@ -39,7 +39,7 @@ def test_the_default_first_run_answers_a_real_question(qtbot, window):
     config = window.controls.build_config()
     assert config.batch.prompt and config.batch.chat   # a question, as a chat message
     result = run_to_end(qtbot, window)
-    assert not result.error and result.summary["num_finished"] == 1
+    assert not result.error and result.summary.num_finished == 1
     text = window.text.toPlainText().lower()
     # the bundled instruct model answers the sky question in words (random prompt ids give noise)
     assert any(word in text for word in ("light", "blue", "scatter", "sun", "atmosphere")), text
@@ -64,7 +64,7 @@ def test_a_rate_sweep_draws_throughput_per_device_against_per_user(qtbot, window
     window.controls.form.fields["load-sweep"]["rates"].setText("50,100")
     window.controls.form.fields["load"]["slo_ttft_ms"].setText("100000")
     result = run_to_end(qtbot, window)
-    assert not result.error and result.summary["kind"] == "rate"
+    assert not result.error and result.summary.kind == "rate"
     points = window.store.load_points
     assert [p.x for p in points] == [50.0, 100.0] and all(p.num_finished == 4 for p in points)
     assert window.roofline_tabs.currentWidget() is window.load_sweep.parentWidget()
@@ -104,7 +104,7 @@ def test_a_split_sweep_is_simulated_and_marks_the_best_split(qtbot, inprocess_wi
         f[key].setText(value)
     controls.form.fields["load-sweep"]["total_devices"].setText("3")
     result = run_to_end(qtbot, w)
-    assert not result.error and result.summary["kind"] == "pd-ratio"
+    assert not result.error and result.summary.kind == "pd-ratio"
     assert [p.split for p in w.store.pd_points] == ["1P:2D", "2P:1D"]
     assert sum(p.best for p in w.store.pd_points) == 1
     assert "best split" in w.load_sweep.note.text()

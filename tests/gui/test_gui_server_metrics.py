@@ -33,7 +33,7 @@ def test_a_remote_run_draws_the_servers_load_under_the_lanes(qtbot, window, tmp_
     with FakeOpenAI(QUEUEING) as server:
         use_remote(window, server.url)
         result = run_to_end(qtbot, window)
-    assert not result.error and result.summary["num_finished"] == 12
+    assert not result.error and result.summary.num_finished == 12
     view = window.server_view
     assert view.isVisibleTo(window)
     running = view.running_curve.getData()[1]

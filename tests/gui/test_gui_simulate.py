@@ -16,7 +16,7 @@ def test_a_simulated_batch_sweep_of_an_8b_model_on_an_h100(qtbot, window):
     config = c.build_config()
     assert config.simulate and config.profile == "h100-sxm" and config.threads is None
     finished = run_to_end(qtbot, window)
-    assert finished.data.info["target"] == "simulated"
+    assert finished.data.info.target == "simulated"
     assert "SIMULATED" in window.windowTitle()
     assert "SIMULATED on h100-sxm" in window.status.labels["device"].text()
     view = window.throughput

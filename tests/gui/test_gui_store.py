@@ -156,7 +156,7 @@ def test_events_besides_records_are_kept():
     store.add_event(ModelLoaded("tiny", "cpu", "CPU", "float32", "random", True, 10, 40, 512, None))
     point = SweepPoint("batch", 4, 2.0, 2000.0, 1.0, 1.0, None, None, 1.0, None, "memory")
     store.add_event(point)
-    assert store.info["model"] == "tiny" and store.sweep_points == [point]
+    assert store.info.model == "tiny" and store.sweep_points == [point]
     version = store.version
     store.add_event(object())     # unknown events are ignored
     assert store.version == version

@@ -5,6 +5,8 @@ from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left,
 from tests.fakes.llama_server import FakeServer, free_port
 
 import pytest
+
+from backend.summary import Summary
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.config import BatchRun, ModelChoice, RunConfig, SweepSpec
@@ -66,7 +68,7 @@ def test_export_csv_writes_what_the_cli_reader_accepts(qtbot, window, tmp_path):
     assert window.export_csv(str(tmp_path / "out"))
     run = read_run(tmp_path / "out")
     assert len(run.steps) == 6 and len(run.requests) == 2 and len(run.tokens) == 12
-    assert run.info["model"] == "tiny"
+    assert run.info.model == "tiny"
     assert (tmp_path / "out" / "trace.json").is_file()
 
 
@@ -171,7 +173,7 @@ def test_a_workload_through_the_load_driver(qtbot, window):
     f["max_batch"].setText("2")
     form.policy_combo.setCurrentText("continuous")
     result = run_to_end(qtbot, window)
-    assert result.summary["num_finished"] == 5
+    assert result.summary.num_finished == 5
     assert window.table.model().rowCount() == 5
     statuses = {window.store.lane(r)["status"] for r in range(5)}
     assert statuses == {RequestStatus.FINISHED}
@@ -339,7 +341,7 @@ def test_a_remote_run_fills_lanes_and_table_and_the_strip_says_why_it_is_empty(q
         assert window.controls.form.kind() == "load" and window.controls.errors() == []
         assert not window.controls.device_combo.isVisibleTo(window)   # a server has no device or dtype here
         result = run_to_end(qtbot, window)
-    assert not result.error and result.summary["num_finished"] == 5
+    assert not result.error and result.summary.num_finished == 5
     assert server.auth[0] == "Bearer sk-secret-123"
     assert window.table.model().rowCount() == 5
     assert {window.store.lane(r)["status"] for r in range(5)} == {RequestStatus.FINISHED}
@@ -396,7 +398,7 @@ def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(q
             steps = range(start, start + 1000)
             emit(RecordBatch(steps=[step(i, Phase.DECODE, i * 0.2, 0.2, decode=1) for i in steps],
                              tokens=[TokenRecord(0, i, i * 0.2 + 0.2) for i in steps]))
-        return RunFinished("long", {"num_steps": n})
+        return RunFinished("long", Summary(num_steps=n))
 
     w = MainWindow(worker=RunWorker(run=long_run))
     qtbot.addWidget(w)

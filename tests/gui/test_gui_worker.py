@@ -8,6 +8,7 @@ import pytest
 from PySide6 import QtCore
 
 from backend.errors import InputError
+from backend.summary import Summary
 from backend.events import Progress, RequestsArrived, RunFinished
 from backend.results.export import read_run
 from backend.roofline.profiles import LOCAL_KEY, GpuProfile, find_profile
@@ -226,8 +227,8 @@ def test_every_record_is_streamed_to_a_run_folder_that_lives_until_the_next_run(
         emit(RecordBatch(steps=[step(0, Phase.PREFILL, 0, 1, prefill=3)], tokens=[TokenRecord(0, 0, 1.0)]))
         emit(RecordBatch(steps=[step(1, Phase.DECODE, 1, 1, decode=1)], tokens=[TokenRecord(0, 1, 2.0)],
                          requests=[done]))
-        data = RunData("rec", requests=[done], summary={"num_finished": 1})
-        return RunFinished("rec", {"num_finished": 1}, data=data)
+        data = RunData("rec", requests=[done], summary=Summary(num_finished=1))
+        return RunFinished("rec", Summary(num_finished=1), data=data)
 
     wt = start_worker(run)
     with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
@@ -237,7 +238,7 @@ def test_every_record_is_streamed_to_a_run_folder_that_lives_until_the_next_run(
     folder = next(f for k, f in wt.collector.received if k == "recorded")
     saved = read_run(folder)
     assert [s.step for s in saved.steps] == [0, 1] and len(saved.tokens) == 2
-    assert saved.run_id == "rec" and saved.summary == {"num_finished": 1}
+    assert saved.run_id == "rec" and saved.summary == Summary(num_finished=1)
     with qtbot.waitSignal(wt.collector.got_finished, timeout=10_000):
         wt.starter.run.emit(None)
     second = [f for k, f in wt.collector.received if k == "recorded"][-1]

@@ -36,11 +36,11 @@ def test_the_status_line_says_client_limited_and_by_how_much(qtbot, inprocess_wi
         with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as done:
             qtbot.mouseClick(w.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
     result = done.args[0]
-    assert result.error is None and result.summary["num_finished"] == 4
+    assert result.error is None and result.summary.num_finished == 4
     message = w.statusBar().currentMessage()
     assert message.startswith("Finished: 4 requests")
     if limited:
-        assert result.summary["client_limited"] == 1
+        assert result.summary.client_limited == 1
         assert "CLIENT-LIMITED" in message and "event-loop lag p99" in message and "> -1 ms" in message
     else:
-        assert result.summary["client_limited"] == 0 and "CLIENT-LIMITED" not in message
+        assert result.summary.client_limited == 0 and "CLIENT-LIMITED" not in message

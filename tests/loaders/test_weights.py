@@ -155,7 +155,7 @@ def test_a_config_json_names_a_shape_that_runs_with_random_weights(tmp_path):
                        sampling=SamplingConfig(ignore_eos=True), engine=EngineConfig(policy="static"),
                        batch=BatchRun(prompt_len=8, output_len=3))
     finished = execute(config, lambda e: None, lambda: False)
-    assert finished.error is None and finished.summary["num_finished"] == 1
+    assert finished.error is None and finished.summary.num_finished == 1
 
 
 def test_the_simulator_prices_a_model_named_by_its_config_and_refuses_one_too_big_for_the_gpu(tmp_path):
@@ -166,7 +166,7 @@ def test_the_simulator_prices_a_model_named_by_its_config_and_refuses_one_too_bi
     config = RunConfig(mode="batch", model=ModelChoice(str(one_b)), profile="h100-sxm", simulate=True,
                        engine=EngineConfig(policy="static"), batch=BatchRun(prompt_len=512, output_len=16))
     finished = execute(config, lambda e: None, lambda: False)
-    assert finished.data.info["num_params"] == pytest.approx(1.236e9, rel=0.01)   # Llama 3.2 1B's 1.24 B
+    assert finished.data.info.num_params == pytest.approx(1.236e9, rel=0.01)   # Llama 3.2 1B's 1.24 B
     seventy = write_config(tmp_path / "Llama-3.1-70B", **LLAMA_31_70B) / "config.json"
     config.model = ModelChoice(str(seventy))
     with pytest.raises(InputError, match="need 14[0-9].[0-9] GB; h100-sxm has 80 GB"):
@@ -202,7 +202,7 @@ def test_a_hub_id_whose_config_alone_is_cached_names_its_shape(tmp_path, monkeyp
     config = RunConfig(mode="batch", model=ModelChoice("meta-llama/Llama-3.2-1B"), profile="h100-sxm", simulate=True,
                        engine=EngineConfig(policy="static"), batch=BatchRun(prompt_len=128, output_len=4))
     finished = execute(config, lambda e: None, lambda: False)
-    assert finished.data.info["num_params"] == pytest.approx(1.236e9, rel=0.01)
+    assert finished.data.info.num_params == pytest.approx(1.236e9, rel=0.01)
     (snapshot / "model.safetensors").write_bytes(b"")   # weights cached: no longer a bare shape
     assert weights.config_shape("meta-llama/Llama-3.2-1B") is None
     with pytest.raises(InputError):

@@ -45,13 +45,13 @@ def config(folder, mode: str, **parts) -> RunConfig:
 def test_each_family_runs_a_batch_a_load_and_a_sweep(folder, tmp_path):
     batch = execute(config(folder, "batch", engine=EngineConfig(policy="static"),
                            batch=BatchRun(prompt_len=12, output_len=4, batch=2)), lambda e: None, lambda: False)
-    assert batch.error is None and batch.summary["num_finished"] == 2
+    assert batch.error is None and batch.summary.num_finished == 2
     assert len(batch.data.steps) == 4                      # one prefill, then three decode steps
     workload = WorkloadSpec("mix", num_requests=4, arrival="burst", prompt_len=LengthDist("uniform", low=6, high=20),
                             output_len=LengthDist("fixed", 3))
     load = execute(config(folder, "load", engine=EngineConfig(policy="chunked", chunk_tokens=16, max_batch=4),
                           workload=workload), lambda e: None, lambda: False)
-    assert load.error is None and load.summary["num_finished"] == 4
+    assert load.error is None and load.summary.num_finished == 4
     events = []
     sweep = execute(config(folder, "sweep-batch", sweep=SweepSpec(kind="batch", batches=[1, 4], context=16, steps=2,
                                                                   warmup=1)), events.append, lambda: False)

@@ -19,6 +19,7 @@ import torch
 
 from backend import kernels
 from backend.errors import InputError
+from backend.run_info import RunInfo
 from backend.kernels import ops
 from backend.models.base import KVCache
 from backend.shape import ModelShape
@@ -248,7 +249,7 @@ def test_the_roofline_prices_each_precision_at_its_real_bytes():
     assert q8.weight_bytes == pytest.approx((f32.weight_bytes - floats) * 34 / 128 + floats, rel=1e-12)
     assert q41.weight_bytes == pytest.approx((f32.weight_bytes - floats) * 20 / 128 + floats, rel=1e-12)
     assert q8.kv_bytes == f32.kv_bytes and q8.flops == f32.flops       # only the weights' bytes change
-    mixed = from_info({"dtype": "q4_1", "weight_bits": 5.7368, "activation_dtype": "float32"})
+    mixed = from_info(RunInfo(dtype="q4_1", weight_bits=5.7368, activation_dtype="float32"))
     assert mixed.weight_bytes == pytest.approx(5.7368 / 8)
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from backend.planner.candidates import Candidate
 from backend.planner.evaluate import cost_per_million, costs
+from backend.summary import Summary
 
 
 def test_cost_per_million_arithmetic():
@@ -15,9 +16,9 @@ def test_cost_per_million_arithmetic():
 
 def test_colocated_split_by_busy_time_and_devices():
     c = Candidate("h100-sxm", "fp8", "chunked", 64, tp=2, dp=2)   # 4 devices
-    summary = {"duration_s": 100.0, "num_input_tokens": 720_000, "num_output_tokens": 180_000,
-               "prefill_time_ms": 20_000.0, "decode_time_ms": 50_000.0, "mixed_time_ms": 30_000.0,
-               "mixed_prefill_tokens": 1_000, "mixed_decode_tokens": 1_000}
+    summary = Summary(duration_s=100.0, num_input_tokens=720_000, num_output_tokens=180_000,
+                      prefill_time_ms=20_000.0, decode_time_ms=50_000.0, mixed_time_ms=30_000.0,
+                      mixed_prefill_tokens=1_000, mixed_decode_tokens=1_000)
     out = costs(summary, c, 3.0)
     assert out["usd_per_hour"] == 12.0
     # 9,000 tokens/s = 32.4 M tokens/h at $12/h
@@ -29,7 +30,7 @@ def test_colocated_split_by_busy_time_and_devices():
 
 def test_disaggregated_split_by_pool():
     c = Candidate("b200", "fp8", "disaggregated", 64, tp=2, prefill_workers=1, decode_workers=3)   # 8 devices
-    summary = {"duration_s": 10.0, "num_input_tokens": 36_000, "num_output_tokens": 3_600}
+    summary = Summary(duration_s=10.0, num_input_tokens=36_000, num_output_tokens=3_600)
     out = costs(summary, c, 6.0)
     assert out["usd_per_hour"] == 48.0
     assert out["usd_per_m_input"] == pytest.approx(12.0 / (3_600 * 3600) * 1e6)    # one pool of 2 of 8

@@ -6,6 +6,8 @@ import pytest
 
 from backend.errors import InputError
 from backend.results.export import chrome_trace, read_run, RunWriter, write_run
+from backend.run_info import RunInfo
+from backend.summary import Summary
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
 
 
@@ -16,7 +18,7 @@ def sample_run() -> RunData:
                               "length", 'text with "quotes",\ncommas and a newline'),
                 RequestRecord(1, RequestStatus.REJECTED, 10, 0, 0.0, finish_reason="too long")]
     tokens = [TokenRecord(0, 0, 5.5, 42), TokenRecord(0, 1, 6.75, 7)]
-    return RunData("r1", {"mode": "batch"}, {"model": "tiny"}, steps, requests, tokens, {"ttft_ms_mean": 5.5})
+    return RunData("r1", {"mode": "batch"}, RunInfo(model="tiny"), steps, requests, tokens, Summary(ttft_mean_ms=5.5))
 
 
 def test_write_then_read_gives_the_same_records(tmp_path):

@@ -122,11 +122,12 @@ def test_each_repeat_is_announced_before_its_events():
     from backend.config import RunConfig
     from backend.events import RepeatStarted, RunFinished
     from backend.session import execute_repeats
+    from backend.summary import Summary
     seen = []
 
     def target(config, emit, should_stop):
         emit("step")
-        return RunFinished(f"run-{len(seen)}", summary={"ttft_mean_ms": 10.0 + len(seen)})
+        return RunFinished(f"run-{len(seen)}", summary=Summary(ttft_mean_ms=10.0 + len(seen)))
     finished = execute_repeats(RunConfig(repeats=3), target, seen.append, lambda: False)
     announced = [e for e in seen if isinstance(e, RepeatStarted)]
     assert [(e.index, e.count) for e in announced] == [(1, 3), (2, 3), (3, 3)]

@@ -7,6 +7,7 @@ import pytest
 from backend.config import BatchRun, RunConfig
 from backend.events import RunFinished
 from backend.results.summary import summarize
+from backend.run_info import LocalInfo, RunInfo
 from backend.shape import ModelShape
 from backend.roofline.profiles import local_profile_path
 from backend.records import Phase, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
@@ -56,8 +57,8 @@ def printed(output_tokens: int = 4, dtype: str = "float32", device: str = "cpu",
             device_name: str = CPU) -> tuple[str, dict]:
     steps, requests, tokens = summary_of(output_tokens)
     summary = summarize(steps, requests, tokens)
-    info = {"model": "test", "num_params": SHAPE.num_params(), "weight_bytes": 4 * SHAPE.num_params(),
-            "shape": asdict(SHAPE), "device": device, "device_name": device_name, "dtype": dtype, "threads": 2}
+    info = RunInfo(model="test", num_params=SHAPE.num_params(), weight_bytes=4 * SHAPE.num_params(),
+                   shape=asdict(SHAPE), device=device, device_name=device_name, dtype=dtype, local=LocalInfo(threads=2))
     data = RunData(run_id="r", info=info, requests=requests, summary=summary)   # no steps kept, as the CLI runs
     out = io.StringIO()
     print_run(RunConfig(mode="batch", batch=BatchRun(prompt_len=512, output_len=output_tokens)),

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from backend.errors import InputError
+from backend.summary import Summary
 from backend.roofline.profiles import GpuProfile, find_profile
 from backend.roofline.cost import (
     CROSSOVER_CAP, Bound, PhaseTotals, crossover_batch, layer_params, phase_cost, phase_roofline, predict,
@@ -256,7 +257,7 @@ def test_phase_roofline_says_nothing_it_cannot_compute():
 
 def test_phase_totals_round_trip_through_a_summary():
     totals = decode_totals(batch=3, first_context=20, steps=5, time_ms=12.5)
-    summary = {**totals.to_summary("decode"), "decode_time_ms": totals.time_ms}
+    summary = Summary.from_json({**totals.to_summary("decode"), "decode_time_ms": totals.time_ms})
     assert PhaseTotals.from_summary(summary, "decode") == totals
     assert PhaseTotals.from_summary(summary, "prefill") is None
-    assert PhaseTotals.from_summary({**summary, "decode_steps": float("nan")}, "decode") is None
+    assert PhaseTotals.from_summary(summary.merged({"decode_steps": float("nan")}), "decode") is None

@@ -5,6 +5,7 @@ import pytest
 
 from backend.kernels.matmath import FP32, MatMath
 from backend.precision import precision
+from backend.run_info import RunInfo
 from backend.roofline.cost import (
     CROSSOVER_CAP, Bound, PhaseTotals, crossover_batch, phase_cost, phase_roofline, predict, predict_decode,
     predict_prefill, step_cost, utilization,
@@ -147,13 +148,13 @@ def test_the_cost_model_prices_bf16_products_at_the_bf16_peak():
 
 
 def test_the_run_math_comes_from_run_json_and_an_old_run_has_none():
-    assert math_from_info({}) is None                       # a run from before the bfloat16 path
-    assert math_from_info({"matmul": None}) is None         # torch's products
-    assert math_from_info({"matmul": {"unit": "AMX", "min_rows": 16, "fp32_unit": "AVX-512 FMA"}}) == \
+    assert math_from_info(RunInfo.from_json({})) is None                       # a run from before the bfloat16 path
+    assert math_from_info(RunInfo.from_json({"matmul": None})) is None         # torch's products
+    assert math_from_info(RunInfo.from_json({"matmul": {"unit": "AMX", "min_rows": 16, "fp32_unit": "AVX-512 FMA"}})) == \
         MatMath("AMX", 16)
-    assert math_from_info({"matmul": {"unit": "fp32", "min_rows": 0}}) == FP32
+    assert math_from_info(RunInfo.from_json({"matmul": {"unit": "fp32", "min_rows": 0}})) == FP32
     for broken in ({"unit": "TPU", "min_rows": 16}, {"unit": "AMX", "min_rows": "16"}, {"unit": "AMX"}, "AMX"):
-        assert math_from_info({"matmul": broken}) is None
+        assert math_from_info(RunInfo.from_json({"matmul": broken})) is None
 
 
 def test_a_cpu_profile_has_two_labelled_roofs_and_a_gpu_profile_one():

@@ -53,7 +53,7 @@ def test_one_request_ttft_is_prefill_plus_link_plus_first_decode(tmp_path):
     assert r.queue_ms + r.prefill_ms + r.kv_transfer_ms + r.first_decode_ms == pytest.approx(r.ttft_ms)
     decode_steps = [s for s in run.steps if s.worker == "decode-0"]
     assert r.first_decode_ms == pytest.approx(decode_steps[0].duration_ms)
-    assert run.info["layout"]["kv_link"]["name"] == "rdma-400g"
+    assert run.info.disaggregated.kv_link["name"] == "rdma-400g"
 
 
 def test_decode_devices_never_prefill_and_every_request_finishes():
@@ -67,14 +67,14 @@ def test_decode_devices_never_prefill_and_every_request_finishes():
             assert s.phase is Phase.PREFILL and s.num_decode_tokens == 0
     assert len(requests) == 60 and all(r.status is RequestStatus.FINISHED for r in requests)
     assert all(r.output_tokens == 200 for r in requests)
-    assert finished.summary["num_handed_off"] == 60
+    assert finished.summary.num_handed_off == 60
 
 
 def test_a_slower_link_costs_ttft():
     fast = execute(sim_config(kv_link="nvlink4"), lambda e: None, lambda: False).summary
     slow = execute(sim_config(kv_link="pcie3-x16", kv_link_us=1000.0), lambda e: None, lambda: False).summary
-    assert slow["split_kv_transfer_mean_ms"] > 5 * fast["split_kv_transfer_mean_ms"]
-    assert slow["ttft_mean_ms"] > fast["ttft_mean_ms"]
+    assert slow.split_kv_transfer_mean_ms > 5 * fast.split_kv_transfer_mean_ms
+    assert slow.ttft_mean_ms > fast.ttft_mean_ms
 
 
 def sweep_pd_ratio(config: RunConfig, total: int, out=None) -> tuple[list[PDPoint], dict]:
@@ -89,7 +89,7 @@ def best_prefill_devices(prompt_len: str, rate: float) -> int:
     points, summary = sweep_pd_ratio(sim_config(prompt_len=prompt_len, rate=rate, requests=240, max_batch=64), 6)
     assert len(points) == 5 and sum(pt.best for pt in points) == 1
     best = next(pt for pt in points if pt.best)
-    assert summary["best_split"] == best.split
+    assert summary.best_split == best.split
     return best.prefill_devices
 
 
@@ -99,7 +99,7 @@ def test_a_pd_ratio_sweep_writes_its_points_and_each_splits_records(tmp_path):
     assert read_points(tmp_path) == ("pd-ratio", points)
     assert read_run(tmp_path).config["mode"] == "sweep-pd-ratio"
     for pt in points:   # each split's own run folder
-        assert read_run(tmp_path / f"split-{pt.prefill_devices}p{pt.decode_devices}d").summary["num_finished"] == 20
+        assert read_run(tmp_path / f"split-{pt.prefill_devices}p{pt.decode_devices}d").summary.num_finished == 20
 
 
 def test_best_split_moves_toward_prefill_as_prompts_grow():

@@ -9,6 +9,7 @@ import pytest
 
 from backend.cli.main import main
 from backend.errors import InputError
+from backend.summary import Summary
 from backend.results.cost import cost_figures
 from backend.shape import ModelShape
 from backend.precision import precision
@@ -200,8 +201,8 @@ def test_a_simulated_rate_sweep_accounts_for_every_request(tmp_path, capsys):
 
 
 def test_cost_per_million_tokens_by_phase():
-    s = {"prefill_time_ms": 1000.0, "decode_time_ms": 3000.0, "mixed_time_ms": 1000.0, "mixed_prefill_tokens": 300,
-         "mixed_decode_tokens": 100, "num_input_tokens": 2000, "num_output_tokens": 400, "duration_s": 10.0}
+    s = Summary(prefill_time_ms=1000.0, decode_time_ms=3000.0, mixed_time_ms=1000.0, mixed_prefill_tokens=300,
+                mixed_decode_tokens=100, num_input_tokens=2000, num_output_tokens=400, duration_s=10.0)
     c = cost_figures(s, 3.6)   # a thousandth of a dollar per device-second
     assert c["cost_prefill_usd"] == pytest.approx(1.75e-3) and c["cost_decode_usd"] == pytest.approx(3.25e-3)
     assert c["cost_per_m_input_usd"] == pytest.approx(1.75e-3 / 2000 * 1e6)

@@ -135,6 +135,6 @@ def test_links_and_replica_profile():
     assert device_link(None, H100).name == "nvlink4"
     with pytest.raises(InputError, match="unknown link"):
         device_link("carrier-pigeon", H100)
-    four = replica_profile(H100, {"deployment": {"tp": 4, "pp": 1}})
+    four = replica_profile(H100, tp=4, pp=1)
     assert four.bandwidth_gbs == 4 * H100.bandwidth_gbs and four.tflops["bf16"] == 4 * H100.tflops["bf16"]
-    assert replica_profile(H100, {}) is H100
+    assert replica_profile(H100) is H100

@@ -83,7 +83,7 @@ def digest(finished) -> dict:
 
     data = finished.data
     return {"steps": rows(data.steps, skip_run_id=True), "tokens": rows(data.tokens), "requests": rows(data.requests),
-            "summary": hashlib.sha256(repr(sorted(data.summary.items())).encode()).hexdigest()[:20],
+            "summary": hashlib.sha256(repr(sorted(data.summary.to_json().items())).encode()).hexdigest()[:20],
             "num_steps": len(data.steps), "num_tokens": len(data.tokens), "error": finished.error}
 
 

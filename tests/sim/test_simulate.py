@@ -38,9 +38,9 @@ def test_a_thousand_requests_finish_on_virtual_time(thousand, capsys):
     assert finished and all(r.output_tokens == 64 for r in finished)   # never an early stop token
     assert sum(s.num_decode_tokens + (s.num_prefill_requests) for s in run.steps) >= 64 * len(finished)
     # 1,000 arrivals at 50/s span about 20 s of the simulated device's time
-    assert run.summary["duration_s"] > 10
-    assert run.info["virtual_s"] == pytest.approx(run.summary["duration_s"], rel=0.01)
-    assert run.info["wall_s"] > 0   # recorded; its size is the machine's, shown by bench/sim_speed.py, not asserted
+    assert run.summary.duration_s > 10
+    assert run.info.simulated.virtual_s == pytest.approx(run.summary.duration_s, rel=0.01)
+    assert run.info.wall_s > 0   # recorded; its size is the machine's, shown by bench/sim_speed.py, not asserted
 
 
 def test_run_json_says_simulated_and_records_the_cost_model(thousand):
@@ -61,7 +61,7 @@ def test_step_durations_are_the_cost_models_price(thousand):
     run = read_run(thousand)
     shape, profile = SHAPES["llama-8b"], find_profile("h100-sxm")
     prec = resolve_precision("auto", profile)
-    model = CostModel.from_terms(run.info["cost_model"])
+    model = CostModel.from_terms(run.info.simulated.cost_model)
     assert not any(r.num_preemptions for r in run.requests)   # so every prefill is one whole 512-token prompt
     decodes = [s for s in run.steps if s.phase is Phase.DECODE][::97]
     prefills = [s for s in run.steps if s.phase is Phase.PREFILL][::53]
@@ -85,7 +85,7 @@ def test_continuous_beats_static_under_a_burst(tmp_path):
     for run in (static, continuous):
         assert sum(r.status is RequestStatus.FINISHED for r in run.requests) == 64
     # deterministic: a simulated time, not a measured one
-    assert continuous.summary["duration_s"] < static.summary["duration_s"]
+    assert continuous.summary.duration_s < static.summary.duration_s
 
 
 def test_the_summary_says_simulated(tmp_path, capsys):

@@ -34,7 +34,7 @@ def test_batch_sweep_tokens_per_second_grow_with_batch_at_small_batches(tmp_path
     with open(tmp_path / "sweep.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["batch"]) for r in rows] == [1, 8]
-    assert finished.summary["largest_fit"] == 8
+    assert finished.summary.largest_fit == 8
 
 
 def test_prompt_sweep_reports_prefill_rate(tmp_path):
@@ -59,9 +59,9 @@ def test_a_batch_that_does_not_fit_stops_the_sweep_and_keeps_what_fit(tmp_path, 
     config = sweep_config(tmp_path, SweepSpec("batch", batches=[1, 2, 4, 8], context=64, steps=2))
     finished = execute(config, emit, lambda: False)
     assert [p.x for p in points] == [1, 2]
-    assert finished.summary["largest_fit"] == 2
-    assert "stopped at batch 4: it does not fit in memory" in finished.summary["note"]
-    assert "GiB is free" in finished.summary["note"]
+    assert finished.summary.largest_fit == 2
+    assert "stopped at batch 4: it does not fit in memory" in finished.summary.note
+    assert "GiB is free" in finished.summary.note
 
 
 def test_measured_crossover_is_where_growth_falls_behind_the_batch():

@@ -1,10 +1,10 @@
 """A sweep's predictions on the roof of the unit its products ran on (run.json's "matmul")."""
-import json
 
 import pytest
 
 from backend.config import ModelChoice, RunConfig, SweepSpec
 from backend.events import ModelLoaded, SweepPoint
+from backend.results.export import read_run
 from backend.kernels import matmath
 from backend.kernels.matmath import MatMath
 from backend.models.shapes import SHAPES
@@ -37,7 +37,7 @@ def test_a_prompt_sweep_prices_its_prefills_on_the_roof_of_the_unit_that_ran(tmp
     """A 256-token prefill of `tiny` is compute-bound on the CPU profile's fp32 roof: the bf16 roof
     (twice as high) makes its predicted time shorter, and only where the run's products were bfloat16."""
     _, points = sweep(tmp_path, SweepSpec("prompt", lengths=[256], steps=1), prefill_math)
-    math = math_from_info(json.loads((tmp_path / "run.json").read_text())["info"])
+    math = math_from_info(read_run(tmp_path).info)
     assert math is not None and math.bf16 == (prefill_math == "bf16")
     cpu, cost = find_profile("cpu"), step_cost(SHAPES["tiny"], F32, [256], [256])
     assert points[0].predicted_ms == pytest.approx(predict(cost, cpu, F32, math).time_s * 1000)
@@ -57,6 +57,6 @@ def test_the_summarys_crossover_is_the_one_of_the_runs_math(tmp_path, math):
     cpu = find_profile("cpu")
     summary = sweep_summary(config, [], loaded, "", cpu, cpu, math)
     want = crossover_batch(shape, F32, 512, cpu, F32, math)
-    assert summary["predicted_crossover_batch"] == summary["predicted_local_crossover_batch"] == want
+    assert summary.crossover.predicted == summary.crossover.predicted_local == want
     plain = crossover_batch(shape, F32, 512, cpu, F32)
     assert (want > plain) == (math is not None and math.bf16)

@@ -182,15 +182,15 @@ def test_disaggregated_run_matches_one_engine_and_decode_workers_never_prefill(t
         parts = r.queue_ms + r.prefill_ms + r.kv_transfer_ms + r.first_decode_ms
         assert parts == pytest.approx(r.ttft_ms, abs=1e-6)
         assert min(r.queue_ms, r.prefill_ms, r.kv_transfer_ms, r.first_decode_ms) >= 0
-    layout = run.info["layout"]
-    assert [w["name"] for w in layout["workers"]] == ["prefill-0", "decode-0"]
-    assert all(w["cores"] for w in layout["workers"]) and layout["kv_transport"] in ("shm", "pipe")
-    assert run.summary["num_handed_off"] == 6 and run.summary["kv_bytes_total"] > 0
+    layout = run.info.disaggregated
+    assert [w["name"] for w in layout.workers] == ["prefill-0", "decode-0"]
+    assert all(w["cores"] for w in layout.workers) and layout.kv_transport in ("shm", "pipe")
+    assert run.summary.num_handed_off == 6 and run.summary.kv_bytes_total > 0
     shown = [e for e in events if isinstance(e, WorkerLayout)]
     assert len(shown) == 1 and shown[0].names == ["prefill-0", "decode-0"]
     # the workers' arithmetic, and the unit each phase's steps ran on, as a single engine's run says it
-    assert run.info["matmul"]["mode"] == "auto" and run.info["matmul"]["fp32_unit"]
-    ran = run.info["matmul_steps"]
+    assert run.info.host.matmul["mode"] == "auto" and run.info.host.matmul["fp32_unit"]
+    ran = run.info.host.matmul_steps
     assert sum(ran["prefill"].values()) == sum(s.phase is Phase.PREFILL for s in run.steps)
     assert sum(ran["decode"].values()) == sum(s.phase is Phase.DECODE for s in run.steps)
 
@@ -210,7 +210,7 @@ def test_two_decode_workers_share_the_requests(transport):
     assert tokens_by_request(finished.data) == tokens_by_request(single.data)
     workers = {s.worker for s in finished.data.steps}
     assert workers == {"prefill-0", "decode-0", "decode-1"}
-    assert finished.data.info["layout"]["kv_transport"] == transport
+    assert finished.data.info.disaggregated.kv_transport == transport
 
 
 @pytest.mark.parametrize("victim", ["decode-0", "prefill-0"])

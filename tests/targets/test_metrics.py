@@ -47,35 +47,35 @@ def test_inter_token_latencies_follow_token_order_per_request():
 
 def test_summary_on_hand_built_records():
     s = summarize(*records())
-    assert (s["num_requests"], s["num_finished"], s["num_rejected"], s["num_steps"]) == (3, 2, 1, 4)
-    assert s["duration_s"] == pytest.approx(0.08)
-    assert s["requests_per_s"] == pytest.approx(25.0)
-    assert s["output_tokens_per_s"] == pytest.approx(5 / 0.08)
-    assert s["total_tokens_per_s"] == pytest.approx(105 / 0.08)     # the rejected prompt is not counted
-    assert s["ttft_mean_ms"] == 40.0 and s["tpot_mean_ms"] == 25.0
-    assert s["e2e_p50_ms"] == pytest.approx(75.0) and s["e2e_p99_ms"] == pytest.approx(79.9)
-    assert s["itl_p50_ms"] == 30.0 and s["queue_mean_ms"] == 0.0
-    assert (s["prefill_time_ms"], s["decode_time_ms"], s["mixed_time_ms"]) == (40.0, 20.0, 20.0)
-    assert s["prefill_tokens_per_s"] == pytest.approx(2500.0)
-    assert s["decode_tokens_per_s"] == pytest.approx(200.0)
-    assert s["decode_prefill_cost_ratio"] == pytest.approx(12.5)
-    assert s["decode_share"] == pytest.approx((40 + 30) / (80 + 70))
-    assert "goodput_requests_per_s" not in s
+    assert (s.num_requests, s.num_finished, s.num_rejected, s.num_steps) == (3, 2, 1, 4)
+    assert s.duration_s == pytest.approx(0.08)
+    assert s.requests_per_s == pytest.approx(25.0)
+    assert s.output_tokens_per_s == pytest.approx(5 / 0.08)
+    assert s.total_tokens_per_s == pytest.approx(105 / 0.08)     # the rejected prompt is not counted
+    assert s.ttft_mean_ms == 40.0 and s.tpot_mean_ms == 25.0
+    assert s.e2e_p50_ms == pytest.approx(75.0) and s.e2e_p99_ms == pytest.approx(79.9)
+    assert s.itl_p50_ms == 30.0 and s.queue_mean_ms == 0.0
+    assert (s.prefill_time_ms, s.decode_time_ms, s.mixed_time_ms) == (40.0, 20.0, 20.0)
+    assert s.prefill_tokens_per_s == pytest.approx(2500.0)
+    assert s.decode_tokens_per_s == pytest.approx(200.0)
+    assert s.decode_prefill_cost_ratio == pytest.approx(12.5)
+    assert s.decode_share == pytest.approx((40 + 30) / (80 + 70))
+    assert s.goodput_requests_per_s is None   # no SLO given: not recorded
     # what the roofline needs, per phase, of the prefill-only and decode-only steps (the mixed one in neither)
-    assert (s["prefill_steps"], s["prefill_tokens"], s["prefill_context_tokens"], s["prefill_logit_rows"]) == \
+    assert (s.prefill_steps, s.prefill_tokens, s.prefill_context_tokens, s.prefill_logit_rows) == \
         (1, 100, 100, 1)
-    assert s["prefill_attention_pairs"] == 100 * 101 / 2          # the causal triangle of a fresh prompt
-    assert (s["decode_steps"], s["decode_tokens"], s["decode_context_tokens"], s["decode_logit_rows"]) == \
+    assert s.prefill_attention_pairs == 100 * 101 / 2          # the causal triangle of a fresh prompt
+    assert (s.decode_steps, s.decode_tokens, s.decode_context_tokens, s.decode_logit_rows) == \
         (2, 4, 4, 4)
-    assert s["decode_attention_pairs"] == 4                       # one per context token of a decode step
+    assert s.decode_attention_pairs == 4                       # one per context token of a decode step
 
 
 def test_goodput_counts_requests_meeting_both_slos():
     s = summarize(*records(), slo_ttft_ms=50.0, slo_tpot_ms=25.0)
-    assert s["slo_attainment"] == 0.5 and s["goodput_requests_per_s"] == pytest.approx(1 / 0.08)
-    assert summarize(*records(), slo_ttft_ms=10.0)["goodput_requests_per_s"] == 0.0
+    assert s.slo_attainment == 0.5 and s.goodput_requests_per_s == pytest.approx(1 / 0.08)
+    assert summarize(*records(), slo_ttft_ms=10.0).goodput_requests_per_s == 0.0
 
 
 def test_empty_run_gives_nan_not_zero_division():
     s = summarize([], [], [])
-    assert s["num_requests"] == 0 and math.isnan(s["requests_per_s"]) and math.isnan(s["ttft_p50_ms"])
+    assert s.num_requests == 0 and math.isnan(s.requests_per_s) and math.isnan(s.ttft_p50_ms)

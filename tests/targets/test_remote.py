@@ -78,8 +78,8 @@ def test_poisson_workload_records_every_token(llama, tmp_path):
     assert sum(len(b.tokens) for b in batches) == len(data.tokens) and not any(b.steps for b in batches)
     saved = read_run(tmp_path / "run")
     assert saved.requests == data.requests and saved.tokens == data.tokens and saved.steps == []
-    assert saved.info["endpoint"] == llama and saved.info["served_model"] == "smollm2"
-    assert saved.summary["num_finished"] == 20 and math.isfinite(saved.summary["itl_p50_ms"])
+    assert saved.info.remote.endpoint == llama and saved.info.remote.served_model == "smollm2"
+    assert saved.summary.num_finished == 20 and math.isfinite(saved.summary.itl_p50_ms)
     assert_key_nowhere(tmp_path / "run", SENTINEL)
     assert SENTINEL not in repr(endpoint) and not any(SENTINEL in repr(e) for e in events)
 
@@ -98,7 +98,7 @@ def test_completions_api_streams_text(llama):
 def test_wrong_api_key_gets_the_servers_401(llama):
     finished, _ = drive(RemoteEndpoint(llama, "smollm2", "wrong-key", "completions", 30.0, False), workload())
     assert finished.error.startswith("every request failed:")
-    assert finished.summary["errors_http_401"] == 2
+    assert finished.summary.errors["http_401"] == 2
     assert all(r.finish_reason.startswith("http_401: ") for r in finished.data.requests)
 
 
@@ -106,7 +106,7 @@ def test_token_id_prompts_get_the_servers_own_message(llama):
     # llama-cpp-python takes text prompts only; vLLM and llama.cpp's C++ server take token ids
     spec = workload(prompt_source="synthetic")
     finished, _ = drive(RemoteEndpoint(llama, "smollm2", SENTINEL, "completions", 30.0, False), spec)
-    assert finished.summary["errors_http_500"] == 2
+    assert finished.summary.errors["http_500"] == 2
     assert "valid string" in finished.data.requests[0].finish_reason
     assert finished.error.startswith("the server refused token-id prompts") and "\n" not in finished.error
 
@@ -115,7 +115,7 @@ def test_prompt_beyond_the_context_is_an_error(llama):
     finished, _ = drive(RemoteEndpoint(llama, "smollm2", SENTINEL, "completions", 30.0, False),
                         workload(num_requests=1, prompt_len=3000))
     assert finished.data.requests[0].status is RequestStatus.ERROR
-    assert finished.summary["errors_empty_stream"] == 1
+    assert finished.summary.errors["empty_stream"] == 1
 
 
 def test_killed_server_gives_errors_not_a_hang(tmp_path):
@@ -158,7 +158,7 @@ def test_a_server_that_stops_part_way_is_named_and_what_it_answered_is_kept(tmp_
     ok = [r for r in requests if r.status is RequestStatus.FINISHED]
     assert len(ok) >= 2 and all(r.output_tokens == 4 for r in ok)   # one more may finish before the kill lands
     assert finished.error == f"the server at {server.url} stopped answering after {len(ok)} requests (connection refused)"
-    assert finished.summary["errors_connection_refused"] >= 4
+    assert finished.summary.errors["connection_refused"] >= 4
     assert len(requests) < 24   # the run ended without sending the rest
     saved = read_run(tmp_path / "run")   # what it answered before is on disk, as for any early end
     assert sorted(r.request_id for r in saved.requests if r.status is RequestStatus.FINISHED) == \
@@ -172,7 +172,7 @@ def test_closed_port_fails_every_request_quickly():
     assert finished.error == f"every request failed: connection refused at http://127.0.0.1:{port}/v1"
     requests = finished.data.requests
     assert len(requests) < 50   # the run ended without sending the rest
-    assert finished.summary["errors_connection_refused"] == len(requests)
+    assert finished.summary.errors["connection_refused"] == len(requests)
 
 
 # ---- a fake server for what a healthy llama.cpp never does -----------------------------------
@@ -185,7 +185,7 @@ def test_each_failure_is_recorded_by_kind(tmp_path, model, kind, num_tokens):
         endpoint = RemoteEndpoint(server.url, model, SENTINEL, "completions", 0.5, False)
         finished, _ = drive(endpoint, workload(), out=tmp_path)
     assert finished.error.startswith("every request failed: ")
-    assert finished.summary[f"errors_{kind}"] == 2
+    assert finished.summary.errors[kind] == 2
     for r in finished.data.requests:
         assert r.status is RequestStatus.ERROR and r.finish_reason.startswith(kind + ": ")
         assert len([t for t in finished.data.tokens if t.request_id == r.request_id]) == num_tokens
@@ -247,7 +247,7 @@ def test_stop_cancels_in_flight_requests_and_metrics_are_read():
     assert finished.stopped and finished.error is None
     assert [r.finish_reason for r in finished.data.requests] == ["stopped by user"] * 2
     assert (seen[0].running, seen[0].waiting, seen[0].kv_usage) == (5.0, 1.0, 0.5)
-    assert finished.summary["server_running_max"] == 5.0 and finished.data.info["server_metrics"]
+    assert finished.summary.server_running_max == 5.0 and finished.data.info.remote.server_metrics
 
 
 # ---- parsing and flags ----------------------------------------------------------------------

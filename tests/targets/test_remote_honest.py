@@ -72,8 +72,8 @@ def test_a_prompt_len_128_text_prompt_is_128_tokens_by_the_served_models_tokeniz
     assert finished.error is None
     assert [r.prompt_tokens for r in finished.data.requests] == [128] * 3
     assert {r.prompt_tokens_source for r in finished.data.requests} == {"tokenizer"}
-    assert finished.summary["num_prompt_tokens_estimated"] == 0
-    assert finished.data.info["tokenizer"].startswith("SmolLM2-135M-Instruct")
+    assert finished.summary.num_prompt_tokens_estimated == 0
+    assert finished.data.info.remote.tokenizer.startswith("SmolLM2-135M-Instruct")
 
 
 @needs_bundled
@@ -91,8 +91,8 @@ def test_without_a_tokenizer_the_counts_are_estimates_and_the_summary_says_so(tm
     requests = finished.data.requests
     assert {r.prompt_tokens_source for r in requests} == {"estimate"}
     assert {r.output_tokens_source for r in requests} == {"estimate"}
-    assert finished.summary["num_prompt_tokens_estimated"] == 4
-    warnings = finished.data.info["warnings"]
+    assert finished.summary.num_prompt_tokens_estimated == 4
+    warnings = finished.data.info.remote.warnings
     assert any(w.startswith("4 of 4 prompt lengths are estimates") and "--tokenizer" in w for w in warnings)
     assert "warning  4 of 4 prompt lengths are estimates" in console(finished)
     saved = read_run(tmp_path / "run")   # the sources are columns of requests.csv
@@ -106,7 +106,7 @@ def test_the_servers_usage_wins_and_is_labelled_server():
     for r in finished.data.requests:
         assert (r.prompt_tokens_source, r.output_tokens_source) == ("server", "server")
         assert r.output_tokens == 6
-    assert not any("estimates" in w for w in finished.data.info["warnings"])
+    assert not any("estimates" in w for w in finished.data.info.remote.warnings)
 
 
 # ---- connections -----------------------------------------------------------------------------
@@ -115,11 +115,11 @@ def test_100_sequential_requests_open_at_most_a_few_connections(tmp_path):
     spec = workload(arrival="closed", concurrency=1, num_requests=100, output_len=3)
     with FakeOpenAI(Behaviour(gap_ms=0.1)) as fake:
         finished, _ = drive(endpoint(fake.url), spec, out=tmp_path / "run")
-    assert finished.summary["num_finished"] == 100
-    assert 1 <= finished.summary["connections_opened"] <= 3
+    assert finished.summary.num_finished == 100
+    assert 1 <= finished.summary.connections_opened <= 3
     assert fake.num_connections <= 3   # the server's own count: the same connection came back each time
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert meta["info"]["connections_opened"] == finished.summary["connections_opened"]
+    assert meta["info"]["connections_opened"] == finished.summary.connections_opened
     assert "connection(s) opened" in console(finished)
 
 
@@ -127,7 +127,7 @@ def test_closed_loop_users_start_on_the_ramp_and_think_between_requests(tmp_path
     spec = workload(arrival="closed", concurrency=2, num_requests=6, output_len=2, ramp_ms=400.0, think_ms=150.0)
     with FakeOpenAI(Behaviour(gap_ms=0.1)) as fake:
         finished, _ = drive(endpoint(fake.url, workers=1), spec)
-    assert finished.summary["num_finished"] == 6
+    assert finished.summary.num_finished == 6
     sent = sorted(r.arrival_ms for r in finished.data.requests)
     # user 0 sends at once and then thinks 150 ms; user 1 waits for its turn on the ramp (400 ms / 2 users)
     assert sent[0] < 100.0 and sent[1] >= 150.0
@@ -142,8 +142,8 @@ def test_closed_loop_users_start_on_the_ramp_and_think_between_requests(tmp_path
 def test_llama_cpp_serves_sequential_requests_on_one_connection(llama):
     spec = workload(arrival="closed", concurrency=1, num_requests=8, prompt_len=8, output_len=2)
     finished, _ = drive(endpoint(llama, timeout_s=60.0), spec)
-    assert finished.error is None and finished.summary["num_finished"] == 8
-    assert finished.summary["connections_opened"] <= 2
+    assert finished.error is None and finished.summary.num_finished == 8
+    assert finished.summary.connections_opened <= 2
 
 
 # ---- the workers' merged records ----------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_streams_spread_over_workers_come_back_as_one_record_stream():
         indices = sorted(t.index for t in data.tokens if t.request_id == r.request_id)
         assert indices == list(range(r.output_tokens)) and r.text == " tok" * r.output_tokens
         assert r.status is RequestStatus.FINISHED and r.first_token_ms >= r.arrival_ms
-    assert finished.summary["client_workers"] == 2 and finished.data.info["client"]["client_workers"] == 2
+    assert finished.summary.client_workers == 2 and finished.data.info.remote.client["client_workers"] == 2
 
 
 # ---- short answers ---------------------------------------------------------------------------
@@ -172,10 +172,10 @@ def test_a_server_that_stops_early_gives_the_count_and_the_warning(tmp_path):
                             out=tmp_path / "run")
     body = fake.bodies[0]
     assert body["ignore_eos"] is True and body["min_tokens"] == 8 and body["max_tokens"] == 8
-    assert finished.summary["num_stopped_early"] == 3
+    assert finished.summary.num_stopped_early == 3
     assert sorted(r.output_tokens for r in finished.data.requests) == [4, 4, 4, 8, 8, 8]
     line = "3 of 6 requests stopped early (finish_reason stop)"
-    assert any(w.startswith(line) and "TPOT and ITL cover fewer tokens" in w for w in finished.data.info["warnings"])
+    assert any(w.startswith(line) and "TPOT and ITL cover fewer tokens" in w for w in finished.data.info.remote.warnings)
     assert line in console(finished)
     rows = dict(r.split(",", 1) for r in (tmp_path / "run" / "summary.csv").read_text().splitlines()[1:])
     assert float(rows["num_stopped_early"]) == 3
@@ -184,8 +184,8 @@ def test_a_server_that_stops_early_gives_the_count_and_the_warning(tmp_path):
 def test_full_answers_give_no_early_stop_warning():
     with FakeOpenAI() as fake:
         finished, _ = drive(endpoint(fake.url, model="m"), workload(output_len=5), ignore_eos=True)
-    assert finished.summary["num_stopped_early"] == 0
-    assert not any("stopped early" in w for w in finished.data.info["warnings"])
+    assert finished.summary.num_stopped_early == 0
+    assert not any("stopped early" in w for w in finished.data.info.remote.warnings)
 
 
 # ---- a client that cannot keep up --------------------------------------------------------------
@@ -196,19 +196,19 @@ def test_a_starved_client_is_flagged_client_limited(tmp_path):
     with FakeOpenAI(Behaviour(gap_ms=0.2)) as fake:
         finished, _ = drive(endpoint(fake.url, model="m", workers=1, timeout_s=60.0), spec, out=tmp_path / "run")
     s = finished.summary
-    assert finished.error is None and s["num_finished"] == 600
-    assert s["client_limited"] == 1
-    client = finished.data.info["client"]
+    assert finished.error is None and s.num_finished == 600
+    assert s.client_limited == 1
+    client = finished.data.info.remote.client
     assert client["limited"] and client["reasons"]
-    assert s["client_loop_lag_p99_ms"] > 1.0 or s["client_cpu_share_max"] > CPU_SHARE
-    assert finished.data.info["warnings"][0].startswith("CLIENT-LIMITED")
+    assert s.client_loop_lag_p99_ms > 1.0 or s.client_cpu_share_max > CPU_SHARE
+    assert finished.data.info.remote.warnings[0].startswith("CLIENT-LIMITED")
     rows = dict(r.split(",", 1) for r in (tmp_path / "run" / "summary.csv").read_text().splitlines()[1:])
     assert rows["client_limited"] == "1"
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["info"]["client"]["limited"] is True
     assert "[CLIENT-LIMITED]" in console(finished) and "warning  CLIENT-LIMITED" in console(finished)
     # about one connection per stream, not one per request, and the client's count is the server's
-    assert fake.num_connections < 400 and s["connections_opened"] == fake.num_connections
+    assert fake.num_connections < 400 and s.connections_opened == fake.num_connections
 
 
 def test_the_client_thresholds_say_which_and_by_how_much():
@@ -237,7 +237,7 @@ def test_refused_token_id_prompts_give_one_line_suggesting_text():
         finished, _ = drive(endpoint(fake.url, model="m"), workload(prompt_source="synthetic"))
     assert finished.error.startswith("the server refused token-id prompts (http_500: ")
     assert 'prompt_source = "text"' in finished.error and "\n" not in finished.error
-    assert finished.summary["errors_http_500"] >= 1
+    assert finished.summary.errors["http_500"] >= 1
 
 
 def test_llama_cpp_refuses_token_ids_in_one_line(llama):

@@ -279,7 +279,7 @@ def test_a_run_against_an_untrusted_server_ends_with_one_line(cert, monkeypatch)
     with RawServer(serve_each, ssl_context=server_tls(*cert)) as server:
         finished = drive(server.url)
     assert finished.error.startswith(f"every request failed: the TLS certificate of {server.url} was not accepted")
-    assert "\n" not in finished.error and finished.summary["errors_tls_failure"] == 4
+    assert "\n" not in finished.error and finished.summary.errors["tls_failure"] == 4
 
 
 def test_a_run_through_a_refusing_proxy_ends_with_one_line(monkeypatch):

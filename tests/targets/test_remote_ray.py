@@ -72,7 +72,7 @@ def assert_one_clock(finished):
 
 
 def assert_offsets(info):
-    workers = info["ray"]["workers"]
+    workers = info.remote.ray["workers"]
     assert [w["worker"] for w in workers] == [0, 1]
     for w in workers:   # one host: the true offset is 0, which the measurement must bracket
         assert w["uncertainty_ms"] > 0 and abs(w["offset_ms"]) <= w["uncertainty_ms"] + 1e-6
@@ -113,10 +113,10 @@ def test_a_killed_worker_fails_its_requests_and_the_run_goes_on(ray_head, tmp_pa
     done = [r for r in records if r.status is RequestStatus.FINISHED]
     assert lost and len(done) + len(lost) == 30 and len(done) > 10
     assert all(r.finish_reason.startswith("worker_lost: client worker 1 ") for r in lost)
-    assert finished.summary["errors_worker_lost"] == len(lost)
-    workers = finished.data.info["ray"]["workers"]
+    assert finished.summary.errors["worker_lost"] == len(lost)
+    workers = finished.data.info.remote.ray["workers"]
     assert workers[1]["lost"] and "was lost" in workers[1]["lost"] and workers[0]["lost"] is None
-    assert any("client worker 1" in w for w in finished.data.info["warnings"])
+    assert any("client worker 1" in w for w in finished.data.info.remote.warnings)
     assert_one_clock(finished)
 
 

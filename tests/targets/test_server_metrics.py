@@ -99,18 +99,18 @@ def test_a_run_samples_the_servers_real_state(engine, tmp_path):
     info = json.loads((tmp_path / "run.json").read_text())["info"]["server_metrics"]
     assert info["engine"] == engine and info["readings"] == len(rows)
     summary = finished.summary
-    assert summary["server_running_max"] == 2.0
-    assert ("server_kv_usage_max" in summary) == (engine != "tgi") == ("kv_usage" in info["fields"])
-    assert summary["server_e2e_count"] >= 1
+    assert summary.server_running_max == 2.0
+    assert (summary.server_kv_usage_max is not None) == (engine != "tgi") == ("kv_usage" in info["fields"])
+    assert summary.server_e2e_count >= 1
     # the server's own end-to-end times lie within those it logged for each request
     truth = [(r.done_s - r.read_s) * 1000.0 for r in server.log]
-    assert min(truth) - 0.01 <= summary["server_e2e_mean_ms"] <= max(truth) + 0.01
+    assert min(truth) - 0.01 <= summary.server_e2e_mean_ms <= max(truth) + 0.01
     back = read_server_metrics(tmp_path)
-    assert [r.running for r in back] == running and back[-1].histograms["e2e_s"].count == summary["server_e2e_count"]
+    assert [r.running for r in back] == running and back[-1].histograms["e2e_s"].count == summary.server_e2e_count
 
 
 def test_a_server_without_metrics_has_none(tmp_path):
     with FakeOpenAI(Behaviour(gap_ms=1.0)) as server:
         finished = drive(server.url, tmp_path, num_requests=2)
-    assert finished.error is None and finished.data.info["server_metrics"] == {}
+    assert finished.error is None and finished.data.info.remote.server_metrics == {}
     assert not (tmp_path / "server_metrics.csv").exists() and read_server_metrics(tmp_path) == []

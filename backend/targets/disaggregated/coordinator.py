@@ -17,7 +17,7 @@ no decode worker left, the rest of the requests fail at once and the run ends, i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Callable
 
@@ -26,8 +26,9 @@ from backend.errors import RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
 from backend.engine.request import rejected_record, rejection
 from backend.protocol import (Cancel, Channel, Dispatch, Done, Failed, Init, Message, Port, Ready, Side, Start, Stop,
-                              WorkerRecords)
+                              WorkerFigures, WorkerRecords)
 from backend.records import RecordBatch, RequestRecord, RequestStatus
+from backend.run_info import DisaggregatedInfo, LocalInfo, RunInfo, TargetKind, now_created
 
 READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
 DONE_TIMEOUT_S = 5.0      # after "stop", how long a worker has to send its last records
@@ -44,7 +45,7 @@ class WorkerSlot:
     cores: list[int]
     process: object = None
     conn: Port | None = None
-    info: dict = field(default_factory=dict)
+    ready: WorkerFigures | None = None   # what it said once loaded
     alive: bool = True
     done: bool = False
     queued_tokens: int = 0      # prefill: prompt tokens dispatched and not yet handed off
@@ -177,19 +178,19 @@ class Coordinator:
                     continue
                 message = self.receive(w, timeout=0.1)
                 if isinstance(message, Ready):
-                    w.info = message.info
+                    w.ready = message.info
                     waiting.discard(w.name)
                 elif isinstance(message, Failed):
                     raise RunError(f"{w.name} failed while loading: {message.line}")
             if time.monotonic() > deadline:
                 raise RunError(f"{', '.join(sorted(waiting))} did not load the model within {READY_TIMEOUT_S:.0f} s")
-        loaded = self.workers[-1].info["loaded"]   # a decode worker's: its cache is where requests live
+        loaded = self.workers[-1].ready.loaded   # a decode worker's: its cache is where requests live
         loaded.kv_capacity = self.decode_capacity * e.decode_workers
         self.emit(loaded)
         self.loaded = loaded
         from backend.targets.disaggregated.events import WorkerLayout
-        self.emit(WorkerLayout([{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.info.get("pid"),
-                                 "threads": w.info.get("threads")} for w in self.workers], self.transport))
+        self.emit(WorkerLayout([{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.ready.pid,
+                                 "threads": w.ready.threads} for w in self.workers], self.transport))
 
     def receive(self, w: WorkerSlot, timeout: float) -> Message | None:
         """The worker's next message within timeout (None: nothing yet); a worker that died reads as
@@ -240,7 +241,7 @@ class Coordinator:
         self.record_unfinished("stopped by user" if stopped else "unfinished")
         from backend.targets.disaggregated.summary import disaggregated_figures
         summary = self.recorder.summary()
-        summary.update(disaggregated_figures(self.recorder.accumulator.requests))
+        summary = summary.merged(disaggregated_figures(self.recorder.accumulator.requests))
         error = "; ".join(self.errors) if self.errors else None
         return self.recorder.finish(self.info(time.perf_counter() - wall_start), stopped, error, summary)
 
@@ -423,32 +424,32 @@ class Coordinator:
             end_process(w.process)
             w.conn.close()
 
-    def info(self, wall_s: float) -> dict:
+    def info(self, wall_s: float) -> RunInfo:
         from backend.results.matmul import steps_by_unit
         from backend.targets.engine_run import library_versions
-        info = dict(self.loaded.info())
+        info = self.loaded.info()
         # the run's threads and cores: every worker's together (each one's are in the layout)
-        threads = sum(w.info.get("threads") or 0 for w in self.workers)
-        cores = sorted({c for w in self.workers for c in w.info.get("affinity") or w.cores})
-        info.update(target="disaggregated", arch=self.loaded.shape.arch, threads=threads,
-                    affinity=cores, kv_slots=self.config.engine.max_batch, max_len=self.max_len,
-                    kv_capacity=self.decode_capacity * self.config.engine.decode_workers,
-                    layout=self.layout_info(), versions=library_versions(), wall_s=wall_s,
-                    created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        threads = sum(w.ready.threads if w.ready else 0 for w in self.workers)
+        cores = sorted({c for w in self.workers for c in (w.ready.affinity if w.ready else None) or w.cores})
         # every worker loads the same model with the same --prefill-math: a prefill worker's choice
         # names the run's (its probe ran the same model); each phase's steps ran in their own pool
-        matmul = next((w.info.get("matmul") for w in self.workers if w.info.get("matmul")), None)
-        info.update(matmul=matmul, matmul_steps=steps_by_unit(matmul, self.recorder.step_rows))
-        return info
+        matmul = next((w.ready.matmul for w in self.workers if w.ready and w.ready.matmul), None)
+        return replace(info, target=TargetKind.DISAGGREGATED, arch=self.loaded.shape.arch,
+                       kv_slots=self.config.engine.max_batch, max_len=self.max_len,
+                       kv_capacity=self.decode_capacity * self.config.engine.decode_workers,
+                       versions=library_versions(), wall_s=wall_s, created=now_created(),
+                       local=LocalInfo(threads=threads, affinity=cores, matmul=matmul,
+                                       matmul_steps=steps_by_unit(matmul, self.recorder.step_rows)),
+                       disaggregated=self.layout_info())
 
-    def layout_info(self) -> dict:
+    def layout_info(self) -> DisaggregatedInfo:
         from backend.engine.kv_transfer import NUM_BUFFERS
-        return {"prefill_workers": self.config.engine.prefill_workers,
-                "decode_workers": self.config.engine.decode_workers,
-                "kv_transport": self.transport,
-                "kv_buffers": NUM_BUFFERS if self.transport == "shm" else 0,
-                "workers": [{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.info.get("pid"),
-                             "threads": w.info.get("threads"), "kv_slots": w.info.get("num_slots"),
-                             "kv_capacity": w.info.get("kv_capacity"), "alive_at_end": w.alive}
-                            for w in self.workers],
-                "shared_cores": len({c for w in self.workers for c in w.cores}) < sum(len(w.cores) for w in self.workers)}
+        return DisaggregatedInfo(
+            prefill_workers=self.config.engine.prefill_workers, decode_workers=self.config.engine.decode_workers,
+            kv_transport=self.transport, kv_buffers=NUM_BUFFERS if self.transport == "shm" else 0,
+            workers=[{"name": w.name, "role": w.role, "cores": w.cores, "pid": w.ready.pid if w.ready else None,
+                      "threads": w.ready.threads if w.ready else None,
+                      "kv_slots": w.ready.num_slots if w.ready else None,
+                      "kv_capacity": w.ready.kv_capacity if w.ready else None, "alive_at_end": w.alive}
+                     for w in self.workers],
+            shared_cores=len({c for w in self.workers for c in w.cores}) < sum(len(w.cores) for w in self.workers))

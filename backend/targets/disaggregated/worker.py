@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection, wait
 from backend.events import Throttle
 from backend.launcher import child_started, pin_to
 from backend.protocol import (Cancel, Channel, Dispatch, Done, Failed, Freed, Init, KVHandoff, Port, ProtocolError,
-                              Ready, Side, Start, Stop, WorkerRecords)
+                              Ready, Side, Start, Stop, WorkerFigures, WorkerRecords)
 from backend.records import RecordBatch, StepRecord, TokenRecord
 from backend.targets.disaggregated.summary import fill_split
 
@@ -114,12 +114,10 @@ class _Worker:
         self.throttle = Throttle()   # records to the coordinator (at once when a request ends)
         from backend.engine.threads import current_affinity
         from backend.results.matmul import matmul_info
-        info = {"name": self.name, "role": spec.role, "index": spec.index, "pid": os.getpid(),
-                "cores": list(spec.cores), "threads": torch.get_num_threads(), "affinity": current_affinity(),
-                "num_slots": spec.num_slots, "kv_capacity": spec.kv_capacity,
-                "matmul": matmul_info(self.loaded),
-                "loaded": self.loaded.loaded_event(device_name, spec.kv_capacity, False)}
-        self.conn.send(Ready(info))
+        self.conn.send(Ready(WorkerFigures(
+            pid=os.getpid(), threads=torch.get_num_threads(), affinity=current_affinity(),
+            num_slots=spec.num_slots, kv_capacity=spec.kv_capacity, matmul=matmul_info(self.loaded),
+            loaded=self.loaded.loaded_event(device_name, spec.kv_capacity, False))))
 
     def now_ms(self) -> float:
         return (time.monotonic() - self.t0) * 1000.0

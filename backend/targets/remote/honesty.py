@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backend.run_info import RemoteInfo, RunInfo
+
 LOOP_LAG_P99_MS = 1.0       # the event loop wakes later than this (p99): token times are this late...
 # ...and matters once more than this share of tokens came in one read with the one before (measured against the
 # fake server's truth: ITL p50 held within 0.2 ms at 7% and 19% clumped, and moved 0.3 ms at 33%; a server that
@@ -114,11 +116,12 @@ def early_stop_line(num_early: int, num_finished: int, reasons: dict[str, int]) 
             "planned (--ignore-eos asks for full lengths; llama.cpp's Python server honours only min_tokens)"]
 
 
-def client_line(info: dict) -> str:
+def client_line(info: RunInfo) -> str:
     """One line on the client itself, for the console: workers, CPU, loop lag, connections, tokenizer."""
-    c = info.get("client", {})
+    remote = info.remote or RemoteInfo()
+    c = remote.client or {}
     lag = c.get("client_loop_lag_p99_ms", float("nan"))
     share = c.get("client_cpu_share_max", float("nan"))
     return (f"client   {c.get('client_workers', '?')} worker(s), busiest at {100 * share:.0f}% of a core, "
             f"event-loop lag p99 {lag:.2f} ms, {c.get('connections_opened', '?')} connection(s) opened; "
-            f"prompt lengths by {info.get('tokenizer', '?')}" + ("  [CLIENT-LIMITED]" if c.get("limited") else ""))
+            f"prompt lengths by {remote.tokenizer or '?'}" + ("  [CLIENT-LIMITED]" if c.get("limited") else ""))

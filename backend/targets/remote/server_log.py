@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from backend.errors import InputError
+from backend.summary import Summary
 from backend.targets.remote.metrics import GAUGES, HISTOGRAMS, POLL_S, Histogram, ServerMetrics
 
 FILE = "server_metrics.csv"
@@ -111,19 +112,21 @@ class ServerLog:
         return buf.getvalue()
 
 
-def server_line(meta: dict, summary: dict) -> str:
+def server_line(meta: dict, summary: Summary) -> str:
     """One line for the console: what the server said of itself, and which fields it published."""
+    s = summary
     parts = []
-    for name, label in (("running", "running"), ("waiting", "waiting")):
-        if f"server_{name}_max" in summary:
-            parts.append(f"{label} max {summary[f'server_{name}_max']:g}")
-    if "server_kv_usage_max" in summary:
-        parts.append(f"KV cache max {100.0 * summary['server_kv_usage_max']:.0f}%")
-    for quantity in ("ttft", "itl", "prefill", "decode"):
-        if f"server_{quantity}_mean_ms" in summary:
-            p50 = summary.get(f"server_{quantity}_p50_ms")
-            parts.append(f"{quantity.upper() if len(quantity) < 5 else quantity} mean "
-                         f"{summary[f'server_{quantity}_mean_ms']:.1f} ms" + (f" (p50 ~{p50:.1f})" if p50 else ""))
+    for label, most in (("running", s.server_running_max), ("waiting", s.server_waiting_max)):
+        if most is not None:
+            parts.append(f"{label} max {most:g}")
+    if s.server_kv_usage_max is not None:
+        parts.append(f"KV cache max {100.0 * s.server_kv_usage_max:.0f}%")
+    for label, mean, p50 in (("TTFT", s.server_ttft_mean_ms, s.server_ttft_p50_ms),
+                             ("ITL", s.server_itl_mean_ms, s.server_itl_p50_ms),
+                             ("prefill", s.server_prefill_mean_ms, s.server_prefill_p50_ms),
+                             ("decode", s.server_decode_mean_ms, s.server_decode_p50_ms)):
+        if mean is not None:
+            parts.append(f"{label} mean {mean:.1f} ms" + (f" (p50 ~{p50:.1f})" if p50 else ""))
     return (f"server   {meta.get('engine', '?')} /metrics, {meta.get('readings', 0)} readings: " + ", ".join(parts) +
             f"; fields: {' '.join(meta.get('fields', []))} ({FILE})")
 

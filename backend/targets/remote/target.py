@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from collections import Counter
 from dataclasses import replace
 from typing import Callable
@@ -29,6 +28,7 @@ from backend.files import write_files
 from backend.events import Emit, Progress, RunFinished
 from backend.results.export import RunWriter
 from backend.records import RequestStatus, RunData
+from backend.run_info import RemoteInfo, RunInfo, TargetKind, now_created
 from backend.targets.remote.honesty import client_report, early_stop_line, token_count_lines
 from backend.targets.remote.pool import default_workers
 from backend.targets.remote.coordinator import RESERVE, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, RemoteRun
@@ -135,15 +135,16 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         run.start()
         run.pump(emit, writer, should_stop)
         summary = summarize([], run.requests, run.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
-        summary.update({f"errors_{kind}": n for kind, n in sorted(run.errors.items())})
-        summary.update(run.server.summary())
+        summary.errors = dict(sorted(run.errors.items()))
+        summary = summary.merged(run.server.summary())
         figures, client_info, warnings = client_report(run.client_load())
-        summary.update(figures)
+        summary = summary.merged(figures)
         finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
         prompt_estimates = sum(r.prompt_tokens_source == "estimate" for r in finished)
         output_estimates = sum(r.output_tokens_source == "estimate" for r in finished)
-        summary.update({"num_stopped_early": run.num_early, "num_prompt_tokens_estimated": prompt_estimates,
-                        "num_output_tokens_estimated": output_estimates})
+        summary.num_stopped_early = run.num_early
+        summary.num_prompt_tokens_estimated = prompt_estimates
+        summary.num_output_tokens_estimated = output_estimates
         warnings += token_count_lines(len(finished), prompt_estimates, output_estimates)
         warnings += early_stop_line(run.num_early, len(finished), run.early_reasons)
         warnings += run.lost   # "client worker 1 on HOST was lost: ...": its requests failed with that reason
@@ -152,12 +153,13 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
                          "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics,
                          "tokenizer": endpoint.tokenizer, "client_workers": num_workers, "ray": endpoint.ray_address}
         info = _info(endpoint, run)
-        info.update({"client": client_info, "warnings": warnings, "tokenizer": builder.name,
-                     "connections_opened": client_info["connections_opened"],
-                     "token_counts": {"prompt": dict(Counter(r.prompt_tokens_source for r in finished)),
-                                      "output": dict(Counter(r.output_tokens_source for r in finished))}})
+        remote = info.remote
+        remote.client, remote.warnings, remote.tokenizer = client_info, warnings, builder.name
+        remote.connections_opened = client_info["connections_opened"]
+        remote.token_counts = {"prompt": dict(Counter(r.prompt_tokens_source for r in finished)),
+                               "output": dict(Counter(r.output_tokens_source for r in finished))}
         if endpoint.ray_address:   # each actor's clock against the coordinator's, and whether it was lost
-            info["ray"] = {"address": endpoint.ray_address, "workers": getattr(run.pool, "clocks", [])}
+            remote.ray = {"address": endpoint.ray_address, "workers": getattr(run.pool, "clocks", [])}
         data = RunData(run_id=run.run_id, config=cfg, info=info, requests=run.requests, tokens=run.tokens,
                        summary=summary)
         if writer is not None:
@@ -170,12 +172,13 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
             writer.abandon()
 
 
-def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> dict:
+def _info(endpoint: RemoteEndpoint, run: RemoteRun) -> RunInfo:
     from backend import __version__
-    return {"target": "remote", "endpoint": safe_url(endpoint.url), "served_model": endpoint.model,
-            "model": endpoint.model, "api": endpoint.api, "device": "remote",
-            "server_metrics": run.server.info(),   # {} when the server published none
-            "note": "server engine steps are not visible from outside: steps.csv is empty, queue_ms is 0",
-            "versions": {"phasescope": __version__, "python": platform.python_version(), "httpx": httpx.__version__,
-                         "httptools": httptools.__version__},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return RunInfo(target=TargetKind.REMOTE, model=endpoint.model, device="remote",
+                   versions={"phasescope": __version__, "python": platform.python_version(),
+                             "httpx": httpx.__version__, "httptools": httptools.__version__},
+                   created=now_created(),
+                   remote=RemoteInfo(endpoint=safe_url(endpoint.url), served_model=endpoint.model, api=endpoint.api,
+                                     server_metrics=run.server.info(),   # {} when the server published none
+                                     note="server engine steps are not visible from outside: steps.csv is empty, "
+                                          "queue_ms is 0"))

@@ -1,0 +1,268 @@
+"""A run's figures: run.json's `summary` (and summary.csv's rows), typed.
+
+On disk the summary is one flat object of named numbers, as every earlier version wrote it; in
+memory it is a `Summary` whose fields are those names. A field is None when the run did not record
+it (a sweep has no latencies, a local run no server figures); a recorded figure with no data behind
+it is NaN. Three families of figures are named after something the run chose, and are held as typed
+maps: `errors` (`errors_{kind}`), `precision` (`{dtype}_bytes_ratio`, `..._tpot_speedup`,
+`..._ttft_speedup`) and `crossover` (`{label}_crossover_batch`). `to_json` and `from_json` are the one
+way between the two; docs/run-folder.md lists every field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+NAN = float("nan")
+
+
+@dataclass(slots=True)
+class PrecisionGain:
+    """A precision sweep: one precision against the sweep's first."""
+
+    bytes_ratio: float                    # first's weight bytes over this one's
+    tpot_speedup: float
+    ttft_speedup: float
+
+
+@dataclass(slots=True)
+class Crossovers:
+    """A batch sweep: the batch size where decode turns compute-bound (None: none found below the cap)."""
+
+    measured: int | None = None
+    predicted: int | None = None          # by the roofline of the selected profile
+    predicted_local: int | None = None    # by this machine's profile
+
+
+@dataclass(slots=True)
+class Summary:
+    """Every figure a run folder's summary can hold, grouped as the code that computes them."""
+
+    # requests and throughput (backend.results.summary)
+    num_requests: int | None = None
+    num_finished: int | None = None
+    num_rejected: int | None = None
+    num_errors: int | None = None
+    num_preemptions: int | None = None
+    num_steps: int | None = None
+    duration_s: float | None = None
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    total_tokens_per_s: float | None = None
+    # latency percentiles over finished requests (itl: over token gaps), ms
+    ttft_mean_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_mean_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p90_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p90_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_mean_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p90_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    queue_mean_ms: float | None = None
+    queue_p50_ms: float | None = None
+    queue_p90_ms: float | None = None
+    queue_p99_ms: float | None = None
+    # each phase's time and rate (mixed steps count in neither rate)
+    prefill_time_ms: float | None = None
+    decode_time_ms: float | None = None
+    mixed_time_ms: float | None = None
+    mixed_prefill_tokens: int | None = None
+    mixed_decode_tokens: int | None = None
+    num_input_tokens: int | None = None
+    num_output_tokens: int | None = None
+    prefill_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
+    decode_prefill_cost_ratio: float | None = None
+    decode_weight_bytes_mean: float | None = None
+    decode_experts_touched_mean: float | None = None
+    # each phase's sums for the roofline (backend.roofline.cost.PhaseTotals)
+    prefill_steps: int | None = None
+    prefill_tokens: int | None = None
+    prefill_context_tokens: int | None = None
+    prefill_attention_pairs: float | None = None
+    prefill_logit_rows: int | None = None
+    decode_steps: int | None = None
+    decode_tokens: int | None = None
+    decode_context_tokens: int | None = None
+    decode_attention_pairs: float | None = None
+    decode_logit_rows: int | None = None
+    decode_share: float | None = None
+    # the disaggregated policy's TTFT split and KV hand-off (backend.targets.disaggregated.summary)
+    num_handed_off: int | None = None
+    split_queue_mean_ms: float | None = None
+    split_queue_p50_ms: float | None = None
+    split_queue_p90_ms: float | None = None
+    split_queue_p99_ms: float | None = None
+    split_prefill_mean_ms: float | None = None
+    split_prefill_p50_ms: float | None = None
+    split_prefill_p90_ms: float | None = None
+    split_prefill_p99_ms: float | None = None
+    split_kv_transfer_mean_ms: float | None = None
+    split_kv_transfer_p50_ms: float | None = None
+    split_kv_transfer_p90_ms: float | None = None
+    split_kv_transfer_p99_ms: float | None = None
+    split_first_decode_mean_ms: float | None = None
+    split_first_decode_p50_ms: float | None = None
+    split_first_decode_p90_ms: float | None = None
+    split_first_decode_p99_ms: float | None = None
+    kv_bytes_mean: float | None = None
+    kv_bytes_total: float | None = None
+    kv_transfer_gb_per_s: float | None = None
+    # a remote server's own /metrics (backend.targets.remote.server_log)
+    server_running_max: float | None = None
+    server_running_mean: float | None = None
+    server_waiting_max: float | None = None
+    server_waiting_mean: float | None = None
+    server_kv_usage_max: float | None = None
+    server_kv_usage_mean: float | None = None
+    server_queue_count: float | None = None
+    server_queue_mean_ms: float | None = None
+    server_queue_p50_ms: float | None = None
+    server_queue_p90_ms: float | None = None
+    server_prefill_count: float | None = None
+    server_prefill_mean_ms: float | None = None
+    server_prefill_p50_ms: float | None = None
+    server_prefill_p90_ms: float | None = None
+    server_decode_count: float | None = None
+    server_decode_mean_ms: float | None = None
+    server_decode_p50_ms: float | None = None
+    server_decode_p90_ms: float | None = None
+    server_ttft_count: float | None = None
+    server_ttft_mean_ms: float | None = None
+    server_ttft_p50_ms: float | None = None
+    server_ttft_p90_ms: float | None = None
+    server_itl_count: float | None = None
+    server_itl_mean_ms: float | None = None
+    server_itl_p50_ms: float | None = None
+    server_itl_p90_ms: float | None = None
+    server_e2e_count: float | None = None
+    server_e2e_mean_ms: float | None = None
+    server_e2e_p50_ms: float | None = None
+    server_e2e_p90_ms: float | None = None
+    # a remote run's client: its own load (backend.targets.remote.honesty) and its token counts
+    client_workers: int | None = None
+    client_loop_lag_p50_ms: float | None = None
+    client_loop_lag_p99_ms: float | None = None
+    client_loop_lag_max_ms: float | None = None
+    client_dispatch_late_p50_ms: float | None = None
+    client_dispatch_late_p99_ms: float | None = None
+    client_cpu_share_max: float | None = None
+    client_cpu_s: float | None = None
+    client_coordinator_cpu_s: float | None = None
+    connections_opened: int | None = None
+    client_clumped_share: float | None = None
+    client_limited: int | None = None     # 1 when the client could not keep up
+    num_stopped_early: int | None = None
+    num_prompt_tokens_estimated: int | None = None
+    num_output_tokens_estimated: int | None = None
+    errors: dict[str, int] = field(default_factory=dict)   # errors_{kind}: failed requests by kind
+    # cost at the profile's price (backend.results.cost)
+    price_per_hour: float | None = None
+    cost_prefill_usd: float | None = None
+    cost_decode_usd: float | None = None
+    cost_per_m_input_usd: float | None = None
+    cost_per_m_output_usd: float | None = None
+    cost_per_m_output_wall_usd: float | None = None
+    # the objectives and goodput (with --slo-ttft-ms / --slo-tpot-ms)
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    slo_attainment: float | None = None
+    goodput_requests_per_s: float | None = None
+    # a sweep's folder (backend.sweeps)
+    kind: str | None = None               # batch, prompt, precision, rate, concurrency, pd-ratio
+    num_points: int | None = None
+    note: str | None = None               # why it stopped early, what it skipped
+    simulated: bool | None = None
+    context: int | None = None            # batch sweep: tokens each request attends to
+    crossover: Crossovers | None = None   # batch sweep: {measured,predicted,predicted_local}_crossover_batch
+    simulated_mape: float | None = None   # step-time error of the simulation beside measured points, %
+    simulated_worst: float | None = None
+    best_tokens_per_s: float | None = None
+    best_at: int | None = None
+    largest_fit: int | None = None
+    batch: int | None = None              # precision sweep: the batch and lengths of each run
+    prompt_len: int | None = None
+    output_len: int | None = None
+    precision: dict[str, PrecisionGain] = field(default_factory=dict)   # precision sweep, by dtype
+    pareto: str | None = None             # rate / concurrency sweep: the front's points, "5,20"
+    best_goodput_at: float | None = None
+    best_goodput_requests_per_s: float | None = None
+    total_devices: int | None = None      # pd-ratio sweep
+    best_split: str | None = None         # pd-ratio sweep: "1P:2D"
+    extra: dict[str, Any] = field(default_factory=dict)   # names this version does not know: kept, written back
+
+    def to_json(self) -> dict[str, Any]:
+        """The flat object run.json and summary.csv hold, fields in declaration order, None left out."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "errors":
+                out.update({f"errors_{kind}": n for kind, n in value.items()})
+            elif f.name == "crossover":
+                if value is not None:   # the measured one always (None: none found); a prediction where made
+                    out["measured_crossover_batch"] = value.measured
+                    out.update({f"{label}_crossover_batch": getattr(value, label) for label in _CROSSOVERS
+                                if label != "measured" and getattr(value, label) is not None})
+            elif f.name == "precision":
+                for dtype, gain in value.items():
+                    out.update({f"{dtype}_{name}": getattr(gain, name) for name in _GAINS})
+            elif f.name == "extra":
+                out.update(value)
+            elif value is not None:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Summary:
+        """The typed summary of a flat object (run.json's, or one a producer built)."""
+        plain = {f.name for f in fields(cls)} - {"errors", "crossover", "precision", "extra"}
+        values: dict[str, Any] = {}
+        errors: dict[str, int] = {}
+        crossover: dict[str, int | None] = {}
+        gains: dict[str, dict[str, float]] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in plain:
+                values[key] = value
+            elif key.startswith("errors_"):
+                errors[key.removeprefix("errors_")] = value
+            elif key.endswith("_crossover_batch") and key.removesuffix("_crossover_batch") in _CROSSOVERS:
+                crossover[key.removesuffix("_crossover_batch")] = value
+            elif (gain := next((g for g in _GAINS if key.endswith("_" + g)), None)) is not None:
+                gains.setdefault(key.removesuffix("_" + gain), {})[gain] = value
+            else:
+                extra[key] = value
+        precision = {}
+        for dtype, parts in gains.items():
+            if set(parts) == set(_GAINS):
+                precision[dtype] = PrecisionGain(**parts)
+            else:   # not a whole gain: kept as it was
+                extra.update({f"{dtype}_{g}": v for g, v in parts.items()})
+        return cls(**values, errors=errors, crossover=Crossovers(**crossover) if crossover else None,
+                   precision=precision, extra=extra)
+
+    def merged(self, figures: dict[str, Any]) -> Summary:
+        """This summary with more named figures (a target's own: the KV hand-off, the server's, the cost)."""
+        return Summary.from_json({**self.to_json(), **figures})
+
+    def numbers(self) -> dict[str, float]:
+        """Every numeric figure by its name (booleans and text left out): what repeats compare."""
+        return {k: float(v) for k, v in self.to_json().items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+_CROSSOVERS = tuple(f.name for f in fields(Crossovers))
+_GAINS = tuple(f.name for f in fields(PrecisionGain))
+
+
+def figure(value: float | None) -> float:
+    """A figure as a float, NaN where the summary did not record it."""
+    return NAN if value is None else float(value)
