@@ -36,7 +36,7 @@ from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
 from gui.panels.status_bar import MessageBar
 from gui.desktop_entry import icon_path
-from gui.settings import restore_window
+from gui.window_settings import restore_window
 from gui.shutdown import ShutdownActions
 from gui.views.text import GeneratedText
 from gui.views.throughput import ThroughputView
@@ -123,7 +123,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self._build_tools()
         self.resize(1400, 900)
         if remember:
-            restore_window(self)   # the last session's layout and settings (gui/settings.py)
+            restore_window(self)   # the last session's layout and settings (gui/window_settings.py)
         if self.controls.profile_problem:
             self.show_error(self.controls.profile_problem)
 

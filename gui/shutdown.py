@@ -131,7 +131,7 @@ class ShutdownActions:
         self.warm_timer.stop()   # no engine process started for a window that is going
         self.series = None   # a Compare policies series starts nothing more
         if self.remember:
-            from gui.settings import save_window
+            from gui.window_settings import save_window
             save_window(self)
         kept: list[Path] = []
         keep = (lambda folder: kept.append(self._keep_stopped_run(folder))) if self.running else None

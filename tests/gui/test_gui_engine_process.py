@@ -1,6 +1,6 @@
 """The window's runs go to the engine's own process: same records as headless, crashes survived,
 Stop certain, nothing left behind when the window closes."""
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny
 
 import csv
 import os

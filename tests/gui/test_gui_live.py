@@ -4,7 +4,7 @@ PySide6 6.12.0 on Python 3.11 crashes (`none_dealloc`) within seconds of a pyqtg
 being updated from a timer; this test is what makes a bad binding version fail CI instead
 of a user's session.
 """
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, step  # noqa: F401
+from tests.fakes.gui_fixtures import step
 
 import time
 

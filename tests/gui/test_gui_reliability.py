@@ -3,7 +3,7 @@
 The real worker thread and the real engine on the `tiny` model; files made in tmp_path.
 docs/reliability.md lists every case and the test that covers it.
 """
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, inprocess_window, no_thread_left, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny
 
 import json
 import os
@@ -387,14 +387,17 @@ def test_closing_the_window_mid_run_leaves_no_thread_or_process(qtbot):
 
 def test_every_gui_test_module_applies_the_thread_leak_fixture():
     """Each module that drives Qt in the test process (imports PySide6, pyqtgraph or the window's
-    modules, or takes qtbot) imports the autouse no_thread_left fixture; a module that only names
-    them in a subprocess's script does not need it (gui/state/buffers.py's tests need no Qt)."""
+    modules, or takes qtbot) lives under tests/gui/, whose conftest.py applies the autouse
+    no_thread_left fixture to every test; a module that only names them in a subprocess's script
+    does not need it."""
     import ast
     tests = Path(__file__).parents[1]
+    conftest = ast.parse((tests / "gui" / "conftest.py").read_text())
+    applied = {alias.name for node in ast.walk(conftest) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert {"no_thread_left", "config_dir"} <= applied
     drivers = 0
     for path in sorted(tests.rglob("test_*.py")):
-        text = path.read_text()
-        tree = ast.parse(text)
+        tree = ast.parse(path.read_text())
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         qt = any(name.split(".")[0] in ("PySide6", "pyqtgraph") or name in ("gui.main_window", "gui.worker")
@@ -402,5 +405,5 @@ def test_every_gui_test_module_applies_the_thread_leak_fixture():
         takes_qtbot = any(isinstance(node, ast.arg) and node.arg == "qtbot" for node in ast.walk(tree))
         if qt or takes_qtbot:
             drivers += 1
-            assert "from tests.fakes.gui_fixtures import" in text and "no_thread_left" in text, path.name
+            assert path.is_relative_to(tests / "gui"), path
     assert drivers >= 5   # the check still sees the GUI test modules

@@ -1,7 +1,7 @@
 """The main window driving the real worker thread and the real engine on the `tiny` model."""
 import json
 from tests.fakes.model_homes import homes  # noqa: F401
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window, step, run_to_end  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny, step, run_to_end
 from tests.fakes.llama_server import FakeServer, free_port
 
 import pytest

@@ -2,7 +2,6 @@
 prediction following the unit the run's products ran on (run.json's "matmul")."""
 import numpy as np
 import pytest
-from tests.fakes.gui_fixtures import config_dir, no_thread_left  # noqa: F401
 
 from backend.kernels.matmath import MatMath
 from backend.models.shapes import SHAPES

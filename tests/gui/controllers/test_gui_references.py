@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, two_request_run, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, two_request_run, use_tiny
 
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ from gui.views.metrics import figure_text
 from gui.state.references import PALETTE, ReferenceSet, run_label
 from gui.state.run_store import RunStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOAD = ["load", "--model", "tiny", "--arrival", "burst", "--requests", "6", "--prompt-len", "16",
         "--output-len", "8"]
 

@@ -2,7 +2,7 @@
 import os
 import time
 
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, two_request_run, window  # noqa: F401
+from tests.fakes.gui_fixtures import two_request_run
 
 import pytest
 from PySide6 import QtGui

@@ -12,7 +12,6 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from tests.fakes.gui_fixtures import config_dir, no_thread_left  # noqa: F401
 
 import pytest
 

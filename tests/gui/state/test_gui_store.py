@@ -2,7 +2,7 @@
 import math
 
 import pytest
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, step, two_request_run  # noqa: F401
+from tests.fakes.gui_fixtures import step, two_request_run
 
 from backend.events import ModelLoaded, RequestsArrived, SweepPoint
 from backend.results.export import read_run, write_run

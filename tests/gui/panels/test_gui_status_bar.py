@@ -1,5 +1,4 @@
 """The status bar's messages are never clipped: the permanent labels elide first (gui/panels/status_bar.py)."""
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, window  # noqa: F401
 
 from PySide6 import QtWidgets
 

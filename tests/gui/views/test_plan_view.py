@@ -1,13 +1,8 @@
 """The plan view: a tiny search runs in its worker thread and fills the table and the plot."""
-import os
 from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-from tests.fakes.gui_fixtures import config_dir, no_thread_left  # noqa: F401,E402
-
-from backend.planner.candidates import SearchSpace  # noqa: E402
-from gui.views.plan import PlanView  # noqa: E402
+from backend.planner.candidates import SearchSpace
+from gui.views.plan import PlanView
 
 TINY = SearchSpace(gpus=("h100-sxm",), max_gpus=2, precisions=("bfloat16",), policies=("continuous",),
                    tps=(1, 2), pps=(1,), dps=(1,), max_batches=(8, 64), kv_dtypes=("auto",))   # 4 candidates
@@ -61,7 +56,7 @@ def test_the_form_is_plans_flags(qtbot):
     assert (problem.attainment, problem.seed, problem.trace) == (0.95, 7, None)
     assert (space.precisions, space.policies, space.max_batches, space.kv_dtypes) == (("fp8",), ("chunked",),
                                                                                      (16, 48), ("fp8",))
-    trace = Path(__file__).resolve().parents[1] / "data" / "traces"
+    trace = Path(__file__).resolve().parents[3] / "tests" / "data" / "traces"
     view.trace_edit.setText(str(next(trace.glob("*.csv"))))
     problem, _ = view.problem_and_space()
     assert problem.trace and problem.trace.endswith(".csv")

@@ -1,6 +1,6 @@
 """The window under the disaggregated policy: the step strip one row per worker (prefill above, decode
 below), the lanes' KV transfer segment, the TTFT split in the metrics, and the policy in the form."""
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny
 
 import numpy as np
 from PySide6 import QtCore

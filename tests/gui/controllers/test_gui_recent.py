@@ -1,7 +1,7 @@
 """File > Recent runs: the runs opened, exported or kept at shutdown, remembered between sessions."""
 import shutil
 
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, two_request_run, window  # noqa: F401
+from tests.fakes.gui_fixtures import two_request_run
 
 from gui.actions.recent import MAX_RECENT, add_recent, recent_runs
 from gui.main_window import MainWindow

@@ -2,7 +2,7 @@
 and a run folder with server_metrics.csv opened."""
 import os
 
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, run_to_end, window  # noqa: F401
+from tests.fakes.gui_fixtures import run_to_end
 
 import numpy as np
 

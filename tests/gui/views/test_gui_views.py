@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, step, two_request_run  # noqa: F401
+from tests.fakes.gui_fixtures import step, two_request_run
 
 from backend.events import SweepPoint
 from backend.models.shapes import SHAPES

@@ -4,7 +4,7 @@ import csv
 import math
 from dataclasses import replace
 
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, step, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, step
 
 import pytest
 from PySide6 import QtCore, QtGui

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS
 
 import pytest
 
@@ -20,7 +20,7 @@ from backend.targets.engine_process import live_engines
 from gui.actions.recent import recent_runs
 from gui.shutdown import SignalWaker, kept_runs_dir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 180   # a shared CPU can take long to start the engine; a hang still fails
 
 # The window, once its engine has taken steps, asks Qt to quit (as a desktop session's end or a

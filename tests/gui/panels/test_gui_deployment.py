@@ -2,7 +2,7 @@
 builds carries them as the CLI's flags would, and a simulated run of a TP=2 layout finishes."""
 import pytest
 
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, run_to_end, window  # noqa: F401
+from tests.fakes.gui_fixtures import run_to_end
 
 
 @pytest.fixture

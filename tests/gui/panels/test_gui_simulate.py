@@ -1,6 +1,6 @@
 """The window's "Simulate on this profile": a simulated sweep said to be simulated everywhere, and a
 measured sweep drawn beside this machine's cost model with its error."""
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, run_to_end, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import run_to_end, use_tiny
 
 
 def test_a_simulated_batch_sweep_of_an_8b_model_on_an_h100(qtbot, window):
@@ -49,7 +49,7 @@ def test_the_precision_tab_draws_the_simulated_medians_beside_the_measured(qtbot
     from backend.events import PrecisionPoint
     from gui.main_window import MainWindow
     from gui.worker import RunWorker
-    from tests.gui.test_gui_precision import curve, fake_sweep, precision_form, same
+    from tests.gui.views.test_gui_precision import curve, fake_sweep, precision_form, same
     points = [PrecisionPoint("float32", 400_000_000, 32.0, 100.0, 40.0, 320.0, 25.0, None, None, None, None,
                              110.0, 36.0),
               PrecisionPoint("q8_0", 106_250_000, 8.5, 95.0, 12.0, 337.0, 83.3, None, None, None, None,

@@ -1,6 +1,6 @@
 """The window's --repeats (one repeat on screen at a time, the mean ± CI at the end) and Compare
 policies (the same workload under each policy, each saved and added as a reference)."""
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny
 
 import pytest
 from PySide6 import QtCore

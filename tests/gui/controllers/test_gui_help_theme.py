@@ -2,7 +2,6 @@
 palettes following the system (gui/actions/help.py, gui/theme.py)."""
 import sys
 
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, window  # noqa: F401
 
 import numpy
 import PySide6

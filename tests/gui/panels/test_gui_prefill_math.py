@@ -1,6 +1,6 @@
 """The window's Prefill math control (auto / fp32 / bf16): it reaches every run kind's config as
 `--prefill-math` does, and the metrics panel says which unit ran each phase once the run is done."""
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, run_to_end, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import run_to_end, use_tiny
 
 import pytest
 from PySide6 import QtWidgets

@@ -1,7 +1,6 @@
 """The window's run kinds for the load sweeps, Fit…, the worked example, and its first run: a real
 question answered, on an engine process started before Run was pressed."""
-from tests.fakes.gui_fixtures import (RUN_TIMEOUT_MS, config_dir, inprocess_window, no_thread_left, run_to_end,  # noqa: F401
-                                      use_tiny, window)
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, run_to_end, use_tiny
 
 from PySide6 import QtCore
 

@@ -2,7 +2,7 @@
 import dataclasses
 import math
 
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, run_to_end, window  # noqa: F401
+from tests.fakes.gui_fixtures import run_to_end
 
 import pytest
 
