@@ -129,7 +129,7 @@ class ExampleDialog(QtWidgets.QDialog):
         label, config = self.pending[0]
         self.run_button.setEnabled(False)
         self.status.setText(f"running: {label.format(device='this machine')}…")
-        self.window_.launch_config(config, "the worked example")
+        self.window_.runs.launch(config, "the worked example")
 
     def _run_ended(self, finished) -> None:
         from backend.results.example import row_of

@@ -74,7 +74,7 @@ def test_a_killed_engine_leaves_the_window_up_with_its_records(qtbot, window, tm
     kept = window.store.num_steps
     assert kept >= 20 and not window.running
     qtbot.waitUntil(lambda: window.store.source is not None, timeout=10_000)
-    assert window.export_csv(str(tmp_path / "export"))
+    assert window.files.export_csv(str(tmp_path / "export"))
     with open(tmp_path / "export" / "steps.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == kept
 

@@ -7,8 +7,8 @@ from tests.fakes.gui_fixtures import two_request_run
 import pytest
 from PySide6 import QtGui
 
-from gui.actions.compare import compare_root
-from gui.actions.compare_cache import cache_limit, clear_series, prune_series, series_folders
+from gui.controllers.compare import compare_root
+from gui.controllers.compare_cache import cache_limit, clear_series, prune_series, series_folders
 
 
 def make_series(root, name: str, size: int, age_s: float):
@@ -58,7 +58,7 @@ def test_the_menu_item_clears_all_but_the_series_shown_as_references(qtbot, wind
     shown = cache / "20260103-000000-c"
     for event in two_request_run():
         window.store.add_event(event)
-    assert window.export_csv(str(shown / "1-static")) and window.add_reference(str(shown / "1-static"))
+    assert window.files.export_csv(str(shown / "1-static")) and window.reference_runs.add(str(shown / "1-static"))
     (action,) = [a for a in window.findChildren(QtGui.QAction) if a.objectName() == "clearCacheAction"]
     action.trigger()
     assert series_folders(cache) == [shown]

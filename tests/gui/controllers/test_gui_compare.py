@@ -107,7 +107,7 @@ def test_compare_policies_adds_a_reference_per_policy(qtbot, window, cache_dir):
     assert all(len(r.run.requests) == 4 and r.run.steps for r in refs)
     assert all(r.folder.parent == series.folder.resolve() for r in refs)
     assert series.folder.is_relative_to(cache_dir)
-    assert not window.running and window.series is None
+    assert not window.running and window.compare.series is None
     # one curve per run on the throughput plot and on the latency CDF
     window.repaint_views()
     assert set(window.throughput.reference_curves) == {r.key for r in refs}
@@ -147,7 +147,7 @@ class StopInTheSecondRun(QtCore.QObject):
 
     @QtCore.Slot(object)
     def on_records(self, _batch) -> None:
-        s = self.window.series
+        s = self.window.compare.series
         if s is not None and len(s.references) == 1 and not s.cancelled and self.window.running:
             self.window.controls.stop_button.click()
 
@@ -162,7 +162,7 @@ def test_stop_during_compare_policies_ends_the_series(qtbot, window):
         qtbot.mouseClick(window.controls.run_button, QtCore.Qt.MouseButton.LeftButton)
     series = done.args[0]
     assert series.cancelled and 1 <= len(series.references) <= 2
-    assert not window.running and window.series is None
+    assert not window.running and window.compare.series is None
     assert "not run" in window.statusBar().currentMessage()
     assert [r.name for r in window.references][0] == "R1 static"
     assert not window.controls.stop_button.isEnabled() and window.controls.run_button.isEnabled()

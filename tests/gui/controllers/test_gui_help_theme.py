@@ -8,7 +8,7 @@ import PySide6
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.actions.help import shortcut_rows, versions
+from gui.controllers.help import shortcut_rows, versions
 from gui.theme import PLOT_COLORS, apply_scheme, is_dark_palette
 
 
@@ -17,7 +17,7 @@ def test_run_stop_export_and_open_have_keys_and_the_dialog_lists_them(qtbot, win
     for command in ("Run", "Stop", "Export CSV", "Open run"):
         assert keys.get(command), f"{command} has no shortcut"
     assert window.run_action.shortcut().toString() == "Ctrl+R"
-    dialog = window.show_shortcuts()
+    dialog = window.help.show_shortcuts()
     qtbot.addWidget(dialog)
     table = dialog.findChild(QtWidgets.QTableWidget, "shortcutsTable")
     rows = {table.item(r, 1).text(): table.item(r, 2).text() for r in range(table.rowCount())}
@@ -45,7 +45,7 @@ def test_about_names_every_version(qtbot, window):
     assert names["PySide6"] == PySide6.__version__ and names["Qt"] == QtCore.qVersion()
     assert names["pyqtgraph"] == pg.__version__ and names["numpy"] == numpy.__version__
     assert names["torch"] and names["C kernels"] and names["phasescope"]
-    box = window.show_about()
+    box = window.help.show_about()
     qtbot.addWidget(box)
     for value in (PySide6.__version__, numpy.__version__, pg.__version__):
         assert value in box.text()

@@ -54,7 +54,7 @@ def decode_medians(folder: Path) -> tuple[list, list]:
 
 
 def add_all(w, saved):
-    refs = [w.add_reference(str(saved[name])) for name in ("static", "continuous", "sweep")]
+    refs = [w.reference_runs.add(str(saved[name])) for name in ("static", "continuous", "sweep")]
     assert all(refs), w.last_error
     w.repaint_views()
     return refs
@@ -130,7 +130,7 @@ def test_the_distributions_view_holds_a_cdf_per_run(qtbot, window, saved):
     view.set_metric("itl")
     assert view.counts[static.key] == 6 * 7 == view.counts[continuous.key]   # 8 tokens: 7 gaps each
     # the current run's curve fills once there is a current run
-    assert window.open_run(str(saved["static"]))
+    assert window.files.open_run(str(saved["static"]))
     window.repaint_views()
     assert view.counts[None] == 42
     x, y = curve_data(view.current)
@@ -143,18 +143,18 @@ def test_a_corrupt_reference_is_refused_with_one_line_and_the_others_stay(window
     shutil.copytree(saved["static"], bad)
     lines = (bad / "steps.csv").read_text().splitlines()
     (bad / "steps.csv").write_text("\n".join(line.split(",", 1)[1] for line in lines) + "\n")   # no run_id column
-    assert window.add_reference(str(bad)) is None
+    assert window.reference_runs.add(str(bad)) is None
     assert "not added as a reference" in window.last_error and "missing column(s)" in window.last_error
     assert "\n" not in window.last_error
     assert window.statusBar().currentMessage() == "Error: " + window.last_error
     assert window.error_box is not None and not window.error_box.isModal()
     (bad / "run.json").write_text("{not json")
-    assert window.add_reference(str(bad)) is None and "not valid JSON" in window.last_error
-    assert window.add_reference(str(tmp_path)) is None and "missing run.json" in window.last_error
+    assert window.reference_runs.add(str(bad)) is None and "not valid JSON" in window.last_error
+    assert window.reference_runs.add(str(tmp_path)) is None and "missing run.json" in window.last_error
     assert len(window.references) == 3 and len(window.throughput.reference_curves) == 3
     assert curve_data(window.throughput.reference_curves[static.key])[1]
     # a drop of several folders: the bad one refused, the good one added
-    window.remove_reference(continuous.key)
+    window.reference_runs.remove(continuous.key)
     mime = QtCore.QMimeData()
     mime.setUrls([QtCore.QUrl.fromLocalFile(str(bad)), QtCore.QUrl.fromLocalFile(str(saved["continuous"] / "run.json"))])
     event = QtGui.QDropEvent(QtCore.QPointF(10, 10), QtCore.Qt.DropAction.CopyAction, mime,
@@ -170,9 +170,9 @@ def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, 
     window.repaint_views()
     # the first reference with steps is drawn under the current run's strip and lanes, on its time axis
     assert window.references.aligned == static.key
-    assert window.ref_timeline.isVisible() and window.ref_lanes.isVisible()
-    assert window.ref_timeline.getPlotItem().getViewBox().linkedView(0) is window.timeline.getPlotItem().getViewBox()
-    assert len(window.ref_timeline.bars[Phase.DECODE].start) == 7
+    assert window.reference_runs.timeline_view.isVisible() and window.reference_runs.lanes_view.isVisible()
+    assert window.reference_runs.timeline_view.getPlotItem().getViewBox().linkedView(0) is window.timeline.getPlotItem().getViewBox()
+    assert len(window.reference_runs.timeline_view.bars[Phase.DECODE].start) == 7
     # hidden with its checkbox: drawn nowhere, kept in the list
     item = window.reference_panel.row_of(continuous.key)
     item.setCheckState(QtCore.Qt.CheckState.Unchecked)
@@ -202,13 +202,13 @@ def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, 
     assert removed[1] not in window.distributions.plot.getPlotItem().listDataItems()
     assert window.metrics.compare_columns == [continuous.key, sweep.key]
     assert (static.key, "ttft_mean") not in window.metrics.compare_cells
-    assert window.ref_timeline is None and window.references.aligned is None
+    assert window.reference_runs.timeline_view is None and window.references.aligned is None
     assert window.reference_panel.align_combo.currentData() is None
     # another one chosen for the strip; then none
-    window.align_reference(continuous.key)
-    assert window.ref_timeline.store is continuous.store and window.ref_timeline.isVisible()
-    window.align_reference(None)
-    assert window.ref_timeline is None
+    window.reference_runs.align(continuous.key)
+    assert window.reference_runs.timeline_view.store is continuous.store and window.reference_runs.timeline_view.isVisible()
+    window.reference_runs.align(None)
+    assert window.reference_runs.timeline_view is None
 
 
 def test_references_stay_drawn_through_a_new_run(qtbot, window, saved):
@@ -220,7 +220,7 @@ def test_references_stay_drawn_through_a_new_run(qtbot, window, saved):
         assert window.running and window.store.num_requests == 0   # the store was reset, the references not
         window.repaint_views()
         assert {key: curve_data(c) for key, c in window.throughput.reference_curves.items()} == before
-        assert window.ref_timeline is not None and len(window.ref_timeline.bars[Phase.DECODE].start) == 7
+        assert window.reference_runs.timeline_view is not None and len(window.reference_runs.timeline_view.bars[Phase.DECODE].start) == 7
     window.repaint_views()
     assert len(window.references) == 3
     assert {key: curve_data(c) for key, c in window.throughput.reference_curves.items()} == before

@@ -20,11 +20,11 @@ def tiny_workload(w, kind: str) -> None:
 def test_the_engine_process_is_up_before_the_first_run_and_serves_it(qtbot, window):
     engine = window.worker.engine
     # the window opened on the bundled model: its engine process starts without a Run
-    qtbot.waitUntil(lambda: engine.is_alive() and window._warmed is not None, timeout=RUN_TIMEOUT_MS)
-    assert window._warmed[0] == "smollm2-135m" and not window.running
+    qtbot.waitUntil(lambda: engine.is_alive() and window.tools.warmed is not None, timeout=RUN_TIMEOUT_MS)
+    assert window.tools.warmed[0] == "smollm2-135m" and not window.running
     first = engine.pid
     use_tiny(window)   # another model: the engine process starts again for it, still before any Run
-    qtbot.waitUntil(lambda: window._warmed[0] == "tiny" and engine.is_alive() and engine.pid != first,
+    qtbot.waitUntil(lambda: window.tools.warmed[0] == "tiny" and engine.is_alive() and engine.pid != first,
                     timeout=RUN_TIMEOUT_MS)
     warmed = engine.pid
     result = run_to_end(qtbot, window)
@@ -74,11 +74,11 @@ def test_a_rate_sweep_draws_throughput_per_device_against_per_user(qtbot, window
     assert "Pareto front" in window.load_sweep.note.text() and "best goodput" in window.load_sweep.note.text()
     assert window.statusBar().currentMessage() == "Finished: rate sweep, 2 points"
     # Export CSV writes it as `sweep rate --out` does, and Open run shows it again
-    assert window.export_csv(str(tmp_path / "rate"))
+    assert window.files.export_csv(str(tmp_path / "rate"))
     kind, saved = read_points(tmp_path / "rate")
     assert kind == "rate" and [p.x for p in saved] == [50.0, 100.0]
     window.store.reset()
-    assert window.open_run(str(tmp_path / "rate"))
+    assert window.files.open_run(str(tmp_path / "rate"))
     window.repaint_views()
     assert len(window.store.load_points) == 2 and len(window.load_sweep.points.xData) == 2
 
@@ -135,16 +135,16 @@ def test_fit_from_the_profile_box_shows_the_held_out_error(qtbot, inprocess_wind
     report = done.args[0]
     assert len(report.held_out) == 3 and load_profile(profile).simulation["fitted"] is True
     assert (tmp_path / "cache" / "phasescope" / "calibration-runs" / "load" / "steps.csv").is_file()
-    assert w.fit_dialog.isVisible() and len(w.fit_dialog.tables) == 3
-    assert w.fit_dialog.tables[0].rowCount() >= 2 and w.fit_dialog.tables[0].item(0, 3).text().endswith("%")
+    assert w.tools.fit_dialog.isVisible() and len(w.tools.fit_dialog.tables) == 3
+    assert w.tools.fit_dialog.tables[0].rowCount() >= 2 and w.tools.fit_dialog.tables[0].item(0, 3).text().endswith("%")
     assert "held-out step-time error" in w.statusBar().currentMessage()
     assert not w.running and w.controls.run_button.isEnabled()
 
 
 def test_the_worked_example_fills_its_table_from_the_windows_own_run(qtbot, inprocess_window):
     w = inprocess_window
-    w.open_example()
-    dialog = w.example_dialog
+    w.tools.open_example()
+    dialog = w.tools.example_dialog
     assert dialog.table.rowCount() == 1   # the seed's own row
     dialog.measure_check.setChecked(False)   # the simulated row only (the measured one takes a minute)
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):

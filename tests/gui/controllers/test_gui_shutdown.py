@@ -17,7 +17,7 @@ import pytest
 
 from backend.results.export import read_run
 from backend.targets.engine_process import live_engines
-from gui.actions.recent import recent_runs
+from gui.controllers.recent import recent_runs
 from gui.shutdown import SignalWaker, kept_runs_dir
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -300,10 +300,10 @@ def parity_window(qtbot):
     from gui.worker import RunWorker
     w = MainWindow(worker=RunWorker(run=lambda config, emit, stop: None))   # nothing runs: settings only
     qtbot.addWidget(w)
-    w.open_plan()
-    w.open_example()
+    w.tools.open_plan()
+    w.tools.open_example()
     yield w
-    w.plan_dialog.close()
+    w.tools.plan_dialog.close()
 
 
 def test_every_reached_widget_exists_on_the_window(parity_window):

@@ -119,7 +119,7 @@ def test_a_step_of_several_runs_measures_each_in_turn(qtbot, window):
 
 def test_the_panel_goes_forward_and_back_and_says_a_step_has_not_run(qtbot, window):
     window.findChild(QtGui.QAction, "tourAction").trigger()
-    panel = window.tour
+    panel = window.tools.tour
     assert panel.isVisible() and panel.index == 0
     assert not panel.previous_button.isEnabled() and not panel.export_button.isEnabled()
     assert "not yet" in panel.sentence.text()

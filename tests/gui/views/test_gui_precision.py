@@ -167,7 +167,7 @@ def write_sweep_folder(folder, points=POINTS):
 
 def test_opening_a_saved_precision_sweep_shows_its_points_and_export_keeps_them(qtbot, window, tmp_path):
     write_sweep_folder(tmp_path / "saved")
-    assert window.open_run(str(tmp_path / "saved")), window.last_error
+    assert window.files.open_run(str(tmp_path / "saved")), window.last_error
     window.repaint_views()
     view = window.precision
     assert view.isVisible() and window.throughput_dock.windowTitle() == PRECISION_TITLE
@@ -175,7 +175,7 @@ def test_opening_a_saved_precision_sweep_shows_its_points_and_export_keeps_them(
     assert view.labels[0] == "float32\n400 MB" and "skipped " + SKIPPED in view.note.text()
     assert window.store.sweep_points == [] and window.store.num_steps == 3
     assert "," not in str(window.throughput.run_dtype)   # "float32,q8_0,q4_1" names no one dtype to predict at
-    assert window.export_csv(str(tmp_path / "again"))
+    assert window.files.export_csv(str(tmp_path / "again"))
     assert read_points(tmp_path / "again") == ("precision", POINTS)
     # a batch-size sweep opened afterwards brings the throughput tab back
     from backend.session import execute
@@ -183,7 +183,7 @@ def test_opening_a_saved_precision_sweep_shows_its_points_and_export_keeps_them(
                       sweep=SweepSpec(kind="batch", batches=[1, 2], context=8, steps=1, warmup=0),
                       out_dir=str(tmp_path / "batch"))
     execute(batch, lambda event: None, lambda: False)
-    assert window.open_run(str(tmp_path / "batch"))
+    assert window.files.open_run(str(tmp_path / "batch"))
     assert window.roofline_tabs.currentWidget() is window.throughput.parentWidget()
     assert window.store.precision_points == [] and window.throughput_dock.windowTitle() == "Throughput vs batch size"
 
@@ -215,8 +215,8 @@ def test_a_reference_precision_sweep_is_drawn_over_the_run_at_the_same_precision
              dataclasses.replace(POINTS[2], tpot_ms=25.0, ttft_ms=120.0),          # q4_1 only: no q8_0
              dataclasses.replace(POINTS[1], dtype="q4_0", tpot_ms=10.0)]            # not in the current run
     write_sweep_folder(tmp_path / "reference", other)
-    assert window.open_run(str(tmp_path / "current")), window.last_error
-    ref = window.add_reference(str(tmp_path / "reference"))
+    assert window.files.open_run(str(tmp_path / "current")), window.last_error
+    ref = window.reference_runs.add(str(tmp_path / "reference"))
     assert ref is not None
     window.repaint_views()
     view = window.precision
@@ -224,6 +224,6 @@ def test_a_reference_precision_sweep_is_drawn_over_the_run_at_the_same_precision
     assert tpot.xData.tolist() == [0.0, 2.0] and tpot.yData.tolist() == pytest.approx([1.0, 0.5])
     assert ttft.yData.tolist() == pytest.approx([1.0, 1.2])
     assert ref.name in view.note.text()
-    window.remove_reference(ref.key)
+    window.reference_runs.remove(ref.key)
     window.repaint_views()
     assert ref.key not in view._ref_curves

@@ -57,10 +57,10 @@ def test_an_opened_run_folder_shows_its_server_metrics(qtbot, window, tmp_path):
             config = RunConfig(mode="load", workload=spec, out_dir=str(tmp_path / folder),
                                endpoint=RemoteEndpoint(server.url, "fake", None, "completions", 30.0, metrics, None, 1))
             assert run_remote(config, lambda e: None, lambda: False).error is None
-    assert window.open_run(str(tmp_path / "with"))
+    assert window.files.open_run(str(tmp_path / "with"))
     window.repaint_views()
     view = window.server_view
     assert view.isVisibleTo(window) and view.waiting_curve.getData()[1].max() >= 1.0
-    assert window.open_run(str(tmp_path / "without"))
+    assert window.files.open_run(str(tmp_path / "without"))
     window.repaint_views()
     assert not view.isVisibleTo(window)

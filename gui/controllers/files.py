@@ -1,5 +1,5 @@
-"""The window's File menu: Export CSV, Open run and Save plot as PNG (methods of MainWindow); each
-dialog opens in the folder its kind used last, and a run opened or exported joins Recent runs."""
+"""The window's File menu: Export CSV, Open run and Save plot as PNG; each dialog opens in the folder
+its kind used last, and a run opened or exported is announced (`used`) for Recent runs."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (ImageExporter is looked up as pg.exporters.*)
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from backend.errors import InputError, RunError
 from backend.results.export import LONG_FILES, ensure_writable, write_run
@@ -46,31 +46,45 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
     return path, source is not None or store.is_complete
 
 
-class FileActions:
-    """Mixed into MainWindow: uses its store, views, status bar and show_error."""
+class FilesController(QtCore.QObject):
+    """Reads and writes run folders for the store on screen; says what it did through its signals."""
+
+    opened = QtCore.Signal(object, str, object)   # (RunData, mode, sweep kind or None): the store holds it now
+    used = QtCore.Signal(str)                     # a run folder opened or exported (Recent runs)
+    message = QtCore.Signal(str)
+    error = QtCore.Signal(str)
+
+    def __init__(self, store: RunStore, runs, current_plot, parent: QtWidgets.QWidget):
+        """`runs`: the RunsController (nothing is read or written while it runs); `current_plot()`: the
+        plot last clicked (Save plot as PNG); `parent`: the dialogs' parent."""
+        super().__init__(parent)
+        self.store = store
+        self.runs = runs
+        self.current_plot = current_plot
+        self.parent_widget = parent
 
     def export_csv(self, folder: str) -> bool:
         """Write the run on screen (whole or partial) as the CLI's --out would."""
-        if self.running:
-            self.show_error("a run is under way: stop it or let it end, then export")
+        if self.runs.running:
+            self.error.emit("a run is under way: stop it or let it end, then export")
             return False
-        if self.store.num_requests == 0 and self.store.num_steps == 0 and not (self.store.load_points
-                                                                                or self.store.pd_points):
-            self.show_error("nothing to export yet: run something or open a run first")
+        store = self.store
+        if store.num_requests == 0 and store.num_steps == 0 and not (store.load_points or store.pd_points):
+            self.error.emit("nothing to export yet: run something or open a run first")
             return False
         try:
-            path, complete = export_run(folder, self.store)
+            path, complete = export_run(folder, store)
         except (InputError, RunError) as exc:
-            self.show_error(f"export failed: {exc}")
+            self.error.emit(f"export failed: {exc}")
             return False
         note = "" if complete else (f" (the run's record on disk was lost: only its newest "
-                                    f"{len(self.store.steps):,} steps)")
-        self.statusBar().showMessage(f"Exported CSV to {path}{note}")
-        self.remember_run(str(path))
+                                    f"{len(store.steps):,} steps)")
+        self.message.emit(f"Exported CSV to {path}{note}")
+        self.used.emit(str(path))
         return True
 
     def open_run(self, folder: str) -> bool:
-        if self.running:
+        if self.runs.running:
             return False
         try:
             run, sweep, precision = read_run_folder(folder)
@@ -79,46 +93,44 @@ class FileActions:
             # a load sweep's points (rate, concurrency, pd-ratio): the load sweep view draws them
             kind, points = read_points(folder) if mode in LOAD_SWEEP_MODES else (None, [])
         except InputError as exc:
-            self.show_error(str(exc))
+            self.error.emit(str(exc))
             return False
         self.store.load(run, folder, sweep, precision)
         self.store.pd_points = points if kind == "pd-ratio" else []
         self.store.load_points = points if kind in ("rate", "concurrency") else []
-        self.select_request(None)
-        self._show_run_kind(mode, sweep[0].kind if sweep else None)
-        self._show_run_info(run.info)
-        self.timeline.set_follow(True)
-        self.repaint_views()
-        self.statusBar().showMessage(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, "
-                                     f"{len(run.requests)} requests")
-        self.remember_run(folder)
+        self.opened.emit(run, mode, sweep[0].kind if sweep else None)
+        self.message.emit(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, {len(run.requests)} requests")
+        self.used.emit(folder)
         return True
 
     def save_plot(self, path: str, plot: pg.PlotWidget | None = None) -> bool:
-        plot = plot or self.current_plot
+        plot = plot or self.current_plot()
         image = pg.exporters.ImageExporter(plot.getPlotItem()).export(toBytes=True)
         if not image.save(path, "PNG"):   # QImage.save says only whether it worked
-            self.show_error(f"could not save {path}: the folder is missing or not writable")
+            self.error.emit(f"could not save {path}: the folder is missing or not writable")
             return False
-        self.statusBar().showMessage(f"Saved {plot.objectName()} to {path}")
+        self.message.emit(f"Saved {plot.objectName()} to {path}")
         return True
 
-    def _export_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Export CSV into folder", start_folder("export"))
+    def export_dialog(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self.parent_widget, "Export CSV into folder",
+                                                            start_folder("export"))
         if folder:
             remember_folder("export", folder)
             self.export_csv(folder)
 
-    def _open_run_dialog(self) -> None:
-        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder", start_folder("runs"))
+    def open_run_dialog(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self.parent_widget, "Open a run folder",
+                                                            start_folder("runs"))
         if folder:
             remember_folder("runs", str(Path(folder).parent))   # the next one is likely a sibling
             self.open_run(folder)
 
-    def _save_plot_dialog(self) -> None:
-        name = self.current_plot.objectName()
+    def save_plot_dialog(self) -> None:
+        name = self.current_plot().objectName()
         start = str(Path(start_folder("plots") or ".") / f"{name}.png")
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Save {name} as PNG", start, "PNG (*.png)")
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self.parent_widget, f"Save {name} as PNG", start,
+                                                        "PNG (*.png)")
         if path:
             remember_folder("plots", path)
             self.save_plot(path)

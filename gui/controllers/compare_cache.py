@@ -1,15 +1,24 @@
-"""The Compare-policies folders under the cache (gui.actions.compare.compare_root), kept to a bounded
+"""The Compare-policies folders under the cache (compare_root), kept to a bounded
 size: each new series first removes the oldest series until the rest fit in COMPARE_CACHE_BYTES
 ($PHASESCOPE_COMPARE_CACHE_MB to change it), and File > Clear Compare-policies cache removes them
 all. A series still shown as references is never removed under the window's feet: its folders are
-in use. (prune_series and clear_series need no Qt; CompareCacheActions is mixed into MainWindow.)"""
+in use. (prune_series and clear_series need no Qt; CompareCache applies them for the window.)"""
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
+
+from PySide6 import QtCore
 
 COMPARE_CACHE_BYTES = 512 * 1024 * 1024
+
+
+def compare_root() -> Path:
+    """Where the series' folders go: $XDG_CACHE_HOME/phasescope/compare, else ~/.cache/phasescope/compare."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "phasescope" / "compare"
 
 
 def cache_limit() -> int:
@@ -69,29 +78,35 @@ def clear_series(root: Path, keep: tuple[Path, ...] = ()) -> tuple[int, int]:
     return count, freed
 
 
-class CompareCacheActions:
-    """Mixed into MainWindow: uses its series, references and status bar."""
+class CompareCache(QtCore.QObject):
+    """The cache as the window uses it: `references` (the ReferenceSet) and `series_folder()` (the
+    folder of the series under way, or None) name the folders in use."""
+
+    message = QtCore.Signal(str)
+
+    def __init__(self, references, series_folder: Callable[[], Path | None], parent: QtCore.QObject | None = None):
+        super().__init__(parent)
+        self.references = references
+        self.series_folder = series_folder
 
     def series_in_use(self) -> tuple[Path, ...]:
         """The series folders the window uses: the one under way and those its references come from."""
-        from gui.actions.compare import compare_root
         root = compare_root().resolve()
-        used = {self.series.folder} if self.series is not None else set()
+        current = self.series_folder()
+        used = {current} if current is not None else set()
         for ref in self.references.items:
             folder = Path(getattr(ref, "folder", "") or "").resolve()
             if folder.is_relative_to(root) and folder != root:
                 used.add(root / folder.relative_to(root).parts[0])
         return tuple(used)
 
-    def prune_compare_cache(self) -> list[Path]:
-        from gui.actions.compare import compare_root
+    def prune(self) -> list[Path]:
         return prune_series(compare_root(), cache_limit(), self.series_in_use())
 
-    def clear_compare_cache(self) -> tuple[int, int]:
-        from gui.actions.compare import compare_root
+    def clear(self) -> tuple[int, int]:
         root = compare_root()
         count, freed = clear_series(root, self.series_in_use())
-        self.statusBar().showMessage(f"Removed {count} Compare-policies folder{'s' if count != 1 else ''} "
-                                     f"({freed / 1e6:,.1f} MB) from {root}"
-                                     + ("; the ones in use as references are kept" if self.series_in_use() else ""))
+        self.message.emit(f"Removed {count} Compare-policies folder{'s' if count != 1 else ''} "
+                          f"({freed / 1e6:,.1f} MB) from {root}"
+                          + ("; the ones in use as references are kept" if self.series_in_use() else ""))
         return count, freed

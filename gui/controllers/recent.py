@@ -1,11 +1,11 @@
 """File > Recent runs: the run folders opened, exported or kept at shutdown, newest first, remembered
 between sessions (gui.settings). A folder gone from the disk is dropped from the list when chosen,
-with a message saying so. (Methods of MainWindow.)"""
+with a message saying so."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from gui.settings import read_json, write_json
 
@@ -29,23 +29,31 @@ def drop_recent(folder: str) -> None:
     write_json(RECENT_KEY, [f for f in recent_runs() if f != folder])
 
 
-class RecentActions:
-    """Mixed into MainWindow: uses open_run, show_error and the status bar."""
+class RecentController(QtCore.QObject):
+    """The Recent runs sub-menu of `file_menu`; a run chosen there opens through `files` (the
+    FilesController), and every folder it reports used joins the list."""
 
-    def _build_recent(self, file_menu: QtWidgets.QMenu) -> None:
-        self.recent_menu = file_menu.addMenu("Recent &runs")
-        self.recent_menu.setObjectName("recentMenu")
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
-        self._fill_recent()
+    message = QtCore.Signal(str)
+    error = QtCore.Signal(str)
 
-    def _fill_recent(self) -> None:
-        menu = self.recent_menu
+    def __init__(self, file_menu: QtWidgets.QMenu, files, runs, parent: QtCore.QObject | None = None):
+        super().__init__(parent)
+        self.files = files
+        self.runs = runs
+        self.menu = file_menu.addMenu("Recent &runs")
+        self.menu.setObjectName("recentMenu")
+        self.menu.aboutToShow.connect(self.fill_menu)
+        files.used.connect(self.remember_run)
+        self.fill_menu()
+
+    def fill_menu(self) -> None:
+        menu = self.menu
         menu.clear()
         runs = recent_runs()
         for i, folder in enumerate(runs):
             # &1 .. &9 and 1&0: each one key away once the menu is open
             number = f"&{i + 1}" if i < 9 else "1&0"
-            action = QtGui.QAction(f"{number}  {folder}", self)
+            action = QtGui.QAction(f"{number}  {folder}", menu)
             action.setData(folder)
             action.triggered.connect(lambda _=False, f=folder: self.open_recent(f))
             menu.addAction(action)
@@ -58,21 +66,21 @@ class RecentActions:
 
     def remember_run(self, folder: str) -> None:
         add_recent(folder)
-        self._fill_recent()
+        self.fill_menu()
 
     def open_recent(self, folder: str) -> bool:
         """Open a listed run; a folder that is gone is dropped from the list, with a message."""
-        if self.running:
-            self.statusBar().showMessage("a run is under way: stop it or let it end, then open another")
+        if self.runs.running:
+            self.message.emit("a run is under way: stop it or let it end, then open another")
             return False
         if not Path(folder).is_dir():
             drop_recent(folder)
-            self._fill_recent()
-            self.show_error(f"{folder} no longer exists: removed from Recent runs")
+            self.fill_menu()
+            self.error.emit(f"{folder} no longer exists: removed from Recent runs")
             return False
-        return self.open_run(folder)
+        return self.files.open_run(folder)
 
     def clear_recent(self) -> None:
         write_json(RECENT_KEY, [])
-        self._fill_recent()
-        self.statusBar().showMessage("Recent runs cleared (the folders themselves are untouched)")
+        self.fill_menu()
+        self.message.emit("Recent runs cleared (the folders themselves are untouched)")

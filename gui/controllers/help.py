@@ -1,5 +1,5 @@
 """The Help menu: Keyboard shortcuts (read from the menus' own actions, so the list cannot drift
-from what the keys do) and About, with the versions a bug report needs. (Methods of MainWindow.)"""
+from what the keys do) and About, with the versions a bug report needs."""
 from __future__ import annotations
 
 import platform
@@ -75,21 +75,19 @@ def _kernels() -> str:
     return f"{name}" + (f" ({' '.join(features)})" if features else "")
 
 
-class HelpActions:
-    """Mixed into MainWindow: builds the Help menu from its menu bar."""
+class HelpController(QtCore.QObject):
+    """The Help menu's dialogs, for `window`: its menu bar lists the shortcuts, its icon is About's."""
 
-    def _build_help(self, bar: QtWidgets.QMenuBar) -> None:
-        menu = bar.addMenu("&Help")
-        self.shortcuts_action = self._action(menu, "&Keyboard shortcuts…", self.show_shortcuts,
-                                             QtGui.QKeySequence.StandardKey.HelpContents, "shortcutsAction")
-        self.about_action = self._action(menu, "&About phasescope…", self.show_about, name="aboutAction")
+    def __init__(self, window: QtWidgets.QMainWindow):
+        super().__init__(window)
+        self.window = window
 
     def show_shortcuts(self) -> QtWidgets.QDialog:
-        dialog = QtWidgets.QDialog(self)
+        dialog = QtWidgets.QDialog(self.window)
         dialog.setObjectName("shortcutsDialog")
         dialog.setWindowTitle("Keyboard shortcuts")
         dialog.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
-        rows = shortcut_rows(self.menuBar())
+        rows = shortcut_rows(self.window.menuBar())
         table = QtWidgets.QTableWidget(len(rows), 3, dialog)
         table.setObjectName("shortcutsTable")
         table.setHorizontalHeaderLabels(["Menu", "Command", "Keys"])
@@ -118,9 +116,9 @@ class HelpActions:
         box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.NoIcon, "About phasescope",
                                     "<h3>phasescope</h3><p>See prefill and decode, measured on your own "
                                     f"hardware.</p><table>{rows}</table>",
-                                    QtWidgets.QMessageBox.StandardButton.Ok, self)
+                                    QtWidgets.QMessageBox.StandardButton.Ok, self.window)
         box.setObjectName("aboutBox")
-        box.setIconPixmap(self.windowIcon().pixmap(64, 64))
+        box.setIconPixmap(self.window.windowIcon().pixmap(64, 64))
         box.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)   # copied into a bug report
         box.setWindowModality(QtCore.Qt.WindowModality.NonModal)
         box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
