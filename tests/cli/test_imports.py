@@ -1,4 +1,5 @@
-"""Imports run one way: the contracts in pyproject.toml hold, and backend's modules form no cycle.
+"""Imports run one way: the contracts in pyproject.toml hold, and neither backend's modules nor gui's
+form a cycle.
 
 The cycle check walks every import statement of every module: those inside functions (a lazy
 import is still a dependency) and those under `if TYPE_CHECKING:` (an annotation is one too)
@@ -38,10 +39,15 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
-def backend_graph() -> dict[str, set[str]]:
-    paths = sorted((ROOT / "backend").rglob("*.py"))
+def package_graph(package: str) -> dict[str, set[str]]:
+    """Each module of `package` and the modules of the same package it imports."""
+    paths = sorted((ROOT / package).rglob("*.py"))
     modules = {module_name(p) for p in paths}
     return {module_name(p): imports_of(p, modules) for p in paths}
+
+
+def backend_graph() -> dict[str, set[str]]:
+    return package_graph("backend")
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -78,6 +84,23 @@ def test_backend_has_no_import_cycle():
     graph = backend_graph()
     assert len(graph) > 40 and "backend.session" in graph and graph["backend.session"]
     assert cycles(graph) == []
+
+
+def test_gui_has_no_import_cycle():
+    graph = package_graph("gui")
+    assert "gui.main_window" in graph and "gui.controllers.runs" in graph["gui.main_window"]
+    assert cycles(graph) == []
+
+
+def test_the_cli_contract_names_every_part_of_gui_but_its_start():
+    """gui.app picks the command line or the window; every other module or package of gui/ is a
+    source of the contract that keeps backend.cli out of the window."""
+    import tomllib
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c.get("forbidden_modules") == ["backend.cli"]]
+    parts = {f"gui.{p.stem if p.suffix == '.py' else p.name}" for p in (ROOT / "gui").iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    assert parts - {"gui.app"} == set(contract["source_modules"])
 
 
 def test_the_cycle_check_finds_a_cycle():
