@@ -1,4 +1,4 @@
-"""The Compare-policies folders under the cache stay within their bound (gui/actions/compare_cache.py)."""
+"""The Compare-policies folders under the cache stay within their bound (gui/controllers/compare_cache.py)."""
 import os
 import time
 
@@ -7,8 +7,7 @@ from tests.fakes.gui_fixtures import two_request_run
 import pytest
 from PySide6 import QtGui
 
-from gui.controllers.compare import compare_root
-from gui.controllers.compare_cache import cache_limit, clear_series, prune_series, series_folders
+from gui.controllers.compare_cache import cache_limit, clear_series, compare_root, prune_series, series_folders
 
 
 def make_series(root, name: str, size: int, age_s: float):

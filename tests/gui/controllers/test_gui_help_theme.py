@@ -1,5 +1,5 @@
 """The Help menu (keyboard shortcuts, About with versions), the window's icon, and light and dark
-palettes following the system (gui/actions/help.py, gui/theme.py)."""
+palettes following the system (gui/controllers/help.py, gui/theme.py)."""
 import sys
 
 

@@ -216,7 +216,7 @@ NOT_REACHED = {
     "--client-workers": "one client process per core, the CLI's default",
     "calibrate --out": "the window writes this machine's profile where the profile list reads it",
     "calibrate --quick": "the window measures fully: a profile it lists should be the careful one",
-    "calibrate --runs": "Fit… measures its runs into the cache folder (gui/actions/tools.calibration_runs_dir)",
+    "calibrate --runs": "Fit… measures its runs into the cache folder (gui/controllers/tools.calibration_runs_dir)",
     "calibrate --check": "Fit… leaves each of its runs out in turn for the held-out error",
     "calibrate --threads": "the engine process measures with the Threads spin's count",
     "compare --resamples": "the References panel's comparisons use the CLI's default 1000 seeded resamples",
