@@ -138,8 +138,8 @@ def test_a_step_is_refused_while_the_window_runs(qtbot, window):
     from gui.tour.panel import TourPanel
     panel = TourPanel(window)
     qtbot.addWidget(panel)
-    window.running = True
+    window.runs.running = True
     with qtbot.waitSignal(panel.stepFailed) as failed:
         panel.run_step()
-    window.running = False
+    window.runs.running = False
     assert "a run is going" in failed.args[1] and panel.running_step is None
