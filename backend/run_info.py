@@ -49,7 +49,7 @@ class SimulatedInfo:
     """How a simulated run's steps were priced."""
 
     profile_name: str | None = None       # the GPU profile's device name
-    cost_model: dict | None = None        # the cost model's terms (backend.roofline.step_time)
+    cost_model: dict | None = None        # the cost model's terms (backend.sim.step_time)
     cost_model_source: str | None = None  # where the terms come from
     virtual_s: float | None = None        # simulated seconds
 

@@ -1,9 +1,11 @@
-"""The main window: docks, menus and wiring; it owns the worker thread's lifecycle."""
+"""The main window: its views, docks and menus, and the controllers it owns (gui/controllers/): runs
+(the worker's traffic), files, recent runs, references, compare policies and its cache, tools, help.
+Each controller is given what it needs and speaks through its signals; the window wires them to the
+views, the status bar and each other. It owns the worker thread's lifecycle (shut_down)."""
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -12,33 +14,35 @@ from backend.loaders.device import run_dtype_name
 from backend.precision import from_info
 from backend.run_info import RunInfo
 from backend.errors import InputError
-from backend.events import EngineStatus, ModelLoaded, Progress, RepeatStarted
+from backend.events import EngineStatus, ModelLoaded, Progress
 from backend.shape import ModelShape
 from backend.models.shapes import SHAPES
 from backend.roofline.profiles import LOCAL_KEY
-from backend.config import LOAD_SWEEPS, RunKind, SweepKind, config_dict
+from backend.config import LOAD_SWEEPS, RunKind, SweepKind
 
-from gui.actions.compare import CompareActions
-from gui.actions.compare_cache import CompareCacheActions
-from gui.actions.help import HelpActions
-from gui.actions.recent import RecentActions
+from gui.controllers.compare import CompareController
+from gui.controllers.files import FilesController
+from gui.controllers.help import HelpController
+from gui.controllers.recent import RecentController
+from gui.controllers.references import ReferencesController
+from gui.controllers.runs import RunsController
+from gui.controllers.tools import ToolsController
 from gui.panels.controls import ControlsPanel
+from gui.panels.references import ReferencePanel
 from gui.views.distributions import DistributionsView
-from gui.actions.files import FileActions
 from gui.views.lanes import LanesView
 from gui.views.server_metrics import ServerMetricsView
 from gui.views.load_sweep import LoadSweepView
-from gui.views.metrics import MetricsPanel, repeats_text
+from gui.views.metrics import MetricsPanel
 from gui.views.precision import PrecisionView
-from gui.actions.references import ReferenceActions
-from gui.actions.tools import ToolActions
 from gui.views.requests_table import RequestsTable
+from gui.state.references import ReferenceSet
 from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
 from gui.panels.status_bar import MessageBar
 from gui.desktop_entry import icon_path
-from gui.settings import restore_window
-from gui.shutdown import ShutdownActions
+from gui.shutdown import stop_worker
+from gui.window_settings import restore_window, save_window
 from gui.views.text import GeneratedText
 from gui.views.throughput import ThroughputView
 from gui.views.timeline import TimelineView
@@ -55,25 +59,17 @@ PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
 LOAD_SWEEP_TITLE = "Load sweep: a load run at each point"
 LOAD_SWEEP_MESSAGE = "A load sweep runs the workload once per point; its points are on the Load sweep tab below"
-# what a new repeat keeps of the store: the settings, the model, and an earlier sweep shown beside this run
-REPEAT_KEEPS = ("config", "model", "info", "remote", "sweep_points", "sweep_context", "precision_points",
-                "precision_summary")
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
                   "its lanes and metrics come from the client's clock")
 TITLE = "phasescope — prefill and decode, step by step"
 
 
-class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActions, RecentActions, HelpActions,
-                 ShutdownActions, ToolActions, QtWidgets.QMainWindow):
-    startRun = QtCore.Signal(object)
-    startCalibration = QtCore.Signal(str)
-    startFit = QtCore.Signal(str, str, object)   # runs folder, device, threads (gui/actions/tools.py)
-    warmEngine = QtCore.Signal(object)           # the settings the engine process starts for, ahead of Run
-    fitFinished = QtCore.Signal(object)          # a FitReport, once the window has shown it
+class MainWindow(QtWidgets.QMainWindow):
     # emitted in the window's thread once it has taken in the outcome (tests and automation wait on these)
     runFinished = QtCore.Signal(object)
     runFailed = QtCore.Signal(str)
-    comparisonFinished = QtCore.Signal(object)   # a Compare policies series ended (compare_actions.Series)
+    comparisonFinished = QtCore.Signal(object)   # a Compare policies series ended (gui/controllers/compare.py Series)
+    fitFinished = QtCore.Signal(object)          # a FitReport, once the window has shown it
 
     def __init__(self, worker=None, parent=None, remember: bool = False):
         """`remember`: restore the last session's layout and settings and save them at the end (the
@@ -83,31 +79,21 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.setWindowTitle(TITLE)
         self.setWindowIcon(QtGui.QIcon(str(icon_path())))
         self.store = RunStore()
-        self.running = False
+        self.references = ReferenceSet()   # runs overlaid on the views
         self.last_error = ""
-        self.run_notes: list[str] = []   # a run's "note: ..." progress lines, kept for its final status
         self.error_box: QtWidgets.QMessageBox | None = None
         self.selected_request: int | None = None
-        self._build_references()
-        self._build_compare()
+        self.is_shut_down = False
         self._build_views()
-        self._build_docks()
-        self._build_actions()
         self.setStatusBar(MessageBar())   # messages never clipped by the labels beside them
         self.status = RunStatus(self.statusBar())
+        self.controls = ControlsPanel()
+        self.reference_panel = ReferencePanel(self.references)
         self.worker_thread = WorkerThread(worker)
         self.worker = self.worker_thread.worker
-        self.startRun.connect(self.worker.run)
-        self.startCalibration.connect(self.worker.calibrate)
-        self.startFit.connect(self.worker.fit)
-        self.warmEngine.connect(self.worker.warm)
-        self.worker.fitted.connect(self._on_fitted)
-        self.worker.event.connect(self._on_event)
-        self.worker.records.connect(self._on_records)
-        self.worker.finished.connect(self._on_finished)
-        self.worker.recorded.connect(self._on_recorded)
-        self.worker.failed.connect(self._on_failed)
-        self.worker.calibrated.connect(self._on_calibrated)
+        self._build_controllers()
+        self._build_docks()
+        self._build_actions()
         self._ticks = 0
         self.repaint_timer = QtCore.QTimer(self)
         self.repaint_timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)   # a coarse one drifts below 30 Hz
@@ -121,14 +107,46 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.cpu_timer.timeout.connect(self._sample_cpu)
         self.cpu_timer.start()
         self._choices_changed()
-        self._build_tools()
         self.resize(1400, 900)
         if remember:
-            restore_window(self)   # the last session's layout and settings (gui/settings.py)
+            restore_window(self)   # the last session's layout and settings (gui/window_settings.py)
         if self.controls.profile_problem:
             self.show_error(self.controls.profile_problem)
 
+    @property
+    def running(self) -> bool:
+        """A run, calibration or fit is under way (the runs controller's)."""
+        return self.runs.running
+
     # ---- building ----------------------------------------------------------------------------
+
+    def _build_controllers(self) -> None:
+        """Each controller gets what it needs; what it says goes to the status bar, the message box,
+        the views and the other controllers through the connections made here."""
+        self.runs = RunsController(self.store, self.worker, self.controls.remote_url, self)
+        self.reference_runs = ReferencesController(self.references, self.reference_panel, self.timeline,
+                                                   self.worker_strip, self.central_splitter, self)
+        self.files = FilesController(self.store, self.runs, lambda: self.current_plot, self)
+        self.compare = CompareController(self.store, self.runs, self.reference_runs, self.controls.form, self)
+        self.tools = ToolsController(self.runs, self.controls, self)
+        self.help = HelpController(self)
+        for controller in (self.runs, self.reference_runs, self.files, self.compare, self.compare.cache, self.tools):
+            controller.message.connect(self.show_message)
+        for controller in (self.runs, self.reference_runs, self.files, self.compare):
+            controller.error.connect(self.show_error)
+        self.runs.launched.connect(self._show_launched)
+        self.runs.runningChanged.connect(self._set_running)
+        self.runs.repeatStarted.connect(self._show_repeat)
+        self.runs.event.connect(self._show_event)
+        self.runs.finished.connect(self._on_finished)
+        self.runs.failed.connect(self.runFailed)
+        self.runs.calibrated.connect(self._on_calibrated)
+        self.compare.finished.connect(self.comparisonFinished)
+        self.tools.fitFinished.connect(self.fitFinished)
+        self.files.opened.connect(self._show_opened)
+        self.reference_runs.changed.connect(self.repaint_views)
+        self.reference_runs.plotClicked.connect(lambda plot: setattr(self, "current_plot", plot))
+        self.setAcceptDrops(True)   # run folders dropped on the window are added as references
 
     def _build_views(self) -> None:
         self.timeline = TimelineView(self.store)
@@ -201,7 +219,6 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         return dock
 
     def _build_docks(self) -> None:
-        self.controls = ControlsPanel()
         scroll = QtWidgets.QScrollArea()
         scroll.setWidget(self.controls)
         scroll.setWidgetResizable(True)
@@ -240,7 +257,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)
-        self.controls.calibrateRequested.connect(self.start_calibration)
+        self.controls.calibrateRequested.connect(self.runs.calibrate)
         self.controls.choicesChanged.connect(self._choices_changed)
         self.controls.inputRejected.connect(self.show_error)
 
@@ -257,55 +274,46 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
     def _build_actions(self) -> None:
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
-        self.open_run_action = self._action(file_menu, "&Open run…", self._open_run_dialog,
+        self.open_run_action = self._action(file_menu, "&Open run…", self.files.open_run_dialog,
                                             QtGui.QKeySequence.StandardKey.Open, "openRunAction")
-        self._build_recent(file_menu)
-        self.add_reference_action = self._action(file_menu, "Add &reference run…", self._add_reference_dialog,
+        self.recent = RecentController(file_menu, self.files, self.runs, self)
+        self.recent.message.connect(self.show_message)
+        self.recent.error.connect(self.show_error)
+        self.add_reference_action = self._action(file_menu, "Add &reference run…", self.reference_runs.add_dialog,
                                                  "Ctrl+Shift+O", "addReferenceAction")
-        self.export_csv_action = self._action(file_menu, "&Export CSV…", self._export_dialog, "Ctrl+E",
+        self.export_csv_action = self._action(file_menu, "&Export CSV…", self.files.export_dialog, "Ctrl+E",
                                               "exportCsvAction")
-        self.save_plot_action = self._action(file_menu, "Save plot as &PNG…", self._save_plot_dialog, "Ctrl+Shift+S",
-                                             "savePlotAction")
+        self.save_plot_action = self._action(file_menu, "Save plot as &PNG…", self.files.save_plot_dialog,
+                                             "Ctrl+Shift+S", "savePlotAction")
         file_menu.addSeparator()
-        self._action(file_menu, "Clear Compare-policies &cache", self.clear_compare_cache, name="clearCacheAction")
+        self._action(file_menu, "Clear Compare-policies &cache", self.compare.cache.clear, name="clearCacheAction")
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QtGui.QKeySequence.StandardKey.Quit)
         run_menu = bar.addMenu("&Run")
         self.run_action = self._action(run_menu, "&Run", self.start_run, "Ctrl+R", "runAction")
         self.stop_action = self._action(run_menu, "&Stop", self.stop_run, "Esc", "stopAction")
         self._action(run_menu, "&Calibrate this machine…",
-                     lambda: self.start_calibration(self.controls.device_combo.currentText()))
+                     lambda: self.runs.calibrate(self.controls.device_combo.currentText()))
         self._action(run_menu, "Fit the simulator's cost model…",
-                     lambda: self.start_fit(self.controls.device_combo.currentText()), name="fitAction")
-        self._action(run_menu, "&Plan deployment…", self.open_plan, name="planAction")
-        self._action(run_menu, "&Worked example…", self.open_example, name="exampleAction")
+                     lambda: self.tools.start_fit(self.controls.device_combo.currentText()), name="fitAction")
+        self._action(run_menu, "&Plan deployment…", self.tools.open_plan, name="planAction")
+        self._action(run_menu, "&Worked example…", self.tools.open_example, name="exampleAction")
         learn_menu = bar.addMenu("&Learn")
-        self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.open_tour, name="tourAction")
+        self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.tools.open_tour,
+                     name="tourAction")
         view_menu = bar.addMenu("&View")
         for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
                      self.throughput_dock, self.table_dock):
             view_menu.addAction(dock.toggleViewAction())
-        self._build_help(bar)
-
-    def open_plan(self) -> None:
-        """Run > Plan deployment: the planner's own window (gui/views/plan.py), one per main window."""
-        from gui.views.plan import PlanDialog
-        if getattr(self, "plan_dialog", None) is None:
-            self.plan_dialog = PlanDialog(self)
-        self.plan_dialog.show()
-        self.plan_dialog.raise_()
-
-    def open_tour(self) -> None:
-        """Learn > The tour (gui/tour/panel.py): its own window, one per main window, each step a run of this one."""
-        from gui.tour.panel import TourPanel
-        if getattr(self, "tour", None) is None:
-            self.tour = TourPanel(self)
-        self.tour.show()
-        self.tour.raise_()
+        help_menu = bar.addMenu("&Help")
+        self.shortcuts_action = self._action(help_menu, "&Keyboard shortcuts…", self.help.show_shortcuts,
+                                             QtGui.QKeySequence.StandardKey.HelpContents, "shortcutsAction")
+        self.about_action = self._action(help_menu, "&About phasescope…", self.help.show_about, name="aboutAction")
 
     # ---- running -----------------------------------------------------------------------------
 
     def start_run(self) -> None:
+        """Run (the button, the menu, Ctrl+R): the form's settings, or a Compare policies series of them."""
         if self.running:
             return
         try:
@@ -314,37 +322,20 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
             self.show_error(str(exc))
             return
         if self.controls.form.compare_policies():
-            self.start_comparison(config)
+            self.compare.start(config)
         else:
-            self._launch(config)
+            self.runs.launch(config)
 
-    def _launch(self, config, what: str = "") -> None:
-        """Start one run of these settings (`what`: how the status bar names it, besides its model and mode)."""
-        # the last sweep stays on the throughput plot (a precision sweep on its tab) while other runs
-        # of the same model follow it
-        same_model = config.model.name == self.store.config.get("model", {}).get("name")
-        sweep = (self.store.sweep_points, self.store.sweep_context) if same_model else ([], None)
-        precision = (self.store.precision_points, self.store.precision_summary) if same_model else ([], None)
-        self.store.reset()
-        if config.mode not in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT):   # each sweep keeps the other's tab
-            self.store.sweep_points, self.store.sweep_context = sweep
-        if config.mode != RunKind.SWEEP_PRECISION:
-            self.store.precision_points, self.store.precision_summary = precision
-        if config.mode == RunKind.SWEEP_BATCH:
-            self.store.sweep_context = config.sweep_spec.context
-        self.store.config = config_dict(config)
-        self.store.remote = config.endpoint is not None
-        self.table.refresh()   # the table forgets the last run's rows now, before anything paints them
+    def stop_run(self) -> None:
+        self.compare.cancel()
+        self.runs.stop()
+
+    def _show_launched(self, config, what: str) -> None:
+        """A run was handed to the worker: the views forget the last one's rows before anything paints."""
+        self.table.refresh()
         self.select_request(None)
-        self.run_notes = []
         self._show_run_kind(config.mode, SweepKind.PROMPT if config.mode == RunKind.SWEEP_PROMPT else None)
         self.timeline.set_follow(True)
-        self._set_running(True)
-        where = f" on {self.controls.remote_url()}" if self.store.remote else ""
-        self.statusBar().showMessage(f"Running {config.model.name}{where} ({config.mode}"
-                                     + (f", {what}" if what else "") + ")…")
-        self.worker.clear_stop()
-        self.startRun.emit(config)
 
     def _show_run_kind(self, mode: RunKind | None, sweep_kind: SweepKind | None) -> None:
         """Titles and messages for the kind of run on screen (a sweep, a remote server's, or a local run;
@@ -378,22 +369,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         if tab is self.distributions:
             self.distributions.refresh()
 
-    def stop_run(self) -> None:
-        self._cancel_series()
-        if self.running:
-            self.worker.request_stop()
-            self.statusBar().showMessage("Stopping at the next step boundary…")
-
-    def start_calibration(self, device: str) -> None:
-        if self.running:
-            return
-        self._set_running(True)
-        self.statusBar().showMessage(f"Calibrating {device}…")
-        self.worker.clear_stop()
-        self.startCalibration.emit(device)
-
     def _set_running(self, running: bool) -> None:
-        self.running = running
         self.controls.set_running(running)
         self.run_action.setEnabled(not running)
         self.open_run_action.setEnabled(not running)
@@ -405,15 +381,9 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
             self.repaint_timer.setInterval(REPAINT_MS)
             self.repaint_views()
 
-    def _on_event(self, event) -> None:
-        if isinstance(event, RepeatStarted):
-            self._start_repeat(event)
-            return
-        self.store.add_event(event)
+    def _show_event(self, event) -> None:
         if isinstance(event, Progress):
             self.status.show_progress(event)
-            if event.message.startswith("note:"):   # the bar moves on at once: keep it for the status line
-                self.run_notes.append(event.message)
         elif isinstance(event, EngineStatus):
             self.status.show_engine(event)
         elif isinstance(event, ModelLoaded):
@@ -422,75 +392,29 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
             self.throughput.set_inputs(shape=event.shape, run_dtype=run_dtype)
             self._show_choices(event.name, f"{event.device} ({event.device_name})", event.dtype)
 
-    def _start_repeat(self, event: RepeatStarted) -> None:
-        """Each repeat's times start at 0: the views show one repeat at a time, the last one kept at the end."""
-        if event.index > 1:
-            kept = {name: getattr(self.store, name) for name in REPEAT_KEEPS}
-            self.store.reset()
-            for name, value in kept.items():
-                setattr(self.store, name, value)
-            mode = RunKind.recorded(self.store.config.get("mode"))
-            if mode in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT):
-                self.store.sweep_points = []   # a sweep's points are measured again
-            elif mode == RunKind.SWEEP_PRECISION:
-                self.store.precision_points, self.store.precision_summary = [], None
-            self.table.refresh()
-            self.select_request(None)
-            self.timeline.set_follow(True)
-        self.statusBar().showMessage(f"Running {self.store.config.get('model', {}).get('name', '')}: "
-                                     f"repeat {event.index} of {event.count}…")
-
-    def _on_records(self, batch) -> None:
-        self.store.add_batch(batch)
-
-    def _on_recorded(self, folder: str) -> None:
-        """The worker's folder with the run's complete record (Export CSV copies from it)."""
-        self.store.source = Path(folder) if folder else None
+    def _show_repeat(self, event) -> None:
+        """A repeat past the first: the store starts over, and so do the table and the strip."""
+        self.table.refresh()
+        self.select_request(None)
+        self.timeline.set_follow(True)
 
     def _on_finished(self, result) -> None:
-        self.store.add_event(result)
-        self._set_running(False)
         if result.data is not None:
             self._show_run_info(result.data.info)
-        s = result.summary
-        if result.error:
-            self.show_error(f"the run failed part way: {result.error} (the records so far are kept)")
-        elif s.kind == "precision":
-            count = s.num_points or 0
-            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: precision sweep, {count} "
-                                         f"precision{'s' if count != 1 else ''} measured"
-                                         + "".join(f"; {note}" for note in [s.note, *self.run_notes] if note))
-        elif s.kind in ("rate", "concurrency", "pd-ratio"):
-            count = s.num_points or 0
-            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: {s.kind} sweep, "
-                                         f"{count} point{'s' if count != 1 else ''}")
-        elif result.stopped:
-            self.statusBar().showMessage(f"Stopped: {s.num_finished or 0} of {s.num_requests or 0} "
-                                         "requests finished; the records so far are kept")
-        else:
-            self.statusBar().showMessage(f"Finished: {s.num_finished or 0} requests, "
-                                         f"{s.output_tokens_per_s or 0:,.1f} output tokens/s"
-                                         + "".join(f"; {note}" for note in self.run_notes)
-                                         # a remote run's own doubts: client-limited, estimated counts, early stops
-                                         + "".join(f"; {w}" for w in (result.data.info.warnings
-                                                                      if result.data is not None else [])))
-        if result.repeats is not None and not result.error:
-            self.statusBar().showMessage(f"{'Stopped' if result.stopped else 'Finished'}: "
-                                         + repeats_text(result.repeats))
         self.runFinished.emit(result)
-        self._series_run_ended(result)
 
-    def _on_failed(self, message: str) -> None:
-        self._set_running(False)
-        self.show_error(message)
-        self.runFailed.emit(message)
-        self._series_run_ended(None)
+    def _show_opened(self, run, mode: str, sweep_kind: str | None) -> None:
+        """A run folder opened into the store (File > Open run, Recent runs)."""
+        self.select_request(None)
+        self._show_run_kind(mode, sweep_kind)
+        self._show_run_info(run.info)
+        self.timeline.set_follow(True)
+        self.repaint_views()
 
     def _on_calibrated(self, profile, path: str) -> None:
-        self._set_running(False)
         self.controls.reload_profiles()
         self.controls.select_profile(LOCAL_KEY)
-        self.statusBar().showMessage(f"Calibrated {profile.name}: profile written to {path}")
+        self.show_message(f"Calibrated {profile.name}: profile written to {path}")
 
     # ---- views -------------------------------------------------------------------------------
 
@@ -505,7 +429,7 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.server_view.setVisible(self.server_view.has_data())
         for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
                      self.load_sweep, self.text) + \
-                self.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
+                self.reference_runs.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()
 
@@ -585,6 +509,9 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
         self.status.show_choices(model, device, dtype, self.controls.profile_combo.currentText())
         self.setWindowTitle(TITLE + (" — SIMULATED: step times from a cost model, not measured" if simulated else ""))
 
+    def show_message(self, message: str) -> None:
+        self.statusBar().showMessage(message)
+
     def show_error(self, message: str) -> None:
         """A message box that does not block (tests and runs go on), and the same line in the status bar."""
         self.last_error = message
@@ -613,9 +540,30 @@ class MainWindow(CompareActions, CompareCacheActions, ReferenceActions, FileActi
     def _is_precision_sweep(self) -> bool:
         return RunKind.recorded(self.store.config.get("mode")) is RunKind.SWEEP_PRECISION
 
+    def dragEnterEvent(self, event: QtGui.QDragEnterEvent) -> None:
+        self.reference_runs.drag_enter(event)
+
+    def dropEvent(self, event: QtGui.QDropEvent) -> None:
+        self.reference_runs.drop(event)
+
+    def shut_down(self) -> None:
+        """The one way out, whatever asked for it (File > Quit, the close button, QApplication.quit(),
+        a signal): a run stopped at its next step with its records kept (gui/shutdown.py), the worker
+        thread joined, the engine process ended, the settings saved. Once; again does nothing."""
+        if self.is_shut_down:
+            return
+        self.is_shut_down = True
+        self.repaint_timer.stop()
+        self.cpu_timer.stop()
+        self.tools.stop()      # no engine process started for a window that is going
+        self.compare.abandon()   # a Compare policies series starts nothing more
+        if self.remember:
+            save_window(self)
+        kept = stop_worker(self.worker_thread, self.runs.running)
+        if kept is not None:
+            self.recent.remember_run(str(kept))
+
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
-        """Stop a run at its next step (its records kept), join the worker thread, end the engine
-        process and save the settings before the window goes (gui/shutdown.py)."""
         self.shut_down()
         super().closeEvent(event)
 

@@ -182,9 +182,9 @@ def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10
             set_chat_load(form, policy, requests)
             run_and_wait(app, window)
             folder = os.path.join(saved, policy)
-            if not window.export_csv(folder) or window.add_reference(folder) is None:
+            if not window.files.export_csv(folder) or window.reference_runs.add(folder) is None:
                 raise SystemExit(f"error: {window.last_error}")
-        window.align_reference(window.references.items[0].key)   # static's steps under the current run's
+        window.reference_runs.align(window.references.items[0].key)   # static's steps under the current run's
         window.roofline_tabs.setCurrentWidget(window.distributions)
         return save(app, window, path)
 

@@ -117,32 +117,22 @@ def quit_on_signals(app, window) -> SignalWaker:
     return waker
 
 
-class ShutdownActions:
-    """Mixed into MainWindow: its one way out, whatever asked for it (File > Quit, the window's close
-    button, QApplication.quit(), a signal). Uses its timers, series, worker thread, settings and
-    recent runs."""
+def stop_worker(worker_thread, running: bool) -> Path | None:
+    """The worker's part of the window's way out (MainWindow.shut_down): stop a run at its next step,
+    join the thread, end the engine process; the recording of a run that was `running` is kept in the
+    runs folder. The folder it was kept in, or None."""
+    kept: list[Path] = []
+    keep = (lambda folder: kept.append(_keep_stopped_run(folder))) if running else None
+    worker_thread.stop_and_join(keep)
+    if not kept:
+        return None
+    say(f"the run under way was stopped; its records are kept in {kept[0]}")
+    return kept[0]
 
-    def shut_down(self) -> None:
-        if getattr(self, "is_shut_down", False):
-            return
-        self.is_shut_down = True
-        self.repaint_timer.stop()
-        self.cpu_timer.stop()
-        self.warm_timer.stop()   # no engine process started for a window that is going
-        self.series = None   # a Compare policies series starts nothing more
-        if self.remember:
-            from gui.settings import save_window
-            save_window(self)
-        kept: list[Path] = []
-        keep = (lambda folder: kept.append(self._keep_stopped_run(folder))) if self.running else None
-        self.worker_thread.stop_and_join(keep)
-        if kept:
-            self.remember_run(str(kept[0]))
-            say(f"the run under way was stopped; its records are kept in {kept[0]}")
 
-    def _keep_stopped_run(self, folder: Path) -> Path:
-        try:
-            return keep_run(folder)
-        except OSError as exc:   # the folder stays where the worker wrote it, and is not removed
-            say(f"could not move the stopped run's records into {kept_runs_dir()}: {exc}")
-            return folder
+def _keep_stopped_run(folder: Path) -> Path:
+    try:
+        return keep_run(folder)
+    except OSError as exc:   # the folder stays where the worker wrote it, and is not removed
+        say(f"could not move the stopped run's records into {kept_runs_dir()}: {exc}")
+        return folder

@@ -35,8 +35,8 @@ def main(argv: list[str]) -> int:
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     window = MainWindow()
     window.show()
-    window.open_tour()
-    tour = window.tour
+    window.tools.open_tour()
+    tour = window.tools.tour
     wanted = [int(s) - 1 for s in steps_arg.split(",")] if steps_arg else list(range(len(tour.steps)))
     csv_folder = Path(tempfile.mkdtemp(prefix="phasescope-tour-csv-"))
     failures: list[str] = []

@@ -8,12 +8,7 @@ this machine with the bundled model, so the three can be read side by side.
 """
 from __future__ import annotations
 
-import math
-
-from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind
-
-PROMPT_LEN, OUTPUT_LEN = 2000, 300
-SEED_ROW = ("seed's worked example (8B, datacenter GPU, by hand)", 200.0, 20.0, 6200.0, 0.97)
+from backend.results.example import OUTPUT_LEN, PROMPT_LEN, SEED_ROW, example_config, format_rows, row_of
 
 
 def add_example_parser(sub) -> None:
@@ -23,33 +18,6 @@ def add_example_parser(sub) -> None:
     p.add_argument("--no-measure", action="store_true", help="skip the measured run of the bundled model")
     from backend.cli.flags import threads_flag
     threads_flag(p)
-
-
-def example_config(model: str, simulate: bool, profile: str | None, threads: int | None) -> RunConfig:
-    return RunConfig(mode=RunKind.BATCH, model=ModelChoice(model), batch=BatchRun(prompt_len=PROMPT_LEN,
-                                                                                 output_len=OUTPUT_LEN),
-                     engine=EngineConfig(policy="static", max_batch=1), profile=profile, simulate=simulate,
-                     threads=threads)
-
-
-def row_of(label: str, finished) -> tuple:
-    from backend.cli.report import breakdown_of
-    from backend.records import RequestStatus
-    done = [r for r in finished.data.requests if r.status is RequestStatus.FINISHED]
-    breakdown = breakdown_of(done)
-    if breakdown is None:
-        return (label, math.nan, math.nan, math.nan, math.nan)
-    ttft, decode_ms, total, _, _, tpot = breakdown
-    return (label, ttft, tpot, total, decode_ms / total)
-
-
-def format_rows(rows: list[tuple]) -> list[tuple]:
-    table = [("", "TTFT", "TPOT", "total", "decode share", "decoded / prefilled token")]
-    for label, ttft, tpot, total, share in rows:
-        ratio = tpot / (ttft / PROMPT_LEN) if ttft and ttft == ttft else math.nan
-        table.append((label, f"{ttft:,.0f} ms", f"{tpot:,.1f} ms", f"{total:,.0f} ms", f"{share * 100:.0f}%",
-                      f"{ratio:,.0f}x"))
-    return table
 
 
 def run_example(args) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend.fitting import FitReport
+from backend.results.text import error_rows, terms_text
 
 
 def run_fit(args) -> int:
@@ -24,25 +25,6 @@ def run_fit(args) -> int:
     report = fitting.fit_and_write(list(args.fit), list(args.check), target, args.device, args.quick, say)
     print_report(report, default_target=target == local_profile_path())
     return 0
-
-
-def error_rows(report: FitReport) -> list[tuple[str, list[tuple]]]:
-    """Each held-out set's name and its table (a header row, then a row per phase and batch size)."""
-    tables = []
-    for name, fitted, placeholder in report.held_out:
-        rows = [("phase", "batch", "steps", "MAPE", "worst", "bias", "placeholder MAPE")]
-        for row, base in zip(fitted.rows, placeholder.rows):
-            rows.append((row.phase, row.batch, row.num_steps, f"{row.mape:.1f}%", f"{row.worst:.1f}%",
-                         f"{row.bias:+.1f}%", f"{base.mape:.1f}%"))
-        tables.append((name, rows))
-    return tables
-
-
-def terms_text(report: FitReport) -> str:
-    model = report.model
-    return (f"matmuls at {model.mfu:.3f} of the peak, attention at {model.afu:.3f}, memory at {model.mbu:.3f} "
-            f"of the bandwidth; {model.step_ms:.3f} ms per step, {model.token_ms:.4f} ms per token, "
-            f"{model.request_ms:.3f} ms per request")
 
 
 def print_report(report: FitReport, default_target: bool) -> None:

@@ -7,14 +7,11 @@ saying the picture was skipped.
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-from backend.errors import InputError
-
-DEFAULT_GPUS = "h100-sxm,h200-sxm,a100-80gb-sxm,b200"
+from backend.planner.inputs import DEFAULT_GPUS, problem_and_space
+from backend.planner.report import render_png
 
 
 def add_plan_parser(sub) -> None:
@@ -51,52 +48,6 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--out", help="write plan.csv, pareto.csv and plan.png here")
 
 
-def _names(text: str, flag: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not names:
-        raise InputError(f"{flag}: give at least one name")
-    return names
-
-
-def _ints(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in _names(text, flag))
-    except ValueError:
-        raise InputError(f"{flag}: expected whole numbers separated by commas, got {text!r}") from None
-    if any(v < 1 for v in values):
-        raise InputError(f"{flag}: every value must be at least 1, got {text!r}")
-    return values
-
-
-def problem_and_space(args):
-    from backend.planner.candidates import POLICIES, PRECISION_ORDER, SearchSpace
-    from backend.planner.evaluate import Problem
-    from backend.workload.spec import LengthDist
-    for flag, value in (("--slo-ttft-ms", args.slo_ttft_ms), ("--slo-tpot-ms", args.slo_tpot_ms)):
-        if not value > 0:
-            raise InputError(f"{flag} must be a positive number of milliseconds, got {value:g}")
-    if args.trace is None and args.rate is None:
-        raise InputError("give --rate R (Poisson arrivals per second) or --trace FILE")
-    if args.rate is not None and not args.rate > 0:
-        raise InputError(f"--rate must be a positive number of requests per second, got {args.rate:g}")
-    precisions = _names(args.precisions, "--precisions")
-    policies = _names(args.policies, "--policies")
-    kv_dtypes = _names(args.kv_dtypes, "--kv-dtypes")
-    for flag, names, known in (("--precisions", precisions, PRECISION_ORDER), ("--policies", policies, POLICIES),
-                               ("--kv-dtypes", kv_dtypes, ("auto", "fp8"))):
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise InputError(f"{flag}: unknown {unknown[0]!r} (known: {', '.join(known)})")
-    problem = Problem(model=args.model, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
-                      rate=args.rate if args.rate is not None else 1.0, num_requests=args.requests,
-                      prompt_len=LengthDist.parse(args.prompt_len, "--prompt-len"),
-                      output_len=LengthDist.parse(args.output_len, "--output-len"),
-                      trace=args.trace, attainment=args.attainment, seed=args.seed)
-    space = SearchSpace(gpus=_names(args.gpus, "--gpus"), max_gpus=args.max_gpus, precisions=precisions,
-                        policies=policies, max_batches=_ints(args.max_batches, "--max-batches"), kv_dtypes=kv_dtypes)
-    return problem, space
-
-
 def run_plan(args) -> int:
     from backend.planner import report
     from backend.planner.search import search
@@ -123,18 +74,3 @@ def run_plan(args) -> int:
         if line is not None:
             print(line)
     return 0
-
-
-def render_png(csv_path: Path, png: Path, title: str = "") -> str | None:
-    """Draw plan.png from plan.csv in a child process; None when written, else the one line why not."""
-    root = str(Path(__file__).resolve().parents[2])   # the checkout (or site-packages) that holds gui/
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    try:
-        done = subprocess.run([sys.executable, "-m", "gui.plan_plot", str(csv_path), str(png), title],
-                              capture_output=True, text=True, timeout=120, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"plot    skipped: {exc}"
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        return f"plot    skipped: {lines[-1] if lines else f'the plotter exited with {done.returncode}'}"
-    return None

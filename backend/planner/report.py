@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from backend.planner.search import PlanResult
@@ -89,3 +92,18 @@ def text(result: PlanResult, top: int = 5) -> str:
         lines.append("none of the simulated candidates meets the SLOs: relax them, lower --rate or allow more GPUs")
     lines += table([result.outcomes[i] for i in result.front], "Pareto front ($/1M tokens against goodput):")
     return "\n".join(lines)
+
+
+def render_png(csv_path: Path, png: Path, title: str = "") -> str | None:
+    """Draw plan.png from plan.csv in a child process; None when written, else the one line why not."""
+    root = str(Path(__file__).resolve().parents[2])   # the checkout (or site-packages) that holds gui/
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "gui.plan_plot", str(csv_path), str(png), title],
+                              capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"plot    skipped: {exc}"
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return f"plot    skipped: {lines[-1] if lines else f'the plotter exited with {done.returncode}'}"
+    return None

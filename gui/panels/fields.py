@@ -8,6 +8,8 @@ from PySide6 import QtCore, QtWidgets
 from backend.errors import InputError
 from backend.workload.spec import LengthDist
 
+from gui.settings import remember_folder, start_folder
+
 MAX_TOKENS = 1 << 20
 MAX_BATCH = 1 << 16
 
@@ -138,7 +140,6 @@ def open_file(parent: QtWidgets.QWidget, title: str, file_filter: str, use: Call
               rejected: QtCore.SignalInstance) -> None:
     """Ask for a file and hand its path to `use`; a file it refuses (InputError) goes to `rejected` as one line.
     The dialog opens where the last one was used (remembered between sessions)."""
-    from gui.settings import remember_folder, start_folder   # (gui.settings imports this module)
     path, _ = QtWidgets.QFileDialog.getOpenFileName(parent, title, start_folder("files"), file_filter)
     if path:
         remember_folder("files", path)

@@ -15,7 +15,7 @@ from backend.precision import from_info
 from backend.roofline.profiles import local_profile_path, run_profile
 from backend.records import Phase, RequestStatus, RunData
 from backend.run_info import RunInfo
-from backend.cli.report import roofline_lines
+from backend.results.text import roofline_lines
 from backend.roofline.roofs import math_from_info
 
 from gui.state.run_store import STATUS_CODE, RunStore
@@ -50,7 +50,7 @@ class LiveMetrics:
     example_decode_ms: float | None = None     # mean time after the first token
     example_total_ms: float | None = None      # example_ttft_ms + example_decode_ms: the mean latency so far
     decode_share: float | None = None          # decode part of the total
-    # each phase under the roof of the run's own device: (label, text) from backend.cli.report.roofline_lines
+    # each phase under the roof of the run's own device: (label, text) from backend.results.text.roofline_lines
     roofline: list[tuple[str, str]] = field(default_factory=list)
     prefill_ms_per_token: float | None = None  # prefill steps' time per prompt token
     decode_ms_per_token: float | None = None   # decode steps' time per generated token

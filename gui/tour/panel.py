@@ -1,6 +1,6 @@
 """Learn › The tour: the seed's claims, one experiment at a time, each a real run of the window.
 
-A step's runs go through the main window's own machinery (its `_launch`: the engine process,
+A step's runs go through the main window's own machinery (its runs controller: the engine process,
 the live views, the status bar), one after another; when the last ends, its finding is
 computed from the records the window holds and drawn here with what to look at. Stop in the
 window ends the step (the runs so far are not measured). A step can be run again, or
@@ -176,7 +176,7 @@ class TourPanel(QtWidgets.QWidget):
         total = done + 1 + len(self.queue)
         self._show_state(f"Running {done + 1} of {total}: {name}… (the window's views show it live; Stop ends it)")
         self._current = name
-        self.window_._launch(config, f"tour step {self.running_step + 1}: {name}")
+        self.window_.runs.launch(config, f"tour step {self.running_step + 1}: {name}")
 
     def _on_run_finished(self, result) -> None:
         if self.running_step is None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from backend.cli.example import OUTPUT_LEN as EXAMPLE_OUTPUT, PROMPT_LEN as EXAMPLE_PROMPT, SEED_ROW
+from backend.results.example import OUTPUT_LEN as EXAMPLE_OUTPUT, PROMPT_LEN as EXAMPLE_PROMPT, SEED_ROW
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind, SamplingConfig, SweepKind, SweepSpec
 from backend.workload.spec import LengthDist, WorkloadSpec
 

@@ -5,7 +5,7 @@ from html import escape
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from backend.cli.report import breakdown_text
+from backend.results.text import breakdown_text
 
 from gui.state.live_metrics import LiveMetrics, compute
 from gui.state.references import COMPARED, compared_figures, delta_percent

@@ -65,7 +65,7 @@ class PlanView(QtWidgets.QWidget):
         self._end()
 
     def _build(self) -> None:
-        from backend.cli.plan import DEFAULT_GPUS
+        from backend.planner.inputs import DEFAULT_GPUS
         from backend.planner.candidates import POLICIES, PRECISION_ORDER
         form = QtWidgets.QFormLayout()
         self.model_edit = QtWidgets.QLineEdit("llama-3.1-70b")
@@ -162,7 +162,7 @@ class PlanView(QtWidgets.QWidget):
     def problem_and_space(self):
         """The form as `plan`'s flags, checked by the CLI's own code (the same one-line refusals)."""
         from argparse import Namespace
-        from backend.cli.plan import problem_and_space
+        from backend.planner.inputs import problem_and_space
         trace = self.trace_edit.text().strip() or None
         args = Namespace(model=self.model_edit.text().strip(), slo_ttft_ms=self.ttft_spin.value(),
                          slo_tpot_ms=self.tpot_spin.value(), attainment=self.attainment_spin.value() / 100,
@@ -187,7 +187,7 @@ class PlanView(QtWidgets.QWidget):
 
     def export(self, folder: str) -> list:
         """Write the shown result as `plan --out FOLDER` does; the paths written (the status line says which)."""
-        from backend.cli.plan import render_png
+        from backend.planner.report import render_png
         from backend.planner import report
         try:
             paths = list(report.write_csvs(self.result, folder))

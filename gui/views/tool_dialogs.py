@@ -32,7 +32,7 @@ class FitDialog(QtWidgets.QDialog):
     """A fit's report: where it was written, its terms, and per held-out run the error table."""
 
     def __init__(self, report, parent=None):
-        from backend.cli.fit import error_rows, terms_text
+        from backend.results.text import error_rows, terms_text
         super().__init__(parent)
         self.setObjectName("fitDialog")
         self.setWindowTitle("Cost model fitted to this machine")
@@ -61,7 +61,7 @@ class ExampleDialog(QtWidgets.QDialog):
     model here, each through the window's own run so the views show it; the table fills as each ends."""
 
     def __init__(self, window, parent=None):
-        from backend.cli.example import OUTPUT_LEN, PROMPT_LEN, SEED_ROW
+        from backend.results.example import OUTPUT_LEN, PROMPT_LEN, SEED_ROW
         from backend.roofline.profiles import list_profiles
         super().__init__(parent or window)
         self.setObjectName("exampleDialog")
@@ -103,11 +103,11 @@ class ExampleDialog(QtWidgets.QDialog):
         self.resize(760, 300)
 
     def _show(self) -> None:
-        from backend.cli.example import format_rows
+        from backend.results.example import format_rows
         fill_table(self.table, format_rows(self.rows))
 
     def start(self) -> None:
-        from backend.cli.example import SEED_ROW, example_config
+        from backend.results.example import SEED_ROW, example_config
         if self.window_.running:
             self.status.setText("a run is under way: Run again once it ends")
             return
@@ -129,10 +129,10 @@ class ExampleDialog(QtWidgets.QDialog):
         label, config = self.pending[0]
         self.run_button.setEnabled(False)
         self.status.setText(f"running: {label.format(device='this machine')}…")
-        self.window_.launch_config(config, "the worked example")
+        self.window_.runs.launch(config, "the worked example")
 
     def _run_ended(self, finished) -> None:
-        from backend.cli.example import row_of
+        from backend.results.example import row_of
         if not self.pending:
             return   # a run of the window's own, not the example's
         label, _ = self.pending.pop(0)

@@ -1,7 +1,7 @@
 """Shared pieces of the GUI tests: offscreen Qt, a leak check for worker threads, hand-made records.
 
 Import this module before anything imports Qt (it sets the offscreen platform), and import
-the fixtures by name into each test module: `from gui_fixtures import no_thread_left`.
+the helpers by name (tests/gui/conftest.py applies the fixtures to every GUI test).
 """
 import os
 

@@ -1,6 +1,6 @@
 """The window's runs go to the engine's own process: same records as headless, crashes survived,
 Stop certain, nothing left behind when the window closes."""
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny
 
 import csv
 import os
@@ -74,7 +74,7 @@ def test_a_killed_engine_leaves_the_window_up_with_its_records(qtbot, window, tm
     kept = window.store.num_steps
     assert kept >= 20 and not window.running
     qtbot.waitUntil(lambda: window.store.source is not None, timeout=10_000)
-    assert window.export_csv(str(tmp_path / "export"))
+    assert window.files.export_csv(str(tmp_path / "export"))
     with open(tmp_path / "export" / "steps.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == kept
 

@@ -4,7 +4,7 @@ PySide6 6.12.0 on Python 3.11 crashes (`none_dealloc`) within seconds of a pyqtg
 being updated from a timer; this test is what makes a bad binding version fail CI instead
 of a user's session.
 """
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, step  # noqa: F401
+from tests.fakes.gui_fixtures import step
 
 import time
 
@@ -26,7 +26,7 @@ def test_live_plots_repaint_from_a_timer_for_seconds(qtbot):
     window.show()
     window.timeline.set_running(True)
     window.lanes.set_running(True)
-    window._on_event(RequestsArrived(list(range(REQUESTS)), [0.0] * REQUESTS, [64] * REQUESTS))
+    window.runs.take_event(RequestsArrived(list(range(REQUESTS)), [0.0] * REQUESTS, [64] * REQUESTS))
     state = {"ticks": 0, "step": 0, "repaints": 0}
 
     def feed():
@@ -41,7 +41,7 @@ def test_live_plots_repaint_from_a_timer_for_seconds(qtbot):
             batch.tokens.append(TokenRecord(rid, i // REQUESTS, t + 0.2))
             batch.text[rid] = "x"
             state["step"] += 1
-        window._on_records(batch)
+        window.runs.take_records(batch)
         state["ticks"] += 1
 
     window.repaint_timer.timeout.connect(lambda: state.__setitem__("repaints", state["repaints"] + 1))

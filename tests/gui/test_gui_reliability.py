@@ -3,7 +3,7 @@
 The real worker thread and the real engine on the `tiny` model; files made in tmp_path.
 docs/reliability.md lists every case and the test that covers it.
 """
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, inprocess_window, no_thread_left, use_tiny, window  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny
 
 import json
 import os
@@ -233,18 +233,18 @@ def test_text_the_tokenizer_cannot_round_trip_is_noted_in_the_status_bar(qtbot, 
 def test_export_creates_a_missing_folder_and_refuses_an_unwritable_one(qtbot, window, tmp_path):
     use_tiny(window)
     run_to_end(qtbot, window)
-    assert window.export_csv(str(tmp_path / "a" / "b"))
+    assert window.files.export_csv(str(tmp_path / "a" / "b"))
     assert len(read_run(tmp_path / "a" / "b").steps) == 6
     blocker = tmp_path / "a-file"
     blocker.write_text("keep me")
-    assert not window.export_csv(str(blocker / "run"))
+    assert not window.files.export_csv(str(blocker / "run"))
     assert window.last_error.startswith("export failed: cannot write to output folder")
     assert blocker.read_text() == "keep me"
     if os.geteuid() != 0:   # as root chmod does not stop writes; the path under a file stands for it
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
         try:
-            assert not window.export_csv(str(locked))
+            assert not window.files.export_csv(str(locked))
         finally:
             locked.chmod(0o700)
         assert list(locked.iterdir()) == []
@@ -257,15 +257,15 @@ def test_a_full_disk_during_export_says_so_and_leaves_the_saved_files(qtbot, win
     write_run(out, read_run_of(window, tmp_path / "first"))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     fill_disk(monkeypatch)
-    assert not window.export_csv(str(out))
+    assert not window.files.export_csv(str(out))
     monkeypatch.undo()
     assert "export failed" in window.last_error and "No space left on device" in window.last_error
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before   # no temporary, nothing replaced
-    assert window.export_csv(str(tmp_path / "later"))                   # the app carries on
+    assert window.files.export_csv(str(tmp_path / "later"))                   # the app carries on
 
 
 def read_run_of(window: MainWindow, folder: Path):
-    assert window.export_csv(str(folder))
+    assert window.files.export_csv(str(folder))
     return read_run(folder)
 
 
@@ -288,11 +288,11 @@ def test_opening_a_bad_run_folder_names_what_is_wrong_and_a_good_one_still_opens
     expected = {"old-version": "another version", "no-tokens": "missing tokens.csv",
                 "no-column": "missing column(s) run_id", "bad-json": "not valid JSON"}
     for name, words in expected.items():
-        assert not window.open_run(str(cases[name]))
+        assert not window.files.open_run(str(cases[name]))
         assert words in window.last_error, (name, window.last_error)
-    assert not window.open_run(str(tmp_path / "nowhere"))
+    assert not window.files.open_run(str(tmp_path / "nowhere"))
     assert "is not a folder" in window.last_error
-    assert window.open_run(str(good))
+    assert window.files.open_run(str(good))
     window.repaint_views()
     assert window.table.model().rowCount() == 1
 
@@ -324,7 +324,7 @@ def test_out_of_memory_mid_run_shows_it_and_the_partial_run_is_visible_and_expor
     assert result.error.startswith("out of memory: CUDA out of memory")
     assert "out of memory" in window.last_error and "records so far are kept" in window.last_error
     assert window.store.num_steps == 3 and window.table.model().rowCount() == 2
-    assert window.export_csv(str(tmp_path / "partial"))
+    assert window.files.export_csv(str(tmp_path / "partial"))
     run = read_run(tmp_path / "partial")
     assert len(run.steps) == 3
     assert all(r.finish_reason.startswith("run failed: out of memory") for r in run.requests)
@@ -338,7 +338,7 @@ def test_an_exception_mid_run_shows_it_keeps_the_partial_run_and_the_next_run_st
     result = run_to_end(qtbot, window)
     assert result.error == "RuntimeError: device lost" and "device lost" in window.last_error
     assert window.store.num_steps == 2 and window.table.model().rowCount() == 2
-    assert window.export_csv(str(tmp_path / "partial"))
+    assert window.files.export_csv(str(tmp_path / "partial"))
     assert len(read_run(tmp_path / "partial").steps) == 2
     window.error_box.close()
     second = run_to_end(qtbot, window)
@@ -387,14 +387,17 @@ def test_closing_the_window_mid_run_leaves_no_thread_or_process(qtbot):
 
 def test_every_gui_test_module_applies_the_thread_leak_fixture():
     """Each module that drives Qt in the test process (imports PySide6, pyqtgraph or the window's
-    modules, or takes qtbot) imports the autouse no_thread_left fixture; a module that only names
-    them in a subprocess's script does not need it (gui/state/buffers.py's tests need no Qt)."""
+    modules, or takes qtbot) lives under tests/gui/, whose conftest.py applies the autouse
+    no_thread_left fixture to every test; a module that only names them in a subprocess's script
+    does not need it."""
     import ast
     tests = Path(__file__).parents[1]
+    conftest = ast.parse((tests / "gui" / "conftest.py").read_text())
+    applied = {alias.name for node in ast.walk(conftest) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert {"no_thread_left", "config_dir"} <= applied
     drivers = 0
     for path in sorted(tests.rglob("test_*.py")):
-        text = path.read_text()
-        tree = ast.parse(text)
+        tree = ast.parse(path.read_text())
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         qt = any(name.split(".")[0] in ("PySide6", "pyqtgraph") or name in ("gui.main_window", "gui.worker")
@@ -402,5 +405,5 @@ def test_every_gui_test_module_applies_the_thread_leak_fixture():
         takes_qtbot = any(isinstance(node, ast.arg) and node.arg == "qtbot" for node in ast.walk(tree))
         if qt or takes_qtbot:
             drivers += 1
-            assert "from tests.fakes.gui_fixtures import" in text and "no_thread_left" in text, path.name
+            assert path.is_relative_to(tests / "gui"), path
     assert drivers >= 5   # the check still sees the GUI test modules

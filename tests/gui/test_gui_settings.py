@@ -1,5 +1,4 @@
 """The window remembers its settings between sessions (gui/settings.py), in this test's own folder."""
-from tests.fakes.gui_fixtures import config_dir, no_thread_left  # noqa: F401
 
 from pathlib import Path
 

@@ -1,7 +1,7 @@
 """The main window driving the real worker thread and the real engine on the `tiny` model."""
 import json
 from tests.fakes.model_homes import homes  # noqa: F401
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, no_thread_left, use_tiny, window, step, run_to_end  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, use_tiny, step, run_to_end
 from tests.fakes.llama_server import FakeServer, free_port
 
 import pytest
@@ -58,14 +58,14 @@ def test_stop_mid_run_ends_it_within_a_second_and_keeps_the_records(qtbot, windo
     record = window.store.records[0]
     assert record.finish_reason == "stopped by user" and record.output_tokens < 2000
     assert window.table.model().rowCount() == 1
-    assert window.export_csv(str(tmp_path / "partial"))
+    assert window.files.export_csv(str(tmp_path / "partial"))
     assert len(read_run(tmp_path / "partial").steps) == len(window.store.steps)
 
 
 def test_export_csv_writes_what_the_cli_reader_accepts(qtbot, window, tmp_path):
     use_tiny(window)
     run_to_end(qtbot, window)
-    assert window.export_csv(str(tmp_path / "out"))
+    assert window.files.export_csv(str(tmp_path / "out"))
     run = read_run(tmp_path / "out")
     assert len(run.steps) == 6 and len(run.requests) == 2 and len(run.tokens) == 12
     assert run.info.model == "tiny"
@@ -73,7 +73,7 @@ def test_export_csv_writes_what_the_cli_reader_accepts(qtbot, window, tmp_path):
 
 
 def test_export_with_nothing_to_export_says_so(window, tmp_path):
-    assert not window.export_csv(str(tmp_path / "empty"))
+    assert not window.files.export_csv(str(tmp_path / "empty"))
     assert "nothing to export" in window.last_error
     assert not (tmp_path / "empty").exists()
 
@@ -83,7 +83,7 @@ def test_open_run_shows_a_folder_written_by_the_cli(qtbot, window, tmp_path):
                                                                                       batch=3),
                        out_dir=str(tmp_path / "cli"))
     execute(config, lambda event: None, lambda: False)
-    assert window.open_run(str(tmp_path / "cli"))
+    assert window.files.open_run(str(tmp_path / "cli"))
     window.repaint_views()
     assert window.table.model().rowCount() == 3
     assert len(window.timeline.bars[Phase.DECODE].shown[0]) == 4
@@ -94,7 +94,7 @@ def test_open_run_shows_a_folder_written_by_the_cli(qtbot, window, tmp_path):
 
 def test_open_run_of_an_incomplete_folder_names_what_is_missing(window, tmp_path):
     (tmp_path / "half").mkdir()
-    assert not window.open_run(str(tmp_path / "half"))
+    assert not window.files.open_run(str(tmp_path / "half"))
     assert "missing" in window.last_error and "steps.csv" in window.last_error
 
 
@@ -156,7 +156,7 @@ def test_save_plot_writes_a_png(qtbot, window, tmp_path):
     run_to_end(qtbot, window)
     for plot in (window.timeline, window.lanes, window.throughput):
         path = tmp_path / f"{plot.objectName()}.png"
-        assert window.save_plot(str(path), plot)
+        assert window.files.save_plot(str(path), plot)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -263,7 +263,7 @@ def test_calibration_from_the_window_adds_and_selects_this_machine(qtbot):
     w = MainWindow(worker=RunWorker(measure=measure))
     qtbot.addWidget(w)
     w.show()
-    w.start_calibration("cpu")
+    w.runs.calibrate("cpu")
     assert w.running and not w.controls.run_button.isEnabled()
     qtbot.waitUntil(lambda: not w.running, timeout=10_000)
     assert w.controls.profile_combo.currentData() == LOCAL_KEY
@@ -306,17 +306,17 @@ def test_stop_and_run_shortcuts_drive_the_window(qtbot, window):
 
 
 def test_saving_a_plot_into_a_missing_folder_says_so(window, tmp_path):
-    assert not window.save_plot(str(tmp_path / "missing" / "plot.png"))
+    assert not window.files.save_plot(str(tmp_path / "missing" / "plot.png"))
     assert "could not save" in window.last_error
 
 
 def test_progress_shows_long_work_in_the_status_bar(window):
     bar = window.status.progress
-    window._on_event(Progress("loading smollm2-135m", None))
+    window.runs.take_event(Progress("loading smollm2-135m", None))
     assert not bar.isHidden() and (bar.minimum(), bar.maximum()) == (0, 0)   # busy
-    window._on_event(Progress("sweep batch: 8", 0.5))
+    window.runs.take_event(Progress("sweep batch: 8", 0.5))
     assert bar.value() == 500 and "sweep batch: 8" in bar.format()
-    window._on_event(Progress("running", None))
+    window.runs.take_event(Progress("running", None))
     assert bar.isHidden()
 
 
@@ -354,7 +354,7 @@ def test_a_remote_run_fills_lanes_and_table_and_the_strip_says_why_it_is_empty(q
     assert window.text.toPlainText() == "Hello from the fake server"
     assert window.status.labels["device"].text().startswith("device: remote (http://127.0.0.1:")
     # the same files as a local run, and the key in none of them
-    assert window.export_csv(str(tmp_path / "remote"))
+    assert window.files.export_csv(str(tmp_path / "remote"))
     assert len(read_run(tmp_path / "remote").requests) == 5
     for path in (tmp_path / "remote").iterdir():
         assert "sk-secret-123" not in path.read_text(encoding="utf-8"), path.name
@@ -405,7 +405,7 @@ def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(q
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
         w.start_run()
     assert w.store.num_steps == n and len(w.store.steps) < n
-    assert w.export_csv(str(tmp_path / "long"))
+    assert w.files.export_csv(str(tmp_path / "long"))
     for name in ("steps.csv", "tokens.csv"):
         with open(tmp_path / "long" / name, encoding="utf-8") as f:
             assert sum(1 for _ in f) == n + 1, name    # a header and every row
@@ -419,11 +419,11 @@ def test_open_run_of_a_sweep_folder_restores_its_points(qtbot, window, tmp_path)
                        sweep=SweepSpec(kind="prompt", lengths=[8, 16], steps=1, warmup=0),
                        out_dir=str(tmp_path / "sweep"))
     execute(config, lambda event: None, lambda: False)
-    assert window.open_run(str(tmp_path / "sweep"))
+    assert window.files.open_run(str(tmp_path / "sweep"))
     window.repaint_views()
     assert window.throughput.measured.xData.tolist() == [3.0, 4.0]    # log2 of the prompt lengths
     assert window.throughput_dock.windowTitle() == "Throughput vs prompt length"
-    assert window.export_csv(str(tmp_path / "again"))
+    assert window.files.export_csv(str(tmp_path / "again"))
     assert [p.x for p in read_points(tmp_path / "again")[1]] == [8, 16]
 
 

@@ -1,5 +1,5 @@
 """The worker thread: coalesced records, events in order, failures as one line, stop, calibration."""
-from tests.fakes.gui_fixtures import config_dir, no_thread_left, step  # noqa: F401
+from tests.fakes.gui_fixtures import step
 
 import os
 import threading

@@ -1,5 +1,5 @@
 """The window says when a remote run's client could not keep up (and says nothing when it could)."""
-from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, config_dir, inprocess_window, no_thread_left  # noqa: F401
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS
 
 import pytest
 from PySide6 import QtCore

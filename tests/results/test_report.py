@@ -11,7 +11,8 @@ from backend.run_info import LocalInfo, RunInfo
 from backend.shape import ModelShape
 from backend.roofline.profiles import local_profile_path
 from backend.records import Phase, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
-from backend.cli.report import breakdown_text, print_run
+from backend.cli.report import print_run
+from backend.results.text import breakdown_text
 from backend.roofline.cost import PhaseTotals, phase_cost
 
 SHAPE = ModelShape("llama", vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
@@ -139,7 +140,7 @@ def test_breakdown_of_unequal_requests_says_so():
 
 
 def test_the_cost_model_line_names_the_candidate_terms_only_when_set():
-    from backend.cli.report import cost_model_text
+    from backend.results.text import cost_model_text
     from backend.sim.step_time import CostModel
     plain = cost_model_text(CostModel().terms())
     assert "request/layer" not in plain and "rows" not in plain

@@ -1,0 +1,145 @@
+"""Learn › The tour: every step's runs are settings the engine accepts, its finding comes from the
+measured records, and the panel runs a step through the real window and navigates."""
+import csv
+import math
+from dataclasses import replace
+
+from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, step
+
+import pytest
+from PySide6 import QtCore, QtGui
+
+from backend.config import ModelChoice
+from backend.events import PrecisionPoint, SweepPoint
+from backend.records import Phase, RunData
+from backend.session import execute
+from backend.targets.engine_run import validate
+from backend.workload.spec import validate_workload
+from gui.tour import measure
+from gui.tour.finding import Outcome, ms
+from gui.tour.steps import STEPS
+
+
+def _simulated(config):
+    """The config run by the simulator: the same scheduler and engine settings, priced, in a moment."""
+    events = []
+    finished = execute(replace(config, simulate=True, profile=config.profile or "cpu", threads=None),
+                       events.append, lambda: False)
+    assert not finished.error and not finished.stopped
+    return finished, events
+
+
+@pytest.mark.parametrize("tour_step", STEPS, ids=[s.key for s in STEPS])
+def test_every_step_runs_settings_the_engine_accepts_and_measures_them(tour_step):
+    outcomes = []
+    for name, config in tour_step.runs():
+        if config.mode in ("batch", "load") and config.engine.policy != "disaggregated":
+            validate(config)
+        if config.workload is not None:
+            validate_workload(config.workload)
+        if not config.simulate:   # the bundled model, measured: what docs/window.md's times are for
+            assert config.model.name == "smollm2-135m"
+        finished, events = _simulated(config)
+        outcomes.append(Outcome(name, finished.data, [e for e in events if isinstance(e, SweepPoint)],
+                                [e for e in events if isinstance(e, PrecisionPoint)]))
+    finding = tour_step.measure(outcomes)
+    assert finding.sentence and "—" not in finding.sentence and "nan" not in finding.sentence
+    assert finding.figure.marks, "every step shows what to look at"
+    assert finding.rows and all(len(row) == len(finding.header) for row in finding.rows)
+
+
+def test_the_steps_are_the_eight_claims_in_order():
+    assert [s.key for s in STEPS] == ["one-request", "prompt-length", "precision", "batch", "static-continuous",
+                                      "chunked", "disaggregated", "worked-example"]
+    assert all(s.text and s.look and s.title for s in STEPS)
+    assert [c.simulate for _, c in STEPS[-1].runs()] == [True]   # only the datacenter GPU is simulated
+
+
+def test_one_request_marks_the_prefill_and_decode_spans_of_the_records():
+    steps = [step(0, Phase.PREFILL, 0.0, 212.0, prefill=128)] + \
+            [step(i, Phase.DECODE, 212.0 + 24.0 * (i - 1), 24.0, decode=1) for i in range(1, 5)]
+    finding = measure.one_request([Outcome("one", RunData(steps=steps))])
+    prefill, decode = finding.figure.marks
+    assert (prefill.x0, prefill.x1) == (0.0, 212.0)
+    assert (decode.x0, decode.x1) == (212.0, 212.0 + 24.0 * 4)
+    assert finding.sentence.startswith("Prefill took 212 ms for 128 prompt tokens (1.66 ms a token); each decode "
+                                       "step took 24.0 ms")
+    assert "the 4 decode steps were 31% of the request's 308 ms" in finding.sentence
+
+
+def _on_tiny(config, **batch):
+    """The config on the `tiny` model (seconds, not a minute): the same panel and window path."""
+    return replace(config, model=ModelChoice("tiny", "cpu"), batch=replace(config.batch, **batch))
+
+
+def _run_step(qtbot, panel, window, runs: int):
+    """Press Run this step; each of its runs ends with the window's runFinished."""
+    with qtbot.waitSignal(panel.stepFinished, timeout=RUN_TIMEOUT_MS * runs) as done:
+        with qtbot.waitSignal(window.runFinished, timeout=RUN_TIMEOUT_MS):
+            qtbot.mouseClick(panel.run_button, QtCore.Qt.MouseButton.LeftButton)
+    return done.args[1]
+
+
+def test_a_step_runs_through_the_window_and_its_marks_and_sentence_come_from_the_records(qtbot, window, tmp_path):
+    from gui.tour.panel import TourPanel
+    (name, config), = STEPS[0].runs()
+    tour_step = replace(STEPS[0], runs=lambda: [(name, _on_tiny(config, prompt_len=16, output_len=6))])
+    panel = TourPanel(window, [tour_step, STEPS[1]])
+    qtbot.addWidget(panel)
+    panel.show()
+    finding = _run_step(qtbot, panel, window, 1)
+    prefill = [s for s in window.store.to_run_data().steps if s.phase is Phase.PREFILL]
+    decode = [s for s in window.store.to_run_data().steps if s.phase is Phase.DECODE]
+    assert len(prefill) == 1 and len(decode) == 5
+    region = finding.figure.marks[0]
+    assert (region.x0, region.x1) == (prefill[0].start_ms, prefill[0].start_ms + prefill[0].duration_ms)
+    assert f"Prefill took {ms(prefill[0].duration_ms)} for 16 prompt tokens" in finding.sentence
+    assert panel.sentence.text() == "Measured here: " + finding.sentence
+    assert "took" in panel.state.text() and panel.run_button.isEnabled()
+    # the highlighted span is on the figure, over the measured prefill bar
+    spans = [i for i in panel.plot.getPlotItem().items if type(i).__name__ == "LinearRegionItem"]
+    assert [tuple(s.getRegion()) for s in spans][0] == pytest.approx((region.x0, region.x1))
+    table, picture = panel.export_step(tmp_path)
+    rows = list(csv.reader(table.open()))
+    assert rows[0] == finding.header and len(rows) == 1 + 6
+    assert not QtGui.QImage(str(picture)).isNull()
+
+
+def test_a_step_of_several_runs_measures_each_in_turn(qtbot, window):
+    from gui.tour.panel import TourPanel
+    runs = [(f"prompt {n}", _on_tiny(c, prompt_len=n, output_len=4)) for n, (_, c) in zip((8, 32), STEPS[1].runs())]
+    tour_step = replace(STEPS[1], runs=lambda: runs)
+    panel = TourPanel(window, [tour_step])
+    qtbot.addWidget(panel)
+    finding = _run_step(qtbot, panel, window, 2)
+    assert [row[0] for row in finding.rows] == [8, 32]
+    assert all(math.isfinite(v) for row in finding.rows for v in row[1:])
+    assert finding.sentence.startswith("From 8 to 32 prompt tokens")
+
+
+def test_the_panel_goes_forward_and_back_and_says_a_step_has_not_run(qtbot, window):
+    window.findChild(QtGui.QAction, "tourAction").trigger()
+    panel = window.tools.tour
+    assert panel.isVisible() and panel.index == 0
+    assert not panel.previous_button.isEnabled() and not panel.export_button.isEnabled()
+    assert "not yet" in panel.sentence.text()
+    for i in range(1, len(STEPS)):
+        qtbot.mouseClick(panel.next_button, QtCore.Qt.MouseButton.LeftButton)
+        assert panel.index == i and panel.heading.text().startswith(f"{i + 1} of {len(STEPS)}")
+        assert panel.text.text() == STEPS[i].text
+    assert not panel.next_button.isEnabled()
+    qtbot.mouseClick(panel.previous_button, QtCore.Qt.MouseButton.LeftButton)
+    assert panel.index == len(STEPS) - 2 and panel.next_button.isEnabled()
+    window.close()   # the tour goes with the window
+    assert not panel.isVisible()
+
+
+def test_a_step_is_refused_while_the_window_runs(qtbot, window):
+    from gui.tour.panel import TourPanel
+    panel = TourPanel(window)
+    qtbot.addWidget(panel)
+    window.runs.running = True
+    with qtbot.waitSignal(panel.stepFailed) as failed:
+        panel.run_step()
+    window.runs.running = False
+    assert "a run is going" in failed.args[1] and panel.running_step is None

@@ -1,0 +1,85 @@
+"""The plan view: a tiny search runs in its worker thread and fills the table and the plot."""
+from pathlib import Path
+
+from backend.planner.candidates import SearchSpace
+from gui.views.plan import PlanView
+
+TINY = SearchSpace(gpus=("h100-sxm",), max_gpus=2, precisions=("bfloat16",), policies=("continuous",),
+                   tps=(1, 2), pps=(1,), dps=(1,), max_batches=(8, 64), kv_dtypes=("auto",))   # 4 candidates
+
+
+def test_a_tiny_plan_fills_the_table_and_the_plot(qtbot, no_thread_left):  # noqa: F811
+    view = PlanView()
+    qtbot.addWidget(view)
+    view.model_edit.setText("llama-8b")
+    view.ttft_spin.setValue(300)
+    view.tpot_spin.setValue(30)
+    view.rate_spin.setValue(8)
+    view.prompt_edit.setText("256")
+    view.output_edit.setText("32")
+    view.requests_spin.setValue(40)
+    view.workers_spin.setValue(1)   # in the worker thread itself: no processes in a GUI test
+    with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
+        view.start(TINY)
+    result = blocker.args[0]
+    assert len(result.outcomes) == 4
+    assert view.table.rowCount() == len(result.best) + len(result.front) > 0
+    assert view.table.item(0, 1).text().endswith("h100-sxm bfloat16")
+    assert "4 simulated of 4 candidates" in view.status.text()
+    assert view.plot.getPlotItem().listDataItems()   # points drawn
+    assert view.plan_button.isEnabled() and view.thread is None
+
+
+def test_bad_input_is_one_line_in_the_status(qtbot, no_thread_left):  # noqa: F811
+    view = PlanView()
+    qtbot.addWidget(view)
+    view.prompt_edit.setText("many")
+    view.start(TINY)
+    assert view.status.text().startswith("error: --prompt-len") and view.thread is None
+    view.prompt_edit.setText("256")
+    view.kv_dtypes_edit.setText("auto,fp6")
+    view.start(TINY)
+    assert view.status.text() == "error: --kv-dtypes: unknown 'fp6' (known: auto, fp8)" and view.thread is None
+
+
+def test_the_form_is_plans_flags(qtbot):
+    """Each field the Plan dialog shows becomes the Problem and SearchSpace `plan` builds from its flag."""
+    view = PlanView()
+    qtbot.addWidget(view)
+    view.attainment_spin.setValue(95)
+    view.seed_spin.setValue(7)
+    view.precisions_edit.setText("fp8")
+    view.policies_edit.setText("chunked")
+    view.max_batches_edit.setText("16,48")
+    view.kv_dtypes_edit.setText("fp8")
+    problem, space = view.problem_and_space()
+    assert (problem.attainment, problem.seed, problem.trace) == (0.95, 7, None)
+    assert (space.precisions, space.policies, space.max_batches, space.kv_dtypes) == (("fp8",), ("chunked",),
+                                                                                     (16, 48), ("fp8",))
+    trace = Path(__file__).resolve().parents[3] / "tests" / "data" / "traces"
+    view.trace_edit.setText(str(next(trace.glob("*.csv"))))
+    problem, _ = view.problem_and_space()
+    assert problem.trace and problem.trace.endswith(".csv")
+
+
+def test_top_limits_the_cheapest_rows_and_export_writes_what_plan_out_writes(qtbot, tmp_path, no_thread_left):  # noqa: F811
+    view = PlanView()
+    qtbot.addWidget(view)
+    view.model_edit.setText("llama-8b")
+    view.ttft_spin.setValue(2000)
+    view.tpot_spin.setValue(100)
+    view.rate_spin.setValue(2)
+    view.prompt_edit.setText("256")
+    view.output_edit.setText("32")
+    view.requests_spin.setValue(30)
+    view.workers_spin.setValue(1)
+    view.top_spin.setValue(1)
+    assert not view.export_button.isEnabled()   # nothing to write before a search
+    with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
+        view.start(TINY)
+    result = blocker.args[0]
+    assert len(result.best) > 1   # the lenient SLOs: several meet them, one row is shown
+    assert view.table.rowCount() == 1 + len(result.front)
+    paths = view.export(str(tmp_path / "plan"))
+    assert {p.name for p in paths} == {"plan.csv", "pareto.csv", "plan.png"}
+    assert all(p.stat().st_size > 0 for p in paths)
