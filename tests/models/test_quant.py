@@ -149,13 +149,12 @@ def test_a_whole_quantized_decode_layer_matches_the_float_layer_on_the_dequantiz
 
 
 @pytest.fixture(scope="module")
-def bundled(smollm2):
-    """The bundled model as stored ("auto") and in float32 (the session's, loaded once per run)."""
+def bundled():
     from backend.loaders.weights import bundled_gguf
     if bundled_gguf() is None or lib is None:
         pytest.skip("needs the bundled model and the C kernels")
     from backend.loaders.weights import load_model
-    return {"auto": load_model("smollm2-135m", "cpu", "auto"), "float32": smollm2}
+    return {dt: load_model("smollm2-135m", "cpu", dt) for dt in ("auto", "float32")}
 
 
 def test_auto_on_the_bundled_gguf_keeps_its_q4_1_layers_and_q8_0_head_as_stored(bundled):
