@@ -32,8 +32,15 @@ $(TEST_STAMP): $(APP_STAMP) tools/llama_cpp_peer.py
 run: $(APP_STAMP)
 	$(BIN)/python main.py $(ARGS)
 
+# The suite on every core, at most 4 workers (each holds its own models and servers): pytest-xdist
+# hands whole files to a worker (--dist loadfile), so a module's server or model starts once, the
+# longest files first (tests/conftest.py's RUN_FIRST, not xdist's reordering by number of tests); the
+# closing lines name the ten slowest tests and the whole run's time. `make test PYTEST_WORKERS=0` runs it
+# in this process alone (no workers: a debugger, print).
+PYTEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 2)
+
 test: $(TEST_STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -2,6 +2,8 @@
 folder in the Hugging Face cache, GGUFs in LM Studio's folder and llama.cpp's cache, an Ollama
 manifest and blob, an added folder), for `models --local` and the window's model list."""
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,21 +14,41 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
              max_position_embeddings=256, rms_norm_eps=1e-5)
 
 
+_TEMPLATE: list[Path] = []   # the home's files, written once per test process (see homes)
+FOLDERS = {"HOME": "home", "HF_HUB_CACHE": "hf", "OLLAMA_MODELS": "ollama", "LLAMA_CACHE": "llamacpp",
+           "PHASESCOPE_CONFIG_DIR": "config"}
+
+
 @pytest.fixture
-def homes(tmp_path, monkeypatch):
-    transformers = pytest.importorskip("transformers")
-    """A home with models in the Hugging Face cache, LM Studio, Ollama, llama.cpp's cache and an added folder."""
-    import gguf
-    from safetensors.torch import save_file
+def homes(tmp_path, monkeypatch, tmp_path_factory):
+    """A home with models in the Hugging Face cache, LM Studio, Ollama, llama.cpp's cache and an added folder.
+
+    The files are written once per test process (building the models is most of a test's time) and
+    copied into each test's own folder, which the test may change as it likes."""
+    pytest.importorskip("transformers")
     from backend.loaders.weights import bundled_gguf
-    from tests.fakes.gguf_files import write_gguf
     if bundled_gguf() is None:
         pytest.skip("the bundled model (whose tokenizer the GGUFs borrow) is not installed")
-    env = {"HOME": tmp_path / "home", "HF_HUB_CACHE": tmp_path / "hf", "OLLAMA_MODELS": tmp_path / "ollama",
-           "LLAMA_CACHE": tmp_path / "llamacpp", "PHASESCOPE_CONFIG_DIR": tmp_path / "config"}
+    if not _TEMPLATE:
+        _TEMPLATE.append(_write_home(tmp_path_factory.mktemp("model-homes")))
+    shutil.copytree(_TEMPLATE[0], tmp_path, dirs_exist_ok=True)
+    env = {key: tmp_path / name for key, name in FOLDERS.items()}
     for key, value in env.items():
         value.mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(key, str(value))
+    discover.add_folder(str(tmp_path / "mine"))   # into this test's configuration folder
+    return env
+
+
+def _write_home(base: Path) -> Path:
+    import gguf
+    import transformers
+    from safetensors.torch import save_file
+    from backend.loaders.weights import bundled_gguf
+    from tests.fakes.gguf_files import write_gguf
+    env = {key: base / name for key, name in FOLDERS.items()}
+    for value in env.values():
+        value.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     # the Hugging Face cache: a Llama snapshot with its safetensors
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=128, **SMALL)).eval()
@@ -51,11 +73,8 @@ def homes(tmp_path, monkeypatch):
     w.add_tensor("token_embd.weight", torch.zeros(16, 8).numpy())
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     # an added folder: a StarCoder2 config (an architecture not run here) beside its weights
-    mine = tmp_path / "mine" / "starcoder-tiny"
+    mine = base / "mine" / "starcoder-tiny"
     mine.mkdir(parents=True)
     (mine / "config.json").write_text(json.dumps({"architectures": ["Starcoder2ForCausalLM"], "vocab_size": 128, **SMALL}))
     save_file({"model.embed_tokens.weight": torch.zeros(128, 64, dtype=torch.bfloat16)}, str(mine / "model.safetensors"))
-    discover.add_folder(str(tmp_path / "mine"))
-    return env
-
-
+    return base

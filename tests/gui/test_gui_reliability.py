@@ -189,15 +189,17 @@ def test_every_bad_number_is_refused_as_it_is_typed(window):
 def test_a_batch_that_cannot_fit_says_what_it_needs_and_what_there_is(qtbot, inprocess_window, monkeypatch):
     window = inprocess_window   # the fault is injected in this process
     import backend.loaders.weights
-    monkeypatch.setattr(backend.loaders.weights, "free_memory", lambda device: 8 * 2**20)   # room for tiny's weights only
-    use_tiny(window)
-    window.controls.select_model("llama-1b")      # its weights alone do not fit: refused before allocating
-    message = run_to_failure(qtbot, window)
-    assert "llama-1b needs" in message and "float32 weights on cpu, but only 0.0 GiB is free" in message
-    use_tiny(window, prompt_len="1000", output_len="1000", batch="60000")
-    message = run_to_failure(qtbot, window)
-    assert "the KV cache for 60,000 sequences of 2,000 tokens needs" in message and "GiB is free" in message
-    monkeypatch.undo()
+    # undone at the block's end: monkeypatch.undo() would also undo config_dir's, and the window would
+    # then write the user's own settings (and another test worker's)
+    with monkeypatch.context() as m:
+        m.setattr(backend.loaders.weights, "free_memory", lambda device: 8 * 2**20)   # room for tiny's weights only
+        use_tiny(window)
+        window.controls.select_model("llama-1b")      # its weights alone do not fit: refused before allocating
+        message = run_to_failure(qtbot, window)
+        assert "llama-1b needs" in message and "float32 weights on cpu, but only 0.0 GiB is free" in message
+        use_tiny(window, prompt_len="1000", output_len="1000", batch="60000")
+        message = run_to_failure(qtbot, window)
+        assert "the KV cache for 60,000 sequences of 2,000 tokens needs" in message and "GiB is free" in message
     use_tiny(window)
     assert not run_to_end(qtbot, window).error
 
@@ -256,12 +258,12 @@ def test_a_full_disk_during_export_says_so_and_leaves_the_saved_files(qtbot, win
     out = tmp_path / "out"
     write_run(out, read_run_of(window, tmp_path / "first"))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    fill_disk(monkeypatch)
-    assert not window.files.export_csv(str(out))
-    monkeypatch.undo()
+    with monkeypatch.context() as m:   # not monkeypatch.undo(): that would undo config_dir's too (see above)
+        fill_disk(m)
+        assert not window.files.export_csv(str(out))
     assert "export failed" in window.last_error and "No space left on device" in window.last_error
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before   # no temporary, nothing replaced
-    assert window.files.export_csv(str(tmp_path / "later"))                   # the app carries on
+    assert window.files.export_csv(str(tmp_path / "later"))             # the app carries on
 
 
 def read_run_of(window: MainWindow, folder: Path):

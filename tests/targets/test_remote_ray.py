@@ -1,8 +1,11 @@
 """`load --endpoint --ray`: the client workers as actors on a real Ray cluster, started by the test on
 loopback (a head with 2 CPUs), against the fake server; one worker killed mid-run."""
 import argparse
+import contextlib
 import importlib.util
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -31,22 +34,75 @@ def _ray_cli() -> str:
     return str(beside) if beside.exists() else shutil.which("ray")
 
 
+def session_processes(sid: int) -> dict[int, str]:
+    """The live processes of session `sid` (Linux /proc), pid -> name: a Ray head and everything it started."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name, rest = (entry / "stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue   # it ended while we looked
+        state, _ppid, _pgrp, session = rest.split()[:4]
+        if int(session) == sid and state != "Z":
+            found[int(entry.name)] = name.split("(", 1)[1]
+    return found
+
+
+def end_session(sid: int, grace_s: float = 30.0) -> dict[int, str]:
+    """SIGTERM every process of session `sid`, SIGKILL those left after `grace_s`; what was still alive
+    after that ({} when all ended). Nothing outside the session is touched (`ray stop` would end every
+    Ray process on the machine, another user's cluster included)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in session_processes(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while session_processes(sid) and time.monotonic() < deadline:
+            time.sleep(0.1)   # processes of another parent: there is nothing to wait on but /proc
+    return session_processes(sid)
+
+
 @pytest.fixture(scope="module")
-def ray_head():
+def ray_head(tmp_path_factory):
     """A Ray head on 127.0.0.1 with 2 CPUs and no dashboard, in a short temporary folder (its socket paths
-    must stay under the kernel's 107 characters), stopped at the end."""
+    must stay under the kernel's 107 characters). `ray start --block` in a session of its own: every
+    process of the cluster is in that session, and the teardown ends those and only those (checked
+    against a bystander named like Ray's own raylet, which `ray stop` would have killed)."""
+    if not Path("/proc").is_dir():
+        pytest.skip("ending only the test's own Ray processes needs Linux's /proc")
     port, temp = free_port(), tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    cli = _ray_cli()
-    subprocess.run([cli, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
-                    "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
-                    # a port of its own rather than Ray's fixed default, which another cluster may hold
-                    "--dashboard-agent-listen-port", str(free_port())],
-                   check=True, capture_output=True, timeout=120)
+    log_path = tmp_path_factory.mktemp("ray") / "head.log"
+    bystander_exe = log_path.with_name("raylet")   # another cluster's raylet, as `ray stop` sees it: by name
+    shutil.copy(shutil.which("sleep"), bystander_exe)
+    with open(log_path, "wb") as log:
+        head = subprocess.Popen([_ray_cli(), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+                                 "--port", str(port), "--num-cpus", "2", "--include-dashboard=false",
+                                 "--disable-usage-stats", "--temp-dir", temp,
+                                 # a port of its own rather than Ray's fixed default, which another cluster may hold
+                                 "--dashboard-agent-listen-port", str(free_port())],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    bystander = subprocess.Popen([str(bystander_exe), "600"], start_new_session=True)
     try:
+        deadline = time.monotonic() + 120.0
+        while "Ray runtime started" not in log_path.read_text(errors="replace"):
+            assert head.poll() is None, f"ray start ended with {head.returncode}: {log_path.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"the Ray head did not start in 120 s: {log_path.read_text()[-2000:]}"
+            time.sleep(0.2)   # a process's log: there is no signal to wait on
+        started = session_processes(head.pid)
+        assert {"gcs_server", "raylet"} <= set(started.values()), started   # the cluster lives in its session
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([cli, "stop"], capture_output=True, timeout=120)
+        left = end_session(head.pid)
+        head.wait(timeout=30)
+        alive = bystander.poll() is None
+        bystander.kill()
+        bystander.wait()
         shutil.rmtree(temp, ignore_errors=True)
+    assert not left, f"Ray processes left running after the teardown: {left}"
+    assert alive, "the teardown ended a process it did not start"
 
 
 def workload(num_requests):

@@ -109,6 +109,51 @@ def test_a_run_samples_the_servers_real_state(engine, tmp_path):
     assert [r.running for r in back] == running and back[-1].histograms["e2e_s"].count == summary.server_e2e_count
 
 
+class Crash(Exception):
+    pass
+
+
+def test_a_run_that_crashes_midway_keeps_the_rows_it_read(tmp_path):
+    """Each reading is on the disk (flushed, readable by another reader) as it arrives, and a run that
+    fails midway leaves them: server_metrics.csv is appended, not written at the end."""
+    on_disk = []
+
+    def emit(event):   # on the calling thread; the file is read as another process would
+        if isinstance(event, ServerMetrics):
+            on_disk.append(len(read_server_metrics(tmp_path)))
+            if len(on_disk) == 3:
+                raise Crash("the caller failed midway")
+
+    spec = workload_from_dict({"arrival": "burst", "num_requests": 8, "prompt_len": 16, "output_len": 40,
+                               "prompt_source": "synthetic", "seed": 0}, "test")
+    # 8 requests of 40 tokens, 2 at a time, 10 ms a token: about 1.6 s, several readings at 4 a second
+    with FakeOpenAI(Behaviour(gap_ms=10.0, max_batch=2, metrics="vllm")) as server:
+        config = RunConfig(mode="load", workload=spec, out_dir=str(tmp_path),
+                           endpoint=RemoteEndpoint(server.url, "fake", None, "completions", 30.0, True, None, 1))
+        with pytest.raises(Crash):
+            run_remote(config, emit, lambda: False)
+    assert on_disk == [1, 2, 3]   # every reading already in the file when the caller saw it
+    rows = read_server_metrics(tmp_path)
+    assert len(rows) >= 3 and [r.time_ms for r in rows] == sorted(r.time_ms for r in rows)
+    assert max(r.running for r in rows) >= 1.0   # the server's real state, read while requests were in flight
+    assert not (tmp_path / "run.json").exists()   # the run did not end: only what was streamed is there
+
+
+def test_a_quantity_first_seen_later_widens_the_file(tmp_path):
+    log = ServerLog()
+    log.write_to(tmp_path)
+    log.add(ServerMetrics(0.0, running=1.0, engine="vllm"))
+    log.add(ServerMetrics(250.0, running=2.0, engine="vllm", histograms={"ttft_s": Histogram(3.0, 1.5, [])}))
+    log.add(ServerMetrics(500.0, running=0.0, waiting=1.0, engine="vllm",
+                          histograms={"ttft_s": Histogram(5.0, 2.5, [])}))
+    log.add(ServerMetrics(750.0, running=4.0, engine="vllm", histograms={"ttft_s": Histogram(6.0, 3.0, [])}))
+    log.close()
+    assert (tmp_path / "server_metrics.csv").read_text() == log.csv_text()
+    back = read_server_metrics(tmp_path)
+    assert [r.running for r in back] == [1.0, 2.0, 0.0, 4.0] and [r.waiting for r in back] == [None, None, 1.0, None]
+    assert [r.histograms["ttft_s"].count for r in back[1:]] == [0.0, 2.0, 3.0]   # counted from the first reading
+
+
 def test_a_server_without_metrics_has_none(tmp_path):
     with FakeOpenAI(Behaviour(gap_ms=1.0)) as server:
         finished = drive(server.url, tmp_path, num_requests=2)

@@ -1,6 +1,7 @@
 """A remote run's readings of the server's `/metrics`: kept in order, written as server_metrics.csv, summed up.
 
-The CSV has one row a reading, on the run's clock (ms since the first request could go out): the
+The CSV is appended a row as each reading arrives (and flushed), so a run that crashes or is killed
+keeps what it had read; it has one row a reading, on the run's clock (ms since the first request could go out): the
 gauges as read, and each histogram as the count and the seconds it gained since the run's first
 reading (so a row's difference with the one before is what finished in between). The summary gives
 the peaks of the gauges and, for each histogram, what the server measured over the run: the mean and
@@ -14,7 +15,8 @@ import io
 import math
 from pathlib import Path
 
-from backend.errors import InputError
+from backend.errors import InputError, one_line
+from backend.files import WriteError, write_files
 from backend.summary import Summary
 from backend.targets.remote.metrics import GAUGES, HISTOGRAMS, POLL_S, Histogram, ServerMetrics
 
@@ -45,22 +47,43 @@ def _minus(now: Histogram, then: Histogram | None) -> Histogram:
 
 
 class ServerLog:
-    """The readings of one run, in the order read."""
+    """The readings of one run, in the order read; appended to `path` (server_metrics.csv) as they come
+    when `write_to` names a folder."""
 
     def __init__(self, every_s: float = POLL_S):
         self.every_s = every_s
         self.readings: list[ServerMetrics] = []
+        self.path: Path | None = None
+        self.error: str | None = None             # why the file stopped being written (a full disk)
         self._first: dict[str, Histogram] = {}   # each histogram as first read: the run's zero
+        self._seen: set[str] = set()             # every quantity any reading held
+        self._file: io.TextIOWrapper | None = None
+        self._columns: list[str] = []            # the quantities the file's header names
+
+    def write_to(self, folder: str | Path) -> None:
+        """Append each reading from now on to folder/server_metrics.csv (created at the first reading)."""
+        self.path = Path(folder) / FILE
 
     def add(self, reading: ServerMetrics) -> None:
         for quantity, hist in reading.histograms.items():
             self._first.setdefault(quantity, hist)
+        self._seen.update(reading.fields())
         self.readings.append(reading)
+        if self.path is not None:
+            self._append(reading)
+
+    def close(self) -> None:
+        """Close the file (it stays, with every reading so far: also after a crash)."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
 
     def fields(self) -> list[str]:
         """The quantities the server published, in GAUGES then HISTOGRAMS order."""
-        seen = {f for r in self.readings for f in r.fields()}
-        return [f for f in GAUGES + HISTOGRAMS if f in seen]
+        return [f for f in GAUGES + HISTOGRAMS if f in self._seen]
 
     def since_start(self, reading: ServerMetrics, quantity: str) -> Histogram | None:
         hist = reading.histograms.get(quantity)
@@ -96,20 +119,42 @@ class ServerLog:
 
     def csv_text(self) -> str:
         fields = self.fields()
-        hists = [f for f in fields if f in HISTOGRAMS]
-        header = ["time_ms"] + [f for f in fields if f in GAUGES] + [f"{h}_{part}" for h in hists
-                                                                     for part in ("count", "sum")]
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(header)
-        for r in self.readings:
-            row: list = [f"{r.time_ms:.3f}"] + ["" if getattr(r, g) is None else repr(getattr(r, g))
-                                                  for g in fields if g in GAUGES]
-            for h in hists:
+        writer.writerow(self._header(fields))
+        writer.writerows(self._row(r, fields) for r in self.readings)
+        return buf.getvalue()
+
+    def _header(self, fields: list[str]) -> list[str]:
+        return ["time_ms"] + [f for f in fields if f in GAUGES] + [f"{h}_{part}" for h in fields if h in HISTOGRAMS
+                                                                    for part in ("count", "sum")]
+
+    def _row(self, r: ServerMetrics, fields: list[str]) -> list:
+        row: list = [f"{r.time_ms:.3f}"] + ["" if getattr(r, g) is None else repr(getattr(r, g))
+                                              for g in fields if g in GAUGES]
+        for h in fields:
+            if h in HISTOGRAMS:
                 hist = self.since_start(r, h)
                 row += ["", ""] if hist is None else [repr(hist.count), repr(hist.total)]
-            writer.writerow(row)
-        return buf.getvalue()
+        return row
+
+    def _append(self, reading: ServerMetrics) -> None:
+        """One row, flushed; a quantity never seen before widens the header, so the file is rewritten whole
+        (atomically: it is never half a file), which servers do at most a few times a run."""
+        fields = self.fields()
+        try:
+            if fields != self._columns:
+                self.close()
+                write_files(self.path.parent, {FILE: self.csv_text()})
+                self._columns = fields
+                self._file = open(self.path, "a", encoding="utf-8", newline="")
+                return
+            csv.writer(self._file, lineterminator="\n").writerow(self._row(reading, fields))
+            self._file.flush()
+        except (OSError, WriteError) as exc:   # a full disk: the run goes on, the file stops where it was
+            self.close()
+            self.path = None
+            self.error = f"{FILE} could not be written: {one_line(exc)}"
 
 
 def server_line(meta: dict, summary: Summary) -> str:

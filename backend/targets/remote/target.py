@@ -24,7 +24,6 @@ import httpx
 
 from backend.config import APIS, RemoteEndpoint, RunConfig, safe_url
 from backend.errors import InputError
-from backend.files import write_files
 from backend.events import Emit, Progress, RunFinished
 from backend.results.export import RunWriter
 from backend.records import RequestStatus, RunData
@@ -33,7 +32,6 @@ from backend.targets.remote.honesty import client_report, early_stop_line, token
 from backend.targets.remote.pool import default_workers
 from backend.targets.remote.coordinator import RESERVE, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, RemoteRun
 from backend.targets.remote.prompts import PromptBuilder, load_tokenizer
-from backend.targets.remote.server_log import FILE as SERVER_FILE
 
 def add_remote_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("remote target (an OpenAI-compatible server instead of the local engine)")
@@ -128,6 +126,8 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
                      synthetic=spec.prompt_source != "text",
                      users=spec.concurrency if spec.arrival == "closed" else None,
                      ramp_ms=closed_loop_ramp_ms(spec) if spec.arrival == "closed" else 0.0, think_ms=spec.think_ms)
+    if writer is not None:
+        run.server.write_to(writer.folder)   # appended as the readings come: a crash keeps them
     try:
         where = f" on the Ray cluster at {endpoint.ray_address}" if endpoint.ray_address else ""
         emit(Progress(f"sending {spec.name} to {safe_url(endpoint.url)} ({endpoint.model}) from {num_workers} "
@@ -148,6 +148,8 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         warnings += token_count_lines(len(finished), prompt_estimates, output_estimates)
         warnings += early_stop_line(run.num_early, len(finished), run.early_reasons)
         warnings += run.lost   # "client worker 1 on HOST was lost: ...": its requests failed with that reason
+        if run.server.error:
+            warnings.append(run.server.error)
         cfg = config_dict(config)
         cfg["remote"] = {"url": safe_url(endpoint.url), "model": endpoint.model, "api": endpoint.api,
                          "timeout_s": endpoint.timeout_s, "read_metrics": endpoint.read_metrics,
@@ -162,12 +164,12 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
             remote.ray = {"address": endpoint.ray_address, "workers": getattr(run.pool, "clocks", [])}
         data = RunData(run_id=run.run_id, config=cfg, info=info, requests=run.requests, tokens=run.tokens,
                        summary=summary)
+        run.server.close()
         if writer is not None:
-            if run.server.readings:
-                write_files(writer.folder, {SERVER_FILE: run.server.csv_text()})
             writer.close(data)
         return RunFinished(run.run_id, summary, run.stopped, run.error_message(), data)
     finally:
+        run.server.close()
         if writer is not None:
             writer.abandon()
 
