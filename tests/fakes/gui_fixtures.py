@@ -3,6 +3,7 @@
 Import this module before anything imports Qt (it sets the offscreen platform), and import
 the helpers by name (tests/gui/conftest.py applies the fixtures to every GUI test).
 """
+import gc
 import os
 
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -18,6 +19,7 @@ def no_thread_left():
     """Fails a test that leaves a worker QThread or an engine process running."""
     from backend.engine.process import live_engines
     from gui.worker import running_threads
+    gc.collect()   # what earlier tests left in cycles is freed here, on the main thread (gui/collector.py)
     yield
     leaked = running_threads()
     assert not leaked, f"{len(leaked)} worker thread(s) still running after the test"
