@@ -47,7 +47,7 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
 class FilesController(QtCore.QObject):
     """Reads and writes run folders for the store on screen; says what it did through its signals."""
 
-    opened = QtCore.Signal(object, str, object)   # (RunData, mode, sweep kind or None): the store holds it now
+    opened = QtCore.Signal(object, object, object)   # (RunData, RunKind or None, SweepKind or None): the store holds it now
     used = QtCore.Signal(str)                     # a run folder opened or exported (Recent runs)
     message = QtCore.Signal(str)
     error = QtCore.Signal(str)

@@ -5,6 +5,7 @@ import tracemalloc
 from backend.workload.arrivals import FixedSource
 from backend.engine.loop import Engine
 from backend.config import RunConfig
+from backend.run_info import RunInfo
 from backend.results.export import read_run
 from backend.results.recorder import RunRecorder
 from backend.engine.scheduler import Scheduler, SchedulerConfig
@@ -42,7 +43,7 @@ def test_one_hundred_thousand_steps_keep_memory_flat(tmp_path):
         result = engine.run(FixedSource(specs), recorder.emit, lambda: False)
     finally:
         tracemalloc.stop()
-    recorder.finish({}, result.stopped, result.error)
+    recorder.finish(RunInfo(), result.stopped, result.error)
     assert result.error is None and recorder.steps == [] and recorder.tokens == []
     assert recorder.accumulator.num_steps == NUM_REQUESTS * TOKENS_EACH
     growth = samples[1] - samples[0]

@@ -7,6 +7,7 @@ from PySide6 import QtCore
 
 from backend.config import ModelChoice, RunConfig
 from backend.events import Progress, RepeatStarted, RunFinished
+from backend.summary import Summary
 from gui.controllers.runs import RunsController
 from gui.state.run_store import RunStore
 
@@ -83,7 +84,7 @@ def test_events_and_records_go_to_the_store_and_the_end_comes_in_order():
     worker.event.emit(Progress("note: a prompt was cut", None))
     assert runs.store.num_requests == 2 and runs.store.num_steps == 5
     assert [h[0] for h in heard] == ["event"]   # a Progress is shown; arrivals and records only stored
-    worker.finished.emit(RunFinished("r", {"num_finished": 2, "num_requests": 2, "output_tokens_per_s": 10.0}))
+    worker.finished.emit(RunFinished("r", Summary(num_finished=2, num_requests=2, output_tokens_per_s=10.0)))
     names = [h[0] for h in heard[1:]]
     assert names == ["runningChanged", "message", "finished", "ended"]
     assert not runs.running and "note: a prompt was cut" in heard[2][1]
