@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backend.config import SweepKind
+from backend.events import LoadPoint
 from backend.results.figures import METRICS, Metric, RunFigures, point_metrics
 from backend.results.plots import Plot, Series, cdf_series
 from backend.results.stats import bootstrap_difference, interval_of
@@ -163,6 +164,13 @@ def plots_of(sides: list[Side], short: list[str]) -> list[Plot]:
         if series:
             plots.append(Plot(f"sweep_{kind}_tokens_per_s", f"tokens/s by {x_label}", x_label, "tokens/s", series,
                               log_x=True))
+    for kind, x_label in [(SweepKind.RATE, "arrival rate (requests/s)"), (SweepKind.CONCURRENCY, "users")]:
+        series = [Series(tag, [p.x for p in pts], [p.tokens_per_s_per_device for p in pts])
+                  for tag, s in zip(short, sides)
+                  if (pts := [p for p in s.points if isinstance(p, LoadPoint) and p.kind == kind])]
+        if series:
+            plots.append(Plot(f"sweep_{kind}_tokens_per_s", f"output tokens/s per device by {x_label}", x_label,
+                              "tokens/s per device", series))
     series = [Series(tag, [p.weight_bits for p in pts], [p.decode_tokens_per_s for p in pts])
               for tag, s in zip(short, sides) if (pts := [p for p in s.points if hasattr(p, "weight_bits")])]
     if series:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backend.config import RunKind, SweepKind
-from backend.events import PrecisionPoint, SweepPoint
+from backend.events import LoadPoint, PDPoint, PrecisionPoint, SweepPoint
 from backend.results.stats import statistic_of
 from backend.results.summary import _meets, inter_token_latencies
 from backend.records import Phase, RequestStatus, RunData
@@ -44,19 +44,45 @@ REQUEST_METRICS = {m.key for m in METRICS if m.samples in {"ttft", "tpot", "itl"
 STEP_METRICS = {m.key for m in METRICS if m.samples.startswith("step_")} | {"num_steps"}
 
 
+def point_entries(p) -> list[tuple[tuple, Metric, float]]:
+    """(sort key, metric, value) for each figure of one sweep point: per batch size or prompt length,
+    per precision, per arrival rate or number of users, per prefill:decode split."""
+    if isinstance(p, SweepPoint):
+        what = "batch" if p.kind == SweepKind.BATCH else "prompt"
+        return [((0, p.kind, p.x, 0), Metric(f"{p.kind}_{p.x}_step_ms", f"{what} {p.x}: step (ms)"), p.step_ms),
+                ((0, p.kind, p.x, 1), Metric(f"{p.kind}_{p.x}_tokens_per_s", f"{what} {p.x}: tokens/s"),
+                 p.tokens_per_s)]
+    if isinstance(p, PrecisionPoint):
+        names = [("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("prefill_tokens_per_s", "prefill tok/s"),
+                 ("decode_tokens_per_s", "decode tok/s")]
+        return [((1, p.dtype, p.weight_bits, i), Metric(f"{p.dtype}_{name}", f"{p.dtype}: {label}"),
+                 getattr(p, name)) for i, (name, label) in enumerate(names)]
+    if isinstance(p, LoadPoint):
+        what = f"rate {p.x:g}/s" if p.kind == SweepKind.RATE else f"{p.x:g} users"
+        return [((2, p.kind, p.x, i), Metric(f"{p.kind}_{p.x:g}_{name}", f"{what}: {label}"), getattr(p, name))
+                for i, (name, label) in enumerate(LOAD_POINT_FIGURES)]
+    if isinstance(p, PDPoint):
+        return [((3, p.prefill_devices, p.decode_devices, i),
+                 Metric(f"pd_{p.prefill_devices}p{p.decode_devices}d_{name}", f"{p.split}: {label}"), getattr(p, name))
+                for i, (name, label) in enumerate(PD_POINT_FIGURES)]
+    return []
+
+
+LOAD_POINT_FIGURES = [("tokens_per_s_per_device", "tok/s per device"), ("tokens_per_s_per_user", "tok/s per user"),
+                      ("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"),
+                      ("goodput_requests_per_s", "goodput (req/s)")]
+PD_POINT_FIGURES = [("output_tokens_per_s", "output tok/s"), ("tokens_per_s_per_device", "tok/s per device"),
+                    ("goodput_rps", "goodput (req/s)"), ("ttft_p50_ms", "TTFT p50 (ms)"), ("itl_p50_ms", "ITL p50 (ms)")]
+
+
 def point_metrics(points: list) -> list[tuple[tuple, Metric]]:
     """(sort key, metric) for each figure of a sweep's points."""
-    out = []
-    for p in points:
-        if isinstance(p, SweepPoint):
-            what = "batch" if p.kind == SweepKind.BATCH else "prompt"
-            out.append(((0, p.kind, p.x, 0), Metric(f"{p.kind}_{p.x}_step_ms", f"{what} {p.x}: step (ms)")))
-            out.append(((0, p.kind, p.x, 1), Metric(f"{p.kind}_{p.x}_tokens_per_s", f"{what} {p.x}: tokens/s")))
-        elif isinstance(p, PrecisionPoint):
-            for i, (name, label) in enumerate([("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
-                                               ("decode_tokens_per_s", "decode tok/s")]):
-                out.append(((1, p.dtype, p.weight_bits, i), Metric(f"{p.dtype}_{name}", f"{p.dtype}: {label}")))
-    return out
+    return [(order, m) for p in points for order, m, _ in point_entries(p)]
+
+
+def point_figures(points: list) -> dict[str, float]:
+    """A sweep's points as named figures (`batch_4_step_ms`, `q8_0_tpot_ms`, `rate_5_ttft_p50_ms` ...)."""
+    return {m.key: value for p in points for _, m, value in point_entries(p)}
 
 
 @dataclass(slots=True)
@@ -82,7 +108,6 @@ def run_kind(run: RunData, points: list) -> str:
 
 def figures_of(run: RunData, points: list) -> RunFigures:
     """Every comparable figure of one run folder's records (and its sweep points)."""
-    from backend.results.repeats import point_figures
     kind = run_kind(run, points)
     fig = RunFigures(kind, points=list(points))
     if kind.startswith("sweep"):

@@ -18,8 +18,8 @@ import statistics
 from pathlib import Path
 
 from backend.errors import InputError
-from backend.events import PrecisionPoint, SweepPoint
 from backend.files import write_files
+from backend.results.figures import point_figures
 from backend.results.stats import interval_of
 from backend.records import RepeatsSummary
 from backend.run_info import RunInfo
@@ -33,19 +33,6 @@ TABLE = "repeats.csv"
 def repeat_folder(out_dir: str | os.PathLike, k: int) -> Path:
     """Repeat k's run folder (k counts from 1)."""
     return Path(out_dir) / f"repeat-{k}"
-
-
-def point_figures(points: list) -> dict[str, float]:
-    """A sweep's points as named figures: per batch size, prompt length or precision."""
-    out: dict[str, float] = {}
-    for p in points:
-        if isinstance(p, SweepPoint):
-            out[f"{p.kind}_{p.x}_step_ms"] = p.step_ms
-            out[f"{p.kind}_{p.x}_tokens_per_s"] = p.tokens_per_s
-        elif isinstance(p, PrecisionPoint):
-            for name in ("ttft_ms", "tpot_ms", "prefill_tokens_per_s", "decode_tokens_per_s"):
-                out[f"{p.dtype}_{name}"] = getattr(p, name)
-    return out
 
 
 def step_figures(durations: dict[str, list[float]]) -> dict[str, float]:

@@ -153,6 +153,19 @@ def test_every_v1_run_opens_in_compare():
     assert run_compare(Namespace(runs=[str(r) for r in sweeps], resamples=100, seed=0, out=None), out=out) == 0
 
 
+@pytest.mark.parametrize("folder, rows", [("sweep-precision-sim", ["bfloat16: decode tok/s", "q4_1: TPOT (ms)"]),
+                                          ("sweep-rate-sim", ["rate 5/s: TTFT p50 (ms)", "rate 20/s: tok/s per user"]),
+                                          ("sweep-pd-sim", ["1P:2D: output tok/s", "2P:1D: ITL p50 (ms)"])])
+def test_every_v1_sweep_opens_in_compare_with_a_row_per_point(folder, rows, tmp_path):
+    from backend.cli.compare import run_compare
+    out = io.StringIO()
+    args = Namespace(runs=[str(V1 / folder)] * 2, resamples=100, seed=0, out=str(tmp_path))
+    assert run_compare(args, out=out) == 0
+    table = [line.split("  ")[0] for line in out.getvalue().splitlines()]
+    assert all(r in table for r in rows), out.getvalue()
+    assert (tmp_path / "compare.csv").read_text().count("\n") > len(rows)
+
+
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(DATA)))
 def test_every_folder_opens_in_the_windows_store(folder):
     from gui.state.live_metrics import compute
