@@ -62,11 +62,14 @@ def nothing_left_running():
     yield
     import sys
     import threading
+
+    def ours(thread) -> bool:   # pytest-timeout's watchdog of the test now ending is not a test's thread
+        return (thread is not threading.main_thread() and not thread.daemon
+                and not thread.name.startswith("pytest_timeout "))
     for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
+        if ours(thread):
             thread.join(timeout=5)   # one that is ending gets the moment it needs
-    threads = [t.name for t in threading.enumerate()
-               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    threads = [t.name for t in threading.enumerate() if ours(t) and t.is_alive()]
     qthreads = sys.modules["gui.worker"].running_threads() if "gui.worker" in sys.modules else []
     children = _child_processes()
     assert not threads and not qthreads and not children, (

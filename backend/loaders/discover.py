@@ -15,6 +15,7 @@ fits this machine's free memory, and, for one this engine cannot run, why (`reas
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -141,15 +142,16 @@ def _inspect(path: Path, where: str, name: str) -> FoundModel | None:
 
 
 def _inspect_gguf(path: Path, where: str, name: str) -> FoundModel:
-    from gguf import GGUFReader
     from backend.loaders.gguf import ARCHITECTURES
-    reader = GGUFReader(path)
-    arch = reader.fields["general.architecture"].contents() if "general.architecture" in reader.fields else "?"
-    elements = sum(int(t.n_elements) for t in reader.tensors)
-    data_bytes = sum(int(t.n_bytes) for t in reader.tensors)
+    from backend.loaders.gguf_file import read_gguf
+    file = read_gguf(path)
+    arch = file.fields.get("general.architecture", "?")
+    counts = {t.name: math.prod(t.shape) for t in file.tensors.values()}
+    elements = sum(counts.values())
+    data_bytes = sum(t.data.nbytes for t in file.tensors.values())
     kinds: dict[str, int] = {}
-    for t in reader.tensors:
-        kinds[t.tensor_type.name] = kinds.get(t.tensor_type.name, 0) + int(t.n_elements)
+    for t in file.tensors.values():
+        kinds[t.tensor_type.name] = kinds.get(t.tensor_type.name, 0) + counts[t.name]
     fmt = "GGUF " + " + ".join(sorted(kinds, key=lambda k: -kinds[k]))
     reason = "" if arch in ARCHITECTURES else f"architecture {arch} is not supported yet"
     return FoundModel(str(path), name, where, arch, elements, fmt, data_bytes * 8 / elements if elements else None,

@@ -16,6 +16,7 @@ import torch
 from backend.errors import InputError
 from backend.loaders.hf import Checkpoint
 from backend.shape import ModelShape
+from backend.loaders.gguf_file import read_gguf
 from backend.loaders.tokenizer import Tokenizer
 from backend.precision import GGUF_FORMATS
 
@@ -147,13 +148,11 @@ def _moe_fields(fields: dict, arch: str, path: Path) -> dict:
 
 
 def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
-    from gguf import GGUFReader
     from gguf.quants import dequantize
 
     try:
-        reader = GGUFReader(path)
-        fields = {key: field.contents() for key, field in reader.fields.items()}
-        tensors = {t.name: t for t in reader.tensors}
+        file = read_gguf(path)
+        fields, tensors = file.fields, file.tensors
     except ValueError as exc:
         if "GGMLQuantizationType" in str(exc):   # a tensor type newer than this gguf package
             raise InputError(f"{path}: a tensor has an unknown GGUF type ({exc}); a newer llama.cpp wrote it, "
@@ -162,7 +161,7 @@ def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
     except Exception as exc:  # noqa: BLE001 -- a truncated or corrupt file fails in many ways inside gguf
         raise InputError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})".splitlines()[0]) from None
     # gguf lists dimensions innermost first; torch wants them outermost first.
-    shape = _shape(fields, {n: tuple(int(x) for x in reversed(t.shape)) for n, t in tensors.items()}, path)
+    shape = _shape(fields, {n: tuple(reversed(t.shape)) for n, t in tensors.items()}, path)
     arch = fields["general.architecture"]
     permuted = arch == "llama"  # the llama converter reorders q/k rows; the others' do not
     if "rope_factors_long.weight" in tensors:

@@ -61,13 +61,24 @@ def test_a_bad_value_is_one_line():
                                         "(choose from 'auto', 'fp32', 'bf16') (see main.py run --help)"]
 
 
-def test_bf16_on_a_cpu_without_a_unit_is_one_clear_line_and_auto_runs_float32_exactly_as_before(tmp_path):
-    """PHASESCOPE_MATH_UNITS= hides every unit: the CPU of a user without AVX512-BF16 or AMX."""
-    hidden = {"PHASESCOPE_MATH_UNITS": ""}
-    proc = cli("run", "--prompt-len", "24", "--output-len", "3", "--prefill-math", "bf16", env=hidden)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [line for line in proc.stderr.splitlines() if not line.startswith("...")]
+@pytest.fixture
+def no_units(monkeypatch):
+    """PHASESCOPE_MATH_UNITS= hides every unit (read once per process: the cache is cleared around it)."""
+    monkeypatch.setenv("PHASESCOPE_MATH_UNITS", "")
+    matmath._units.cache_clear()
+    yield
+    monkeypatch.delenv("PHASESCOPE_MATH_UNITS")
+    matmath._units.cache_clear()
+
+
+def test_bf16_on_a_cpu_without_a_unit_is_one_clear_line_and_auto_runs_float32_exactly_as_before(
+        tmp_path, no_units, capsys, monkeypatch):
+    """The CPU of a user without AVX512-BF16 or AMX, in this process (the env var hides the units)."""
+    code = main(["run", "--prompt-len", "24", "--output-len", "3", "--prefill-math", "bf16"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in err.splitlines() if not line.startswith("...")]
     assert len(errors) == 1 and "--prefill-math bf16: no bfloat16 unit runs here" in errors[0]
     # each unit's reason is this CPU's: hidden where it has the unit, absent where it has not (an AVX2-only CPU)
     from backend import kernels
@@ -76,14 +87,19 @@ def test_bf16_on_a_cpu_without_a_unit_is_one_clear_line_and_auto_runs_float32_ex
         assert f"{unit}: {why}" in errors[0] or kernels.load() is None, errors[0]
     assert "use fp32 or auto" in errors[0]
     runs = {}
-    for name, mode, env in (("auto", "auto", hidden), ("fp32", "fp32", None)):
+    for name, mode, hidden in (("auto", "auto", True), ("fp32", "fp32", False)):
+        if not hidden:
+            monkeypatch.delenv("PHASESCOPE_MATH_UNITS")
+            matmath._units.cache_clear()
         out = tmp_path / name
-        proc = cli("run", "--prompt-len", "40", "--output-len", "8", "--batch", "2", "--ignore-eos",
-                   "--prefill-math", mode, "--out", str(out), env=env)
-        assert proc.returncode == 0, proc.stderr
+        code = main(["run", "--prompt-len", "40", "--output-len", "8", "--batch", "2", "--ignore-eos",
+                     "--prefill-math", mode, "--out", str(out)])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
         with open(out / "tokens.csv") as f:
             tokens = [(row["request_id"], row["index"], row["token_id"]) for row in csv.DictReader(f)]
-        runs[name] = (tokens, json.loads((out / "run.json").read_text())["info"], proc.stdout)
+        runs[name] = (tokens, json.loads((out / "run.json").read_text())["info"], captured.out)
+    monkeypatch.setenv("PHASESCOPE_MATH_UNITS", "")     # the fixture's teardown removes it again
     assert runs["auto"][0] == runs["fp32"][0] and len(runs["auto"][0]) == 16
     for name, (_, info, stdout) in runs.items():
         fp32 = matmath.fp32_unit()

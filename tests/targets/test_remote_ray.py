@@ -50,7 +50,7 @@ def session_processes(sid: int) -> dict[int, str]:
     return found
 
 
-def end_session(sid: int, grace_s: float = 30.0) -> dict[int, str]:
+def end_session(sid: int, grace_s: float = 5.0) -> dict[int, str]:
     """SIGTERM every process of session `sid`, SIGKILL those left after `grace_s`; what was still alive
     after that ({} when all ended). Nothing outside the session is touched (`ray stop` would end every
     Ray process on the machine, another user's cluster included)."""

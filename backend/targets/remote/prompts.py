@@ -70,11 +70,11 @@ def _hub_folder(repo_id: str) -> Path:
 
 
 def _from_gguf(path: Path):
-    from gguf import GGUFReader
+    from backend.loaders.gguf_file import read_gguf
     from backend.loaders.tokenizer import Tokenizer
     try:
-        reader = GGUFReader(path)
-        fields = {key: f.contents() for key, f in reader.fields.items() if key.startswith(("tokenizer.", "general."))}
+        fields = {key: value for key, value in read_gguf(path).fields.items()
+                  if key.startswith(("tokenizer.", "general."))}
     except Exception as exc:  # noqa: BLE001 -- a truncated or corrupt file fails in many ways inside gguf
         raise InputError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})".splitlines()[0]) from None
     return Tokenizer.from_gguf(fields, path)
