@@ -156,3 +156,44 @@ def test_a_wide_decode_batch_matches_each_request_alone(arch):
         model(make_step_batch([(s, 0, p) for s, p in enumerate(prompts)], [], "cpu"), cache)
         together = model(make_step_batch([], [(s, len(p), 9) for s, p in enumerate(prompts)], "cpu"), cache)
     torch.testing.assert_close(together, torch.cat(alone), atol=1e-4, rtol=1e-4)
+
+
+def test_a_gpu_step_never_asks_for_the_cpu_kernels(monkeypatch):
+    """kernels.load() compiles the C kernels on first use: a step on CUDA must not call it."""
+    from backend.engine.runner import kernel_math
+    from backend.kernels import matmath
+    asked = []
+    monkeypatch.setattr(kernels, "load", lambda: asked.append("load"))
+    with kernel_math(torch.device("cuda", 0), matmath.FP32):
+        pass
+    assert asked == []
+    with kernel_math(torch.device("cpu"), matmath.FP32):
+        pass
+    assert asked   # the CPU's steps hand their arithmetic to the kernels
+
+
+def test_the_runner_is_built_warmed_up_and_stepped_inside_its_device_scope(monkeypatch):
+    """device_scope faked: cuda:N must be the current device while the graphs are captured and replayed."""
+    import contextlib
+    from backend.engine import runner as runner_module
+    scopes = []
+    inside = []
+
+    @contextlib.contextmanager
+    def scope(device):
+        scopes.append(device)
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+    warmup = Runner.warmup
+
+    def checked_warmup(self, *args, **kwargs):
+        assert inside, "warm-up (and the graph captures) outside the device scope"
+        return warmup(self, *args, **kwargs)
+    monkeypatch.setattr(runner_module, "device_scope", scope)
+    monkeypatch.setattr(Runner, "warmup", checked_warmup)
+    loaded = load_model("tiny", device="cpu", dtype="float32")
+    built = runner_module.build_runner(loaded, 2, 64, SamplingConfig(), use_cuda_graphs=True)
+    assert scopes and set(scopes) == {loaded.device} and not inside and built.static is not None
