@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench.common import ROOT, log
+from bench.common import ROOT, add_readme_flag, log, measured_line, publish
 
 CLOCK_TOLERANCE_MS = 0.5
 GROWTH_LIMIT = 1.15                 # decode at max_len 4,096 over 256: "does not grow", with noise
@@ -285,6 +285,11 @@ def run_checks(args) -> list[Row]:
     return rows
 
 
+def _cuda_visible() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/gpu_check.sh", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="run only what needs no GPU; report the rest skipped")
@@ -292,11 +297,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="run these checks alone: " + ", ".join(c.name for c in CHECKS))
     parser.add_argument("--out", help="where the CLI's run folder goes (a temporary folder without it)")
     parser.add_argument("--tests-timeout", type=int, default=240, help="seconds for the CUDA tests")
+    add_readme_flag(parser)
     args = parser.parse_args(argv)
+    if not args.dry_run and not _cuda_visible():
+        print("gpu_check: this python's torch sees no CUDA device; --dry-run runs the parts that need none",
+              file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
         args.out = args.out or scratch
         rows = run_checks(args)
-    print(table(rows))
+    gpu = next((r.detail for r in rows if r.check == "gpu" and r.status == "pass"), "")
+    report = table(rows) if args.dry_run else f"{measured_line(gpu or 'GPU unknown')}\n\n{table(rows)}"
+    publish("gpu_check", report, args.readme and not args.dry_run)   # a dry run's table is no measurement
     failed = [r.check for r in rows if r.status == "fail"]
     summary = {"passed": sum(r.status == "pass" for r in rows), "failed": failed,
                "skipped": sum(r.status == "skip" for r in rows)}
