@@ -197,3 +197,47 @@ def test_the_runner_is_built_warmed_up_and_stepped_inside_its_device_scope(monke
     loaded = load_model("tiny", device="cpu", dtype="float32")
     built = runner_module.build_runner(loaded, 2, 64, SamplingConfig(), use_cuda_graphs=True)
     assert scopes and set(scopes) == {loaded.device} and not inside and built.static is not None
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------
+
+def cuda_devices(n: int):
+    """Skip unless this machine has n CUDA devices."""
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return pytest.mark.skipif(found < n, reason="no CUDA device" if not found else f"fewer than {n} CUDA devices")
+
+
+CUDA_DEVICES = [pytest.param("cuda:0", marks=cuda_devices(1)), pytest.param("cuda:1", marks=cuda_devices(2))]
+
+
+@pytest.mark.parametrize("device", CUDA_DEVICES)
+def test_cuda_graph_replays_do_real_work_on_their_device(device):
+    """The graphs' logits are poisoned with NaN before a replay: an empty graph (captured on another device
+    than its kernels ran on) would hand the NaN back. cuda:1 captures inside torch.cuda.device(cuda:1)."""
+    from backend.engine.runner import build_runner
+    from backend.loaders.device import device_scope
+    from tests.engine.test_cuda_graphs import prompt
+    graphs = build_runner(loaded("llama", device), 2, 32, SamplingConfig(), use_cuda_graphs=True)
+    eager = build_runner(loaded("llama", device), 2, 32, SamplingConfig(), use_cuda_graphs=False)
+    assert graphs.static.graphs   # warm-up captured every bucket
+    with torch.inference_mode():
+        for runner in (graphs, eager):
+            runner.model(make_step_batch([(0, 0, prompt(0))], [], runner.device), runner.cache)
+        for _, logits in graphs.static.graphs.values():
+            logits.fill_(float("nan"))
+        with device_scope(graphs.device):
+            got = graphs.static.decode([0], [len(prompt(0))], [3]).clone()
+        expected = eager.model(make_step_batch([], [(0, len(prompt(0)), 3)], eager.device), eager.cache)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("device", CUDA_DEVICES[:1])
+def test_cuda_a_run_never_loads_the_cpu_kernels(device, monkeypatch):
+    from backend.engine.runner import build_runner
+
+    def refuse():
+        raise AssertionError("a CUDA run asked for the CPU kernels (a compile on its first step)")
+    monkeypatch.setattr(kernels, "load", refuse)
+    runner = build_runner(loaded("llama", device), 2, 32, SamplingConfig())   # warm-up: prefill, decode, captures
+    assert runner.use_cuda_graphs
