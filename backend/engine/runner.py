@@ -146,6 +146,8 @@ def build_runner(loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
         line = one_line(exc, limit=160)
     runner = None
     if loaded.device.type == "cuda":
+        import gc
+        gc.collect()               # a half-built runner in a reference cycle holds its tensors until collected
         torch.cuda.empty_cache()   # the failed runner's blocks, back to the driver for the next try
     raise DoesNotFit(f"out of memory on {loaded.device} while {stage} for {num_slots:,} sequences of "
                      f"{max_len:,} tokens ({line}): lower the batch size or the lengths")
