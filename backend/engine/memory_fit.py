@@ -10,8 +10,9 @@ On a CUDA device a failed allocation is an error, so everything the runner takes
     worth: the pool reuses them layer after layer) with its gathered K and V and its float32
     scores, and the bucket's logits;
   * the logits buffer the sampler reads (max_batch x vocab, float32);
-  * the eager steps' workspace: the largest step's activations (its tokens x the layer's widths,
-    float32 at most);
+  * the eager steps' workspace: the largest step's activations (its tokens x one layer's widths, in
+    the model's dtype; attention's scores are not counted: the kernels that do not materialise them
+    are the ones a long prompt must take);
   * CUDA_HEADROOM for what no formula gives: cuBLAS and cuDNN workspaces, the allocator's
     rounding and fragmentation, the CUDA context's own growth.
 
@@ -79,7 +80,7 @@ def runner_memory(shape, num_slots: int, max_len: int, dtype_bytes: int, device_
         scores = batch * shape.num_heads * length * FLOAT32                                  # (B, heads, 1, L)
         pool = batch * widths * dtype_bytes + gathered + scores + batch * shape.vocab_size * dtype_bytes
     logits = num_slots * shape.vocab_size * FLOAT32
-    workspace = max(1, step_tokens) * widths * max(dtype_bytes, FLOAT32)
+    workspace = max(1, step_tokens) * widths * dtype_bytes
     return RunnerMemory(kv, pool, logits, workspace, CUDA_HEADROOM)
 
 
