@@ -1,6 +1,7 @@
 """`python main.py doctor`: what this machine has for phasescope, one line per item.
 
-Python, torch (its build and the devices it sees), the CPU's vector and matrix units (AVX2,
+Python, torch (its build, the devices it sees, and whether it is at least backend.TORCH_FLOOR, the
+oldest the code runs on), the CPU's vector and matrix units (AVX2,
 AVX-512, AVX512-BF16, AMX) and which bfloat16 unit the kernels use (with the AMX tile
 permission), the C compiler and the project's CPU kernels (with the instruction
 set they were built for), Qt (PySide6's version, read from its package metadata, and what the display check finds), the

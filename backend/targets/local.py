@@ -91,6 +91,9 @@ def check_kv_fits(loaded, num_slots: int, max_len: int, step_tokens: int) -> Non
     from backend.engine.runner import uses_cuda_graphs
     from backend.loaders.weights import free_memory
     device = loaded.device
+    if device.type == "cuda":
+        import gc
+        gc.collect()   # a previous runner caught in a reference cycle holds its cache until collected
     need = runner_memory(loaded.shape, num_slots, max_len, loaded.dtype.itemsize, device.type,
                          uses_cuda_graphs(device, loaded.shape), step_tokens)
     free = free_memory(device)
