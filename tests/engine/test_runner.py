@@ -172,6 +172,21 @@ def test_a_gpu_step_never_asks_for_the_cpu_kernels(monkeypatch):
     assert asked   # the CPU's steps hand their arithmetic to the kernels
 
 
+def test_a_gpu_models_arithmetic_is_told_without_the_cpu_kernels(monkeypatch):
+    """run.json's "matmul" and the loaded event of a CUDA model: "torch", with no kernels.load() on the way."""
+    from types import SimpleNamespace
+    from backend.models import fidelity
+
+    def refuse():
+        raise AssertionError("a CUDA model asked for the CPU kernels")
+    monkeypatch.setattr(kernels, "load", refuse)
+    on_gpu = SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.bfloat16,
+                             precision=SimpleNamespace(name="bfloat16"))
+    choice = fidelity.choose(on_gpu, "auto")
+    assert choice.as_dict() == {"mode": "auto", "unit": "fp32", "min_rows": 0, "fp32_unit": "torch",
+                                "note": "the products run on torch, in the model's dtype", "fidelity": None}
+
+
 def test_the_runner_is_built_warmed_up_and_stepped_inside_its_device_scope(monkeypatch):
     """device_scope faked: cuda:N must be the current device while the graphs are captured and replayed."""
     import contextlib
