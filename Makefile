@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # The torch release the suite is tested with. Override to keep another build, e.g.
-#   make run TORCH='torch>=2.3'   (pyproject.toml itself does not pin torch)
+#   make run TORCH='torch>=2.5'   (pyproject.toml itself does not pin torch)
 TORCH  ?= torch==2.13.0
 APP_STAMP  := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test

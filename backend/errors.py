@@ -32,3 +32,18 @@ def one_line(exc: BaseException, typed: bool = False, limit: int | None = None) 
         return text
     kind = "out of memory" if is_out_of_memory(exc) else name
     return kind if text == kind else f"{kind}: {text}"
+
+
+# What a CUDA fault's message holds. After one, the process's CUDA context is unusable: every later
+# call fails with the same error, so the process that met it must end (an out-of-memory error is
+# not one: the allocator recovers).
+DEVICE_FAULTS = ("cuda error", "device-side assert", "illegal memory access", "unspecified launch failure",
+                 "cublas_status_execution_failed", "cudnn_status_execution_failed", "acceleratorerror")
+
+
+def is_device_fault(error: BaseException | str | None) -> bool:
+    """A CUDA error that leaves the process's device unusable (an exception, or its one line)."""
+    if error is None:
+        return False
+    text = (str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}").lower()
+    return not ("out of memory" in text) and any(fault in text for fault in DEVICE_FAULTS)

@@ -1,7 +1,7 @@
 """This project's engine against transformers `generate`: same model, weights, dtype, device, threads.
 
     python -m bench.engine_vs_hf [--repeats 3] [--threads N] [--profile] [--readme]
-    python -m bench.engine_vs_hf --gpu-only [--readme]   # the GPU rows alone (bench/gpu_check.sh)
+    python -m bench.engine_vs_hf --gpu-only [--readme]   # the GPU rows alone
 
 In one process, on one machine:
   1. the device's ceilings with backend.roofline.calibrate's measurements (fp32 2048x2048 matmul FLOP/s,

@@ -1,31 +1,17 @@
 #!/usr/bin/env bash
-# The GPU checks in one go, for a session that has a CUDA machine (about 3-5 minutes):
-#   1. the tests that exercise the CUDA path (captured graphs against the plain decode, the runner,
-#      the models against transformers) on the GPU;
-#   2. the GPU rows of bench.engine_vs_hf: llama-1b in bf16, batch-1 decode against the measured
-#      bandwidth (with and without CUDA graphs) and a 2,048-token prefill against the bf16 matmul rate;
-#      int8 weight-only (torch's kernel) batch-1 decode beside it.
+# The GPU path's smoke check, the first time a CUDA machine is at hand (about five minutes): one table
+# of checks (bench/gpu_check.py says what each is), exit status 1 on any failure.
 #
-# Run from anywhere: bash bench/gpu_check.sh        (logs go to $OUT, or /tmp/gpu-check/ without it)
-# Needs python3 with a CUDA build of torch, pytest, numpy and transformers (the device image has
-# them). gguf is not needed: the GPU rows use the synthetic llama-1b shape. The table it prints goes
-# into bench/README.md too, in place of the previous GPU rows (their own markers, engine_vs_hf_gpu).
+#   bash bench/gpu_check.sh                 # every check
+#   bash bench/gpu_check.sh --dry-run       # what needs no GPU; each GPU check reported as skipped
+#   bash bench/gpu_check.sh --only calibrate step-clock
+#
+# PYTHON picks the interpreter (default: the project's .venv if there is one, else python3); it needs a
+# CUDA build of torch and pytest. The table goes into bench/README.md's GPU section with the GPU's name and date.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-LOGS=${OUT:-/tmp/gpu-check}
-mkdir -p "$LOGS"
-export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
-
-if ! $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    echo "gpu_check: $PY has no CUDA-enabled torch on this machine; nothing to check" >&2
-    exit 2
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$LOGS/gpu.txt"
-$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$LOGS/gpu.txt"
-
-status=0
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/engine/test_cuda_graphs.py tests/engine/test_runner.py tests/models/test_models.py tests/models/test_quant.py \
-    2>&1 | tee "$LOGS/tests.log" || status=1
-timeout 300 $PY -m bench.engine_vs_hf --gpu-only --readme 2>&1 | tee "$LOGS/gpu_bench.md" || status=1
-exit $status
+export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
+exec "$PYTHON" -m bench.gpu_check "$@"

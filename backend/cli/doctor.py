@@ -1,6 +1,7 @@
 """`python main.py doctor`: what this machine has for phasescope, one line per item.
 
-Python, torch (its build and the devices it sees), the CPU's vector and matrix units (AVX2,
+Python, torch (its build, the devices it sees, and whether it is at least backend.TORCH_FLOOR, the
+oldest the code runs on), the CPU's vector and matrix units (AVX2,
 AVX-512, AVX512-BF16, AMX) and which bfloat16 unit the kernels use (with the AMX tile
 permission), the C compiler and the project's CPU kernels (with the instruction
 set they were built for), Qt (PySide6's version, read from its package metadata, and what the display check finds), the
@@ -11,6 +12,7 @@ No Qt import: backend/ never loads Qt.
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import importlib.util
 import platform
 import subprocess
@@ -86,7 +88,30 @@ def _torch_item(torch) -> Item:
             devices.append(f"{spec} ({device_name(device)})")
     if (torch.version.cuda or torch.version.hip) and len(devices) == 1:
         devices.append("no GPU visible")
-    return Item("torch", f"{torch.__version__}, {build}; devices: {', '.join(devices)}")
+    text = f"{torch.__version__}, {build}; devices: {', '.join(devices)}"
+    old = torch_too_old(str(torch.__version__))
+    return Item("torch", f"{text}; {old}" if old else text,
+                f"install torch {floor_text()} or newer: make run does it, or keep your build's kind with "
+                f"make run TORCH='torch>={floor_text()}'" if old else "")
+
+
+def floor_text() -> str:
+    from backend import TORCH_FLOOR
+    return ".".join(map(str, TORCH_FLOOR))
+
+
+def torch_too_old(version: str) -> str:
+    """'' when torch `version` ("2.4.1+cu121", "2.5.0a0+git...") is at least backend.TORCH_FLOOR, else why
+    it is not enough."""
+    from backend import TORCH_FLOOR
+    numbers = []
+    for part in version.split("+")[0].split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        numbers.append(int(digits) if digits else 0)
+    if tuple(numbers) >= TORCH_FLOOR:
+        return ""
+    return (f"older than {floor_text()}, which phasescope needs (torch.nn.functional.rms_norm from 2.4, "
+            f"scaled_dot_product_attention's enable_gqa from 2.5): runs fail at their first step")
 
 
 def _compiler_item() -> Item:

@@ -22,6 +22,10 @@ again, with its reason, when the run asks for it).
 
 Stop is certain: the engine stops at its next step boundary, and one that has not answered
 within STOP_GRACE_S (a long prefill, a hung kernel) is ended; the records so far are kept.
+
+A CUDA fault (a device-side assert, an illegal address: errors.is_device_fault) leaves the
+child's CUDA context unusable, every later call failing the same way: the child answers the job
+with the error and exits, and the window's side ends it too, so the next run starts a fresh one.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from backend.launcher import Child, child_started, describe_exit, end_process, start_child, wait_for
-from backend.errors import InputError, RunError, one_line
+from backend.errors import InputError, RunError, is_device_fault, one_line
 from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, Throttle, coalesce
 from backend.protocol import (Calibrate, Calibrated, Channel, Events, Failed, Finished, Fit, Fitted, InputFailed,
                               Port, ProtocolError, Quit, Run, Side, Stop, UseTarget, Warm)
@@ -47,6 +51,7 @@ STATUS_EVERY_S = 1.0   # the engine's CPU use, for the window's status bar
 STOP_GRACE_S = 2.0     # after Stop, how long the engine has to reach a step boundary
 POLL_S = 0.05          # how often the window's side looks at Stop and at the child's health
 QUIT_WAIT_S = 2.0
+RESTART_NOTE = "note: a CUDA error leaves the engine process's device unusable; the next run starts a fresh one"
 
 _live: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 
@@ -95,6 +100,9 @@ class EngineProcess:
         self._send(Run(config))
         answer = self._receive(emit, should_stop, received)
         if isinstance(answer, Finished):
+            if is_device_fault(answer.finished.error):
+                emit(Progress(RESTART_NOTE))
+                self.close()
             return answer.finished
         if answer.stopped:
             emit(Progress(f"note: the engine did not stop within {STOP_GRACE_S:.0f} s; its process was ended "
@@ -177,6 +185,9 @@ class EngineProcess:
             elif isinstance(message, InputFailed):
                 raise InputError(message.line)
             else:
+                if is_device_fault(message.line):
+                    self.close()   # the child is on its way out: the next job starts a fresh one
+                    raise RunError(f"{message.line} ({RESTART_NOTE.removeprefix('note: ')})")
                 raise RunError(message.line)
 
     # ---- the process --------------------------------------------------------------------------
@@ -373,8 +384,10 @@ class _Job:
         except InputError as exc:
             self.answer(InputFailed(str(exc)))
         except Exception as exc:   # one line to the window; the process stays up for the next run
+            self.quit = self.quit or is_device_fault(exc)   # but not after a CUDA fault: its context is lost
             self.answer(Failed(one_line(exc, typed=True)))
         else:
+            self.quit = self.quit or (isinstance(result, RunFinished) and is_device_fault(result.error))
             self.answer(answer(result))
 
     def answer(self, message: Finished | Calibrated | Fitted | InputFailed | Failed) -> None:

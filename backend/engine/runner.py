@@ -1,17 +1,19 @@
 """Executes whatever the scheduler hands it: tensors in, sampled token ids out. No policy here."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from backend.config import SamplingConfig
 from backend.engine.cuda_graphs import StaticDecoder
+from backend.engine.memory_fit import aligned
+from backend.errors import DoesNotFit, is_out_of_memory, one_line
 from backend.kernels import matmath
-from backend.loaders.device import synchronize
+from backend.loaders.device import device_scope, synchronize
 from backend.models import make_step_batch
 from backend.models.base import KVCache
 from backend.models.packed import pack_weights, step_weight_bytes
-
-MASK_ALIGN = 16   # the static path's key length (= cache max_len) is padded to this: fused attention kernels want aligned masks
 
 
 def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -29,6 +31,18 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def uses_cuda_graphs(device: torch.device, shape, asked: bool | None = None) -> bool:
+    """Whether decode runs the static path (cuda_graphs.py): as asked, else on CUDA for a dense model
+    (an MoE's routing picks its experts' products at run time: nothing a graph can hold fixed)."""
+    return device.type == "cuda" and shape.num_experts == 0 if asked is None else asked
+
+
+def kernel_math(device: torch.device, math: matmath.MatMath):
+    """The C kernels' arithmetic for a step on the CPU (matmath.using); on any other device nothing,
+    so that a GPU run never builds the CPU kernels (using() loads them, compiling on first use)."""
+    return matmath.using(math) if device.type == "cpu" else contextlib.nullcontext()
+
+
 class Runner:
     """Owns the model's KV cache; runs one engine step and returns {request_id: sampled token}.
 
@@ -44,15 +58,13 @@ class Runner:
         self.model = loaded.model
         self.device = loaded.device
         self.sampling = sampling
-        # an MoE's routing picks its experts' products at run time: nothing a graph can hold fixed
-        moe = loaded.shape.num_experts > 0
-        self.use_cuda_graphs = self.device.type == "cuda" and not moe if use_cuda_graphs is None else use_cuda_graphs
+        self.use_cuda_graphs = uses_cuda_graphs(self.device, loaded.shape, use_cuda_graphs)
         pack_weights(self.model)   # a no-op off the CPU, or if already packed
         self.math = loaded.math.math if loaded.math is not None else matmath.FP32
         self._step_bytes: int | None = None   # step_reads' weights read whatever the tokens, taken once
         self.static = None
         if self.use_cuda_graphs:
-            max_len = -(-max_len // MASK_ALIGN) * MASK_ALIGN
+            max_len = aligned(max_len)
             self.cache = KVCache(loaded.shape, num_slots + 1, max_len, loaded.device, loaded.dtype)
             self.static = StaticDecoder(self.model, self.cache, scratch_slot=num_slots, max_batch=num_slots,
                                         capture=self.device.type == "cuda")
@@ -76,7 +88,7 @@ class Runner:
         decode = [(req.slot, req.num_computed, req.output_ids[-1] if req.output_ids else req.prompt_ids[-1])
                   for req in out.decode]
         samplers += [req.request_id for req in out.decode]
-        with torch.inference_mode(), matmath.using(self.math):   # this model's arithmetic, for this step
+        with device_scope(self.device), torch.inference_mode(), kernel_math(self.device, self.math):
             if self.static is not None and not prefill:
                 slots, positions, ids = (list(column) for column in zip(*decode))
                 logits = self.static.decode(slots, positions, ids)   # (D, vocab)
@@ -106,10 +118,36 @@ class Runner:
         vocab = self.loaded.shape.vocab_size
         prompt_len = max(1, min(prompt_len, self.cache.max_len - decode_steps - 1))
         ids = [i % vocab for i in range(1, prompt_len + 1)]
-        with torch.inference_mode(), matmath.using(self.math):
+        with device_scope(self.device), torch.inference_mode(), kernel_math(self.device, self.math):
             self.model(make_step_batch([(0, 0, ids)], [], self.device), self.cache)
             for i in range(decode_steps):
                 self.model(make_step_batch([], [(0, prompt_len + i, ids[0])], self.device), self.cache)
             if self.static is not None:
                 self.static.warmup()
         synchronize(self.device)
+
+
+def build_runner(loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
+                 use_cuda_graphs: bool | None = None) -> Runner:
+    """A warmed-up Runner (graphs captured), built on the model's device as the current one
+    (device_scope: cuda:1 captures on cuda:1). An out-of-memory error while building, warming up
+    or capturing is refused in one line (DoesNotFit), its memory given back first."""
+    stage = "allocating the KV cache"
+    try:
+        with device_scope(loaded.device):
+            runner = Runner(loaded, num_slots, max_len, sampling, use_cuda_graphs)
+            stage = "warming up" + (" and capturing the CUDA graphs" if runner.static is not None
+                                    and runner.static.capture else "")
+            runner.warmup()
+        return runner
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        line = one_line(exc, limit=160)
+    runner = None
+    if loaded.device.type == "cuda":
+        import gc
+        gc.collect()               # a half-built runner in a reference cycle holds its tensors until collected
+        torch.cuda.empty_cache()   # the failed runner's blocks, back to the driver for the next try
+    raise DoesNotFit(f"out of memory on {loaded.device} while {stage} for {num_slots:,} sequences of "
+                     f"{max_len:,} tokens ({line}): lower the batch size or the lengths")

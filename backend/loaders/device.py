@@ -1,6 +1,7 @@
 """Which devices and dtypes this machine can run, and the names shown for them."""
 from __future__ import annotations
 
+import contextlib
 import platform
 import re
 
@@ -77,11 +78,12 @@ def available_precisions(device: torch.device) -> list[str]:
 
 
 def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
-    """auto -> bfloat16 on CUDA (float16 where unsupported), float16 on MPS, float32 on CPU."""
+    """auto -> bfloat16 on CUDA where it is native (float16 below: auto_cuda_dtype), float16 on MPS,
+    float32 on CPU."""
     spec = spec.strip().lower()
     if spec == "auto":
         if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return auto_cuda_dtype(torch.cuda.get_device_capability(device))
         return torch.float16 if device.type == "mps" else torch.float32
     if spec not in DTYPES:
         raise InputError(f"unknown dtype {spec!r}; use one of: auto, float32, bfloat16, float16")
@@ -89,6 +91,16 @@ def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
     if dtype_name(dtype) not in available_dtypes(device):
         raise InputError(f"dtype {spec} cannot run on {device}; available: {', '.join(available_dtypes(device))}")
     return dtype
+
+
+BF16_NATIVE = (8, 0)   # the first compute capability (Ampere) whose tensor cores compute in bfloat16
+
+
+def auto_cuda_dtype(capability: tuple[int, int]) -> torch.dtype:
+    """--dtype auto on a CUDA device of this compute capability: bfloat16 from Ampere (8.0) on, float16
+    below. Not torch.cuda.is_bf16_supported(): it counts emulation, and a T4 (7.5) or a V100 (7.0)
+    runs bfloat16 emulated, many times slower than its native float16 (and the T4 profile has no bf16 peak)."""
+    return torch.bfloat16 if tuple(capability) >= BF16_NATIVE else torch.float16
 
 
 def run_dtype_name(device_spec: str, dtype_spec: str) -> str | None:
@@ -107,6 +119,15 @@ def run_dtype_name(device_spec: str, dtype_spec: str) -> str | None:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def device_scope(device: torch.device):
+    """A context in which `device` is the current CUDA device (torch.cuda.device), so that what uses the
+    current device -- a new stream, a graph capture, its pool -- is on it and not on device 0; a no-op
+    context elsewhere. The runner is built, warmed up, captured and stepped inside it."""
+    if device.type == "cuda":
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
 
 
 def synchronize(device: torch.device) -> None:

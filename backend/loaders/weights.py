@@ -242,10 +242,19 @@ def _weight_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights counted once
 
 
+def cuda_free_bytes(driver_free: int, reserved: int, allocated: int) -> int:
+    """Bytes new tensors can have on a CUDA device: the driver's free memory plus what torch's caching
+    allocator reserves but does not use (a released runner's blocks, reused before the driver is
+    asked). Without the second term the second run of a process (repeats, sweeps, the window's next
+    run) is refused for memory it has."""
+    return driver_free + max(0, reserved - allocated)
+
+
 def free_memory(device: torch.device) -> int | None:
     """Bytes free for new tensors on the device (None where it cannot be told)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cuda":   # with what the caching allocator holds unused (a released runner's memory)
+        return cuda_free_bytes(torch.cuda.mem_get_info(device)[0], torch.cuda.memory_reserved(device),
+                               torch.cuda.memory_allocated(device))
     if device.type != "cpu":
         return None
     try:
@@ -259,16 +268,6 @@ def free_memory(device: torch.device) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def kv_shortfall(shape: ModelShape, slots: int, length: int, dtype_bytes: int,
-                 device: torch.device) -> tuple[int, int] | None:
-    """(bytes needed, bytes free) when a KV cache of `slots` sequences of `length` tokens is larger
-    than the device's free memory; None when it fits (or the free memory cannot be told). Checked
-    before the cache is allocated: a CPU would swap rather than fail."""
-    need = slots * length * shape.kv_bytes_per_token(dtype_bytes)
-    free = free_memory(device)
-    return (need, free) if free is not None and need > free else None
 
 
 def _check_memory(name: str, shape: ModelShape, device: torch.device, dtype: torch.dtype) -> None:

@@ -84,9 +84,12 @@ class MathChoice:
 
     def as_dict(self) -> dict:
         """run.json's "matmul" (its float32 unit "torch" where the products do not run on the kernels)."""
-        return {"mode": self.mode, **self.math.as_dict(), "note": self.note,
-                "fidelity": None if self.fidelity is None else dataclasses.asdict(self.fidelity),
-                **({} if self.on_kernels else {"fp32_unit": "torch"})}
+        # off the kernels, MatMath.as_dict is not asked: its fp32_unit loads (and on first use compiles)
+        # the CPU kernels, which a GPU run never needs
+        units = self.math.as_dict() if self.on_kernels else {"unit": self.math.unit, "min_rows": self.math.min_rows,
+                                                             "fp32_unit": "torch"}
+        return {"mode": self.mode, **units, "note": self.note,
+                "fidelity": None if self.fidelity is None else dataclasses.asdict(self.fidelity)}
 
 
 def choose(loaded, mode: str) -> MathChoice:

@@ -29,7 +29,7 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
 
 def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: ModelCache) -> RunFinished:
     from backend.engine.loop import Engine
-    from backend.engine.runner import Runner
+    from backend.engine.runner import build_runner
     from backend.engine.scheduler import Scheduler, SchedulerConfig
 
     emit = recorder.emit
@@ -46,12 +46,11 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
         policy = config.engine.policy
         max_len = config.engine.max_len or longest_sequence(config.workload)
         max_len = min(max_len, shape.max_position)
-        check_kv_fits(loaded, num_slots, max_len)
+        check_kv_fits(loaded, num_slots, max_len, largest_step(config, num_slots))
     kv_capacity = kv_capacity_of(config, num_slots, max_len)
     emit(loaded.loaded_event(dev_name, kv_capacity, reused))
     emit(Progress("warming up", None))
-    runner = Runner(loaded, num_slots, max_len, config.sampling)
-    runner.warmup()
+    runner = build_runner(loaded, num_slots, max_len, config.sampling)
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
                                           kv_capacity=kv_capacity, max_len=max_len))
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
@@ -85,15 +84,32 @@ def run_info(loaded, dev_name: str, kv_capacity: int, max_len: int, num_slots: i
 
 
 
-def check_kv_fits(loaded, num_slots: int, max_len: int) -> None:
-    """Refuse, before allocating, a KV cache larger than the device's free memory."""
-    from backend.loaders.weights import kv_shortfall
-    shortfall = kv_shortfall(loaded.shape, num_slots, max_len, loaded.dtype.itemsize, loaded.device)
-    if shortfall is not None:
-        cache_bytes, free = shortfall
+def check_kv_fits(loaded, num_slots: int, max_len: int, step_tokens: int) -> None:
+    """Refuse, before allocating, a runner larger than the device's free memory: on CUDA everything
+    the runner allocates and a headroom (backend/engine/memory_fit.py), elsewhere its KV cache."""
+    from backend.engine.memory_fit import runner_memory, shortfall
+    from backend.engine.runner import uses_cuda_graphs
+    from backend.loaders.weights import free_memory
+    device = loaded.device
+    if device.type == "cuda":
+        import gc
+        gc.collect()   # a previous runner caught in a reference cycle holds its cache until collected
+    need = runner_memory(loaded.shape, num_slots, max_len, loaded.dtype.itemsize, device.type,
+                         uses_cuda_graphs(device, loaded.shape), step_tokens)
+    free = free_memory(device)
+    if shortfall(need, free):
+        parts = f" ({need.describe()})" if need.total != need.kv else ""
         raise DoesNotFit(f"the KV cache for {num_slots:,} sequences of {max_len:,} tokens needs "
-                         f"{cache_bytes / 2**30:,.2f} GiB; {free / 2**30:,.2f} GiB is free on {loaded.device}: "
+                         f"{need.total / 2**30:,.2f} GiB{parts}; {free / 2**30:,.2f} GiB is free on {device}: "
                          f"lower the batch size or the lengths")
+
+
+def largest_step(config: RunConfig, num_slots: int) -> int:
+    """The most tokens a step of this workload can carry: every slot's longest prompt at once, or the
+    chunked policy's budget."""
+    dist = config.workload.prompt_len
+    tokens = num_slots * (dist.value if dist.kind == "fixed" else dist.high)
+    return min(tokens, config.engine.chunk_tokens) if config.engine.policy == "chunked" else tokens
 
 
 def batch_source(config: RunConfig, loaded, emit: Emit):
@@ -114,7 +130,7 @@ def batch_source(config: RunConfig, loaded, emit: Emit):
     if prompt_len + b.output_len > limit:
         raise InputError(f"prompt of {prompt_len} tokens + {b.output_len} output tokens exceeds "
                          f"{loaded.name}'s context of {limit} tokens")
-    check_kv_fits(loaded, b.batch, prompt_len + b.output_len)
+    check_kv_fits(loaded, b.batch, prompt_len + b.output_len, b.batch * prompt_len)   # one prefill of every prompt
     if ids is not None:
         prompts = [list(ids)] * b.batch
     else:

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from backend.cli import doctor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,3 +133,27 @@ def test_the_matrix_line_names_the_unit_in_use_each_units_state_and_the_tile_per
         monkeypatch.setattr(matmath, "amx_permission", lambda permission=permission: permission)
         item = doctor._matrix_item(torch)
         assert item.label == "matrix" and expected in item.text and not item.fix, item.text
+
+
+@pytest.mark.parametrize("version, old", [("2.3.1+cu121", True), ("2.4.0", True), ("2.5.0a0+git1234", False),
+                                          ("2.5.1+cu124", False), ("2.13.0+cpu", False), ("3.0.0", False)])
+def test_a_torch_older_than_the_floor_is_named(version, old):
+    text = doctor.torch_too_old(version)
+    assert bool(text) == old
+    if old:
+        assert text.startswith("older than 2.5, which phasescope needs") and "enable_gqa" in text
+
+
+def test_the_floor_in_pyproject_is_the_one_in_the_code():
+    import tomllib
+    from backend import TORCH_FLOOR
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch_dep,) = [d for d in deps if d.replace(" ", "").startswith("torch>=")]
+    assert torch_dep.replace(" ", "") == "torch>=" + ".".join(map(str, TORCH_FLOOR))
+
+
+def test_doctor_gives_a_fix_line_for_an_old_torch(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch, "__version__", "2.4.1+cu121")
+    item = doctor._torch_item(torch)
+    assert "older than 2.5" in item.text and item.fix.startswith("install torch 2.5 or newer")

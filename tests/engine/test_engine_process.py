@@ -136,3 +136,42 @@ def test_exit_codes_read_as_words():
     assert describe_exit(-11) == "ended by signal 11 (SIGSEGV)"
     assert describe_exit(-9).startswith("ended by signal 9 (SIGKILL; the system may have run out of memory")
     assert describe_exit(1) == "exited with status 1"
+
+
+def faulting_target(config, emit, should_stop):
+    """A run function for the child: a CUDA fault, simulated -- raised (threads 1) or in the run's result
+    (threads 2, as the engine loop reports a step's failure); any other error on three threads."""
+    from backend.events import RunFinished
+    from backend.summary import Summary
+    if config.threads == 1:
+        raise RuntimeError("CUDA error: device-side assert triggered\nCompile with TORCH_USE_CUDA_DSA")
+    if config.threads == 2:
+        return RunFinished("r1", Summary(), False, "AcceleratorError: CUDA error: an illegal memory access was "
+                                                    "encountered", None)
+    raise ValueError("not the device's fault")
+
+
+def test_a_cuda_fault_ends_the_engine_process_and_the_next_run_starts_a_fresh_one():
+    engine = EngineProcess(faulting_target)
+    try:
+        with pytest.raises(RunError, match=r"^RuntimeError: CUDA error: device-side assert triggered \(a CUDA "
+                                           r"error leaves the engine process's device unusable"):
+            engine.execute(batch_config(threads=1), lambda e: None, lambda: False)
+        assert not engine.is_alive()
+        events = []
+        finished = engine.execute(batch_config(threads=2), events.append, lambda: False)
+        assert "illegal memory access" in finished.error and not engine.is_alive()
+        assert any(isinstance(e, Progress) and "the next run starts a fresh one" in e.message for e in events)
+        with pytest.raises(RunError, match="not the device's fault"):
+            engine.execute(batch_config(threads=3), lambda e: None, lambda: False)
+        assert engine.is_alive()   # any other failure keeps the process for the next run
+    finally:
+        engine.close()
+
+
+def test_which_errors_are_device_faults():
+    from backend.errors import is_device_fault
+    assert is_device_fault("RuntimeError: CUDA error: device-side assert triggered")
+    assert is_device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not is_device_fault("out of memory: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert not is_device_fault("ValueError: bad value") and not is_device_fault(None)

@@ -156,3 +156,103 @@ def test_a_wide_decode_batch_matches_each_request_alone(arch):
         model(make_step_batch([(s, 0, p) for s, p in enumerate(prompts)], [], "cpu"), cache)
         together = model(make_step_batch([], [(s, len(p), 9) for s, p in enumerate(prompts)], "cpu"), cache)
     torch.testing.assert_close(together, torch.cat(alone), atol=1e-4, rtol=1e-4)
+
+
+def test_a_gpu_step_never_asks_for_the_cpu_kernels(monkeypatch):
+    """kernels.load() compiles the C kernels on first use: a step on CUDA must not call it."""
+    from backend.engine.runner import kernel_math
+    from backend.kernels import matmath
+    asked = []
+    monkeypatch.setattr(kernels, "load", lambda: asked.append("load"))
+    with kernel_math(torch.device("cuda", 0), matmath.FP32):
+        pass
+    assert asked == []
+    with kernel_math(torch.device("cpu"), matmath.FP32):
+        pass
+    assert asked   # the CPU's steps hand their arithmetic to the kernels
+
+
+def test_a_gpu_models_arithmetic_is_told_without_the_cpu_kernels(monkeypatch):
+    """run.json's "matmul" and the loaded event of a CUDA model: "torch", with no kernels.load() on the way."""
+    from types import SimpleNamespace
+    from backend.models import fidelity
+
+    def refuse():
+        raise AssertionError("a CUDA model asked for the CPU kernels")
+    monkeypatch.setattr(kernels, "load", refuse)
+    on_gpu = SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.bfloat16,
+                             precision=SimpleNamespace(name="bfloat16"))
+    choice = fidelity.choose(on_gpu, "auto")
+    assert choice.as_dict() == {"mode": "auto", "unit": "fp32", "min_rows": 0, "fp32_unit": "torch",
+                                "note": "the products run on torch, in the model's dtype", "fidelity": None}
+
+
+def test_the_runner_is_built_warmed_up_and_stepped_inside_its_device_scope(monkeypatch):
+    """device_scope faked: cuda:N must be the current device while the graphs are captured and replayed."""
+    import contextlib
+    from backend.engine import runner as runner_module
+    scopes = []
+    inside = []
+
+    @contextlib.contextmanager
+    def scope(device):
+        scopes.append(device)
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+    warmup = Runner.warmup
+
+    def checked_warmup(self, *args, **kwargs):
+        assert inside, "warm-up (and the graph captures) outside the device scope"
+        return warmup(self, *args, **kwargs)
+    monkeypatch.setattr(runner_module, "device_scope", scope)
+    monkeypatch.setattr(Runner, "warmup", checked_warmup)
+    loaded = load_model("tiny", device="cpu", dtype="float32")
+    built = runner_module.build_runner(loaded, 2, 64, SamplingConfig(), use_cuda_graphs=True)
+    assert scopes and set(scopes) == {loaded.device} and not inside and built.static is not None
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------
+
+def cuda_devices(n: int):
+    """Skip unless this machine has n CUDA devices."""
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return pytest.mark.skipif(found < n, reason="no CUDA device" if not found else f"fewer than {n} CUDA devices")
+
+
+CUDA_DEVICES = [pytest.param("cuda:0", marks=cuda_devices(1)), pytest.param("cuda:1", marks=cuda_devices(2))]
+
+
+@pytest.mark.parametrize("device", CUDA_DEVICES)
+def test_cuda_graph_replays_do_real_work_on_their_device(device):
+    """The graphs' logits are poisoned with NaN before a replay: an empty graph (captured on another device
+    than its kernels ran on) would hand the NaN back. cuda:1 captures inside torch.cuda.device(cuda:1)."""
+    from backend.engine.runner import build_runner
+    from backend.loaders.device import device_scope
+    from tests.engine.test_cuda_graphs import prompt
+    graphs = build_runner(loaded("llama", device), 2, 32, SamplingConfig(), use_cuda_graphs=True)
+    eager = build_runner(loaded("llama", device), 2, 32, SamplingConfig(), use_cuda_graphs=False)
+    assert graphs.static.graphs   # warm-up captured every bucket
+    with torch.inference_mode():
+        for runner in (graphs, eager):
+            runner.model(make_step_batch([(0, 0, prompt(0))], [], runner.device), runner.cache)
+        for _, logits in graphs.static.graphs.values():
+            logits.fill_(float("nan"))
+        with device_scope(graphs.device):
+            got = graphs.static.decode([0], [len(prompt(0))], [3]).clone()
+        expected = eager.model(make_step_batch([], [(0, len(prompt(0)), 3)], eager.device), eager.cache)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("device", CUDA_DEVICES[:1])
+def test_cuda_a_run_never_loads_the_cpu_kernels(device, monkeypatch):
+    from backend.engine.runner import build_runner
+
+    def refuse():
+        raise AssertionError("a CUDA run asked for the CPU kernels (a compile on its first step)")
+    monkeypatch.setattr(kernels, "load", refuse)
+    runner = build_runner(loaded("llama", device), 2, 32, SamplingConfig())   # warm-up: prefill, decode, captures
+    assert runner.use_cuda_graphs

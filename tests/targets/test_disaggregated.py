@@ -11,7 +11,8 @@ import torch
 
 from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
 from backend.engine.decode_batch import DecodeBatch
-from backend.targets.disaggregated.coordinator import plan_layout, run_disaggregated
+from backend.targets.disaggregated import coordinator
+from backend.targets.disaggregated.coordinator import plan_layout, run_disaggregated, worker_devices
 from backend.engine.kv_transfer import Arena, block_of, kv_bytes_per_token, new_memfd, pack, unpack, view_of
 from backend.targets.disaggregated.events import WorkerLayout
 from backend.engine.request import Request
@@ -156,6 +157,30 @@ def test_bad_worker_counts_are_refused_in_one_line():
     batch.mode = "batch"
     with pytest.raises(InputError, match="load"):
         run_disaggregated(batch, lambda e: None, lambda: False)
+
+
+def test_cuda_workers_each_get_their_own_gpu_or_are_refused_in_one_line():
+    assert worker_devices("cuda", 3, cuda_devices=4) == ["cuda:0", "cuda:1", "cuda:2"]
+    assert worker_devices("auto", 2, cuda_devices=2) == ["cuda:0", "cuda:1"]
+    assert worker_devices("cuda:1", 1, cuda_devices=2) == ["cuda:1"]
+    assert worker_devices("cpu", 2, cuda_devices=2) == ["cpu", "cpu"]   # the cores are split instead
+    assert worker_devices("auto", 2, cuda_devices=0) == ["auto", "auto"]
+    with pytest.raises(InputError, match=r"puts each of its 2 engine processes on its own GPU, and this machine "
+                                         r"has 1: use fewer"):
+        worker_devices("cuda", 2, cuda_devices=1)
+    with pytest.raises(InputError, match=r"--device cuda:0 names one GPU.*use --device cuda \(cuda:0 to cuda:1\)"):
+        worker_devices("cuda:0", 2, cuda_devices=2)
+
+
+def test_a_cuda_run_on_one_gpu_is_refused_before_any_worker_starts(monkeypatch):
+    monkeypatch.setattr(coordinator, "_cuda_devices", lambda device: 1)
+    started = []
+    monkeypatch.setattr(coordinator.Coordinator, "start_workers", lambda self, slots: started.append(slots))
+    on_cuda = config()
+    on_cuda.model.device = "cuda"
+    with pytest.raises(InputError, match="on its own GPU, and this machine has 1"):
+        run_disaggregated(on_cuda, lambda e: None, lambda: False)
+    assert started == []
 
 
 # ---- the engine processes -------------------------------------------------------------------------

@@ -82,6 +82,29 @@ def plan_layout(num_prefill: int, num_decode: int, cores: list[int]) -> list[tup
     return layout
 
 
+def worker_devices(device: str, num_workers: int, cuda_devices: int) -> list[str]:
+    """The --device each worker runs on. On CUDA each worker owns a GPU (cuda:0, cuda:1, ...): two
+    workers' full models and caches on one device would share its memory, each checking the fit
+    against a free figure the other is about to take. Too few GPUs, or one named (cuda:N) for
+    several workers, is refused in one line. The CPU and MPS are shared as they are (cores split)."""
+    from backend.errors import InputError
+    spec = device.strip().lower()
+    cuda = spec.startswith("cuda") or (spec == "auto" and cuda_devices > 0)
+    if not cuda:
+        return [device] * num_workers
+    if spec not in ("cuda", "auto") and num_workers > 1:
+        raise InputError(f"--device {device} names one GPU, but the disaggregated policy on CUDA puts each of "
+                         f"its {num_workers} engine processes on its own GPU: use --device cuda "
+                         f"(cuda:0 to cuda:{num_workers - 1})")
+    if spec not in ("cuda", "auto"):
+        return [device]
+    if cuda_devices < num_workers:
+        raise InputError(f"the disaggregated policy on CUDA puts each of its {num_workers} engine processes on its "
+                         f"own GPU, and this machine has {cuda_devices}: use fewer --prefill-workers/"
+                         f"--decode-workers, --device cpu, or --simulate")
+    return [f"cuda:{i}" for i in range(num_workers)]
+
+
 def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                       retain_records: bool = True) -> RunFinished:
     """`load --policy disaggregated` on the real model."""
@@ -91,6 +114,14 @@ def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], b
     validate(shared_settings(config))
     with RunRecorder(config, emit, retain_records) as recorder:
         return Coordinator(config, recorder, should_stop).run()
+
+
+def _cuda_devices(device: str) -> int:
+    """How many CUDA devices torch sees here (0 without asking torch where the run is not on CUDA)."""
+    if not device.strip().lower().startswith(("cuda", "auto")):
+        return 0
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 class Coordinator:
@@ -125,6 +156,7 @@ class Coordinator:
         if config.threads is not None:
             cores = cores[-config.threads:]
         self.layout = plan_layout(e.prefill_workers, e.decode_workers, cores)
+        self.devices = worker_devices(config.model.device, len(self.layout), _cuda_devices(config.model.device))
         try:
             self.start_workers(prefill_slots)
             return self.drive()
@@ -145,16 +177,17 @@ class Coordinator:
         prefill_capacity = kv_capacity_of(config, prefill_slots, self.max_len)
         self.emit(Progress(f"starting {P} prefill + {D} decode engine processes", None))
         try:
-            for name, cores in self.layout:
+            for (name, cores), device in zip(self.layout, self.devices):
                 role, index = name.split("-")[0], int(name.split("-")[1])
+                own = replace(config, model=replace(config.model, device=device))
                 if role == "prefill":
                     fds = {d: links[(index, d)][0].fileno() for d in range(D)}
                     arena_fds = {index: arenas[index]} if arenas else {}
-                    spec = WorkerSpec(role, index, config, cores, prefill_slots, self.max_len, prefill_capacity,
+                    spec = WorkerSpec(role, index, own, cores, prefill_slots, self.max_len, prefill_capacity,
                                       self.transport, fds, arena_fds)
                 else:
                     fds = {p: links[(p, index)][1].fileno() for p in range(P)}
-                    spec = WorkerSpec(role, index, config, cores, e.max_batch, self.max_len, self.decode_capacity,
+                    spec = WorkerSpec(role, index, own, cores, e.max_batch, self.max_len, self.decode_capacity,
                                       self.transport, fds, dict(arenas))
                 process, conn = start_child("backend.targets.disaggregated.worker", "serve_fd",
                                             (*fds.values(), *spec.arenas.values()))

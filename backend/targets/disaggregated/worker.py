@@ -96,12 +96,11 @@ class _Worker:
         pin_to(spec.cores)
         import torch
         torch.set_num_threads(len(spec.cores))
-        from backend.engine.runner import Runner
+        from backend.engine.runner import build_runner
         from backend.loaders.cache import load
         config = spec.config
         self.loaded, device_name = load(config, lambda event: None)
-        self.runner = Runner(self.loaded, spec.num_slots, spec.max_len, config.sampling)
-        self.runner.warmup()
+        self.runner = build_runner(self.loaded, spec.num_slots, spec.max_len, config.sampling)
         side = Side.PREFILL if spec.role == "prefill" else Side.DECODE
         self.links = {peer: Port(Connection(fd), Channel.KV, side) for peer, fd in spec.links.items()}
         self.t0 = 0.0
