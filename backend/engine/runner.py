@@ -11,7 +11,7 @@ from backend.models import make_step_batch
 from backend.models.base import KVCache
 from backend.models.packed import pack_weights, step_weight_bytes
 
-MASK_ALIGN = 16   # the static path's key length (= cache max_len) is padded to this: fused attention kernels want aligned masks
+MASK_ALIGN = 16   # the static path's longest key length (the cache's max_len) is padded to this: fused attention kernels want aligned masks
 
 
 def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
