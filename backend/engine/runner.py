@@ -94,11 +94,12 @@ class Runner:
     def step_reads(self) -> tuple[int, int]:
         """What the last step read: (distinct experts touched, summed over layers; bytes of weights).
 
-        A dense model reads all its weights; an MoE its shared ones and the experts it touched."""
+        A dense model reads all its weights; an MoE its shared ones and the experts it touched (on CUDA
+        counted on the device, layer by layer: this read, after the step, is their one sync)."""
         touched, read, every = getattr(self.model, "experts_read", lambda: (0, 0.0, 0.0))()
         if self._step_bytes is None:   # the weights never change form after the runner is built
             self._step_bytes = step_weight_bytes(self.model)
-        return touched, int(self._step_bytes - every + read)
+        return int(touched), int(self._step_bytes - every + read)
 
     def warmup(self, prompt_len: int = 16, decode_steps: int = 2) -> None:
         """Untimed passes through every code path (and, on a GPU, the graph captures), so one-time
