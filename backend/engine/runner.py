@@ -5,6 +5,7 @@ import torch
 
 from backend.config import SamplingConfig
 from backend.engine.cuda_graphs import StaticDecoder
+from backend.engine.warmup import WarmupStep, warmup_steps
 from backend.kernels import matmath
 from backend.loaders.device import synchronize
 from backend.models import make_step_batch
@@ -101,16 +102,25 @@ class Runner:
             self._step_bytes = step_weight_bytes(self.model)
         return int(touched), int(self._step_bytes - every + read)
 
-    def warmup(self, prompt_len: int = 16, decode_steps: int = 2) -> None:
-        """Untimed passes through every code path (and, on a GPU, the graph captures), so one-time
-        costs stay out of the figures. Only slot 0 and the scratch slot are written; nothing is sampled."""
+    def warmup(self, steps: list[WarmupStep] | None = None) -> None:
+        """Untimed passes through every step shape the run will time (engine/warmup.py; None: those of a
+        continuous run with this runner's slots, cache, sampling and window) and, on a GPU, the graph
+        captures, so one-time costs stay out of the figures. Writes slots 0 and 1 and the scratch slot;
+        samples with a generator of its own, so the run's seeded draws are untouched."""
+        if steps is None:
+            steps = warmup_steps("continuous", self.cache.num_slots - (self.static is not None), self.cache.max_len,
+                                 temperature=self.sampling.temperature, window=self.loaded.shape.sliding_window)
         vocab = self.loaded.shape.vocab_size
-        prompt_len = max(1, min(prompt_len, self.cache.max_len - decode_steps - 1))
-        ids = [i % vocab for i in range(1, prompt_len + 1)]
+        draws = torch.Generator(device=self.device) if self.sampling.temperature > 0 else None
         with torch.inference_mode(), matmath.using(self.math):
-            self.model(make_step_batch([(0, 0, ids)], [], self.device), self.cache)
-            for i in range(decode_steps):
-                self.model(make_step_batch([], [(0, prompt_len + i, ids[0])], self.device), self.cache)
+            for step in steps:
+                prefill = [(slot, start, [(slot + start + i) % vocab for i in range(length)])
+                           for slot, start, length in step.prefill]
+                decode = [(slot, position, (slot + position) % vocab) for slot, position in step.decode]
+                logits = self.model(make_step_batch(prefill, decode, self.device), self.cache)
+                if step.samples:
+                    draws.manual_seed(0)
+                    sample(logits, self.sampling.temperature, self.sampling.top_p, draws)
             if self.static is not None:
                 self.static.warmup()
         synchronize(self.device)

@@ -31,6 +31,7 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     from backend.engine.loop import Engine
     from backend.engine.runner import Runner
     from backend.engine.scheduler import Scheduler, SchedulerConfig
+    from backend.engine.warmup import warmup_steps
 
     emit = recorder.emit
     loaded, dev_name, reused = models.get(config, emit)
@@ -51,7 +52,8 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     emit(loaded.loaded_event(dev_name, kv_capacity, reused))
     emit(Progress("warming up", None))
     runner = Runner(loaded, num_slots, max_len, config.sampling)
-    runner.warmup()
+    runner.warmup(warmup_steps(policy, num_slots, max_len, config.engine.chunk_tokens, config.sampling.temperature,
+                               shape.sliding_window))   # every step shape the run will time
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
                                           kv_capacity=kv_capacity, max_len=max_len))
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
