@@ -45,7 +45,8 @@ class Runner:
         self.model = loaded.model
         self.device = loaded.device
         self.sampling = sampling
-        # an MoE's routing picks its experts' products at run time: nothing a graph can hold fixed
+        # an MoE stays eager by default: its CUDA routing has no host read (moe.device_moe), so a graph
+        # could hold it, but that waits on tests/engine/test_cuda_device.py passing on a GPU
         moe = loaded.shape.num_experts > 0
         self.use_cuda_graphs = self.device.type == "cuda" and not moe if use_cuda_graphs is None else use_cuda_graphs
         pack_weights(self.model)   # a no-op off the CPU, or if already packed

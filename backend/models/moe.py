@@ -100,8 +100,12 @@ def run(layer: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> tuple[torc
     """residual + the experts' weighted outputs for h (N, hidden), and the distinct experts touched
     (on CUDA a 0-d tensor: reading it is a sync)."""
     packed = isinstance(layer.router, (Panels, QuantPanels)) and ops.usable(h.device, h.dtype)
-    plain = all(isinstance(w, torch.Tensor) and not w.is_mkldnn for pair in experts(layer) for w in pair)
-    capability = torch.cuda.get_device_capability(h.device) if h.is_cuda else None
+    plain, capability = False, None
+    if h.is_cuda:   # a stack taken for this form of the weights says so without a look at each expert
+        stack = layer.expert_stack
+        plain = (stack is not None and stack[0] is layer.router) or \
+            all(isinstance(w, torch.Tensor) and not w.is_mkldnn for pair in experts(layer) for w in pair)
+        capability = torch.cuda.get_device_capability(h.device)
     path = moe_path(h.device.type, h.dtype, packed, plain, h.shape[-1], layer.expert0_down.shape[1], capability)
     if path in (MoePath.GROUPED, MoePath.DENSE):
         gate_up, down = stacked(layer)
