@@ -9,16 +9,18 @@ the sampler do, so the list follows the run's settings:
   * a prefill from position 0 (every policy), its first token sampled;
   * a decode of one request (every key visible: no mask), and of two at different positions
     (a mask hides each request's later keys);
-  * chunked: a later chunk (a prefill segment with keys before it) and a mixed step (a prefill
-    chunk with decode tokens in the same step), which no other policy schedules;
+  * chunked: a later chunk (a prefill segment with keys before it) and mixed steps (a prefill
+    chunk with decode tokens in the same step: one, and two at different positions, masked),
+    which no other policy schedules;
   * a sliding window shorter than the cache: a decode past the window (its own mask, or on
     the CPU a different kernel);
   * sampling with a temperature: every sampling step runs the sampler (softmax, top-p, draws)
     on its logits, with a generator of its own so the run's seeded draws stay as they were.
 
 The static decode path (CUDA graphs) is warmed by StaticDecoder.warmup, every (batch bucket,
-length bucket) captured. Steps write slots 0 and 1 only; every request later writes its own slot
-from position 0 before attention reads it.
+length bucket) captured. Steps write slots 0, 1 and 2 only; every request later writes its own
+slot from position 0 before attention reads it (a warm-up step reads whatever a slot holds: finite
+values, which is all a warm-up needs).
 """
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ def warmup_steps(policy: str, num_slots: int, max_len: int, chunk_tokens: int = 
             steps.append(WarmupStep("later chunk", ((1, first, q - first),), (), sampling))
         else:   # too short to split: a later chunk of slot 0's prompt instead, over its own keys
             steps.append(WarmupStep("later chunk", ((0, p + 1, 1),), (), sampling))
+        if num_slots >= 3:   # decode tokens at two positions beside a chunk: the decode mask in a mixed step
+            steps.append(WarmupStep("masked mixed", ((1, 0, first),), ((0, p + 2), (2, 1)), sampling))
     elif two:
         steps.append(WarmupStep("prefill", ((1, 0, q),), (), sampling))
     if two:

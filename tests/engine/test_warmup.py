@@ -25,11 +25,14 @@ def test_a_continuous_run_warms_prefill_a_plain_decode_and_a_masked_one():
 
 def test_a_chunked_run_warms_a_mixed_step_and_a_later_chunk():
     steps = warmup_steps("chunked", 4, 512, chunk_tokens=256)
-    assert names(steps) == ["prefill", "decode", "mixed", "later chunk", "masked decode"]
+    assert names(steps) == ["prefill", "decode", "mixed", "later chunk", "masked mixed", "masked decode"]
     mixed = steps[2]
-    assert mixed.prefill and mixed.decode
+    assert mixed.prefill and len(mixed.decode) == 1
     (slot, start, length), = steps[3].prefill
     assert start > 0 and (slot, 0, start) == mixed.prefill[0]   # the rest of the mixed step's prompt
+    masked = steps[4]
+    assert masked.prefill and len({pos for _, pos in masked.decode}) == 2   # two decode positions: a mask
+    assert names(warmup_steps("chunked", 2, 512)) == ["prefill", "decode", "mixed", "later chunk", "masked decode"]
 
 
 def test_one_slot_has_no_mixed_or_masked_steps_and_a_static_run_none_mixed():
@@ -50,11 +53,12 @@ def test_a_window_shorter_than_the_cache_warms_a_decode_past_it():
 @pytest.mark.parametrize("policy", ["static", "continuous", "chunked"])
 @pytest.mark.parametrize("max_len", [2, 3, 4, 5, 8, 17, 40])
 def test_every_step_stays_inside_the_cache_and_its_slots(policy, max_len):
-    steps = warmup_steps(policy, 2, max_len, chunk_tokens=4, temperature=1.0, window=3)
+    steps = warmup_steps(policy, 3, max_len, chunk_tokens=4, temperature=1.0, window=3)
     assert steps and steps[0].name == "prefill"
     for s in steps:
         assert s.last_position < max_len
-        assert all(slot in (0, 1) for slot, *_ in s.prefill + s.decode)
+        assert all(slot in (0, 1, 2) for slot, *_ in s.prefill + s.decode)
+        assert len({slot for slot, *_ in s.prefill + s.decode}) == len(s.prefill) + len(s.decode)   # a slot once
         assert all(length >= 1 for _, _, length in s.prefill)
 
 
