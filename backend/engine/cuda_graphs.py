@@ -6,7 +6,7 @@ from Python, its hundreds of kernel launches cost about as much as the work. A C
 replays the whole step with one launch, but only with the shapes and addresses it captured:
 
   * the decode batch is padded up to a bucket size (1, 2, 4, ..., max_batch), one graph per
-    bucket; padding rows decode token 0 at position 0 of a scratch slot of the KV cache that
+    bucket and length bucket (below); padding rows decode token 0 at position 0 of a scratch slot of the KV cache that
     no request owns, and their logits are dropped;
   * token ids, positions and slots are copied into fixed buffers before each replay;
   * attention runs over the first L keys of each slot, masked on the device by position
@@ -15,7 +15,8 @@ replays the whole step with one launch, but only with the shapes and addresses i
     from 256, then the cache's max_len) chosen on the host by the batch's longest context, which
     the host knows without a sync: a step reads at most twice the keys its longest context needs
     (or 256), never the cache's whole max_len. With max_len 4,096 and contexts of 300 a step
-    reads 512 keys a slot, not 4,096.
+    gathers and reads 512 keys a slot, not 4,096. Warm-up captures every pair: a few dozen graphs
+    at most, sharing one memory pool.
 
 Prefill and mixed (chunked) steps run eagerly. With capture off -- any device but CUDA -- the
 same padded static-shape step runs eagerly, which is what the CPU tests check against the
