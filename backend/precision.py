@@ -15,7 +15,8 @@ for int8 weight-only. No torch here: the CLI and the roofline use it bare.
                                registers (bf16w: not --dtype bf16, which runs the whole model in
                                bfloat16 on torch)
   int8                         int8 weights with one float scale per output row, run by torch's
-                               weight-only kernel (any device); simulated on a GPU profile with
+                               weight-only kernel (CPU, MPS; refused on CUDA: int8_refusal);
+                               simulated on a GPU profile with
                                bfloat16 activations at the bf16 peak (weight-only: the weights are
                                widened in the kernel, the math is the activations')
   fp8                          simulated GPUs only: E4M3 weights and activations (one scale per
@@ -112,6 +113,19 @@ GGUF_FORMATS = {**{f: f for f in BLOCK_FORMATS if f != "bf16w"}, "bf16": "bf16w"
 ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
            "q8": "q8_0", "int8_weight_only": "int8", "fp8_e4m3": "fp8", "e4m3": "fp8", "float8": "fp8"}
 NAMES = ("float32", "bfloat16", "float16", *BLOCK_FORMATS, "int8", *GPU_FORMATS)
+
+
+def int8_refusal(device_type: str) -> str | None:
+    """Why --dtype int8 does not run on this device type, in one line (None: it runs there).
+
+    On CUDA torch's int8 weight-only product (_weight_int8pack_mm) is not a tensor-core kernel: it
+    runs many times slower than bfloat16 at prefill and batched decode, while the roofline prices
+    int8's bytes, so every figure of such a run would misread the hardware."""
+    if device_type != "cuda":
+        return None
+    return ("--dtype int8 does not run on CUDA: torch's int8 weight-only product there is many times slower than "
+            "bfloat16 at prefill and batched decode, so its figures would misread the GPU; use --dtype bfloat16 "
+            "or float16, or --simulate --dtype int8 for int8's price on a GPU profile")
 
 
 def canonical(name: str) -> str:

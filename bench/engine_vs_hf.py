@@ -295,22 +295,7 @@ def gpu_rows(repeats: int, log, model: str = "llama-1b", device: str = "cuda") -
     flops = step_cost(shape, 2, [2048], [2048]).flops
     rows.append(f"| {model} bf16 prefill, 2048 tokens: {flops / 1e12:.1f} TFLOP | {step_s * 1000:.1f} ms = "
                 f"{flops / step_s / 1e12:.0f} TFLOP/s | {flops / step_s / bf16:.0%} of the bf16 matmul rate | ≥ 60% |")
-    rows += int8_rows(model, device, bandwidth, repeats, log)
     return rows
-
-
-def int8_rows(model: str, device: str, bandwidth: float, repeats: int, log) -> list[str]:
-    """int8 weight-only (torch's kernel) against bf16 on the same device: decode reads half the bytes."""
-    from backend.precision import precision
-    log(f"{model} int8 weight-only decode")
-    loaded = load_model(model, device, "int8")
-    steps = OUTPUT_LEN * (repeats + 1)
-    one = OneRequest(loaded, PROMPT_LEN, steps, use_cuda_graphs=False)
-    step_s = statistics.median(one.timed_steps(steps)[OUTPUT_LEN:])
-    cost = step_cost(loaded.shape, precision("int8", "bfloat16"), [1], [PROMPT_LEN + steps // 2])
-    return [f"| {model} int8 weight-only batch-1 decode step (eager; {loaded.source.rsplit('(', 1)[-1].rstrip(')')}): "
-            f"{cost.bytes / 1e9:.2f} GB read | {step_s * 1000:.3f} ms = {cost.bytes / step_s / 1e9:.0f} GB/s | "
-            f"{cost.bytes / step_s / bandwidth:.0%} of the bandwidth | (comparison) |"]
 
 
 def machine_extras() -> tuple[str, ...]:

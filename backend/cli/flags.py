@@ -36,7 +36,7 @@ def model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="a known name (see `models`), a HF folder, a .gguf file or a hub id")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | mps")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | "
-                   "q4_k | q5_k | q6_k | f16 | bf16w | int8 (auto: float32 on the CPU, or each tensor of a GGUF in "
+                   "q4_k | q5_k | q6_k | f16 | bf16w | int8 (int8: not on CUDA; auto: float32 on the CPU, or each tensor of a GGUF in "
                    "its own format: Q8_0, Q4_K, Q6_K, F16, ...; bfloat16 on CUDA); with --simulate also fp8 (E4M3 "
                    "weights and activations at the FP8 tensor peak), nvfp4 and mxfp4 (Blackwell's FP4 peak)")
     rows = min(MIN_ROWS.values())

@@ -44,7 +44,7 @@ def add_tool_parsers(sub, model_flags) -> None:
     simulate_flag(q)
     q.add_argument("--dtypes", default="float32,bfloat16,q8_0,q4_1",
                    help="comma-separated precisions: float32, bfloat16, float16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                        "q4_k, q5_k, q6_k, f16, bf16w, int8")
+                        "q4_k, q5_k, q6_k, f16, bf16w, int8 (not on CUDA)")
     q.add_argument("--prompt-len", type=int, default=512, help="tokens in each prompt")
     q.add_argument("--output-len", type=int, default=64, help="decode steps timed (median reported as TPOT)")
     q.add_argument("--batch", type=int, default=1, help="requests prefilled and decoded together")

@@ -8,6 +8,7 @@ import torch
 from backend.config import SamplingConfig
 from backend.engine.cuda_graphs import StaticDecoder
 from backend.engine.memory_fit import aligned
+from backend.engine.warmup import WarmupStep, warmup_steps
 from backend.errors import DoesNotFit, is_out_of_memory, one_line
 from backend.kernels import matmath
 from backend.loaders.device import device_scope, synchronize
@@ -33,7 +34,8 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
 
 def uses_cuda_graphs(device: torch.device, shape, asked: bool | None = None) -> bool:
     """Whether decode runs the static path (cuda_graphs.py): as asked, else on CUDA for a dense model
-    (an MoE's routing picks its experts' products at run time: nothing a graph can hold fixed)."""
+    (an MoE stays eager by default: its CUDA routing has no host read (moe.py), so a graph could hold
+    it, but that waits on tests/engine/test_cuda_device.py passing on a GPU)."""
     return device.type == "cuda" and shape.num_experts == 0 if asked is None else asked
 
 
@@ -106,30 +108,40 @@ class Runner:
     def step_reads(self) -> tuple[int, int]:
         """What the last step read: (distinct experts touched, summed over layers; bytes of weights).
 
-        A dense model reads all its weights; an MoE its shared ones and the experts it touched."""
+        A dense model reads all its weights; an MoE its shared ones and the experts it touched (on CUDA
+        counted on the device, layer by layer: this read, after the step, is their one sync)."""
         touched, read, every = getattr(self.model, "experts_read", lambda: (0, 0.0, 0.0))()
         if self._step_bytes is None:   # the weights never change form after the runner is built
             self._step_bytes = step_weight_bytes(self.model)
-        return touched, int(self._step_bytes - every + read)
+        return int(touched), int(self._step_bytes - every + read)
 
-    def warmup(self, prompt_len: int = 16, decode_steps: int = 2) -> None:
-        """Untimed passes through every code path (and, on a GPU, the graph captures), so one-time
-        costs stay out of the figures. Only slot 0 and the scratch slot are written; nothing is sampled."""
+    def warmup(self, steps: list[WarmupStep] | None = None) -> None:
+        """Untimed passes through every step shape the run will time (engine/warmup.py; None: those of a
+        continuous run with this runner's slots, cache, sampling and window) and, on a GPU, the graph
+        captures, so one-time costs stay out of the figures. Writes slots 0 and 1 and the scratch slot;
+        samples with a generator of its own, so the run's seeded draws are untouched."""
+        if steps is None:
+            steps = warmup_steps("continuous", self.cache.num_slots - (self.static is not None), self.cache.max_len,
+                                 temperature=self.sampling.temperature, window=self.loaded.shape.sliding_window)
         vocab = self.loaded.shape.vocab_size
-        prompt_len = max(1, min(prompt_len, self.cache.max_len - decode_steps - 1))
-        ids = [i % vocab for i in range(1, prompt_len + 1)]
+        draws = torch.Generator(device=self.device) if self.sampling.temperature > 0 else None
         with device_scope(self.device), torch.inference_mode(), kernel_math(self.device, self.math):
-            self.model(make_step_batch([(0, 0, ids)], [], self.device), self.cache)
-            for i in range(decode_steps):
-                self.model(make_step_batch([], [(0, prompt_len + i, ids[0])], self.device), self.cache)
+            for step in steps:
+                prefill = [(slot, start, [(slot + start + i) % vocab for i in range(length)])
+                           for slot, start, length in step.prefill]
+                decode = [(slot, position, (slot + position) % vocab) for slot, position in step.decode]
+                logits = self.model(make_step_batch(prefill, decode, self.device), self.cache)
+                if step.samples:
+                    draws.manual_seed(0)
+                    sample(logits, self.sampling.temperature, self.sampling.top_p, draws)
             if self.static is not None:
                 self.static.warmup()
         synchronize(self.device)
 
 
 def build_runner(loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
-                 use_cuda_graphs: bool | None = None) -> Runner:
-    """A warmed-up Runner (graphs captured), built on the model's device as the current one
+                 use_cuda_graphs: bool | None = None, warmup: list[WarmupStep] | None = None) -> Runner:
+    """A Runner warmed up on `warmup`'s step shapes (None: a continuous run's) with its graphs captured, built on the model's device as the current one
     (device_scope: cuda:1 captures on cuda:1). An out-of-memory error while building, warming up
     or capturing is refused in one line (DoesNotFit), its memory given back first."""
     stage = "allocating the KV cache"
@@ -138,7 +150,7 @@ def build_runner(loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
             runner = Runner(loaded, num_slots, max_len, sampling, use_cuda_graphs)
             stage = "warming up" + (" and capturing the CUDA graphs" if runner.static is not None
                                     and runner.static.capture else "")
-            runner.warmup()
+            runner.warmup(warmup)
         return runner
     except Exception as exc:
         if not is_out_of_memory(exc):

@@ -32,7 +32,8 @@ from backend.loaders.hf import Checkpoint
 from backend.shape import ModelShape
 from backend.models.packed import (Int8Weight, Panels, QuantPanels, int8_kernel, matrix_bytes, pack_weights,
                                    quantize_int8, step_weight_bytes)
-from backend.precision import BLOCK_FORMATS, GGUF_FORMATS, GPU_FORMATS, K_FALLBACK, Precision, precision
+from backend.precision import (BLOCK_FORMATS, GGUF_FORMATS, GPU_FORMATS, K_FALLBACK, Precision, int8_refusal,
+                               precision)
 
 AUTO = "auto"
 # The LM head at a quantized --dtype, as llama.cpp's quantizer writes it for these formats
@@ -45,13 +46,16 @@ HALF_FORMATS = ("f16", "bf16w")
 def choose(wanted: str, device: torch.device, ckpt: Checkpoint | None) -> str | None:
     """The quantization target for a canonical --dtype (see the module docstring)."""
     if wanted == "int8":
+        if (refusal := int8_refusal(device.type)) is not None:
+            raise InputError(refusal)
         return wanted
     if wanted in GPU_FORMATS:
         raise InputError(f"--dtype {wanted} is a GPU tensor-core format the simulator prices (--simulate --profile "
                          "h100-sxm, or b200 for nvfp4 and mxfp4); this engine does not run it")
     if wanted in BLOCK_FORMATS:
         if not ops.usable(device, torch.float32):
-            where = (f"on {device} use --dtype int8 (weight-only)" if device.type != "cpu" else
+            where = ("on CUDA use --dtype bfloat16 or float16" if device.type == "cuda" else
+                     f"on {device} use --dtype int8 (weight-only)" if device.type != "cpu" else
                      f"they are unavailable here ({kernels.reason()}); --dtype int8 runs torch's int8 weight-only kernel")
             raise InputError(f"--dtype {wanted} runs on the project's CPU kernels: {where}")
         _check_widths(wanted, ckpt.shape if ckpt is not None else None)

@@ -11,10 +11,12 @@ attention is a C kernel there too (prefill_attention.c, blocked as flash attenti
 start, the window, the scale and the soft cap itself, so it needs no mask): 2-3x faster than
 SDPA's CPU kernel for the bundled model's 128- to 512-token prompts.
 
-With `static_decode` the plan is for a padded decode batch of fixed size (the CUDA graph
-path): every row attends over its slot's whole `max_len` keys, masked by its position, so no
+With `static_len` the plan is for a padded decode batch of fixed size (the CUDA graph path):
+every row attends over the first `static_len` keys of its slot, masked by its position, so no
 shape and no host value depends on the positions and a captured graph stays valid as they
-advance.
+advance. The caller picks static_len from a few length buckets by the batch's longest context
+(backend/engine/cuda_graphs.py), so a step reads the keys its contexts need, not the cache's
+whole max_len.
 
 With a sliding `window` W (Mistral's config.sliding_window), the query at position i sees the
 keys at positions i - W + 1 .. i, as transformers masks them; the cache still holds every key.
@@ -28,21 +30,29 @@ windows (Gemma's sliding and global layers) builds one plan per distinct window.
 SDPA's 1 / sqrt(head_dim)) and Gemma 2's soft cap c, which turns each score s into c * tanh(s / c)
 before the mask and the softmax. SDPA cannot cap, so capped attention outside the C kernel runs
 as transformers' eager attention does: scores, cap, mask, a float32 softmax, values.
+
+On CUDA each prefill segment runs the kernel `attention_kernels.choose_kernel` picks for it (flash
+or memory-efficient for first chunks, later chunks and windows, GQA expanded where that is what it
+takes, capped scores in blocks of rows), never SDPA's math kernel over the whole score matrix.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from backend.kernels import ops
+from backend.models.attention_kernels import (additive as _additive, choose_kernel, run_kernel,
+                                              scores_attention as _scores_attention, visible as _visible,
+                                              window_mask)
 from backend.models.base import KVCache, Segment, StepBatch
 
 
 @dataclass(slots=True)
 class AttentionPlan:
-    segments: list[tuple[int, Segment, torch.Tensor | None]]  # (flat offset, segment, mask; None = plain causal)
+    # (flat offset, segment, mask; None = plain causal). On CUDA the mask is WINDOW_MASK's, over the
+    # keys from the window's first (attention_kernels.window_mask), and None where no window cuts.
+    segments: list[tuple[int, Segment, torch.Tensor | None]]
     num_prefill_tokens: int
     decode_slots: torch.Tensor
     decode_positions: torch.Tensor
@@ -52,6 +62,7 @@ class AttentionPlan:
     decode_kernel: bool = False      # decode tokens go to the C kernel (which needs no key length or mask)
     window: int | None = None        # the sliding window, for the C kernel (the masks above already hold it)
     prefill_kernel: bool = False     # prefill segments go to the C kernel (the segments' masks are then None)
+    capability: tuple[int, int] | None = None   # CUDA: the GPU's compute capability, for choose_kernel; None elsewhere
 
     @property
     def rotates_in_kernel(self) -> bool:
@@ -59,20 +70,28 @@ class AttentionPlan:
         return self.decode_kernel and not self.segments
 
     @classmethod
-    def build(cls, batch: StepBatch, cache: KVCache, dtype: torch.dtype, static_decode: bool = False,
+    def build(cls, batch: StepBatch, cache: KVCache, dtype: torch.dtype, static_len: int | None = None,
               window: int | None = None, kernel_window: bool = False) -> AttentionPlan:
-        """static_decode: a decode-only batch of fixed size (the CUDA graph path) whose rows attend
-        over their slots' whole max_len keys, masked by position: built from tensors alone, no host read.
+        """static_len: a decode-only batch of fixed size (the CUDA graph path) whose rows attend over
+        the first static_len keys of their slots (more than any row's position), masked by position:
+        built from tensors alone, no host read.
         window: a sliding window of keys (None: every earlier key). kernel_window: the caller's
         layers pass the window to the C kernel themselves (through `attend`), never the fused
         decode layer, so the kernel serves decode tokens past the window too."""
         device = batch.input_ids.device
         segments = []
         offset = 0
+        static_decode = static_len is not None
+        if static_decode and not 0 < static_len <= cache.max_len:
+            raise ValueError(f"static key length {static_len} outside this cache's 1..{cache.max_len}")
         prefill_kernel = bool(batch.prefill) and not static_decode and ops.usable(device, dtype)
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         for seg in batch.prefill:
             mask = None
-            if not prefill_kernel and (seg.start > 0 or (window is not None and seg.length > window)):
+            if capability is not None:   # choose_kernel's kernels need a mask only where a window cuts
+                if window is not None and seg.start + seg.length > window:
+                    mask = window_mask(seg.start, seg.length, window, dtype, device)   # (L, keys from the window's first)
+            elif not prefill_kernel and (seg.start > 0 or (window is not None and seg.length > window)):
                 # A later chunk: query i (at position start+i) sees keys 0..start+i. SDPA's is_causal
                 # aligns the triangle top-left, which is wrong once there are more keys than queries.
                 keys = torch.arange(seg.start + seg.length, device=device)
@@ -89,7 +108,7 @@ class AttentionPlan:
             decode_len = -1   # not known without a host read, and not needed
         elif batch.num_decode:
             if static_decode:
-                decode_len, masked = cache.max_len, True
+                decode_len, masked = static_len, True
             else:
                 # One host read per step (not per layer): the key length must be a Python int to slice the cache.
                 lo, hi = (int(x) for x in batch.decode_positions.aminmax())
@@ -100,38 +119,7 @@ class AttentionPlan:
                 decode_mask = _additive(visible, dtype)[:, None, None, :]  # (D, 1, 1, T)
         return cls(segments, offset, batch.decode_slots, batch.decode_positions,
                    None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel, window,
-                   prefill_kernel)
-
-
-def _visible(keys: torch.Tensor, queries: torch.Tensor, window: int | None) -> torch.Tensor:
-    """Which key positions each query position sees: the earlier ones, or the last `window` of them."""
-    visible = keys <= queries
-    return visible if window is None else visible & (keys > queries - window)
-
-
-def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """0 where visible, -inf elsewhere: built once per step in the model dtype, so SDPA needs no conversion."""
-    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
-
-
-def _scores_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                      is_causal: bool, scale: float | None, softcap: float | None) -> torch.Tensor:
-    """SDPA's arguments and result, q (B, heads, L, hd), k and v (B, kv, S, hd); with a soft cap,
-    the scores are capped before the mask (transformers' eager attention, in its order)."""
-    heads, kv_heads = q.shape[1], k.shape[1]
-    if softcap is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale,
-                                              enable_gqa=kv_heads != heads)
-    b, _, n, hd = q.shape
-    qg = q.reshape(b, kv_heads, heads // kv_heads, n, hd)       # query head i uses kv head i // group
-    scores = qg @ k.unsqueeze(2).transpose(-1, -2) * (hd ** -0.5 if scale is None else scale)  # (B, kv, group, L, S)
-    scores = torch.tanh(scores / softcap) * softcap
-    if is_causal:
-        mask = _additive(torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).tril_(), q.dtype)
-    if mask is not None:
-        scores = scores + (mask if mask.ndim < 4 else mask.unsqueeze(2))   # (L, S) or (B, 1, L, S) per request
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return (weights @ v.unsqueeze(2)).view(b, heads, n, hd)     # (B, heads, L, hd)
+                   prefill_kernel, capability)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan,
@@ -159,7 +147,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         qs = q[off:end].transpose(0, 1).unsqueeze(0)   # (1, heads, L, hd)
         ks = cache_k[seg.slot, :, :stop].unsqueeze(0)  # (1, kv, start+L, hd): a view of the slot
         vs = cache_v[seg.slot, :, :stop].unsqueeze(0)
-        o = _scores_attention(qs, ks, vs, mask, mask is None, scale, softcap)  # (1, heads, L, hd)
+        if plan.capability is not None:
+            choice = choose_kernel("cuda", q.dtype, seg.length, seg.start, plan.window, heads, kv_heads, softcap,
+                                   plan.capability)
+            o = run_kernel(choice, qs, ks, vs, seg.start, plan.window, scale, softcap, mask)
+        else:
+            o = _scores_attention(qs, ks, vs, mask, mask is None, scale, softcap)  # (1, heads, L, hd)
         outs.append(o[0].transpose(0, 1).reshape(seg.length, heads * hd))
     if plan.decode_kernel:
         p = plan.num_prefill_tokens

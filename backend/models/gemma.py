@@ -84,12 +84,12 @@ class GemmaModel(LlamaModel):
             Rotary(dataclasses.replace(shape, rope_theta=shape.rope_local_theta), None)
         self.rotaries = [self.rotary if i in shape.global_layers else local for i in range(shape.num_layers)]
 
-    def forward(self, batch: StepBatch, cache: KVCache, static_decode: bool = False) -> torch.Tensor:
+    def forward(self, batch: StepBatch, cache: KVCache, static_len: int | None = None) -> torch.Tensor:
         """Logits (M, vocab) in the model dtype, for batch.logit_rows only (as LlamaModel.forward)."""
         s = self.shape
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
         x = x * torch.tensor(s.hidden_size ** 0.5, dtype=x.dtype).item()   # the normalizer in the model dtype
-        plans = {w: AttentionPlan.build(batch, cache, x.dtype, static_decode, w, kernel_window=True)
+        plans = {w: AttentionPlan.build(batch, cache, x.dtype, static_len, w, kernel_window=True)
                  for w in set(self.windows)}
         tables = {id(r): r.lookup(batch.positions, cache.max_len, x.dtype) for r in self.rotaries}  # (cos, sin)
         for layer, window, rotary, cache_k, cache_v in zip(self.layers, self.windows, self.rotaries, cache.k, cache.v):

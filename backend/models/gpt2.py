@@ -52,13 +52,13 @@ class GPT2Model(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.wte   # tied
 
-    def forward(self, batch: StepBatch, cache: KVCache, static_decode: bool = False) -> torch.Tensor:
+    def forward(self, batch: StepBatch, cache: KVCache, static_len: int | None = None) -> torch.Tensor:
         """Logits (M, vocab) in the model dtype, for batch.logit_rows only (the head is tied to wte).
 
-        static_decode: as in LlamaModel.forward.
+        static_len: as in LlamaModel.forward.
         """
         x = F.embedding(batch.input_ids, self.wte) + F.embedding(batch.positions, self.wpe)  # (N, d)
-        plan = AttentionPlan.build(batch, cache, x.dtype, static_decode)
+        plan = AttentionPlan.build(batch, cache, x.dtype, static_len)
         for layer, cache_k, cache_v in zip(self.layers, cache.k, cache.v):
             x = layer(x, plan, cache_k, cache_v)
         x = F.layer_norm(x[batch.logit_rows], x.shape[-1:], self.lnf_w, self.lnf_b, self.shape.norm_eps)  # (M, d)

@@ -160,14 +160,14 @@ class LlamaModel(nn.Module):
         """The plain (vocab, hidden) LM head matrix: the embedding when tied."""
         return self.embed if self.lm_head is None else self.lm_head
 
-    def forward(self, batch: StepBatch, cache: KVCache, static_decode: bool = False) -> torch.Tensor:
+    def forward(self, batch: StepBatch, cache: KVCache, static_len: int | None = None) -> torch.Tensor:
         """Logits (M, vocab) in the model dtype, for batch.logit_rows only.
 
-        static_decode: batch is decode-only and padded to a fixed size; attention runs over
-        each slot's whole max_len (see AttentionPlan.build).
+        static_len: batch is decode-only and padded to a fixed size; attention runs over the first
+        static_len keys of each slot (see AttentionPlan.build).
         """
         x = F.embedding(batch.input_ids, self.embed)  # (N, d)
-        plan = AttentionPlan.build(batch, cache, x.dtype, static_decode, self.shape.sliding_window)
+        plan = AttentionPlan.build(batch, cache, x.dtype, static_len, self.shape.sliding_window)
         cos, sin = self.rotary.lookup(batch.positions, cache.max_len, x.dtype)
         s = self.shape
         fused = not (s.qk_norm or s.num_experts or s.clip_qkv is not None)   # what layer.c runs

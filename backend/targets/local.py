@@ -31,6 +31,7 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     from backend.engine.loop import Engine
     from backend.engine.runner import build_runner
     from backend.engine.scheduler import Scheduler, SchedulerConfig
+    from backend.engine.warmup import warmup_steps
 
     emit = recorder.emit
     loaded, dev_name, reused = models.get(config, emit)
@@ -50,7 +51,9 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     kv_capacity = kv_capacity_of(config, num_slots, max_len)
     emit(loaded.loaded_event(dev_name, kv_capacity, reused))
     emit(Progress("warming up", None))
-    runner = build_runner(loaded, num_slots, max_len, config.sampling)
+    steps = warmup_steps(policy, num_slots, max_len, config.engine.chunk_tokens, config.sampling.temperature,
+                         shape.sliding_window)   # every step shape the run will time
+    runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps)
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
                                           kv_capacity=kv_capacity, max_len=max_len))
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,

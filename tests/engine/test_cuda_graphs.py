@@ -9,7 +9,7 @@ import torch
 from backend.workload.arrivals import RequestSpec
 from backend.config import RunConfig, SamplingConfig
 from backend.results.recorder import RunRecorder
-from backend.engine.cuda_graphs import StaticDecoder, bucket_sizes
+from backend.engine.cuda_graphs import StaticDecoder, bucket_sizes, length_buckets
 from backend.workload.arrivals import FixedSource
 from backend.engine.loop import Engine
 from backend.models import build_model, KVCache, make_step_batch
@@ -71,17 +71,61 @@ def test_bucket_for_pads_up_and_refuses_too_many():
         StaticDecoder(decoder.model, cache, scratch_slot=4, max_batch=3, capture=False)
 
 
+def test_length_buckets_are_powers_of_two_from_the_smallest_then_max_len():
+    assert length_buckets(4096) == [256, 512, 1024, 2048, 4096]
+    assert length_buckets(272) == [256, 272]
+    assert length_buckets(256) == [256]
+    assert length_buckets(48) == [48]
+    assert length_buckets(48, smallest=16) == [16, 32, 48]
+    with pytest.raises(ValueError):
+        length_buckets(0)
+
+
+class KeyLengths(torch.nn.Module):
+    """The model, recording the key length each static step attends over."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.lengths = model, []
+
+    def forward(self, batch, cache, static_len=None):
+        self.lengths.append(static_len)
+        return self.model(batch, cache, static_len=static_len)
+
+
+def test_the_static_key_length_follows_the_longest_context_not_max_len():
+    """A cache of 4,096 positions, contexts of a few tokens: a step attends over 256 keys, and
+    over 512 once one request passes 256 (the bucket of the longest context, not of the shortest)."""
+    shape = SHAPES["llama"]
+    model = KeyLengths(random_model("llama", "cpu"))
+    cache = KVCache(shape, 3, 4096, "cpu", torch.float32)
+    decoder = StaticDecoder(model, cache, scratch_slot=2, max_batch=2, capture=False)
+    assert decoder.lengths == [256, 512, 1024, 2048, 4096]
+    assert [decoder.length_for(p) for p in (0, 255, 256, 300, 4095)] == [256, 256, 512, 512, 4096]
+    with pytest.raises(ValueError):
+        decoder.length_for(4096)
+    with torch.inference_mode():
+        decoder.decode([0, 1], [5, 9], [1, 2])
+        decoder.decode([0, 1], [6, 300], [1, 2])
+        decoder.decode([1], [4000], [2])
+    assert model.lengths == [256, 512, 4096]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("arch", list(SHAPES))
 @pytest.mark.parametrize("packed", [False, True])
-def test_static_decode_matches_the_plain_path_as_the_batch_shrinks_and_grows(arch, device, packed):
+@pytest.mark.parametrize("min_length", [16, 256])
+def test_static_decode_matches_the_plain_path_as_the_batch_shrinks_and_grows(arch, device, packed, min_length):
+    """min_length 16: the steps move from the 16-key bucket to the 32-key one of a 40-position cache;
+    256: every step attends over the whole cache."""
     if packed and device != "cpu":
         pytest.skip("packing is a CPU layout")
     model = random_model(arch, device, packed)
     shape = SHAPES[arch]
     plain = KVCache(shape, 6, 40, device, torch.float32)
     static_cache = KVCache(shape, 7, 40, device, torch.float32)   # slot 6: scratch for padding rows
-    decoder = StaticDecoder(model, static_cache, scratch_slot=6, max_batch=6, capture=device == "cuda")
+    decoder = StaticDecoder(model, static_cache, scratch_slot=6, max_batch=6, capture=device == "cuda",
+                            min_length=min_length)
     positions = dict.fromkeys(PROMPTS, 0)
 
     def prefill(slots):
@@ -112,8 +156,9 @@ def test_static_decode_matches_the_plain_path_as_the_batch_shrinks_and_grows(arc
     for a, b in zip(plain.k + plain.v, static_cache.k + static_cache.v):
         for s, n in positions.items():
             torch.testing.assert_close(b[s, :, :n], a[s, :, :n], atol=1e-5, rtol=1e-4)
-    if device == "cuda":
-        assert set(decoder.graphs) == {1, 4, 2, 6}   # captured lazily, one per bucket used
+    if device == "cuda":   # captured lazily, one per (bucket, length) used
+        assert {size for size, _ in decoder.graphs} == {1, 4, 2, 6}
+        assert {length for _, length in decoder.graphs} == ({16, 32} if min_length == 16 else {40})
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -16,6 +16,7 @@ from backend.engine.runner import Runner, sample
 from backend.engine.scheduler import Scheduler, SchedulerConfig
 from backend.loaders.weights import load_model
 
+from backend.engine.warmup import warmup_steps
 from tests.engine.test_cuda_graphs import SHAPES, loaded, random_model
 
 
@@ -82,7 +83,8 @@ def test_warmup_leaves_no_trace_in_the_results(use_cuda_graphs):
     def generate(warm: bool):
         runner = Runner(loaded("llama", "cpu"), 3, 40, sampling, use_cuda_graphs=use_cuda_graphs)
         if warm:
-            runner.warmup(prompt_len=20, decode_steps=3)
+            runner.warmup(warmup_steps("chunked", 3, 40, chunk_tokens=8, temperature=sampling.temperature,
+                                       prompt_len=20))
         return run_engine(runner, specs())
 
     cold = generate(False)

@@ -192,9 +192,11 @@ def test_the_c_decode_kernel_scales_caps_and_windows_as_the_reference(hd):
     assert torch.equal(cache_k[slots, :, torch.tensor(positions)], k)   # the new keys written in place
 
 
-def test_static_decode_matches_plain_decode(pair, path):
-    """The CUDA-graph form of a decode step (padded batch, every slot's whole max_len under a mask
-    built from tensors alone) against the plain step, past the window."""
+@pytest.mark.parametrize("static_len", [16, 32])
+def test_static_decode_matches_plain_decode(pair, path, static_len):
+    """The CUDA-graph form of a decode step (padded batch, the first static_len keys of every slot
+    under a mask built from tensors alone: a length bucket or the whole max_len) against the plain
+    step, past the window."""
     from backend.models import make_step_batch
     _, ours, shape = pair
     prompts = [tokens(13, seed=5), tokens(9, seed=6)]
@@ -204,7 +206,7 @@ def test_static_decode_matches_plain_decode(pair, path):
     decode = [(0, 13, 5), (1, 9, 6), (2, 0, 0)]   # the last row pads the batch, in a slot no request owns
     plain = run(ours, shape, [], decode[:2], caches[0])
     with torch.inference_mode():
-        static = ours(make_step_batch([], decode, "cpu"), caches[1], static_decode=True)[:2]
+        static = ours(make_step_batch([], decode, "cpu"), caches[1], static_len=static_len)[:2]
     assert_close_logits(static, plain)
 
 

@@ -142,6 +142,79 @@ def test_the_kernel_routes_as_torch_and_adds_the_same_experts():
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_the_moe_path_by_device_and_dtype():
+    """The C kernel where the panels are packed; one host read a layer only off CUDA."""
+    P = moe.MoePath
+    assert moe.moe_path("cpu", torch.float32, True, False, 64, 32) is P.KERNEL
+    assert moe.moe_path("cpu", torch.bfloat16, False, True, 64, 32) is P.SORTED
+    assert moe.moe_path("cuda", torch.bfloat16, False, True, 4096, 14336, (9, 0)) is P.GROUPED
+    assert moe.moe_path("cuda", torch.bfloat16, False, True, 4096, 14336, (8, 0)) is P.GROUPED
+    assert moe.moe_path("cuda", torch.bfloat16, False, True, 4096, 14336, (7, 5)) is P.DENSE   # no grouped kernel
+    assert moe.moe_path("cuda", torch.float16, False, True, 4096, 14336, (9, 0)) is P.DENSE
+    assert moe.moe_path("cuda", torch.float32, False, True, 4096, 14336, (9, 0)) is P.DENSE
+    assert moe.moe_path("cuda", torch.bfloat16, False, True, 4100, 14336, (9, 0)) is P.DENSE   # unaligned rows
+    assert moe.moe_path("cuda", torch.bfloat16, False, False, 4096, 14336, (9, 0)) is P.SORTED  # not plain tensors
+
+
+def no_host_reads(monkeypatch):
+    """Make every explicit read of a tensor's value on the host fail (what stalls a GPU at each layer)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a host read in the routed path")
+    for name in ("tolist", "item", "__int__", "__bool__", "__index__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cuda_paths_equal_the_sorted_path_with_no_host_read(grouped, dtype, monkeypatch):
+    """device_moe (grouped matmul over sorted rows, or dense) against torch_moe, on the CPU, with
+    host reads refused while it runs; rows routed to no expert and one expert taking most rows."""
+    g = torch.Generator().manual_seed(1)
+    d, ff, num_experts, k, n = 64, 32, 8, 2, 37
+    h, residual = (torch.randn(n, d, generator=g) + 1).to(dtype), torch.randn(n, d, generator=g).to(dtype)
+    router = torch.randn(num_experts, d, generator=g)
+    router[3] += 0.5    # along every row's common part: expert 3 takes most rows
+    router[6:] = -0.5   # against it: experts 6 and 7 none
+    router = router.to(dtype)
+    plain = [((torch.randn(2 * ff, d, generator=g) * 0.2).to(dtype), (torch.randn(d, ff, generator=g) * 0.2).to(dtype))
+             for _ in range(num_experts)]
+    gate_up, down = torch.stack([a for a, _ in plain]), torch.stack([b for _, b in plain])
+    for norm in (False, True):
+        expected, expected_touched = moe.torch_moe(h, residual, router, plain, k, norm)
+        with monkeypatch.context() as m:
+            no_host_reads(m)
+            got, touched = moe.device_moe(h, residual, router, gate_up, down, k, norm, grouped)
+            with pytest.raises(AssertionError, match="host read"):   # the guard holds: the sorted path reads
+                moe.torch_moe(h, residual, router, plain, k, norm)
+        assert isinstance(touched, torch.Tensor) and int(touched) == expected_touched < num_experts
+        tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
+        torch.testing.assert_close(got, expected, **tol)
+
+
+@pytest.mark.parametrize("forced", [moe.MoePath.GROUPED, moe.MoePath.DENSE])
+def test_a_model_on_the_cuda_paths_matches_transformers_and_counts_its_experts(pair, forced, monkeypatch):
+    """The CUDA paths forced on the CPU, through a whole model: stacking re-points the experts'
+    parameters at views of the stack (no second copy), and a chunked prefill mixed with a decode
+    token gives transformers' logits."""
+    import copy
+    _, hf, ours, shape = pair
+    model = copy.deepcopy(ours)   # unpacked plain tensors, as on a GPU
+    monkeypatch.setattr(moe, "moe_path", lambda *args: forced)
+    prompt, other = tokens(14, seed=3), tokens(6, seed=4)
+    cache = KVCache(shape, 2, 32, "cpu", torch.float32)
+    run(model, shape, [(1, 0, other)], [], cache)
+    run(model, shape, [(0, 0, prompt[:8])], [], cache)
+    mixed = run(model, shape, [(0, 8, prompt[8:])], [(1, 6, 9)], cache)   # (2, vocab)
+    with torch.inference_mode():
+        close(mixed[:1], hf(torch.tensor([prompt])).logits[0, -1:])
+        close(mixed[1:], hf(torch.tensor([other + [9]])).logits[0, -1:])
+    layer = model.layers[0]
+    _, gate_up, down = layer.expert_stack
+    assert layer.expert1_gate_up.data_ptr() == gate_up[1].data_ptr() and layer.expert2_down.data_ptr() == down[2].data_ptr()
+    touched, _, _ = model.experts_read()
+    assert 0 < int(touched) <= shape.num_layers * shape.num_experts
+
+
 @pytest.fixture(scope="module")
 def qwen3_moe_folder(tmp_path_factory):
     hf, _, _ = reference_pair("qwen3-moe")

@@ -336,3 +336,28 @@ def test_k_quant_and_f16_dtypes_quantize_the_floats_and_fall_back_on_narrow_rows
     assert proc.returncode == 0, proc.stderr
     # widths 64 and 128: every row fell back to Q8_0, and the device line names what runs, not what was asked
     assert "q8_0 weights (8.50 bits)" in proc.stdout and "(q8_0 weights dequantized" in proc.stdout
+
+
+def test_int8_is_refused_on_cuda_in_one_line_and_not_offered_there():
+    """No GPU needed: the refusal is the validation's, before any weight is read."""
+    from backend.loaders.device import available_precisions
+    from backend.loaders.quant import choose
+    from backend.precision import int8_refusal
+    with pytest.raises(InputError) as refused:
+        choose("int8", torch.device("cuda"), None)
+    message = str(refused.value)
+    assert "\n" not in message and "int8" in message and "slower than bfloat16" in message
+    assert "--dtype bfloat16" in message
+    assert choose("int8", torch.device("cpu"), None) == "int8"   # the CPU still runs it
+    assert int8_refusal("cuda") == message and int8_refusal("cpu") is None and int8_refusal("mps") is None
+    assert "int8" in available_precisions(torch.device("cpu"))
+    with pytest.raises(InputError, match="on CUDA use --dtype bfloat16 or float16"):   # nor int8 for a block format
+        choose("q4_1", torch.device("cuda"), None)
+
+
+def test_the_window_does_not_offer_int8_on_cuda(monkeypatch):
+    """available_precisions feeds the window's dtype list; on CUDA it holds the floats only."""
+    import backend.loaders.device as device_module
+    from backend.loaders.device import available_precisions
+    monkeypatch.setattr(device_module, "available_dtypes", lambda device: ["float32", "float16", "bfloat16"])
+    assert available_precisions(torch.device("cuda")) == ["float32", "float16", "bfloat16"]

@@ -100,7 +100,11 @@ class _Worker:
         from backend.loaders.cache import load
         config = spec.config
         self.loaded, device_name = load(config, lambda event: None)
-        self.runner = build_runner(self.loaded, spec.num_slots, spec.max_len, config.sampling)
+        from backend.engine.warmup import warmup_steps
+        # a prefill worker runs the chunked scheduler's prefill-only steps, a decode worker a continuous decode batch
+        steps = warmup_steps("chunked" if spec.role == "prefill" else "continuous", spec.num_slots, spec.max_len,
+                             config.engine.chunk_tokens, config.sampling.temperature, self.loaded.shape.sliding_window)
+        self.runner = build_runner(self.loaded, spec.num_slots, spec.max_len, config.sampling, warmup=steps)
         side = Side.PREFILL if spec.role == "prefill" else Side.DECODE
         self.links = {peer: Port(Connection(fd), Channel.KV, side) for peer, fd in spec.links.items()}
         self.t0 = 0.0
