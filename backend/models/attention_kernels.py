@@ -25,7 +25,6 @@ from enum import Enum
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 BLOCK_BYTES = 64 << 20   # one block's float32 scores under the soft cap (heads x rows x keys x 4)
 HALF = (torch.float16, torch.bfloat16)
@@ -84,6 +83,7 @@ def run_kernel(choice: KernelChoice, q: torch.Tensor, k: torch.Tensor, v: torch.
     if choice.kernel is Kernel.CAUSAL:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     if choice.kernel is Kernel.CAUSAL_OFFSET:
+        from torch.nn.attention.bias import causal_lower_right   # here: it imports torch._dynamo (1.5 s)
         bias = causal_lower_right(length, k.shape[2])
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
     if mask is None:
