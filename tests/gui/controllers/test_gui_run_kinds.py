@@ -72,7 +72,7 @@ def test_a_rate_sweep_draws_throughput_per_device_against_per_user(qtbot, window
     assert sum(p.pareto for p in points) >= 1 and len(window.load_sweep.front.xData) >= 1
     assert sum(p.best_goodput for p in points) == 1 and len(window.load_sweep.best.xData) == 1
     assert "Pareto front" in window.load_sweep.note.text() and "best goodput" in window.load_sweep.note.text()
-    assert window.statusBar().currentMessage() == "Finished: rate sweep, 2 points"
+    assert window.statusBar().currentMessage().startswith("Rate sweep finished: 2 points, best goodput")
     # Export CSV writes it as `sweep rate --out` does, and Open run shows it again
     assert window.files.export_csv(str(tmp_path / "rate"))
     kind, saved = read_points(tmp_path / "rate")

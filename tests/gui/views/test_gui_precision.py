@@ -130,7 +130,7 @@ def test_precision_points_fill_the_views_curves_as_ratios_to_the_first(qtbot, fa
     assert "q8_0 106 MB (3.76× fewer bytes): TTFT 95.0 ms (1.05× faster), TPOT 12.00 ms (3.33× faster)" \
         in view.note.toolTip()
     message = w.statusBar().currentMessage()
-    assert message.startswith("Finished: precision sweep, 3 precisions measured") and SKIPPED in message
+    assert message.startswith("Precision sweep finished: 3 precisions measured") and SKIPPED in message
     # the metrics panel took the sweep's steps without a request or a roofline of mixed precisions
     w.metrics.refresh()
     assert w.metrics.metrics.decode_ms_per_token is not None and w.metrics.metrics.roofline == []
@@ -205,7 +205,7 @@ def test_a_real_precision_sweep_of_the_bundled_model_from_the_window(qtbot, wind
     # own prefill, its warm-up decode step and the two timed ones
     phases = window.store.steps.column("phase").tolist()
     assert len(phases) == 12 and phases.count(0.0) == 6
-    assert window.statusBar().currentMessage().startswith("Finished: precision sweep, 2 precisions measured")
+    assert window.statusBar().currentMessage().startswith("Precision sweep finished: 2 precisions measured")
 
 
 def test_a_reference_precision_sweep_is_drawn_over_the_run_at_the_same_precisions(qtbot, window, tmp_path):
