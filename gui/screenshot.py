@@ -185,7 +185,7 @@ def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10
             if not window.files.export_csv(folder) or window.reference_runs.add(folder) is None:
                 raise SystemExit(f"error: {window.last_error}")
         window.reference_runs.align(window.references.items[0].key)   # static's steps under the current run's
-        window.roofline_tabs.setCurrentWidget(window.distributions)
+        window.view_tabs.show_view(window.distributions)
         return save(app, window, path)
 
 

@@ -17,8 +17,11 @@ from backend.errors import InputError
 
 from gui.panels.fields import ValidatedField
 from gui.settings import open_settings
+from gui.window_geometry import keep_on_screen, place_first
 
-STATE_VERSION = 1          # saveState's version: raise it when the docks change so an old layout is not forced on them
+# saveState's version: raise it when the docks change so an old layout is not forced on them
+# (2: the plots moved from a bottom dock into the central view tabs, a notes dock beside them)
+STATE_VERSION = 2
 NEVER_SAVED = ("key_edit",)   # the API key: never written to a file
 # restored before the rest (in this order), or restored by their own rule
 CONTROLS_FIRST = ("simulate_check", "model_combo", "hub_field", "device_combo", "dtype_combo")
@@ -171,7 +174,8 @@ def save_window(window) -> None:
 
 
 def restore_window(window) -> bool:
-    """The last session's geometry, docks and settings; False when there was none."""
+    """The last session's geometry, docks and settings; False when there was none. Without a saved
+    geometry, or with one that no longer fits the screen, the window takes most of the screen."""
     s = open_settings()
     geometry, state = s.value("window/geometry"), s.value("window/state")
     try:
@@ -180,8 +184,10 @@ def restore_window(window) -> bool:
         saved = {}
     if isinstance(saved, dict) and saved:
         restore_controls(window.controls, saved)
-    if isinstance(geometry, QtCore.QByteArray):
-        window.restoreGeometry(geometry)
+    if isinstance(geometry, QtCore.QByteArray) and window.restoreGeometry(geometry):
+        keep_on_screen(window)
+    else:
+        place_first(window)
     if isinstance(state, QtCore.QByteArray):
         window.restoreState(state, STATE_VERSION)
     return bool(saved) or geometry is not None
