@@ -273,10 +273,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabifyDockWidget(self.notes_dock, self.references_dock)   # references: empty until one is added
         self.notes_dock.raise_()
         self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.table_dock)
-        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 370], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 320], QtCore.Qt.Orientation.Horizontal)
         self.resizeDocks([self.metrics_dock, self.notes_dock, self.text_dock], [430, 170, 150],
                          QtCore.Qt.Orientation.Vertical)
-        self.resizeDocks([self.table_dock], [170], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.table_dock], [150], QtCore.Qt.Orientation.Vertical)
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)

@@ -219,8 +219,6 @@ def shoot_first_run(path: str) -> int:
 def shoot_load_sweeps(path: str) -> int:
     """A rate sweep of the bundled model, then a prefill:decode split sweep of llama-8b on 4 simulated H100s."""
     app, window, form = open_window()
-    # the Load sweep tab taller than the default bottom dock, so its points and labels can be read
-    window.resizeDocks([window.throughput_dock], [400], QtCore.Qt.Orientation.Vertical)
     form.set_kind(RunKind.SWEEP_RATE)
     form.fields["load-sweep"]["rates"].setText("1,2,4,8")
     f = form.fields["load"]

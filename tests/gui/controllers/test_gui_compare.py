@@ -111,7 +111,7 @@ def test_compare_policies_adds_a_reference_per_policy(qtbot, window, cache_dir):
     # one curve per run on the throughput plot and on the latency CDF
     window.repaint_views()
     assert set(window.throughput.reference_curves) == {r.key for r in refs}
-    window.roofline_tabs.setCurrentWidget(window.distributions)
+    window.view_tabs.show_view(window.distributions)
     window.distributions.refresh()
     assert set(window.distributions.curves) == {r.key for r in refs}
     assert all(window.distributions.counts[r.key] == 4 for r in refs)
