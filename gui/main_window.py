@@ -152,6 +152,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tools.fitFinished.connect(self.fitFinished)
         self.files.opened.connect(self._show_opened)
         self.reference_runs.changed.connect(self.repaint_views)
+        # a reference chosen for under the strip is seen on the live view: it comes forward
+        self.reference_panel.alignRequested.connect(
+            lambda key: self.view_tabs.show_view(self.live_page) if key is not None else None)
+        # the references share a tab of the side column with the notes: one added comes forward
+        self.reference_runs.changed.connect(lambda: self.references_dock.raise_() if len(self.references) else None)
         self.reference_runs.plotClicked.connect(lambda plot: setattr(self, "current_plot", plot))
         self.setAcceptDrops(True)   # run folders dropped on the window are added as references
 
@@ -445,7 +450,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self._show_run_kind(mode, sweep_kind)
         self._show_run_info(run.info)
         self.timeline.set_follow(True)
-        self.view_tabs.show_view(self.sweep_view(mode) or self.live_page)
+        sweep = self.sweep_view(mode)
+        if sweep is not None:   # a sweep's result is its plot; a run's leaves the view on screen as it is
+            self.view_tabs.show_view(sweep)
         self.repaint_views()
 
     def _on_calibrated(self, profile, path: str) -> None:

@@ -109,6 +109,7 @@ def test_compare_policies_adds_a_reference_per_policy(qtbot, window, cache_dir):
     assert series.folder.is_relative_to(cache_dir)
     assert not window.running and window.compare.series is None
     # one curve per run on the throughput plot and on the latency CDF
+    window.view_tabs.show_view(window.throughput)
     window.repaint_views()
     assert set(window.throughput.reference_curves) == {r.key for r in refs}
     window.view_tabs.show_view(window.distributions)

@@ -57,6 +57,7 @@ def decode_medians(folder: Path) -> tuple[list, list]:
 def add_all(w, saved):
     refs = [w.reference_runs.add(str(saved[name])) for name in ("static", "continuous", "sweep")]
     assert all(refs), w.last_error
+    w.view_tabs.show_view(w.throughput)   # the views repaint when on screen: the throughput plot's tab
     w.repaint_views()
     return refs
 
@@ -171,7 +172,8 @@ def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, 
     window.repaint_views()
     # the first reference with steps is drawn under the current run's strip and lanes, on its time axis
     assert window.references.aligned == static.key
-    assert window.reference_runs.timeline_view.isVisible() and window.reference_runs.lanes_view.isVisible()
+    live = window.live_page   # (on the live view's tab, behind the CDF's now)
+    assert window.reference_runs.timeline_view.isVisibleTo(live) and window.reference_runs.lanes_view.isVisibleTo(live)
     assert window.reference_runs.timeline_view.getPlotItem().getViewBox().linkedView(0) is window.timeline.getPlotItem().getViewBox()
     assert len(window.reference_runs.timeline_view.bars[Phase.DECODE].start) == 7
     # hidden with its checkbox: drawn nowhere, kept in the list
@@ -207,7 +209,8 @@ def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, 
     assert window.reference_panel.align_combo.currentData() is None
     # another one chosen for the strip; then none
     window.reference_runs.align(continuous.key)
-    assert window.reference_runs.timeline_view.store is continuous.store and window.reference_runs.timeline_view.isVisible()
+    assert window.reference_runs.timeline_view.store is continuous.store
+    assert window.reference_runs.timeline_view.isVisibleTo(window.live_page)
     window.reference_runs.align(None)
     assert window.reference_runs.timeline_view is None
 
