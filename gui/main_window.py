@@ -235,7 +235,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(plot_page(self.precision), PRECISION_TAB, PRECISION_TITLE)
         self.view_tabs.add_view(self.distributions, DISTRIBUTIONS_TAB, DISTRIBUTIONS_TITLE)
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
-        self.view_tabs.currentChanged.connect(self._view_changed)
         self.setCentralWidget(self.view_tabs)
 
     def _dock(self, title: str, widget: QtWidgets.QWidget, name: str) -> QtWidgets.QDockWidget:
@@ -255,7 +254,6 @@ class MainWindow(QtWidgets.QMainWindow):
         metrics = QtWidgets.QScrollArea()
         metrics.setWidget(self.metrics)
         metrics.setWidgetResizable(True)
-        metrics.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         metrics.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
         self.metrics_dock = self._dock("Live metrics", metrics, "metricsDock")
         self.text_dock = self._dock("Generated text", self.text, "textDock")
@@ -272,17 +270,20 @@ class MainWindow(QtWidgets.QMainWindow):
         self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
         self.setCorner(QtCore.Qt.Corner.BottomRightCorner, QtCore.Qt.DockWidgetArea.RightDockWidgetArea)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
+        # the right column: the metrics over one tabbed dock whose tab follows the view on screen (the
+        # generated text beside the live view, the notes beside a plot) and the references once added;
+        # three docks stacked left the metrics' "Where the time goes" cut at 768 px
         self.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, self.metrics_dock)
         self.splitDockWidget(self.metrics_dock, self.text_dock, QtCore.Qt.Orientation.Vertical)
-        self.splitDockWidget(self.metrics_dock, self.notes_dock, QtCore.Qt.Orientation.Vertical)
-        self.tabifyDockWidget(self.notes_dock, self.references_dock)   # references: empty until one is added
-        self.notes_dock.raise_()
+        self.tabifyDockWidget(self.text_dock, self.notes_dock)
+        self.tabifyDockWidget(self.notes_dock, self.references_dock)
+        self.text_dock.raise_()
         self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.table_dock)
-        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 320], QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.metrics_dock, self.notes_dock, self.text_dock], [430, 170, 150],
-                         QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 330], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.metrics_dock, self.text_dock], [560, 150], QtCore.Qt.Orientation.Vertical)
         self.resizeDocks([self.table_dock], [150], QtCore.Qt.Orientation.Vertical)
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
+        self.view_tabs.currentChanged.connect(self._view_changed)
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)
         self.controls.calibrateRequested.connect(self.runs.calibrate)
@@ -404,9 +405,14 @@ class MainWindow(QtWidgets.QMainWindow):
             self.repaint_views()
 
     def _view_changed(self, *_) -> None:
-        """A view brought forward repaints at once, not at the next tick (the CDF sorts only when shown)."""
-        if self.view_tabs.currentWidget() is self.distributions:
+        """A view brought forward repaints at once, not at the next tick (the CDF sorts only when shown),
+        and the side column's tab follows it: the generated text beside the live view, the notes beside
+        a plot, unless the references are in front."""
+        page = self.view_tabs.currentWidget()
+        if page is self.distributions:
             self.distributions.refresh()
+        if not (len(self.references) and self.references_dock.isVisible()):   # the references, once in front, stay
+            (self.text_dock if page is self.live_page else self.notes_dock).raise_()
 
     def _set_running(self, running: bool) -> None:
         self.controls.set_running(running)
@@ -480,7 +486,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _show_worker_strip(self, show: bool) -> None:
         """A disaggregated run's per-worker rows take the strip's place; the strip folds to nothing but
         stays (its time axis drives the rows' and the lanes')."""
-        if show == self.worker_strip.isVisibleTo(self):
+        if show == self.worker_strip.isVisibleTo(self.live_page):   # (the live view may be behind another tab)
             return
         sizes = self.central_splitter.sizes()   # strip, worker rows, lanes (and a reference's strip and lanes)
         self.worker_strip.setVisible(show)

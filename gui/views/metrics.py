@@ -165,6 +165,8 @@ class MetricsPanel(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         form = QtWidgets.QFormLayout()
         form.setLabelAlignment(QtCore.Qt.AlignmentFlag.AlignRight)
+        # a value wider than the column left beside its name goes under it: a narrow dock never cuts it
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.WrapLongRows)
         self.values: dict[str, QtWidgets.QLabel] = {}
         for key, title in ROWS:
             label = QtWidgets.QLabel("—")

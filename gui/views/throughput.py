@@ -107,7 +107,8 @@ class ThroughputView(pg.PlotWidget):
         # the profile's compute roofs (at most two: a CPU's fp32 FMA and bf16 roofs), each with its label
         self.roofs: list[Roof] = []
         self.roof_curves = [plot.plot([], [], pen=pg.mkPen(color, width=1)) for color in ROOF_COLORS]
-        self.roof_labels = [pg.TextItem("", color=color, anchor=(0, 1)) for color in ROOF_COLORS]
+        # a light fill keeps a label readable where a curve crosses it
+        self.roof_labels = [pg.TextItem("", color=color, anchor=(0, 1), fill=(255, 255, 255, 180)) for color in ROOF_COLORS]
         for label in self.roof_labels:
             plot.addItem(label, ignoreBounds=True)
             label.hide()

@@ -119,7 +119,7 @@ def test_compare_policies_adds_a_reference_per_policy(qtbot, window, cache_dir):
     assert "Compared 4 of 4 runs" in window.statusBar().currentMessage()
     # the last run is still the current one: the disaggregated one, its steps in one row per worker
     assert window.store.config["engine"]["policy"] == "disaggregated" and window.store.num_requests == 4
-    assert window.store.workers.names == ["prefill-0", "decode-0"] and window.worker_strip.isVisibleTo(window)
+    assert window.store.workers.names == ["prefill-0", "decode-0"] and window.worker_strip.isVisibleTo(window.live_page)
 
 
 def test_compare_policies_adds_the_second_dtype_and_chunk_size_when_given(window):
