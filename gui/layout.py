@@ -10,13 +10,15 @@ the notes beside it (NotesPanel), not under it where it took the plot's height.
 """
 from __future__ import annotations
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 # the least height each plot widget keeps (title with its legend lines, axes, and a data area of at
 # least MIN_PLOT_AREA): below it its axes, labels and legend could no longer be read
 MIN_HEIGHTS = {"timelinePlot": 170, "requestLanesPlot": 170, "throughputPlot": 360, "precisionPlot": 300,
                "distributionsPlot": 260, "loadSweepPlot": 300}
 MIN_PLOT_AREA = 120   # px of a plot's data area (its ViewBox), the test's measure of "readable"
+
+SHORT_SCREEN = 900   # px of available height below which the side column holds the metrics alone
 
 LIVE_NOTE = ("<b>Live: steps and lanes.</b> The upper plot has one bar per forward pass of the engine, as tall as "
              "the tokens it computed: a prefill computes a whole prompt in one step, a decode step one token per "
@@ -25,6 +27,21 @@ LIVE_NOTE = ("<b>Live: steps and lanes.</b> The upper plot has one bar per forwa
 DISTRIBUTIONS_NOTE = ("<b>Latency CDF.</b> The share of requests (or of gaps between tokens) at or below each "
                       "latency, for this run and every reference: a curve further left is faster, a flatter one "
                       "less predictable.")
+
+
+def short_screen() -> bool:
+    """The primary screen leaves less than SHORT_SCREEN px of height (a 1,366 x 768 laptop's)."""
+    screen = QtGui.QGuiApplication.primaryScreen()
+    return screen is not None and screen.availableGeometry().height() < SHORT_SCREEN
+
+
+def scrolled(widget: QtWidgets.QWidget) -> QtWidgets.QScrollArea:
+    """`widget` in a frameless scroll area: a dock of it scrolls rather than cut it or set its least size."""
+    area = QtWidgets.QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+    return area
 
 
 def plot_page(view: QtWidgets.QWidget) -> QtWidgets.QWidget:
