@@ -14,7 +14,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 # the least height each plot widget keeps (title with its legend lines, axes, and a data area of at
 # least MIN_PLOT_AREA): below it its axes, labels and legend could no longer be read
-MIN_HEIGHTS = {"timelinePlot": 170, "requestLanesPlot": 170, "throughputPlot": 360, "precisionPlot": 300,
+MIN_HEIGHTS = {"timelinePlot": 200, "requestLanesPlot": 200, "throughputPlot": 360, "precisionPlot": 300,
                "distributionsPlot": 260, "loadSweepPlot": 300}
 MIN_PLOT_AREA = 120   # px of a plot's data area (its ViewBox), the test's measure of "readable"
 

@@ -248,7 +248,7 @@ class MainWindow(QtWidgets.QMainWindow):
         scroll.setWidget(self.controls)
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(330)
+        scroll.setMinimumWidth(310)   # the form's least; more would take a 1,366 px screen's plot room
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
         # the metrics scroll rather than clip: "Where the time goes" grows with the run's story
         self.metrics_dock = self._dock("Live metrics", scrolled(self.metrics), "metricsDock")
@@ -284,7 +284,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, self.metrics_dock)
         self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.table_dock)
         # sized before the others are tabbed onto it: resizeDocks does not reach a tabbed group
-        self.resizeDocks([self.table_dock], [150 if short else 210], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.table_dock], [130 if short else 210], QtCore.Qt.Orientation.Vertical)
         if short:
             self.tabifyDockWidget(self.table_dock, self.text_dock)
         else:
@@ -292,7 +292,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabifyDockWidget(self.text_dock, self.notes_dock)
         self.tabifyDockWidget(self.notes_dock, self.references_dock)
         self.text_dock.raise_()
-        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 350], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.controls_dock, self.metrics_dock], [310 if short else 330, 350 if short else 400],
+                         QtCore.Qt.Orientation.Horizontal)
         if not short:
             self.resizeDocks([self.metrics_dock, self.text_dock], [600, 200], QtCore.Qt.Orientation.Vertical)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.errors import InputError
 
@@ -168,9 +168,21 @@ def _restore_preset(form, name) -> None:
 def save_window(window) -> None:
     s = open_settings()
     s.setValue("window/geometry", window.saveGeometry())
+    normal = window.normalGeometry()   # what it takes unmaximised: whether it still fits is judged on it
+    s.setValue("window/size", json.dumps([normal.width(), normal.height()]))
     s.setValue("window/state", window.saveState(STATE_VERSION))
     s.setValue("window/controls", json.dumps(controls_values(window.controls)))
     s.sync()
+
+
+def _size_fits(saved) -> bool:
+    """The saved [width, height] fits the primary screen's available area (an old file without it: yes)."""
+    try:
+        width, height = json.loads(saved) if saved else (0, 0)
+    except (ValueError, TypeError):
+        return True
+    available = QtGui.QGuiApplication.primaryScreen().availableGeometry()
+    return width <= available.width() and height <= available.height()
 
 
 def restore_window(window) -> bool:
@@ -184,10 +196,12 @@ def restore_window(window) -> bool:
         saved = {}
     if isinstance(saved, dict) and saved:
         restore_controls(window.controls, saved)
-    if isinstance(geometry, QtCore.QByteArray) and window.restoreGeometry(geometry):
-        keep_on_screen(window)
+    # a window larger than this screen (a laptop unplugged from its monitor): Qt's restoreGeometry would
+    # squeeze it on, docks sized for the large screen and all; this screen's first start instead
+    if isinstance(geometry, QtCore.QByteArray) and _size_fits(s.value("window/size")) \
+            and window.restoreGeometry(geometry) and not keep_on_screen(window):
+        if isinstance(state, QtCore.QByteArray):
+            window.restoreState(state, STATE_VERSION)
     else:
         place_first(window)
-    if isinstance(state, QtCore.QByteArray):
-        window.restoreState(state, STATE_VERSION)
     return bool(saved) or geometry is not None

@@ -73,9 +73,17 @@ w.show()
 app.processEvents()
 available = app.primaryScreen().availableGeometry()
 g = w.geometry()
+areas = {}   # each view's smallest plot data area, in this screen's own arrangement of the docks
+import pyqtgraph as pg
+for i in range(w.view_tabs.count()):
+    w.view_tabs.setCurrentIndex(i)
+    app.processEvents()
+    plots = [p for p in w.view_tabs.currentWidget().findChildren(pg.PlotWidget) if p.isVisible()]
+    areas[w.view_tabs.tabText(i)] = min(p.getPlotItem().getViewBox().sceneBoundingRect().height() for p in plots)
+share = w.throughput.width() * w.throughput.height() / (g.width() * g.height())
 print(json.dumps({"available": [available.x(), available.y(), available.width(), available.height()],
                   "geometry": [g.x(), g.y(), g.width(), g.height()], "fits": available.contains(g),
-                  "maximise": w.maximise_at_start}))
+                  "maximise": w.maximise_at_start, "areas": areas, "share": share}))
 if len(sys.argv) > 1:   # left larger than the next screen will be
     w.resize(2400, 1300)
     app.processEvents()
@@ -99,9 +107,12 @@ def test_the_apps_first_window_fits_the_screen_and_a_saved_one_too_large_gives_w
     # the config_dir fixture's folder is in the environment the child inherits: a fresh one, no settings
     big = start_app(tmp_path, 2560, 1440, "leave-it-large")
     assert big["fits"] and big["geometry"][2] >= 0.9 * 2560 and not big["maximise"]
+    # a tall screen's arrangement (the text and notes beside the metrics) leaves every plot readable too
+    assert min(big["areas"].values()) >= MIN_PLOT_AREA and big["share"] >= 1 / 3, big
     small = start_app(tmp_path, 1366, 768)   # the saved 2,400 x 1,300 no longer fits this screen
     assert small["fits"], small
     assert small["geometry"][2] >= 0.9 * 1366 and small["maximise"]
+    assert min(small["areas"].values()) >= MIN_PLOT_AREA and small["share"] >= 1 / 3, small
 
 
 def fake_batch_sweep(config, emit, should_stop):
