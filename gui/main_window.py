@@ -248,7 +248,7 @@ class MainWindow(QtWidgets.QMainWindow):
         scroll.setWidget(self.controls)
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(310)   # the form's least; more would take a 1,366 px screen's plot room
+        scroll.setMinimumWidth(330)
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
         # the metrics scroll rather than clip: "Where the time goes" grows with the run's story
         self.metrics_dock = self._dock("Live metrics", scrolled(self.metrics), "metricsDock")
@@ -292,7 +292,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tabifyDockWidget(self.text_dock, self.notes_dock)
         self.tabifyDockWidget(self.notes_dock, self.references_dock)
         self.text_dock.raise_()
-        self.resizeDocks([self.controls_dock, self.metrics_dock], [310 if short else 330, 350 if short else 400],
+        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 320 if short else 400],
                          QtCore.Qt.Orientation.Horizontal)
         if not short:
             self.resizeDocks([self.metrics_dock, self.text_dock], [600, 200], QtCore.Qt.Orientation.Vertical)

@@ -170,6 +170,7 @@ class MetricsPanel(QtWidgets.QWidget):
         self.values: dict[str, QtWidgets.QLabel] = {}
         for key, title in ROWS:
             label = QtWidgets.QLabel("—")
+            label.setWordWrap(True)   # "5,280 / 5,312 tokens (99%)" wraps in a narrow column rather than being cut
             label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
             self.values[key] = label
             form.addRow(title, label)
