@@ -58,6 +58,31 @@ def set_minimum_heights(*plots: QtWidgets.QWidget) -> None:
         plot.setMinimumHeight(MIN_HEIGHTS[plot.objectName()])
 
 
+def arrange_docks(w: QtWidgets.QMainWindow, short: bool) -> None:
+    """The side columns run the full height, the requests sit under the central views only. The
+    generated text, the notes and the references share one tabbed dock whose tab follows the view
+    on screen: in the right column under the metrics, or, on a short screen (a 768 px laptop),
+    beside the requests, where the metrics' "Where the time goes" needs the column's whole height
+    (stacked there, it was cut). Either way no note takes a plot's height. `w`: the MainWindow."""
+    w.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
+    w.setCorner(QtCore.Qt.Corner.BottomRightCorner, QtCore.Qt.DockWidgetArea.RightDockWidgetArea)
+    w.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, w.controls_dock)
+    w.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, w.metrics_dock)
+    w.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, w.table_dock)
+    # sized before the others are tabbed onto it: resizeDocks does not reach a tabbed group
+    w.resizeDocks([w.table_dock], [130 if short else 210], QtCore.Qt.Orientation.Vertical)
+    if short:
+        w.tabifyDockWidget(w.table_dock, w.text_dock)
+    else:
+        w.splitDockWidget(w.metrics_dock, w.text_dock, QtCore.Qt.Orientation.Vertical)
+    w.tabifyDockWidget(w.text_dock, w.notes_dock)
+    w.tabifyDockWidget(w.notes_dock, w.references_dock)
+    w.text_dock.raise_()
+    w.resizeDocks([w.controls_dock, w.metrics_dock], [330, 320 if short else 400], QtCore.Qt.Orientation.Horizontal)
+    if not short:
+        w.resizeDocks([w.metrics_dock, w.text_dock], [600, 200], QtCore.Qt.Orientation.Vertical)
+
+
 class ViewTabs(QtWidgets.QTabWidget):
     """The central view switcher: a tab per picture, each page given the whole central area."""
 

@@ -42,7 +42,8 @@ from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
 from gui.panels.status_bar import MessageBar
 from gui.desktop_entry import icon_path
-from gui.layout import DISTRIBUTIONS_NOTE, LIVE_NOTE, NotesPanel, ViewTabs, plot_page, scrolled, set_minimum_heights, short_screen
+from gui.layout import (DISTRIBUTIONS_NOTE, LIVE_NOTE, NotesPanel, ViewTabs, arrange_docks, plot_page, scrolled,
+                        set_minimum_heights, short_screen)
 from gui.shutdown import stop_worker
 from gui.window_settings import restore_window, save_window
 from gui.views.text import GeneratedText
@@ -263,7 +264,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
         # in a scroll area, so its list and buttons do not set the least height of the tabbed group it joins
         self.references_dock = self._dock("References", scrolled(self.reference_panel), "referencesDock")
-        self._arrange_docks(short_screen())
+        arrange_docks(self, short_screen())
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
         self.view_tabs.currentChanged.connect(self._view_changed)
         self.controls.runRequested.connect(self.start_run)
@@ -271,31 +272,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self.controls.calibrateRequested.connect(self.runs.calibrate)
         self.controls.choicesChanged.connect(self._choices_changed)
         self.controls.inputRejected.connect(self.show_error)
-
-    def _arrange_docks(self, short: bool) -> None:
-        """The side columns run the full height, the requests sit under the central views only. The
-        generated text, the notes and the references share one tabbed dock whose tab follows the view
-        on screen: in the right column under the metrics, or, on a short screen (a 768 px laptop),
-        beside the requests, where the metrics' "Where the time goes" needs the column's whole height
-        (stacked there, it was cut). Either way no note takes a plot's height."""
-        self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.setCorner(QtCore.Qt.Corner.BottomRightCorner, QtCore.Qt.DockWidgetArea.RightDockWidgetArea)
-        self.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
-        self.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, self.metrics_dock)
-        self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.table_dock)
-        # sized before the others are tabbed onto it: resizeDocks does not reach a tabbed group
-        self.resizeDocks([self.table_dock], [130 if short else 210], QtCore.Qt.Orientation.Vertical)
-        if short:
-            self.tabifyDockWidget(self.table_dock, self.text_dock)
-        else:
-            self.splitDockWidget(self.metrics_dock, self.text_dock, QtCore.Qt.Orientation.Vertical)
-        self.tabifyDockWidget(self.text_dock, self.notes_dock)
-        self.tabifyDockWidget(self.notes_dock, self.references_dock)
-        self.text_dock.raise_()
-        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 320 if short else 400],
-                         QtCore.Qt.Orientation.Horizontal)
-        if not short:
-            self.resizeDocks([self.metrics_dock, self.text_dock], [600, 200], QtCore.Qt.Orientation.Vertical)
 
     def _action(self, menu: QtWidgets.QMenu, text: str, slot, shortcut=None, name: str | None = None) -> QtGui.QAction:
         action = QtGui.QAction(text, self)
