@@ -175,14 +175,15 @@ def save_window(window) -> None:
     s.sync()
 
 
-def _size_fits(saved) -> bool:
-    """The saved [width, height] fits the primary screen's available area (an old file without it: yes)."""
+def _size_fits(saved, window) -> bool:
+    """The saved [width, height] fits the primary screen's available area, or is no larger than the
+    window's own least size, which it takes on any screen (an old file without a size: it fits)."""
     try:
         width, height = json.loads(saved) if saved else (0, 0)
     except (ValueError, TypeError):
         return True
-    available = QtGui.QGuiApplication.primaryScreen().availableGeometry()
-    return width <= available.width() and height <= available.height()
+    available, least = QtGui.QGuiApplication.primaryScreen().availableGeometry(), window.minimumSizeHint()
+    return width <= max(available.width(), least.width()) and height <= max(available.height(), least.height())
 
 
 def restore_window(window) -> bool:
@@ -198,7 +199,7 @@ def restore_window(window) -> bool:
         restore_controls(window.controls, saved)
     # a window larger than this screen (a laptop unplugged from its monitor): Qt's restoreGeometry would
     # squeeze it on, docks sized for the large screen and all; this screen's first start instead
-    if isinstance(geometry, QtCore.QByteArray) and _size_fits(s.value("window/size")) \
+    if isinstance(geometry, QtCore.QByteArray) and _size_fits(s.value("window/size"), window) \
             and window.restoreGeometry(geometry) and not keep_on_screen(window):
         if isinstance(state, QtCore.QByteArray):
             window.restoreState(state, STATE_VERSION)
