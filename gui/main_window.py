@@ -42,6 +42,8 @@ from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
 from gui.panels.status_bar import MessageBar
 from gui.desktop_entry import icon_path
+from gui.layout import (DISTRIBUTIONS_NOTE, LIVE_NOTE, NotesPanel, ViewTabs, arrange_docks, plot_page, scrolled,
+                        set_minimum_heights, short_screen)
 from gui.shutdown import stop_worker
 from gui.window_settings import restore_window, save_window
 from gui.views.text import GeneratedText
@@ -55,11 +57,13 @@ NUMBERS_EVERY = 3        # the table and the metrics panel every third tick whil
 PAINT_SHARE = 0.5        # of a core, for the window's thread while a run goes; past it the repaints slow down
 REPAINT_MAX_MS = 250     # ... to at most 4 a second
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
-SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); the throughput plot below has the numbers"
+SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); its plot comes forward when it finishes"
+LIVE_TAB = "Live: steps and lanes"
+PRECISION_TAB, DISTRIBUTIONS_TAB, LOAD_SWEEP_TAB = "Precision", "Latency CDF", "Load sweep"
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
 LOAD_SWEEP_TITLE = "Load sweep: a load run at each point"
-LOAD_SWEEP_MESSAGE = "A load sweep runs the workload once per point; its points are on the Load sweep tab below"
+LOAD_SWEEP_MESSAGE = "A load sweep runs the workload once per point; its plot comes forward when it finishes"
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
                   "its lanes and metrics come from the client's clock")
 TITLE = "phasescope — prefill and decode, step by step"
@@ -86,6 +90,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.selected_request: int | None = None
         self.is_shut_down = False
         self.collector = MainThreadCollector(self)   # Python's cycle collector on this thread only
+        self._throughput_title = "Throughput vs batch size"
         self._build_views()
         self.setStatusBar(MessageBar())   # messages never clipped by the labels beside them
         self.status = RunStatus(self.statusBar())
@@ -109,7 +114,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.cpu_timer.timeout.connect(self._sample_cpu)
         self.cpu_timer.start()
         self._choices_changed()
-        self.resize(1400, 900)
+        self.maximise_at_start = False   # the app's first start on a small screen (gui/window_geometry.py)
+        self.resize(1400, 900)           # a window made by code; the app's fits the screen (restore_window)
         if remember:
             restore_window(self)   # the last session's layout and settings (gui/window_settings.py)
         if self.controls.profile_problem:
@@ -147,6 +153,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tools.fitFinished.connect(self.fitFinished)
         self.files.opened.connect(self._show_opened)
         self.reference_runs.changed.connect(self.repaint_views)
+        # a reference chosen for under the strip is seen on the live view: it comes forward
+        self.reference_panel.alignRequested.connect(
+            lambda key: self.view_tabs.show_view(self.live_page) if key is not None else None)
+        # the references share a tab of the side column with the notes: one added comes forward
+        self.reference_runs.changed.connect(lambda: self.references_dock.raise_() if len(self.references) else None)
         self.reference_runs.plotClicked.connect(lambda plot: setattr(self, "current_plot", plot))
         self.setAcceptDrops(True)   # run folders dropped on the window are added as references
 
@@ -198,6 +209,7 @@ class MainWindow(QtWidgets.QMainWindow):
         header.addStretch(1)
         header.addWidget(hint)
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        splitter.setChildrenCollapsible(False)   # a plot dragged to nothing would be lost from view
         splitter.addWidget(self.timeline)
         splitter.addWidget(self.worker_strip)
         lanes_box = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)   # one slot of the splitter: the lanes
@@ -207,12 +219,24 @@ class MainWindow(QtWidgets.QMainWindow):
         splitter.addWidget(lanes_box)
         splitter.setSizes([220, 0, 330])
         self.central_splitter = splitter   # a reference's strip and lanes go under these (align_reference)
-        central = QtWidgets.QWidget()
-        layout = QtWidgets.QVBoxLayout(central)
+        self.live_page = QtWidgets.QWidget()
+        layout = QtWidgets.QVBoxLayout(self.live_page)
         layout.setContentsMargins(4, 2, 4, 2)
         layout.addLayout(header)
         layout.addWidget(splitter, 1)
-        self.setCentralWidget(central)
+        set_minimum_heights(self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep,
+                            self.distributions.plot)
+        # the central area: one picture at a time, each with all the room (gui/layout.py says why)
+        self.view_tabs = ViewTabs()
+        self.view_tabs.add_view(self.live_page, LIVE_TAB, "The engine's steps and the requests' lanes, as they run")
+        self.throughput_page = plot_page(self.throughput)
+        self.view_tabs.add_view(self.throughput_page, self._throughput_title,
+                                "Why: decode throughput against batch size (or prefill against prompt length), "
+                                "the roofline's prediction and roofs, the crossover and the measured points")
+        self.view_tabs.add_view(plot_page(self.precision), PRECISION_TAB, PRECISION_TITLE)
+        self.view_tabs.add_view(self.distributions, DISTRIBUTIONS_TAB, DISTRIBUTIONS_TITLE)
+        self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
+        self.setCentralWidget(self.view_tabs)
 
     def _dock(self, title: str, widget: QtWidgets.QWidget, name: str) -> QtWidgets.QDockWidget:
         dock = QtWidgets.QDockWidget(title, self)
@@ -227,36 +251,22 @@ class MainWindow(QtWidgets.QMainWindow):
         scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(330)
         self.controls_dock = self._dock("Controls", scroll, "controlsDock")
-        self.metrics_dock = self._dock("Live metrics", self.metrics, "metricsDock")
+        # the metrics scroll rather than clip: "Where the time goes" grows with the run's story
+        self.metrics_dock = self._dock("Live metrics", scrolled(self.metrics), "metricsDock")
         self.text_dock = self._dock("Generated text", self.text, "textDock")
-        throughput, precision, load_sweep = (_with_note(v) for v in (self.throughput, self.precision, self.load_sweep))
-        # the throughput plot and a precision sweep's share the dock, a tab each: a precision sweep
-        # brings its tab forward, a batch or prompt sweep the throughput's
-        self.roofline_tabs = QtWidgets.QTabWidget()
-        self.roofline_tabs.setObjectName("rooflineTabs")
-        self.roofline_tabs.setDocumentMode(True)
-        self.roofline_tabs.addTab(throughput, "Throughput")
-        self.roofline_tabs.addTab(precision, "Precision")
-        self.roofline_tabs.addTab(self.distributions, "Latency CDF")
-        self.roofline_tabs.addTab(load_sweep, "Load sweep")
-        self._throughput_title = "Throughput vs batch size"
-        self.throughput_dock = self._dock(self._throughput_title, self.roofline_tabs, "throughputDock")
-        self.roofline_tabs.currentChanged.connect(self._show_dock_title)
+        self.notes = NotesPanel(self.view_tabs)
+        self.notes.add_notes(self.live_page, NotesPanel.fixed(LIVE_NOTE))
+        self.notes.add_notes(self.throughput_page, self.throughput.note)
+        self.notes.add_notes(self.precision.parentWidget(), self.precision.note)
+        self.notes.add_notes(self.distributions, NotesPanel.fixed(DISTRIBUTIONS_NOTE))
+        self.notes.add_notes(self.load_sweep.parentWidget(), self.load_sweep.note)
+        self.notes_dock = self._dock("About this view", self.notes, "notesDock")
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
-        self.references_dock = self._dock("References", self.reference_panel, "referencesDock")
-        self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
-        self.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, self.metrics_dock)
-        self.splitDockWidget(self.metrics_dock, self.text_dock, QtCore.Qt.Orientation.Vertical)
-        self.splitDockWidget(self.metrics_dock, self.references_dock, QtCore.Qt.Orientation.Vertical)
-        self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.throughput_dock)
-        self.splitDockWidget(self.throughput_dock, self.table_dock, QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.controls_dock, self.metrics_dock], [330, 370], QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.metrics_dock, self.references_dock, self.text_dock], [430, 120, 150],
-                         QtCore.Qt.Orientation.Vertical)
-        self.resizeDocks([self.throughput_dock], [290], QtCore.Qt.Orientation.Vertical)
-        self.resizeDocks([self.throughput_dock, self.table_dock], [470, 570], QtCore.Qt.Orientation.Horizontal)
+        # in a scroll area, so its list and buttons do not set the least height of the tabbed group it joins
+        self.references_dock = self._dock("References", scrolled(self.reference_panel), "referencesDock")
+        arrange_docks(self, short_screen())
         self.text.titleChanged.connect(self.text_dock.setWindowTitle)
+        self.view_tabs.currentChanged.connect(self._view_changed)
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)
         self.controls.calibrateRequested.connect(self.runs.calibrate)
@@ -304,8 +314,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.tools.open_tour,
                      name="tourAction")
         view_menu = bar.addMenu("&View")
-        for dock in (self.controls_dock, self.metrics_dock, self.references_dock, self.text_dock,
-                     self.throughput_dock, self.table_dock):
+        for i in range(self.view_tabs.count()):   # Ctrl+1 ... Ctrl+5: the central views
+            page = self.view_tabs.widget(i)
+            self._action(view_menu, self.view_tabs.tabText(i), lambda _=False, p=page: self.view_tabs.show_view(p),
+                         f"Ctrl+{i + 1}")
+        view_menu.addSeparator()
+        for dock in (self.controls_dock, self.metrics_dock, self.notes_dock, self.references_dock, self.text_dock,
+                     self.table_dock):
             view_menu.addAction(dock.toggleViewAction())
         help_menu = bar.addMenu("&Help")
         self.shortcuts_action = self._action(help_menu, "&Keyboard shortcuts…", self.help.show_shortcuts,
@@ -333,10 +348,12 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runs.stop()
 
     def _show_launched(self, config, what: str) -> None:
-        """A run was handed to the worker: the views forget the last one's rows before anything paints."""
+        """A run was handed to the worker: the views forget the last one's rows before anything paints,
+        and the live view comes forward (a sweep's own plot does when it finishes)."""
         self.table.refresh()
         self.select_request(None)
         self._show_run_kind(config.mode, SweepKind.PROMPT if config.mode == RunKind.SWEEP_PROMPT else None)
+        self.view_tabs.show_view(self.live_page)
         self.timeline.set_follow(True)
 
     def _show_run_kind(self, mode: RunKind | None, sweep_kind: SweepKind | None) -> None:
@@ -346,30 +363,39 @@ class MainWindow(QtWidgets.QMainWindow):
         self.throughput.set_kind(kind)
         self.throughput.set_inputs(context=self._prediction_context())
         self._throughput_title = "Throughput vs " + ("prompt length" if kind == SweepKind.PROMPT else "batch size")
-        if mode == RunKind.SWEEP_PRECISION:
-            self.roofline_tabs.setCurrentWidget(self.precision.parentWidget())
-        elif mode in LOAD_SWEEPS:
-            self.roofline_tabs.setCurrentWidget(self.load_sweep.parentWidget())
-        elif (mode is not None and mode.sweep_kind is not None) or (not self.store.precision_points
-                                          and self.roofline_tabs.currentWidget() is not self.distributions):
-            # (a run's latency distributions stay in front when they are: a load run has them too)
-            self.roofline_tabs.setCurrentWidget(self.throughput.parentWidget())
-        self._show_dock_title()
+        self.view_tabs.rename(self.throughput_page, self._throughput_title)
         one_bar_a_point = mode in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT)   # a precision sweep: every timed step
         message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else \
             LOAD_SWEEP_MESSAGE if mode in LOAD_SWEEPS else ""
         self.timeline.set_empty_message(message)
         self.lanes.set_remote(self.store.remote)
 
-    def _show_dock_title(self, *_) -> None:
-        """The bottom dock is named after its tab on screen."""
-        tab = self.roofline_tabs.currentWidget()
-        self.throughput_dock.setWindowTitle(PRECISION_TITLE if tab is self.precision.parentWidget() else
-                                            DISTRIBUTIONS_TITLE if tab is self.distributions else
-                                            LOAD_SWEEP_TITLE if tab is self.load_sweep.parentWidget() else
-                                            self._throughput_title)
-        if tab is self.distributions:
+    def sweep_view(self, mode: RunKind | None) -> QtWidgets.QWidget | None:
+        """The plot that shows a sweep of this kind (None: not a sweep)."""
+        if mode == RunKind.SWEEP_PRECISION:
+            return self.precision
+        if mode in LOAD_SWEEPS:
+            return self.load_sweep
+        if mode is not None and mode.sweep_kind is not None:
+            return self.throughput
+        return None
+
+    def _show_sweep(self, mode: RunKind | None) -> None:
+        """A sweep's result is its plot: brought forward, repainted at once."""
+        view = self.sweep_view(mode)
+        if view is not None:
+            self.view_tabs.show_view(view)
+            self.repaint_views()
+
+    def _view_changed(self, *_) -> None:
+        """A view brought forward repaints at once, not at the next tick (the CDF sorts only when shown),
+        and the side column's tab follows it: the generated text beside the live view, the notes beside
+        a plot, unless the references are in front."""
+        page = self.view_tabs.currentWidget()
+        if page is self.distributions:
             self.distributions.refresh()
+        if not (len(self.references) and self.references_dock.isVisible()):   # the references, once in front, stay
+            (self.text_dock if page is self.live_page else self.notes_dock).raise_()
 
     def _set_running(self, running: bool) -> None:
         self.controls.set_running(running)
@@ -403,6 +429,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_finished(self, result) -> None:
         if result.data is not None:
             self._show_run_info(result.data.info)
+        if not result.error and result.summary.num_points:
+            self._show_sweep(RunKind.recorded(self.store.config.get("mode")))
         self.runFinished.emit(result)
 
     def _show_opened(self, run, mode: str, sweep_kind: str | None) -> None:
@@ -411,6 +439,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self._show_run_kind(mode, sweep_kind)
         self._show_run_info(run.info)
         self.timeline.set_follow(True)
+        sweep = self.sweep_view(mode)
+        if sweep is not None:   # a sweep's result is its plot; a run's leaves the view on screen as it is
+            self.view_tabs.show_view(sweep)
         self.repaint_views()
 
     def _on_calibrated(self, profile, path: str) -> None:
@@ -438,7 +469,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _show_worker_strip(self, show: bool) -> None:
         """A disaggregated run's per-worker rows take the strip's place; the strip folds to nothing but
         stays (its time axis drives the rows' and the lanes')."""
-        if show == self.worker_strip.isVisibleTo(self):
+        if show == self.worker_strip.isVisibleTo(self.live_page):   # (the live view may be behind another tab)
             return
         sizes = self.central_splitter.sizes()   # strip, worker rows, lanes (and a reference's strip and lanes)
         self.worker_strip.setVisible(show)
@@ -589,7 +620,7 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
         window.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    window.show()
+    window.showMaximized() if window.maximise_at_start else window.show()
     waker = quit_on_signals(app, window)   # SIGTERM, SIGINT and quit() take the window's way out
     if autostart:
         QtCore.QTimer.singleShot(0, window.start_run)
@@ -598,13 +629,3 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
     finally:
         waker.close()   # Python's own signal handling back
 
-
-def _with_note(view) -> QtWidgets.QWidget:
-    """A plot with its note under it, as one tab."""
-    page = QtWidgets.QWidget()
-    column = QtWidgets.QVBoxLayout(page)
-    column.setContentsMargins(0, 0, 0, 0)
-    column.setSpacing(0)
-    column.addWidget(view, 1)
-    column.addWidget(view.note)
-    return page

@@ -4,7 +4,7 @@
     python -m gui.screenshot --precision [precision.png]
     python -m gui.screenshot --references [references.png]
     python -m gui.screenshot --simulate [simulate.png]
-    python -m gui.screenshot --sizes [docs/window]
+    python -m gui.screenshot --sizes [sizes]
     python -m gui.screenshot --first-run [first-run.png]
     python -m gui.screenshot --load-sweeps [sweep-rate.png] (and sweep-pd-ratio.png beside it)
 
@@ -19,8 +19,9 @@ adds both as references: the window then compares static against continuous in e
 current run on screen is the continuous one, with the static reference's steps and lanes under it).
 With --simulate it runs a batch-size sweep of the bundled model (measured, with this machine's cost
 model beside it), then "Simulate on this profile": a chat workload of llama-8b on an H100.
-With --sizes it runs a short precision sweep and saves the window at 1400 x 900 and 1920 x 1080
-(PREFIX-1400x900.png, PREFIX-1920x1080.png): the status bar's message whole at both widths.
+With --sizes it runs a short precision sweep and saves the window at 1366 x 768 and 1920 x 1080
+(PREFIX-1366x768.png, PREFIX-1920x1080.png): the status bar's message whole at both widths
+(docs/window-*.png are the real window's, by tools/window_shots.py).
 With --first-run it presses Run on the window's defaults, as on a fresh install (no calibration; one
 batch: the default question as a chat message), for the Generated text a newcomer sees first. With --load-sweeps it runs a rate sweep of the
 bundled model (a short workload at four arrival rates, SLOs set) and saves it, then a prefill:decode
@@ -71,7 +72,7 @@ def main(*args: str) -> int:
     first_run, load_sweeps = "--first-run" in args, "--load-sweeps" in args
     paths = [a for a in args if not a.startswith("--")]
     path = paths[0] if paths else ("precision.png" if precision else "references.png" if references
-                                   else "simulate.png" if simulate else "docs/window" if sizes
+                                   else "simulate.png" if simulate else "sizes" if sizes
                                    else "first-run.png" if first_run
                                    else "sweep-rate.png" if load_sweeps else "docs/screenshot.png")
     with tempfile.TemporaryDirectory(prefix="phasescope-config-") as folder:
@@ -159,7 +160,7 @@ def shoot_sizes(prefix: str) -> int:
     for key, text in (("dtypes", "float32,q8_0,q4_1"), ("prompt_len", "64"), ("output_len", "8"), ("steps", "2")):
         f[key].setText(text)
     run_and_wait(app, window)
-    for width, height in ((1400, 900), (1920, 1080)):
+    for width, height in ((1366, 768), (1920, 1080)):
         window.resize(width, height)
         window.repaint_views()
         app.processEvents()
@@ -185,7 +186,7 @@ def shoot_references(path: str, model: str = "smollm2-135m", requests: str = "10
             if not window.files.export_csv(folder) or window.reference_runs.add(folder) is None:
                 raise SystemExit(f"error: {window.last_error}")
         window.reference_runs.align(window.references.items[0].key)   # static's steps under the current run's
-        window.roofline_tabs.setCurrentWidget(window.distributions)
+        window.view_tabs.show_view(window.distributions)
         return save(app, window, path)
 
 
@@ -219,8 +220,6 @@ def shoot_first_run(path: str) -> int:
 def shoot_load_sweeps(path: str) -> int:
     """A rate sweep of the bundled model, then a prefill:decode split sweep of llama-8b on 4 simulated H100s."""
     app, window, form = open_window()
-    # the Load sweep tab taller than the default bottom dock, so its points and labels can be read
-    window.resizeDocks([window.throughput_dock], [400], QtCore.Qt.Orientation.Vertical)
     form.set_kind(RunKind.SWEEP_RATE)
     form.fields["load-sweep"]["rates"].setText("1,2,4,8")
     f = form.fields["load"]

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.errors import InputError
 
 from gui.panels.fields import ValidatedField
 from gui.settings import open_settings
+from gui.window_geometry import keep_on_screen, place_first
 
-STATE_VERSION = 1          # saveState's version: raise it when the docks change so an old layout is not forced on them
+# saveState's version: raise it when the docks change so an old layout is not forced on them
+# (2: the plots moved from a bottom dock into the central view tabs, a notes dock beside them)
+STATE_VERSION = 2
 NEVER_SAVED = ("key_edit",)   # the API key: never written to a file
 # restored before the rest (in this order), or restored by their own rule
 CONTROLS_FIRST = ("simulate_check", "model_combo", "hub_field", "device_combo", "dtype_combo")
@@ -165,13 +168,27 @@ def _restore_preset(form, name) -> None:
 def save_window(window) -> None:
     s = open_settings()
     s.setValue("window/geometry", window.saveGeometry())
+    normal = window.normalGeometry()   # what it takes unmaximised: whether it still fits is judged on it
+    s.setValue("window/size", json.dumps([normal.width(), normal.height()]))
     s.setValue("window/state", window.saveState(STATE_VERSION))
     s.setValue("window/controls", json.dumps(controls_values(window.controls)))
     s.sync()
 
 
+def _size_fits(saved, window) -> bool:
+    """The saved [width, height] fits the primary screen's available area, or is no larger than the
+    window's own least size, which it takes on any screen (an old file without a size: it fits)."""
+    try:
+        width, height = json.loads(saved) if saved else (0, 0)
+    except (ValueError, TypeError):
+        return True
+    available, least = QtGui.QGuiApplication.primaryScreen().availableGeometry(), window.minimumSizeHint()
+    return width <= max(available.width(), least.width()) and height <= max(available.height(), least.height())
+
+
 def restore_window(window) -> bool:
-    """The last session's geometry, docks and settings; False when there was none."""
+    """The last session's geometry, docks and settings; False when there was none. Without a saved
+    geometry, or with one that no longer fits the screen, the window takes most of the screen."""
     s = open_settings()
     geometry, state = s.value("window/geometry"), s.value("window/state")
     try:
@@ -180,8 +197,12 @@ def restore_window(window) -> bool:
         saved = {}
     if isinstance(saved, dict) and saved:
         restore_controls(window.controls, saved)
-    if isinstance(geometry, QtCore.QByteArray):
-        window.restoreGeometry(geometry)
-    if isinstance(state, QtCore.QByteArray):
-        window.restoreState(state, STATE_VERSION)
+    # a window larger than this screen (a laptop unplugged from its monitor): Qt's restoreGeometry would
+    # squeeze it on, docks sized for the large screen and all; this screen's first start instead
+    if isinstance(geometry, QtCore.QByteArray) and _size_fits(s.value("window/size"), window) \
+            and window.restoreGeometry(geometry) and not keep_on_screen(window):
+        if isinstance(state, QtCore.QByteArray):
+            window.restoreState(state, STATE_VERSION)
+    else:
+        place_first(window)
     return bool(saved) or geometry is not None

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from PySide6 import QtCore
 
-from backend.config import RunKind, SweepKind, config_dict
+from backend.config import RunKind, config_dict
 from backend.events import EngineStatus, ModelLoaded, Progress, RepeatStarted
 
+from gui.state.finish_text import run_finished_text
 from gui.state.run_store import RunStore
 from gui.views.metrics import repeats_text
 
@@ -175,24 +176,11 @@ class RunsController(QtCore.QObject):
         self.ended.emit(result)
 
     def _finished_text(self, result) -> str:
-        s = result.summary
-        how = "Stopped" if result.stopped else "Finished"
         if result.repeats is not None:
-            return f"{how}: " + repeats_text(result.repeats)
-        if s.kind == SweepKind.PRECISION:
-            count = s.num_points or 0
-            return (f"{how}: precision sweep, {count} precision{'s' if count != 1 else ''} measured"
-                    + "".join(f"; {note}" for note in [s.note, *self.run_notes] if note))
-        if s.kind in (SweepKind.RATE, SweepKind.CONCURRENCY, SweepKind.PD_RATIO):
-            count = s.num_points or 0
-            return f"{how}: {s.kind} sweep, {count} point{'s' if count != 1 else ''}"
-        if result.stopped:
-            return (f"Stopped: {s.num_finished or 0} of {s.num_requests or 0} "
-                    "requests finished; the records so far are kept")
+            return f"{'Stopped' if result.stopped else 'Finished'}: " + repeats_text(result.repeats)
         # a remote run's own doubts: client-limited, estimated counts, early stops
         warnings = result.data.info.warnings if result.data is not None else []
-        return (f"Finished: {s.num_finished or 0} requests, {s.output_tokens_per_s or 0:,.1f} output tokens/s"
-                + "".join(f"; {note}" for note in self.run_notes) + "".join(f"; {w}" for w in warnings))
+        return run_finished_text(result, self.run_notes, warnings)
 
     def _on_failed(self, message: str) -> None:
         self._set_running(False)

@@ -165,9 +165,12 @@ class MetricsPanel(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         form = QtWidgets.QFormLayout()
         form.setLabelAlignment(QtCore.Qt.AlignmentFlag.AlignRight)
+        # a value wider than the column left beside its name goes under it: a narrow dock never cuts it
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.RowWrapPolicy.WrapLongRows)
         self.values: dict[str, QtWidgets.QLabel] = {}
         for key, title in ROWS:
             label = QtWidgets.QLabel("—")
+            label.setWordWrap(True)   # "5,280 / 5,312 tokens (99%)" wraps in a narrow column rather than being cut
             label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
             self.values[key] = label
             form.addRow(title, label)

@@ -25,6 +25,7 @@ from gui.views.plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, 
                          ROOF_COLORS, SIMULATED_COLOR, STEP_TIME_COLOR, cosmetic_pen, RateAxis, set_title, style_plot,
                          swatch_title)
 from gui.state.run_store import RunStore
+from gui.views.label_place import place_labels
 
 BATCH_RANGE = (1, 1024)        # the prediction curve's x range for batch sweeps
 PROMPT_RANGE = (16, 32768)     # ... and for prompt-length sweeps
@@ -106,7 +107,8 @@ class ThroughputView(pg.PlotWidget):
         # the profile's compute roofs (at most two: a CPU's fp32 FMA and bf16 roofs), each with its label
         self.roofs: list[Roof] = []
         self.roof_curves = [plot.plot([], [], pen=pg.mkPen(color, width=1)) for color in ROOF_COLORS]
-        self.roof_labels = [pg.TextItem("", color=color, anchor=(0, 1)) for color in ROOF_COLORS]
+        # a light fill keeps a label readable where a curve crosses it
+        self.roof_labels = [pg.TextItem("", color=color, anchor=(0, 1), fill=(255, 255, 255, 180)) for color in ROOF_COLORS]
         for label in self.roof_labels:
             plot.addItem(label, ignoreBounds=True)
             label.hide()
@@ -116,25 +118,38 @@ class ThroughputView(pg.PlotWidget):
         self.crossover_label = pg.TextItem("", color=CROSSOVER_COLOR, anchor=(0, 0.5), fill=(255, 255, 255, 210))
         plot.addItem(self.crossover_label, ignoreBounds=True)
         self.crossover_label.hide()
-        plot.getViewBox().sigRangeChanged.connect(self._place_crossover_label)
+        self._roof_lines: list[tuple[np.ndarray, np.ndarray]] = []   # each shown roof's (log2 x, rate), for its label
+        plot.getViewBox().sigRangeChanged.connect(self._place_labels)
+        plot.getViewBox().sigResized.connect(self._place_labels)
         # what the plot cannot show, said in words under it (the window places it; inside it would cover curves)
         self.note = QtWidgets.QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: #555;")
         self._label_axes()
 
-    def _place_crossover_label(self, *_) -> None:
-        """At the foot of the crossover line, right of it when it fits there, else left of it.
-
-        On a log-log roofline the curves rise from the lower left to a plateau at the top,
-        so the bottom beside the crossover is where nothing else is drawn.
-        """
+    def _place_labels(self, *_) -> None:
+        """The crossover's label first, at the foot of its line (right of it, else left; else at its
+        top): on a log-log roofline the curves rise from the lower left to the roofs' plateau at the
+        top, so the bottom beside the crossover is where nothing else is drawn. Then each roof's label,
+        under its line at the left edge, else over it, else at the right edge. None may overlap another
+        (gui/views/label_place.py)."""
         vb = self.getPlotItem().getViewBox()
-        (_, x1), (y0, _) = vb.viewRange()
-        x = self.crossover_line.value()
-        width = self.crossover_label.boundingRect().width() * vb.viewPixelSize()[0]   # pixels -> log2 units
-        self.crossover_label.setAnchor((0, 1) if x + width < x1 else (1, 1))
-        self.crossover_label.setPos(x, y0)
+        (x0, x1), (y0, y1) = vb.viewRange()
+        entries = []
+        if self.crossover_line.isVisible():
+            x = self.crossover_line.value()
+            entries.append((self.crossover_label, [(QtCore.QPointF(x, y0), (0, 1)), (QtCore.QPointF(x, y0), (1, 1)),
+                                                   (QtCore.QPointF(x, y1), (0, 0)), (QtCore.QPointF(x, y1), (1, 0))]))
+        for label, (xs, rates) in zip(self.roof_labels, self._roof_lines):
+            left, right = max(x0, xs[0]), min(x1, xs[-1])
+            if left >= right:
+                entries.append((label, []))
+                continue
+            # the plot's y axis is log10 of the rate
+            at_left = QtCore.QPointF(left, float(np.log10(np.interp(left, xs, rates))))
+            at_right = QtCore.QPointF(right, float(np.log10(np.interp(right, xs, rates))))
+            entries.append((label, [(at_left, (0, 0)), (at_left, (0, 1)), (at_right, (1, 0)), (at_right, (1, 1))]))
+        place_labels(vb, entries)
 
     def _sync_boxes(self) -> None:
         self.step_box.setGeometry(self.getPlotItem().getViewBox().sceneBoundingRect())
@@ -349,6 +364,7 @@ class ThroughputView(pg.PlotWidget):
         else:
             flops = [step_cost(self.shape, nbytes, [int(n)], [int(n)]).flops for n in xs]
         split = runs_bf16(self.profile, dtype, matmul)
+        self._roof_lines = []
         for i, (curve, label) in enumerate(zip(self.roof_curves, self.roof_labels)):
             if i >= len(self.roofs):
                 curve.setData([], [])
@@ -363,8 +379,7 @@ class ThroughputView(pg.PlotWidget):
             else:
                 text = roof.label if roof.used else f"{roof.label}: unused ({FLOAT_NAMES[dtype_key(dtype)]} products)"
             label.setText(text)
-            label.setPos(float(np.log2(xs[0])), float(np.log10(rates[0])))   # the plot's y axis is log10
-            label.show()
+            self._roof_lines.append((np.log2(xs), rates))   # placed with the crossover's (_place_labels)
         if not split:
             return []
         return [f"prediction: as this run computed, products of {matmul.min_rows}+ rows on the bf16 roof "
@@ -381,6 +396,7 @@ class ThroughputView(pg.PlotWidget):
                 curve.setData([], [])
                 label.hide()
             self.roofs = []
+            self._roof_lines = []
             return ["the prediction appears once a model's shape is known (after a run starts)"]
         dtype, nbytes = prediction_dtype(self.profile, self.run_dtype)
         matmul = math_from_info(self._run_info())   # the arithmetic the run's products ran in
@@ -411,6 +427,5 @@ class ThroughputView(pg.PlotWidget):
             self.crossover_line.setValue(math.log2(self.crossover))
             self.crossover_line.show()
             self.crossover_label.setText(f"crossover ≈ batch {self.crossover}\n(context {self.context})")
-            self.crossover_label.show()
-            self._place_crossover_label()
+        self._place_labels()
         return notes

@@ -422,7 +422,8 @@ def test_open_run_of_a_sweep_folder_restores_its_points(qtbot, window, tmp_path)
     assert window.files.open_run(str(tmp_path / "sweep"))
     window.repaint_views()
     assert window.throughput.measured.xData.tolist() == [3.0, 4.0]    # log2 of the prompt lengths
-    assert window.throughput_dock.windowTitle() == "Throughput vs prompt length"
+    assert window.view_tabs.currentWidget() is window.throughput.parentWidget()
+    assert window.view_tabs.tabText(1) == "Throughput vs prompt length"
     assert window.files.export_csv(str(tmp_path / "again"))
     assert [p.x for p in read_points(tmp_path / "again")[1]] == [8, 16]
 

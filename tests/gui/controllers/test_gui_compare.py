@@ -109,16 +109,17 @@ def test_compare_policies_adds_a_reference_per_policy(qtbot, window, cache_dir):
     assert series.folder.is_relative_to(cache_dir)
     assert not window.running and window.compare.series is None
     # one curve per run on the throughput plot and on the latency CDF
+    window.view_tabs.show_view(window.throughput)
     window.repaint_views()
     assert set(window.throughput.reference_curves) == {r.key for r in refs}
-    window.roofline_tabs.setCurrentWidget(window.distributions)
+    window.view_tabs.show_view(window.distributions)
     window.distributions.refresh()
     assert set(window.distributions.curves) == {r.key for r in refs}
     assert all(window.distributions.counts[r.key] == 4 for r in refs)
     assert "Compared 4 of 4 runs" in window.statusBar().currentMessage()
     # the last run is still the current one: the disaggregated one, its steps in one row per worker
     assert window.store.config["engine"]["policy"] == "disaggregated" and window.store.num_requests == 4
-    assert window.store.workers.names == ["prefill-0", "decode-0"] and window.worker_strip.isVisibleTo(window)
+    assert window.store.workers.names == ["prefill-0", "decode-0"] and window.worker_strip.isVisibleTo(window.live_page)
 
 
 def test_compare_policies_adds_the_second_dtype_and_chunk_size_when_given(window):

@@ -57,6 +57,7 @@ def decode_medians(folder: Path) -> tuple[list, list]:
 def add_all(w, saved):
     refs = [w.reference_runs.add(str(saved[name])) for name in ("static", "continuous", "sweep")]
     assert all(refs), w.last_error
+    w.view_tabs.show_view(w.throughput)   # the views repaint when on screen: the throughput plot's tab
     w.repaint_views()
     return refs
 
@@ -121,7 +122,7 @@ def test_references_draw_a_curve_each_on_the_throughput_plot_and_a_column_each_i
 
 def test_the_distributions_view_holds_a_cdf_per_run(qtbot, window, saved):
     static, continuous, _sweep = add_all(window, saved)
-    window.roofline_tabs.setCurrentWidget(window.distributions)
+    window.view_tabs.show_view(window.distributions)
     view = window.distributions
     qtbot.waitUntil(lambda: view.counts.get(continuous.key) == 6)
     assert view.counts[None] == 0 and view.counts[static.key] == 6
@@ -167,11 +168,12 @@ def test_a_corrupt_reference_is_refused_with_one_line_and_the_others_stay(window
 
 def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, window, saved):
     static, continuous, sweep = add_all(window, saved)
-    window.roofline_tabs.setCurrentWidget(window.distributions)
+    window.view_tabs.show_view(window.distributions)
     window.repaint_views()
     # the first reference with steps is drawn under the current run's strip and lanes, on its time axis
     assert window.references.aligned == static.key
-    assert window.reference_runs.timeline_view.isVisible() and window.reference_runs.lanes_view.isVisible()
+    live = window.live_page   # (on the live view's tab, behind the CDF's now)
+    assert window.reference_runs.timeline_view.isVisibleTo(live) and window.reference_runs.lanes_view.isVisibleTo(live)
     assert window.reference_runs.timeline_view.getPlotItem().getViewBox().linkedView(0) is window.timeline.getPlotItem().getViewBox()
     assert len(window.reference_runs.timeline_view.bars[Phase.DECODE].start) == 7
     # hidden with its checkbox: drawn nowhere, kept in the list
@@ -180,7 +182,7 @@ def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, 
     window.repaint_views()
     assert not window.references.get(continuous.key).visible
     assert not window.distributions.curves[continuous.key].isVisible()
-    window.roofline_tabs.setCurrentIndex(0)   # the throughput plot repaints when it is on screen
+    window.view_tabs.show_view(window.throughput)   # the throughput plot repaints when it is on screen
     window.repaint_views()
     assert not window.throughput.reference_curves[continuous.key].isVisible()
     assert window.throughput.reference_curves[static.key].isVisible()
@@ -198,7 +200,7 @@ def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, 
     assert removed[0] not in window.throughput.getPlotItem().listDataItems()
     assert all(c in window.throughput.getPlotItem().listDataItems()
                for c in window.throughput.reference_curves.values())
-    window.roofline_tabs.setCurrentWidget(window.distributions)   # brought forward, it repaints at once
+    window.view_tabs.show_view(window.distributions)   # brought forward, it repaints at once
     assert static.key not in window.distributions.curves
     assert removed[1] not in window.distributions.plot.getPlotItem().listDataItems()
     assert window.metrics.compare_columns == [continuous.key, sweep.key]
@@ -207,7 +209,8 @@ def test_hiding_and_removing_a_reference_take_its_curves_and_column_away(qtbot, 
     assert window.reference_panel.align_combo.currentData() is None
     # another one chosen for the strip; then none
     window.reference_runs.align(continuous.key)
-    assert window.reference_runs.timeline_view.store is continuous.store and window.reference_runs.timeline_view.isVisible()
+    assert window.reference_runs.timeline_view.store is continuous.store
+    assert window.reference_runs.timeline_view.isVisibleTo(window.live_page)
     window.reference_runs.align(None)
     assert window.reference_runs.timeline_view is None
 
@@ -228,5 +231,5 @@ def test_references_stay_drawn_through_a_new_run(qtbot, window, saved):
     assert window.metrics.compare_columns == [static.key, continuous.key, sweep.key]
     assert window.metrics.comparison_text(None, "ttft_mean") != "—"       # the new run's own figure
     assert "%" in window.metrics.comparison_text(static.key, "ttft_mean")   # and the delta against R1
-    window.roofline_tabs.setCurrentWidget(window.distributions)
+    window.view_tabs.show_view(window.distributions)
     assert window.distributions.counts[None] == 2 and window.distributions.counts[static.key] == 6

@@ -66,13 +66,13 @@ def test_a_rate_sweep_draws_throughput_per_device_against_per_user(qtbot, window
     assert not result.error and result.summary.kind == "rate"
     points = window.store.load_points
     assert [p.x for p in points] == [50.0, 100.0] and all(p.num_finished == 4 for p in points)
-    assert window.roofline_tabs.currentWidget() is window.load_sweep.parentWidget()
+    assert window.view_tabs.currentWidget() is window.load_sweep.parentWidget()
     assert len(window.load_sweep.points.xData) == 2 and len(window.load_sweep.labels) == 2
     # the front and the best goodput, marked in the window as the sweep marked them in the engine process
     assert sum(p.pareto for p in points) >= 1 and len(window.load_sweep.front.xData) >= 1
     assert sum(p.best_goodput for p in points) == 1 and len(window.load_sweep.best.xData) == 1
     assert "Pareto front" in window.load_sweep.note.text() and "best goodput" in window.load_sweep.note.text()
-    assert window.statusBar().currentMessage() == "Finished: rate sweep, 2 points"
+    assert window.statusBar().currentMessage().startswith("Rate sweep finished: 2 points, best goodput")
     # Export CSV writes it as `sweep rate --out` does, and Open run shows it again
     assert window.files.export_csv(str(tmp_path / "rate"))
     kind, saved = read_points(tmp_path / "rate")

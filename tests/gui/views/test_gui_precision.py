@@ -112,12 +112,12 @@ def fake_window(qtbot):
 def test_precision_points_fill_the_views_curves_as_ratios_to_the_first(qtbot, fake_window):
     w = fake_window
     precision_form(w, dtypes="float32,q8_0,q4_0,q4_1")
-    assert w.roofline_tabs.currentWidget() is w.throughput.parentWidget()
+    assert w.view_tabs.currentWidget() is w.live_page   # the live view until the sweep has its result
     result = run_to_end(qtbot, w)
     assert result.summary.kind == "precision" and w.store.precision_points == POINTS
     view = w.precision
-    assert view.isVisible() and w.roofline_tabs.currentWidget() is view.parentWidget()
-    assert w.throughput_dock.windowTitle() == PRECISION_TITLE
+    assert view.isVisible() and w.view_tabs.currentWidget() is view.parentWidget()
+    assert w.view_tabs.tabToolTip(w.view_tabs.currentIndex()) == PRECISION_TITLE
     x, y = curve(view, "bytes")
     assert x == [0.0, 1.0, 2.0] and same(y, [1.0, 0.265625, 0.15625])
     assert same(curve(view, "tpot")[1], [1.0, 0.3, 0.2])            # TPOT follows the bytes down...
@@ -130,26 +130,27 @@ def test_precision_points_fill_the_views_curves_as_ratios_to_the_first(qtbot, fa
     assert "q8_0 106 MB (3.76× fewer bytes): TTFT 95.0 ms (1.05× faster), TPOT 12.00 ms (3.33× faster)" \
         in view.note.toolTip()
     message = w.statusBar().currentMessage()
-    assert message.startswith("Finished: precision sweep, 3 precisions measured") and SKIPPED in message
+    assert message.startswith("Precision sweep finished: 3 precisions measured") and SKIPPED in message
     # the metrics panel took the sweep's steps without a request or a roofline of mixed precisions
     w.metrics.refresh()
     assert w.metrics.metrics.decode_ms_per_token is not None and w.metrics.metrics.roofline == []
     assert w.metrics.values["done"].text() == "0 / 0"
-    # a batch of the same model afterwards leaves the sweep on its tab; another model clears it
+    # a batch sweep of the same model afterwards (no points: the live view stays) leaves the precision
+    # sweep on its tab; another model clears it
     w.controls.form.set_kind("sweep-batch")
     w.controls.form.fields["sweep-batch"]["batches"].setText("1,2")
     w.worker._run = lambda config, emit, should_stop: RunFinished("b")
     run_to_end(qtbot, w)
-    assert w.roofline_tabs.currentWidget() is w.throughput.parentWidget()
-    assert w.store.precision_points == POINTS and w.throughput_dock.windowTitle() == "Throughput vs batch size"
-    w.roofline_tabs.setCurrentWidget(view.parentWidget())
+    assert w.view_tabs.currentWidget() is w.live_page   # the live view until the sweep has its result
+    assert w.store.precision_points == POINTS and w.view_tabs.tabText(1) == "Throughput vs batch size"
+    w.view_tabs.show_view(view)
     w.repaint_views()
-    assert len(curve(view, "tpot")[1]) == 3 and w.throughput_dock.windowTitle() == PRECISION_TITLE
+    assert len(curve(view, "tpot")[1]) == 3 and w.view_tabs.currentWidget() is view.parentWidget()
     w.controls.select_model("gpt2-124m")
     run_to_end(qtbot, w)
     assert w.store.precision_points == []
-    assert w.roofline_tabs.currentWidget() is w.throughput.parentWidget()
-    w.roofline_tabs.setCurrentWidget(view.parentWidget())
+    assert w.view_tabs.currentWidget() is w.live_page   # the live view until the sweep has its result
+    w.view_tabs.show_view(view)
     w.repaint_views()
     assert curve(view, "tpot") == ([], []) and view.labels == [] and view.note.text() == EMPTY_NOTE
 
@@ -171,7 +172,7 @@ def test_opening_a_saved_precision_sweep_shows_its_points_and_export_keeps_them(
     assert window.files.open_run(str(tmp_path / "saved")), window.last_error
     window.repaint_views()
     view = window.precision
-    assert view.isVisible() and window.throughput_dock.windowTitle() == PRECISION_TITLE
+    assert view.isVisible() and window.view_tabs.currentWidget() is view.parentWidget()
     assert same(curve(view, "tpot")[1], [1.0, 0.3, 0.2]) and same(curve(view, "bytes")[1], [1.0, 0.265625, 0.15625])
     assert view.labels[0] == "float32\n400 MB" and "skipped " + SKIPPED in view.note.text()
     assert window.store.sweep_points == [] and window.store.num_steps == 3
@@ -185,8 +186,8 @@ def test_opening_a_saved_precision_sweep_shows_its_points_and_export_keeps_them(
                       out_dir=str(tmp_path / "batch"))
     execute(batch, lambda event: None, lambda: False)
     assert window.files.open_run(str(tmp_path / "batch"))
-    assert window.roofline_tabs.currentWidget() is window.throughput.parentWidget()
-    assert window.store.precision_points == [] and window.throughput_dock.windowTitle() == "Throughput vs batch size"
+    assert window.view_tabs.currentWidget() is window.throughput.parentWidget()
+    assert window.store.precision_points == [] and window.view_tabs.tabText(1) == "Throughput vs batch size"
 
 
 def test_a_real_precision_sweep_of_the_bundled_model_from_the_window(qtbot, window):
@@ -205,7 +206,7 @@ def test_a_real_precision_sweep_of_the_bundled_model_from_the_window(qtbot, wind
     # own prefill, its warm-up decode step and the two timed ones
     phases = window.store.steps.column("phase").tolist()
     assert len(phases) == 12 and phases.count(0.0) == 6
-    assert window.statusBar().currentMessage().startswith("Finished: precision sweep, 2 precisions measured")
+    assert window.statusBar().currentMessage().startswith("Precision sweep finished: 2 precisions measured")
 
 
 def test_a_reference_precision_sweep_is_drawn_over_the_run_at_the_same_precisions(qtbot, window, tmp_path):
