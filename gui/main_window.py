@@ -404,7 +404,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.export_csv_action.setEnabled(not running)
         self.timeline.set_running(running)
         self.lanes.set_running(running)
-        if not running:
+        if running:
+            self.status.start_clock()
+        else:
             self.status.hide_progress()
             self.repaint_timer.setInterval(REPAINT_MS)
             self.repaint_views()

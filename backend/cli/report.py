@@ -89,10 +89,11 @@ class LiveProgress:
         self._tokens_at_last = 0
         self.loaded: ModelLoaded | None = None
         self.sweep = None   # a tools_cli.SweepPrinter during sweeps
+        self._started = time.monotonic()   # each stage's line says when it began
 
     def on_event(self, event) -> None:
         if isinstance(event, Progress):
-            print(f"... {event.message}", file=sys.stderr)
+            print(f"... {event.message}  [{time.monotonic() - self._started:.1f} s]", file=sys.stderr)
         elif isinstance(event, ModelLoaded):
             self.loaded = event
             self._last = time.monotonic()   # the first status line comes a second into the run

@@ -59,7 +59,7 @@ def library_path(cache_dir: Path | None = None) -> Path:
         digest.update(f.name.encode() + f.read_bytes())
     digest.update(" ".join([*compiler, *FLAGS, *sum(_arches(), []), platform.machine(), platform.processor(),
                             _cpu_flags()]).encode())
-    return (cache_dir or _cache_dir()) / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
+    return (cache_dir or cache_folder()) / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
 
 
 def build(cache_dir: Path | None = None) -> Path:
@@ -100,7 +100,8 @@ def _compiler() -> list[str]:
     return words
 
 
-def _cache_dir() -> Path:
+def cache_folder() -> Path:
+    """The user's cache folder for phasescope (the kernels' builds, the fidelity verdicts)."""
     base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
     folder = Path(base) / "phasescope"
     try:

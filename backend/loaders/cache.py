@@ -9,20 +9,37 @@ from backend.events import Emit, Progress
 
 def load(config: RunConfig, emit: Emit):
     """Load the model the config names, announcing it; (the loaded model, its device's name)."""
-    from backend.loaders.device import device_name
+    from backend.loaders.device import device_name, resolve_device
     from backend.loaders.weights import load_model
     from backend.models import fidelity
+    if resolve_device(config.model.device).type == "cpu":
+        build_kernels(emit)
     emit(Progress(f"loading {config.model.name}", None))
     gc.unfreeze()   # a model loaded before, now dropped, is collected like any garbage
     gc.collect()
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
-    loaded.math = fidelity.choose(loaded, config.model.prefill_math)
+    loaded.math = fidelity.choose(loaded, config.model.prefill_math, config.model.name,
+                                  lambda line: emit(Progress(line, None)))
     # Everything loaded so far (the model's modules, the tokenizer's tables: about 200,000
     # objects) leaves the cyclic collector's sight, so that its collections during the run's
     # steps do not walk it: they were about 5% of a batch-1 decode step's samples (perf).
     gc.collect()
     gc.freeze()
     return loaded, device_name(loaded.device)
+
+
+def build_kernels(emit: Emit) -> None:
+    """The CPU kernels, compiled now where this machine has no build of them yet, and said so: the
+    compiler's one-time cost (seconds to tens of seconds) is a stage of its own, not part of a load."""
+    import os
+    from backend import kernels
+    try:
+        if os.environ.get("PHASESCOPE_KERNELS", "1") == "0" or kernels.library_path().exists():
+            return
+    except RuntimeError:   # no C compiler: kernels.load() says so where the kernels are asked for
+        return
+    emit(Progress("compiling the CPU kernels for this CPU (first use only; the build is kept)", None))
+    kernels.load()
 
 
 class ModelCache:

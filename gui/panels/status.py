@@ -3,7 +3,9 @@ and what the engine process and the window's own thread cost. Each label gives w
 status bar's message (gui/panels/status_bar.py), eliding its end, rather than clipping it."""
 from __future__ import annotations
 
-from PySide6 import QtWidgets
+import time
+
+from PySide6 import QtCore, QtWidgets
 
 from backend.events import EngineStatus, Progress
 from backend.engine.threads import describe_threads
@@ -28,10 +30,21 @@ class RunStatus:
             status_bar.addPermanentWidget(label)
         self._last_engine: EngineStatus | None = None
         self.progress = QtWidgets.QProgressBar()
-        self.progress.setMaximumWidth(220)
+        self.progress.setMaximumWidth(380)   # a stage's words and its seconds
         self.progress.setTextVisible(True)
         self.progress.hide()
         status_bar.addPermanentWidget(self.progress)
+        # the stage's elapsed time, counted from the run's start and ticking while the stage lasts
+        self._started = time.monotonic()
+        self._stage: Progress | None = None
+        self._tick = QtCore.QTimer(self.progress)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._show_stage)
+
+    def start_clock(self) -> None:
+        """A run (or a start of the engine) begins: stages count their time from here."""
+        self._started = time.monotonic()
+        self._stage = None
 
     def show_choices(self, model: str, device: str, dtype: str, profile: str) -> None:
         for key, text in (("model", model), ("device", device), ("dtype", dtype), ("profile", profile)):
@@ -51,7 +64,9 @@ class RunStatus:
                                                                            if frame_ms > 40 else ""))
 
     def show_progress(self, event: Progress) -> None:
-        self.progress.setFormat(event.message + (" %p%" if event.fraction is not None else ""))
+        self._stage = event
+        self._show_stage()
+        self._tick.start()
         if event.fraction is None:
             self.progress.setRange(0, 0)   # busy: the length of the work is unknown
         else:
@@ -59,5 +74,19 @@ class RunStatus:
             self.progress.setValue(round(1000 * event.fraction))
         self.progress.setVisible(event.message not in QUIET_MESSAGES)
 
+    def _show_stage(self) -> None:
+        event = self._stage
+        if event is None:
+            return
+        elapsed = f" ({time.monotonic() - self._started:.0f} s)" if event.message not in QUIET_MESSAGES else ""
+        self.progress.setFormat(event.message + elapsed + (" %p%" if event.fraction is not None else ""))
+        self.progress.setToolTip(event.message + elapsed)
+
+    def stage_text(self) -> str:
+        """What the progress bar says now (its format, with the percentage filled in)."""
+        return self.progress.text()
+
     def hide_progress(self) -> None:
+        self._tick.stop()
+        self._stage = None
         self.progress.hide()

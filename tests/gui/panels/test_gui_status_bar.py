@@ -84,3 +84,28 @@ def test_an_elided_label_keeps_its_own_tooltip(qtbot):
     QtWidgets.QApplication.processEvents()
     assert label.is_elided() and label.toolTip() == "what this counts"
     assert label.minimumSizeHint().width() < 30
+
+
+def test_a_stage_says_its_seconds_since_the_run_began_and_counts_on(qtbot, monkeypatch):
+    """The first run's stages (compiling, loading, probing, warming up) each show the time since the
+    run began, ticking each second while the stage lasts; running needs no bar and no clock."""
+    import types
+    from backend.events import Progress
+    from gui.panels import status as status_panel
+    now = [100.0]
+    monkeypatch.setattr(status_panel, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    bar = QtWidgets.QStatusBar()
+    qtbot.addWidget(bar)
+    run = status_panel.RunStatus(bar)
+    run.start_clock()
+    now[0] += 2.4
+    run.show_progress(Progress("loading smollm2-135m", None))
+    assert run.progress.format() == "loading smollm2-135m (2 s)"
+    now[0] += 3.0
+    run._tick.timeout.emit()            # the clock's next second
+    assert run.progress.format() == "loading smollm2-135m (5 s)"
+    assert run._tick.isActive()
+    run.show_progress(Progress("running", None))
+    assert run.progress.format() == "running" and run.progress.isHidden()
+    run.hide_progress()
+    assert not run._tick.isActive()
