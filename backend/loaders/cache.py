@@ -18,7 +18,7 @@ def load(config: RunConfig, emit: Emit):
     gc.unfreeze()   # a model loaded before, now dropped, is collected like any garbage
     gc.collect()
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
-    loaded.math = fidelity.choose(loaded, config.model.prefill_math, config.model.name,
+    loaded.math = fidelity.choose(loaded, config.model.prefill_math, weights_identity(config.model.name, loaded),
                                   lambda line: emit(Progress(line, None)))
     # Everything loaded so far (the model's modules, the tokenizer's tables: about 200,000
     # objects) leaves the cyclic collector's sight, so that its collections during the run's
@@ -26,6 +26,18 @@ def load(config: RunConfig, emit: Emit):
     gc.collect()
     gc.freeze()
     return loaded, device_name(loaded.device)
+
+
+def weights_identity(name: str, loaded) -> str:
+    """The weights' files as path, size and modification time (a file rewritten is new weights);
+    where there is no file (random weights of a synthetic shape), the loaded model's source string."""
+    from pathlib import Path
+    from backend.loaders.weights import BUNDLED, bundled_gguf
+    path = bundled_gguf() if name == BUNDLED else Path(name).expanduser()
+    if path is None or not path.exists():
+        return loaded.source
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    return ";".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files) or loaded.source
 
 
 def build_kernels(emit: Emit) -> None:

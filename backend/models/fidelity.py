@@ -93,11 +93,11 @@ class MathChoice:
                 "fidelity": None if self.fidelity is None else dataclasses.asdict(self.fidelity)}
 
 
-def choose(loaded, mode: str, name: str | None = None, say: Callable[[str], None] = lambda line: None) -> MathChoice:
+def choose(loaded, mode: str, weights: str | None = None, say: Callable[[str], None] = lambda line: None) -> MathChoice:
     """--prefill-math for a loaded model: bf16 and auto need the C kernels (float32 activations on
-    the CPU); auto takes the best bfloat16 unit only where the probe stays within the bound. With the
-    model's `name` (as --model takes it), the probe's verdict is kept for the next start
-    (fidelity_cache.py); `say` announces the probe."""
+    the CPU); auto takes the best bfloat16 unit only where the probe stays within the bound. Given the
+    `weights`' identity (their files: loaders/cache.py), the probe's verdict is kept for the next
+    start (fidelity_cache.py); `say` announces the probe."""
     if not ops.usable(loaded.device, loaded.dtype) or loaded.precision.name == "int8":
         if mode == "bf16":
             from backend import kernels
@@ -114,7 +114,7 @@ def choose(loaded, mode: str, name: str | None = None, say: Callable[[str], None
         return MathChoice(mode, math, "float32 products, as asked")
     if not math.bf16:
         return MathChoice(mode, math, f"no bfloat16 unit here ({matmath.bf16_unit()[1]})")
-    found = _probe(loaded, math, name, say)
+    found = _probe(loaded, math, weights, say)
     if mode == "bf16":
         return MathChoice(mode, math, f"bfloat16 products, as asked; {found.describe()}", found)
     if found.within:
@@ -123,14 +123,14 @@ def choose(loaded, mode: str, name: str | None = None, say: Callable[[str], None
                       found)
 
 
-def _probe(loaded, math: MatMath, name: str | None, say: Callable[[str], None]) -> Fidelity:
+def _probe(loaded, math: MatMath, weights: str | None, say: Callable[[str], None]) -> Fidelity:
     """The probe's figures: kept from an earlier start of the same model file, or measured now."""
     from backend import kernels
     from backend.models import fidelity_cache
     from backend.models.packed import pack_weights
-    key = None if name is None else fidelity_cache.key_of(name, loaded.source, loaded.precision.name, math.unit,
-                                                             kernels.library_path().name, PROBE_TOKENS)
-    found = None if key is None else fidelity_cache.recall(key)
+    key = None if weights is None else fidelity_cache.key_of(weights, loaded.precision.name, math.unit,
+                                                                kernels.library_path().name, PROBE_TOKENS)
+    found = None if key is None else _kept(fidelity_cache.recall(key))
     if found is not None:
         say(f"bfloat16 fidelity on {math.unit}: kept from an earlier start")
         return found
@@ -138,5 +138,12 @@ def _probe(loaded, math: MatMath, name: str | None, say: Callable[[str], None]) 
     pack_weights(loaded.model)   # the probe runs the products the steps will run
     found = compare(loaded.model, english_tokens(loaded.tokenizer, PROBE_TOKENS), math, loaded.device)
     if key is not None:
-        fidelity_cache.remember(key, found)
+        fidelity_cache.remember(key, dataclasses.asdict(found))
     return found
+
+
+def _kept(figures: dict | None) -> Fidelity | None:
+    try:
+        return None if figures is None else Fidelity(**figures)
+    except TypeError:   # an older version's fields: probe again
+        return None

@@ -3,7 +3,6 @@ same model skips the probe (two prefills of 96 tokens: half a second for the bun
 for a large one). Kept in the kernels' cache folder, beside their builds, as one small JSON file."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -14,21 +13,11 @@ FILE = "fidelity.json"
 MAX_ENTRIES = 64   # the oldest verdicts go first
 
 
-def file_identity(name: str) -> str | None:
-    """The weights' files as (path, size, modification time), or None where there are none to name
-    (a hub id not yet resolved, a synthetic shape: the source string identifies those)."""
-    from backend.loaders.weights import BUNDLED, bundled_gguf
-    path = bundled_gguf() if name == BUNDLED else Path(name).expanduser()
-    if path is None or not path.exists():
-        return None
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    return ";".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files) or None
-
-
-def key_of(name: str, source: str, precision: str, unit: str, kernels_build: str, tokens: int) -> str:
-    """What the verdict depends on: the weights (their files, or the source string of random ones),
-    their format, the bfloat16 unit, the kernels' build (their sources' digest) and the probe's length."""
-    what = [file_identity(name) or source, precision, unit, kernels_build, str(tokens)]
+def key_of(weights: str, precision: str, unit: str, kernels_build: str, tokens: int) -> str:
+    """What the verdict depends on: the weights (their files' identity, loaders/cache.py's
+    weights_identity), their format, the bfloat16 unit, the kernels' build (their sources' digest)
+    and the probe's length."""
+    what = [weights, precision, unit, kernels_build, str(tokens)]
     return hashlib.sha256("\n".join(what).encode()).hexdigest()[:24]
 
 
@@ -45,21 +34,17 @@ def _read(folder: Path | None) -> dict:
     return kept if isinstance(kept, dict) else {}
 
 
-def recall(key: str, folder: Path | None = None):
-    """The Fidelity kept for `key`, or None."""
-    from backend.models.fidelity import Fidelity
+def recall(key: str, folder: Path | None = None) -> dict | None:
+    """The figures kept for `key` (fidelity.Fidelity's fields), or None."""
     entry = _read(folder).get(key)
-    try:
-        return Fidelity(**entry) if isinstance(entry, dict) else None
-    except TypeError:   # an older version's fields
-        return None
+    return entry if isinstance(entry, dict) else None
 
 
-def remember(key: str, found, folder: Path | None = None) -> None:
-    """Keep `found` for `key` (a cache: a failure to write it costs the next start a probe, nothing else)."""
+def remember(key: str, figures: dict, folder: Path | None = None) -> None:
+    """Keep `figures` for `key` (a cache: a failure to write it costs the next start a probe, nothing else)."""
     kept = _read(folder)
     kept.pop(key, None)
-    kept[key] = dataclasses.asdict(found)
+    kept[key] = figures
     while len(kept) > MAX_ENTRIES:
         kept.pop(next(iter(kept)))
     try:
