@@ -8,6 +8,7 @@ import pytest
 from PySide6 import QtGui
 
 from gui.controllers.compare_cache import cache_limit, clear_series, compare_root, prune_series, series_folders
+from tests.fakes.cache_home import private_cache_home
 
 
 def make_series(root, name: str, size: int, age_s: float):
@@ -47,7 +48,7 @@ def test_the_bound_can_be_set(monkeypatch):
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     return compare_root()
 
 

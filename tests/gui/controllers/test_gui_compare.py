@@ -8,13 +8,13 @@ from PySide6 import QtCore
 from backend.events import RepeatStarted
 from backend.results.export import read_run
 from gui.state.references import run_policy
+from tests.fakes.cache_home import private_cache_home
 
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     """Compare policies saves its runs here, never into the user's cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+    return private_cache_home(monkeypatch, tmp_path / "cache")
 
 
 def use_burst(w, requests="4", prompt_len="8", output_len="4") -> None:

@@ -5,6 +5,7 @@ from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS, run_to_end, use_tiny
 from PySide6 import QtCore
 
 from backend.sweeps.points import read_points
+from tests.fakes.cache_home import private_cache_home
 
 
 def tiny_workload(w, kind: str) -> None:
@@ -117,7 +118,7 @@ def test_fit_from_the_profile_box_shows_the_held_out_error(qtbot, inprocess_wind
     from backend.config import EngineConfig, RunConfig, SweepSpec
     from backend.loaders.device import device_name
     from backend.roofline.profiles import load_profile, local_profile_path
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     monkeypatch.setattr(fitting, "STANDARD_MODEL", "tiny")   # the same three kinds of run, small
     monkeypatch.setattr(fitting, "standard_runs", lambda: [
         ("batch", RunConfig(mode="sweep-batch", sweep=SweepSpec("batch", batches=[1, 2], context=32, steps=2))),
