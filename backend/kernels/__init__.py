@@ -46,6 +46,22 @@ def load() -> ctypes.CDLL | None:
     return _lib
 
 
+def can_have() -> bool:
+    """Whether load() can give the kernels, without compiling them now: loaded already, a build kept
+    for this machine (loaded now, in milliseconds), or a C compiler to build them with (a run's first
+    stage then compiles them: backend/loaders/cache.py). The window's dtype list asks this, so that its
+    first start does not compile for seconds in the window's thread before it shows."""
+    if _tried:
+        return _lib is not None
+    if os.environ.get("PHASESCOPE_KERNELS", "1") == "0":
+        return False
+    try:
+        built = library_path().exists()
+    except RuntimeError:   # no C compiler
+        return False
+    return load() is not None if built else True
+
+
 def reason() -> str:
     """Why load() gave None ('' when the kernels are loaded)."""
     return _reason

@@ -70,10 +70,11 @@ def available_dtypes(device: torch.device) -> list[str]:
 
 def available_precisions(device: torch.device) -> list[str]:
     """Every --dtype this device runs: its float dtypes, the GGUF block formats where the CPU kernels
-    are built (CPU only), and int8 weight-only but on CUDA (precision.int8_refusal)."""
-    from backend.kernels import ops
+    are built or can be (CPU only: kernels.can_have, which compiles nothing), and int8 weight-only but
+    on CUDA (precision.int8_refusal)."""
+    from backend import kernels
     from backend.precision import BLOCK_FORMATS, int8_refusal
-    blocks = list(BLOCK_FORMATS) if ops.usable(device, torch.float32) else []
+    blocks = list(BLOCK_FORMATS) if device.type == "cpu" and kernels.can_have() else []
     return [*available_dtypes(device), *blocks, *(["int8"] if int8_refusal(device.type) is None else [])]
 
 

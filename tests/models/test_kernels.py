@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -284,3 +285,18 @@ def test_a_matrix_of_row_segments_in_different_formats_is_one_product(n):
     assert ((got.double() - want).abs() <= bound).all()
     with pytest.raises(ValueError, match="do not add up"):
         ops.qlinear(x, matrix.data, "segments", 117)
+
+
+def test_whether_the_kernels_can_be_had_is_answered_without_compiling(tmp_path, monkeypatch):
+    """The window's dtype list asks before any build exists: a compiler is enough, nothing is compiled."""
+    monkeypatch.setattr(kernels, "_tried", False)
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))                 # no build kept here
+    monkeypatch.setattr(kernels, "load", lambda: pytest.fail("can_have() compiled or loaded"))
+    assert kernels.can_have() is (shutil.which(kernels._compiler()[0]) is not None)
+    assert list(tmp_path.rglob("*.so")) == []
+    monkeypatch.setenv("CC", "no-such-compiler-here")
+    assert kernels.can_have() is False
+    monkeypatch.delenv("CC")
+    monkeypatch.setenv("PHASESCOPE_KERNELS", "0")
+    assert kernels.can_have() is False
