@@ -40,18 +40,16 @@ import torch  # noqa: E402
 
 from backend.workload.arrivals import RequestSpec  # noqa: E402
 from backend.roofline.calibrate import calibrate, copy_bandwidth, matmul_flops, read_bandwidth  # noqa: E402
-from backend.config import RunConfig, SamplingConfig  # noqa: E402
+from backend.config import SamplingConfig  # noqa: E402
 from backend.loaders.device import device_name, synchronize  # noqa: E402
-from backend.workload.arrivals import FixedSource  # noqa: E402
-from backend.engine.loop import Engine  # noqa: E402
 from backend.results.recorder import RunRecorder  # noqa: E402
 from backend.records import Phase, StepRecord  # noqa: E402
 from backend.engine.request import Request  # noqa: E402
 from backend.roofline.cost import step_cost  # noqa: E402
 from backend.engine.runner import Runner  # noqa: E402
-from backend.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput  # noqa: E402
+from backend.engine.scheduler import ScheduledChunk, SchedulerOutput  # noqa: E402
 from backend.loaders.weights import BUNDLED, bundled_gguf, load_model  # noqa: E402
-from bench.common import add_readme_flag, interleaved, log, measured_line, median_ms, publish, ratio_median  # noqa: E402
+from bench.common import add_readme_flag, drive_engine, interleaved, log, measured_line, median_ms, publish, ratio_median  # noqa: E402
 
 PROMPT_LEN, OUTPUT_LEN = 128, 64
 TTFT_PROMPTS = (128, 512)
@@ -84,15 +82,8 @@ class Ours:
         """The prompts through scheduler, runner and engine loop; the records (steps, requests) as a run keeps them."""
         max_len = len(prompts[0]) + new_tokens
         runner = self.runner(len(prompts), max_len)
-        scheduler = Scheduler(SchedulerConfig("static", len(prompts), kv_capacity=len(prompts) * max_len,
-                                              max_len=max_len))
         specs = [RequestSpec(i, 0.0, p, "", new_tokens) for i, p in enumerate(prompts)]
-        records = RunRecorder(RunConfig(), lambda e: None)
-        result = Engine(scheduler, runner, "bench", ignore_eos=True).run(FixedSource(specs), records.emit,
-                                                                        lambda: False)
-        if result.error:
-            raise RuntimeError(result.error)
-        return records
+        return drive_engine(runner, specs, "static", len(prompts), max_len)
 
 
 class Theirs:

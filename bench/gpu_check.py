@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench.common import ROOT, add_readme_flag, log, measured_line, publish
+from bench.common import ROOT, add_readme_flag, drive_engine, log, measured_line, publish
 
 CLOCK_TOLERANCE_MS = 0.5
 GROWTH_LIMIT = 1.15                 # decode at max_len 4,096 over 256: "does not grow", with noise
@@ -115,23 +115,12 @@ def _loaded(dtype: str):
 
 def _engine_run(loaded, num_slots: int, max_len: int, specs, graphs: bool | None = None, wrap=None):
     """The engine loop over `specs` on a fresh runner; its recorder (steps, tokens)."""
-    from backend.config import RunConfig, SamplingConfig
-    from backend.engine.loop import Engine
+    from backend.config import SamplingConfig
     from backend.engine.runner import build_runner
-    from backend.engine.scheduler import Scheduler, SchedulerConfig
-    from backend.results.recorder import RunRecorder
-    from backend.workload.arrivals import FixedSource
     runner = build_runner(loaded, num_slots, max_len, SamplingConfig(ignore_eos=True), use_cuda_graphs=graphs)
     if wrap is not None:
         runner.run = wrap(runner.run)
-    scheduler = Scheduler(SchedulerConfig(policy="continuous", max_batch=num_slots, kv_capacity=num_slots * max_len,
-                                          max_len=max_len))
-    records = RunRecorder(RunConfig(), lambda event: None)
-    result = Engine(scheduler, runner, "gpu-check", ignore_eos=True).run(FixedSource(specs), records.emit,
-                                                                           lambda: False)
-    if result.error:
-        raise RuntimeError(result.error)
-    return records
+    return drive_engine(runner, specs, "continuous", num_slots, max_len, "gpu-check")
 
 
 def _specs(n: int, prompt_len: int, output_len, vocab: int):

@@ -46,6 +46,17 @@ def load() -> ctypes.CDLL | None:
     return _lib
 
 
+def build_state() -> str:
+    """Where the kernels stand on this machine, compiling nothing: "off" (PHASESCOPE_KERNELS=0), "no
+    compiler", "kept" (a build for these sources, compiler and CPU is in the cache) or "to build"."""
+    if os.environ.get("PHASESCOPE_KERNELS", "1") == "0":
+        return "off"
+    try:
+        return "kept" if library_path().exists() else "to build"
+    except RuntimeError:   # no C compiler
+        return "no compiler"
+
+
 def can_have() -> bool:
     """Whether load() can give the kernels, without compiling them now: loaded already, a build kept
     for this machine (loaded now, in milliseconds), or a C compiler to build them with (a run's first
@@ -53,13 +64,8 @@ def can_have() -> bool:
     first start does not compile for seconds in the window's thread before it shows."""
     if _tried:
         return _lib is not None
-    if os.environ.get("PHASESCOPE_KERNELS", "1") == "0":
-        return False
-    try:
-        built = library_path().exists()
-    except RuntimeError:   # no C compiler
-        return False
-    return load() is not None if built else True
+    state = build_state()
+    return state == "to build" or (state == "kept" and load() is not None)
 
 
 def reason() -> str:

@@ -43,15 +43,10 @@ def weights_identity(name: str, loaded) -> str:
 def build_kernels(emit: Emit) -> None:
     """The CPU kernels, compiled now where this machine has no build of them yet, and said so: the
     compiler's one-time cost (seconds to tens of seconds) is a stage of its own, not part of a load."""
-    import os
     from backend import kernels
-    try:
-        if os.environ.get("PHASESCOPE_KERNELS", "1") == "0" or kernels.library_path().exists():
-            return
-    except RuntimeError:   # no C compiler: kernels.load() says so where the kernels are asked for
-        return
-    emit(Progress("compiling the CPU kernels for this CPU (first use only; the build is kept)", None))
-    kernels.load()
+    if kernels.build_state() == "to build":
+        emit(Progress("compiling the CPU kernels for this CPU (first use only; the build is kept)", None))
+        kernels.load()
 
 
 class ModelCache:

@@ -97,9 +97,9 @@ def test_prefill_matches_transformers(pair, path):
     close(got, expected)
 
 
-def test_chunked_prefill_mixed_with_a_decode_token_matches_transformers(pair, path):
-    _, hf, ours, shape = pair
-    model = packed(ours, path)
+def assert_mixed_chunk_matches(model, hf, shape) -> None:
+    """A prompt's later chunk mixed with another request's decode token in one step gives
+    transformers' logits for both."""
     prompt, other = tokens(14, seed=3), tokens(6, seed=4)
     cache = KVCache(shape, 2, 32, "cpu", torch.float32)
     run(model, shape, [(1, 0, other)], [], cache)
@@ -108,6 +108,12 @@ def test_chunked_prefill_mixed_with_a_decode_token_matches_transformers(pair, pa
     with torch.inference_mode():
         close(mixed[:1], hf(torch.tensor([prompt])).logits[0, -1:])
         close(mixed[1:], hf(torch.tensor([other + [9]])).logits[0, -1:])
+
+
+def test_chunked_prefill_mixed_with_a_decode_token_matches_transformers(pair, path):
+    _, hf, ours, shape = pair
+    model = packed(ours, path)
+    assert_mixed_chunk_matches(model, hf, shape)
 
 
 def test_greedy_tokens_match_transformers_for_32_steps(pair, path):
@@ -200,14 +206,7 @@ def test_a_model_on_the_cuda_paths_matches_transformers_and_counts_its_experts(p
     _, hf, ours, shape = pair
     model = copy.deepcopy(ours)   # unpacked plain tensors, as on a GPU
     monkeypatch.setattr(moe, "moe_path", lambda *args: forced)
-    prompt, other = tokens(14, seed=3), tokens(6, seed=4)
-    cache = KVCache(shape, 2, 32, "cpu", torch.float32)
-    run(model, shape, [(1, 0, other)], [], cache)
-    run(model, shape, [(0, 0, prompt[:8])], [], cache)
-    mixed = run(model, shape, [(0, 8, prompt[8:])], [(1, 6, 9)], cache)   # (2, vocab)
-    with torch.inference_mode():
-        close(mixed[:1], hf(torch.tensor([prompt])).logits[0, -1:])
-        close(mixed[1:], hf(torch.tensor([other + [9]])).logits[0, -1:])
+    assert_mixed_chunk_matches(model, hf, shape)
     layer = model.layers[0]
     _, gate_up, down = layer.expert_stack
     assert layer.expert1_gate_up.data_ptr() == gate_up[1].data_ptr() and layer.expert2_down.data_ptr() == down[2].data_ptr()
