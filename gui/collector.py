@@ -5,8 +5,9 @@ slots it connects) are freed by Python's cyclic garbage collector, and the autom
 runs on whichever thread happens to allocate. When that is the worker's thread, freeing a widget
 there takes Qt's locks on the wrong thread while the window's thread holds the GIL and waits on the
 same locks: both threads stop for good (seen in the suite: a QMenu's destructor in the worker's
-thread against a repaint in the window's). So while a window is open the automatic collector is
-off, and a timer on the window's thread collects as it would have, generation by generation.
+thread against a repaint in the window's; and a segfault in a worker test with no window open). So
+while a worker thread runs (gui/worker.py's WorkerThread, the window's or a test's) the automatic
+collector is off, and a timer on the window's thread collects as it would have, generation by generation.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ _open = 0   # collectors running: the automatic collector is off while any is, a
 
 
 class MainThreadCollector(QtCore.QObject):
-    """Owned by the main window: turns the automatic collector off until `stop`, collecting on its own timer."""
+    """Owned by a WorkerThread: turns the automatic collector off until `stop`, collecting on its own timer."""
 
-    def __init__(self, parent: QtCore.QObject):
+    def __init__(self, parent: QtCore.QObject | None = None):
         super().__init__(parent)
         global _open
         if _open == 0:

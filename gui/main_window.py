@@ -20,7 +20,6 @@ from backend.models.shapes import SHAPES
 from backend.roofline.profiles import LOCAL_KEY
 from backend.config import LOAD_SWEEPS, RunKind, SweepKind
 
-from gui.collector import MainThreadCollector
 from gui.controllers.compare import CompareController
 from gui.controllers.files import FilesController
 from gui.controllers.help import HelpController
@@ -89,7 +88,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self.error_box: QtWidgets.QMessageBox | None = None
         self.selected_request: int | None = None
         self.is_shut_down = False
-        self.collector = MainThreadCollector(self)   # Python's cycle collector on this thread only
         self._throughput_title = "Throughput vs batch size"
         self._build_views()
         self.setStatusBar(MessageBar())   # messages never clipped by the labels beside them
@@ -597,7 +595,6 @@ class MainWindow(QtWidgets.QMainWindow):
         kept = stop_worker(self.worker_thread, self.runs.running)
         if kept is not None:
             self.recent.remember_run(str(kept))
-        self.collector.stop()   # the worker thread has ended: collecting anywhere is safe again
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         self.shut_down()

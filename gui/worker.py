@@ -33,6 +33,8 @@ from backend.events import Progress, RepeatStarted, RequestsArrived, RunFinished
 from backend.results.export import RunWriter
 from backend.records import RecordBatch, RunData
 
+from gui.collector import MainThreadCollector
+
 FLUSH_HZ = Throttle.HZ   # the one rate records are sent at, as the engine process sends them
 
 _threads: weakref.WeakSet[QtCore.QThread] = weakref.WeakSet()
@@ -201,6 +203,9 @@ class WorkerThread:
     """A RunWorker living in its own QThread for the window's lifetime."""
 
     def __init__(self, worker: RunWorker | None = None):
+        # Python's cycle collector runs on this (the window's) thread only while the worker's runs
+        # (gui/collector.py): a run allocating in the worker's thread must never free a Qt object there
+        self.cycle_collector = MainThreadCollector(None)
         self.thread = QtCore.QThread()
         self.thread.setObjectName("phasescope-run")
         self.worker = worker or RunWorker()
@@ -214,10 +219,12 @@ class WorkerThread:
         end the engine process (no process outlives the window). `keep` takes the last run's
         recording (a run stopped by the window's shutdown) instead of its being removed."""
         if not self.thread.isRunning():
+            self.cycle_collector.stop()
             return
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()
+        self.cycle_collector.stop()   # the worker thread has ended: collecting anywhere is safe again
         if keep is not None and self.worker.recording is not None:
             keep(self.worker.recording)
             self.worker.recording = None
