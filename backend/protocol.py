@@ -353,6 +353,7 @@ class RequestRow(NamedTuple):
     usage_output: int | None
     text: str
     late_ms: float | None         # sent minus its planned moment (None: never sent)
+    usage_cached: int | None = None   # prompt tokens the server said it found in its prefix cache
 
 
 @dataclass(slots=True)

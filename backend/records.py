@@ -102,6 +102,7 @@ class RequestRecord:
     # where a remote run's token counts come from: "server" (its usage), "tokenizer" (counted here), "estimate"
     prompt_tokens_source: str = ""
     output_tokens_source: str = ""
+    cached_prompt_tokens: int | None = None   # prompt tokens found in the KV/prefix cache, not computed (None: unknown)
 
     @classmethod
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,

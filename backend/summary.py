@@ -147,6 +147,16 @@ class Summary:
     server_e2e_mean_ms: float | None = None
     server_e2e_p50_ms: float | None = None
     server_e2e_p90_ms: float | None = None
+    server_cache_hit_rate_max: float | None = None    # SGLang's prefix-cache hit-rate gauge (0 to 1)
+    server_cache_hit_rate_mean: float | None = None
+    server_prefix_queries: float | None = None        # prompt tokens its prefix cache was asked for over the run
+    server_prefix_hits: float | None = None           # and found there (each counter at the end less at the start)
+    server_prefix_hit_rate: float | None = None       # hits / queries
+    # ... and the client's view of it (backend.targets.remote.prefix_cache): the answers' cached prompt tokens
+    client_cached_requests: int | None = None         # finished requests whose answer said how many were cached
+    client_cached_prompt_tokens: int | None = None    # their cached prompt tokens
+    client_reported_prompt_tokens: int | None = None  # their prompt tokens
+    client_prefix_hit_rate: float | None = None       # cached / prompt tokens
     # a remote run's client: its own load (backend.targets.remote.honesty) and its token counts
     client_workers: int | None = None
     client_loop_lag_p50_ms: float | None = None

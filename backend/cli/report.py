@@ -140,6 +140,9 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         print(client_line(info), file=out)
         if remote.server_metrics:
             print(server_line(remote.server_metrics, s), file=out)
+        from backend.targets.remote.prefix_cache import prefix_line
+        if (line := prefix_line(s, (remote.server_metrics or {}).get("engine"))) is not None:
+            print(line, file=out)
         for line in remote.warnings:   # what the run knows is wrong with its own figures
             print(f"warning  {line}", file=out)
         if config.out_dir:

@@ -1,4 +1,4 @@
-"""The fake server's Prometheus `/metrics`, as vLLM, SGLang or TGI name it, from its real state.
+"""The fake server's Prometheus `/metrics`, as vLLM, SGLang, TGI or llama.cpp name it, from its real state.
 
 The gauges are read from the streams in flight when the page is asked for: running (admitted to
 the batch), waiting (for a batch slot, `Behaviour.max_batch`), and the KV cache's usage (the
@@ -7,6 +7,13 @@ histograms observe each request as the engine loop serves it: queue (read to adm
 (admitted to first token), decode (first to last token), TTFT, every inter-token gap (TGI: each
 request's mean gap), end to end;
 TGI's forward-pass histograms observe each engine step, by method.
+
+The prefix cache's counters count prompt tokens as each engine does: vLLM the tokens it looked up
+and found when it admits a request (its counters, per engine core, are published from the start,
+under their names since v0.10 and their deprecated gpu_ names alike); SGLang each finished
+request's prompt and cached tokens (a labelled counter shows once first incremented, so
+cached_tokens_total is absent until the first hit) and a gauge of the last prefill's hit rate;
+llama.cpp only the prompt tokens it computed (it publishes no cache figure).
 """
 from __future__ import annotations
 
@@ -30,7 +37,17 @@ NAMES = {
             "queue": "tgi_request_queue_duration", "step_prefill": "tgi_batch_forward_duration",
             "step_decode": "tgi_batch_forward_duration", "tpot": "tgi_request_mean_time_per_token_duration",
             "e2e": "tgi_request_duration"},
+    "llamacpp": {"running": "llamacpp:requests_processing", "waiting": "llamacpp:requests_deferred"},
 }
+# counter -> the names it is published under, per engine (values are prompt tokens, or generated ones)
+COUNTER_NAMES = {
+    "vllm": {"queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+             "hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")},
+    "sglang": {"queries": ("sglang:prompt_tokens_total",), "hits": ("sglang:cached_tokens_total",)},
+    "tgi": {},
+    "llamacpp": {"computed": ("llamacpp:prompt_tokens_total",), "predicted": ("llamacpp:tokens_predicted_total",)},
+}
+PUBLISHED_AT_START = ("vllm", "llamacpp")   # their counters are made per engine at start; SGLang's at first use
 
 
 class _Hist:
@@ -58,6 +75,13 @@ class FakeMetrics:
                                            "step_decode")}
         self._last_step: float | None = None
         self._firsts = 0   # first tokens written in the current step: it was a prefill step
+        names = COUNTER_NAMES.get(behaviour.metrics, {})
+        self.counts: dict[str, float] = {k: 0.0 for k in names} if behaviour.metrics in PUBLISHED_AT_START else {}
+        self.hit_rate: float | None = None   # SGLang's gauge: the last prefill's cached share of its prompt
+
+    def _count(self, key: str, n: float) -> None:
+        if key in COUNTER_NAMES.get(self.behaviour.metrics, {}):
+            self.counts[key] = self.counts.get(key, 0.0) + n
 
     # ---- the engine loop's observations ---------------------------------------------------------
 
@@ -66,9 +90,19 @@ class FakeMetrics:
             self.hists["step_prefill" if self._firsts else "step_decode"].observe(now - self._last_step)
         self._last_step, self._firsts = now, 0
 
+    def admitted(self, prompt_tokens: int, cached: int) -> None:
+        """A request read, its prompt looked up in the prefix cache (vLLM counts here; llama.cpp computes
+        the part it did not find)."""
+        if self.behaviour.metrics == "vllm":
+            self._count("queries", prompt_tokens)
+            self._count("hits", cached)
+        self._count("computed", prompt_tokens - cached)
+
     def token(self, s, now: float) -> None:
         writes = s.log.writes_s
         if len(writes) == 1:
+            if s.prompt_tokens:
+                self.hit_rate = s.cached / s.prompt_tokens
             self._firsts += 1
             self.hists["ttft"].observe(now - s.log.read_s)
             self.hists["queue"].observe(s.admitted_s - s.log.read_s)
@@ -77,6 +111,11 @@ class FakeMetrics:
             self.hists["itl"].observe(writes[-1] - writes[-2])
 
     def finished(self, s, now: float) -> None:
+        if self.behaviour.metrics == "sglang":
+            self._count("queries", s.prompt_tokens)
+            if s.cached > 0:   # as SGLang: cached_tokens_total is only touched by a hit
+                self._count("hits", s.cached)
+        self._count("predicted", s.sent)
         writes = s.log.writes_s
         self.hists["decode"].observe(now - writes[0])
         if len(writes) > 1:   # TGI's per-request mean gap
@@ -91,6 +130,9 @@ class FakeMetrics:
         held = sum(s.prompt_tokens + s.sent for s in running)
         gauges = {"running": float(len(running)), "waiting": float(len(streams) - len(running)),
                   "kv": min(1.0, held / self.behaviour.kv_tokens)}
+        if self.behaviour.metrics == "sglang" and self.hit_rate is not None:
+            names = {**names, "cache_hit_rate": "sglang:cache_hit_rate"}
+            gauges["cache_hit_rate"] = self.hit_rate
         lines = ["# HELP fake_build_info the fake OpenAI server", "# TYPE fake_build_info gauge",
                  f'fake_build_info{{version="0",note="a \\"quoted\\" label, with a comma"}} 1.0']
         for key, name in names.items():
@@ -99,4 +141,8 @@ class FakeMetrics:
             else:
                 labels = LABELS + (f',method="{key[5:]}"' if key.startswith("step_") else "")
                 lines += [f"# TYPE {name} histogram"] + self.hists[key].lines(name, labels)
+        for key, value in self.counts.items():
+            for name in COUNTER_NAMES[self.behaviour.metrics][key]:
+                labels = LABELS + (',engine="0"' if self.behaviour.metrics == "vllm" else "")
+                lines += [f"# TYPE {name[:-len('_total')]} counter", f"{name}{{{labels}}} {value!r}"]
         return "\n".join(lines) + "\n"

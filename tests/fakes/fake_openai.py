@@ -13,6 +13,16 @@ the gaps, whether usage is reported, every n-th request stopping early with fini
 llama-cpp-python's words. Connections are HTTP/1.1 keep-alive; the server counts those it
 accepted.
 
+Its prefix cache: each prompt (token ids, or the words of a text) is looked up in full blocks of
+`prefix_block` tokens, each block known by the whole prefix up to its end (as vLLM hashes a block
+with its parent's hash), and the blocks found are its cached tokens, at most all but the last token
+(one is always computed); the cache keeps every block (it never evicts). Each request's prompt and
+cached tokens are logged, counted in /metrics as each engine counts them (fake_metrics.py), and
+reported to the client as `cached_usage` says: "details" as usage.prompt_tokens_details.cached_tokens
+(vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report, recent llama.cpp), "timings"
+as llama.cpp's timings.cache_n (with prompt_n, the tokens it computed), "both" as recent llama.cpp,
+"" not at all (vLLM by default: prompt_tokens_details is null).
+
 In a test: `with FakeOpenAI(Behaviour(...)) as server: ... server.log ...` (its loop runs on a
 thread). For a benchmark, as its own process: `python tests/fakes/fake_openai.py --port P --tokens 64
 --gap-ms 1`; `GET /fake/log` returns the log as JSON, `GET /fake/count` how many completions it read
@@ -47,8 +57,10 @@ class Behaviour:
     error_every: int = 0             # every n-th request gets HTTP 500
     refuse_token_ids: bool = False   # a token-id prompt gets HTTP 500, as llama-cpp-python's server answers
     max_batch: int = 0               # streams decoding at once; later ones wait for a slot (0: no limit)
-    metrics: str = ""                # serve GET /metrics as "vllm", "sglang" or "tgi" names it (fake_metrics.py)
+    metrics: str = ""                # serve GET /metrics as "vllm", "sglang", "tgi" or "llamacpp" names it
     kv_tokens: int = 4096            # the KV cache's size in tokens, for the metrics' usage
+    prefix_block: int = 16           # the prefix cache's block, in tokens (vLLM's default)
+    cached_usage: str = ""           # how answers report cached prompt tokens: "details", "timings", "both", ""
 
 
 @dataclass(slots=True)
@@ -58,6 +70,8 @@ class RequestLog:
     done_s: float | None = None
     num_tokens: int = 0
     finish_reason: str = ""
+    prompt_tokens: int = 0
+    cached_tokens: int = 0                                   # found in the prefix cache
 
 
 @dataclass(slots=True)
@@ -70,6 +84,7 @@ class _Stream:
     prompt_tokens: int
     start_s: float              # not before this moment
     admitted_s: float | None    # when it got a batch slot (None: still waiting for one)
+    cached: int = 0             # prompt tokens found in the prefix cache
     sent: int = 0
     done: asyncio.Future | None = None
 
@@ -102,6 +117,7 @@ class FakeOpenAI:
         self._ready = threading.Event()
         self._stop_future: asyncio.Future | None = None
         self.metrics = FakeMetrics(self.behaviour)
+        self.prefix_cache: set[int] = set()   # the key of every full block seen so far
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -150,6 +166,22 @@ class FakeOpenAI:
 
     def true_ttfts_ms(self) -> list[float]:
         return [(r.writes_s[0] - r.read_s) * 1000.0 for r in self.log if r.writes_s]
+
+    def prefix_hits(self, tokens: list) -> int:
+        """Cached tokens of a prompt (its longest prefix of full blocks seen before, less the last token
+        at least), and its blocks remembered."""
+        block = self.behaviour.prefix_block
+        if block <= 0:
+            return 0
+        keys, parent = [], None
+        for k in range(len(tokens) // block):   # a block is known by its parent's key and its own tokens
+            parent = hash((parent, tuple(tokens[k * block:(k + 1) * block])))
+            keys.append(parent)
+        found = 0
+        while found < len(keys) and keys[found] in self.prefix_cache:
+            found += 1
+        self.prefix_cache.update(keys)
+        return min(found * block, (max(len(tokens) - 1, 0) // block) * block)
 
     def log_json(self) -> dict:
         return {"num_connections": self.num_connections, "requests": [asdict(r) for r in self.log]}
@@ -215,11 +247,13 @@ class FakeOpenAI:
         if b.stop_early_every and self._count % b.stop_early_every == 0:
             target, finish = max(1, target // 2), "stop"
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        log = RequestLog(read_s)
-        prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        tokens = list(prompt) if isinstance(prompt, list) else str(prompt).split()
+        prompt_tokens, cached = len(tokens), self.prefix_hits(tokens)
+        log = RequestLog(read_s, prompt_tokens=prompt_tokens, cached_tokens=cached)
+        self.metrics.admitted(prompt_tokens, cached)
         include_usage = b.usage and bool((body.get("stream_options") or {}).get("include_usage"))
         stream = _Stream(writer, log, target, finish, include_usage, prompt_tokens, read_s + b.ttft_ms / 1000.0,
-                         None if b.max_batch else read_s, done=asyncio.get_running_loop().create_future())
+                         None if b.max_batch else read_s, cached, done=asyncio.get_running_loop().create_future())
         self._streams.append(stream)
         self._wake.set()
         await stream.done
@@ -273,10 +307,19 @@ class FakeOpenAI:
             await asyncio.sleep(max(0.0, delay))
 
     def _last_bytes(self, s: _Stream) -> bytes:
-        out = _event({**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]})
+        how = self.behaviour.cached_usage
+        # llama.cpp puts its timings on the last event: the usage event where there is one
+        timings = {"timings": {"cache_n": s.cached, "prompt_n": s.prompt_tokens - s.cached, "predicted_n": s.sent}} \
+            if how in ("timings", "both") else {}
+        last = {**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]}
+        out = _event(last if s.include_usage else {**last, **timings})
         if s.include_usage:
-            out += _event({**HEAD, "choices": [], "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent,
-                                                    "total_tokens": s.prompt_tokens + s.sent}})
+            usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent, "total_tokens": s.prompt_tokens + s.sent}
+            if how in ("details", "both"):
+                usage["prompt_tokens_details"] = {"cached_tokens": s.cached}
+            elif how == "":   # vLLM without --enable-prompt-tokens-details
+                usage["prompt_tokens_details"] = None
+            out += _event({**HEAD, "choices": [], "usage": usage, **timings})
         return out + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
@@ -293,10 +336,13 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=1.0)
     parser.add_argument("--ttft-ms", type=float, default=0.0)
     parser.add_argument("--max-batch", type=int, default=0)
-    parser.add_argument("--metrics", choices=("vllm", "sglang", "tgi"), default="")
+    parser.add_argument("--metrics", choices=("vllm", "sglang", "tgi", "llamacpp"), default="")
+    parser.add_argument("--prefix-block", type=int, default=16)
+    parser.add_argument("--cached-usage", choices=("details", "timings", "both", ""), default="")
     args = parser.parse_args()
     server = FakeOpenAI(Behaviour(tokens=args.tokens, gap_ms=args.gap_ms, ttft_ms=args.ttft_ms,
-                                  max_batch=args.max_batch, metrics=args.metrics), port=args.port)
+                                  max_batch=args.max_batch, metrics=args.metrics, prefix_block=args.prefix_block,
+                                  cached_usage=args.cached_usage), port=args.port)
     print(f"serving on 127.0.0.1:{args.port}", flush=True)
     try:
         asyncio.run(server.serve())

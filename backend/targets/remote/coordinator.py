@@ -22,7 +22,7 @@ from backend.results.export import RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
 from backend.targets.remote.client import MAX_DETAIL
 from backend.targets.remote.honesty import ClientLoad
-from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics, read_metrics
+from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics, read_metrics, server_metrics
 from backend.targets.remote.server_log import ServerLog
 from backend.targets.remote.pool import WorkerPool
 from backend.targets.remote.prompts import PromptBuilder
@@ -228,10 +228,13 @@ class RemoteRun:
 
     async def _metrics_client(self) -> httpx.AsyncClient:
         """The client that reads /metrics, connected before the run's clock starts (a server without
-        /metrics just answers 404 then, and again when polled)."""
+        /metrics just answers 404 then, and again when polled); what it reads then is the counters' zero."""
         self._metrics = httpx.AsyncClient()
         try:
-            await self._metrics.get(metrics_url(self.endpoint.url), headers=self._metrics_headers(), timeout=5.0)
+            response = await self._metrics.get(metrics_url(self.endpoint.url), headers=self._metrics_headers(),
+                                               timeout=5.0)
+            if response.status_code == 200:
+                self.server.baseline(server_metrics(response.text, 0.0))
         except httpx.HTTPError:
             pass
         return self._metrics
@@ -321,7 +324,8 @@ class RemoteRun:
 
     def _on_request(self, row: RequestRow) -> bool:
         """Take in one request's record; whether it left (so a closed loop's user sends its next)."""
-        rid, status, kind, reason, arrival, first, last, finish, n_indexed, usage_prompt, usage_output, text, late = row
+        (rid, status, kind, reason, arrival, first, last, finish, n_indexed, usage_prompt, usage_output, text, late,
+         usage_cached) = row
         spec, prompt = self._inflight.pop(rid)
         status = _STATUS[status]
         n_out = max(usage_output or 0, n_indexed)
@@ -341,6 +345,7 @@ class RemoteRun:
             finish_ms=finish, finish_reason=reason, text=text)
         record.prompt_tokens_source = "server" if usage_prompt is not None else prompt.source
         record.output_tokens_source = out_source
+        record.cached_prompt_tokens = usage_cached
         if status is RequestStatus.FINISHED:
             self.num_ok += 1
             self.num_refused_since_ok = 0

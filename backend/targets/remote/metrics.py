@@ -2,9 +2,12 @@
 
 vLLM, SGLang, TGI and llama.cpp publish the same few quantities under names of their own
 (`SERIES`): how many requests run and wait, how full the KV cache is, and histograms of what each
-request spent in prefill, in decode, to its first token and between tokens. A reading keeps the
-gauges as they are and the histograms as the server's cumulative counts; backend.targets.remote.
-server_log turns a run's readings into its CSV and its summary. A server that serves none of
+request spent in prefill, in decode, to its first token and between tokens; vLLM and SGLang also
+count the prompt tokens their prefix cache was asked for and found (`COUNTERS`), and SGLang keeps
+a hit-rate gauge (llama.cpp's /metrics has no cache figure: its responses carry their own, read by
+the client). A reading keeps the gauges as they are and the histograms and counters as the
+server's cumulative counts; backend.targets.remote.server_log turns a run's readings into its CSV
+and its summary (a counter's figure is its value at the end less its value at the start). A server that serves none of
 these (or answers 404) simply has no metrics, and sampling stops quietly.
 """
 from __future__ import annotations
@@ -33,6 +36,10 @@ SERIES: dict[str, dict[str, Series]] = {
         "ttft_s": [("vllm:time_to_first_token_seconds", {})],
         "itl_s": [("vllm:inter_token_latency_seconds", {}), ("vllm:time_per_output_token_seconds", {})],
         "e2e_s": [("vllm:e2e_request_latency_seconds", {})],
+        # counters of prompt tokens (vllm/v1/metrics/loggers.py: Counter "vllm:prefix_cache_queries", which
+        # prometheus_client exposes with `_total`); the gpu_ names are the same counts before v0.10
+        "prefix_queries": [("vllm:prefix_cache_queries_total", {}), ("vllm:gpu_prefix_cache_queries_total", {})],
+        "prefix_hits": [("vllm:prefix_cache_hits_total", {}), ("vllm:gpu_prefix_cache_hits_total", {})],
     },
     "sglang": {
         "running": [("sglang:num_running_reqs", {})],
@@ -42,6 +49,12 @@ SERIES: dict[str, dict[str, Series]] = {
         "ttft_s": [("sglang:time_to_first_token_seconds", {})],
         "itl_s": [("sglang:inter_token_latency_seconds", {}), ("sglang:time_per_output_token_seconds", {})],
         "e2e_s": [("sglang:e2e_request_latency_seconds", {})],
+        # the radix cache's hit rate of the last prefill batch it logged (python/sglang/srt/metrics/collector.py)
+        "cache_hit_rate": [("sglang:cache_hit_rate", {})],
+        # each finished request's prompt tokens and the cached part of them; cached_tokens_total appears at the
+        # first hit (a labelled counter is published once it is first incremented)
+        "prefix_queries": [("sglang:prompt_tokens_total", {})],
+        "prefix_hits": [("sglang:cached_tokens_total", {})],
     },
     "tgi": {
         "running": [("tgi_batch_current_size", {})],
@@ -59,8 +72,10 @@ SERIES: dict[str, dict[str, Series]] = {
         "kv_usage": [("llamacpp:kv_cache_usage_ratio", {})],
     },
 }
-GAUGES = ("running", "waiting", "kv_usage")
+GAUGES = ("running", "waiting", "kv_usage", "cache_hit_rate")
 HISTOGRAMS = ("queue_s", "prefill_s", "decode_s", "ttft_s", "itl_s", "e2e_s")
+COUNTERS = ("prefix_queries", "prefix_hits")   # prompt tokens looked up in the prefix cache, and found there
+_MEAN_OVER_RANKS = ("kv_usage", "cache_hit_rate")   # fractions: each rank has its own cache
 
 
 @dataclass(slots=True)
@@ -80,12 +95,14 @@ class ServerMetrics:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None    # fraction of the KV cache in use, 0..1
+    cache_hit_rate: float | None = None   # SGLang's prefix-cache hit rate gauge, 0..1
     engine: str = ""                 # vllm | sglang | tgi | llamacpp
     histograms: dict[str, Histogram] = field(default_factory=dict)   # quantity ("prefill_s", ...) -> histogram
+    counters: dict[str, float] = field(default_factory=dict)         # quantity ("prefix_hits", ...) -> total
 
     def fields(self) -> list[str]:
         """The quantities this reading holds."""
-        return [g for g in GAUGES if getattr(self, g) is not None] + list(self.histograms)
+        return [g for g in GAUGES if getattr(self, g) is not None] + list(self.histograms) + list(self.counters)
 
 
 Sample = tuple[str, dict[str, str], float]
@@ -176,8 +193,14 @@ def server_metrics(text: str, time_ms: float) -> ServerMetrics | None:
                         continue
                     values = [v for *_, v in _matching(samples, name, want)]
                     # each rank has its own cache: the mean; requests add up over ranks
-                    setattr(reading, quantity, sum(values) / len(values) if quantity == "kv_usage" else sum(values))
+                    setattr(reading, quantity,
+                            sum(values) / len(values) if quantity in _MEAN_OVER_RANKS else sum(values))
                     break
+                if quantity in COUNTERS:
+                    if name in names:   # ranks (engine="0", "1") each count their own tokens: they add up
+                        reading.counters[quantity] = sum(v for *_, v in _matching(samples, name, want))
+                        break
+                    continue
                 if name + "_count" in names:
                     found = _histogram(samples, name, want)
                     if found is not None:

@@ -65,6 +65,8 @@ class StreamState:
     finish_ms: float | None = None
     prompt_tokens: int | None = None       # from the server's usage
     completion_tokens: int | None = None
+    cached_tokens: int | None = None       # prompt tokens the server found in its prefix cache, where it says
+    cached_timings: int | None = None      # llama.cpp's timings.cache_n, where usage does not say
     finish_reason: str | None = None
     num_events: int = 0
 
@@ -264,6 +266,12 @@ class StreamedResponse(Handler):
                 state.prompt_tokens = prompt
             if isinstance(completion, int):
                 state.completion_tokens = completion
+            details = usage.get("prompt_tokens_details")   # null unless the server is asked to report it
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                state.cached_tokens = details["cached_tokens"]
+        timings = event.get("timings")   # llama.cpp's, on its last event
+        if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int):
+            state.cached_timings = timings["cache_n"]
         for choice in choices:
             if not isinstance(choice, dict):
                 raise RemoteFailure("malformed_event", f"a choice is not an object: {str(choice)[:80]!r}")

@@ -2,11 +2,14 @@
 
 The CSV is appended a row as each reading arrives (and flushed), so a run that crashes or is killed
 keeps what it had read; it has one row a reading, on the run's clock (ms since the first request could go out): the
-gauges as read, and each histogram as the count and the seconds it gained since the run's first
-reading (so a row's difference with the one before is what finished in between). The summary gives
-the peaks of the gauges and, for each histogram, what the server measured over the run: the mean and
-the p50 and p90 interpolated in its buckets (as Prometheus's histogram_quantile does). run.json
-notes which of these the server published.
+gauges as read, each histogram as the count and the seconds it gained since the run's first
+reading (so a row's difference with the one before is what finished in between), and each counter
+as what it gained since the run started (the reading taken before the first request went out, where
+there is one). The summary gives the peaks and means of the gauges, for each histogram what the
+server measured over the run: the mean and the p50 and p90 interpolated in its buckets (as
+Prometheus's histogram_quantile does), and the counters' gains: the prompt tokens the server's
+prefix cache was asked for and found over the run, and their ratio. run.json notes which of these
+the server published.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from pathlib import Path
 from backend.errors import InputError, one_line
 from backend.files import WriteError, write_files
 from backend.summary import Summary
-from backend.targets.remote.metrics import GAUGES, HISTOGRAMS, POLL_S, Histogram, ServerMetrics
+from backend.targets.remote.metrics import COUNTERS, GAUGES, HISTOGRAMS, POLL_S, Histogram, ServerMetrics
 
 FILE = "server_metrics.csv"
 
@@ -56,6 +59,7 @@ class ServerLog:
         self.path: Path | None = None
         self.error: str | None = None             # why the file stopped being written (a full disk)
         self._first: dict[str, Histogram] = {}   # each histogram as first read: the run's zero
+        self._zero: dict[str, float] | None = None   # each counter before the run (None: not read yet)
         self._seen: set[str] = set()             # every quantity any reading held
         self._file: io.TextIOWrapper | None = None
         self._columns: list[str] = []            # the quantities the file's header names
@@ -64,7 +68,14 @@ class ServerLog:
         """Append each reading from now on to folder/server_metrics.csv (created at the first reading)."""
         self.path = Path(folder) / FILE
 
+    def baseline(self, reading: ServerMetrics | None) -> None:
+        """The counters as read before the run's first request: their zero (else the first reading's)."""
+        if reading is not None and self._zero is None:
+            self._zero = dict(reading.counters)
+
     def add(self, reading: ServerMetrics) -> None:
+        if self._zero is None:
+            self._zero = dict(reading.counters)
         for quantity, hist in reading.histograms.items():
             self._first.setdefault(quantity, hist)
         self._seen.update(reading.fields())
@@ -82,12 +93,22 @@ class ServerLog:
             self._file = None
 
     def fields(self) -> list[str]:
-        """The quantities the server published, in GAUGES then HISTOGRAMS order."""
-        return [f for f in GAUGES + HISTOGRAMS if f in self._seen]
+        """The quantities the server published, in GAUGES, HISTOGRAMS then COUNTERS order."""
+        return [f for f in GAUGES + HISTOGRAMS + COUNTERS if f in self._seen]
 
     def since_start(self, reading: ServerMetrics, quantity: str) -> Histogram | None:
         hist = reading.histograms.get(quantity)
         return None if hist is None else _minus(hist, self._first.get(quantity))
+
+    def gained(self, reading: ServerMetrics, quantity: str) -> float | None:
+        """What a counter gained from the run's start to `reading`. A counter not yet published at the start
+        was 0 (SGLang publishes cached_tokens_total at its first hit); one below its start was reset (the
+        server restarted) and counts from 0, as Prometheus's increase() does."""
+        now = reading.counters.get(quantity)
+        if now is None:
+            return None
+        zero = (self._zero or {}).get(quantity, 0.0)
+        return now - zero if now >= zero else now
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -108,6 +129,13 @@ class ServerLog:
                 value = bucket_quantile(q / 100.0, hist.buckets)
                 if value is not None:
                     out[f"{base}_p{q}_ms"] = 1000.0 * value
+        gains = {} if last is None else {c: self.gained(last, c) for c in COUNTERS}
+        queries, hits = gains.get("prefix_queries"), gains.get("prefix_hits")
+        if queries is not None:
+            out["server_prefix_queries"] = queries
+            out["server_prefix_hits"] = hits or 0.0   # SGLang's hits counter is absent until the first one
+            if queries > 0:
+                out["server_prefix_hit_rate"] = (hits or 0.0) / queries
         return out
 
     def info(self) -> dict:
@@ -126,8 +154,9 @@ class ServerLog:
         return buf.getvalue()
 
     def _header(self, fields: list[str]) -> list[str]:
-        return ["time_ms"] + [f for f in fields if f in GAUGES] + [f"{h}_{part}" for h in fields if h in HISTOGRAMS
-                                                                    for part in ("count", "sum")]
+        return (["time_ms"] + [f for f in fields if f in GAUGES]
+                + [f"{h}_{part}" for h in fields if h in HISTOGRAMS for part in ("count", "sum")]
+                + [c for c in fields if c in COUNTERS])
 
     def _row(self, r: ServerMetrics, fields: list[str]) -> list:
         row: list = [f"{r.time_ms:.3f}"] + ["" if getattr(r, g) is None else repr(getattr(r, g))
@@ -136,6 +165,10 @@ class ServerLog:
             if h in HISTOGRAMS:
                 hist = self.since_start(r, h)
                 row += ["", ""] if hist is None else [repr(hist.count), repr(hist.total)]
+        for c in fields:
+            if c in COUNTERS:
+                gain = self.gained(r, c)
+                row.append("" if gain is None else repr(gain))
         return row
 
     def _append(self, reading: ServerMetrics) -> None:
@@ -177,7 +210,8 @@ def server_line(meta: dict, summary: Summary) -> str:
 
 
 def read_server_metrics(folder: str | Path) -> list[ServerMetrics]:
-    """The readings of a run folder's server_metrics.csv (histograms as count and sum, no buckets);
+    """The readings of a run folder's server_metrics.csv (histograms as count and sum, no buckets; counters
+    as gained since the run started);
     [] when the run has none; InputError for a file that is not one."""
     path = Path(folder) / FILE
     if not path.is_file():
@@ -193,6 +227,9 @@ def read_server_metrics(folder: str | Path) -> list[ServerMetrics]:
                 for h in HISTOGRAMS:
                     if row.get(f"{h}_count"):
                         reading.histograms[h] = Histogram(float(row[f"{h}_count"]), float(row[f"{h}_sum"]))
+                for c in COUNTERS:   # what each gained since the run started
+                    if row.get(c):
+                        reading.counters[c] = float(row[c])
             except (KeyError, TypeError, ValueError) as exc:
                 raise InputError(f"{path}, line {line}: {exc}") from None
             out.append(reading)

@@ -113,6 +113,7 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
 def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, builder: PromptBuilder,
          num_workers: int) -> RunFinished:
     from backend.results.summary import summarize
+    from backend.targets.remote.prefix_cache import client_figures
     from backend.config import config_dict
     from backend.records import new_run_id
     from backend.workload.arrivals import WorkloadSource, closed_loop_ramp_ms
@@ -137,6 +138,7 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         summary = summarize([], run.requests, run.tokens, config.slo_ttft_ms, config.slo_tpot_ms)
         summary.errors = dict(sorted(run.errors.items()))
         summary = summary.merged(run.server.summary())
+        summary = summary.merged(client_figures(run.requests))   # beside the server's: the answers' own counts
         figures, client_info, warnings = client_report(run.client_load())
         summary = summary.merged(figures)
         finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]

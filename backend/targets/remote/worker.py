@@ -162,7 +162,8 @@ class Worker:
             rid, status, kind, reason, state.arrival_ms, times[0] if times else None, times[-1] if times else None,
             state.finish_ms if state.finish_ms is not None else now,
             state.token_indices[-1] + 1 if state.token_indices else 0, state.prompt_tokens, state.completion_tokens,
-            "".join(state.text), None if sent is None else sent - at))
+            "".join(state.text), None if sent is None else sent - at,
+            state.cached_tokens if state.cached_tokens is not None else state.cached_timings))
         self.inflight.pop(rid, None)
         if closed:
             heapq.heappush(self.free_at, now + self.think_ms)
