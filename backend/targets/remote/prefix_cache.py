@@ -8,8 +8,8 @@ usage.prompt_tokens_details.cached_tokens (vLLM with --enable-prompt-tokens-deta
 --enable-cache-report, recent llama.cpp) or llama.cpp's timings.cache_n; its rate is the cached over
 the prompt tokens of the finished requests that reported one. llama.cpp's /metrics counts no cache,
 so against llama.cpp only the client's view exists. The two differ when other clients share the
-server, when a run ends before the server's last count, or when vLLM counts a preempted request's
-prompt again.
+server, or when a request fails after the server looked its prompt up (vLLM counts at admission,
+SGLang when a request finishes; the client counts finished answers only).
 """
 from __future__ import annotations
 
