@@ -4,6 +4,7 @@ against the fake server, whose prefix cache is real (tests/fakes/fake_openai.py)
 cached tokens, the truth both views are held to."""
 import csv
 import io
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +184,10 @@ def console(finished) -> str:
     buf = io.StringIO()
     print_run(RunConfig(mode="load"), finished, out=buf)
     return next(line for line in buf.getvalue().splitlines() if line.startswith("prefix"))
+
+
+def test_a_run_folder_from_before_reads_as_unknown():
+    old = read_run(Path(__file__).resolve().parents[1] / "data" / "runs_v1" / "remote-load")
+    assert old.requests and all(r.cached_prompt_tokens is None for r in old.requests)
+    assert old.summary.server_prefix_hit_rate is None and old.summary.client_prefix_hit_rate is None
+    assert prefix_line(old.summary, old.info.remote.server_metrics.get("engine")) is None

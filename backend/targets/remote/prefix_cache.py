@@ -43,7 +43,8 @@ def prefix_line(summary: Summary, engine: str | None) -> str | None:
         parts.append(f"server /metrics ({engine or '?'}, its counters over the run): "
                      f"{_rate(s.server_prefix_hits, s.server_prefix_queries)} of prompt tokens hit its prefix cache")
     if s.server_cache_hit_rate_mean is not None:
-        parts.append(f"server cache_hit_rate gauge mean {100.0 * s.server_cache_hit_rate_mean:.1f}%")
+        parts.append(f"its cache_hit_rate gauge (the last prefill batch's), mean of the readings "
+                     f"{100.0 * s.server_cache_hit_rate_mean:.1f}%")
     if not has_server:
         parts.append("server: no /metrics" if engine is None else
                      f"server /metrics ({engine}): no prefix-cache counters"
