@@ -102,6 +102,10 @@ class RequestRecord:
     # where a remote run's token counts come from: "server" (its usage), "tokenizer" (counted here), "estimate"
     prompt_tokens_source: str = ""
     output_tokens_source: str = ""
+    # a multi-turn workload's conversation and the request's turn in it (-1 and 0: not part of one; a run
+    # folder written before conversations existed reads so)
+    conversation_id: int = -1
+    turn: int = 0
 
     @classmethod
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,

@@ -350,15 +350,15 @@ def _trace_spec_from_dict(data: dict, name: str, label: Label, base: Path | None
     if arrival != TRACE_ARRIVAL:
         raise InputError(f"{label('arrival')}: a trace replays its own arrival times; with a trace file the "
                          f"arrival is '{TRACE_ARRIVAL}', got {arrival!r}")
-    for key in ("ramp_ms", "think_ms"):
-        if get(key, lambda v, w: non_negative(v, w, 1e12)):
-            raise InputError(f"{label(key)}: is for a closed loop's users, not a trace's arrivals")
     if get("turns", lambda v, w: whole(v, w, 1, MAX_TURNS)) not in (None, 1) or "turn_len" in data:
         raise InputError(f"{label('turns' if 'turns' in data else 'turn_len')}: a trace replays its own requests; "
                          "conversations are for drawn workloads")
     if get("shared_prefix_len", lambda v, w: whole(v, w, 0, MAX_TOKENS)):
         raise InputError(f"{label('shared_prefix_len')}: a trace's shared prefixes are its hash_ids (Mooncake); "
                          "leave it out with a trace")
+    for key in ("ramp_ms", "think_ms"):
+        if get(key, lambda v, w: non_negative(v, w, 1e12)):
+            raise InputError(f"{label(key)}: is for a closed loop's users, not a trace's arrivals")
     num_requests = get("num_requests", lambda v, w: whole(v, w, 1, MAX_REQUESTS))
     duration_s = get("duration_s", lambda v, w: positive(v, w, MAX_DURATION_S))
     if num_requests is not None and duration_s is not None:

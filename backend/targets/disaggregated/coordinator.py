@@ -289,7 +289,7 @@ class Coordinator:
             if reason:
                 self.tracks[spec.request_id] = Track(spec, -1, -1, "done")
                 self.recorder.add(RecordBatch(requests=[rejected_record(spec, reason)]))
-                self.source.on_finish(self.now_ms())
+                self.source.on_finish(self.now_ms(), spec.request_id, [])
                 continue
             prefill = [w for w in self.workers if w.alive and w.role == "prefill"]
             decode = [w for w in self.workers if w.alive and w.role == "decode"]
@@ -355,10 +355,11 @@ class Coordinator:
                 continue
             track.stage = "done"
             self.workers_of("decode")[track.decode].assigned -= 1
+            record.conversation_id, record.turn = track.spec.conversation_id, track.spec.turn
             out.requests.append(record)
         self.recorder.add(out)
-        for _ in out.requests:
-            self.source.on_finish(self.now_ms())
+        for record in out.requests:   # the answer's ids stay in the worker: a stand-in of the length asked
+            self.source.on_finish(self.now_ms(), record.request_id)
 
     def workers_of(self, role: str) -> list[WorkerSlot]:
         return [w for w in self.workers if w.role == role]
@@ -394,16 +395,18 @@ class Coordinator:
             if w.alive:
                 self.send(w, Cancel(list(request_ids)))
         self.recorder.add(out)
-        for _ in request_ids:
-            self.source.on_finish(now)
+        for rid in request_ids:
+            self.source.on_finish(now, rid, [])
 
     def record_of(self, track: Track, status: RequestStatus, reason: str, now: float) -> RequestRecord:
         spec, times = track.spec, track.token_times
-        return RequestRecord.from_times(
+        record = RequestRecord.from_times(
             request_id=spec.request_id, status=status, prompt_tokens=len(spec.prompt_ids), output_tokens=len(times),
             arrival_ms=spec.arrival_ms, scheduled_ms=track.scheduled_ms, first_token_ms=times[0] if times else None,
             last_token_ms=times[-1] if times else None, finish_ms=now if status is RequestStatus.ERROR else None,
             finish_reason=reason)
+        record.conversation_id, record.turn = spec.conversation_id, spec.turn
+        return record
 
     def record_unfinished(self, reason: str) -> None:
         out = RecordBatch()
