@@ -154,3 +154,63 @@ def test_flags_name_themselves_and_old_workloads_read_the_same():
         apply_overrides(base, turns=0)
     with pytest.raises(InputError, match="conversations are for drawn workloads"):
         apply_overrides(chat, trace="tests/data/traces/mooncake-50.jsonl")
+
+
+class Recording:
+    """A WorkloadSource that keeps what it handed out and the answers it was told of."""
+
+    def __init__(self, inner: WorkloadSource):
+        self.inner = inner
+        self.handed: dict[int, object] = {}
+        self.answers: dict[int, tuple[float, list[int]]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def due(self, now_ms):
+        out = self.inner.due(now_ms)
+        self.handed.update((r.request_id, r) for r in out)
+        return out
+
+    def on_finish(self, now_ms, request_id=None, output_ids=None, output_text=""):
+        self.answers[request_id] = (now_ms, list(output_ids))
+        self.inner.on_finish(now_ms, request_id, output_ids, output_text)
+
+
+def test_a_multi_turn_run_on_the_bundled_model(monkeypatch, tmp_path):
+    """2 users x 3 turns, closed loop: each turn's prompt is the last prompt and the answer the model gave,
+    then a new message; it arrives after that answer and the think time; the records name the turns."""
+    from backend import session
+    from backend.config import EngineConfig, RunConfig, RunKind
+    from backend.results.export import read_run
+    from backend.targets import local
+    recorded: list[Recording] = []
+
+    def source(config, loaded):
+        recorded.append(Recording(original(config, loaded)))
+        return recorded[-1]
+    original = local.workload_source
+    monkeypatch.setattr(local, "workload_source", source)
+    # closed-loop-8 sends the shipped text prompts: real tokens of the model's tokenizer
+    workload = apply_overrides(load_workload("closed-loop-8"), concurrency=2, num_requests=2, turns=3,
+                               prompt_len="12", turn_len="6", output_len="3", think_ms=40.0, ramp_ms=0.0,
+                               shared_prefix_len=8)
+    config = RunConfig(mode=RunKind.LOAD, workload=workload, engine=EngineConfig(max_batch=2),
+                       out_dir=str(tmp_path / "run"))
+    finished = session.execute(config, lambda event: None, lambda: False)
+    assert finished.error is None
+    rec = recorded[0]
+    specs = sorted(rec.handed.values(), key=lambda r: (r.conversation_id, r.turn))
+    assert [(r.conversation_id, r.turn) for r in specs] == [(c, t) for c in range(2) for t in range(3)]
+    assert specs[0].prompt_ids[:8] == specs[3].prompt_ids[:8]   # the shared system prompt
+    for before, after in zip(specs, specs[1:]):
+        if after.turn == 0:
+            continue
+        finish_ms, answer = rec.answers[before.request_id]
+        assert answer and after.prompt_ids[:after.history_len] == before.prompt_ids + answer
+        assert after.arrival_ms >= finish_ms + 40.0
+    assert all(0 <= t < 49152 for r in specs for t in r.prompt_ids)   # SmolLM2's vocabulary
+    run = read_run(tmp_path / "run")
+    by_id = {r.request_id: r for r in run.requests}
+    assert sorted((r.conversation_id, r.turn) for r in by_id.values()) == [(c, t) for c in range(2) for t in range(3)]
+    assert all(by_id[r.request_id].prompt_tokens == len(r.prompt_ids) for r in specs)
