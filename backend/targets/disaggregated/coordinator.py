@@ -63,6 +63,7 @@ class Track:
     handed: bool = False        # its prefill worker has sent its KV
     scheduled_ms: float | None = None
     token_times: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)   # the answer, for a conversation's next turn
 
 
 def plan_layout(num_prefill: int, num_decode: int, cores: list[int]) -> list[tuple[str, list[int]]]:
@@ -347,6 +348,7 @@ class Coordinator:
             track = self.tracks.get(token.request_id)
             if track is not None and track.stage != "done":
                 track.token_times.append(token.time_ms)
+                track.token_ids.append(token.token_id)
                 out.tokens.append(token)
         out.text = {rid: t for rid, t in batch.text.items() if self.tracks.get(rid) and self.tracks[rid].stage != "done"}
         for record in batch.requests:
@@ -358,8 +360,8 @@ class Coordinator:
             record.conversation_id, record.turn = track.spec.conversation_id, track.spec.turn
             out.requests.append(record)
         self.recorder.add(out)
-        for record in out.requests:   # the answer's ids stay in the worker: a stand-in of the length asked
-            self.source.on_finish(self.now_ms(), record.request_id)
+        for record in out.requests:
+            self.source.on_finish(self.now_ms(), record.request_id, self.tracks[record.request_id].token_ids)
 
     def workers_of(self, role: str) -> list[WorkerSlot]:
         return [w for w in self.workers if w.role == role]
