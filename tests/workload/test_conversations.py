@@ -214,3 +214,23 @@ def test_a_multi_turn_run_on_the_bundled_model(monkeypatch, tmp_path):
     by_id = {r.request_id: r for r in run.requests}
     assert sorted((r.conversation_id, r.turn) for r in by_id.values()) == [(c, t) for c in range(2) for t in range(3)]
     assert all(by_id[r.request_id].prompt_tokens == len(r.prompt_ids) for r in specs)
+
+
+def test_figures_by_turn_and_the_summary_line():
+    from backend.records import RequestRecord, RequestStatus
+    from backend.results.turns import by_turn, turns_line
+
+    def record(rid, conversation, turn, ttft, prompt):
+        r = RequestRecord.from_times(request_id=rid, status=RequestStatus.FINISHED, prompt_tokens=prompt,
+                                     output_tokens=4, arrival_ms=0.0, first_token_ms=ttft, finish_ms=ttft + 1)
+        r.conversation_id, r.turn = conversation, turn
+        return r
+    records = [record(0, 0, 0, 10.0, 100), record(1, 1, 0, 30.0, 100), record(2, 0, 1, 5.0, 140)]
+    assert [(f.turn, f.num_finished, f.ttft_p50_ms, f.prompt_tokens_mean) for f in by_turn(records)] == \
+        [(0, 2, 20.0, 100.0), (1, 1, 5.0, 140.0)]
+    assert turns_line(records) == "turns    TTFT p50 by turn (mean prompt): 1 20.0 ms (100 tok), 2 5.0 ms (140 tok)"
+    plain = record(3, -1, 0, 10.0, 100)
+    assert by_turn([plain]) == [] and turns_line([plain]) is None
+    long = [record(i, 0, i, float(i), 10) for i in range(20)]
+    line = turns_line(long, most=4)
+    assert line.endswith("1 0.0 ms (10 tok), 2 1.0 ms (10 tok), 3 2.0 ms (10 tok), ..., 20 19.0 ms (10 tok)")
