@@ -234,3 +234,12 @@ def test_figures_by_turn_and_the_summary_line():
     long = [record(i, 0, i, float(i), 10) for i in range(20)]
     line = turns_line(long, most=4)
     assert line.endswith("1 0.0 ms (10 tok), 2 1.0 ms (10 tok), 3 2.0 ms (10 tok), ..., 20 19.0 ms (10 tok)")
+
+
+def test_run_folders_written_before_conversations_read_as_not_part_of_one():
+    from pathlib import Path
+    from backend.results.export import read_run
+    folder = Path(__file__).resolve().parents[1] / "data" / "runs_v1" / "sim-load"
+    assert "conversation_id" not in (folder / "requests.csv").read_text().splitlines()[0]
+    requests = read_run(folder).requests
+    assert requests and all(r.conversation_id == -1 and r.turn == 0 for r in requests)
