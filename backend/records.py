@@ -103,6 +103,10 @@ class RequestRecord:
     prompt_tokens_source: str = ""
     output_tokens_source: str = ""
     cached_prompt_tokens: int | None = None   # prompt tokens found in the KV/prefix cache, not computed (None: unknown)
+    # a multi-turn workload's conversation and the request's turn in it (-1 and 0: not part of one; a run
+    # folder written before conversations existed reads so)
+    conversation_id: int = -1
+    turn: int = 0
 
     @classmethod
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,

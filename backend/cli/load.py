@@ -29,8 +29,15 @@ def load_flags(p, model_flags) -> None:
     p.add_argument("--concurrency", type=int, help="closed loop: users each with one request in flight")
     p.add_argument("--ramp-ms", type=float, help="closed loop: users start spread evenly over this many ms "
                    "(0: all at once; default: 20 ms per mean output token)")
-    p.add_argument("--think-ms", type=float, help="closed loop: a user waits this long after an answer before "
-                   "its next request (default 0)")
+    p.add_argument("--think-ms", type=float, help="closed loop or conversation: a user waits this long after an "
+                   "answer before its next request (default 0)")
+    p.add_argument("--turns", type=int, help="conversations of N turns: each arrival (or closed-loop user) "
+                   "starts one, each later turn's prompt the conversation so far plus a new message; "
+                   "--requests then counts conversations")
+    p.add_argument("--turn-len", help="a conversation's later messages (a user's, or a tool's result), "
+                   "N or A:B tokens (default: drawn as --prompt-len)")
+    p.add_argument("--shared-prefix-len", type=int, metavar="L",
+                   help="the first L tokens of every first prompt are the same (a shared system prompt)")
     p.add_argument("--trace", metavar="FILE", help="replay a trace's arrivals and lengths: an Azure LLM inference "
                    "trace CSV, a Mooncake JSONL, or a run's requests.csv (or its folder)")
     p.add_argument("--trace-speed", type=float, metavar="X", help="replay the trace X times as fast (default 1)")
@@ -52,7 +59,8 @@ def load_config(args) -> RunConfig:
     for flag, field in [("requests", "num_requests"), ("duration", "duration_s"), ("arrival", "arrival"),
                         ("rate", "rate"), ("burstiness", "burstiness"), ("concurrency", "concurrency"),
                         ("prompt_len", "prompt_len"), ("output_len", "output_len"), ("ramp_ms", "ramp_ms"),
-                        ("think_ms", "think_ms"), ("trace", "trace"), ("trace_speed", "trace_speed")]:
+                        ("think_ms", "think_ms"), ("trace", "trace"), ("trace_speed", "trace_speed"),
+                        ("turns", "turns"), ("turn_len", "turn_len"), ("shared_prefix_len", "shared_prefix_len")]:
         value = getattr(args, flag)
         if value is not None:
             overrides[field] = value

@@ -133,6 +133,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         print(f"target  {remote.endpoint}  model {remote.served_model}  api {remote.api}  "
               f"(times from this machine's clock; the server's engine steps are not visible)", file=out)
         _print_load_summary(s, out)
+        _print_turns(data.requests, out)
         if s.errors:
             print("errors   " + ", ".join(f"{k} {int(v)}" for k, v in s.errors.items()), file=out)
         from backend.targets.remote.honesty import client_line
@@ -176,6 +177,7 @@ def print_run(config, finished: RunFinished, out=None) -> None:
         _print_batch_summary(config, data, s, out)
     else:
         _print_load_summary(s, out)
+        _print_turns(data.requests, out)
         _print_rejections(data.requests, out)
     from backend.results.cost import cost_text
     cost = cost_text(s, info.priced_on or "")
@@ -233,6 +235,14 @@ def _print_batch_summary(config, data, s: Summary, out) -> None:
     breakdown = breakdown_of(finished)
     if breakdown is not None:
         print(f"total    {breakdown_text(*breakdown)}", file=out)
+
+
+def _print_turns(requests, out) -> None:
+    """A multi-turn run: TTFT by turn, as the context grows."""
+    from backend.results.turns import turns_line
+    line = turns_line(requests)
+    if line:
+        print(line, file=out)
 
 
 def _print_rejections(requests, out) -> None:

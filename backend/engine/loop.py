@@ -148,7 +148,7 @@ class Engine:
     def _retire(self, requests: list[Request], batch: RecordBatch, source: RequestSource, now: float) -> None:
         for req in requests:
             batch.requests.append(req.to_record(self._final_text(req)))
-            source.on_finish(now)
+            source.on_finish(now, req.request_id, req.output_ids)
             self._requests.pop(req.request_id, None)
             self._text.pop(req.request_id, None)
             self._announced.discard(req.request_id)

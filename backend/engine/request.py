@@ -40,12 +40,15 @@ class Request:
     token_times_ms: list[float] = field(default_factory=list)   # one per output token
     num_preemptions: int = 0
     finish_reason: str = ""
+    conversation_id: int = -1              # the workload's conversation and turn (-1, 0: not part of one)
+    turn: int = 0
 
     @classmethod
     def from_spec(cls, spec: RequestSpec, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
         """The engine's state for a request a source drew."""
         return cls(spec.request_id, spec.prompt_ids, spec.max_new_tokens, spec.arrival_ms,
-                   stop_ids=stop_ids, ignore_eos=ignore_eos, prompt_text=spec.prompt_text)
+                   stop_ids=stop_ids, ignore_eos=ignore_eos, prompt_text=spec.prompt_text,
+                   conversation_id=spec.conversation_id, turn=spec.turn)
 
     @property
     def all_ids(self) -> list[int]:
@@ -88,12 +91,14 @@ class Request:
         self.finish_ms = now_ms
 
     def to_record(self, text: str = "") -> RequestRecord:
-        return RequestRecord.from_times(
+        record = RequestRecord.from_times(
             request_id=self.request_id, status=self.status, prompt_tokens=len(self.prompt_ids),
             output_tokens=len(self.output_ids), arrival_ms=self.arrival_ms, scheduled_ms=self.scheduled_ms,
             first_token_ms=self.first_token_ms,
             last_token_ms=self.token_times_ms[-1] if self.token_times_ms else None, finish_ms=self.finish_ms,
             num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text)
+        record.conversation_id, record.turn = self.conversation_id, self.turn
+        return record
 
 
 def rejection(prompt_tokens: int, new_tokens: int, max_len: int, kv_capacity: int, cache: str = "the cache") -> str:
@@ -112,6 +117,8 @@ def rejection(prompt_tokens: int, new_tokens: int, max_len: int, kv_capacity: in
 
 def rejected_record(spec: RequestSpec, reason: str) -> RequestRecord:
     """The record of a request refused on arrival (by `rejection`)."""
-    return RequestRecord.from_times(request_id=spec.request_id, status=RequestStatus.REJECTED,
-                                    prompt_tokens=len(spec.prompt_ids), output_tokens=0, arrival_ms=spec.arrival_ms,
-                                    finish_reason=reason)
+    record = RequestRecord.from_times(request_id=spec.request_id, status=RequestStatus.REJECTED,
+                                      prompt_tokens=len(spec.prompt_ids), output_tokens=0, arrival_ms=spec.arrival_ms,
+                                      finish_reason=reason)
+    record.conversation_id, record.turn = spec.conversation_id, spec.turn
+    return record

@@ -130,7 +130,7 @@ class DisaggregatedSim:
                                "a decode device's cache")
             if reason:
                 self.emit(RecordBatch(requests=[rejected_record(spec, reason)]))
-                self.source.on_finish(now)
+                self.source.on_finish(now, spec.request_id, [])
                 continue
             p = min(range(len(self.prefill)), key=lambda i: (self.prefill[i].queued_tokens, i))
             d = min(range(len(self.decode)), key=lambda i: (self.decode[i].assigned, i))
@@ -206,8 +206,8 @@ class DisaggregatedSim:
             batch.requests.append(self.record_of(request))
             device.assigned -= 1
         self.emit(batch)
-        for _ in finished:
-            self.source.on_finish(end)
+        for request in finished:
+            self.source.on_finish(end, request.request_id, request.output_ids)
 
     def record_of(self, request) -> RequestRecord:
         handoff = self.meta.pop(request.request_id)

@@ -143,6 +143,6 @@ class ReplicaSet:
     def _retire(self, requests, batch: RecordBatch, source, now: float) -> None:
         for req in requests:
             batch.requests.append(req.to_record())
-            source.on_finish(now)
+            source.on_finish(now, req.request_id, req.output_ids)
             self._requests.pop(req.request_id, None)
             self._announced.discard(req.request_id)

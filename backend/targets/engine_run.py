@@ -70,7 +70,9 @@ def longest_sequence(spec) -> int:
     """Prompt + output tokens of the longest request the workload can draw (sizes the cache slots)."""
     def upper(dist) -> int:
         return dist.value if dist.kind == "fixed" else dist.high
-    return upper(spec.prompt_len) + upper(spec.output_len)
+    turns = getattr(spec, "turns", 1)   # a conversation's last turn holds every earlier message and answer
+    later = upper(spec.turn_len or spec.prompt_len) if turns > 1 else 0
+    return upper(spec.prompt_len) + upper(spec.output_len) + (turns - 1) * (later + upper(spec.output_len))
 
 
 def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:

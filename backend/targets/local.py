@@ -110,8 +110,8 @@ def check_kv_fits(loaded, num_slots: int, max_len: int, step_tokens: int) -> Non
 def largest_step(config: RunConfig, num_slots: int) -> int:
     """The most tokens a step of this workload can carry: every slot's longest prompt at once, or the
     chunked policy's budget."""
-    dist = config.workload.prompt_len
-    tokens = num_slots * (dist.value if dist.kind == "fixed" else dist.high)
+    out = config.workload.output_len   # a conversation's last prompt holds its earlier turns: the longest sequence less one answer
+    tokens = num_slots * (longest_sequence(config.workload) - (out.value if out.kind == "fixed" else out.high))
     return min(tokens, config.engine.chunk_tokens) if config.engine.policy == "chunked" else tokens
 
 

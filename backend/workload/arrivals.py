@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from backend.workload.conversations import TEXT_JOIN, Conversation, ConversationPrompts
 from backend.workload.prompt_fit import PromptMaker
 from backend.workload.spec import WorkloadSpec
 from backend.workload.trace import TraceRow
@@ -31,6 +32,10 @@ class RequestSpec:
     prompt_ids: list[int]
     prompt_text: str           # the text the prompt came from ("" for synthetic tokens)
     max_new_tokens: int
+    conversation_id: int = -1  # a conversation's requests share it (-1: not part of one)
+    turn: int = 0              # the turn in its conversation, from 0
+    history_len: int = 0       # leading prompt ids that repeat the conversation so far (earlier prompts, answers)
+    message_text: str = ""     # a later turn: the texts its new message came from ("" for synthetic ids)
 
 
 class RequestSource(Protocol):
@@ -46,8 +51,10 @@ class RequestSource(Protocol):
     def next_arrival_ms(self) -> float | None:
         """When the next known request arrives; None when none is pending."""
 
-    def on_finish(self, now_ms: float) -> None:
-        """A request left (finished or rejected); called once for every request handed out."""
+    def on_finish(self, now_ms: float, request_id: int | None = None, output_ids: list[int] | None = None,
+                  output_text: str = "") -> None:
+        """A request left (finished or rejected); called once for every request handed out, with its id
+        and the answer it got (a conversation's next turn holds it; None: a stand-in of the length asked)."""
 
     def is_exhausted(self) -> bool:
         """No request will arrive any more."""
@@ -78,7 +85,8 @@ class FixedSource:
     def next_arrival_ms(self) -> float | None:
         return self._specs[self._next].arrival_ms if self._next < len(self._specs) else None
 
-    def on_finish(self, now_ms: float) -> None:
+    def on_finish(self, now_ms: float, request_id: int | None = None, output_ids: list[int] | None = None,
+                  output_text: str = "") -> None:
         pass
 
     def is_exhausted(self) -> bool:
@@ -98,30 +106,43 @@ class WorkloadSource:
     drawn or traced alike; a prompt longer than max_prompt_len (the model's context) is cut to it,
     and a request that then still exceeds the engine's sequence length is rejected by the
     scheduler, with the reason, as any other.
+
+    With spec.turns > 1 each arrival (or a closed loop's user, one conversation after another) starts
+    a conversation, and its turn k+1 arrives think_ms after turn k left, its prompt extending turn k's
+    prompt and answer (backend/workload/conversations.py): `on_finish` must then name the request and
+    pass its output. A shared prefix (spec.shared_prefix_len) starts every first prompt.
     """
 
     def __init__(self, spec: WorkloadSpec, tokenize: Callable[[str], list[int]] | None, vocab_size: int,
                  max_prompt_len: int | None = None):
         self.spec = spec
+        self._args = (tokenize, vocab_size, max_prompt_len)   # a twin for prompt_token_lists
         self._prompts = PromptMaker(spec.prompt_source, tokenize, vocab_size, spec.seed)
+        self._turns = ConversationPrompts(spec, self._prompts, vocab_size, max_prompt_len)
         self._max_prompt_len = max_prompt_len
         self._in_flight = 0
         self._rows: list[TraceRow] | None = None
+        self._live: dict[int, Conversation] = {}          # conversations with turns still to come
+        self._of_request: dict[int, tuple[int, int]] = {}  # request id -> (conversation, turn), while in flight
+        self._num_started = 0                             # conversations started
+        # (arrival_ms, request index, conversation or -1): think times can reorder a closed loop's users
+        self._pending: list[tuple[float, int, int]] = []
         if spec.trace is not None:
             self._rows = trace_rows(spec)
-            self._pending = [(row.arrival_ms, i) for i, row in enumerate(self._rows)]
+            starts = [row.arrival_ms for row in self._rows]
             self._num_total = len(self._rows)
         elif spec.arrival == "closed":
             first = spec.concurrency if spec.num_requests is None else min(spec.concurrency, spec.num_requests)
             ramp = closed_loop_ramp_ms(spec)
-            self._pending: list[tuple[float, int]] = [(i * ramp / spec.concurrency, i) for i in range(first)]
-            self._num_total = spec.num_requests
+            starts = [i * ramp / spec.concurrency for i in range(first)]
+            self._num_total = spec.num_total_requests
         else:
-            offsets = self._draw_offsets()
-            self._pending = [(t, i) for i, t in enumerate(offsets)]
-            self._num_total = len(offsets)
-        heapq.heapify(self._pending)   # (arrival_ms, index): think times can reorder a closed loop's users
-        self._next_index = len(self._pending)
+            starts = self._draw_offsets()
+            self._num_total = len(starts) * spec.turns
+        self._next_index = 0
+        for at in starts:
+            self._push(at, self._start_conversation() if spec.is_conversation else -1)
+        heapq.heapify(self._pending)
 
     @property
     def num_total(self) -> int | None:
@@ -132,38 +153,85 @@ class WorkloadSource:
         """The requests whose arrival time has passed, in arrival order."""
         out = []
         while self._pending and self._pending[0][0] <= now_ms:
-            arrival_ms, index = heapq.heappop(self._pending)
-            out.append(self._make(index, arrival_ms))
+            arrival_ms, index, conversation = heapq.heappop(self._pending)
+            out.append(self._make(index, arrival_ms) if conversation < 0 else
+                       self._make_turn(index, arrival_ms, self._live[conversation]))
             self._in_flight += 1
         return out
 
     def next_arrival_ms(self) -> float | None:
         return self._pending[0][0] if self._pending else None
 
-    def on_finish(self, now_ms: float) -> None:
+    def on_finish(self, now_ms: float, request_id: int | None = None, output_ids: list[int] | None = None,
+                  output_text: str = "") -> None:
         """A request left the engine (finished or rejected): in a closed loop its user sends the next
-        after its think time."""
+        after its think time, and a conversation's next turn arrives after it (holding `output_ids`,
+        the answer the request got: a stand-in of the length it asked for when None)."""
         self._in_flight -= 1
+        at = now_ms + self.spec.think_ms
+        if self.spec.is_conversation:
+            if request_id is None or request_id not in self._of_request:
+                raise ValueError(f"on_finish of a conversation's request needs its id, got {request_id!r}")
+            conversation, turn = self._of_request.pop(request_id)
+            conv = self._live[conversation]
+            answer = output_ids if output_ids is not None else \
+                self._turns.stand_in_answer(conv, turn, conv.last_max_new)
+            conv.ids = conv.ids + list(answer)
+            if output_text:
+                conv.text = TEXT_JOIN.join(t for t in (conv.text, output_text) if t)
+            if conv.next_turn < self.spec.turns:
+                self._push(at, conversation)
+                return
+            del self._live[conversation]   # its last turn: a closed loop's user starts another conversation
         if self.spec.arrival != "closed":
             return
-        at = now_ms + self.spec.think_ms
         if self.spec.num_requests is not None:
-            more = self._next_index < self.spec.num_requests
+            more = (self._num_started if self.spec.is_conversation else self._next_index) < self.spec.num_requests
         else:
             more = at < self.spec.duration_s * 1000.0
         if more:
-            heapq.heappush(self._pending, (at, self._next_index))
-            self._next_index += 1
+            self._push(at, self._start_conversation() if self.spec.is_conversation else -1)
 
     def is_exhausted(self) -> bool:
         """No request will arrive any more."""
-        if self._pending:
+        if self._pending or self._live:
             return False
         if self.spec.arrival != "closed":
             return True
         if self.spec.num_requests is not None:
-            return self._next_index >= self.spec.num_requests
+            done = self._num_started if self.spec.is_conversation else self._next_index
+            return done >= self.spec.num_requests
         return self._in_flight <= 0
+
+    def prompt_token_lists(self, service_ms_per_token: float = DEFAULT_RAMP_MS_PER_TOKEN) -> list[list[int]]:
+        """Every prompt the workload sends, in arrival order, for the theoretical prefix-cache hit rate
+        (backend.engine.kv_blocks.theoretical_hit_rate): a fresh copy of this source run on a virtual
+        clock, each request answered service_ms_per_token per output token after it arrives with a
+        stand-in answer of the length it asked for. A closed loop for a duration ends as its
+        requests would with that service time."""
+        twin = WorkloadSource(self.spec, *self._args)
+        busy: list[tuple[float, int]] = []
+        prompts: list[list[int]] = []
+        while not twin.is_exhausted() or busy:
+            nxt = twin.next_arrival_ms()
+            if nxt is not None and (not busy or nxt <= busy[0][0]):
+                for r in twin.due(nxt):
+                    prompts.append(r.prompt_ids)
+                    heapq.heappush(busy, (nxt + service_ms_per_token * r.max_new_tokens, r.request_id))
+                continue
+            finish, rid = heapq.heappop(busy)
+            twin.on_finish(finish, rid)
+        return prompts
+
+    def _push(self, at: float, conversation: int) -> None:
+        heapq.heappush(self._pending, (at, self._next_index, conversation))
+        self._next_index += 1
+
+    def _start_conversation(self) -> int:
+        conversation = self._num_started
+        self._live[conversation] = Conversation(conversation)
+        self._num_started += 1
+        return conversation
 
     def _draw_offsets(self) -> list[float]:
         spec = self.spec
@@ -195,8 +263,20 @@ class WorkloadSource:
             max_new, blocks = self.spec.output_len.sample(rng), ()
         if self._max_prompt_len is not None:
             n = min(n, self._max_prompt_len)
-        ids, text = self._prompts.make(rng, n, blocks)
+        if self.spec.shared_prefix_len:
+            ids, text = self._turns.first(rng, n)
+        else:
+            ids, text = self._prompts.make(rng, n, blocks)
         return RequestSpec(index, arrival_ms, ids, text, max_new)
+
+    def _make_turn(self, index: int, arrival_ms: float, conv: Conversation) -> RequestSpec:
+        turn = self._turns.turn(conv)
+        self._of_request[index] = (conv.conversation_id, conv.next_turn)
+        spec = RequestSpec(index, arrival_ms, turn.prompt_ids, turn.prompt_text, turn.max_new_tokens,
+                           conv.conversation_id, conv.next_turn, turn.history_len, turn.message_text)
+        conv.ids, conv.text, conv.last_max_new = turn.prompt_ids, turn.prompt_text, turn.max_new_tokens
+        conv.next_turn += 1
+        return spec
 
 
 def closed_loop_ramp_ms(spec: WorkloadSpec) -> float:

@@ -18,7 +18,7 @@ from typing import Callable
 from backend.errors import InputError
 from backend.workload.prompts import PROMPTS
 
-BLOCK_TOKENS = 512   # Mooncake's hash_ids: one id per 512 prompt tokens
+from backend.workload.trace import HASH_BLOCK_TOKENS as BLOCK_TOKENS   # Mooncake's hash_ids: one id per 512 tokens
 
 
 class PromptMaker:
@@ -32,28 +32,41 @@ class PromptMaker:
         self._vocab_size = vocab_size
         self._seed = seed
         self._tokenized: dict[int, list[int]] = {}
-        self._blocks: dict[int, list[int]] = {}
+        self._blocks: dict[int, tuple[list[int], str]] = {}
 
     def make(self, rng: random.Random, n: int, hash_ids: tuple[int, ...] = ()) -> tuple[list[int], str]:
         """(prompt ids of length n, the text they came from: "" for synthetic ids); draws from rng."""
-        if self.prompt_source == "text":
+        if self.prompt_source == "text" and not hash_ids:
             return self._fit_text(rng, n)
         ids: list[int] = []
+        texts: list[str] = []
         for block in hash_ids:
             if len(ids) >= n:
                 break
-            ids.extend(self._block(block))
+            block_ids, block_text = self._block(block)
+            ids.extend(block_ids)
+            texts.append(block_text)
         ids = ids[:n]
+        if self.prompt_source == "text":   # a trace's blocks as real text, then more text to the length
+            rest, text = self._fit_text(rng, n - len(ids)) if len(ids) < n else ([], "")
+            return ids + rest, "".join(texts) + text
         if self._vocab_size == 1:   # one id to draw from (the simulator, which reads only the lengths): no draws
             ids.extend([0] * (n - len(ids)))
         else:
             ids.extend(rng.choices(range(self._vocab_size), k=n - len(ids)))
         return ids, ""
 
-    def _block(self, block: int) -> list[int]:
+    def _block(self, block: int) -> tuple[list[int], str]:
+        """A hash id's 512 tokens, drawn from the id (and the workload seed) alone: equal ids, equal blocks.
+        Text prompts fill the block with the shipped texts' tokens (the text returned is theirs, in full)."""
         if block not in self._blocks:
             rng = random.Random(f"{self._seed}:block:{block}")
-            self._blocks[block] = rng.choices(range(self._vocab_size), k=BLOCK_TOKENS)
+            if self.prompt_source == "text":
+                self._blocks[block] = self._fit_text(rng, BLOCK_TOKENS)
+            elif self._vocab_size == 1:
+                self._blocks[block] = [0] * BLOCK_TOKENS, ""
+            else:
+                self._blocks[block] = rng.choices(range(self._vocab_size), k=BLOCK_TOKENS), ""
         return self._blocks[block]
 
     def _fit_text(self, rng: random.Random, n: int) -> tuple[list[int], str]:

@@ -27,11 +27,16 @@ PROMPT_SOURCES = ("synthetic", "text")
 LENGTH_KINDS = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std", "low", "high")}
 TRACE_ARRIVAL = "trace"   # the arrival of a spec with a trace file: its rows' times
 KEYS = ("description", "num_requests", "duration_s", "arrival", "rate", "burstiness", "concurrency",
-        "ramp_ms", "think_ms", "trace", "trace_speed", "prompt_len", "output_len", "prompt_source", "seed")
+        "ramp_ms", "think_ms", "trace", "trace_speed", "prompt_len", "output_len", "prompt_source", "seed",
+        "turns", "turn_len", "shared_prefix_len")
+# Keys whose default is left out of to_dict, so run.json files and workload tables written before
+# conversations and shared prefixes existed read the same.
+DEFAULTS_UNSAID = {"turns": 1, "turn_len": None, "shared_prefix_len": 0}
 FLAGS = {"num_requests": "--requests", "duration_s": "--duration", "arrival": "--arrival", "rate": "--rate",
          "burstiness": "--burstiness", "concurrency": "--concurrency", "ramp_ms": "--ramp-ms",
          "think_ms": "--think-ms", "trace": "--trace", "trace_speed": "--trace-speed", "prompt_len": "--prompt-len",
-         "output_len": "--output-len", "prompt_source": "--prompt-source", "seed": "--seed"}
+         "output_len": "--output-len", "prompt_source": "--prompt-source", "seed": "--seed", "turns": "--turns",
+         "turn_len": "--turn-len", "shared_prefix_len": "--shared-prefix-len"}
 # Limits that keep a typo from asking for a run that cannot end or fit in memory.
 MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 1 << 20
@@ -40,6 +45,7 @@ MAX_RATE = 1e6
 MAX_DURATION_S = 7 * 86400.0
 MAX_WAIT_MS = 3600_000.0    # ramp and think times
 MAX_TRACE_SPEED = 1e6
+MAX_TURNS = 10_000
 
 Label = Callable[[str], str]   # field key ("rate", "prompt_len.low") -> where to say it is wrong
 
@@ -104,13 +110,32 @@ class WorkloadSpec:
     prompt_source: str = "synthetic"     # synthetic token ids, or the shipped text prompts
     seed: int = 0
     description: str = ""
+    # Conversations (backend/workload/conversations.py): each arrival (or closed-loop user) runs `turns`
+    # requests, turn k+1 arriving think_ms after turn k's answer, its prompt the conversation so far plus a
+    # new message of turn_len tokens (None: drawn as prompt_len); num_requests then counts conversations.
+    turns: int = 1
+    turn_len: LengthDist | None = None
+    shared_prefix_len: int = 0           # the first L tokens of every first turn are the same (a system prompt)
 
     def to_dict(self) -> dict:
         """The TOML-shaped fields (name aside): what a workload file would hold."""
-        out = {key: getattr(self, key) for key in KEYS if getattr(self, key) is not None}
+        out = {key: getattr(self, key) for key in KEYS if getattr(self, key) is not None
+               and not (key in DEFAULTS_UNSAID and getattr(self, key) == DEFAULTS_UNSAID[key])}
         out["prompt_len"] = self.prompt_len.to_dict()
         out["output_len"] = self.output_len.to_dict()
+        if self.turn_len is not None:
+            out["turn_len"] = self.turn_len.to_dict()
         return out
+
+    @property
+    def is_conversation(self) -> bool:
+        """Requests depend on earlier answers (turns > 1): the source needs each finished request's output."""
+        return self.turns > 1
+
+    @property
+    def num_total_requests(self) -> int | None:
+        """Requests the workload sends when its count is known: conversations x turns."""
+        return None if self.num_requests is None else self.num_requests * self.turns
 
 
 def list_workloads() -> list[str]:
@@ -156,7 +181,8 @@ def apply_overrides(spec: WorkloadSpec, *, num_requests: int | None = None, dura
                     concurrency: int | None = None, prompt_len: object = None, output_len: object = None,
                     prompt_source: str | None = None, seed: int | None = None, ramp_ms: float | None = None,
                     think_ms: float | None = None, trace: str | None = None,
-                    trace_speed: float | None = None) -> WorkloadSpec:
+                    trace_speed: float | None = None, turns: int | None = None, turn_len: object = None,
+                    shared_prefix_len: int | None = None) -> WorkloadSpec:
     """The spec with the given flags (None: not given) in place; errors name the flag.
 
     A count of requests replaces a duration and vice versa. Lengths take N, "N" or "A:B". A trace
@@ -167,12 +193,13 @@ def apply_overrides(spec: WorkloadSpec, *, num_requests: int | None = None, dura
         ("num_requests", num_requests), ("duration_s", duration_s), ("arrival", arrival), ("rate", rate),
         ("burstiness", burstiness), ("concurrency", concurrency), ("prompt_len", prompt_len),
         ("output_len", output_len), ("prompt_source", prompt_source), ("seed", seed), ("ramp_ms", ramp_ms),
-        ("think_ms", think_ms), ("trace", trace), ("trace_speed", trace_speed)) if value is not None}
+        ("think_ms", think_ms), ("trace", trace), ("trace_speed", trace_speed), ("turns", turns),
+        ("turn_len", turn_len), ("shared_prefix_len", shared_prefix_len)) if value is not None}
     if "trace" in given or spec.trace is not None:
         for key in ("prompt_len", "output_len"):
             if key in given:
                 raise InputError(f"{FLAGS[key]}: a trace's lengths are its own; leave {FLAGS[key]} out with --trace")
-    for key in ("prompt_len", "output_len"):
+    for key in ("prompt_len", "output_len", "turn_len"):
         if isinstance(given.get(key), LengthDist):
             given[key] = given[key].to_dict()
     data = spec.to_dict()
@@ -227,12 +254,21 @@ def _spec_from_dict(data: dict, name: str, label: Label, base: Path | None = Non
         raise InputError(f"{label('rate')}: missing; arrival '{arrival}' needs a rate (requests per second)")
     if arrival == "closed" and concurrency is None:
         raise InputError(f"{label('concurrency')}: missing; arrival 'closed' needs a number of concurrent users")
+    turns = get("turns", lambda v, w: whole(v, w, 1, MAX_TURNS)) or 1
+    shared_prefix_len = get("shared_prefix_len", lambda v, w: whole(v, w, 0, MAX_TOKENS)) or 0
+    turn_len = None if "turn_len" not in data else _length(data["turn_len"], "turn_len", label)
+    if turn_len is not None and turns == 1:
+        raise InputError(f"{label('turn_len')}: is the length of a conversation's later messages; give turns > 1 too")
     for key, value in (("ramp_ms", ramp_ms), ("think_ms", think_ms)):
-        if arrival != "closed" and value:
-            raise InputError(f"{label(key)}: is for a closed loop's users (arrival 'closed'), not arrival '{arrival}'")
+        if arrival != "closed" and value and not (key == "think_ms" and turns > 1):
+            raise InputError(f"{label(key)}: is for a closed loop's users (arrival 'closed') or a conversation's "
+                             f"turns (turns > 1), not arrival '{arrival}'")
     if arrival == "burst" and num_requests is None:
         raise InputError(f"{label('duration_s')}: arrival 'burst' sends a number of requests at once; "
                          "give num_requests instead")
+    if num_requests is not None and num_requests * turns > MAX_REQUESTS:
+        raise InputError(f"{label('num_requests')}: {num_requests} conversations of {turns} turns are more than "
+                         f"the limit of {MAX_REQUESTS} requests")
     if duration_s is not None and arrival in RATE_ARRIVALS and rate * duration_s > MAX_REQUESTS:
         raise InputError(f"{label('duration_s')}: rate {rate:g}/s over {duration_s:g} s is "
                          f"{rate * duration_s:.0f} requests, more than the limit of {MAX_REQUESTS}")
@@ -248,7 +284,7 @@ def _spec_from_dict(data: dict, name: str, label: Label, base: Path | None = Non
         output_len=_length(data["output_len"], "output_len", label),
         prompt_source=get("prompt_source", lambda v, w: choice(v, w, PROMPT_SOURCES)) or "synthetic",
         seed=get("seed", lambda v, w: whole(v, w, 0, 2**63 - 1)) or 0,
-        description=description or "",
+        description=description or "", turns=turns, turn_len=turn_len, shared_prefix_len=shared_prefix_len,
     )
 
 
@@ -314,6 +350,12 @@ def _trace_spec_from_dict(data: dict, name: str, label: Label, base: Path | None
     if arrival != TRACE_ARRIVAL:
         raise InputError(f"{label('arrival')}: a trace replays its own arrival times; with a trace file the "
                          f"arrival is '{TRACE_ARRIVAL}', got {arrival!r}")
+    if get("turns", lambda v, w: whole(v, w, 1, MAX_TURNS)) not in (None, 1) or "turn_len" in data:
+        raise InputError(f"{label('turns' if 'turns' in data else 'turn_len')}: a trace replays its own requests; "
+                         "conversations are for drawn workloads")
+    if get("shared_prefix_len", lambda v, w: whole(v, w, 0, MAX_TOKENS)):
+        raise InputError(f"{label('shared_prefix_len')}: a trace's shared prefixes are its hash_ids (Mooncake); "
+                         "leave it out with a trace")
     for key in ("ramp_ms", "think_ms"):
         if get(key, lambda v, w: non_negative(v, w, 1e12)):
             raise InputError(f"{label(key)}: is for a closed loop's users, not a trace's arrivals")

@@ -26,6 +26,7 @@ from pathlib import Path
 from backend.errors import InputError
 
 MAX_TRACE_TOKENS = 1 << 20    # a longer length is a broken file, not a request
+HASH_BLOCK_TOKENS = 512       # Mooncake: one hash id per 512 prompt tokens, the last block possibly shorter
 FORMATS = {   # name -> (arrival column, prompt column, output column)
     "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
     "mooncake": ("timestamp", "input_length", "output_length"),
@@ -154,6 +155,11 @@ def _json_rows(path: str, text: str) -> list:
         hashes = obj.get("hash_ids", [])
         if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
             raise InputError(f"{path}: line {line}: hash_ids must be a list of whole numbers")
+        n_prompt = _length(obj[n_in], path, line, n_in)
+        blocks = math.ceil(max(1, n_prompt) / HASH_BLOCK_TOKENS)
+        if hashes and len(hashes) != blocks:   # equal ids must mean equal blocks: the ids and the length must agree
+            raise InputError(f"{path}: line {line}: {len(hashes)} hash_ids for input_length {n_prompt}, which is "
+                             f"{blocks} block{'s' * (blocks > 1)} of {HASH_BLOCK_TOKENS} tokens")
         rows.append((_number(obj[at], path, line, at), _length(obj[n_in], path, line, n_in),
                      _length(obj[n_out], path, line, n_out), tuple(hashes)))
     return rows

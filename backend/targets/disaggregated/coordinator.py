@@ -63,6 +63,7 @@ class Track:
     handed: bool = False        # its prefill worker has sent its KV
     scheduled_ms: float | None = None
     token_times: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)   # the answer, for a conversation's next turn
 
 
 def plan_layout(num_prefill: int, num_decode: int, cores: list[int]) -> list[tuple[str, list[int]]]:
@@ -289,7 +290,7 @@ class Coordinator:
             if reason:
                 self.tracks[spec.request_id] = Track(spec, -1, -1, "done")
                 self.recorder.add(RecordBatch(requests=[rejected_record(spec, reason)]))
-                self.source.on_finish(self.now_ms())
+                self.source.on_finish(self.now_ms(), spec.request_id, [])
                 continue
             prefill = [w for w in self.workers if w.alive and w.role == "prefill"]
             decode = [w for w in self.workers if w.alive and w.role == "decode"]
@@ -347,6 +348,7 @@ class Coordinator:
             track = self.tracks.get(token.request_id)
             if track is not None and track.stage != "done":
                 track.token_times.append(token.time_ms)
+                track.token_ids.append(token.token_id)
                 out.tokens.append(token)
         out.text = {rid: t for rid, t in batch.text.items() if self.tracks.get(rid) and self.tracks[rid].stage != "done"}
         for record in batch.requests:
@@ -355,10 +357,11 @@ class Coordinator:
                 continue
             track.stage = "done"
             self.workers_of("decode")[track.decode].assigned -= 1
+            record.conversation_id, record.turn = track.spec.conversation_id, track.spec.turn
             out.requests.append(record)
         self.recorder.add(out)
-        for _ in out.requests:
-            self.source.on_finish(self.now_ms())
+        for record in out.requests:
+            self.source.on_finish(self.now_ms(), record.request_id, self.tracks[record.request_id].token_ids)
 
     def workers_of(self, role: str) -> list[WorkerSlot]:
         return [w for w in self.workers if w.role == role]
@@ -394,16 +397,18 @@ class Coordinator:
             if w.alive:
                 self.send(w, Cancel(list(request_ids)))
         self.recorder.add(out)
-        for _ in request_ids:
-            self.source.on_finish(now)
+        for rid in request_ids:
+            self.source.on_finish(now, rid, [])
 
     def record_of(self, track: Track, status: RequestStatus, reason: str, now: float) -> RequestRecord:
         spec, times = track.spec, track.token_times
-        return RequestRecord.from_times(
+        record = RequestRecord.from_times(
             request_id=spec.request_id, status=status, prompt_tokens=len(spec.prompt_ids), output_tokens=len(times),
             arrival_ms=spec.arrival_ms, scheduled_ms=track.scheduled_ms, first_token_ms=times[0] if times else None,
             last_token_ms=times[-1] if times else None, finish_ms=now if status is RequestStatus.ERROR else None,
             finish_reason=reason)
+        record.conversation_id, record.turn = spec.conversation_id, spec.turn
+        return record
 
     def record_unfinished(self, reason: str) -> None:
         out = RecordBatch()

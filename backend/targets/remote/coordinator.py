@@ -25,6 +25,7 @@ from backend.targets.remote.honesty import ClientLoad
 from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics, read_metrics, server_metrics
 from backend.targets.remote.server_log import ServerLog
 from backend.targets.remote.pool import WorkerPool
+from backend.targets.remote.turns import Turns
 from backend.targets.remote.prompts import PromptBuilder
 from backend.workload.arrivals import RequestSource
 
@@ -60,7 +61,7 @@ class RemoteRun:
 
     def __init__(self, run_id: str, endpoint: RemoteEndpoint, sampling: SamplingConfig, source: RequestSource,
                  builder: PromptBuilder, num_workers: int, synthetic: bool, users: int | None = None,
-                 ramp_ms: float = 0.0, think_ms: float = 0.0):
+                 ramp_ms: float = 0.0, think_ms: float = 0.0, turns: int = 1):
         self.run_id = run_id
         self.endpoint = endpoint
         self.sampling = sampling
@@ -100,6 +101,7 @@ class RemoteRun:
         self._inflight: dict[int, tuple] = {}   # request id -> (spec, Prompt)
         self._freed: deque[int] = deque()        # closed loop: the workers whose users are free, in order
         self._built: dict[tuple[str, int], object] = {}   # (texts, length) -> Prompt: workloads reuse their texts
+        self._turns = Turns(builder, turns) if turns > 1 else None   # conversations: what each turn sent and got
         self._wake: asyncio.Event | None = None
         self._metrics: httpx.AsyncClient | None = None   # reads the server's /metrics
         self._thread = threading.Thread(target=self._thread_main, name="phasescope-remote", daemon=True)
@@ -265,7 +267,10 @@ class RemoteRun:
     def _send(self, specs) -> None:
         for spec in specs:
             prompt = self._prompt(spec)
-            content = prompt.content if spec.prompt_text else [SYNTHETIC_FIRST_ID + i for i in prompt.content]
+            if self._turns is not None:   # a conversation's prompt is built as it is sent
+                content = prompt.content
+            else:
+                content = prompt.content if spec.prompt_text else [SYNTHETIC_FIRST_ID + i for i in prompt.content]
             self._inflight[spec.request_id] = (spec, prompt)
             if self.closed:   # at None: sent by its worker as soon as one of its users is free
                 k = self._freed.popleft() if self._freed else self._initial.popleft() if self._initial else None
@@ -274,6 +279,8 @@ class RemoteRun:
                 self.pool.dispatch(spec.request_id, spec.arrival_ms, content, spec.max_new_tokens)
 
     def _prompt(self, spec):
+        if self._turns is not None:
+            return self._turns.prompt(spec, synthetic=not spec.prompt_text and not spec.message_text)
         if not spec.prompt_text:
             return self.builder.build(spec)
         key = (spec.prompt_text, len(spec.prompt_ids))
@@ -296,7 +303,7 @@ class RemoteRun:
         elif isinstance(msg, Lost):   # a Ray actor or its node was lost: its requests fail, the others go on
             for rid in msg.request_ids:
                 if self._finish_failed(rid, "worker_lost", msg.why):
-                    self.source.on_finish(self.now_ms())   # a closed loop's user sends its next elsewhere
+                    self.source.on_finish(self.now_ms(), rid)   # a closed loop's user sends its next elsewhere
             self.lost.append(msg.why)
             self._wake.set()
 
@@ -346,6 +353,7 @@ class RemoteRun:
         record.prompt_tokens_source = "server" if usage_prompt is not None else prompt.source
         record.output_tokens_source = out_source
         record.cached_prompt_tokens = usage_cached
+        record.conversation_id, record.turn = spec.conversation_id, spec.turn
         if status is RequestStatus.FINISHED:
             self.num_ok += 1
             self.num_refused_since_ok = 0
@@ -361,7 +369,9 @@ class RemoteRun:
                                             f"{self.num_ok} requests (connection refused)")
         self._finish(record)
         if status in (RequestStatus.FINISHED, RequestStatus.ERROR):
-            self.source.on_finish(finish)
+            if self._turns is not None:
+                self._turns.answered(rid, text if status is RequestStatus.FINISHED else "", n_out)
+            self.source.on_finish(finish, rid)   # the answer's ids are not known here: the source's stand-in
             return True
         return False
 
@@ -375,7 +385,10 @@ class RemoteRun:
                                           output_tokens=0, arrival_ms=spec.arrival_ms, finish_ms=self.now_ms(),
                                           finish_reason=f"{kind}: {why}")
         record.prompt_tokens_source = prompt.source
+        record.conversation_id, record.turn = spec.conversation_id, spec.turn
         self._finish(record)
+        if self._turns is not None:
+            self._turns.answered(rid, "", 0)
         return True
 
     def _finish(self, record: RequestRecord) -> None:

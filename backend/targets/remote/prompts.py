@@ -111,6 +111,10 @@ class PromptBuilder:
             return len(self.tokenizer.apply_chat_template(text))
         return len(self.tokenizer.encode(text))
 
+    def answer_ids(self, text: str) -> list[int] | None:
+        """A generated text's ids by the served model's tokenizer, as they follow a prompt (None without one)."""
+        return None if self.tokenizer is None else self._bare(text) if text else []
+
     def output_tokens(self, text: str) -> int | None:
         """The tokens of a generated text by the served model's tokenizer (None without one)."""
         return None if self.tokenizer is None or not text else len(self._bare(text))

@@ -90,7 +90,7 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
         raise InputError("--api chat sends text: use a workload with prompt_source = \"text\", or --api completions "
                          "(synthetic token ids go to /v1/completions)")
     tokenizer = None
-    if spec.prompt_source == "text" or endpoint.tokenizer:
+    if spec.prompt_source == "text" or endpoint.tokenizer or spec.is_conversation:   # a token-id turn appends its answer's ids
         if endpoint.tokenizer or "smollm2" in endpoint.model.lower():
             emit(Progress("loading the served model's tokenizer", None))
         tokenizer = load_tokenizer(endpoint.tokenizer, endpoint.model)
@@ -119,14 +119,18 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
     from backend.workload.arrivals import WorkloadSource, closed_loop_ramp_ms
     endpoint = config.endpoint
     drawn = spec
-    if spec.arrival == "closed":   # each worker holds its users' next requests in reserve (see RemoteRun)
+    # a conversation's next turn needs its answer, so the source plans every arrival (a closed loop's
+    # users too) and the workers send each at its time; otherwise a closed loop's workers hold their
+    # users' next requests in reserve (see RemoteRun)
+    users = spec.concurrency if spec.arrival == "closed" and not spec.is_conversation else None
+    if users is not None:
         drawn = replace(spec, concurrency=spec.concurrency + RESERVE * min(num_workers, spec.concurrency))
     source = WorkloadSource(drawn, tokenize=builder.content_ids, vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID)
     writer = RunWriter(config.out_dir) if config.out_dir else None
     run = RemoteRun(new_run_id(), endpoint, config.sampling, source, builder, num_workers,
                      synthetic=spec.prompt_source != "text",
-                     users=spec.concurrency if spec.arrival == "closed" else None,
-                     ramp_ms=closed_loop_ramp_ms(spec) if spec.arrival == "closed" else 0.0, think_ms=spec.think_ms)
+                     users=users, ramp_ms=closed_loop_ramp_ms(spec) if users is not None else 0.0,
+                     think_ms=spec.think_ms, turns=spec.turns)
     if writer is not None:
         run.server.write_to(writer.folder)   # appended as the readings come: a crash keeps them
     try:

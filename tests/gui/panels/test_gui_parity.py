@@ -202,6 +202,10 @@ NOT_REACHED = {
     "(window) --uninstall-desktop-entry": "it removes that entry and exits, as the line above",
     "(window) --autostart": "it presses Run once the window opens: the Run button",
     "--duration": "a preset's duration is kept while Requests is empty; the window sets a count, not a duration",
+    "--turns": "not in the window yet: its presets multi-turn-chat and agentic-loop carry their turns, which the "
+               "window keeps (Requests then counts conversations)",
+    "--turn-len": "as --turns: a preset's later-message lengths are kept",
+    "--shared-prefix-len": "as --turns: a preset's shared system prompt is kept",
     "--ramp-ms": "the closed loop's default ramp (20 ms per mean output token) is the window's; users start "
                  "staggered",
     "--kv-transport": "auto (shared memory where the system has it, measured the faster here) is the only sensible "
