@@ -99,6 +99,8 @@ class RunFigures:
 def run_kind(run: RunData, points: list) -> str:
     if run.info.is_remote:
         return "remote"
+    if run.info.is_imported:
+        return "imported"
     mode = str(run.config.get("mode", ""))
     kind = RunKind.recorded(mode)
     if kind is not None and kind.sweep_kind is not None:
@@ -118,9 +120,9 @@ def figures_of(run: RunData, points: list) -> RunFigures:
         fig.values.update(point_figures(points))
         return fig
     _request_figures(run, fig)
-    if kind == "remote":
+    if kind in ("remote", "imported"):
         for key in STEP_METRICS:
-            fig.missing[key] = "remote: server steps not visible"
+            fig.missing[key] = f"{kind}: server steps not visible"
     else:
         for phase in Phase:
             ms = np.array([s.duration_ms for s in run.steps if s.phase is phase], dtype=float)
