@@ -53,5 +53,5 @@ def _print_run(imported: Imported, out, print_table) -> None:
     for c in imported.checks:
         if c.definitions_differ and c.why and c.why not in seen:
             seen.add(c.why)
-            print(f"why {c.label.split(' ')[0]} differs: {c.why}", file=out)
+            print(f"why {c.label} differs: {c.why}", file=out)
     print("", file=out)

@@ -206,7 +206,11 @@ def llama_bench_example() -> None:
         ts = [1e9 * (n_prompt + n_gen) / t for t in samples]
         avg_ns = sum(samples) // len(samples)                     # avg<uint64_t>: an integer mean
         mean_ts = sum(ts) / len(ts)
-        sd = lambda v, m: float(np.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)))   # noqa: E731
+        n = len(samples)
+        # stdev<T>: sqrt(sq_sum / (n - 1) - mean * mean * n / (n - 1)), in T's arithmetic (uint64_t for the times)
+        sq_ns = sum(t * t for t in samples) % 2**64
+        stddev_ns = int(np.sqrt(sq_ns // (n - 1) - avg_ns * avg_ns * n // (n - 1)))
+        stddev_ts = float(np.sqrt(sum(x * x for x in ts) / (n - 1) - mean_ts * mean_ts * n / (n - 1)))
         row = {"build_commit": "b7f3a1c", "build_number": 7120, "cpu_info": "AMD EPYC 9454 48-Core Processor",
                "gpu_info": "NVIDIA H100 80GB HBM3", "backends": "CUDA", "model_filename": "models/qwen3-0.6b-q8_0.gguf",
                "model_type": "qwen3 0.6B Q8_0", "model_size": 639446688, "model_n_params": 596049920,
@@ -216,8 +220,8 @@ def llama_bench_example() -> None:
                "tensor_buft_overrides": "none", "load_mode": "mmap", "embeddings": False, "no_op_offload": 0,
                "no_host": False, "fit_target": 0, "fit_min_ctx": 0, "n_prompt": n_prompt, "n_gen": n_gen,
                "n_depth": 0, "test_time": "2026-12-04T10:15:30Z", "avg_ns": avg_ns,
-               "stddev_ns": int(sd(samples, avg_ns)), "avg_ts": round(mean_ts, 6), "stddev_ts": round(sd(ts, mean_ts), 6),
-               "samples_ns": samples, "samples_ts": ts}
+               "stddev_ns": stddev_ns, "avg_ts": round(mean_ts, 6), "stddev_ts": round(stddev_ts, 6),   # to_string: %f
+               "samples_ns": samples, "samples_ts": [float(f"{x:.6g}") for x in ts]}   # ostream <<: 6 digits
         rows.append(row)
     (HERE / "llama-bench.json").write_text(json.dumps(rows, indent=2) + "\n")
     with open(HERE / "llama-bench.csv", "w", newline="") as f:
