@@ -166,3 +166,18 @@ def test_unreadable_files_get_one_line_too(tmp_path, capsys):
         assert err.count("\n") == 0 and message in err
     with pytest.raises(InputError):
         import_path(tmp_path / "x.json")
+
+
+def test_the_window_adds_an_imported_folder_as_a_reference(tmp_path):
+    from gui.state.live_metrics import compute
+    from gui.state.references import ReferenceSet
+    refs = ReferenceSet()
+    for tool in ("vllm-bench-serve", "aiperf", "guidellm"):
+        folder = write_imported(import_path(EXAMPLES[tool]), tmp_path / tool)[0]
+        ref = refs.add(folder)
+        assert f"imported from {tool}" in ref.label and ref.store.num_requests == len(ref.run.requests)
+        compute(ref.store)   # the metrics panel's figures
+    # llama-bench's tests hold no requests or steps: the window has nothing to overlay
+    folder = write_imported(import_path(EXAMPLES["llama-bench"]), tmp_path / "llama-bench")[0]
+    with pytest.raises(InputError, match="holds no steps, requests or sweep points"):
+        refs.add(folder)
