@@ -38,6 +38,8 @@ def _print_run(imported: Imported, out, print_table) -> None:
     name = f" {imported.name}" if imported.name else ""
     print(f"{heading}{name}: {info.model or 'model not named'}, {len(imported.run.requests)} requests, "
           f"{len(imported.run.tokens)} token times  ({rec.file})", file=out)
+    for note in imported.notes:
+        print(f"note: {note}", file=out)
     if not imported.checks:
         print("no headline figures to check\n", file=out)
         return

@@ -181,3 +181,28 @@ def test_the_window_adds_an_imported_folder_as_a_reference(tmp_path):
     folder = write_imported(import_path(EXAMPLES["llama-bench"]), tmp_path / "llama-bench")[0]
     with pytest.raises(InputError, match="holds no steps, requests or sweep points"):
         refs.add(folder)
+
+
+def test_a_vllm_result_saved_without_detail_gives_its_figures_and_says_why_nothing_is_recomputed(tmp_path, capsys):
+    data = json.loads(EXAMPLES["vllm-bench-serve"].read_text())
+    for key in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
+        del data[key]   # what vLLM deletes without --save-detailed
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps(data))
+    [imported] = import_path(path)
+    assert imported.run.requests == []
+    ttft = next(c for c in imported.checks if c.label == "TTFT mean (ms)")
+    assert ttft.theirs == data["mean_ttft_ms"] and ttft.recomputed is None and ttft.reproduced is None
+    assert main(["import", str(path)]) == 0
+    assert "--save-detailed" in capsys.readouterr().out
+
+
+def test_a_guidellm_sample_of_requests_is_named(tmp_path):
+    data = json.loads(EXAMPLES["guidellm"].read_text())
+    data["benchmarks"][0]["metrics"]["request_totals"]["successful"] = 600
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(data))
+    [imported] = import_path(path)
+    assert any("6 of its 600" in note for note in imported.notes)
+    folder = write_imported([imported], tmp_path / "out")[0]
+    assert any("6 of its 600" in note for note in read_run(folder).info.imported.notes)

@@ -67,7 +67,7 @@ def write_imported(runs: list[Imported], out: str | Path) -> list[Path]:
     folders = []
     for imported in runs:
         folder = Path(out) / imported.name if imported.name else Path(out)
-        imported.run.info.imported.notes = [f"{c.label}: {c.why}" for c in imported.checks if c.definitions_differ
-                                            and c.why]
+        imported.run.info.imported.notes = imported.notes + [f"{c.label}: {c.why}" for c in imported.checks
+                                                             if c.definitions_differ and c.why]
         folders.append(write_run(folder, imported.run))
     return folders

@@ -61,6 +61,7 @@ class Imported:
     run: RunData
     checks: list[Check] = field(default_factory=list)
     name: str = ""                # a sub-folder's name when one file holds several runs (GuideLLM's benchmarks)
+    notes: list[str] = field(default_factory=list)   # what the file lacks that its figures rest on
 
 
 def read_json(path: Path, what: str):

@@ -81,7 +81,13 @@ def _read_benchmark(bench: dict, path: Path, version: str | None, args: dict) ->
     # GuideLLM keeps no per-token times (only the first and last iteration): no tokens.csv rows
     run = imported_run(TOOL, version, [path], model, requests, [], {"profile": args.get("profile"),
                                                                     "rate": args.get("rate")}, device="remote")
-    return Imported(run, _checks(bench["metrics"], ttft, itl, tpot, latency, run))
+    imported = Imported(run, _checks(bench["metrics"], ttft, itl, tpot, latency, run))
+    total = ((bench["metrics"].get("request_totals") or {}).get("successful"))
+    saved = len(groups.get("successful") or [])
+    if isinstance(total, int) and total > saved:
+        imported.notes.append(f"GuideLLM saved {saved} of its {total} successful requests (a sample): the "
+                              f"recomputed figures cover those {saved}, its own all {total}")
+    return imported
 
 
 def guidellm_summary(pairs) -> dict[str, float] | None:

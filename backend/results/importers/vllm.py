@@ -65,7 +65,11 @@ def read_vllm(data: dict, path: Path) -> Imported:
                        {k: data.get(k) for k in ("backend", "num_prompts", "request_rate", "burstiness",
                                                  "max_concurrency", "label")},
                        created=_created(data.get("date")), device="remote")
-    return Imported(run, _checks(data, detailed, ttfts, tpots, itls, latencies, run))
+    imported = Imported(run, _checks(data, detailed, ttfts, tpots, itls, latencies, run))
+    if not detailed:
+        imported.notes.append("saved without --save-detailed: no per-request data, so no requests, and the "
+                              "figures cannot be recomputed")
+    return imported
 
 
 def _checks(data, detailed, ttfts, tpots, itls, latencies, run) -> list[Check]:
