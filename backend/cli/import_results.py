@@ -51,6 +51,11 @@ def _print_run(imported: Imported, out, print_table) -> None:
     if any(c.recomputed is None and c.theirs is not None for c in imported.checks):
         print("recomputed n/a: the file holds no per-request (or per-repetition) data for it; vLLM saves it "
               "with --save-detailed, llama-bench with -o json", file=out)
+    wrong = [c.label for c in imported.checks if c.reproduced is False]
+    if wrong:
+        print(f"the file's {', '.join(wrong)} differ from what its own per-request data give under the tool's "
+              f"definition: a file edited by hand, or a {rec.tool} version that computes them otherwise "
+              f"(docs/import.md names the source each definition was read from)", file=out)
     seen = set()
     for c in imported.checks:
         if c.definitions_differ and c.why and c.why not in seen:

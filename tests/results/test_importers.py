@@ -45,13 +45,16 @@ def test_the_headline_figures_checked_are_the_ones_each_tool_prints():
     assert {"pp512 tokens/s", "tg128 tokens/s"} <= set(checks_of(EXAMPLES["llama-bench"]))
 
 
-def test_a_figure_the_file_misstates_is_shown_as_differing(tmp_path):
+def test_a_figure_the_file_misstates_is_shown_as_differing(tmp_path, capsys):
     """What the reproduction test relies on: one more in the last printed digit is caught."""
     data = json.loads(EXAMPLES["vllm-bench-serve"].read_text())
     data["mean_ttft_ms"] += 0.01
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
     assert checks_of(path)["TTFT mean (ms)"].reproduced is False
+    assert main(["import", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "differs from the file" in out and "the file's TTFT mean (ms) differ from" in out
 
 
 def test_vllm_records_its_requests_tokens_and_failures():

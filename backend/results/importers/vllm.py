@@ -22,13 +22,15 @@ from backend.results.importers.common import (Check, Imported, imported_run, num
                                               stats, tokens_from_gaps)
 
 TOOL = "vllm-bench-serve"
-SUMMARY_KEYS = ["duration", "completed", "total_input_tokens", "total_output_tokens", "output_throughput",
-                "mean_ttft_ms"]
+SUMMARY_KEYS = ["duration", "completed", "total_input_tokens", "total_output_tokens", "output_throughput"]
 DETAIL_KEYS = ["input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors"]
 
 
 def is_vllm(data) -> bool:
-    return isinstance(data, dict) and "mean_ttft_ms" in data and "duration" in data and "completed" in data
+    """Its keys say it (the file names no format): the run's duration and count beside vLLM's setup keys or
+    its figures (--percentile-metrics may leave TTFT out)."""
+    return isinstance(data, dict) and "duration" in data and "completed" in data and \
+        any(k in data for k in ("endpoint_type", "backend", "mean_ttft_ms", "mean_e2el_ms"))
 
 
 def read_vllm(data: dict, path: Path) -> Imported:
