@@ -28,6 +28,8 @@ def run_import(args, out=None) -> int:
     if args.out:
         for folder in write_imported(runs, args.out):
             print(f"written to {folder}", file=out)
+    else:
+        print("nothing written: give --out DIR for a run folder that compare and the window open", file=out)
     return 0
 
 
