@@ -53,7 +53,8 @@ def run_label(info: RunInfo, config: dict) -> str:
         what = (config.get("engine") or {}).get("policy", "")
     else:
         what = {RunKind.BATCH: "run (static)"}.get(mode, mode)
-    parts = [info.model, info.device if not (info.is_remote or info.is_imported) else None, info.dtype, what, info.created_minute]
+    device = None if info.is_remote or info.is_imported else info.device   # "remote", or another tool's
+    parts = [info.model, device, info.dtype, what, info.created_minute]
     return " / ".join(str(p) for p in parts if p)
 
 
