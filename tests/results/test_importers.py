@@ -209,3 +209,14 @@ def test_a_guidellm_sample_of_requests_is_named(tmp_path):
     assert any("6 of its 600" in note for note in imported.notes)
     folder = write_imported([imported], tmp_path / "out")[0]
     assert any("6 of its 600" in note for note in read_run(folder).info.imported.notes)
+
+
+def test_compare_shows_llama_bench_s_rates_side_by_side(tmp_path, capsys):
+    for name in ("llama-bench.json", "llama-bench.csv"):
+        assert main(["import", str(DATA / name), "--out", str(tmp_path / name)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "llama-bench.json"), str(tmp_path / "llama-bench.csv")]) == 0
+    rows = {line.split("  ")[0]: line for line in capsys.readouterr().out.splitlines()}
+    pp = json.loads(EXAMPLES["llama-bench"].read_text())[0]["avg_ts"]
+    assert f"{pp:,.1f}" in rows["pp512: tokens/s (imported)"] and "+0.0%" in rows["pp512: tokens/s (imported)"]
+    assert "tg128: tokens/s (imported)" in rows
