@@ -220,3 +220,13 @@ def test_compare_shows_llama_bench_s_rates_side_by_side(tmp_path, capsys):
     pp = json.loads(EXAMPLES["llama-bench"].read_text())[0]["avg_ts"]
     assert f"{pp:,.1f}" in rows["pp512: tokens/s (imported)"] and "+0.0%" in rows["pp512: tokens/s (imported)"]
     assert "tg128: tokens/s (imported)" in rows
+
+
+def test_a_later_guidellm_report_names_its_version(tmp_path):
+    data = json.loads(EXAMPLES["guidellm"].read_text())
+    data["metadata"] = {"version": 2, "guidellm_version": "0.7.2"}
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(data))
+    [imported] = import_path(path)
+    assert imported.run.info.imported.version == "0.7.2 (report version 2)"
+    assert all(c.reproduced is not False for c in imported.checks)

@@ -28,7 +28,9 @@ METRICS = ["time_to_first_token_ms", "inter_token_latency_ms", "time_per_output_
 
 
 def is_guidellm(data) -> bool:
-    return isinstance(data, dict) and isinstance(data.get("benchmarks"), list) and "args" in data
+    """The report's keys: `benchmarks` beside `args` (the schema read) or, in later reports, `metadata`/`config`."""
+    return isinstance(data, dict) and isinstance(data.get("benchmarks"), list) \
+        and any(k in data for k in ("args", "metadata", "config"))
 
 
 def read_guidellm(data: dict, path: Path) -> list[Imported]:
@@ -49,8 +51,12 @@ def read_guidellm(data: dict, path: Path) -> list[Imported]:
 
 
 def _version(data: dict) -> str | None:
-    meta = data.get("metadata") or {}
-    return meta.get("guidellm_version") or meta.get("version")
+    """Later reports name GuideLLM's version and their own (`metadata.guidellm_version`, `metadata.version`)."""
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    tool, report = meta.get("guidellm_version"), meta.get("version")
+    if tool and report is not None:
+        return f"{tool} (report version {report})"
+    return str(tool or report) if (tool or report) is not None else None
 
 
 def _read_benchmark(bench: dict, path: Path, version: str | None, args: dict) -> Imported:
