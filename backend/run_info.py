@@ -30,6 +30,7 @@ class TargetKind(str, Enum):
     SIMULATED = "simulated"           # every step priced by the cost model on a GPU profile
     REMOTE = "remote"                 # an OpenAI-compatible server
     DISAGGREGATED = "disaggregated"   # prefill and decode engine processes on this machine
+    IMPORTED = "imported"             # another tool's result file, read by `import` (backend.results.importers)
 
 
 @dataclass(slots=True)
@@ -111,6 +112,16 @@ class SweepInfo:
 
 
 @dataclass(slots=True)
+class ImportedInfo:
+    """Another tool's result file that `import` turned into this folder (run.json's `imported`)."""
+
+    tool: str = ""                        # vllm-bench-serve, aiperf, guidellm, llama-bench
+    version: str | None = None            # the tool's version or schema version, as the file names it
+    file: str = ""                        # the file (or files) read
+    notes: list[str] = field(default_factory=list)   # where its figures and this tool's differ, and why
+
+
+@dataclass(slots=True)
 class RunInfo:
     """run.json's info: what ran, on what, when."""
 
@@ -143,6 +154,7 @@ class RunInfo:
     disaggregated: DisaggregatedInfo | None = None
     replicas: ReplicasInfo | None = None
     sweep: SweepInfo | None = None
+    imported: ImportedInfo | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # keys this version does not know: kept, written back
 
     @property
@@ -156,6 +168,10 @@ class RunInfo:
     @property
     def is_remote(self) -> bool:
         return self.target is TargetKind.REMOTE
+
+    @property
+    def is_imported(self) -> bool:
+        return self.target is TargetKind.IMPORTED
 
     @property
     def created_minute(self) -> str:
@@ -188,6 +204,8 @@ class RunInfo:
             out["layout"] = {k: v for k, v in asdict(self.disaggregated).items() if v is not None}
         if self.replicas is not None:
             out["deployment"] = {k: v for k, v in asdict(self.replicas).items() if v is not None}
+        if self.imported is not None:
+            out["imported"] = {k: v for k, v in asdict(self.imported).items() if v is not None}
         out.update(self.extra)
         return out
 
@@ -205,13 +223,15 @@ class RunInfo:
             subs["disaggregated"] = DisaggregatedInfo(**_take(DisaggregatedInfo, rest.pop("layout")))
         if isinstance(rest.get("deployment"), dict):
             subs["replicas"] = ReplicasInfo(**_take(ReplicasInfo, rest.pop("deployment")))
+        if isinstance(rest.get("imported"), dict):
+            subs["imported"] = ImportedInfo(**_take(ImportedInfo, rest.pop("imported")))
         shared = _take(cls, rest)
         return cls(target=target, **shared, **subs, extra=rest)
 
 
 # the sub-records whose fields lie flat in info, and the target whose run always has one
 _FLAT_SUB_RECORDS = {"local": LocalInfo, "simulated": SimulatedInfo, "remote": RemoteInfo, "sweep": SweepInfo}
-_SUB_RECORDS = {*_FLAT_SUB_RECORDS, "disaggregated", "replicas"}
+_SUB_RECORDS = {*_FLAT_SUB_RECORDS, "disaggregated", "replicas", "imported"}
 _TARGET_RECORD = {TargetKind.LOCAL: "local", TargetKind.DISAGGREGATED: "local", TargetKind.SIMULATED: "simulated",
                   TargetKind.REMOTE: "remote"}
 

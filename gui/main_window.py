@@ -567,6 +567,8 @@ class MainWindow(QtWidgets.QMainWindow):
             self.throughput.set_inputs(shape=ModelShape(**info.shape), run_dtype=run_dtype)
         if info.is_remote:
             self._show_choices(info.model or "?", f"remote ({info.remote.endpoint or '?'})", "—")
+        elif info.is_imported and info.imported is not None:
+            self._show_choices(info.model or "?", f"imported from {info.imported.tool}", info.dtype or "—")
         elif info.model:
             self._show_choices(info.model, f"{info.device or '?'} ({info.device_name})", info.dtype or "?")
 

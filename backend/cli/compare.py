@@ -47,11 +47,14 @@ def run_label(info: RunInfo, config: dict) -> str:
     mode = str(config.get("mode", ""))
     if info.is_remote:
         what = f"remote {info.remote.endpoint}".strip()
+    elif info.is_imported and info.imported is not None:
+        what = f"imported from {info.imported.tool} {info.imported.version or ''}".strip()
     elif mode == RunKind.LOAD:
         what = (config.get("engine") or {}).get("policy", "")
     else:
         what = {RunKind.BATCH: "run (static)"}.get(mode, mode)
-    parts = [info.model, info.device if not info.is_remote else None, info.dtype, what, info.created_minute]
+    device = None if info.is_remote or info.is_imported else info.device   # "remote", or another tool's
+    parts = [info.model, device, info.dtype, what, info.created_minute]
     return " / ".join(str(p) for p in parts if p)
 
 

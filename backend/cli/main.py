@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_example_parser(sub)
     from backend.cli.plan import add_plan_parser
     add_plan_parser(sub)
+    from backend.cli.import_results import add_import_parser
+    add_import_parser(sub)
     return parser
 
 
@@ -115,6 +117,9 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
         if args.command == "plan":
             from backend.cli.plan import run_plan
             return run_plan(args)
+        if args.command == "import":
+            from backend.cli.import_results import run_import
+            return run_import(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -44,6 +44,22 @@ REQUEST_METRICS = {m.key for m in METRICS if m.samples in {"ttft", "tpot", "itl"
 STEP_METRICS = {m.key for m in METRICS if m.samples.startswith("step_")} | {"num_steps"}
 
 
+@dataclass(frozen=True, slots=True)
+class NamedFigure:
+    """A figure another tool's file names and this tool has no record for (llama-bench's pp512 tokens/s)."""
+
+    key: str                 # as the imported summary holds it: "pp512_tokens_per_s"
+    label: str
+    value: float
+
+
+def named_figures(run: RunData) -> list[NamedFigure]:
+    """An imported run's own rates (backend.results.importers.llama_bench): a row each in compare."""
+    return [NamedFigure(k, f"{k.removesuffix('_tokens_per_s')}: tokens/s (imported)", float(v))
+            for k, v in run.summary.extra.items()
+            if k.endswith("_tokens_per_s") and isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
 def point_entries(p) -> list[tuple[tuple, Metric, float]]:
     """(sort key, metric, value) for each figure of one sweep point: per batch size or prompt length,
     per precision, per arrival rate or number of users, per prefill:decode split."""
@@ -61,6 +77,8 @@ def point_entries(p) -> list[tuple[tuple, Metric, float]]:
         what = f"rate {p.x:g}/s" if p.kind == SweepKind.RATE else f"{p.x:g} users"
         return [((2, p.kind, p.x, i), Metric(f"{p.kind}_{p.x:g}_{name}", f"{what}: {label}"), getattr(p, name))
                 for i, (name, label) in enumerate(LOAD_POINT_FIGURES)]
+    if isinstance(p, NamedFigure):
+        return [((4, p.key, 0, 0), Metric(p.key, p.label), p.value)]
     if isinstance(p, PDPoint):
         return [((3, p.prefill_devices, p.decode_devices, i),
                  Metric(f"pd_{p.prefill_devices}p{p.decode_devices}d_{name}", f"{p.split}: {label}"), getattr(p, name))
@@ -99,6 +117,8 @@ class RunFigures:
 def run_kind(run: RunData, points: list) -> str:
     if run.info.is_remote:
         return "remote"
+    if run.info.is_imported:
+        return "imported"
     mode = str(run.config.get("mode", ""))
     kind = RunKind.recorded(mode)
     if kind is not None and kind.sweep_kind is not None:
@@ -118,9 +138,12 @@ def figures_of(run: RunData, points: list) -> RunFigures:
         fig.values.update(point_figures(points))
         return fig
     _request_figures(run, fig)
-    if kind == "remote":
+    if kind == "imported":
+        fig.points += named_figures(run)
+        fig.values.update(point_figures(fig.points))
+    if kind in ("remote", "imported"):
         for key in STEP_METRICS:
-            fig.missing[key] = "remote: server steps not visible"
+            fig.missing[key] = f"{kind}: server steps not visible"
     else:
         for phase in Phase:
             ms = np.array([s.duration_ms for s in run.steps if s.phase is phase], dtype=float)

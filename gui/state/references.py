@@ -52,6 +52,8 @@ def run_policy(config: dict, info: RunInfo) -> str:
     """What drove the run: the engine's scheduling policy for a batch or load run, else its mode."""
     if info.is_remote:
         return "remote"
+    if info.is_imported and info.imported is not None:
+        return f"imported from {info.imported.tool}"
     mode = str(config.get("mode") or "?")
     policy = (config.get("engine") or {}).get("policy") if isinstance(config.get("engine"), dict) else None
     return str(policy) if mode in (RunKind.BATCH, RunKind.LOAD) and policy else mode

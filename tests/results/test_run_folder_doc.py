@@ -12,7 +12,7 @@ from backend.results.export import RECORD_FILES
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-folder.md"
 RECORDS = [run_info.RunInfo, run_info.LocalInfo, run_info.SimulatedInfo, run_info.RemoteInfo,
-           run_info.DisaggregatedInfo, run_info.ReplicasInfo, run_info.SweepInfo,
+           run_info.DisaggregatedInfo, run_info.ReplicasInfo, run_info.SweepInfo, run_info.ImportedInfo,
            summary.Summary, summary.Crossovers, summary.PrecisionGain]
 
 
