@@ -26,7 +26,7 @@ from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metr
 from backend.targets.remote.server_log import ServerLog
 from backend.targets.remote.pool import WorkerPool
 from backend.targets.remote.turns import Turns
-from backend.targets.remote.prompts import PromptBuilder
+from backend.targets.remote.prompts import SYNTHETIC_FIRST_ID, PromptBuilder
 from backend.workload.arrivals import RequestSource
 
 FLUSH_S = 0.05        # records reach `emit` in batches at most this old
@@ -34,9 +34,6 @@ POLL_S = 0.04         # the dispatcher's longest sleep, so Stop lands within ~10
 LOOKAHEAD_MS = 20.0   # requests go to their worker this early; it sends each at its planned time
 RESERVE = 2           # closed loop: next requests each worker holds, sent the moment one of its users is free
 ABORT_AFTER = 4       # this many failures and not one success: the server refuses every request
-# Synthetic prompts are random ids: kept in [1000, 32000) to miss the special and control tokens
-# most tokenizers put first, and within the smallest vocabulary in common use (Llama 2, Mistral).
-SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB = 1000, 32000
 
 _DONE = object()
 _STATUS = {"finished": RequestStatus.FINISHED, "error": RequestStatus.ERROR, "decoding": RequestStatus.DECODING,

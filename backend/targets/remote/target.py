@@ -30,8 +30,8 @@ from backend.records import RequestStatus, RunData
 from backend.run_info import RemoteInfo, RunInfo, TargetKind, now_created
 from backend.targets.remote.honesty import client_report, early_stop_line, token_count_lines
 from backend.targets.remote.pool import default_workers
-from backend.targets.remote.coordinator import RESERVE, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, RemoteRun
-from backend.targets.remote.prompts import PromptBuilder, load_tokenizer
+from backend.targets.remote.coordinator import RESERVE, RemoteRun
+from backend.targets.remote.prompts import SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, PromptBuilder, load_tokenizer
 
 def add_remote_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("remote target (an OpenAI-compatible server instead of the local engine)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from backend.targets.remote.prompts import SEPARATOR, Prompt, PromptBuilder
+from backend.targets.remote.prompts import SEPARATOR, SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB, Prompt, PromptBuilder
 
 
 class Turns:
@@ -59,7 +59,6 @@ class Turns:
             return
         ids = self.builder.answer_ids(text)
         if ids is None:   # no tokenizer: stand-in ids of the answer's length, the same for the same request
-            from backend.targets.remote.coordinator import SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB
             rng = random.Random(f"answer:{request_id}")
             ids = [rng.randrange(SYNTHETIC_FIRST_ID, SYNTHETIC_VOCAB) for _ in range(num_tokens)]
         self._history[conversation] = list(content) + ids
@@ -67,5 +66,4 @@ class Turns:
 
 def _sent_ids(ids: list[int]) -> list[int]:
     """Workload ids in [0, SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID) moved clear of the special tokens."""
-    from backend.targets.remote.coordinator import SYNTHETIC_FIRST_ID
     return [SYNTHETIC_FIRST_ID + i for i in ids]
