@@ -15,6 +15,7 @@ from backend.precision import from_info
 from backend.run_info import RunInfo
 from backend.errors import InputError
 from backend.events import EngineStatus, ModelLoaded, Progress
+from backend.engine.threads import window_choice
 from backend.shape import ModelShape
 from backend.models.shapes import SHAPES
 from backend.roofline.profiles import LOCAL_KEY
@@ -97,6 +98,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.worker_thread = WorkerThread(worker)
         self.worker = self.worker_thread.worker
         self._build_controllers()
+        self.show_threads()
+        self.controls.threads_spin.valueChanged.connect(self.show_threads)
         self._build_docks()
         self._build_actions()
         self._ticks = 0
@@ -326,6 +329,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.about_action = self._action(help_menu, "&About phasescope…", self.help.show_about, name="aboutAction")
 
     # ---- running -----------------------------------------------------------------------------
+
+    def show_threads(self) -> None:
+        """The status bar says how many threads the engine will take, of how many cores, and why."""
+        self.status.show_thread_choice(self.controls.thread_choice)
 
     def start_run(self) -> None:
         """Run (the button, the menu, Ctrl+R): the form's settings, or a Compare policies series of them."""
@@ -601,8 +608,9 @@ class MainWindow(QtWidgets.QMainWindow):
         super().closeEvent(event)
 
 
-def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False) -> int:
-    """`python main.py [--model NAME] [--profile NAME] [--autostart]`: open the window (and run)."""
+def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False,
+            threads: int | None = None) -> int:
+    """`python main.py [--model NAME] [--profile NAME] [--threads N] [--autostart]`: open the window (and run)."""
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("phasescope")
     app.setDesktopFileName("phasescope")   # the desktop entry's (--install-desktop-entry): its icon in the dock
@@ -615,6 +623,9 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
             window.controls.select_model(model)
         if profile:
             window.controls.select_profile(profile)
+        if threads:
+            window.controls.show_thread_choice(window_choice(threads))
+            window.show_threads()
     except InputError as exc:
         window.close()
         print(f"error: {exc}", file=sys.stderr)
