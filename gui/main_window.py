@@ -28,6 +28,7 @@ from gui.controllers.recent import RecentController
 from gui.controllers.references import ReferencesController
 from gui.controllers.runs import RunsController
 from gui.controllers.tools import ToolsController
+from gui.panels.calibration_offer import CalibrationOffer
 from gui.panels.controls import ControlsPanel
 from gui.panels.references import ReferencePanel
 from gui.views.distributions import DistributionsView
@@ -152,6 +153,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runs.calibrated.connect(self._on_calibrated)
         self.compare.finished.connect(self.comparisonFinished)
         self.tools.fitFinished.connect(self.fitFinished)
+        self.tools.fitFinished.connect(lambda _: self.calibration_offer.refresh())   # a fit writes the profile too
         self.files.opened.connect(self._show_opened)
         self.reference_runs.changed.connect(self.repaint_views)
         # a reference chosen for under the strip is seen on the live view: it comes forward
@@ -237,7 +239,16 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(plot_page(self.precision), PRECISION_TAB, PRECISION_TITLE)
         self.view_tabs.add_view(self.distributions, DISTRIBUTIONS_TAB, DISTRIBUTIONS_TITLE)
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
-        self.setCentralWidget(self.view_tabs)
+        # the first start's offer to calibrate sits over the views: seen, but in nobody's way
+        self.calibration_offer = CalibrationOffer()
+        central = QtWidgets.QWidget()
+        column = QtWidgets.QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.calibration_offer)
+        column.addWidget(self.view_tabs, 1)
+        self.setCentralWidget(central)
+        self.calibration_offer.refresh()
 
     def _dock(self, title: str, widget: QtWidgets.QWidget, name: str) -> QtWidgets.QDockWidget:
         dock = QtWidgets.QDockWidget(title, self)
@@ -271,6 +282,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)
         self.controls.calibrateRequested.connect(self.runs.calibrate)
+        self.calibration_offer.calibrateRequested.connect(
+            lambda: self.runs.calibrate(self.controls.device_combo.currentText()))
         self.controls.choicesChanged.connect(self._choices_changed)
         self.controls.inputRejected.connect(self.show_error)
 
@@ -404,6 +417,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _set_running(self, running: bool) -> None:
         self.controls.set_running(running)
+        self.calibration_offer.set_running(running)
         self.run_action.setEnabled(not running)
         self.open_run_action.setEnabled(not running)
         self.export_csv_action.setEnabled(not running)
@@ -454,6 +468,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_calibrated(self, profile, path: str) -> None:
         self.controls.reload_profiles()
         self.controls.select_profile(LOCAL_KEY)
+        self.calibration_offer.calibrated()
         self.show_message(f"Calibrated {profile.name}: profile written to {path}")
 
     # ---- views -------------------------------------------------------------------------------
