@@ -28,7 +28,7 @@ from gui.controllers.recent import RecentController
 from gui.controllers.references import ReferencesController
 from gui.controllers.runs import RunsController
 from gui.controllers.tools import ToolsController
-from gui.panels.calibration_offer import CalibrationOffer
+from gui.panels.calibration_offer import CalibrationOffer, place_offer
 from gui.panels.controls import ControlsPanel
 from gui.panels.references import ReferencePanel
 from gui.views.distributions import DistributionsView
@@ -239,16 +239,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(plot_page(self.precision), PRECISION_TAB, PRECISION_TITLE)
         self.view_tabs.add_view(self.distributions, DISTRIBUTIONS_TAB, DISTRIBUTIONS_TITLE)
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
-        # the first start's offer to calibrate sits over the views: seen, but in nobody's way
-        self.calibration_offer = CalibrationOffer()
-        central = QtWidgets.QWidget()
-        column = QtWidgets.QVBoxLayout(central)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.setSpacing(0)
-        column.addWidget(self.calibration_offer)
-        column.addWidget(self.view_tabs, 1)
-        self.setCentralWidget(central)
-        self.calibration_offer.refresh()
+        self.setCentralWidget(self.view_tabs)
+        self.calibration_offer = CalibrationOffer()   # placed with the menus (_build_actions)
 
     def _dock(self, title: str, widget: QtWidgets.QWidget, name: str) -> QtWidgets.QDockWidget:
         dock = QtWidgets.QDockWidget(title, self)
@@ -299,6 +291,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _build_actions(self) -> None:
         bar = self.menuBar()
+        place_offer(self, self.calibration_offer)
         file_menu = bar.addMenu("&File")
         self.open_run_action = self._action(file_menu, "&Open run…", self.files.open_run_dialog,
                                             QtGui.QKeySequence.StandardKey.Open, "openRunAction")
