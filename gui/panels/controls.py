@@ -15,6 +15,7 @@ from backend.loaders.weights import is_hub_id, list_models
 from gui.panels.deployment import DeploymentBox
 from gui.panels.fields import ValidatedField, open_file
 from gui.panels.found_models import FoundModels
+from gui.panels.elided_combo import elide_label
 from gui.panels.profile_list import ProfileList
 from gui.panels.remote_box import REMOTE, REMOTE_TITLE, RemoteBox
 from gui.panels.run_form import RunForm
@@ -91,7 +92,7 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         """Long item names must not widen the dock: the combo elides them instead."""
         combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         combo.setMinimumContentsLength(10)
-        return combo
+        return elide_label(combo)
 
     def _model_group(self) -> QtWidgets.QGroupBox:
         group = QtWidgets.QGroupBox("Model and device")
