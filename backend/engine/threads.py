@@ -81,17 +81,37 @@ def choose_threads(cores: int, physical: int | None = None, requested: int | Non
     return ThreadChoice(threads, cores, physical, cores - threads, why)
 
 
-def physical_cores(cores: tuple[int, ...] | list[int]) -> int | None:
-    """Distinct physical cores among these logical ones (Linux sysfs); None where it cannot be read."""
-    seen = set()
+def core_ids(cores: tuple[int, ...] | list[int]) -> dict[int, tuple[str, str]] | None:
+    """Each logical core's physical core (package, core id) from Linux sysfs; None where it cannot be read."""
+    ids = {}
     for core in cores:
         topology = Path(f"/sys/devices/system/cpu/cpu{core}/topology")
         try:
-            seen.add(((topology / "physical_package_id").read_text().strip(),
-                      (topology / "core_id").read_text().strip()))
+            ids[core] = ((topology / "physical_package_id").read_text().strip(),
+                         (topology / "core_id").read_text().strip())
         except OSError:
             return None
-    return len(seen) or None
+    return ids
+
+
+def physical_cores(cores: tuple[int, ...] | list[int]) -> int | None:
+    """Distinct physical cores among these logical ones; None where that cannot be read."""
+    ids = core_ids(cores)
+    return len(set(ids.values())) or None if ids is not None else None
+
+
+def cores_to_pin(cores: list[int], threads: int, physical: dict[int, object] | None = None) -> list[int]:
+    """The last `threads` cores, one per physical core first: two engine threads on one core's hyperthreads
+    would share its matrix unit, whichever way the machine numbers its siblings (0 and 8, or 0 and 1)."""
+    if physical is None:
+        return cores[-threads:]
+    chosen, used = [], set()
+    for core in reversed(cores):
+        if physical.get(core) not in used:
+            chosen.append(core)
+            used.add(physical.get(core))
+    chosen += [c for c in reversed(cores) if c not in chosen]   # more threads than physical cores: siblings too
+    return sorted(chosen[:threads])
 
 
 def window_choice(requested: int | None = None) -> ThreadChoice:
@@ -126,7 +146,7 @@ def apply_threads(count: int | None) -> int:
     threads = count or _default_threads
     torch.set_num_threads(threads)
     cores = list(_STARTING_CORES)
-    _pin(cores[-threads:] if count is not None and threads < len(cores) else cores)
+    _pin(cores_to_pin(cores, threads, core_ids(cores)) if count is not None and threads < len(cores) else cores)
     return threads
 
 

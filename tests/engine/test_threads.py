@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.engine.threads import choose_threads, describe_cores, physical_cores, window_choice
+from backend.engine.threads import choose_threads, cores_to_pin, describe_cores, physical_cores, window_choice
 
 
 @pytest.mark.parametrize("cores, threads, left", [
@@ -64,3 +64,13 @@ def test_no_cores_is_a_programming_error():
 def test_core_lists_read_as_ranges():
     assert describe_cores([0, 1, 2, 5]) == "cores 0-2,5"
     assert describe_cores([3]) == "core 3"
+
+
+def test_pinning_takes_one_hyperthread_per_physical_core_first():
+    cores = list(range(8))
+    apart = {c: c % 4 for c in cores}          # siblings numbered 4 apart: 0 and 4 share a core
+    adjacent = {c: c // 2 for c in cores}      # siblings side by side: 0 and 1 share a core
+    assert cores_to_pin(cores, 3, apart) == [5, 6, 7]
+    assert cores_to_pin(cores, 3, adjacent) == [3, 5, 7]
+    assert cores_to_pin(cores, 6, adjacent) == [1, 3, 4, 5, 6, 7]   # beyond the 4 physical cores: siblings too
+    assert cores_to_pin(cores, 2, None) == [6, 7]                    # no topology: the last cores, as before
