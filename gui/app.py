@@ -11,9 +11,10 @@ import sys
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def open_window(model: str | None = None, profile: str | None = None, autostart: bool = False) -> int:
+def open_window(model: str | None = None, profile: str | None = None, autostart: bool = False,
+                threads: int | None = None) -> int:
     from gui.main_window import run_app
-    return run_app(model=model, profile=profile, autostart=autostart)
+    return run_app(model=model, profile=profile, autostart=autostart, threads=threads)
 
 
 def render_plots(plots, folder):

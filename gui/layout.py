@@ -90,7 +90,11 @@ class ViewTabs(QtWidgets.QTabWidget):
         super().__init__(parent)
         self.setObjectName("viewTabs")
         self.setDocumentMode(True)
-        self.setUsesScrollButtons(True)   # a narrow window scrolls the tab names rather than widening
+        # a narrow window (1,280 px at 200% on a 2,560 px screen) shortens the tab names rather than widening or
+        # scrolling: scrolled, the last views were one letter and an arrow; shortened, every one shows and is
+        # named in full in its tooltip
+        self.setUsesScrollButtons(False)
+        self.tabBar().setElideMode(QtCore.Qt.TextElideMode.ElideRight)
 
     def add_view(self, page: QtWidgets.QWidget, name: str, tip: str) -> int:
         index = self.addTab(page, name)

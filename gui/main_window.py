@@ -15,6 +15,7 @@ from backend.precision import from_info
 from backend.run_info import RunInfo
 from backend.errors import InputError
 from backend.events import EngineStatus, ModelLoaded, Progress
+from backend.engine.threads import window_choice
 from backend.shape import ModelShape
 from backend.models.shapes import SHAPES
 from backend.roofline.profiles import LOCAL_KEY
@@ -27,6 +28,7 @@ from gui.controllers.recent import RecentController
 from gui.controllers.references import ReferencesController
 from gui.controllers.runs import RunsController
 from gui.controllers.tools import ToolsController
+from gui.panels.calibration_offer import CalibrationOffer, place_offer
 from gui.panels.controls import ControlsPanel
 from gui.panels.references import ReferencePanel
 from gui.views.distributions import DistributionsView
@@ -97,6 +99,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.worker_thread = WorkerThread(worker)
         self.worker = self.worker_thread.worker
         self._build_controllers()
+        self.show_threads()
+        self.controls.threads_spin.valueChanged.connect(self.show_threads)
         self._build_docks()
         self._build_actions()
         self._ticks = 0
@@ -149,6 +153,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runs.calibrated.connect(self._on_calibrated)
         self.compare.finished.connect(self.comparisonFinished)
         self.tools.fitFinished.connect(self.fitFinished)
+        self.tools.fitFinished.connect(lambda _: self.calibration_offer.refresh())   # a fit writes the profile too
         self.files.opened.connect(self._show_opened)
         self.reference_runs.changed.connect(self.repaint_views)
         # a reference chosen for under the strip is seen on the live view: it comes forward
@@ -235,6 +240,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(self.distributions, DISTRIBUTIONS_TAB, DISTRIBUTIONS_TITLE)
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
         self.setCentralWidget(self.view_tabs)
+        self.calibration_offer = CalibrationOffer()   # placed with the menus (_build_actions)
 
     def _dock(self, title: str, widget: QtWidgets.QWidget, name: str) -> QtWidgets.QDockWidget:
         dock = QtWidgets.QDockWidget(title, self)
@@ -268,6 +274,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.controls.runRequested.connect(self.start_run)
         self.controls.stopRequested.connect(self.stop_run)
         self.controls.calibrateRequested.connect(self.runs.calibrate)
+        self.calibration_offer.calibrateRequested.connect(
+            lambda: self.runs.calibrate(self.controls.device_combo.currentText()))
         self.controls.choicesChanged.connect(self._choices_changed)
         self.controls.inputRejected.connect(self.show_error)
 
@@ -283,6 +291,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _build_actions(self) -> None:
         bar = self.menuBar()
+        place_offer(self, self.calibration_offer)
         file_menu = bar.addMenu("&File")
         self.open_run_action = self._action(file_menu, "&Open run…", self.files.open_run_dialog,
                                             QtGui.QKeySequence.StandardKey.Open, "openRunAction")
@@ -326,6 +335,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.about_action = self._action(help_menu, "&About phasescope…", self.help.show_about, name="aboutAction")
 
     # ---- running -----------------------------------------------------------------------------
+
+    def show_threads(self) -> None:
+        """The status bar says how many threads the engine will take, of how many cores, and why."""
+        self.status.show_thread_choice(self.controls.thread_choice)
 
     def start_run(self) -> None:
         """Run (the button, the menu, Ctrl+R): the form's settings, or a Compare policies series of them."""
@@ -397,6 +410,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _set_running(self, running: bool) -> None:
         self.controls.set_running(running)
+        self.calibration_offer.set_running(running)
         self.run_action.setEnabled(not running)
         self.open_run_action.setEnabled(not running)
         self.export_csv_action.setEnabled(not running)
@@ -447,6 +461,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_calibrated(self, profile, path: str) -> None:
         self.controls.reload_profiles()
         self.controls.select_profile(LOCAL_KEY)
+        self.calibration_offer.calibrated()
         self.show_message(f"Calibrated {profile.name}: profile written to {path}")
 
     # ---- views -------------------------------------------------------------------------------
@@ -603,8 +618,9 @@ class MainWindow(QtWidgets.QMainWindow):
         super().closeEvent(event)
 
 
-def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False) -> int:
-    """`python main.py [--model NAME] [--profile NAME] [--autostart]`: open the window (and run)."""
+def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False,
+            threads: int | None = None) -> int:
+    """`python main.py [--model NAME] [--profile NAME] [--threads N] [--autostart]`: open the window (and run)."""
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("phasescope")
     app.setDesktopFileName("phasescope")   # the desktop entry's (--install-desktop-entry): its icon in the dock
@@ -617,6 +633,9 @@ def run_app(model: str | None = None, profile: str | None = None, autostart: boo
             window.controls.select_model(model)
         if profile:
             window.controls.select_profile(profile)
+        if threads:
+            window.controls.show_thread_choice(window_choice(threads))
+            window.show_threads()
     except InputError as exc:
         window.close()
         print(f"error: {exc}", file=sys.stderr)

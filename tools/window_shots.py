@@ -10,6 +10,13 @@ window's own grab: what the screen shows, window placement included. With --swee
 sweep of the bundled model follows, and the screen is saved again as PREFIX-sweep.png, the sweep's
 plot in front as the window brings it. Under `app.exec()`: a test helper's waits would slow the
 engine several times.
+
+    Xvfb :7 -screen 0 2560x1440x24 -nolisten tcp &
+    DISPLAY=:7 python tools/window_shots.py docs/window-2560x1440-200pct --scale 2 --resize 50
+
+--scale F runs the window at F times its size (QT_SCALE_FACTOR, as a desktop set to 200% does);
+--resize P saves the shot at P percent of the screen's pixels (ImageMagick's -resize), so a
+large screen's picture stays small in the repository.
 """
 from __future__ import annotations
 
@@ -26,14 +33,25 @@ from PySide6 import QtCore, QtWidgets  # noqa: E402
 SETTLE_MS = 1500   # after a run ends: the last repaints and the status line
 
 
-def shoot(path: str) -> None:
+def shoot(path: str, resize: str | None = None) -> None:
     subprocess.run(["import", "-window", "root", path], check=True)
+    if resize:
+        subprocess.run(["convert", path, "-resize", f"{resize}%", path], check=True)
     print(f"wrote {path}", flush=True)
 
 
+def option(argv: list[str], name: str) -> str | None:
+    """The value after `name` (e.g. --scale 2), or None."""
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
+
+
 def main(argv: list[str]) -> int:
-    prefix = next((a for a in argv if not a.startswith("--")), "window")
+    scale, resize = option(argv, "--scale"), option(argv, "--resize")
+    values = {scale, resize} - {None}
+    prefix = next((a for a in argv if not a.startswith("--") and a not in values), "window")
     sweep = "--sweep" in argv
+    if scale:
+        os.environ["QT_SCALE_FACTOR"] = scale   # read when the QApplication is made
     os.environ["PHASESCOPE_CONFIG_DIR"] = tempfile.mkdtemp(prefix="phasescope-shots-")   # a first start
     from backend.config import RunKind
     from gui.main_window import MainWindow
@@ -57,7 +75,7 @@ def main(argv: list[str]) -> int:
         QtCore.QTimer.singleShot(SETTLE_MS, after)
 
     def after() -> None:
-        shoot(shots.pop(0))
+        shoot(shots.pop(0), resize)
         if shots:
             start_sweep()
         else:

@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="(window) model to select")
     parser.add_argument("--profile", help="(window) GPU profile to select")
     parser.add_argument("--autostart", action="store_true", help="(window) start a run as soon as it opens")
+    parser.add_argument("--threads", dest="window_threads", type=positive_int,
+                        help="(window) the engine's CPU threads (default: the cores the window does not need)")
     entry = parser.add_mutually_exclusive_group()
     entry.add_argument("--install-desktop-entry", action="store_true",
                        help="(Linux) add the window to the desktop's applications menu, with its icon, and exit")
@@ -88,7 +90,8 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
             from backend.cli.display_check import check_display
             if check_display():   # before Qt loads: a missing library or display would abort the process
                 return 2
-            return open_window(model=args.model, profile=args.profile, autostart=args.autostart)
+            return open_window(model=args.model, profile=args.profile, autostart=args.autostart,
+                               threads=args.window_threads)
         if args.command == "models":
             return report.print_local_models(args.add_folder) if args.local or args.add_folder else report.print_models()
         if args.command == "doctor":

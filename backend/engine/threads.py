@@ -10,6 +10,7 @@ the window's count is the reference the window is measured against.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from backend.errors import InputError
@@ -25,9 +26,102 @@ def available_cores() -> tuple[int, ...]:
     return _STARTING_CORES
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadChoice:
+    """How many threads a run's engine takes, of how many cores, and why."""
+    threads: int | None      # None: the library's own count on every core (headless, nothing asked)
+    cores: int               # the cores this process may use (its affinity, not the machine's count)
+    physical: int            # of those, distinct physical cores (== cores without SMT or when unknown)
+    left_for_window: int     # cores the engine leaves free (0 headless)
+    reason: str              # why this count, in words for a tooltip
+
+    def describe(self) -> str:
+        """e.g. "engine: 7 threads of 8 cores; 1 left for the window"."""
+        of = f"{self.cores} {'core' if self.cores == 1 else 'cores'}"
+        if self.physical != self.cores:
+            of += f" ({self.physical} physical)"
+        if self.threads is None:
+            return f"engine: every core of {of}"
+        text = f"engine: {self.threads} {'thread' if self.threads == 1 else 'threads'} of {of}"
+        if self.left_for_window:
+            text += f"; {self.left_for_window} left for the window"
+        return text
+
+
+def choose_threads(cores: int, physical: int | None = None, requested: int | None = None,
+                   window: bool = True) -> ThreadChoice:
+    """The engine's thread count for `cores` usable cores (`physical` of them distinct physical cores).
+
+    An explicit count (`--threads`, the Threads field) always wins. Headless with none, the
+    library keeps its own count on every core: nothing else on the machine is ours to leave
+    room for, and headless figures stay comparable with earlier ones. With a window, the engine
+    leaves the window's threads (painting at 30 Hz, the worker relaying the engine's events) a
+    core: one up to 8 cores, where each core is a large share of the engine (12-50%), two above,
+    where a second core costs the engine at most 1/8 of its share and keeps the window smooth
+    beside a busy desktop. It takes no more threads than physical cores: a hyperthread adds
+    little to matrix products and its sibling's stalls slow each step, which is also torch's
+    default. A single core leaves nothing to spare: the engine takes it and shares.
+    """
+    if cores < 1:
+        raise ValueError(f"cores must be at least 1, got {cores}")
+    physical = min(physical or cores, cores)
+    if requested is not None:
+        return ThreadChoice(requested, cores, physical, max(0, cores - requested) if window else 0,
+                            "the count asked for (--threads or the Threads field)")
+    if not window:
+        return ThreadChoice(None, cores, physical, 0, "headless: no window to leave room for, every core")
+    spare = 1 if cores <= 8 else 2
+    threads = max(1, min(cores - spare, physical))
+    if threads == physical and threads < cores - spare:
+        why = f"one per physical core ({physical}); hyperthreads add little to matrix products"
+    elif cores - threads > 0:
+        why = f"{cores - threads} core{'s' if cores - threads > 1 else ''} kept for the window's painting and events"
+    else:
+        why = "a single core: the engine and the window share it"
+    return ThreadChoice(threads, cores, physical, cores - threads, why)
+
+
+def core_ids(cores: tuple[int, ...] | list[int]) -> dict[int, tuple[str, str]] | None:
+    """Each logical core's physical core (package, core id) from Linux sysfs; None where it cannot be read."""
+    ids = {}
+    for core in cores:
+        topology = Path(f"/sys/devices/system/cpu/cpu{core}/topology")
+        try:
+            ids[core] = ((topology / "physical_package_id").read_text().strip(),
+                         (topology / "core_id").read_text().strip())
+        except OSError:
+            return None
+    return ids
+
+
+def physical_cores(cores: tuple[int, ...] | list[int]) -> int | None:
+    """Distinct physical cores among these logical ones; None where that cannot be read."""
+    ids = core_ids(cores)
+    return len(set(ids.values())) or None if ids is not None else None
+
+
+def cores_to_pin(cores: list[int], threads: int, physical: dict[int, object] | None = None) -> list[int]:
+    """The last `threads` cores, one per physical core first: two engine threads on one core's hyperthreads
+    would share its matrix unit, whichever way the machine numbers its siblings (0 and 8, or 0 and 1)."""
+    if physical is None:
+        return cores[-threads:]
+    chosen, used = [], set()
+    for core in reversed(cores):
+        if physical.get(core) not in used:
+            chosen.append(core)
+            used.add(physical.get(core))
+    chosen += [c for c in reversed(cores) if c not in chosen]   # more threads than physical cores: siblings too
+    return sorted(chosen[:threads])
+
+
+def window_choice(requested: int | None = None) -> ThreadChoice:
+    """The window's engine threads on this machine (its affinity at start, its physical cores)."""
+    return choose_threads(len(_STARTING_CORES), physical_cores(_STARTING_CORES), requested, window=True)
+
+
 def window_default_threads() -> int:
-    """The window's default: every core but one, and at least one, so painting keeps a core."""
-    return max(1, len(_STARTING_CORES) - 1)
+    """The window's default count (see choose_threads)."""
+    return window_choice().threads or 1
 
 
 def current_affinity() -> list[int]:
@@ -52,7 +146,7 @@ def apply_threads(count: int | None) -> int:
     threads = count or _default_threads
     torch.set_num_threads(threads)
     cores = list(_STARTING_CORES)
-    _pin(cores[-threads:] if count is not None and threads < len(cores) else cores)
+    _pin(cores_to_pin(cores, threads, core_ids(cores)) if count is not None and threads < len(cores) else cores)
     return threads
 
 

@@ -9,12 +9,13 @@ from backend.config import ModelChoice, RunConfig, RunKind
 from backend.loaders.device import available_devices, available_precisions, resolve_device
 from backend.errors import InputError
 from backend.kernels.matmath import MIN_ROWS, MODES
-from backend.engine.threads import available_cores, window_default_threads
+from backend.engine.threads import ThreadChoice, available_cores, window_choice
 from backend.loaders.weights import is_hub_id, list_models
 
 from gui.panels.deployment import DeploymentBox
 from gui.panels.fields import ValidatedField, open_file
 from gui.panels.found_models import FoundModels
+from gui.panels.elided_combo import elide_label
 from gui.panels.profile_list import ProfileList
 from gui.panels.remote_box import REMOTE, REMOTE_TITLE, RemoteBox
 from gui.panels.run_form import RunForm
@@ -91,7 +92,7 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         """Long item names must not widen the dock: the combo elides them instead."""
         combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         combo.setMinimumContentsLength(10)
-        return combo
+        return elide_label(combo)
 
     def _model_group(self) -> QtWidgets.QGroupBox:
         group = QtWidgets.QGroupBox("Model and device")
@@ -126,9 +127,8 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         self.threads_spin = QtWidgets.QSpinBox()
         self.threads_spin.setObjectName("threadsSpin")
         self.threads_spin.setRange(1, max(len(available_cores()), 1))
-        self.threads_spin.setValue(window_default_threads())
-        self.threads_spin.setToolTip("CPU threads the engine process takes, pinned to as many cores; the default "
-                                     "leaves one core to the window. `--threads N` runs the same headless.")
+        self.show_thread_choice(window_choice())
+        self.threads_spin.valueChanged.connect(self._threads_edited)
         self.profile_combo = QtWidgets.QComboBox()
         self.profile_combo.setObjectName("profileCombo")
         self.calibrate_button = QtWidgets.QPushButton("Calibrate…")
@@ -318,6 +318,20 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         typed = self.hub_field.value
         return typed if typed else self.model_combo.currentData()
 
+
+    def show_thread_choice(self, choice: ThreadChoice) -> None:
+        """The engine's threads (the machine's default, or `--threads`), and why, in the field's tooltip."""
+        self.thread_choice = choice
+        self.threads_spin.setValue(choice.threads or 1)
+        self.threads_spin.setToolTip(f"CPU threads the engine process takes, pinned to as many cores.\n"
+                                     f"{choice.describe()}: {choice.reason}.\n"
+                                     f"`--threads N` runs the same headless; `main.py --threads N` opens the "
+                                     f"window with N.")
+
+    def _threads_edited(self, count: int) -> None:
+        if count != self.thread_choice.threads:   # the user's own count: say so, and why no longer the default
+            default = window_choice()
+            self.show_thread_choice(default if count == default.threads else window_choice(count))
 
     def select_model(self, name: str) -> None:
         """Pick a listed model by name, or else use the name as a hub id or path."""

@@ -8,7 +8,7 @@ import time
 from PySide6 import QtCore, QtWidgets
 
 from backend.events import EngineStatus, Progress
-from backend.engine.threads import describe_threads
+from backend.engine.threads import ThreadChoice, describe_threads
 
 from gui.panels.status_bar import ElidedLabel
 
@@ -49,6 +49,12 @@ class RunStatus:
     def show_choices(self, model: str, device: str, dtype: str, profile: str) -> None:
         for key, text in (("model", model), ("device", device), ("dtype", dtype), ("profile", profile)):
             self.labels[key].setText(f"{key}: {text}")
+
+    def show_thread_choice(self, choice: ThreadChoice) -> None:
+        """Before the engine reports: how many threads it will take, of how many cores, and why."""
+        self.engine.setText(choice.describe())
+        self.engine.setToolTip(f"{choice.describe()}: {choice.reason}.\nOnce running: the engine's own process, "
+                               f"its threads, the cores it is pinned to, its CPU use")
 
     def show_engine(self, status: EngineStatus) -> None:
         """e.g. "engine: 1 thread on core 1, 98% of a core" (the CPU share since its last report)."""

@@ -150,7 +150,7 @@ class LanesView(pg.PlotWidget):
         names = REMOTE_NAMES if remote else {n: n for n in SEGMENTS if n != "KV transfer" or self._transfer_shown}
         title = swatch_title("Request lanes" + (" (client's clock)" if remote else ""),
                              [(names[n], SEGMENT_COLORS[n]) for n in names])
-        set_title(self.getPlotItem(), title + "&nbsp;&nbsp;white tick: a generated token")
+        set_title(self.getPlotItem(), title + "&nbsp;&nbsp;white tick: a token")   # short: at 200% the longer one ran off the plot
 
     def select_request(self, request_id: int | None) -> None:
         self.selected_request = request_id
