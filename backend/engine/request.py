@@ -40,6 +40,11 @@ class Request:
     token_times_ms: list[float] = field(default_factory=list)   # one per output token
     num_preemptions: int = 0
     finish_reason: str = ""
+    # the paged layout (backend/engine/kv_blocks.py): the blocks holding this request's K/V in token
+    # order, the chained hashes of its full computed blocks, and the prompt tokens its prefill found cached
+    block_ids: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0
 
     @classmethod
     def from_spec(cls, spec: RequestSpec, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
@@ -93,7 +98,8 @@ class Request:
             output_tokens=len(self.output_ids), arrival_ms=self.arrival_ms, scheduled_ms=self.scheduled_ms,
             first_token_ms=self.first_token_ms,
             last_token_ms=self.token_times_ms[-1] if self.token_times_ms else None, finish_ms=self.finish_ms,
-            num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text)
+            num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text,
+            cached_tokens=self.num_cached_tokens)
 
 
 def rejection(prompt_tokens: int, new_tokens: int, max_len: int, kv_capacity: int, cache: str = "the cache") -> str:

@@ -10,6 +10,7 @@ into the run's files, and the library versions run.json records.
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass
 from typing import Callable
 
 from backend.config import RunConfig, RunKind
@@ -40,6 +41,8 @@ def validate(config: RunConfig) -> None:
         positive("--kv-tokens", e.kv_tokens)
     if e.policy not in POLICIES:
         raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
+    from backend.engine.kv_blocks import check_block_size
+    check_block_size(e.kv_block_size)   # against the model's context once the lengths are known (SchedulerConfig)
     if s.temperature < 0:
         raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
     if not 0 < s.top_p <= 1:
@@ -71,6 +74,34 @@ def longest_sequence(spec) -> int:
     def upper(dist) -> int:
         return dist.value if dist.kind == "fixed" else dist.high
     return upper(spec.prompt_len) + upper(spec.output_len)
+
+
+@dataclass(slots=True, frozen=True)
+class KVSettings:
+    """The KV cache layout a run's scheduler uses (SchedulerConfig's kv_layout, block_size, prefix_caching)."""
+
+    kv_layout: str
+    block_size: int
+    prefix_caching: bool
+
+
+def kv_settings(config: RunConfig, simulated: bool) -> KVSettings:
+    """The engine config's layout, or the target's default: a simulated run counts paged blocks with prefix
+    caching (as vLLM); the local engine's cache is still one slot per request, so it keeps `slots`, and may
+    count `paged` blocks (admission and preemption by blocks, exact on slots) but not reuse prefixes, whose
+    K/V would have to be read from another request's blocks."""
+    from backend.engine.scheduler import KV_LAYOUTS
+    e = config.engine
+    layout = e.kv_layout or ("paged" if simulated else "slots")
+    if layout not in KV_LAYOUTS:
+        raise InputError(f"--kv-layout: unknown layout '{layout}' (choose one of {', '.join(KV_LAYOUTS)})")
+    caching = (layout == "paged" and simulated) if e.prefix_caching is None else bool(e.prefix_caching)
+    if caching and layout != "paged":
+        raise InputError("--prefix-caching on needs --kv-layout paged: cached prefixes are whole blocks")
+    if caching and not simulated:
+        raise InputError("--prefix-caching on: this engine's KV cache does not read blocks shared between requests "
+                         "yet; use --prefix-caching off, or --simulate")
+    return KVSettings(layout, e.kv_block_size, caching)
 
 
 def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:

@@ -7,7 +7,7 @@ every target: config, emit, should_stop).
 from __future__ import annotations
 
 import random
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable
 
 from backend.config import RunConfig, RunKind
@@ -15,7 +15,8 @@ from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
-from backend.targets.engine_run import drive, kv_capacity_of, library_versions, longest_sequence, validate
+from backend.targets.engine_run import (drive, kv_capacity_of, kv_settings, library_versions, longest_sequence,
+                                       validate)
 from backend.run_info import LocalInfo, RunInfo, TargetKind, now_created
 
 
@@ -23,6 +24,9 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
               models: ModelCache | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload through the scheduler) on the local engine."""
     validate(config)
+    kv = kv_settings(config, simulated=False)   # a layout this engine cannot run fails before the model loads
+    # run.json records the layout the run used, not "the default"
+    config = replace(config, engine=replace(config.engine, kv_layout=kv.kv_layout, prefix_caching=kv.prefix_caching))
     with RunRecorder(config, emit, retain_records) as recorder:   # a bad folder fails before the model loads
         return _execute(config, recorder, should_stop, models or ModelCache())
 
@@ -54,8 +58,10 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     steps = warmup_steps(policy, num_slots, max_len, config.engine.chunk_tokens, config.sampling.temperature,
                          shape.sliding_window)   # every step shape the run will time
     runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps)
+    kv = kv_settings(config, simulated=False)
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
-                                          kv_capacity=kv_capacity, max_len=max_len))
+                                          kv_capacity=kv_capacity, max_len=max_len, kv_layout=kv.kv_layout,
+                                          block_size=kv.block_size, prefix_caching=kv.prefix_caching))
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
                     stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
     emit(Progress("running", None))
