@@ -286,6 +286,8 @@ def prepare(config: RunConfig, cost_model=None):
 def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                                 retain_records: bool = True, cost_model=None) -> RunFinished:
     """`load --policy disaggregated --simulate --profile NAME`."""
+    from backend.targets.engine_run import with_kv_settings
+    config = with_kv_settings(config, simulated=True)   # the pools' layout; run.json records it
     from backend.targets.disaggregated.events import WorkerLayout
     from backend.targets.disaggregated.summary import disaggregated_figures
     from backend.sim.info import costs_of, deployment_info, simulated_info

@@ -36,7 +36,8 @@ from backend.sim.step_time import CostModel
 def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
                   cost_model: CostModel | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload) with every step priced on config.profile."""
-    from backend.targets.engine_run import drive, kv_capacity_of, kv_settings, longest_sequence, validate
+    from backend.targets.engine_run import (drive, kv_capacity_of, kv_settings, longest_sequence, validate,
+                                           with_kv_settings)
     from backend.sim.replicas import ReplicaSet
     from backend.engine.loop import Engine
     from backend.engine.scheduler import Scheduler, SchedulerConfig
@@ -61,8 +62,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
     model.validate()
     layout = Layout.of(deployment, profile)
     kv = kv_settings(config, simulated=True)
-    # run.json records the layout the run used, not "the default"
-    config = replace(config, engine=replace(config.engine, kv_layout=kv.kv_layout, prefix_caching=kv.prefix_caching))
+    config = with_kv_settings(config, simulated=True)   # run.json records the layout the run used
     with RunRecorder(config, emit, retain_records) as recorder:
         emit = recorder.emit
         if config.mode == RunKind.BATCH:

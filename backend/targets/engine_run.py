@@ -104,9 +104,21 @@ def kv_settings(config: RunConfig, simulated: bool) -> KVSettings:
     return KVSettings(layout, e.kv_block_size, caching)
 
 
+def with_kv_settings(config: RunConfig, simulated: bool) -> RunConfig:
+    """The config with its KV layout resolved (kv_settings): what the targets run, and run.json records."""
+    from dataclasses import replace
+    kv = kv_settings(config, simulated)
+    return replace(config, engine=replace(config.engine, kv_layout=kv.kv_layout, prefix_caching=kv.prefix_caching))
+
+
 def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
-    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length."""
-    return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
+    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length. Paged, every slot
+    at full length is a whole number of blocks (a sequence of max_len tokens ends in a partial block)."""
+    full = num_slots * max_len
+    if config.engine.kv_layout == "paged":
+        bs = config.engine.kv_block_size
+        full = num_slots * -(-max_len // bs) * bs
+    return min(config.engine.kv_tokens or full, full)
 
 
 def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], RunInfo],

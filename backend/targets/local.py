@@ -7,7 +7,7 @@ every target: config, emit, should_stop).
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Callable
 
 from backend.config import RunConfig, RunKind
@@ -16,7 +16,7 @@ from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
 from backend.targets.engine_run import (drive, kv_capacity_of, kv_settings, library_versions, longest_sequence,
-                                       validate)
+                                       validate, with_kv_settings)
 from backend.run_info import LocalInfo, RunInfo, TargetKind, now_created
 
 
@@ -24,9 +24,8 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
               models: ModelCache | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload through the scheduler) on the local engine."""
     validate(config)
-    kv = kv_settings(config, simulated=False)   # a layout this engine cannot run fails before the model loads
-    # run.json records the layout the run used, not "the default"
-    config = replace(config, engine=replace(config.engine, kv_layout=kv.kv_layout, prefix_caching=kv.prefix_caching))
+    # a layout this engine cannot run fails before the model loads; run.json records the one it ran
+    config = with_kv_settings(config, simulated=False)
     with RunRecorder(config, emit, retain_records) as recorder:   # a bad folder fails before the model loads
         return _execute(config, recorder, should_stop, models or ModelCache())
 
