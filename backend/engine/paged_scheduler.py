@@ -28,6 +28,11 @@ _DECODING = RequestStatus.DECODING
 _PREFILLING = RequestStatus.PREFILLING
 
 
+def scheduler_for(config: SchedulerConfig) -> Scheduler:
+    """The scheduler of the config's KV layout: every target builds its scheduler here."""
+    return PagedScheduler(config) if config.kv_layout == "paged" else Scheduler(config)
+
+
 class PagedScheduler(Scheduler):
     def __init__(self, config: SchedulerConfig):
         super().__init__(config)

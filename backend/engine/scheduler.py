@@ -24,7 +24,7 @@ rejected when it is added, with the reason; every other request eventually finis
 
 Under the paged layout (`kv_layout = "paged"`, backend/engine/paged_scheduler.py) the same policies
 count blocks of `block_size` tokens instead of tokens, and with prefix caching a request starts
-after its longest cached prefix; `Scheduler(config)` is that scheduler when the config asks for it.
+after its longest cached prefix; `scheduler_for(config)` there builds the one the config asks for.
 
 Between `schedule()` and `update()` a ScheduledChunk describes exactly what the runner must
 compute: `token_ids` at positions `start ...`, and whether the step samples a token for it.
@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from backend.engine.kv_blocks import check_block_size
 from backend.errors import InputError
 from backend.records import Phase, RequestStatus
 from backend.engine.request import Request, rejection
@@ -77,7 +78,6 @@ class SchedulerConfig:
 
 def validate_paged(block_size: int, max_len: int, kv_capacity: int, max_batch: int) -> None:
     """The paged layout's one-line checks: the block size, and a cache of at least one block per request."""
-    from backend.engine.kv_blocks import check_block_size
     check_block_size(block_size, max_len)
     if kv_capacity // block_size < max_batch:
         raise InputError(f"the KV cache of {kv_capacity} tokens holds {kv_capacity // block_size} blocks of "
@@ -144,15 +144,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __new__(cls, config: SchedulerConfig):
-        # one constructor for every call site: the config's layout picks the accounting
-        if cls is Scheduler and config.kv_layout == "paged":
-            from backend.engine.paged_scheduler import PagedScheduler
-            cls = PagedScheduler
-        return super().__new__(cls)
-
     def __init__(self, config: SchedulerConfig):
         config.validate()
+        if config.kv_layout != "slots" and type(self) is Scheduler:   # the slot accounting would ignore the blocks
+            raise ValueError("a paged config needs the paged scheduler: backend.engine.paged_scheduler.scheduler_for")
         self.config = config
         self._waiting: deque[Request] = deque()
         self._running: list[Request] = []      # admission order: the newest is last

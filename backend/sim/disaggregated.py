@@ -58,7 +58,8 @@ class DisaggregatedSim:
         from backend.engine.decode_batch import DecodeBatch
         from backend.sim.model import kv_bytes_per_token
         from backend.targets.engine_run import kv_capacity_of, longest_sequence
-        from backend.engine.scheduler import Scheduler, SchedulerConfig
+        from backend.engine.paged_scheduler import scheduler_for
+        from backend.engine.scheduler import SchedulerConfig
         from backend.sim.runner import SimRunner, VirtualClock
         from backend.workload.arrivals import WorkloadSource
         e = config.engine
@@ -78,10 +79,10 @@ class DisaggregatedSim:
         self.decode_pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock(), self.layouts[1])
         self.prefill = [_Device(f"prefill-{i}", i) for i in range(e.prefill_workers)]
         self.decode = [_Device(f"decode-{i}", i) for i in range(e.decode_workers)]
-        self.schedulers = [Scheduler(SchedulerConfig(policy="chunked", max_batch=e.max_batch,
-                                                     kv_capacity=self.kv_capacity, max_len=self.max_len,
-                                                     chunk_tokens=e.chunk_tokens, kv_layout=kv.kv_layout,
-                                                     block_size=kv.block_size, prefix_caching=kv.prefix_caching))
+        self.schedulers = [scheduler_for(SchedulerConfig(policy="chunked", max_batch=e.max_batch,
+                                                         kv_capacity=self.kv_capacity, max_len=self.max_len,
+                                                         chunk_tokens=e.chunk_tokens, kv_layout=kv.kv_layout,
+                                                         block_size=kv.block_size, prefix_caching=kv.prefix_caching))
                            for _ in self.prefill]
         # the decode side reserves whole sequences (it never preempts) and caches no prefixes: its KV arrives whole
         self.batches = [DecodeBatch(e.max_batch, self.kv_capacity, self.max_len, kv.kv_layout, kv.block_size)

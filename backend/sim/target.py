@@ -40,6 +40,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
                                            with_kv_settings)
     from backend.sim.replicas import ReplicaSet
     from backend.engine.loop import Engine
+    from backend.engine.paged_scheduler import scheduler_for
     from backend.engine.scheduler import Scheduler, SchedulerConfig
     from backend.results.recorder import RunRecorder
     from backend.workload.arrivals import FixedSource, RequestSpec, WorkloadSource
@@ -95,10 +96,10 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         clock = VirtualClock()
 
         def make_scheduler() -> Scheduler:
-            return Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, kv_capacity=kv_capacity,
-                                             max_len=max_len, chunk_tokens=config.engine.chunk_tokens,
-                                             kv_layout=kv.kv_layout, block_size=kv.block_size,
-                                             prefix_caching=kv.prefix_caching))
+            return scheduler_for(SchedulerConfig(policy=policy, max_batch=num_slots, kv_capacity=kv_capacity,
+                                                 max_len=max_len, chunk_tokens=config.engine.chunk_tokens,
+                                                 kv_layout=kv.kv_layout, block_size=kv.block_size,
+                                                 prefix_caching=kv.prefix_caching))
 
         def make_runner() -> SimRunner:
             return SimRunner(shape, prec, profile, model, clock, layout)

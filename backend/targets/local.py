@@ -33,7 +33,8 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
 def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: ModelCache) -> RunFinished:
     from backend.engine.loop import Engine
     from backend.engine.runner import build_runner
-    from backend.engine.scheduler import Scheduler, SchedulerConfig
+    from backend.engine.paged_scheduler import scheduler_for
+    from backend.engine.scheduler import SchedulerConfig
     from backend.engine.warmup import warmup_steps
 
     emit = recorder.emit
@@ -58,9 +59,10 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
                          shape.sliding_window)   # every step shape the run will time
     runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps)
     kv = kv_settings(config, simulated=False)
-    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
-                                          kv_capacity=kv_capacity, max_len=max_len, kv_layout=kv.kv_layout,
-                                          block_size=kv.block_size, prefix_caching=kv.prefix_caching))
+    scheduler = scheduler_for(SchedulerConfig(policy=policy, max_batch=num_slots,
+                                              chunk_tokens=config.engine.chunk_tokens, kv_capacity=kv_capacity,
+                                              max_len=max_len, kv_layout=kv.kv_layout, block_size=kv.block_size,
+                                              prefix_caching=kv.prefix_caching))
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
                     stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
     emit(Progress("running", None))

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from backend.engine.decode_batch import DecodeBatch
-from backend.engine.paged_scheduler import PagedScheduler
+from backend.engine.paged_scheduler import PagedScheduler, scheduler_for
 from backend.engine.request import Request
 from backend.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from backend.errors import InputError
@@ -15,8 +15,9 @@ from backend.records import RequestStatus
 
 def paged(policy: str = "continuous", max_batch: int = 4, kv: int = 64, block: int = 4, caching: bool = False,
           chunk: int = 512, max_len: int = 4096) -> Scheduler:
-    return Scheduler(SchedulerConfig(policy=policy, max_batch=max_batch, kv_capacity=kv, max_len=max_len,
-                                     chunk_tokens=chunk, kv_layout="paged", block_size=block, prefix_caching=caching))
+    return scheduler_for(SchedulerConfig(policy=policy, max_batch=max_batch, kv_capacity=kv, max_len=max_len,
+                                         chunk_tokens=chunk, kv_layout="paged", block_size=block,
+                                         prefix_caching=caching))
 
 
 def step(sched: Scheduler, now: float = 0.0) -> tuple[SchedulerOutput, list[Request]]:
@@ -34,8 +35,10 @@ def step(sched: Scheduler, now: float = 0.0) -> tuple[SchedulerOutput, list[Requ
 
 def test_paged_config_builds_the_paged_scheduler_and_slots_the_old_one():
     assert isinstance(paged(), PagedScheduler)
-    slots = Scheduler(SchedulerConfig(policy="continuous", max_batch=2, kv_capacity=64, max_len=64))
-    assert type(slots) is Scheduler
+    slots = SchedulerConfig(policy="continuous", max_batch=2, kv_capacity=64, max_len=64)
+    assert type(scheduler_for(slots)) is Scheduler
+    with pytest.raises(ValueError, match="paged scheduler"):   # the slot scheduler would ignore the blocks
+        Scheduler(SchedulerConfig(policy="continuous", max_batch=2, kv_capacity=64, max_len=64, kv_layout="paged"))
 
 
 @pytest.mark.parametrize("block, kv, batch, message", [

@@ -83,10 +83,26 @@ def test_a_run_from_before_the_worker_column_still_reads(tmp_path):
     hand-off) may be absent."""
     write_run(tmp_path, sample_run())
     lines = (tmp_path / "steps.csv").read_text().splitlines()
-    assert lines[0].endswith(",worker,experts_touched,weight_bytes")
-    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 3)[0] for l in lines) + "\n")
+    assert lines[0].endswith(",worker,experts_touched,weight_bytes,num_reused_tokens,num_evictions")
+    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 5)[0] for l in lines) + "\n")
     run = read_run(tmp_path)
     assert run.steps and all(s.worker == "" and s.experts_touched == s.weight_bytes == 0 for s in run.steps)
+    assert all(s.num_reused_tokens == s.num_evictions == 0 for s in run.steps)
+
+
+def test_a_run_from_before_prefix_caching_still_reads(tmp_path):
+    """The prefix cache's columns (a step's reused tokens and evictions, a request's cached tokens) may be absent."""
+    run = sample_run()
+    run.steps[0].num_reused_tokens, run.steps[0].num_evictions = 32, 2
+    run.requests[0].cached_tokens = 32
+    write_run(tmp_path, run)
+    back = read_run(tmp_path)
+    assert (back.steps[0].num_reused_tokens, back.steps[0].num_evictions, back.requests[0].cached_tokens) == (32, 2, 32)
+    for name, cut in (("steps.csv", 2), ("requests.csv", 1)):
+        lines = (tmp_path / name).read_text().splitlines()
+        (tmp_path / name).write_text("\n".join(l.rsplit(",", cut)[0] for l in lines) + "\n")
+    old = read_run(tmp_path)
+    assert old.steps[0].num_reused_tokens == old.steps[0].num_evictions == old.requests[0].cached_tokens == 0
 
 
 def test_unwritable_folder_is_refused_before_anything_is_written(tmp_path):

@@ -207,14 +207,15 @@ class _Worker:
 class PrefillWorker(_Worker):
     def __init__(self, conn: Port, spec: WorkerSpec):
         super().__init__(conn, spec)
-        from backend.engine.scheduler import Scheduler, SchedulerConfig
+        from backend.engine.paged_scheduler import scheduler_for
+        from backend.engine.scheduler import SchedulerConfig
         config = spec.config
         from backend.targets.engine_run import kv_settings
         kv = kv_settings(config, simulated=False)
-        self.scheduler = Scheduler(SchedulerConfig(policy="chunked", max_batch=spec.num_slots,
-                                                   kv_capacity=spec.kv_capacity, max_len=spec.max_len,
-                                                   chunk_tokens=config.engine.chunk_tokens, kv_layout=kv.kv_layout,
-                                                   block_size=kv.block_size, prefix_caching=kv.prefix_caching))
+        self.scheduler = scheduler_for(SchedulerConfig(policy="chunked", max_batch=spec.num_slots,
+                                                       kv_capacity=spec.kv_capacity, max_len=spec.max_len,
+                                                       chunk_tokens=config.engine.chunk_tokens, kv_layout=kv.kv_layout,
+                                                       block_size=kv.block_size, prefix_caching=kv.prefix_caching))
         self.specs: dict[int, tuple] = {}    # request_id -> (its RequestSpec, its decode worker)
         self.announced: set[int] = set()
         self.arena = None
