@@ -79,3 +79,10 @@ def test_bad_block_settings_are_one_line(capsys, flags, message):
     assert main([*BASE, *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_the_local_engine_refuses_prefix_caching_before_it_loads_a_model(capsys):
+    """Its cache is one slot per request until the block-table cache lands: a hit would read another slot."""
+    assert main(["run", "--kv-layout", "paged", "--prefix-caching", "on", "--output-len", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not read blocks shared between requests" in err[0]
