@@ -244,28 +244,33 @@ class HitRate:
 
 
 def theoretical_hit_rate(prompts: Sequence[Sequence[int]], block_size: int = DEFAULT_BLOCK_SIZE,
-                         num_blocks: int | None = None) -> HitRate:
+                         num_blocks: int | None = None,
+                         outputs: Sequence[Sequence[int]] | None = None) -> HitRate:
     """The prefix hit rate of replaying `prompts` in order, one at a time, each computed and given back
     before the next: with an infinite cache (num_blocks None: the workload's own ceiling) or an LRU pool
-    of `num_blocks` blocks. Counted as the engine counts: whole blocks only, never a whole prompt. It
-    ignores concurrency (requests running together hold their blocks at once, so a real pool of the
-    same size can evict more) and outputs (an answer's blocks the engine caches too, which a following
-    turn that quotes it exactly can also hit)."""
+    of `num_blocks` blocks. Counted as the engine counts: whole blocks only, never a whole prompt, over
+    the prompts' tokens. With `outputs` (one per prompt) each answer's blocks are cached behind its prompt,
+    as the engine caches them, so a next turn that quotes the answer exactly can hit them. It ignores
+    concurrency: requests running together hold their blocks at once, so a real pool of the same size can
+    evict more, and a request admitted before another has computed their shared prefix finds nothing."""
     check_block_size(block_size)
+    if outputs is not None and len(outputs) != len(prompts):
+        raise InputError(f"theoretical_hit_rate: {len(outputs)} outputs for {len(prompts)} prompts")
+    sequences = [list(p) + list(outputs[i]) if outputs is not None else p for i, p in enumerate(prompts)]
     if num_blocks is None:
-        num_blocks = max(1, sum(blocks_for(len(p), block_size) for p in prompts))
+        num_blocks = max(1, sum(blocks_for(len(q), block_size) for q in sequences))
     pool = BlockPool(num_blocks, block_size, prefix_caching=True)
     table: list[int] = []
     hashes: list[int] = []
-    for prompt in prompts:
+    for prompt, sequence in zip(prompts, sequences):
         if not prompt:
             continue
-        # a prompt longer than the pool keeps what fits of it (its first blocks) and reuses what it can
+        # a sequence longer than the pool keeps what fits of it (its first blocks) and reuses what it can
         blocks, block_hashes = pool.find_cached(prompt)
-        num_tokens = min(len(prompt), num_blocks * block_size)
+        num_tokens = min(len(sequence), num_blocks * block_size)
         if pool.admit(table, hashes, prompt, num_tokens, (blocks, block_hashes)) is None:
             raise AssertionError("an empty pool could not hold one prompt")   # every block is free here
-        pool.cache_full_blocks(table, hashes, prompt, num_tokens)
+        pool.cache_full_blocks(table, hashes, sequence, num_tokens)
         pool.free(table, hashes)
     s = pool.stats
     return HitRate(s.num_hit_tokens, s.num_query_tokens, s.num_hit_requests, s.num_queries, s.num_evictions)

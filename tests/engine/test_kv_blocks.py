@@ -154,3 +154,14 @@ def test_theoretical_hit_rate_of_a_small_lru_cache():
     # then takes b's unnamed block and b's tail block (evicted)
     roomy = theoretical_hit_rate(prompts, 4, num_blocks=4)
     assert roomy.hit_tokens == 4 and roomy.num_evictions == 2
+
+
+def test_theoretical_hit_rate_with_outputs_caches_the_answers_a_next_turn_quotes():
+    turn1 = [1, 2, 3, 4, 5, 6]
+    answer = [7, 8, 9, 10]
+    turn2 = turn1 + answer + [11, 12, 13]   # the conversation so far, then a new message
+    assert theoretical_hit_rate([turn1, turn2], 4).hit_tokens == 4                         # only turn1's full block
+    assert theoretical_hit_rate([turn1, turn2], 4, outputs=[answer, [0]]).hit_tokens == 8  # and the answer's block
+    assert theoretical_hit_rate([turn1, turn2], 4, outputs=[answer, [0]]).num_tokens == 19  # prompts only
+    with pytest.raises(InputError, match="1 outputs for 2 prompts"):
+        theoretical_hit_rate([turn1, turn2], 4, outputs=[answer])

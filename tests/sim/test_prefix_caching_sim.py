@@ -43,6 +43,8 @@ def test_a_shared_prefix_is_reused_and_not_computed(runs):
     # every prompt token is either computed or reused (preempted requests recompute theirs)
     assert computed(on) + on.summary.reused_tokens >= sum(r.prompt_tokens for r in on.requests if r.output_tokens)
     assert computed(on) < computed(off)
+    # steps are priced by the tokens they compute, on the virtual clock (no machine timing in it)
+    assert on.summary.prefill_time_ms < off.summary.prefill_time_ms and on.summary.ttft_p50_ms < off.summary.ttft_p50_ms
     assert off.summary.prefix_hit_rate is None and all(r.cached_tokens == 0 for r in off.requests)
 
 
