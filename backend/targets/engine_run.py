@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from backend.config import RunConfig, RunKind
-from backend.engine.scheduler import POLICIES
+from backend.engine.kv_blocks import check_block_size
+from backend.engine.scheduler import KV_LAYOUTS, POLICIES
 from backend.errors import InputError
 from backend.events import RunFinished
 from backend.results.recorder import RunRecorder
@@ -41,7 +42,6 @@ def validate(config: RunConfig) -> None:
         positive("--kv-tokens", e.kv_tokens)
     if e.policy not in POLICIES:
         raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
-    from backend.engine.kv_blocks import check_block_size
     check_block_size(e.kv_block_size)   # against the model's context once the lengths are known (SchedulerConfig)
     if s.temperature < 0:
         raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
@@ -85,20 +85,27 @@ class KVSettings:
     prefix_caching: bool
 
 
+# The local engine's cache is still one slot per request (backend/models/base.py): it can count paged
+# blocks (admission and preemption by blocks, exact on slots) but not reuse a prefix, whose K/V would be
+# read from another request's blocks. Once its cache reads through block tables, these become True and
+# "paged" (the simulator's defaults, as vLLM's).
+ENGINE_READS_SHARED_BLOCKS = False
+ENGINE_DEFAULT_LAYOUT = "slots"
+
+
 def kv_settings(config: RunConfig, simulated: bool) -> KVSettings:
     """The engine config's layout, or the target's default: a simulated run counts paged blocks with prefix
-    caching (as vLLM); the local engine's cache is still one slot per request, so it keeps `slots`, and may
-    count `paged` blocks (admission and preemption by blocks, exact on slots) but not reuse prefixes, whose
-    K/V would have to be read from another request's blocks."""
-    from backend.engine.scheduler import KV_LAYOUTS
+    caching (as vLLM); the local engine (and the disaggregated workers) ENGINE_DEFAULT_LAYOUT, with prefix
+    caching only where ENGINE_READS_SHARED_BLOCKS. One line for a combination that cannot run."""
     e = config.engine
-    layout = e.kv_layout or ("paged" if simulated else "slots")
+    layout = e.kv_layout or ("paged" if simulated else ENGINE_DEFAULT_LAYOUT)
     if layout not in KV_LAYOUTS:
         raise InputError(f"--kv-layout: unknown layout '{layout}' (choose one of {', '.join(KV_LAYOUTS)})")
-    caching = (layout == "paged" and simulated) if e.prefix_caching is None else bool(e.prefix_caching)
+    shares = simulated or ENGINE_READS_SHARED_BLOCKS
+    caching = (layout == "paged" and shares) if e.prefix_caching is None else bool(e.prefix_caching)
     if caching and layout != "paged":
         raise InputError("--prefix-caching on needs --kv-layout paged: cached prefixes are whole blocks")
-    if caching and not simulated:
+    if caching and not shares:
         raise InputError("--prefix-caching on: this engine's KV cache does not read blocks shared between requests "
                          "yet; use --prefix-caching off, or --simulate")
     return KVSettings(layout, e.kv_block_size, caching)
