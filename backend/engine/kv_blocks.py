@@ -114,6 +114,10 @@ class BlockPool:
     def ref_count(self, block_id: int) -> int:
         return self._ref[block_id]
 
+    def is_cached(self, block_id: int) -> bool:
+        """Whether the block holds a named full block (a prefix a later request can find)."""
+        return self._hash[block_id] is not None
+
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 

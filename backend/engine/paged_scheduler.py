@@ -24,6 +24,8 @@ from backend.engine.request import Request, rejection
 from backend.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 from backend.records import RequestStatus
 
+CACHED_FREE = -1   # kv_map: a block no request holds, with a prefix a later request can reuse
+FREE = -2          # kv_map: a block holding nothing
 _DECODING = RequestStatus.DECODING
 _PREFILLING = RequestStatus.PREFILLING
 
@@ -44,6 +46,16 @@ class PagedScheduler(Scheduler):
         """The tokens the held blocks hold room for (blocks are taken when the step is scheduled;
         a block shared by several requests counts once)."""
         return self.pool.num_used_blocks * self._bs
+
+    def kv_map(self) -> list[int]:
+        """Every block's state, for a map of the cache: the id of the oldest running request holding it,
+        CACHED_FREE (no request holds it, its prefix kept until evicted) or FREE."""
+        pool = self.pool
+        states = [CACHED_FREE if pool.is_cached(b) else FREE for b in range(pool.num_blocks)]
+        for request in reversed(self._running):   # the oldest holder of a shared block written last
+            for b in request.block_ids:
+                states[b] = request.request_id
+        return states
 
     def schedule(self, now_ms: float) -> SchedulerOutput:
         out = super().schedule(now_ms)

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from backend.engine.decode_batch import DecodeBatch
-from backend.engine.paged_scheduler import PagedScheduler, scheduler_for
+from backend.engine.paged_scheduler import CACHED_FREE, FREE, PagedScheduler, scheduler_for
 from backend.engine.request import Request
 from backend.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from backend.errors import InputError
@@ -181,3 +181,43 @@ def test_a_paged_decode_batch_reserves_blocks_and_takes_them_as_tokens_arrive():
         batch.update(out, {r.request_id: 5 for r in out.decode}, 0.0)
     assert batch.pool.num_used_blocks == 0
     assert not DecodeBatch(4, 32, 64, "paged", 8).fits_ever(Request(4, [1] * 30, 3, 0.0))   # 33 tokens: 5 blocks
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_small_caches_never_stall_or_leak_blocks(seed):
+    """Random block sizes, caches, batches and budgets, prompts half sharing a prefix, arrivals mid-run:
+    a step with work always schedules something, every request ends, and every block comes back."""
+    rng = random.Random(seed)
+    bs = rng.choice([1, 2, 4, 8, 16])
+    max_batch, max_len = rng.randint(1, 8), rng.randint(16, 120)
+    sched = paged(rng.choice(["static", "continuous", "chunked"]), max_batch=max_batch, block=bs,
+                  kv=rng.randint(max(max_batch * bs, max_len), 600), caching=rng.random() < 0.5,
+                  chunk=rng.randint(max_batch + 1, 64), max_len=max_len)
+    shared = [rng.randrange(50) for _ in range(40)]
+    requests = [Request(i, shared[:rng.randint(0, 40)] + [rng.randrange(50) for _ in range(rng.randint(1, 80))],
+                        rng.randint(1, 40), 0.0) for i in range(30)]
+    for r in requests[:10]:
+        sched.add(r)
+    later = requests[10:]
+    for _ in range(50_000):
+        if not (sched.has_work or later):
+            break
+        if later and rng.random() < 0.3:
+            sched.add(later.pop(0))
+        out, _ = step(sched)
+        assert not (out.is_empty and not out.rejected and not later and (sched.num_running or sched.num_waiting))
+    assert all(r.status in (RequestStatus.FINISHED, RequestStatus.REJECTED) for r in requests)
+    assert sched.pool.num_used_blocks == 0
+
+
+def test_the_kv_map_shows_owners_cached_free_and_free_blocks():
+    sched = paged(kv=32, block=4, max_batch=2, caching=True)   # 8 blocks
+    first = Request(1, list(range(9)), 1, 0.0)                   # 3 blocks, 2 of them full
+    sched.add(first)
+    step(sched)                                                  # finished: its full blocks stay cached
+    assert sorted(sched.kv_map()) == [FREE] * 6 + [CACHED_FREE] * 2
+    second = Request(2, list(range(8)) + [50], 3, 0.0)           # finds both, takes one more
+    sched.add(second)
+    step(sched)
+    states = sched.kv_map()
+    assert states.count(2) == 3 and states.count(FREE) == 5 and CACHED_FREE not in states
