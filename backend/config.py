@@ -115,6 +115,10 @@ class EngineConfig:
     kv_link: str | None = None   # simulated: a link of profiles/links/interconnects.toml (None: the profile's default)
     kv_link_gbs: float | None = None   # simulated: the link's bandwidth in GB/s (overrides the link's)
     kv_link_us: float | None = None    # simulated: the link's latency per hand-off in microseconds
+    # the KV cache's layout (backend/engine/kv_blocks.py); None: the target's default (engine_run.kv_settings)
+    kv_layout: str | None = None       # paged | slots
+    kv_block_size: int = 16            # paged: tokens a block holds (a power of two)
+    prefix_caching: bool | None = None # paged: reuse cached prefixes of full blocks
 
 
 ROUTERS = ("round-robin", "least-loaded")

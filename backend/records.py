@@ -58,12 +58,17 @@ class StepRecord:
     experts_touched: int = 0   # MoE: distinct experts the step's tokens were routed to, summed over layers (dense: 0)
     weight_bytes: int = 0      # bytes of weights the step read: all of a dense model's; an MoE's shared ones and
                                # its touched experts (0 where not measured: simulated and remote steps)
+    # prefix caching (paged layout): num_tokens are the tokens computed; these were found cached instead by the
+    # requests admitted in this step, and these cached blocks were evicted to make room for the step
+    num_reused_tokens: int = 0
+    num_evictions: int = 0
 
     @classmethod
     def measured(cls, *, run_id: str, step: int, phase: Phase, prefill_tokens: Sequence[int], num_decode: int,
                  contexts: Sequence[int], start_ms: float, duration_ms: float, kv_tokens: int = 0,
                  kv_capacity: int = 0, num_waiting: int = 0, num_running: int = 0, worker: str = "",
-                 experts_touched: int = 0, weight_bytes: int = 0) -> StepRecord:
+                 experts_touched: int = 0, weight_bytes: int = 0, num_reused_tokens: int = 0,
+                 num_evictions: int = 0) -> StepRecord:
         """The record of a step that prefilled one chunk of `prefill_tokens[i]` tokens per prefilling
         request and decoded one token for each of `num_decode` requests; `contexts` holds every
         request's context (cache + new tokens). Every producer of steps builds them here."""
@@ -72,7 +77,7 @@ class StepRecord:
         return cls(run_id, step, phase, len(prefill_tokens) + num_decode, len(prefill_tokens), num_decode,
                    num_prefill_tokens + num_decode, num_prefill_tokens, num_decode, sum(contexts),
                    max(contexts, default=0), start_ms, duration_ms, kv_tokens, kv_capacity, num_waiting,
-                   num_running, worker, experts_touched, weight_bytes)
+                   num_running, worker, experts_touched, weight_bytes, num_reused_tokens, num_evictions)
 
 
 @dataclass(slots=True)
@@ -112,7 +117,8 @@ class RequestRecord:
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,
                    arrival_ms: float, scheduled_ms: float | None = None, first_token_ms: float | None = None,
                    last_token_ms: float | None = None, finish_ms: float | None = None, num_preemptions: int = 0,
-                   finish_reason: str = "", text: str = "") -> RequestRecord:
+                   finish_reason: str = "", text: str = "",
+                   cached_prompt_tokens: int | None = None) -> RequestRecord:
         """The record of a request from its moments; the latencies are derived here, for the engine and
         the remote client alike. TPOT is the mean gap between output tokens after the first:
         (last - first) / (output_tokens - 1)."""
@@ -123,7 +129,8 @@ class RequestRecord:
                    arrival_ms=arrival_ms, scheduled_ms=scheduled_ms, first_token_ms=first_token_ms,
                    finish_ms=finish_ms, ttft_ms=_since(first_token_ms, arrival_ms), tpot_ms=tpot,
                    e2e_ms=_since(finish_ms, arrival_ms), queue_ms=_since(scheduled_ms, arrival_ms),
-                   num_preemptions=num_preemptions, finish_reason=finish_reason, text=text)
+                   num_preemptions=num_preemptions, finish_reason=finish_reason, text=text,
+                   cached_prompt_tokens=cached_prompt_tokens)
 
 
 def _since(moment: float | None, start: float) -> float | None:

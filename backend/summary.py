@@ -95,6 +95,13 @@ class Summary:
     decode_attention_pairs: float | None = None
     decode_logit_rows: int | None = None
     decode_share: float | None = None
+    # prefix caching, paged layout (backend.results.summary): present when the run cached prefixes
+    prefix_hit_tokens: int | None = None          # prompt tokens the requests' prefills found cached
+    prefix_hit_rate: float | None = None          # those over the prompt tokens of admitted requests
+    prefix_request_hit_rate: float | None = None  # share of admitted requests that found at least one block
+    reused_tokens: int | None = None              # tokens found cached by the steps (recomputes after preemption too)
+    prefill_saved_ms: float | None = None         # ESTIMATE: reused tokens x this run's prefill time per computed token
+    num_evictions: int | None = None              # cached blocks taken for new contents
     # the disaggregated policy's TTFT split and KV hand-off (backend.targets.disaggregated.summary)
     num_handed_off: int | None = None
     split_queue_mean_ms: float | None = None

@@ -97,6 +97,27 @@ def deployment_of(args) -> Deployment:
                       decode_tp=getattr(args, "decode_tp", None))
 
 
+def kv_flags(p: argparse.ArgumentParser) -> None:
+    """The KV cache's layout (backend/engine/kv_blocks.py); the defaults are the target's (see kv_settings)."""
+    g = p.add_argument_group("KV cache")
+    g.add_argument("--kv-layout", choices=("paged", "slots"),
+                   help="paged: blocks of --kv-block-size tokens taken as tokens arrive (admission and preemption by "
+                        "free blocks); slots: every request reserves a whole slot. Default: paged with --simulate, "
+                        "slots on this engine")
+    g.add_argument("--kv-block-size", type=positive_int, default=16, help="tokens per KV block (a power of two)")
+    g.add_argument("--prefix-caching", choices=("on", "off"),
+                   help="paged: reuse the cached full blocks of prompts seen before (default: on with --simulate, "
+                        "off on this engine, whose cache does not share blocks yet)")
+
+
+def apply_kv_flags(args, engine) -> None:
+    """The KV flags onto an EngineConfig (a sub-command without them leaves its defaults)."""
+    engine.kv_layout = getattr(args, "kv_layout", None)
+    engine.kv_block_size = getattr(args, "kv_block_size", None) or engine.kv_block_size
+    caching = getattr(args, "prefix_caching", None)
+    engine.prefix_caching = None if caching is None else caching == "on"
+
+
 def common_config(args, mode: RunKind) -> RunConfig:
     deployment = deployment_of(args)
     if deployment != Deployment() and not getattr(args, "simulate", False):

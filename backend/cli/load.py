@@ -21,6 +21,8 @@ def load_flags(p, model_flags) -> None:
     p.add_argument("--max-batch", type=int, default=32, help="requests running at once (KV cache slots)")
     p.add_argument("--chunk-tokens", type=int, default=512, help="per-step token budget (chunked policy)")
     p.add_argument("--kv-tokens", type=int, help="KV cache capacity in tokens (default: every slot full length)")
+    from backend.cli.flags import kv_flags
+    kv_flags(p)
     p.add_argument("--requests", type=int, help="number of requests")
     p.add_argument("--duration", type=float, help="seconds of arrivals (instead of a request count)")
     p.add_argument("--arrival", choices=["burst", "constant", "poisson", "gamma", "closed"])
@@ -68,6 +70,8 @@ def load_config(args) -> RunConfig:
     config.workload = apply_overrides(spec, **overrides)
     config.engine = EngineConfig(policy=args.policy, max_batch=args.max_batch, chunk_tokens=args.chunk_tokens,
                                  kv_tokens=args.kv_tokens)
+    from backend.cli.flags import apply_kv_flags
+    apply_kv_flags(args, config.engine)
     from backend.cli.disaggregated_flags import apply_disaggregated_flags
     apply_disaggregated_flags(args, config.engine)
     config.slo_ttft_ms = args.slo_ttft_ms

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from backend.cli import report
-from backend.cli.flags import Parser, common_config, model_flags, positive_int, simulate_flag
+from backend.cli.flags import Parser, common_config, kv_flags, model_flags, positive_int, simulate_flag
 from backend.config import BatchRun, EngineConfig, RunConfig, RunKind
 from backend.errors import InputError, RunError
 from backend.results.plots import RenderPlots
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--chat", action="store_true", help="apply the model's chat template to --prompt")
     run.add_argument("--output-len", type=positive_int, default=64)
     run.add_argument("--batch", type=positive_int, default=1)
+    kv_flags(run)
     simulate_flag(run)
 
     from backend.cli.load import add_load_parser
@@ -137,6 +138,8 @@ def run_config(args) -> RunConfig:
     config.batch = BatchRun(prompt=args.prompt, chat=args.chat, prompt_len=args.prompt_len,
                             output_len=args.output_len, batch=args.batch)
     config.engine = EngineConfig(policy="static", max_batch=args.batch)
+    from backend.cli.flags import apply_kv_flags
+    apply_kv_flags(args, config.engine)
     return config
 
 

@@ -277,3 +277,17 @@ def _print_load_summary(s: Summary, out) -> None:
     print(f"phases   prefill {_rate(s.prefill_tokens_per_s)}, decode {_rate(s.decode_tokens_per_s)}, "
           f"time in prefill {s.prefill_time_ms:,.0f} ms / decode {s.decode_time_ms:,.0f} ms / "
           f"mixed {s.mixed_time_ms:,.0f} ms", file=out)
+    if s.prefix_hit_rate is not None:
+        print(prefix_line(s), file=out)
+
+
+def prefix_line(s: Summary) -> str:
+    """The prefix cache in one line; the time saved is an estimate, and says so."""
+    return (f"prefix   cache hit {_share(s.prefix_hit_rate)} of prompt tokens ({s.prefix_hit_tokens:,}), "
+            f"{_share(s.prefix_request_hit_rate)} of requests; {s.reused_tokens:,} tokens reused, about "
+            f"{s.prefill_saved_ms:,.0f} ms of prefill saved (estimate: reused tokens x this run's prefill time per "
+            f"token); {s.num_evictions:,} evictions")
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None or value != value else f"{100 * value:.1f}%"

@@ -9,12 +9,17 @@ Admission reserves the request's whole sequence (prompt + max_new_tokens) in the
 a running request is never preempted: preemption would drop its cache and need a recompute,
 which is a prefill. A hand-off that does not fit waits (the worker keeps it) until a running
 request finishes.
+
+Under the paged layout the reservation counts blocks (ceil(sequence / block_size) each) and a
+request's table takes its blocks as tokens arrive: the hand-off's blocks at admission, then one
+more each time a decode starts a block. A decode worker caches no prefixes: its KV arrives whole.
 """
 from __future__ import annotations
 
 import heapq
 from operator import attrgetter
 
+from backend.engine.kv_blocks import BlockPool, blocks_for
 from backend.engine.request import Request
 from backend.engine.scheduler import SchedulerOutput
 from backend.records import RequestStatus
@@ -25,13 +30,21 @@ _num_computed = attrgetter("num_computed")
 class DecodeBatch:
     """The running requests of one decode worker and their KV cache slots."""
 
-    def __init__(self, max_batch: int, kv_capacity: int, max_len: int):
+    def __init__(self, max_batch: int, kv_capacity: int, max_len: int, kv_layout: str = "slots",
+                 block_size: int = 16):
         self.max_batch = max_batch
         self.kv_capacity = kv_capacity
         self.max_len = max_len
         self._running: list[Request] = []
         self._free_slots = list(range(max_batch))   # a heap: the lowest index first
-        self._reserved = 0                          # KV tokens reserved by the running requests
+        self._reserved = 0                          # KV tokens (paged: blocks) reserved by the running requests
+        self.pool: BlockPool | None = None
+        self._unit = 1                              # tokens a unit of the reservation holds
+        if kv_layout == "paged":
+            from backend.engine.scheduler import validate_paged
+            validate_paged(block_size, max_len, kv_capacity, max_batch)
+            self.pool = BlockPool(kv_capacity // block_size, block_size, prefix_caching=False)
+            self._unit = block_size
 
     @property
     def num_running(self) -> int:
@@ -45,17 +58,30 @@ class DecodeBatch:
     def kv_tokens_used(self) -> int:
         return sum(map(_num_computed, self._running))
 
+    def kv_tokens_after(self, output: SchedulerOutput) -> int:
+        """KV cache tokens in use once `output`'s step has written (paged: the held blocks' tokens)."""
+        if self.pool is not None:
+            return self.pool.num_used_blocks * self._unit
+        return self.kv_tokens_used + output.num_tokens
+
     @staticmethod
     def need(request: Request) -> int:
         return len(request.prompt_ids) + request.max_new_tokens
 
+    def _units(self, request: Request) -> int:
+        """What the request's whole sequence reserves: tokens, or blocks under the paged layout."""
+        return blocks_for(self.need(request), self._unit)
+
+    @property
+    def _capacity_units(self) -> int:
+        return self.pool.num_blocks if self.pool is not None else self.kv_capacity
+
     def fits_ever(self, request: Request) -> bool:
         """Whether the request could ever be admitted here (its whole sequence fits a slot and the cache)."""
-        need = self.need(request)
-        return need <= self.max_len and need <= self.kv_capacity
+        return self.need(request) <= self.max_len and self._units(request) <= self._capacity_units
 
     def can_admit(self, request: Request) -> bool:
-        return bool(self._free_slots) and self._reserved + self.need(request) <= self.kv_capacity
+        return bool(self._free_slots) and self._reserved + self._units(request) <= self._capacity_units
 
     def admit(self, request: Request, num_computed: int) -> int:
         """Take a slot for a request whose first `num_computed` tokens' KV are (about to be) in it; the slot."""
@@ -66,7 +92,9 @@ class DecodeBatch:
         request.slot = heapq.heappop(self._free_slots)
         request.num_computed = num_computed
         request.status = RequestStatus.DECODING
-        self._reserved += self.need(request)
+        if self.pool is not None:   # the handed-over KV and the first decode's token (the reservation guarantees them)
+            self.pool.allocate(request.block_ids, request.num_tokens)
+        self._reserved += self._units(request)
         self._running.append(request)
         return request.slot
 
@@ -80,6 +108,9 @@ class DecodeBatch:
 
     def schedule(self) -> SchedulerOutput:
         """One decode token for every running request, the oldest first."""
+        if self.pool is not None:
+            for request in self._running:   # a block for the token each computes (within its reservation)
+                self.pool.allocate(request.block_ids, request.num_tokens)
         return SchedulerOutput(decode=list(self._running))
 
     def update(self, output: SchedulerOutput, sampled: dict[int, int], now_ms: float) -> list[Request]:
@@ -97,5 +128,7 @@ class DecodeBatch:
     def _release(self, request: Request) -> None:
         self._running.remove(request)
         heapq.heappush(self._free_slots, request.slot)
-        self._reserved -= self.need(request)
+        self._reserved -= self._units(request)
+        if self.pool is not None:
+            self.pool.free(request.block_ids)
         request.slot = None

@@ -91,7 +91,7 @@ class Engine:
                 # context attended to by each request in this step: cached tokens + the new ones
                 contexts = [c.request.num_computed + c.num_tokens for c in out.prefill] if out.prefill else []
                 contexts += [r.num_computed + 1 for r in out.decode]
-                kv_tokens = scheduler.kv_tokens_used + num_tokens   # in use once this step has written
+                kv_tokens = scheduler.kv_tokens_after(out)   # in use once this step has written
                 sampled = runner.run(out)
                 end = now_ms()
                 finished = scheduler.update(out, sampled, end)
@@ -130,7 +130,8 @@ class Engine:
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=self.scheduler.config.kv_capacity,
             num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
-            experts_touched=experts_touched, weight_bytes=weight_bytes)
+            experts_touched=experts_touched, weight_bytes=weight_bytes, num_reused_tokens=out.num_reused_tokens,
+            num_evictions=out.num_evictions)
 
     def _stream_text(self, sampled: dict[int, int], batch: RecordBatch) -> None:
         if self.tokenizer is None:

@@ -42,6 +42,11 @@ class Request:
     finish_reason: str = ""
     conversation_id: int = -1              # the workload's conversation and turn (-1, 0: not part of one)
     turn: int = 0
+    # the paged layout (backend/engine/kv_blocks.py): the blocks holding this request's K/V in token
+    # order, the chained hashes of its full computed blocks, and the prompt tokens its prefill found cached
+    block_ids: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0
 
     @classmethod
     def from_spec(cls, spec: RequestSpec, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
@@ -96,7 +101,8 @@ class Request:
             output_tokens=len(self.output_ids), arrival_ms=self.arrival_ms, scheduled_ms=self.scheduled_ms,
             first_token_ms=self.first_token_ms,
             last_token_ms=self.token_times_ms[-1] if self.token_times_ms else None, finish_ms=self.finish_ms,
-            num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text)
+            num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text,
+            cached_prompt_tokens=self.num_cached_tokens)
         record.conversation_id, record.turn = self.conversation_id, self.turn
         return record
 

@@ -22,6 +22,10 @@ dropped, `num_computed` reset) and put back at the front of the queue to be reco
 A request that can never fit (its prompt + max_new_tokens exceed a slot or the whole cache) is
 rejected when it is added, with the reason; every other request eventually finishes.
 
+Under the paged layout (`kv_layout = "paged"`, backend/engine/paged_scheduler.py) the same policies
+count blocks of `block_size` tokens instead of tokens, and with prefix caching a request starts
+after its longest cached prefix; `scheduler_for(config)` there builds the one the config asks for.
+
 Between `schedule()` and `update()` a ScheduledChunk describes exactly what the runner must
 compute: `token_ids` at positions `start ...`, and whether the step samples a token for it.
 """
@@ -32,11 +36,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from backend.engine.kv_blocks import check_block_size
 from backend.errors import InputError
 from backend.records import Phase, RequestStatus
 from backend.engine.request import Request, rejection
 
 POLICIES = ("static", "continuous", "chunked")
+KV_LAYOUTS = ("paged", "slots")
 _num_computed = attrgetter("num_computed")
 _DECODING = RequestStatus.DECODING
 
@@ -48,6 +54,14 @@ class SchedulerConfig:
     kv_capacity: int           # KV cache tokens over all slots
     max_len: int               # longest sequence one slot holds (prompt + max_new_tokens)
     chunk_tokens: int = 512    # per-step token budget under the chunked policy
+    kv_layout: str = "slots"   # slots: a request's whole sequence in its slot | paged: blocks, taken as tokens arrive
+    block_size: int = 16       # paged: tokens a block holds (a power of two)
+    prefix_caching: bool = False   # paged: full blocks kept and reused by later requests with the same prefix
+
+    @property
+    def num_blocks(self) -> int:
+        """Paged: the blocks the cache holds (kv_capacity rounded down to whole blocks)."""
+        return self.kv_capacity // self.block_size
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -56,6 +70,19 @@ class SchedulerConfig:
                             ("max_len", self.max_len), ("chunk_tokens", self.chunk_tokens)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{name}: must be a whole number of at least 1, got {value!r}")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise InputError(f"--kv-layout: unknown layout '{self.kv_layout}' (choose one of {', '.join(KV_LAYOUTS)})")
+        if self.kv_layout == "paged":
+            validate_paged(self.block_size, self.max_len, self.kv_capacity, self.max_batch)
+
+
+def validate_paged(block_size: int, max_len: int, kv_capacity: int, max_batch: int) -> None:
+    """The paged layout's one-line checks: the block size, and a cache of at least one block per request."""
+    check_block_size(block_size, max_len)
+    if kv_capacity // block_size < max_batch:
+        raise InputError(f"the KV cache of {kv_capacity} tokens holds {kv_capacity // block_size} blocks of "
+                         f"{block_size} tokens, fewer than one per request ({max_batch} at once): "
+                         f"raise --kv-tokens or lower --max-batch or --kv-block-size")
 
 
 @dataclass(slots=True)
@@ -82,6 +109,8 @@ class SchedulerOutput:
     decode: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)   # lost their cache in this schedule
     rejected: list[Request] = field(default_factory=list)    # refused since the last schedule
+    num_reused_tokens: int = 0   # paged, prefix caching: tokens the admitted requests found cached (not computed)
+    num_evictions: int = 0       # paged, prefix caching: cached blocks taken for new contents in this schedule
 
     @property
     def chunks(self) -> list[ScheduledChunk]:
@@ -117,6 +146,8 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, config: SchedulerConfig):
         config.validate()
+        if config.kv_layout != "slots" and type(self) is Scheduler:   # the slot accounting would ignore the blocks
+            raise ValueError("a paged config needs the paged scheduler: backend.engine.paged_scheduler.scheduler_for")
         self.config = config
         self._waiting: deque[Request] = deque()
         self._running: list[Request] = []      # admission order: the newest is last
@@ -134,6 +165,10 @@ class Scheduler:
     @property
     def kv_tokens_used(self) -> int:
         return sum(map(_num_computed, self._running))
+
+    def kv_tokens_after(self, output: SchedulerOutput) -> int:
+        """KV cache tokens in use once `output`'s step has written (before finished requests free theirs)."""
+        return self.kv_tokens_used + output.num_tokens
 
     @property
     def has_work(self) -> bool:

@@ -34,6 +34,7 @@ class RunRecorder:
         # a folder that cannot be written fails here, before a model loads or a worker starts
         self.writer = RunWriter(config.out_dir) if config.out_dir else None
         self.accumulator = RunAccumulator()
+        self.accumulator.prefix_caching = config.engine.prefix_caching   # None: the target decided; shown if any
         self.steps: list[StepRecord] = []
         self.tokens: list[TokenRecord] = []
         self.requests: list[RequestRecord] = []

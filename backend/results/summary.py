@@ -69,6 +69,10 @@ class RunAccumulator:
         self.first_ms = math.inf
         self.last_ms = -math.inf
         self.requests: list[RequestRecord] = []
+        self.reused_tokens = 0
+        self.evictions = 0
+        # whether the run cached prefixes (its config says; None: figures shown only if the records hold some)
+        self.prefix_caching: bool | None = None
         self.gaps = array("d")
         self._last_token: dict[int, float] = {}
 
@@ -115,6 +119,9 @@ class RunAccumulator:
             else:   # a mixed step's time is split between the phases by its tokens (backend.results.cost)
                 self.mixed_prefill_tokens += s.num_prefill_tokens
                 self.mixed_decode_tokens += s.num_decode_tokens
+            if s.num_reused_tokens or s.num_evictions:
+                self.reused_tokens += s.num_reused_tokens
+                self.evictions += s.num_evictions
             self.first_ms = min(self.first_ms, s.start_ms)
             self.last_ms = max(self.last_ms, s.start_ms + s.duration_ms)
 
@@ -179,6 +186,11 @@ class RunAccumulator:
         out["decode_share"] = _ratio(sum(r.finish_ms - r.first_token_ms for r in timed),
                                      sum(r.finish_ms - r.arrival_ms for r in timed))
 
+        # the engine's own prefix cache (local and simulated runs); a remote run's cached tokens are the
+        # server's, summarized beside its counters (backend/targets/remote/prefix_cache.py)
+        if self.prefix_caching or (self.prefix_caching is None and (self.reused_tokens or self.evictions)):
+            out.update(self._prefix_figures())
+
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
             good = [r for r in finished if _meets(r, slo_ttft_ms, slo_tpot_ms)]
             out["slo_ttft_ms"] = NAN if slo_ttft_ms is None else slo_ttft_ms
@@ -186,6 +198,24 @@ class RunAccumulator:
             out["slo_attainment"] = _ratio(len(good), len(finished))
             out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
         return Summary.from_json(out)
+
+
+    def _prefix_figures(self) -> dict[str, float]:
+        """The prefix cache's figures. The time saved is an estimate: the reused tokens at this run's mean
+        prefill time per computed token (prefill-only steps, and mixed steps' prefill share by tokens),
+        though a reused token would have cost less than the late tokens of a long prompt (less attention)."""
+        admitted = [r for r in self.requests if r.scheduled_ms is not None]
+        hit_tokens = sum(r.cached_prompt_tokens or 0 for r in admitted)
+        mixed_tokens = self.mixed_prefill_tokens + self.mixed_decode_tokens
+        mixed_prefill_ms = self.phase_ms[Phase.MIXED] * self.mixed_prefill_tokens / mixed_tokens if mixed_tokens else 0.0
+        per_token_ms = _ratio(self.phase_ms[Phase.PREFILL] + mixed_prefill_ms,
+                              self.prefill_tokens + self.mixed_prefill_tokens)
+        return {"prefix_hit_tokens": hit_tokens,
+                "prefix_hit_rate": _ratio(hit_tokens, sum(r.prompt_tokens for r in admitted)),
+                "prefix_request_hit_rate": _ratio(sum((r.cached_prompt_tokens or 0) > 0 for r in admitted), len(admitted)),
+                "reused_tokens": self.reused_tokens,
+                "prefill_saved_ms": self.reused_tokens * per_token_ms if self.reused_tokens else 0.0,
+                "num_evictions": self.evictions}
 
 
 def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord],

@@ -58,14 +58,19 @@ class DisaggregatedSim:
         from backend.engine.decode_batch import DecodeBatch
         from backend.sim.model import kv_bytes_per_token
         from backend.targets.engine_run import kv_capacity_of, longest_sequence
-        from backend.engine.scheduler import Scheduler, SchedulerConfig
+        from backend.engine.paged_scheduler import scheduler_for
+        from backend.engine.scheduler import SchedulerConfig
         from backend.sim.runner import SimRunner, VirtualClock
         from backend.workload.arrivals import WorkloadSource
         e = config.engine
         self.config, self.link, self.emit, self.should_stop = config, link, emit, should_stop
         self.shape, self.prec, self.profile, self.cost_model = shape, prec, profile, cost_model
         spec = replace(config.workload, prompt_source="synthetic")   # no tokenizer: synthetic ids of the same lengths
-        self.source = WorkloadSource(spec, tokenize=None, vocab_size=1, max_prompt_len=shape.max_position)
+        from backend.sim.runner import sim_vocab
+        from backend.targets.engine_run import kv_settings
+        kv = kv_settings(config, simulated=True)
+        self.source = WorkloadSource(spec, tokenize=None, vocab_size=sim_vocab(shape, kv.prefix_caching),
+                                     max_prompt_len=shape.max_position)
         self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
         self.kv_capacity = kv_capacity_of(config, e.max_batch, self.max_len)
         self.kv_per_token = int(kv_bytes_per_token(shape, prec))
@@ -74,10 +79,14 @@ class DisaggregatedSim:
         self.decode_pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock(), self.layouts[1])
         self.prefill = [_Device(f"prefill-{i}", i) for i in range(e.prefill_workers)]
         self.decode = [_Device(f"decode-{i}", i) for i in range(e.decode_workers)]
-        self.schedulers = [Scheduler(SchedulerConfig(policy="chunked", max_batch=e.max_batch,
-                                                     kv_capacity=self.kv_capacity, max_len=self.max_len,
-                                                     chunk_tokens=e.chunk_tokens)) for _ in self.prefill]
-        self.batches = [DecodeBatch(e.max_batch, self.kv_capacity, self.max_len) for _ in self.decode]
+        self.schedulers = [scheduler_for(SchedulerConfig(policy="chunked", max_batch=e.max_batch,
+                                                         kv_capacity=self.kv_capacity, max_len=self.max_len,
+                                                         chunk_tokens=e.chunk_tokens, kv_layout=kv.kv_layout,
+                                                         block_size=kv.block_size, prefix_caching=kv.prefix_caching))
+                           for _ in self.prefill]
+        # the decode side reserves whole sequences (it never preempts) and caches no prefixes: its KV arrives whole
+        self.batches = [DecodeBatch(e.max_batch, self.kv_capacity, self.max_len, kv.kv_layout, kv.block_size)
+                        for _ in self.decode]
         self.run_id = run_id
         self.specs: dict[int, tuple] = {}        # request_id -> (spec, decode index)
         self.meta: dict[int, _Handoff] = {}
@@ -153,7 +162,7 @@ class DisaggregatedSim:
             if chunk.start == 0:
                 batch.scheduled[chunk.request.request_id] = chunk.request.scheduled_ms
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
-        kv_tokens = scheduler.kv_tokens_used + out.num_tokens
+        kv_tokens = scheduler.kv_tokens_after(out)
         end = start + self.prefill_pricer.price(out) * 1000.0
         sampled = {c.request.request_id: SIM_TOKEN for c in out.prefill if c.samples}
         finished = scheduler.update(out, sampled, end)
@@ -194,7 +203,7 @@ class DisaggregatedSim:
             device.free_ms = device.pending[0][0] if device.pending else start
             return
         contexts = [r.num_computed + 1 for r in out.decode]
-        kv_tokens = batch_state.kv_tokens_used + out.num_tokens
+        kv_tokens = batch_state.kv_tokens_after(out)
         end = start + self.decode_pricer.price(out) * 1000.0
         finished = batch_state.update(out, {r.request_id: SIM_TOKEN for r in out.decode}, end)
         device.free_ms = end
@@ -231,7 +240,8 @@ class DisaggregatedSim:
         record = StepRecord.measured(
             run_id=self.run_id, step=self.step_index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start, kv_tokens=kv_tokens,
-            kv_capacity=self.kv_capacity, num_waiting=waiting, num_running=running, worker=worker)
+            kv_capacity=self.kv_capacity, num_waiting=waiting, num_running=running, worker=worker,
+            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions)
         self.step_index += 1
         return record
 
@@ -277,6 +287,8 @@ def prepare(config: RunConfig, cost_model=None):
 def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                                 retain_records: bool = True, cost_model=None) -> RunFinished:
     """`load --policy disaggregated --simulate --profile NAME`."""
+    from backend.targets.engine_run import with_kv_settings
+    config = with_kv_settings(config, simulated=True)   # the pools' layout; run.json records it
     from backend.targets.disaggregated.events import WorkerLayout
     from backend.targets.disaggregated.summary import disaggregated_figures
     from backend.sim.info import costs_of, deployment_info, simulated_info

@@ -125,7 +125,7 @@ class ReplicaSet:
             return
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
         contexts += [r.num_computed + 1 for r in out.decode]
-        kv_tokens = scheduler.kv_tokens_used + out.num_tokens
+        kv_tokens = scheduler.kv_tokens_after(out)
         sampled = replica.runner.sample(out)
         end = start + replica.runner.price(out) * 1000.0
         finished = scheduler.update(out, sampled, end)
@@ -134,7 +134,8 @@ class ReplicaSet:
             run_id=self.run_id, step=self._step, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=scheduler.config.kv_capacity, num_waiting=scheduler.num_waiting,
-            num_running=scheduler.num_running, worker=f"replica-{replica.index}"))
+            num_running=scheduler.num_running, worker=f"replica-{replica.index}",
+            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions))
         self._step += 1
         batch.tokens = token_records(sampled, self._requests, end)
         self._retire(finished, batch, source, end)

@@ -14,6 +14,12 @@ from backend.sim.step_time import CostModel
 SIM_TOKEN = 0   # every sampled token: never a stop id (the simulated requests have none)
 
 
+def sim_vocab(shape, prefix_caching: bool) -> int:
+    """The ids a simulated prompt is drawn from: one id (no draws, the fastest) when nothing reads them,
+    the model's vocabulary when prefix caching compares them (one id would make every prompt a hit)."""
+    return max(2, shape.vocab_size) if prefix_caching else 1
+
+
 class VirtualClock:
     """Seconds since the run's start, moved only by `advance` (the engine's sleep, the runner's steps)."""
 

@@ -29,16 +29,18 @@ from backend.sim import parallel
 from backend.sim.info import costs_of, deployment_info, simulated_info
 from backend.sim.model import check_memory, model_bytes, resolve_model, resolve_precision
 from backend.sim.parallel import Layout
-from backend.sim.runner import SIM_TOKEN, SimRunner, VirtualClock
+from backend.sim.runner import SIM_TOKEN, SimRunner, VirtualClock, sim_vocab
 from backend.sim.step_time import CostModel
 
 
 def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], retain_records: bool = True,
                   cost_model: CostModel | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload) with every step priced on config.profile."""
-    from backend.targets.engine_run import drive, kv_capacity_of, longest_sequence, validate
+    from backend.targets.engine_run import (drive, kv_capacity_of, kv_settings, longest_sequence, validate,
+                                           with_kv_settings)
     from backend.sim.replicas import ReplicaSet
     from backend.engine.loop import Engine
+    from backend.engine.paged_scheduler import scheduler_for
     from backend.engine.scheduler import Scheduler, SchedulerConfig
     from backend.results.recorder import RunRecorder
     from backend.workload.arrivals import FixedSource, RequestSpec, WorkloadSource
@@ -60,6 +62,8 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
     model = cost_model or CostModel.for_profile(profile, prec)
     model.validate()
     layout = Layout.of(deployment, profile)
+    kv = kv_settings(config, simulated=True)
+    config = with_kv_settings(config, simulated=True)   # run.json records the layout the run used
     with RunRecorder(config, emit, retain_records) as recorder:
         emit = recorder.emit
         if config.mode == RunKind.BATCH:
@@ -73,7 +77,8 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         else:
             # the simulator reads no text and no ids: one id (SIM_TOKEN) at the drawn lengths stands in for every prompt
             spec = replace(config.workload, prompt_source="synthetic")
-            source = WorkloadSource(spec, tokenize=None, vocab_size=1, max_prompt_len=shape.max_position)
+            source = WorkloadSource(spec, tokenize=None, vocab_size=sim_vocab(shape, kv.prefix_caching),
+                                    max_prompt_len=shape.max_position)
             num_slots, policy = config.engine.max_batch, config.engine.policy
             max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
         if config.mode == RunKind.BATCH and deployment.dp > 1:
@@ -91,8 +96,10 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         clock = VirtualClock()
 
         def make_scheduler() -> Scheduler:
-            return Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, kv_capacity=kv_capacity,
-                                             max_len=max_len, chunk_tokens=config.engine.chunk_tokens))
+            return scheduler_for(SchedulerConfig(policy=policy, max_batch=num_slots, kv_capacity=kv_capacity,
+                                                 max_len=max_len, chunk_tokens=config.engine.chunk_tokens,
+                                                 kv_layout=kv.kv_layout, block_size=kv.block_size,
+                                                 prefix_caching=kv.prefix_caching))
 
         def make_runner() -> SimRunner:
             return SimRunner(shape, prec, profile, model, clock, layout)

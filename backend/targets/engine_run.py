@@ -10,10 +10,12 @@ into the run's files, and the library versions run.json records.
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass
 from typing import Callable
 
 from backend.config import RunConfig, RunKind
-from backend.engine.scheduler import POLICIES
+from backend.engine.kv_blocks import check_block_size
+from backend.engine.scheduler import KV_LAYOUTS, POLICIES
 from backend.errors import InputError
 from backend.events import RunFinished
 from backend.results.recorder import RunRecorder
@@ -40,6 +42,7 @@ def validate(config: RunConfig) -> None:
         positive("--kv-tokens", e.kv_tokens)
     if e.policy not in POLICIES:
         raise InputError(f"unknown policy {e.policy!r}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
+    check_block_size(e.kv_block_size)   # against the model's context once the lengths are known (SchedulerConfig)
     if s.temperature < 0:
         raise InputError(f"--temperature must be 0 (greedy) or positive, got {s.temperature}")
     if not 0 < s.top_p <= 1:
@@ -75,9 +78,56 @@ def longest_sequence(spec) -> int:
     return upper(spec.prompt_len) + upper(spec.output_len) + (turns - 1) * (later + upper(spec.output_len))
 
 
+@dataclass(slots=True, frozen=True)
+class KVSettings:
+    """The KV cache layout a run's scheduler uses (SchedulerConfig's kv_layout, block_size, prefix_caching)."""
+
+    kv_layout: str
+    block_size: int
+    prefix_caching: bool
+
+
+# The local engine's cache is still one slot per request (backend/models/base.py): it can count paged
+# blocks (admission and preemption by blocks, exact on slots) but not reuse a prefix, whose K/V would be
+# read from another request's blocks. Once its cache reads through block tables, these become True and
+# "paged" (the simulator's defaults, as vLLM's).
+ENGINE_READS_SHARED_BLOCKS = False
+ENGINE_DEFAULT_LAYOUT = "slots"
+
+
+def kv_settings(config: RunConfig, simulated: bool) -> KVSettings:
+    """The engine config's layout, or the target's default: a simulated run counts paged blocks with prefix
+    caching (as vLLM); the local engine (and the disaggregated workers) ENGINE_DEFAULT_LAYOUT, with prefix
+    caching only where ENGINE_READS_SHARED_BLOCKS. One line for a combination that cannot run."""
+    e = config.engine
+    layout = e.kv_layout or ("paged" if simulated else ENGINE_DEFAULT_LAYOUT)
+    if layout not in KV_LAYOUTS:
+        raise InputError(f"--kv-layout: unknown layout '{layout}' (choose one of {', '.join(KV_LAYOUTS)})")
+    shares = simulated or ENGINE_READS_SHARED_BLOCKS
+    caching = (layout == "paged" and shares) if e.prefix_caching is None else bool(e.prefix_caching)
+    if caching and layout != "paged":
+        raise InputError("--prefix-caching on needs --kv-layout paged: cached prefixes are whole blocks")
+    if caching and not shares:
+        raise InputError("--prefix-caching on: this engine's KV cache does not read blocks shared between requests "
+                         "yet; use --prefix-caching off, or --simulate")
+    return KVSettings(layout, e.kv_block_size, caching)
+
+
+def with_kv_settings(config: RunConfig, simulated: bool) -> RunConfig:
+    """The config with its KV layout resolved (kv_settings): what the targets run, and run.json records."""
+    from dataclasses import replace
+    kv = kv_settings(config, simulated)
+    return replace(config, engine=replace(config.engine, kv_layout=kv.kv_layout, prefix_caching=kv.prefix_caching))
+
+
 def kv_capacity_of(config: RunConfig, num_slots: int, max_len: int) -> int:
-    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length."""
-    return min(config.engine.kv_tokens or num_slots * max_len, num_slots * max_len)
+    """The KV cache's tokens: --kv-tokens, at most (and by default) every slot at full length. Paged, every slot
+    at full length is a whole number of blocks (a sequence of max_len tokens ends in a partial block)."""
+    full = num_slots * max_len
+    if config.engine.kv_layout == "paged":
+        bs = config.engine.kv_block_size
+        full = num_slots * -(-max_len // bs) * bs
+    return min(config.engine.kv_tokens or full, full)
 
 
 def drive(engine, source, recorder: RunRecorder, should_stop: Callable[[], bool], info: Callable[[], RunInfo],

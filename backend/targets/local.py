@@ -15,7 +15,8 @@ from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
-from backend.targets.engine_run import drive, kv_capacity_of, library_versions, longest_sequence, validate
+from backend.targets.engine_run import (drive, kv_capacity_of, kv_settings, library_versions, longest_sequence,
+                                       validate, with_kv_settings)
 from backend.run_info import LocalInfo, RunInfo, TargetKind, now_created
 
 
@@ -23,6 +24,8 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
               models: ModelCache | None = None) -> RunFinished:
     """`run` (one batch) or `load` (a workload through the scheduler) on the local engine."""
     validate(config)
+    # a layout this engine cannot run fails before the model loads; run.json records the one it ran
+    config = with_kv_settings(config, simulated=False)
     with RunRecorder(config, emit, retain_records) as recorder:   # a bad folder fails before the model loads
         return _execute(config, recorder, should_stop, models or ModelCache())
 
@@ -30,7 +33,8 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
 def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: ModelCache) -> RunFinished:
     from backend.engine.loop import Engine
     from backend.engine.runner import build_runner
-    from backend.engine.scheduler import Scheduler, SchedulerConfig
+    from backend.engine.paged_scheduler import scheduler_for
+    from backend.engine.scheduler import SchedulerConfig
     from backend.engine.warmup import warmup_steps
 
     emit = recorder.emit
@@ -54,8 +58,11 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     steps = warmup_steps(policy, num_slots, max_len, config.engine.chunk_tokens, config.sampling.temperature,
                          shape.sliding_window)   # every step shape the run will time
     runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps)
-    scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
-                                          kv_capacity=kv_capacity, max_len=max_len))
+    kv = kv_settings(config, simulated=False)
+    scheduler = scheduler_for(SchedulerConfig(policy=policy, max_batch=num_slots,
+                                              chunk_tokens=config.engine.chunk_tokens, kv_capacity=kv_capacity,
+                                              max_len=max_len, kv_layout=kv.kv_layout, block_size=kv.block_size,
+                                              prefix_caching=kv.prefix_caching))
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
                     stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
     emit(Progress("running", None))

@@ -1,4 +1,5 @@
 """Run folders: what is written reads back identically; bad folders get one clear message."""
+import csv
 import json
 import os
 
@@ -83,10 +84,31 @@ def test_a_run_from_before_the_worker_column_still_reads(tmp_path):
     hand-off) may be absent."""
     write_run(tmp_path, sample_run())
     lines = (tmp_path / "steps.csv").read_text().splitlines()
-    assert lines[0].endswith(",worker,experts_touched,weight_bytes")
-    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 3)[0] for l in lines) + "\n")
+    assert lines[0].endswith(",worker,experts_touched,weight_bytes,num_reused_tokens,num_evictions")
+    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 5)[0] for l in lines) + "\n")
     run = read_run(tmp_path)
     assert run.steps and all(s.worker == "" and s.experts_touched == s.weight_bytes == 0 for s in run.steps)
+    assert all(s.num_reused_tokens == s.num_evictions == 0 for s in run.steps)
+
+
+def test_a_run_from_before_prefix_caching_still_reads(tmp_path):
+    """The prefix cache's columns (a step's reused tokens and evictions, a request's cached tokens) may be absent."""
+    run = sample_run()
+    run.steps[0].num_reused_tokens, run.steps[0].num_evictions = 32, 2
+    run.requests[0].cached_prompt_tokens = 32
+    write_run(tmp_path, run)
+    back = read_run(tmp_path)
+    assert (back.steps[0].num_reused_tokens, back.steps[0].num_evictions, back.requests[0].cached_prompt_tokens) == (32, 2, 32)
+    for name, columns in (("steps.csv", {"num_reused_tokens", "num_evictions"}), ("requests.csv", {"cached_prompt_tokens"})):
+        with open(tmp_path / name, newline="") as f:
+            rows = list(csv.reader(f))
+        keep = [i for i, column in enumerate(rows[0]) if column not in columns]
+        assert len(keep) == len(rows[0]) - len(columns)
+        with open(tmp_path / name, "w", newline="") as f:
+            csv.writer(f).writerows([[row[i] for i in keep] for row in rows])
+    old = read_run(tmp_path)
+    assert old.steps[0].num_reused_tokens == old.steps[0].num_evictions == 0
+    assert old.requests[0].cached_prompt_tokens is None   # unknown, as a remote answer that did not say
 
 
 def test_unwritable_folder_is_refused_before_anything_is_written(tmp_path):

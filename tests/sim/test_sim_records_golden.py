@@ -1,8 +1,9 @@
 """The simulator's records and summaries, held to what the code before its speed-up produced (2026-12-02).
 
-Every step, token and request record and every summary figure of twelve small simulated runs (one GPU,
+Every step, token and request record and every summary figure of small simulated runs (one GPU,
 TP, TP x PP, DP with both routers, disaggregated pools with their own TP, chunked prefill, preemption,
-rejection, a closed loop, a static batch, MoE, MLA and sliding windows) is digested and compared with
+rejection, a closed loop, a static batch, MoE, MLA and sliding windows, on the slot layout, and one on
+the paged layout with prefix caching) is digested and compared with
 tests/data/sim_golden.json. The step prices come from a fixed stand-in (each step's tokens and context),
 so this holds the bookkeeping -- the engine loop, the scheduler, the replicas, the disaggregated pools,
 the records and the accumulator -- whatever the cost model's terms become; the prices themselves are
@@ -30,13 +31,14 @@ def configs() -> dict:
     chat = LengthDist("normal", mean=96, std=48, low=16, high=256)
 
     def load(model, profile, dtype, n, rate, prompt, output, arrival="poisson", concurrency=None, policy="continuous",
-             max_batch=32, kv=None, chunk=512, workers=(1, 1), **deployment):
+             max_batch=32, kv=None, chunk=512, workers=(1, 1), kv_layout="slots", prefix_caching=None, **deployment):
         spec = WorkloadSpec(name="golden", num_requests=n, arrival=arrival, rate=rate, concurrency=concurrency,
                             prompt_len=prompt, output_len=output, seed=0)
         return RunConfig(mode="load", simulate=True, profile=profile, model=ModelChoice(model, dtype=dtype),
                          workload=spec, engine=EngineConfig(policy=policy, max_batch=max_batch, kv_tokens=kv,
                                                             chunk_tokens=chunk, prefill_workers=workers[0],
-                                                            decode_workers=workers[1]),
+                                                            decode_workers=workers[1], kv_layout=kv_layout,
+                                                            prefix_caching=prefix_caching),
                          deployment=Deployment(**deployment), slo_ttft_ms=500.0, slo_tpot_ms=50.0)
 
     return {
@@ -60,7 +62,11 @@ def configs() -> dict:
         "closed-loop": load("llama-8b", "h100-sxm", "auto", 50, None, chat, uniform(16, 128), arrival="closed",
                             concurrency=8),
         "batch": RunConfig(mode="batch", simulate=True, profile="h100-sxm", model=ModelChoice("llama-8b"),
-                           batch=BatchRun(prompt_len=300, output_len=50, batch=8)),
+                           batch=BatchRun(prompt_len=300, output_len=50, batch=8),
+                           engine=EngineConfig(policy="static", max_batch=8, kv_layout="slots")),
+        # the paged layout with prefix caching, the simulator's default (2026-12-04): preemption by blocks
+        "8b-chunked-paged": load("llama-8b", "h100-sxm", "auto", 60, 40, uniform(100, 600), uniform(50, 300),
+                                 policy="chunked", chunk=128, kv=5000, kv_layout="paged", prefix_caching=True),
     }
 
 
@@ -111,7 +117,8 @@ def digests() -> dict:
 
 
 NAMES = ("70b-tp4", "8b-chunked", "8b-preempt", "8b-chunked-preempt", "70b-dp2-least-loaded", "8b-dp3-round-robin",
-         "70b-pp2", "70b-disaggregated", "mixtral-ep", "gemma-window", "8b-reject", "closed-loop", "batch")
+         "70b-pp2", "70b-disaggregated", "mixtral-ep", "gemma-window", "8b-reject", "closed-loop", "batch",
+         "8b-chunked-paged")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -64,7 +64,7 @@ def test_step_durations_are_the_cost_models_price(thousand):
     model = CostModel.from_terms(run.info.simulated.cost_model)
     assert not any(r.num_preemptions for r in run.requests)   # so every prefill is one whole 512-token prompt
     decodes = [s for s in run.steps if s.phase is Phase.DECODE][::97]
-    prefills = [s for s in run.steps if s.phase is Phase.PREFILL][::53]
+    prefills = [s for s in run.steps if s.phase is Phase.PREFILL][::40]   # paged admits more a step: fewer prefill steps
     assert len(decodes) > 5 and len(prefills) > 5
     for s in decodes:
         # a decode step's cost depends on its contexts' sum only: any split of it prices the same

@@ -109,10 +109,11 @@ def worker_devices(device: str, num_workers: int, cuda_devices: int) -> list[str
 def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                       retain_records: bool = True) -> RunFinished:
     """`load --policy disaggregated` on the real model."""
-    from backend.targets.engine_run import shared_settings, validate, validate_disaggregated
+    from backend.targets.engine_run import shared_settings, validate, validate_disaggregated, with_kv_settings
     from backend.results.recorder import RunRecorder
     validate_disaggregated(config)
     validate(shared_settings(config))
+    config = with_kv_settings(config, simulated=False)   # the workers' layout: one line here, before they start
     with RunRecorder(config, emit, retain_records) as recorder:
         return Coordinator(config, recorder, should_stop).run()
 

@@ -207,11 +207,15 @@ class _Worker:
 class PrefillWorker(_Worker):
     def __init__(self, conn: Port, spec: WorkerSpec):
         super().__init__(conn, spec)
-        from backend.engine.scheduler import Scheduler, SchedulerConfig
+        from backend.engine.paged_scheduler import scheduler_for
+        from backend.engine.scheduler import SchedulerConfig
         config = spec.config
-        self.scheduler = Scheduler(SchedulerConfig(policy="chunked", max_batch=spec.num_slots,
-                                                   kv_capacity=spec.kv_capacity, max_len=spec.max_len,
-                                                   chunk_tokens=config.engine.chunk_tokens))
+        from backend.targets.engine_run import kv_settings
+        kv = kv_settings(config, simulated=False)
+        self.scheduler = scheduler_for(SchedulerConfig(policy="chunked", max_batch=spec.num_slots,
+                                                       kv_capacity=spec.kv_capacity, max_len=spec.max_len,
+                                                       chunk_tokens=config.engine.chunk_tokens, kv_layout=kv.kv_layout,
+                                                       block_size=kv.block_size, prefix_caching=kv.prefix_caching))
         self.specs: dict[int, tuple] = {}    # request_id -> (its RequestSpec, its decode worker)
         self.announced: set[int] = set()
         self.arena = None
@@ -251,7 +255,7 @@ class PrefillWorker(_Worker):
                 self.batch.scheduled[rid] = chunk.request.scheduled_ms
         slots = {c.request.request_id: c.request.slot for c in out.prefill}
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
-        kv_tokens = self.scheduler.kv_tokens_used + out.num_tokens
+        kv_tokens = self.scheduler.kv_tokens_after(out)
         sampled = self.runner.run(out)   # the sample of a finished prompt[:-1] is unused: decode samples
         end = self.now_ms()
         finished = self.scheduler.update(out, sampled, end)
@@ -324,7 +328,9 @@ class DecodeWorker(_Worker):
     def __init__(self, conn: Port, spec: WorkerSpec):
         super().__init__(conn, spec)
         from backend.engine.decode_batch import DecodeBatch
-        self.decode = DecodeBatch(spec.num_slots, spec.kv_capacity, spec.max_len)
+        from backend.targets.engine_run import kv_settings
+        kv = kv_settings(spec.config, simulated=False)
+        self.decode = DecodeBatch(spec.num_slots, spec.kv_capacity, spec.max_len, kv.kv_layout, kv.block_size)
         self.pending: deque[tuple[KVHandoff, int, bytearray | None]] = deque()   # (hand-off, prefill index, bytes)
         self.arenas: dict[int, object] = {}
         self.requests: dict[int, object] = {}
@@ -406,7 +412,7 @@ class DecodeWorker(_Worker):
             return False
         start = self.now_ms()
         contexts = [r.num_computed + 1 for r in out.decode]
-        kv_tokens = self.decode.kv_tokens_used + out.num_tokens
+        kv_tokens = self.decode.kv_tokens_after(out)
         sampled = self.runner.run(out)
         end = self.now_ms()
         finished = self.decode.update(out, sampled, end)
