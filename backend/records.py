@@ -103,6 +103,10 @@ class RequestRecord:
     prompt_tokens_source: str = ""
     output_tokens_source: str = ""
     cached_prompt_tokens: int | None = None   # prompt tokens found in the KV/prefix cache, not computed (None: unknown)
+    # a remote stream's first event, which may carry no text (a chat role-only delta, an empty one): when it came
+    # and what it held (backend.results.definitions.FirstChunk); None and "" for local runs and older folders
+    first_chunk_ms: float | None = None
+    first_chunk: str = ""
 
     @classmethod
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,

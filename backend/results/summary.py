@@ -19,6 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
+from backend.results.definitions import Arrival, DefinitionTotals, FirstChunk, chunk_tokens_from_indices, differences
 from backend.roofline.cost import PhaseTotals
 from backend.summary import Summary
 
@@ -71,6 +72,9 @@ class RunAccumulator:
         self.requests: list[RequestRecord] = []
         self.gaps = array("d")
         self._last_token: dict[int, float] = {}
+        # each request in flight: its chunks' (token index, time), for the other definitions once it finishes
+        self._chunks: dict[int, list[tuple[int, float]]] = {}
+        self.definitions = DefinitionTotals()
 
     def add(self, batch: RecordBatch) -> None:
         if batch.steps:
@@ -81,16 +85,20 @@ class RunAccumulator:
             self.add_requests(batch.requests)
             for r in batch.requests:
                 self._last_token.pop(r.request_id, None)
+                self._chunks.pop(r.request_id, None)
 
     def _add_tokens(self, tokens: list[TokenRecord]) -> None:
         """Each token's gap since its request's previous one; every token of a run passes here once."""
-        last_token, append = self._last_token, self.gaps.append
+        last_token, append, chunks = self._last_token, self.gaps.append, self._chunks
         latest = self.last_ms
         for token in tokens:
             rid, time_ms = token.request_id, token.time_ms
             last = last_token.get(rid)
             if last is not None:
                 append(time_ms - last)
+                chunks[rid].append((token.index, time_ms))
+            else:
+                chunks[rid] = [(token.index, time_ms)]
             last_token[rid] = time_ms
             if time_ms > latest:
                 latest = time_ms
@@ -121,6 +129,8 @@ class RunAccumulator:
     def add_requests(self, requests: Iterable[RequestRecord]) -> None:
         for r in requests:
             self.requests.append(r)
+            if r.status is RequestStatus.FINISHED:
+                self.definitions.add(arrival_of(r, self._chunks.get(r.request_id, [])))
             self.first_ms = min(self.first_ms, r.arrival_ms)
             if r.finish_ms is not None:
                 self.last_ms = max(self.last_ms, r.finish_ms)
@@ -155,6 +165,7 @@ class RunAccumulator:
         for name, values in latencies.items():
             for stat, value in percentiles(values).items():
                 out[f"{name}_{stat}_ms"] = value
+        out.update(self.definitions.summary())
 
         phase_ms = self.phase_ms
         out["prefill_time_ms"] = phase_ms[Phase.PREFILL]
@@ -185,7 +196,9 @@ class RunAccumulator:
             out["slo_tpot_ms"] = NAN if slo_tpot_ms is None else slo_tpot_ms
             out["slo_attainment"] = _ratio(len(good), len(finished))
             out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
-        return Summary.from_json(out)
+        summary = Summary.from_json(out)
+        summary.definitions_differ = 1 if differences(summary) else 0
+        return summary
 
 
 def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: list[TokenRecord],
@@ -193,11 +206,27 @@ def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: li
     """The summary of records held in memory (tokens in any order)."""
     acc = RunAccumulator()
     acc.add_steps(steps)
+    by_request: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for t in tokens:
+        by_request[t.request_id].append((t.index, t.time_ms))
+    acc._chunks = {rid: sorted(series) for rid, series in by_request.items()}
     acc.add_requests(requests)
     acc.gaps.extend(inter_token_latencies(tokens))
     if tokens:
         acc.last_ms = max(acc.last_ms, max(t.time_ms for t in tokens))
     return acc.summary(slo_ttft_ms, slo_tpot_ms)
+
+
+def arrival_of(r: RequestRecord, chunks: list[tuple[int, float]]) -> Arrival:
+    """A finished request's arrivals from its record and its chunks' (token index, time): tokens per chunk
+    from the indices (a server's running usage count), the request's count giving the last chunk the rest."""
+    try:
+        kind = FirstChunk(r.first_chunk)
+    except ValueError:
+        kind = FirstChunk.UNKNOWN
+    return Arrival(r.arrival_ms, [t for _, t in chunks],
+                   chunk_tokens_from_indices([i for i, _ in chunks], r.output_tokens), r.finish_ms,
+                   r.first_chunk_ms, kind)
 
 
 def _meets(r: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
