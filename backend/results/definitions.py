@@ -209,3 +209,16 @@ def differences(s) -> list[str]:
             out.append(f"{label} {headline:,.2f} ms here, {other:,.2f} ms {other_label} "
                        f"({100 * (other - headline) / base:+.0f}%, > {100 * MARGIN:g}%): {why}")
     return out
+
+
+def definition_rows(s) -> list[tuple[str, ...]]:
+    """The latencies of a summary under every definition, for a table: label, mean, p50, p90, p99, who uses it.
+    The headline figures are marked; a figure the run did not record reads "n/a"."""
+    def cell(v) -> str:
+        return "n/a" if v is None or not math.isfinite(v) else f"{v:,.2f}"
+    rows = [("definition (ms)", "mean", "p50", "p90", "p99", "used by")]
+    headlines = set(HEADLINE.values())
+    for d in DEFINITIONS:
+        values = [getattr(s, f"{d.name}_{stat}_ms", None) for stat in ("mean", "p50", "p90", "p99")]
+        rows.append((d.label + (" [headline]" if d.name in headlines else ""), *map(cell, values), d.used_by))
+    return rows

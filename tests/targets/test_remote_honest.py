@@ -219,7 +219,7 @@ def test_the_client_thresholds_say_which_and_by_how_much():
     assert figures["client_limited"] == 1 and len(info["reasons"]) == 2
     assert "event-loop lag p99 3.00 ms > 1 ms" in lines[0] and "1 of 2 client workers used 95% of a core" in lines[0]
     late = ClientLoad(1, loop_lag_ms=[0.1], late_ms=[40.0] * 10, cpu_shares=[0.2])
-    assert late.limits()[0].startswith("requests went out 40.0 ms after their planned arrival")
+    assert late.limits()[0].startswith("requests went out 40.0 ms after they could have (p99)")
 
 
 def test_a_late_loop_is_flagged_only_once_its_tokens_come_clumped():
