@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+import numpy as np
+
 NAN = float("nan")
 MARGIN = 0.05   # a run whose headline p50 moves more than this under another definition is flagged
 
@@ -98,6 +100,8 @@ def split_gap(gap: float, k: int) -> list[float]:
 def itl_token_split(a: Arrival) -> list[float]:
     if not a.chunk_ms:
         return []
+    if len(a.chunk_tokens) == sum(a.chunk_tokens):   # a token a chunk (every local run): the gaps themselves
+        return itl_chunk_gaps(a)
     out = [0.0] * (max(a.chunk_tokens[0], 1) - 1)   # the first chunk's extra tokens came with the first
     for gap, k in zip(itl_chunk_gaps(a), a.chunk_tokens[1:]):
         out.extend(split_gap(gap, k))
@@ -139,6 +143,12 @@ def chunk_tokens_from_indices(indices: list[int], num_tokens: int | None = None)
     """Tokens per chunk from each chunk's last token index (a server's running usage count indexes them;
     without it every chunk is one token). `num_tokens`, the request's count, gives the last chunk what
     the indices missed (a final usage event larger than the chunks counted)."""
+    n = len(indices)
+    if n and indices[0] == 0 and indices[-1] == n - 1:   # strictly rising from 0 to n - 1: one token a chunk
+        out = [1] * n
+        if num_tokens is not None and num_tokens > n:
+            out[-1] += num_tokens - n
+        return out
     out, previous = [], -1
     for index in indices:
         out.append(max(index - previous, 1))
@@ -148,37 +158,92 @@ def chunk_tokens_from_indices(indices: list[int], num_tokens: int | None = None)
     return out
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def _percentiles(values) -> dict[str, float]:
     from backend.results.summary import percentiles   # one percentile rule for every figure
     return percentiles(values)
 
 
+def first_chunk_extra(k0: int) -> list[float]:
+    """The split samples of a first chunk of k0 tokens: its extra tokens came with the first, gaps of 0."""
+    return [0.0] * (k0 - 1)
+
+
+def tpot_e2e_of(first_token_ms: float | None, finish_ms: float | None, num_tokens: int) -> float | None:
+    """(end-to-end - TTFT) / (tokens - 1) from a request's moments: tpot_e2e without its chunks."""
+    if first_token_ms is None or finish_ms is None or num_tokens < 2:
+        return None
+    return (finish_ms - first_token_ms) / (num_tokens - 1)
+
+
+def _sorted_without(values: np.ndarray, removed: list[float]) -> np.ndarray:
+    """`values` sorted, less one occurrence of each of `removed` (a multiset difference; all exact floats)."""
+    data = np.sort(values)
+    if not removed:
+        return data
+    keep = np.ones(data.size, dtype=bool)
+    gone, counts = np.unique(np.asarray(removed, dtype=float), return_counts=True)
+    for value, count in zip(gone, counts):
+        at = int(np.searchsorted(data, value, side="left"))
+        keep[at:at + int(count)] = False
+    return data[keep]
+
+
 @dataclass(slots=True)
 class DefinitionTotals:
-    """Every finished request's figures under each definition, pooled into the summary's numbers."""
+    """The other definitions pooled over a run as its chunks stream in, without keeping any request's chunks
+    (a long local run passes millions of tokens through backend.results.summary.RunAccumulator).
+
+    The split ITL is the chunk gaps (which the accumulator keeps for the headline ITL) corrected where a chunk
+    carried k != 1 tokens: its gap taken out, its k samples of gap / k put in (`split_gap`), and a first chunk's
+    extra tokens put in as gaps of 0 (`first_chunk_extra`); a request whose count at its end exceeds its
+    chunks' indices gives the rest to its last chunk. One token a chunk, as every local run streams, needs no
+    correction at all."""
 
     ttft_first_chunk: list[float] = field(default_factory=list)
-    itl_split: list[float] = field(default_factory=list)
     tpot_e2e: list[float] = field(default_factory=list)
+    split_added: list[float] = field(default_factory=list)
+    split_removed: list[float] = field(default_factory=list)
     num_chunks: int = 0
     num_multi_token_chunks: int = 0
     first_chunks: dict[str, int] = field(default_factory=dict)
 
-    def add(self, a: Arrival) -> None:
-        f = figures(a)
-        if f.ttft_first_chunk_ms is not None:
-            self.ttft_first_chunk.append(f.ttft_first_chunk_ms)
-        self.itl_split.extend(f.itl_split_ms)
-        if f.tpot_e2e_ms is not None:
-            self.tpot_e2e.append(f.tpot_e2e_ms)
-        self.num_chunks += f.num_chunks
-        self.num_multi_token_chunks += f.num_multi_token_chunks
-        if a.first_chunk is not FirstChunk.UNKNOWN:
-            self.first_chunks[a.first_chunk.value] = self.first_chunks.get(a.first_chunk.value, 0) + 1
+    def chunk(self, gap: float | None, k: int) -> None:
+        """A chunk of k != 1 tokens after `gap` (None: the request's first chunk)."""
+        self.num_multi_token_chunks += k > 1
+        if gap is None:
+            self.split_added.extend(first_chunk_extra(k))
+        else:
+            self.split_removed.append(gap)
+            self.split_added.extend(split_gap(gap, k))
 
-    def summary(self) -> dict[str, float | int | str]:
+    def rest(self, gap: float | None, k: int, extra: int) -> None:
+        """A request ended with `extra` more tokens than its chunks indexed: its last chunk (of k tokens, after
+        `gap`) carried them."""
+        if gap is None:   # one chunk: its extra tokens came with the first
+            self.split_added.extend([0.0] * extra)
+        else:
+            self.split_removed.extend(split_gap(gap, k))
+            self.split_added.extend(split_gap(gap, k + extra))
+        self.num_multi_token_chunks += k == 1
+
+    def finished(self, sent_ms: float, first_chunk_ms: float | None, first_token_ms: float | None,
+                 finish_ms: float | None, num_tokens: int, first_chunk: FirstChunk) -> None:
+        """A finished request's per-request figures, from its moments."""
+        first = first_chunk_ms if first_chunk_ms is not None else first_token_ms
+        if first is not None:
+            self.ttft_first_chunk.append(first - sent_ms)
+        if (tpot := tpot_e2e_of(first_token_ms, finish_ms, num_tokens)) is not None:
+            self.tpot_e2e.append(tpot)
+        if first_chunk is not FirstChunk.UNKNOWN:
+            self.first_chunks[first_chunk.value] = self.first_chunks.get(first_chunk.value, 0) + 1
+
+    def summary(self, gaps) -> dict[str, float | int | str]:
+        """The summary's figures; `gaps` are every chunk gap of the run (the headline ITL's samples)."""
+        split = _sorted_without(np.asarray(gaps, dtype=float), self.split_removed)
+        if self.split_added:
+            split = np.concatenate([split, np.asarray(self.split_added, dtype=float)])
         out: dict[str, float | int | str] = {}
-        for name, values in (("ttft_first_chunk", self.ttft_first_chunk), ("itl_split", self.itl_split),
+        for name, values in (("ttft_first_chunk", self.ttft_first_chunk), ("itl_split", split),
                              ("tpot_e2e", self.tpot_e2e)):
             for stat, value in _percentiles(values).items():
                 out[f"{name}_{stat}_ms"] = value
