@@ -248,6 +248,7 @@ def _print_definitions(s: Summary, out) -> None:
     if s.itl_split_p50_ms is None:   # a run folder from before the definitions were recorded
         print("definitions: not recorded in this run", file=out)
         return
+    print("", file=out)
     print_table(definition_rows(s), out)
     print(f"chunks   {s.num_chunks or 0} carried text, {s.num_multi_token_chunks or 0} of them several tokens; "
           f"first chunks role-only {s.num_first_chunk_role or 0}, empty {s.num_first_chunk_empty or 0} "

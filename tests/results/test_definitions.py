@@ -114,3 +114,19 @@ def test_old_run_folders_still_load_with_the_new_columns_absent():
     assert data.summary.itl_split_p50_ms is None   # not recorded then: absent, not zero
     recomputed = summarize([], data.requests, data.tokens)
     assert math.isfinite(recomputed.itl_split_p50_ms) and recomputed.num_first_chunk_role == 0
+
+
+def test_a_local_run_holds_every_definition_and_one_token_a_chunk_changes_nothing():
+    from backend.config import EngineConfig, ModelChoice, RunConfig
+    from backend.session import execute
+    from backend.workload.spec import apply_overrides, load_workload
+    spec = apply_overrides(load_workload("poisson-chat"), num_requests=20, rate=20.0, prompt_len="200",
+                           output_len="20")
+    config = RunConfig(mode="load", model=ModelChoice("llama-8b"), profile="h100-sxm", simulate=True,
+                       engine=EngineConfig(policy="continuous", max_batch=16), workload=spec)
+    s = execute(config, lambda e: None, lambda: False).summary
+    assert s.num_finished == 20 and s.num_chunks == 20 * 20 and s.num_multi_token_chunks == 0
+    assert s.itl_split_p50_ms == s.itl_p50_ms and s.itl_split_p99_ms == s.itl_p99_ms
+    assert s.ttft_first_chunk_p50_ms == s.ttft_p50_ms and s.num_first_chunk_role == 0
+    assert s.tpot_e2e_p50_ms == pytest.approx(s.tpot_p50_ms)
+    assert s.definitions_differ == 0
