@@ -284,6 +284,7 @@ def test_a_closed_loop_at_10_ms_ticks_is_not_flagged_for_its_own_round_trip():
     # the typical request waits for the round trip, and then goes out at once
     assert s.client_refill_wait_p50_ms > s.client_dispatch_late_p50_ms
     assert s.client_cpu_share_max < CPU_SHARE
+    assert "closed loop's refill wait p99" in console(finished)
 
 
 def test_a_closed_loops_next_request_is_late_only_from_when_it_reached_the_worker():

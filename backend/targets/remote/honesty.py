@@ -129,4 +129,6 @@ def client_line(info: RunInfo) -> str:
     share = c.get("client_cpu_share_max", float("nan"))
     return (f"client   {c.get('client_workers', '?')} worker(s), busiest at {100 * share:.0f}% of a core, "
             f"event-loop lag p99 {lag:.2f} ms, {c.get('connections_opened', '?')} connection(s) opened; "
-            f"prompt lengths by {remote.tokenizer or '?'}" + ("  [CLIENT-LIMITED]" if c.get("limited") else ""))
+            + (f"closed loop's refill wait p99 {refill:.1f} ms (its round trip, not flagged); "
+               if (refill := c.get("client_refill_wait_p99_ms")) is not None else "")
+            + f"prompt lengths by {remote.tokenizer or '?'}" + ("  [CLIENT-LIMITED]" if c.get("limited") else ""))
