@@ -130,3 +130,16 @@ def test_a_local_run_holds_every_definition_and_one_token_a_chunk_changes_nothin
     assert s.ttft_first_chunk_p50_ms == s.ttft_p50_ms and s.num_first_chunk_role == 0
     assert s.tpot_e2e_p50_ms == pytest.approx(s.tpot_p50_ms)
     assert s.definitions_differ == 0
+
+
+def test_a_final_count_above_the_chunks_indexed_goes_to_the_last_chunk_in_every_path():
+    # three chunks indexed 0, 1, 2 (no running usage), then the final usage says 8 tokens: the last chunk had 6
+    request = RequestRecord.from_times(request_id=0, status=RequestStatus.FINISHED, prompt_tokens=4, output_tokens=8,
+                                       arrival_ms=0.0, first_token_ms=100.0, last_token_ms=112.0, finish_ms=112.0)
+    tokens = [TokenRecord(0, 0, 100.0), TokenRecord(0, 1, 106.0), TokenRecord(0, 2, 112.0)]
+    by_hand = [6.0] + [1.0] * 6                      # the gap of 6 ms before the last chunk, split over its 6 tokens
+    arrival = Arrival(0.0, [100.0, 106.0, 112.0], chunk_tokens_from_indices([0, 1, 2], 8), finish_ms=112.0)
+    assert itl_token_split(arrival) == by_hand
+    s = summarize([], [request], tokens)
+    assert s.itl_split_mean_ms == pytest.approx(sum(by_hand) / 7) and s.itl_split_p50_ms == 1.0
+    assert s.num_multi_token_chunks == 1 and s.itl_p50_ms == 6.0
