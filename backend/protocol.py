@@ -352,8 +352,13 @@ class RequestRow(NamedTuple):
     usage_prompt: int | None      # the server's own counts, where it sent them
     usage_output: int | None
     text: str
-    late_ms: float | None         # sent minus its planned moment (None: never sent)
+    late_ms: float | None         # sent minus when it could have gone out (None: never sent)
     usage_cached: int | None = None   # prompt tokens the server said it found in its prefix cache
+    first_chunk_ms: float | None = None   # the stream's first event, of any kind (backend.results.definitions)
+    first_chunk: str = ""                 # what it held: content, role or empty
+    wait_ms: float | None = None          # a closed loop's next request: from its user being free to the request
+                                          # reaching the worker (the coordinator makes it once the previous ends);
+                                          # late_ms counts from the later of the two (0 for planned arrivals)
 
 
 @dataclass(slots=True)

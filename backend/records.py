@@ -112,6 +112,10 @@ class RequestRecord:
     # folder written before conversations existed reads so)
     conversation_id: int = -1
     turn: int = 0
+    # a remote stream's first event, which may carry no text (a chat role-only delta, an empty one): when it came
+    # and what it held (backend.results.definitions.FirstChunk); None and "" for local runs and older folders
+    first_chunk_ms: float | None = None
+    first_chunk: str = ""
 
     @classmethod
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,

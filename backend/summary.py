@@ -62,6 +62,27 @@ class Summary:
     itl_p50_ms: float | None = None
     itl_p90_ms: float | None = None
     itl_p99_ms: float | None = None
+    # the same latencies under other tools' definitions (backend.results.definitions; docs/metrics.md)
+    ttft_first_chunk_mean_ms: float | None = None   # to the first chunk of any kind, a role-only one included
+    ttft_first_chunk_p50_ms: float | None = None
+    ttft_first_chunk_p90_ms: float | None = None
+    ttft_first_chunk_p99_ms: float | None = None
+    itl_split_mean_ms: float | None = None          # a chunk of k tokens as k gaps of gap / k
+    itl_split_p50_ms: float | None = None
+    itl_split_p90_ms: float | None = None
+    itl_split_p99_ms: float | None = None
+    tpot_e2e_mean_ms: float | None = None           # (end-to-end - TTFT) / (tokens - 1)
+    tpot_e2e_p50_ms: float | None = None
+    tpot_e2e_p90_ms: float | None = None
+    tpot_e2e_p99_ms: float | None = None
+    num_chunks: int | None = None                   # streamed chunks that carried text
+    num_multi_token_chunks: int | None = None       # of them, carrying several tokens
+    num_first_chunk_role: int | None = None         # requests whose first chunk was role-only
+    num_first_chunk_empty: int | None = None        # ... or empty
+    ttft_definition: str | None = None              # the definition each headline figure uses (its key stem)
+    itl_definition: str | None = None
+    tpot_definition: str | None = None
+    definitions_differ: int | None = None           # 1 when another definition moves a headline p50 > 5%
     e2e_mean_ms: float | None = None
     e2e_p50_ms: float | None = None
     e2e_p90_ms: float | None = None
@@ -171,6 +192,8 @@ class Summary:
     client_loop_lag_max_ms: float | None = None
     client_dispatch_late_p50_ms: float | None = None
     client_dispatch_late_p99_ms: float | None = None
+    client_refill_wait_p50_ms: float | None = None   # closed loop: a user's wait for its next request (not flagged)
+    client_refill_wait_p99_ms: float | None = None
     client_cpu_share_max: float | None = None
     client_cpu_s: float | None = None
     client_coordinator_cpu_s: float | None = None

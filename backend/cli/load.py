@@ -8,6 +8,8 @@ from backend.engine.scheduler import POLICIES
 def add_load_parser(sub, model_flags) -> None:
     p = sub.add_parser("load", help="drive a workload of requests through static / continuous / chunked scheduling")
     load_flags(p, model_flags)
+    p.add_argument("--definitions", action="store_true",
+                   help="print TTFT, ITL and TPOT under each tool's definition side by side (docs/metrics.md)")
 
 
 def load_flags(p, model_flags) -> None:

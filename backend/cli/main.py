@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None, open_window: Callable[..., int] | None =
             return run_headless(run_config(args))
         if args.command == "load":
             from backend.cli.load import load_config
-            return run_headless(load_config(args))
+            return run_headless(load_config(args), definitions=args.definitions)
         if args.command == "profiles":
             from backend.cli.tools import print_profiles
             return print_profiles()
@@ -143,7 +143,7 @@ def run_config(args) -> RunConfig:
     return config
 
 
-def run_headless(config: RunConfig) -> int:
+def run_headless(config: RunConfig, definitions: bool = False) -> int:
     """Run with Ctrl+C as a stop request: the records measured so far are still written."""
     from backend.session import execute
     stop = threading.Event()
@@ -167,7 +167,7 @@ def run_headless(config: RunConfig) -> int:
     if sweep is not None:
         sweep.finish(finished, shown)
     else:
-        report.print_run(shown, finished)
+        report.print_run(shown, finished, definitions=definitions)
     if repeats is not None:
         from backend.cli.repeats import print_repeats
         print_repeats(repeats, config.mode, config.out_dir)

@@ -117,8 +117,9 @@ class LiveProgress:
         sys.stderr.flush()
 
 
-def print_run(config, finished: RunFinished, out=None) -> None:
-    """The generated text (for a text prompt) and the phase summary."""
+def print_run(config, finished: RunFinished, out=None, definitions: bool = False) -> None:
+    """The generated text (for a text prompt) and the phase summary; with `definitions`, every latency
+    under each tool's definition side by side (backend.results.definitions)."""
     out = out or sys.stdout
     data = finished.data
     if data is None:
@@ -134,6 +135,8 @@ def print_run(config, finished: RunFinished, out=None) -> None:
               f"(times from this machine's clock; the server's engine steps are not visible)", file=out)
         _print_load_summary(s, out)
         _print_turns(data.requests, out)
+        if definitions:
+            _print_definitions(s, out)
         if s.errors:
             print("errors   " + ", ".join(f"{k} {int(v)}" for k, v in s.errors.items()), file=out)
         from backend.targets.remote.honesty import client_line
@@ -178,6 +181,11 @@ def print_run(config, finished: RunFinished, out=None) -> None:
     else:
         _print_load_summary(s, out)
         _print_turns(data.requests, out)
+        if definitions:
+            _print_definitions(s, out)
+        from backend.results.definitions import differences
+        for line in differences(s):
+            print(f"note     definitions: {line}", file=out)
         _print_rejections(data.requests, out)
     from backend.results.cost import cost_text
     cost = cost_text(s, info.priced_on or "")
@@ -243,6 +251,18 @@ def _print_turns(requests, out) -> None:
     line = turns_line(requests)
     if line:
         print(line, file=out)
+
+
+def _print_definitions(s: Summary, out) -> None:
+    from backend.results.definitions import definition_rows
+    if s.itl_split_p50_ms is None:   # a run folder from before the definitions were recorded
+        print("definitions: not recorded in this run", file=out)
+        return
+    print("", file=out)
+    print_table(definition_rows(s), out)
+    print(f"chunks   {s.num_chunks or 0} carried text, {s.num_multi_token_chunks or 0} of them several tokens; "
+          f"first chunks role-only {s.num_first_chunk_role or 0}, empty {s.num_first_chunk_empty or 0} "
+          "(docs/metrics.md says which tool uses which)", file=out)
 
 
 def _print_rejections(requests, out) -> None:

@@ -19,6 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
+from backend.results.definitions import Arrival, DefinitionTotals, FirstChunk, chunk_tokens_from_indices, differences
 from backend.roofline.cost import PhaseTotals
 from backend.summary import Summary
 
@@ -74,7 +75,9 @@ class RunAccumulator:
         # whether the run cached prefixes (its config says; None: figures shown only if the records hold some)
         self.prefix_caching: bool | None = None
         self.gaps = array("d")
-        self._last_token: dict[int, float] = {}
+        # each request in flight: its last chunk's (time, token index, gap before it, tokens, chunks so far)
+        self._last_token: dict[int, tuple[float, int, float | None, int, int]] = {}
+        self.definitions = DefinitionTotals()   # the other tools' definitions (backend.results.definitions)
 
     def add(self, batch: RecordBatch) -> None:
         if batch.steps:
@@ -83,19 +86,28 @@ class RunAccumulator:
             self._add_tokens(batch.tokens)
         if batch.requests:
             self.add_requests(batch.requests)
-            for r in batch.requests:
-                self._last_token.pop(r.request_id, None)
 
     def _add_tokens(self, tokens: list[TokenRecord]) -> None:
-        """Each token's gap since its request's previous one; every token of a run passes here once."""
-        last_token, append = self._last_token, self.gaps.append
+        """Each token record's gap since its request's previous one; every token of a run passes here once.
+        A remote stream's record is a chunk, at its last token's index: a jump in the index is a chunk of
+        several tokens, which the other definitions count (one token a record, as local runs stream, costs
+        them nothing)."""
+        last_token, append, definitions = self._last_token, self.gaps.append, self.definitions
         latest = self.last_ms
         for token in tokens:
-            rid, time_ms = token.request_id, token.time_ms
+            rid, time_ms, index = token.request_id, token.time_ms, token.index
             last = last_token.get(rid)
             if last is not None:
-                append(time_ms - last)
-            last_token[rid] = time_ms
+                gap = time_ms - last[0]
+                append(gap)
+                k = index - last[1]
+                if k != 1:
+                    definitions.chunk(gap, k)
+                last_token[rid] = (time_ms, index, gap, k, last[4] + 1)
+            else:
+                if index:
+                    definitions.chunk(None, index + 1)
+                last_token[rid] = (time_ms, index, None, index + 1, 1)
             if time_ms > latest:
                 latest = time_ms
         self.last_ms = latest
@@ -128,6 +140,14 @@ class RunAccumulator:
     def add_requests(self, requests: Iterable[RequestRecord]) -> None:
         for r in requests:
             self.requests.append(r)
+            last = self._last_token.pop(r.request_id, None)
+            if last is not None:
+                self.definitions.num_chunks += last[4]
+                if r.status is RequestStatus.FINISHED and r.output_tokens > last[1] + 1:
+                    self.definitions.rest(last[2], last[3], r.output_tokens - last[1] - 1)
+            if r.status is RequestStatus.FINISHED:
+                self.definitions.finished(r.arrival_ms, r.first_chunk_ms, r.first_token_ms, r.finish_ms,
+                                          r.output_tokens, _first_chunk(r.first_chunk))
             self.first_ms = min(self.first_ms, r.arrival_ms)
             if r.finish_ms is not None:
                 self.last_ms = max(self.last_ms, r.finish_ms)
@@ -162,6 +182,7 @@ class RunAccumulator:
         for name, values in latencies.items():
             for stat, value in percentiles(values).items():
                 out[f"{name}_{stat}_ms"] = value
+        out.update(self.definitions.summary(self.gaps))
 
         phase_ms = self.phase_ms
         out["prefill_time_ms"] = phase_ms[Phase.PREFILL]
@@ -197,7 +218,9 @@ class RunAccumulator:
             out["slo_tpot_ms"] = NAN if slo_tpot_ms is None else slo_tpot_ms
             out["slo_attainment"] = _ratio(len(good), len(finished))
             out["goodput_requests_per_s"] = _ratio(len(good), duration_s)
-        return Summary.from_json(out)
+        summary = Summary.from_json(out)
+        summary.definitions_differ = 1 if differences(summary) else 0
+        return summary
 
 
     def _prefix_figures(self) -> dict[str, float]:
@@ -223,11 +246,24 @@ def summarize(steps: list[StepRecord], requests: list[RequestRecord], tokens: li
     """The summary of records held in memory (tokens in any order)."""
     acc = RunAccumulator()
     acc.add_steps(steps)
+    acc._add_tokens(sorted(tokens, key=lambda t: (t.request_id, t.index)))
     acc.add_requests(requests)
-    acc.gaps.extend(inter_token_latencies(tokens))
-    if tokens:
-        acc.last_ms = max(acc.last_ms, max(t.time_ms for t in tokens))
     return acc.summary(slo_ttft_ms, slo_tpot_ms)
+
+
+def arrival_of(r: RequestRecord, chunks: list[tuple[int, float]]) -> Arrival:
+    """A finished request's arrivals from its record and its chunks' (token index, time): tokens per chunk
+    from the indices (a server's running usage count), the request's count giving the last chunk the rest."""
+    return Arrival(r.arrival_ms, [t for _, t in chunks],
+                   chunk_tokens_from_indices([i for i, _ in chunks], r.output_tokens), r.finish_ms,
+                   r.first_chunk_ms, _first_chunk(r.first_chunk))
+
+
+def _first_chunk(value: str) -> FirstChunk:
+    try:
+        return FirstChunk(value)
+    except ValueError:   # a kind a later version wrote
+        return FirstChunk.UNKNOWN
 
 
 def _meets(r: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:

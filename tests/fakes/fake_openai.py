@@ -61,6 +61,9 @@ class Behaviour:
     kv_tokens: int = 4096            # the KV cache's size in tokens, for the metrics' usage
     prefix_block: int = 16           # the prefix cache's block, in tokens (vLLM's default)
     cached_usage: str = ""           # how answers report cached prompt tokens: "details", "timings", "both", ""
+    chunk_tokens: int = 1            # tokens each step writes in one chunk (speculative decoding, MTP, parsers)
+    first_chunk: str = ""            # "role" or "empty": a chunk with no text first, at once, as vLLM's chat stream
+                                     # opens with {"role": "assistant"}; "" none
 
 
 @dataclass(slots=True)
@@ -86,6 +89,8 @@ class _Stream:
     admitted_s: float | None    # when it got a batch slot (None: still waiting for one)
     cached: int = 0             # prompt tokens found in the prefix cache
     sent: int = 0
+    chat: bool = False          # events as chat deltas
+    running_usage: bool = False # usage on every chunk (stream_options.continuous_usage_stats, as vLLM)
     done: asyncio.Future | None = None
 
 
@@ -251,9 +256,15 @@ class FakeOpenAI:
         prompt_tokens, cached = len(tokens), self.prefix_hits(tokens)
         log = RequestLog(read_s, prompt_tokens=prompt_tokens, cached_tokens=cached)
         self.metrics.admitted(prompt_tokens, cached)
-        include_usage = b.usage and bool((body.get("stream_options") or {}).get("include_usage"))
+        options = body.get("stream_options") or {}
+        include_usage = b.usage and bool(options.get("include_usage"))
         stream = _Stream(writer, log, target, finish, include_usage, prompt_tokens, read_s + b.ttft_ms / 1000.0,
-                         None if b.max_batch else read_s, cached, done=asyncio.get_running_loop().create_future())
+                         None if b.max_batch else read_s, cached, done=asyncio.get_running_loop().create_future(),
+                         chat=chat, running_usage=include_usage and bool(options.get("continuous_usage_stats")))
+        if b.first_chunk:
+            delta = {"role": "assistant"} if b.first_chunk == "role" else {"content": ""}
+            choice = {"index": 0, "delta": delta} if chat else {"index": 0, "text": ""}
+            writer.write(_event({**HEAD, "choices": [{**choice, "finish_reason": None}]}))
         self._streams.append(stream)
         self._wake.set()
         await stream.done
@@ -262,7 +273,7 @@ class FakeOpenAI:
     async def _engine(self) -> None:
         """One step every gap_ms: the next token to every stream in flight; idle when none is."""
         gap = self.behaviour.gap_ms / 1000.0
-        token = _event({**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": None}]})
+        per_chunk = max(1, self.behaviour.chunk_tokens)
         next_s = time.perf_counter()
         while True:
             if not self._streams:
@@ -283,12 +294,13 @@ class FakeOpenAI:
                 if now < s.start_s:
                     keep.append(s)
                     continue
-                s.sent += 1
+                k = min(per_chunk, s.target - s.sent)
+                s.sent += k
                 last = s.sent >= s.target
                 if last:
-                    s.writer.write(self._last_bytes(s))
+                    s.writer.write(self._last_bytes(s, k))
                 else:
-                    s.writer.write(token)
+                    s.writer.write(_event(self._chunk_event(s, k, None)))
                 s.log.writes_s.append(now)
                 self.metrics.token(s, now)
                 if last:
@@ -306,12 +318,20 @@ class FakeOpenAI:
                 delay = 0.0
             await asyncio.sleep(max(0.0, delay))
 
-    def _last_bytes(self, s: _Stream) -> bytes:
+    def _chunk_event(self, s: _Stream, k: int, finish: str | None) -> dict:
+        choice = {"index": 0, "delta": {"content": WORD * k}} if s.chat else {"index": 0, "text": WORD * k}
+        event = {**HEAD, "choices": [{**choice, "finish_reason": finish}]}
+        if s.running_usage:   # the running count: a client indexes a chunk's tokens by it
+            event["usage"] = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent,
+                              "total_tokens": s.prompt_tokens + s.sent}
+        return event
+
+    def _last_bytes(self, s: _Stream, k: int = 1) -> bytes:
         how = self.behaviour.cached_usage
         # llama.cpp puts its timings on the last event: the usage event where there is one
         timings = {"timings": {"cache_n": s.cached, "prompt_n": s.prompt_tokens - s.cached, "predicted_n": s.sent}} \
             if how in ("timings", "both") else {}
-        last = {**HEAD, "choices": [{"index": 0, "text": WORD, "finish_reason": s.finish}]}
+        last = self._chunk_event(s, k, s.finish)
         out = _event(last if s.include_usage else {**last, **timings})
         if s.include_usage:
             usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.sent, "total_tokens": s.prompt_tokens + s.sent}
@@ -339,10 +359,13 @@ def main() -> None:
     parser.add_argument("--metrics", choices=("vllm", "sglang", "tgi", "llamacpp"), default="")
     parser.add_argument("--prefix-block", type=int, default=16)
     parser.add_argument("--cached-usage", choices=("details", "timings", "both", ""), default="")
+    parser.add_argument("--chunk-tokens", type=int, default=1)
+    parser.add_argument("--first-chunk", choices=("role", "empty", ""), default="")
     args = parser.parse_args()
     server = FakeOpenAI(Behaviour(tokens=args.tokens, gap_ms=args.gap_ms, ttft_ms=args.ttft_ms,
                                   max_batch=args.max_batch, metrics=args.metrics, prefix_block=args.prefix_block,
-                                  cached_usage=args.cached_usage), port=args.port)
+                                  cached_usage=args.cached_usage, chunk_tokens=args.chunk_tokens,
+                                  first_chunk=args.first_chunk), port=args.port)
     print(f"serving on 127.0.0.1:{args.port}", flush=True)
     try:
         asyncio.run(server.serve())

@@ -83,7 +83,8 @@ class RemoteRun:
         self.num_refused_since_ok = 0           # connections refused since the last request that finished
         self.num_early = 0                      # finished before their requested length
         self.early_reasons: Counter[str] = Counter()
-        self.late_ms: list[float] = []          # each sent request: sent minus planned arrival
+        self.late_ms: list[float] = []          # each sent request: sent minus when it could have gone out
+        self.wait_ms: list[float] = []          # closed loop: each next request's wait for the coordinator to make it
         self.stopped = False
         self.abort: str | None = None           # "every request failed: ..." or "the server ... stopped answering ..."
         self.crash: str | None = None           # an unexpected failure of the run itself
@@ -148,7 +149,7 @@ class RemoteRun:
 
     def client_load(self) -> ClientLoad:
         load = ClientLoad(self.num_workers, late_ms=self.late_ms, coordinator_cpu_s=self.coordinator_cpu_s,
-                          wall_s=self.wall_s)
+                          wall_s=self.wall_s, refill_ms=self.wait_ms)
         for stats in (self.pool.stats if self.pool is not None else []):
             if stats is None:
                 continue
@@ -329,7 +330,7 @@ class RemoteRun:
     def _on_request(self, row: RequestRow) -> bool:
         """Take in one request's record; whether it left (so a closed loop's user sends its next)."""
         (rid, status, kind, reason, arrival, first, last, finish, n_indexed, usage_prompt, usage_output, text, late,
-         usage_cached) = row
+         usage_cached) = row[:14]
         spec, prompt = self._inflight.pop(rid)
         status = _STATUS[status]
         n_out = max(usage_output or 0, n_indexed)
@@ -340,6 +341,8 @@ class RemoteRun:
             out_source = "tokenizer" if counted == n_out or n_out == 0 else "estimate"
         if late is not None:
             self.late_ms.append(late)
+        if row.wait_ms is not None and self.closed:
+            self.wait_ms.append(row.wait_ms)
         if status is RequestStatus.ERROR:
             self.errors[kind] += 1
             reason = self._redact(reason)
@@ -351,6 +354,7 @@ class RemoteRun:
         record.output_tokens_source = out_source
         record.cached_prompt_tokens = usage_cached
         record.conversation_id, record.turn = spec.conversation_id, spec.turn
+        record.first_chunk_ms, record.first_chunk = row.first_chunk_ms, row.first_chunk
         if status is RequestStatus.FINISHED:
             self.num_ok += 1
             self.num_refused_since_ok = 0

@@ -69,6 +69,8 @@ class StreamState:
     cached_timings: int | None = None      # llama.cpp's timings.cache_n, where usage does not say
     finish_reason: str | None = None
     num_events: int = 0
+    first_chunk_ms: float | None = None    # the first event of any kind (backend.results.definitions)
+    first_chunk: str = ""                  # what it held: "content", "role" (a role-only delta) or "empty"
 
 
 def error_message(response_text: str) -> str:
@@ -272,6 +274,9 @@ class StreamedResponse(Handler):
         timings = event.get("timings")   # llama.cpp's, on its last event
         if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int):
             state.cached_timings = timings["cache_n"]
+        first = state.first_chunk_ms is None
+        if first:   # TTFT to the first chunk, whatever it held, is another tool's TTFT
+            state.first_chunk_ms, state.first_chunk = now, "empty"
         for choice in choices:
             if not isinstance(choice, dict):
                 raise RemoteFailure("malformed_event", f"a choice is not an object: {str(choice)[:80]!r}")
@@ -280,9 +285,13 @@ class StreamedResponse(Handler):
                 # reasoning models stream their thinking apart from the answer; both are output tokens
                 text = (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")) \
                     if isinstance(delta, dict) else None
+                if first and not text and isinstance(delta, dict) and delta.get("role"):
+                    state.first_chunk = "role"
             else:
                 text = choice.get("text")
             if text and isinstance(text, str):
+                if first:
+                    state.first_chunk = "content"
                 self.on_token(state, text, now)
             reason = choice.get("finish_reason")
             if reason:

@@ -113,6 +113,7 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
 def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, builder: PromptBuilder,
          num_workers: int) -> RunFinished:
     from backend.results.summary import summarize
+    from backend.results.definitions import differences
     from backend.targets.remote.prefix_cache import client_figures
     from backend.config import config_dict
     from backend.records import new_run_id
@@ -153,6 +154,7 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         summary.num_output_tokens_estimated = output_estimates
         warnings += token_count_lines(len(finished), prompt_estimates, output_estimates)
         warnings += early_stop_line(run.num_early, len(finished), run.early_reasons)
+        warnings += [f"definitions: {line}" for line in differences(summary)]   # streams that bend the figures
         warnings += run.lost   # "client worker 1 on HOST was lost: ...": its requests failed with that reason
         if run.server.error:
             warnings.append(run.server.error)

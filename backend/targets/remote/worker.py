@@ -61,7 +61,8 @@ class Worker:
         # came goes before one still waiting for its turn on the ramp)
         self.free_at: list[float] = []
         self.think_ms = 0.0                    # closed loop: a user's wait after its answer
-        self.reserve: deque[Send] = deque()    # closed loop: requests waiting for a free user
+        # closed loop: requests waiting for a free user, each with when it reached this worker
+        self.reserve: deque[tuple[Send, float]] = deque()
 
     def now_ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000.0
@@ -109,7 +110,7 @@ class Worker:
                 return
             if isinstance(msg, Send):
                 if msg.at_ms is None:
-                    self.reserve.append(msg)
+                    self.reserve.append((msg, self.now_ms()))
                     self._start_reserved()
                 else:
                     self.inflight[msg.request_id] = asyncio.create_task(self._one(msg.request_id, msg.at_ms, msg))
@@ -132,12 +133,19 @@ class Worker:
         """A closed loop's user sends its next request as soon as its last one left, with no round
         trip to the coordinator: the next request already waits here."""
         while self.free_at and self.reserve and not self.cancel_why:
-            msg = self.reserve.popleft()
+            msg, received = self.reserve.popleft()
             at = heapq.heappop(self.free_at)   # the user's moment
-            self.inflight[msg.request_id] = asyncio.create_task(self._one(msg.request_id, at, msg, closed=True))
+            self.inflight[msg.request_id] = asyncio.create_task(
+                self._one(msg.request_id, at, msg, closed=True, ready=max(at, received)))
 
-    async def _one(self, rid: int, at: float, msg: Send, closed: bool = False) -> None:
-        """One request, sent at `at` ms; its RequestRow goes with the next ClientRecords when it ends."""
+    async def _one(self, rid: int, at: float, msg: Send, closed: bool = False, ready: float | None = None) -> None:
+        """One request, sent at `at` ms; its RequestRow goes with the next ClientRecords when it ends.
+
+        `ready` is when it could have gone out: `at` for a planned arrival; for a closed loop's next request,
+        the later of its user being free (`at`) and the request reaching this worker. The coordinator makes a
+        user's next request only once the previous one has ended, so until it arrives the wait is the loop's
+        own round trip, not this worker being slow: lateness counts from `ready`."""
+        ready = at if ready is None else ready
         state = StreamState(rid, at)
         sent = None
         status, kind, reason = "finished", "", ""
@@ -162,8 +170,9 @@ class Worker:
             rid, status, kind, reason, state.arrival_ms, times[0] if times else None, times[-1] if times else None,
             state.finish_ms if state.finish_ms is not None else now,
             state.token_indices[-1] + 1 if state.token_indices else 0, state.prompt_tokens, state.completion_tokens,
-            "".join(state.text), None if sent is None else sent - at,
-            state.cached_tokens if state.cached_tokens is not None else state.cached_timings))
+            "".join(state.text), None if sent is None else sent - ready,
+            state.cached_tokens if state.cached_tokens is not None else state.cached_timings,
+            state.first_chunk_ms, state.first_chunk, None if sent is None else ready - at))
         self.inflight.pop(rid, None)
         if closed:
             heapq.heappush(self.free_at, now + self.think_ms)
