@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Iterable
 
 import numpy as np
 
@@ -158,9 +159,14 @@ def chunk_tokens_from_indices(indices: list[int], num_tokens: int | None = None)
     return out
 
 
-def _percentiles(values) -> dict[str, float]:
-    from backend.results.summary import percentiles   # one percentile rule for every figure
-    return percentiles(values)
+def percentiles(values: Iterable[float]) -> dict[str, float]:
+    """Mean, p50, p90 and p99 (numpy's linear interpolation); NaN for no values. The one percentile rule
+    for every figure of a run (backend.results.summary uses it too)."""
+    data = np.asarray(list(values), dtype=float)
+    if data.size == 0:
+        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return {"mean": float(data.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 def first_chunk_extra(k0: int) -> list[float]:
@@ -245,7 +251,7 @@ class DefinitionTotals:
         out: dict[str, float | int | str] = {}
         for name, values in (("ttft_first_chunk", self.ttft_first_chunk), ("itl_split", split),
                              ("tpot_e2e", self.tpot_e2e)):
-            for stat, value in _percentiles(values).items():
+            for stat, value in percentiles(values).items():
                 out[f"{name}_{stat}_ms"] = value
         out["num_chunks"] = self.num_chunks
         out["num_multi_token_chunks"] = self.num_multi_token_chunks

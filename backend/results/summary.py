@@ -19,20 +19,12 @@ from typing import Iterable
 import numpy as np
 
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
-from backend.results.definitions import Arrival, DefinitionTotals, FirstChunk, chunk_tokens_from_indices, differences
+from backend.results.definitions import (Arrival, DefinitionTotals, FirstChunk, chunk_tokens_from_indices, differences,
+                                         percentiles)
 from backend.roofline.cost import PhaseTotals
 from backend.summary import Summary
 
 NAN = float("nan")
-
-
-def percentiles(values: Iterable[float]) -> dict[str, float]:
-    """Mean, p50, p90 and p99 (numpy's linear interpolation); NaN for no values."""
-    data = np.asarray(list(values), dtype=float)
-    if data.size == 0:
-        return {"mean": NAN, "p50": NAN, "p90": NAN, "p99": NAN}
-    p50, p90, p99 = np.percentile(data, [50, 90, 99])
-    return {"mean": float(data.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 def inter_token_latencies(tokens: Iterable[TokenRecord]) -> list[float]:
