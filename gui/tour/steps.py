@@ -15,7 +15,7 @@ from backend.results.example import OUTPUT_LEN as EXAMPLE_OUTPUT, PROMPT_LEN as 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind, SamplingConfig, SweepKind, SweepSpec
 from backend.workload.spec import LengthDist, WorkloadSpec
 
-from gui.tour import measure
+from gui.tour import batch, measure
 from gui.tour.finding import Finding, Outcome
 
 MODEL = "smollm2-135m"          # the bundled model
@@ -152,7 +152,7 @@ STEPS: list[TourStep] = [
         "The blue line is measured, the green dashed one the roofline for this machine's profile (a generic CPU "
         "profile until you calibrate, Run › Calibrate). The vertical line is the predicted crossover; the red "
         "arrow marks where the measured growth slowed.",
-        _runs_batch, measure.batch_sweep),
+        _runs_batch, batch.batch_sweep),
     TourStep(
         "static-continuous", "Static against continuous batching",
         "A server batches the requests that arrive. Static batching takes up to four of them, runs them together, "

@@ -1,0 +1,41 @@
+"""The tour's batch step: the arrow sits where a fit of the whole curve bends, the roof is named for
+what it is, and the sentence says how far measurement and roof lie apart."""
+from backend.events import SweepPoint
+from backend.records import RunData
+from backend.run_info import RunInfo, SweepInfo
+from backend.summary import Crossovers, Summary
+from gui.tour.batch import batch_sweep
+from gui.tour.finding import Outcome
+
+BATCHES = [1, 2, 4, 8, 16]
+
+
+def _outcome(tokens_per_s, roof_tokens_per_s, local_profile="this-machine", predicted_at=3):
+    points = [SweepPoint("batch", x, x * 1000 / t, t, 0, 0, None, None, None, x * 1000 / r, "memory")
+              for x, t, r in zip(BATCHES, tokens_per_s, roof_tokens_per_s)]
+    data = RunData(info=RunInfo(sweep=SweepInfo(local_profile=local_profile)),
+                   summary=Summary(crossover=Crossovers(predicted_local=predicted_at)))
+    return [Outcome("batch sweep", data, points)]
+
+
+def test_a_slow_batch_2_does_not_put_the_arrow_there_the_fit_does():
+    """docs/tour-4-batch.png's curve: batch 2 slow, then climbing to 6x at batch 16."""
+    finding = batch_sweep(_outcome([25, 30, 75, 112, 147], [190, 380, 430, 480, 480]))
+    slows = [m for m in finding.figure.marks if m.text.startswith("growth slows")]
+    assert len(slows) == 1 and 8 <= slows[0].x0 <= 12
+    assert "bends at batch 10" in finding.sentence
+    assert "measured 3.3x below the calibrated roof at batch 16" in finding.sentence
+    assert "attention" in finding.sentence   # why: what the roof leaves out
+    assert [c.name for c in finding.figure.curves][1] == "roofline (this machine, calibrated)"
+
+
+def test_a_curve_still_climbing_has_no_arrow_and_says_so():
+    finding = batch_sweep(_outcome([b * 1000 / (40 + 0.5 * b) for b in BATCHES], [400] * 5))
+    assert not [m for m in finding.figure.marks if m.text.startswith("growth slows")]
+    assert "has not bent by batch 16: tokens/s was still climbing" in finding.sentence
+
+
+def test_an_uncalibrated_roof_is_named_generic_and_a_measured_step_above_it_is_explained():
+    finding = batch_sweep(_outcome([258, 427, 539, 616, 640], [200, 400, 500, 560, 600], local_profile="cpu"))
+    assert "generic CPU profile" in finding.sentence and "Run › Calibrate" in finding.sentence
+    assert "above the generic roof at batch 16" in finding.sentence and "calibrate's probes" in finding.sentence
