@@ -31,6 +31,8 @@ class TourStep:
     look: str                                              # what to look at in the figure
     runs: Callable[[], list[tuple[str, RunConfig]]]        # fresh configs, run in this order
     measure: Callable[[list[Outcome]], Finding]
+    view: str = "live"            # the window's view its runs feed, in front while they run: live, throughput, precision
+    uses_roofline: bool = False   # its figure draws this machine's roofline: calibrate first if never done
 
 
 def _model() -> ModelChoice:
@@ -141,7 +143,7 @@ STEPS: list[TourStep] = [
         "Everything is relative to float32 (1 at the left). The grey dashed line is the bytes a step reads. Where "
         "decode waits on memory, the blue line (decode) falls with it while the orange line (prefill) stays near 1; "
         "when other programs keep the cores busy, the cores become the limit instead and the blue line stays up.",
-        _runs_precision, measure.precisions),
+        _runs_precision, measure.precisions, view="precision"),
     TourStep(
         "batch", "Batching: many requests for the price of one read",
         "Since a decode step spends its time reading the weights, one step can serve several requests at once "
@@ -152,7 +154,7 @@ STEPS: list[TourStep] = [
         "The blue line is measured, the green dashed one the roofline for this machine's profile (a generic CPU "
         "profile until you calibrate, Run › Calibrate). The vertical line is the predicted crossover; the red "
         "arrow marks where the measured growth slowed.",
-        _runs_batch, batch.batch_sweep),
+        _runs_batch, batch.batch_sweep, view="throughput", uses_roofline=True),
     TourStep(
         "static-continuous", "Static against continuous batching",
         "A server batches the requests that arrive. Static batching takes up to four of them, runs them together, "
