@@ -14,11 +14,10 @@ from gui.tour.finding import DECODE, GREEN, GREY, RED, Curve, Figure, Finding, M
 
 FIT_SAMPLES = 24   # the fitted curve is drawn through this many batch sizes, evenly on the log axis
 # what a roofline leaves out of a decode step: why measured steps run below it
-OVERHEADS = ("the roof prices only the weights' bytes and the matmuls' arithmetic: the attention over the context, "
-             "the per-step Python and scheduling, the threads' synchronisation and the sampling are not in it")
+OVERHEADS = ("the roof counts only the weights' bytes and the matmuls' FLOPs, not the attention, the per-step Python "
+             "and scheduling, the threads' synchronisation or the sampling")
 # why a measured step can beat it: the roof's arithmetic peak is calibrate's probe of a matrix multiply
-PROBE = ("a roof is only as high as calibrate's probes: this engine's kernels can beat the matrix multiply "
-         "calibrate times, on the small products of a decode step")
+PROBE = "its arithmetic peak is calibrate's matmul probe, which this engine's kernels can beat on small products"
 
 
 def _at(xs: list[float], ys: list[float], x: float) -> float:
@@ -55,7 +54,7 @@ def _gap(points, calibrated: bool) -> str:
     why = OVERHEADS if hi >= 1.05 else PROBE
     if hi >= 1.05 and lo <= 0.95:
         why = f"{OVERHEADS}; and {PROBE}"
-    return f" Prediction against measurement: {at_last} ({spread}): {why}."
+    return f" Measured against predicted: {at_last} ({spread}); {why}."
 
 
 def batch_sweep(outcomes: list[Outcome]) -> Finding:
@@ -89,8 +88,8 @@ def batch_sweep(outcomes: list[Outcome]) -> Finding:
                               y=_at(xs, ys, fit.knee), color=RED))
     which = "This machine's calibrated roofline" if calibrated else \
         "The generic CPU profile's roofline (this machine was not calibrated: Run › Calibrate)"
-    where = (f" {which} puts the crossover, where a step stops being bound by reading the weights, at batch "
-             f"{predicted_at}." if predicted_at else f" {which} puts no crossover within reach.")
+    where = (f" {which} puts its crossover at batch {predicted_at}." if predicted_at else
+             f" {which} puts no crossover within reach.")
     if fit is None:
         seen = ""
     elif knee_at is not None:

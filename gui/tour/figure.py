@@ -19,6 +19,7 @@ from gui.views.plot_style import outline_color, style_plot, swatch_title
 LABEL_FILL = (255, 255, 255, 220)
 AXIS_WIDTH = 96
 AXIS_HEIGHT = 44
+LEGEND_CHARS = 60   # of a legend's names a line: about 480 px at the plot's 10 pt
 
 
 def _fx(fig: Figure, x):
@@ -40,17 +41,36 @@ def _log10_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
     return ticks
 
 
+def _title(title: str, legend: list[tuple]) -> str:
+    """The title over its legend, the legend's entries in lines of at most LEGEND_CHARS: one line of
+    both is wider than the central view of a 1,366 px screen, and a title wider than its plot widens
+    the plot past the view's right edge (its right end and labels cut)."""
+    lines, line, width = [], [], 0
+    for entry in legend:
+        if line and width + len(entry[0]) > LEGEND_CHARS:
+            lines.append(line)
+            line, width = [], 0
+        line.append(entry)
+        width += len(entry[0]) + 4
+    if line:
+        lines.append(line)
+    return "<br>".join([title] + [swatch_title("", part).removeprefix("&nbsp;&nbsp;&nbsp;") for part in lines])
+
+
 def draw(plot: pg.PlotWidget, fig: Figure) -> None:
     """Replace what `plot` shows with `fig`."""
     item = plot.getPlotItem()
     item.clear()
     legend = [(c.name, c.color, "&#9473;" if c.line else "&#9679;") for c in fig.curves] + \
              list(dict.fromkeys((r.name, r.color) for r in fig.rects))   # once each (a phase on several rows)
-    style_plot(item, swatch_title(fig.title, legend), fig.x_label, fig.y_label)
+    style_plot(item, _title(fig.title, legend), fig.x_label, fig.y_label)
     item.getAxis("left").setWidth(AXIS_WIDTH)     # named ticks ("decode worker", "1,000") need the room
     item.getAxis("bottom").setHeight(AXIS_HEIGHT)
     for name in ("bottom", "left"):   # a name set on an axis of unchanged size keeps its old place: place it
         item.getAxis(name).resizeEvent(None)
+    # the plot item keeps the width a wider title gave it until the widget itself resizes: fit it again,
+    # or its right end (the last points, their labels) lies past the widget's edge
+    plot.resizeEvent(None)
     xs, ys = [], []
     for c in fig.curves:
         x = np.array([_fx(fig, v) for v in c.x], dtype=float)

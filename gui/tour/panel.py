@@ -134,7 +134,7 @@ class TourPanel(QtWidgets.QWidget):
         w.view_tabs.add_view(self.page, TOUR_TAB, "Learn › The tour: the figure of the step in the tour dock, "
                                                   "measured on this machine")
         w.notes.add_notes(self.page, NotesPanel.fixed(TOUR_NOTE))
-        self.dock = QtWidgets.QDockWidget(TITLE, w)
+        self.dock = QtWidgets.QDockWidget("The tour", w)   # its tab beside "Controls": short, both whole
         self.dock.setObjectName("tourDock")
         self.dock.setWidget(scrolled(self))
         w.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.dock)
@@ -164,21 +164,6 @@ class TourPanel(QtWidgets.QWidget):
             figure.message(self.plot, step.title, "Press “Run this step”: the figure is measured on this machine")
             self.sentence.setText("Measured here: not yet — this step has not run in this session.")
         self._show_state()
-        self._fit_labels()
-
-    def resizeEvent(self, event) -> None:
-        super().resizeEvent(event)
-        self._fit_labels()
-
-    def _fit_labels(self) -> None:
-        """Wrapped labels get the height their text needs at this width (a layout gives them their
-        one-line hint, and the plot, which stretches, would squeeze them)."""
-        margins = self.layout().contentsMargins()
-        width = self.width() - margins.left() - margins.right()
-        if width < 200:   # not laid out yet: a narrow width would ask for a very tall column
-            return
-        for label in (self.text, self.look, self.sentence):
-            label.setMinimumHeight(label.heightForWidth(width))
 
     def _show_state(self, text: str | None = None) -> None:
         running = self.running_step is not None

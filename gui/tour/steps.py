@@ -151,9 +151,11 @@ STEPS: list[TourStep] = [
         "throughput (tokens per second, all requests together) climbs with the batch, until the arithmetic "
         "catches up with the reading: the crossover, which a roofline model predicts from the machine's "
         "arithmetic speed and memory bandwidth.\n\nThis step decodes batches of 1 to 16 requests.",
-        "The blue line is measured, the green dashed one the roofline for this machine's profile (a generic CPU "
-        "profile until you calibrate, Run › Calibrate). The vertical line is the predicted crossover; the red "
-        "arrow marks where the measured growth slowed.",
+        "The blue line is measured; the green dashed one is the roofline of this machine's profile (the tour "
+        "measures this machine first if it never was: Run › Calibrate), its crossover the vertical line. The grey "
+        "dashed line is a fit of the whole measured curve (a fixed cost a step plus a cost a request); the red arrow "
+        "marks where it bends: where the measured growth slows. The gap between blue and green is what the roofline "
+        "leaves out.",
         _runs_batch, batch.batch_sweep, view="throughput", uses_roofline=True),
     TourStep(
         "static-continuous", "Static against continuous batching",

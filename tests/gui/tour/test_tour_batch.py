@@ -38,4 +38,4 @@ def test_a_curve_still_climbing_has_no_arrow_and_says_so():
 def test_an_uncalibrated_roof_is_named_generic_and_a_measured_step_above_it_is_explained():
     finding = batch_sweep(_outcome([258, 427, 539, 616, 640], [200, 400, 500, 560, 600], local_profile="cpu"))
     assert "generic CPU profile" in finding.sentence and "Run › Calibrate" in finding.sentence
-    assert "above the generic roof at batch 16" in finding.sentence and "calibrate's probes" in finding.sentence
+    assert "above the generic roof at batch 16" in finding.sentence and "calibrate's matmul probe" in finding.sentence
