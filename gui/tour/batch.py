@@ -84,8 +84,9 @@ def batch_sweep(outcomes: list[Outcome]) -> Finding:
     if predicted_at:
         fig.marks.append(Mark("vline", f"roofline crossover: batch {predicted_at}", predicted_at, color=GREEN))
     if knee_at is not None:
-        fig.marks.append(Mark("point", f"growth slows: batch {knee_at} (the fit's bend)", fit.knee,
-                              y=_at(xs, ys, fit.knee), color=RED))
+        at = max(fit.knee, first.x)   # a bend below the first batch (no fixed cost a step) is marked there
+        fig.marks.append(Mark("point", f"growth slows: batch {knee_at} (the fit's bend)", at, y=_at(xs, ys, at),
+                              color=RED))
     which = "This machine's calibrated roofline" if calibrated else \
         "The generic CPU profile's roofline (this machine was not calibrated: Run › Calibrate)"
     where = (f" {which} puts its crossover at batch {predicted_at}." if predicted_at else

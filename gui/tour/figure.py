@@ -96,7 +96,9 @@ def draw(plot: pg.PlotWidget, fig: Figure) -> None:
     y_lo, y_hi = min(finite_y), max(finite_y)
     if fig.rects and not fig.log_y:
         y_lo = min(y_lo, 0.0)
-    x_pad = (x_hi - x_lo) * 0.06 or 0.5
+    # a named tick ("float32 (32.0)") is centred on its point: at the edge it needs half its width beside it,
+    # or the axis drops it
+    x_pad = (x_hi - x_lo) * (0.15 if fig.x_ticks is not None else 0.06) or 0.5
     rows = sum(1 for m in fig.marks if m.kind in ("region", "vline"))
     y_span = (y_hi - y_lo) or 1.0
     top = y_hi + y_span * (0.12 + 0.1 * rows)   # room above the data for the labels of spans and lines

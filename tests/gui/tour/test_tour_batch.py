@@ -39,3 +39,20 @@ def test_an_uncalibrated_roof_is_named_generic_and_a_measured_step_above_it_is_e
     finding = batch_sweep(_outcome([258, 427, 539, 616, 640], [200, 400, 500, 560, 600], local_profile="cpu"))
     assert "generic CPU profile" in finding.sentence and "Run › Calibrate" in finding.sentence
     assert "above the generic roof at batch 16" in finding.sentence and "calibrate's matmul probe" in finding.sentence
+
+
+def test_a_curve_flat_from_the_first_batch_is_marked_at_it():
+    finding = batch_sweep(_outcome([100, 99, 101, 100, 100], [400] * 5))
+    slows, = [m for m in finding.figure.marks if m.text.startswith("growth slows")]
+    assert slows.x0 == 1 and "bends at batch 1" in finding.sentence
+
+
+def test_each_batch_figure_draws_its_arrow_on_the_log_axes(qtbot):
+    import pyqtgraph as pg
+    from gui.tour import figure
+    plot = pg.PlotWidget()
+    qtbot.addWidget(plot)
+    for tokens in ([100, 99, 101, 100, 100], [25, 30, 75, 112, 147]):
+        figure.draw(plot, batch_sweep(_outcome(tokens, [400] * 5)).figure)
+        arrows = [i for i in plot.getPlotItem().items if isinstance(i, pg.ArrowItem)]
+        assert len(arrows) == 2   # the largest batch's gain and where growth slows
