@@ -146,11 +146,13 @@ def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float,
         else:
             plot.addItem(pg.InfiniteLine(x0, angle=90, movable=False, pen=pg.mkPen(color, width=2,
                                          style=QtCore.Qt.PenStyle.DashLine)), ignoreBounds=True)
-        # a label reads rightwards from its span or line, leftwards when that is near the right edge
-        leftwards = mark.kind == "vline" and x0 > left + 0.55 * x_span
+        # a label reads rightwards from its span or line, leftwards when that is near the right edge (a span's
+        # from its right end): a central view is narrower than the text of a long span's label
+        leftwards = x0 > left + (0.55 if mark.kind == "vline" else 0.4) * x_span
+        at = _fx(fig, mark.x1) if mark.kind == "region" and leftwards else x0
         label = pg.TextItem(mark.text, color=color, anchor=(1, 0) if leftwards else (0, 0), fill=LABEL_FILL)
         label.setZValue(20)   # over the spans' edges and the bars
-        label.setPos(x0, top - y_span * 0.09 * row)
+        label.setPos(at, top - y_span * 0.09 * row)
         plot.addItem(label, ignoreBounds=True)
         return row + 1
     y = _fy(fig, mark.y)
