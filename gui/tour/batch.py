@@ -48,13 +48,18 @@ def _gap(points, calibrated: bool) -> str:
                f"measured {1 / r:.1f}x above {roof} at batch {x}" if r <= 0.95 else
                f"measured within 5% of {roof} at batch {x}")
     lo, hi = min(r for _, r in ratios), max(r for _, r in ratios)
-    spread = (f"{lo:.1f}x to {hi:.1f}x below across the sweep" if lo >= 1 else
-              f"{1 / hi:.1f}x to {1 / lo:.1f}x above across the sweep" if hi < 1 else
-              f"from {1 / lo:.1f}x above to {hi:.1f}x below across the sweep")
-    why = OVERHEADS if hi >= 1.05 else PROBE
-    if hi >= 1.05 and lo <= 0.95:
-        why = f"{OVERHEADS}; and {PROBE}"
+    spread = (f"{lo:.1f}x to {hi:.1f}x below across the sweep" if lo >= 1.05 else
+              f"{1 / hi:.1f}x to {1 / lo:.1f}x above across the sweep" if hi <= 0.95 else
+              f"from {_side(lo)} to {_side(hi)} across the sweep")
+    if 0.95 < lo and hi < 1.05:
+        return f" Measured against predicted: {at_last} (within 5% across the sweep)."
+    why = f"{OVERHEADS}; and {PROBE}" if hi >= 1.05 and lo <= 0.95 else OVERHEADS if hi >= 1.05 else PROBE
     return f" Measured against predicted: {at_last} ({spread}); {why}."
+
+
+def _side(r: float) -> str:
+    """A measured/roof ratio in words: "1.4x below", "1.2x above", "within 5%"."""
+    return "within 5%" if 0.95 < r < 1.05 else f"{r:.1f}x below" if r > 1 else f"{1 / r:.1f}x above"
 
 
 def batch_sweep(outcomes: list[Outcome]) -> Finding:
