@@ -9,8 +9,8 @@ tour opened from its menu and each step run as a user's would: the window's own 
 `app.exec()` driven by the panel's signals (a test helper's waits would slow the engine several
 times). The batch step measures this machine first, as the tour does for anyone who never
 calibrated, so its roofline is this machine's. Once a step's figure is in front, the whole screen is
-saved with `import -window root` (ImageMagick) as FOLDER/tour-<n>-<key>.png, reduced to 256
-colours, with the step's CSV beside it in a temporary folder, and the time each step took, from Run
+saved with `import -window root` (ImageMagick) as FOLDER/tour-<n>-<key>.png, cut to the window and
+reduced to 64 colours, with the step's CSV beside it in a temporary folder, and the time each step took, from Run
 to its finding, is printed (the table in docs/window.md). Without a display (QT_QPA_PLATFORM=offscreen)
 the window's own grab is saved instead.
 """
@@ -36,8 +36,10 @@ def shoot(window, path: Path) -> None:
         window.grab().save(str(path))
     else:
         subprocess.run(["import", "-window", "root", str(path)], check=True)
-    # a screen of flat widget colours loses nothing a reader sees at 256 colours, and half its bytes
-    subprocess.run(["convert", str(path), "-colors", "256", f"PNG8:{path}"], check=True)
+    # the window without the screen's black border around it; flat widget colours lose nothing a reader
+    # sees at 64 colours undithered, and two thirds of their bytes
+    subprocess.run(["convert", str(path), "-trim", "+repage", "+dither", "-colors", "64",
+                    "-define", "png:compression-level=9", f"PNG8:{path}"], check=True)
 
 
 def main(argv: list[str]) -> int:
