@@ -4,6 +4,7 @@ roofline, with where the measured growth slows taken from a fit of the whole cur
 from __future__ import annotations
 
 import math
+import os
 
 from backend.config import SweepKind
 from backend.roofline.profiles import LOCAL_KEY
@@ -37,7 +38,7 @@ def _fit_curve(fit: BatchFit, lo: float, hi: float) -> Curve:
                  [fit.tokens_per_s(x) for x in xs], GREY, dash=True, symbol=None)
 
 
-def _gap(points, calibrated: bool) -> str:
+def _gap(points, calibrated: bool, cores_note: str) -> str:
     """How far the measured points lie from the roof, at the largest batch and across the sweep, and why."""
     ratios = [(p.x, p.x * 1000.0 / p.predicted_local_ms / p.tokens_per_s) for p in points if p.predicted_local_ms]
     if not ratios:
@@ -53,7 +54,8 @@ def _gap(points, calibrated: bool) -> str:
               f"from {_side(lo)} to {_side(hi)} across the sweep")
     if 0.95 < lo and hi < 1.05:
         return f" Measured against predicted: {at_last} (within 5% across the sweep)."
-    why = f"{OVERHEADS}; and {PROBE}" if hi >= 1.05 and lo <= 0.95 else OVERHEADS if hi >= 1.05 else PROBE
+    below = OVERHEADS + cores_note
+    why = f"{below}; and {PROBE}" if hi >= 1.05 and lo <= 0.95 else below if hi >= 1.05 else PROBE
     return f" Measured against predicted: {at_last} ({spread}); {why}."
 
 
@@ -62,9 +64,15 @@ def _side(r: float) -> str:
     return "within 5%" if 0.95 < r < 1.05 else f"{r:.1f}x below" if r > 1 else f"{1 / r:.1f}x above"
 
 
-def batch_sweep(outcomes: list[Outcome]) -> Finding:
-    """(4) decode tokens/s against the batch, beside this machine's roofline and its crossover."""
+def batch_sweep(outcomes: list[Outcome], cores: int | None = None) -> Finding:
+    """(4) decode tokens/s against the batch, beside this machine's roofline and its crossover.
+    `cores`: what calibrate measured the roof with (all of this machine's)."""
     out = outcomes[0]
+    cores = cores or os.cpu_count() or 1
+    threads = out.data.info.local.threads if out.data.info.local is not None else None
+    # the roof is every core's FLOP/s and bandwidth; the window's run leaves it one
+    cores_note = (f", and this step ran on {threads} of the {cores} cores the roof was measured on"
+                  if threads and threads < cores else "")
     points = sorted((p for p in out.sweep_points if p.kind == SweepKind.BATCH), key=lambda p: p.x)
     xs, ys = [p.x for p in points], [p.tokens_per_s for p in points]
     sweep = out.data.info.sweep
@@ -108,7 +116,7 @@ def batch_sweep(outcomes: list[Outcome]) -> Finding:
     sentence = (f"At batch {first.x} a decode step took {ms(first.step_ms)} ({first.tokens_per_s:,.0f} tokens/s); at "
                 f"batch {last.x}, {ms(last.step_ms)} ({last.tokens_per_s:,.0f} tokens/s): "
                 f"{times(first.tokens_per_s, last.tokens_per_s)} the throughput for {last.x // first.x}x the "
-                f"requests." + seen + where + _gap(points, calibrated))
+                f"requests." + seen + where + _gap(points, calibrated, cores_note))
     rows = [[p.x, round(p.step_ms, 3), round(p.tokens_per_s, 1),
              p.predicted_local_ms and round(p.predicted_local_ms, 3),
              fit and round(fit.tokens_per_s(p.x), 1), p.bound] for p in points]

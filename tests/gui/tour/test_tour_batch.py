@@ -2,7 +2,7 @@
 what it is, and the sentence says how far measurement and roof lie apart."""
 from backend.events import SweepPoint
 from backend.records import RunData
-from backend.run_info import RunInfo, SweepInfo
+from backend.run_info import LocalInfo, RunInfo, SweepInfo
 from backend.summary import Crossovers, Summary
 from gui.tour.batch import batch_sweep
 from gui.tour.finding import Outcome
@@ -10,10 +10,10 @@ from gui.tour.finding import Outcome
 BATCHES = [1, 2, 4, 8, 16]
 
 
-def _outcome(tokens_per_s, roof_tokens_per_s, local_profile="this-machine", predicted_at=3):
+def _outcome(tokens_per_s, roof_tokens_per_s, local_profile="this-machine", predicted_at=3, threads=None):
     points = [SweepPoint("batch", x, x * 1000 / t, t, 0, 0, None, None, None, x * 1000 / r, "memory")
               for x, t, r in zip(BATCHES, tokens_per_s, roof_tokens_per_s)]
-    data = RunData(info=RunInfo(sweep=SweepInfo(local_profile=local_profile)),
+    data = RunData(info=RunInfo(sweep=SweepInfo(local_profile=local_profile), local=LocalInfo(threads=threads)),
                    summary=Summary(crossover=Crossovers(predicted_local=predicted_at)))
     return [Outcome("batch sweep", data, points)]
 
@@ -56,3 +56,9 @@ def test_each_batch_figure_draws_its_arrow_on_the_log_axes(qtbot):
         figure.draw(plot, batch_sweep(_outcome(tokens, [400] * 5)).figure)
         arrows = [i for i in plot.getPlotItem().items if isinstance(i, pg.ArrowItem)]
         assert len(arrows) == 2   # the largest batch's gain and where growth slows
+
+
+def test_a_run_on_fewer_cores_than_the_roof_was_measured_on_says_so():
+    outcome = _outcome([25, 30, 75, 112, 147], [190, 380, 430, 480, 480], threads=1)
+    assert "ran on 1 of the 2 cores the roof was measured on" in batch_sweep(outcome, cores=2).sentence
+    assert "cores the roof" not in batch_sweep(_outcome([25, 30, 75, 112, 147], [190] * 5, threads=2), cores=2).sentence
