@@ -11,13 +11,21 @@ The first point that grew by less than proportional, the rule this replaces, is 
 away from a wrong answer: a batch-2 point measured slow (another program on the cores) reported
 a crossover at 2 while the curve went on climbing to 6x at batch 16. A least-squares fit over
 every point is not moved by one. The fit weighs each point by its relative error (1/t²), so the
-largest batch's long steps do not outweigh the small batches' short ones. Pure arithmetic: no
+largest batch's long steps do not outweigh the small batches' short ones.
+
+A curve that *falls* past its peak (measured here: 611 tokens/s at batch 8, 397 at 16, where the
+CPU's products of 16 rows and more went to another unit) is another effect than growth that
+slows, one B / (a + b·B) cannot draw: fitted with the rest it bent the curve at batch 1 while the
+points climbed to 8. The points after the peak that fell below FALL of it are left out of the fit
+(rising_part); a plateau's noise (98 against a peak of 106) is not a fall. Pure arithmetic: no
 numpy, no torch.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+FALL = 0.8   # past the peak, a point below this share of it has fallen, not levelled off
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +85,23 @@ def fit_batch_curve(batches: list[float], tokens_per_s: list[float]) -> BatchFit
         a, b = 0.0, t1 / s2
     errors = [((a + b * x) / t - 1.0) ** 2 for x, t in points]
     return BatchFit(a, b, math.sqrt(sum(errors) / len(errors)))
+
+
+def rising_part(tokens_per_s: list[float]) -> int:
+    """How many leading points the fit takes: all of them, but for those from the first point after
+    the peak whose throughput fell below FALL of the peak's."""
+    if not tokens_per_s:
+        return 0
+    peak = max(range(len(tokens_per_s)), key=tokens_per_s.__getitem__)
+    for i in range(peak + 1, len(tokens_per_s)):
+        if tokens_per_s[i] < FALL * tokens_per_s[peak]:
+            return i
+    return len(tokens_per_s)
+
+
+def measured_crossover(batches: list[int], tokens_per_s: list[float]) -> int | None:
+    """The batch where a sweep's tokens/s stops growing in proportion: the bend of the fit of its
+    rising part, None when it still climbs at the largest batch fitted (or too few points)."""
+    n = rising_part(tokens_per_s)
+    fit = fit_batch_curve(batches[:n], tokens_per_s[:n])
+    return fit.crossover(max(batches[:n])) if fit is not None else None

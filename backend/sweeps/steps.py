@@ -35,7 +35,7 @@ from backend.results.export import ensure_writable
 from backend.roofline.roofs import math_from_info
 from backend.run_info import RunInfo, SweepInfo
 from backend.summary import Crossovers, PrecisionGain, Summary
-from backend.sweeps.crossover import fit_batch_curve
+from backend.sweeps import crossover
 from backend.sweeps.points import write_points
 
 FIRST_WARMUP_S = 0.5    # untimed runs before the sweep's first point, at least this long (measured sweeps)
@@ -274,10 +274,9 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
 
 
 def measured_crossover(points: list[SweepPoint]) -> int | None:
-    """The batch where tokens/s stops growing in proportion: the knee of a fit over every point
-    (backend/sweeps/crossover.py), None when the curve still climbs at the largest batch measured."""
-    fit = fit_batch_curve([p.x for p in points], [p.tokens_per_s for p in points])
-    return fit.crossover(max(p.x for p in points)) if fit is not None else None
+    """The batch where tokens/s stops growing in proportion: the knee of a fit over every point up to a
+    fall (backend/sweeps/crossover.py), None when the curve still climbs at the largest batch fitted."""
+    return crossover.measured_crossover([p.x for p in points], [p.tokens_per_s for p in points])
 
 
 def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoaded | None, note: str,

@@ -9,7 +9,7 @@ import os
 from backend.config import SweepKind
 from backend.roofline.profiles import LOCAL_KEY
 from backend.summary import Crossovers
-from backend.sweeps.crossover import BatchFit, fit_batch_curve
+from backend.sweeps.crossover import BatchFit, fit_batch_curve, rising_part
 
 from gui.tour.finding import DECODE, GREEN, GREY, RED, Curve, Figure, Finding, Mark, Outcome, ms, times
 
@@ -87,10 +87,12 @@ def batch_sweep(outcomes: list[Outcome], cores: int | None = None) -> Finding:
     if len(points) < 2:
         return Finding("Not enough batch sizes ran to compare.", fig, [], [])
     first, last = points[0], points[-1]
-    fit = fit_batch_curve(xs, ys)
-    knee_at = fit.crossover(last.x) if fit is not None else None
+    n = rising_part(ys)   # a fall past the peak is left out: another effect than growth that slows
+    top = points[n - 1]
+    fit = fit_batch_curve(xs[:n], ys[:n])
+    knee_at = fit.crossover(top.x) if fit is not None else None
     if fit is not None:
-        fig.curves.append(_fit_curve(fit, first.x, last.x))
+        fig.curves.append(_fit_curve(fit, first.x, top.x))
     predicted_at = (out.data.summary.crossover or Crossovers()).predicted_local
     fig.marks.append(Mark("point", f"batch {last.x}: {times(first.tokens_per_s, last.tokens_per_s)} the tokens/s",
                           last.x, y=last.tokens_per_s, color=DECODE))
@@ -104,15 +106,21 @@ def batch_sweep(outcomes: list[Outcome], cores: int | None = None) -> Finding:
         "The generic CPU profile's roofline (this machine was not calibrated: Run › Calibrate)"
     where = (f" {which} puts its crossover at batch {predicted_at}." if predicted_at else
              f" {which} puts no crossover within reach.")
+    which_points = "every point" if n == len(points) else f"the points up to batch {top.x}"
     if fit is None:
         seen = ""
     elif knee_at is not None:
-        seen = (f" A fit of every point (a step costs {ms(fit.fixed_ms)} plus {ms(fit.per_request_ms)} a request) "
+        seen = (f" A fit of {which_points} (a step costs {ms(fit.fixed_ms)} plus {ms(fit.per_request_ms)} a request) "
                 f"bends at batch {knee_at}: there the growth slows, toward {fit.ceiling_tokens_per_s:,.0f} tokens/s.")
     else:
-        seen = (f" A fit of every point (a step costs {ms(fit.fixed_ms)} plus {ms(fit.per_request_ms)} a request) "
-                f"has not bent by batch {last.x}: tokens/s was still climbing"
+        seen = (f" A fit of {which_points} (a step costs {ms(fit.fixed_ms)} plus {ms(fit.per_request_ms)} a request) "
+                f"has not bent by batch {top.x}: tokens/s was still climbing"
                 + (f" (its bend lies near batch {fit.knee:,.0f})." if math.isfinite(fit.knee) else "."))
+    if n < len(points):
+        peak, fell = max(points[:n], key=lambda p: p.tokens_per_s), points[n]
+        seen += (f" At batch {fell.x} tokens/s fell to {fell.tokens_per_s:,.0f}, below the {peak.tokens_per_s:,.0f} "
+                 f"of batch {peak.x}: a step that got slower a request is another effect than growth that slows "
+                 f"(a different kernel or unit, the cache overflowing), so the fit leaves it out.")
     sentence = (f"At batch {first.x} a decode step took {ms(first.step_ms)} ({first.tokens_per_s:,.0f} tokens/s); at "
                 f"batch {last.x}, {ms(last.step_ms)} ({last.tokens_per_s:,.0f} tokens/s): "
                 f"{times(first.tokens_per_s, last.tokens_per_s)} the throughput for {last.x // first.x}x the "

@@ -62,3 +62,13 @@ def test_a_run_on_fewer_cores_than_the_roof_was_measured_on_says_so():
     outcome = _outcome([25, 30, 75, 112, 147], [190, 380, 430, 480, 480], threads=1)
     assert "ran on 1 of the 2 cores the roof was measured on" in batch_sweep(outcome, cores=2).sentence
     assert "cores the roof" not in batch_sweep(_outcome([25, 30, 75, 112, 147], [190] * 5, threads=2), cores=2).sentence
+
+
+def test_a_fall_at_the_largest_batch_is_said_and_left_out_of_the_fit():
+    """Measured here on a quiet machine: the points climb to batch 8, then batch 16's steps run on another unit."""
+    finding = batch_sweep(_outcome([254.1, 394.1, 536.1, 611.1, 396.9], [700, 730, 730, 730, 3000]))
+    slows, = [m for m in finding.figure.marks if m.text.startswith("growth slows")]
+    assert slows.text.startswith("growth slows: batch 2") and "fit of the points up to batch 8" in finding.sentence
+    assert "At batch 16 tokens/s fell to 397, below the 611 of batch 8" in finding.sentence
+    fitted = next(c for c in finding.figure.curves if c.name.startswith("fit"))
+    assert max(fitted.x) == 8
