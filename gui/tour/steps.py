@@ -59,8 +59,11 @@ def _burst() -> WorkloadSpec:
 
 
 def _long_prompts() -> WorkloadSpec:
-    return WorkloadSpec("tour-long-prompts", num_requests=5, arrival="constant", rate=1.5,
-                        prompt_len=LengthDist("uniform", low=32, high=256), output_len=LengthDist("fixed", 16),
+    # each prompt must arrive while the one before still decodes, or there is no decode to stall: with 16
+    # output tokens one every 0.67 s, a quiet machine (4 ms a decode step) had finished each request
+    # long before the next came, and the longest "stall" was 9 ms
+    return WorkloadSpec("tour-long-prompts", num_requests=6, arrival="constant", rate=4.0,
+                        prompt_len=LengthDist("uniform", low=32, high=256), output_len=LengthDist("fixed", 64),
                         description="prompts of up to 256 tokens arriving while others decode")
 
 
@@ -175,8 +178,8 @@ STEPS: list[TourStep] = [
         "Under continuous batching a newly arrived prompt is prefilled in a step of its own, and every request "
         "already decoding waits for that step: its next token is late (a stall). Chunked prefill cuts the prompt "
         "into slices of a fixed number of tokens and puts one slice into each step beside the decodes, so no "
-        "step is long.\n\nThis step sends five requests with prompts of up to 256 tokens, one every 0.67 s, first "
-        "under continuous batching, then with chunks of 32 tokens.",
+        "step is long.\n\nThis step sends six requests with prompts of up to 256 tokens and 64 output tokens, one "
+        "every 0.25 s, first under continuous batching, then with chunks of 32 tokens.",
         "Each dot is the wait between two tokens of one request. The orange dots high up are decodes that waited "
         "for a whole prompt's prefill; the purple ones (chunked) stay low.",
         _runs_chunked, measure.chunked),
