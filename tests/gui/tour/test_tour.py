@@ -185,3 +185,21 @@ def test_a_roofline_step_measures_this_machine_first_and_shows_its_view_while_it
     panel.run_step()   # asked once a session: the next Run goes straight to its runs
     assert len(asked) == 1
     qtbot.waitUntil(lambda: panel.running_step is None, timeout=RUN_TIMEOUT_MS)
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
+def test_the_tour_figure_keeps_its_least_height_and_a_third_of_the_window(qtbot, window, size):
+    import pyqtgraph as pg
+    from gui.layout import MIN_PLOT_AREA
+    from PySide6 import QtWidgets
+    window.resize(*size)
+    window.tools.open_tour()
+    panel = window.tools.tour
+    QtWidgets.QApplication.processEvents()
+    assert window.size() == QtCore.QSize(*size)   # the tour's dock and page did not push the window past it
+    plots = [p for p in window.view_tabs.currentWidget().findChildren(pg.PlotWidget) if p.isVisible()]
+    assert plots == [panel.plot]
+    assert panel.plot.height() >= panel.plot.minimumHeight() > 0
+    assert panel.plot.getPlotItem().getViewBox().sceneBoundingRect().height() >= MIN_PLOT_AREA
+    share = panel.plot.width() * panel.plot.height() / (size[0] * size[1])
+    assert share >= 1 / 3, share
