@@ -34,7 +34,6 @@ from gui.tour import figure
 from gui.tour.finding import Finding, Outcome
 from gui.tour.steps import STEPS, TourStep
 
-TITLE = "Learn: the seed's claims, measured here"
 TOUR_TAB = "Tour"
 TOUR_NOTE = ("<b>The tour.</b> The figure of the step shown in the tour's dock (beside the Controls, left), drawn "
              "from this machine's runs when the step ends, with what to look at marked on the measured data. While "
