@@ -35,9 +35,9 @@ from backend.results.export import ensure_writable
 from backend.roofline.roofs import math_from_info
 from backend.run_info import RunInfo, SweepInfo
 from backend.summary import Crossovers, PrecisionGain, Summary
+from backend.sweeps import crossover
 from backend.sweeps.points import write_points
 
-GROWTH_FRACTION = 0.5   # the measured crossover: tokens/s grows by less than half of the batch's growth
 FIRST_WARMUP_S = 0.5    # untimed runs before the sweep's first point, at least this long (measured sweeps)
 
 
@@ -274,12 +274,9 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
 
 
 def measured_crossover(points: list[SweepPoint]) -> int | None:
-    """First batch where tokens/s stops growing roughly in proportion to the batch size."""
-    for prev, cur in zip(points, points[1:]):
-        expected = cur.x / prev.x
-        if cur.tokens_per_s / prev.tokens_per_s - 1 < GROWTH_FRACTION * (expected - 1):
-            return cur.x
-    return None
+    """The batch where tokens/s stops growing in proportion: the knee of a fit over every point up to a
+    fall (backend/sweeps/crossover.py), None when the curve still climbs at the largest batch fitted."""
+    return crossover.measured_crossover([p.x for p in points], [p.tokens_per_s for p in points])
 
 
 def sweep_summary(config: RunConfig, points: list[SweepPoint], loaded: ModelLoaded | None, note: str,

@@ -86,7 +86,7 @@ class ToolsController(QtCore.QObject):
         self.fit_dialog.show()
         self.fitFinished.emit(report)
 
-    # ---- the worked example, the planner, the tour: a window each, one per main window ----------
+    # ---- the worked example and the planner: a window each; the tour: a dock and a view of this one ----
 
     def open_example(self) -> None:
         from gui.views.tool_dialogs import ExampleDialog
@@ -105,8 +105,8 @@ class ToolsController(QtCore.QObject):
         """Learn > The tour (gui/tour/panel.py): each step a run of the main window."""
         from gui.tour.panel import TourPanel
         if self.tour is None:
-            self.tour = TourPanel(self.window)
-        _bring_up(self.tour)
+            self.tour = TourPanel(self.window)   # a dock and a central view of the window (gui/tour/panel.py)
+        self.tour.bring_up()
 
 
 def _bring_up(dialog: QtWidgets.QWidget) -> None:

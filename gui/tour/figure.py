@@ -19,6 +19,7 @@ from gui.views.plot_style import outline_color, style_plot, swatch_title
 LABEL_FILL = (255, 255, 255, 220)
 AXIS_WIDTH = 96
 AXIS_HEIGHT = 44
+LEGEND_CHARS = 60   # of a legend's names a line: about 480 px at the plot's 10 pt
 
 
 def _fx(fig: Figure, x):
@@ -40,17 +41,36 @@ def _log10_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
     return ticks
 
 
+def _title(title: str, legend: list[tuple]) -> str:
+    """The title over its legend, the legend's entries in lines of at most LEGEND_CHARS: one line of
+    both is wider than the central view of a 1,366 px screen, and a title wider than its plot widens
+    the plot past the view's right edge (its right end and labels cut)."""
+    lines, line, width = [], [], 0
+    for entry in legend:
+        if line and width + len(entry[0]) > LEGEND_CHARS:
+            lines.append(line)
+            line, width = [], 0
+        line.append(entry)
+        width += len(entry[0]) + 4
+    if line:
+        lines.append(line)
+    return "<br>".join([title] + [swatch_title("", part).removeprefix("&nbsp;&nbsp;&nbsp;") for part in lines])
+
+
 def draw(plot: pg.PlotWidget, fig: Figure) -> None:
     """Replace what `plot` shows with `fig`."""
     item = plot.getPlotItem()
     item.clear()
     legend = [(c.name, c.color, "&#9473;" if c.line else "&#9679;") for c in fig.curves] + \
              list(dict.fromkeys((r.name, r.color) for r in fig.rects))   # once each (a phase on several rows)
-    style_plot(item, swatch_title(fig.title, legend), fig.x_label, fig.y_label)
+    style_plot(item, _title(fig.title, legend), fig.x_label, fig.y_label)
     item.getAxis("left").setWidth(AXIS_WIDTH)     # named ticks ("decode worker", "1,000") need the room
     item.getAxis("bottom").setHeight(AXIS_HEIGHT)
     for name in ("bottom", "left"):   # a name set on an axis of unchanged size keeps its old place: place it
         item.getAxis(name).resizeEvent(None)
+    # the plot item keeps the width a wider title gave it until the widget itself resizes: fit it again,
+    # or its right end (the last points, their labels) lies past the widget's edge
+    plot.resizeEvent(None)
     xs, ys = [], []
     for c in fig.curves:
         x = np.array([_fx(fig, v) for v in c.x], dtype=float)
@@ -76,7 +96,9 @@ def draw(plot: pg.PlotWidget, fig: Figure) -> None:
     y_lo, y_hi = min(finite_y), max(finite_y)
     if fig.rects and not fig.log_y:
         y_lo = min(y_lo, 0.0)
-    x_pad = (x_hi - x_lo) * 0.06 or 0.5
+    # a named tick ("float32 (32.0)") is centred on its point: at the edge it needs half its width beside it,
+    # or the axis drops it
+    x_pad = (x_hi - x_lo) * (0.15 if fig.x_ticks is not None else 0.06) or 0.5
     rows = sum(1 for m in fig.marks if m.kind in ("region", "vline"))
     y_span = (y_hi - y_lo) or 1.0
     top = y_hi + y_span * (0.12 + 0.1 * rows)   # room above the data for the labels of spans and lines
@@ -124,11 +146,13 @@ def _mark(plot: pg.PlotWidget, fig: Figure, mark: Mark, row: int, top: float,
         else:
             plot.addItem(pg.InfiniteLine(x0, angle=90, movable=False, pen=pg.mkPen(color, width=2,
                                          style=QtCore.Qt.PenStyle.DashLine)), ignoreBounds=True)
-        # a label reads rightwards from its span or line, leftwards when that is near the right edge
-        leftwards = mark.kind == "vline" and x0 > left + 0.55 * x_span
+        # a label reads rightwards from its span or line, leftwards when that is near the right edge (a span's
+        # from its right end): a central view is narrower than the text of a long span's label
+        leftwards = x0 > left + (0.55 if mark.kind == "vline" else 0.4) * x_span
+        at = _fx(fig, mark.x1) if mark.kind == "region" and leftwards else x0
         label = pg.TextItem(mark.text, color=color, anchor=(1, 0) if leftwards else (0, 0), fill=LABEL_FILL)
         label.setZValue(20)   # over the spans' edges and the bars
-        label.setPos(x0, top - y_span * 0.09 * row)
+        label.setPos(at, top - y_span * 0.09 * row)
         plot.addItem(label, ignoreBounds=True)
         return row + 1
     y = _fy(fig, mark.y)

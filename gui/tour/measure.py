@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 
-from backend.config import SweepKind
 from backend.records import Phase, RequestStatus, StepRecord
-from backend.summary import Crossovers
 
-from gui.tour.finding import (DECODE, GREEN, GREY, MIXED, PHASE, PREFILL, RED, Curve, Figure, Finding, Mark, Outcome,
+from gui.tour.finding import (DECODE, GREY, MIXED, PHASE, PREFILL, RED, Curve, Figure, Finding, Mark, Outcome,
                               Rects, faster, median, ms, times)
 
 TOKEN_TICKS = [(math.log10(n), str(n)) for n in (1, 10, 100, 1000, 10000)]
@@ -115,44 +113,6 @@ def precisions(outcomes: list[Outcome]) -> Finding:
     rows = [[p.dtype, p.weight_bytes, round(p.weight_bits, 2), round(p.ttft_ms, 3), round(p.tpot_ms, 3)]
             for p in points]
     return Finding(sentence, fig, ["dtype", "weight_bytes", "bits", "ttft_ms", "tpot_ms"], rows)
-
-
-def batch_sweep(outcomes: list[Outcome]) -> Finding:
-    """(4) decode tokens/s against the batch, beside this machine's roofline and its crossover."""
-    out = outcomes[0]
-    points = [p for p in out.sweep_points if p.kind == SweepKind.BATCH]
-    xs = [p.x for p in points]
-    fig = Figure("Decode throughput against the batch", "batch (requests decoded in one step)", "tokens/s",
-                 log_x=True, log_y=True, curves=[Curve("measured", xs, [p.tokens_per_s for p in points], DECODE)])
-    predicted = [(p.x, p.x * 1000.0 / p.predicted_local_ms) for p in points if p.predicted_local_ms]
-    if predicted:
-        fig.curves.append(Curve("roofline (this machine's profile)", [x for x, _ in predicted],
-                                [y for _, y in predicted], GREEN, dash=True, symbol=None))
-    if len(points) < 2:
-        return Finding("Not enough batch sizes ran to compare.", fig, [], [])
-    first, last = points[0], points[-1]
-    summary = out.data.summary
-    crossover = summary.crossover or Crossovers()
-    predicted_at, measured_at = crossover.predicted_local, crossover.measured
-    fig.marks.append(Mark("point", f"batch {last.x}: {times(first.tokens_per_s, last.tokens_per_s)} the tokens/s",
-                          last.x, y=last.tokens_per_s, color=DECODE))
-    if predicted_at:
-        fig.marks.append(Mark("vline", f"roofline crossover: batch {predicted_at}", predicted_at, color=GREEN))
-    if measured_at:
-        at = next(p for p in points if p.x == measured_at)
-        fig.marks.append(Mark("point", f"growth slows: batch {measured_at}", at.x, y=at.tokens_per_s, color=RED))
-    where = (f"The roofline of this machine's profile puts the crossover, where a step stops being bound by "
-             f"reading the weights, at batch {predicted_at}" if predicted_at else
-             "The roofline of this machine's profile puts no crossover within reach")
-    seen = (f"; measured, tokens/s stopped growing in proportion at batch {measured_at}." if measured_at else
-            f"; measured, tokens/s still grew in proportion up to batch {last.x}.")
-    sentence = (f"At batch {first.x} a decode step took {ms(first.step_ms)} ({first.tokens_per_s:,.0f} tokens/s); at "
-                f"batch {last.x}, {ms(last.step_ms)} ({last.tokens_per_s:,.0f} tokens/s): "
-                f"{times(first.tokens_per_s, last.tokens_per_s)} the throughput for {last.x // first.x}x the "
-                f"requests. " + where + seen)
-    rows = [[p.x, round(p.step_ms, 3), round(p.tokens_per_s, 1),
-             p.predicted_local_ms and round(p.predicted_local_ms, 3), p.bound] for p in points]
-    return Finding(sentence, fig, ["batch", "step_ms", "tokens_per_s", "predicted_local_ms", "bound"], rows)
 
 
 def _ttfts(out: Outcome) -> dict[int, float]:

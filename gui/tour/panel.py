@@ -1,10 +1,19 @@
 """Learn › The tour: the seed's claims, one experiment at a time, each a real run of the window.
 
+The tour lives in the main window's own layout (gui/layout.py): its figure is a tab of the central
+views, with the whole central area, and its words (the step's text, what to look at, the measured
+sentence, the buttons) are a dock tabbed over the Controls, which a tour step does not need (it
+sets its own runs). A separate window put the figure under three paragraphs and over the measured
+sentence, a strip of a 960 x 820 window on top of the main one.
+
 A step's runs go through the main window's own machinery (its runs controller: the engine process,
-the live views, the status bar), one after another; when the last ends, its finding is
-computed from the records the window holds and drawn here with what to look at. Stop in the
-window ends the step (the runs so far are not measured). A step can be run again, or
-exported: its table as CSV and this panel, figure and sentence included, as PNG.
+the live views, the status bar), one after another, the view that shows them live in front
+(TourStep.view); when the last ends, its finding is computed from the records the window holds and
+its figure comes forward with what to look at. Stop in the window ends the step (the runs so far
+are not measured). A step that draws this machine's roofline (TourStep.uses_roofline) first
+measures the machine when it has no calibrated profile (Run › Calibrate, seconds), so its roof is
+this machine's and not the generic CPU's. A step can be run again, or exported: its table as CSV
+and the window showing it as PNG.
 """
 from __future__ import annotations
 
@@ -17,13 +26,18 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from backend.records import Phase
+from backend.roofline.profiles import local_profile_path
 from backend.summary import Summary
 
+from gui.layout import NotesPanel, plot_page, scrolled
 from gui.tour import figure
 from gui.tour.finding import Finding, Outcome
 from gui.tour.steps import STEPS, TourStep
 
-TITLE = "Learn: the seed's claims, measured here"
+TOUR_TAB = "Tour"
+TOUR_NOTE = ("<b>The tour.</b> The figure of the step shown in the tour's dock (beside the Controls, left), drawn "
+             "from this machine's runs when the step ends, with what to look at marked on the measured data. While "
+             "a step runs, the view its runs feed is in front (the live steps and lanes, or the sweep's plot).")
 PHASE_NAMES = [p.value for p in Phase]   # a worker row's phase code is the index in Phase
 
 
@@ -38,12 +52,13 @@ def worker_steps(store) -> dict[str, list[tuple[float, float, int, str]]]:
 
 
 class TourPanel(QtWidgets.QWidget):
+    """The tour's words, in a dock of `window`; its figure (`plot`) on a tab of the window's central views."""
+
     stepFinished = QtCore.Signal(int, object)   # step index, Finding
     stepFailed = QtCore.Signal(int, str)        # step index, why (stopped, failed, a run is going)
 
     def __init__(self, window, steps: list[TourStep] | None = None):
-        super().__init__(window, QtCore.Qt.WindowType.Window)
-        self.setWindowTitle(TITLE)
+        super().__init__()
         self.setObjectName("tourPanel")
         self.window_ = window
         self.steps = steps if steps is not None else STEPS
@@ -53,19 +68,22 @@ class TourPanel(QtWidgets.QWidget):
         self.queue: list[tuple[str, object]] = []   # the running step's runs still to go
         self.outcomes: list[Outcome] = []
         self.running_step: int | None = None
+        self._calibrating = False        # this machine is being measured before the step's runs
+        self.calibration_asked = False   # once a session: a failed one is not tried before every step
         self._started = 0.0
         self._current = ""
         self._build()
+        self._place(window)
         window.runFinished.connect(self._on_run_finished)
         window.runFailed.connect(self._on_run_failed)
-        window.installEventFilter(self)   # closes with the main window (a window of its own would stay up)
-        self.resize(960, 820)
+        window.runs.calibrated.connect(self._on_calibrated)
         self.show_step(0)
 
     def _build(self) -> None:
         self.heading = QtWidgets.QLabel()
         self.heading.setObjectName("tourHeading")
-        self.heading.setStyleSheet("font-size: 15pt; font-weight: bold;")
+        self.heading.setWordWrap(True)
+        self.heading.setStyleSheet("font-size: 13pt; font-weight: bold;")
         self.text = QtWidgets.QLabel()
         self.text.setWordWrap(True)
         self.text.setTextFormat(QtCore.Qt.TextFormat.PlainText)
@@ -73,12 +91,14 @@ class TourPanel(QtWidgets.QWidget):
         self.look.setWordWrap(True)
         self.look.setStyleSheet("color: #444; font-style: italic;")
         self.plot = pg.PlotWidget()
+        self.plot.setObjectName("tourPlot")
         self.plot.setMinimumHeight(300)
         self.sentence = QtWidgets.QLabel()
         self.sentence.setObjectName("tourSentence")
         self.sentence.setWordWrap(True)
         self.sentence.setStyleSheet("background: #fff8e1; border: 1px solid #e0c060; padding: 6px; font-weight: bold;")
         self.state = QtWidgets.QLabel()
+        self.state.setWordWrap(True)
         self.state.setStyleSheet("color: #555;")
         self.previous_button = QtWidgets.QPushButton("◀ Previous")
         self.run_button = QtWidgets.QPushButton("Run this step")
@@ -89,26 +109,41 @@ class TourPanel(QtWidgets.QWidget):
         self.next_button.clicked.connect(lambda: self.show_step(self.index + 1))
         self.run_button.clicked.connect(self.run_step)
         self.export_button.clicked.connect(self._export_dialog)
-        buttons = QtWidgets.QHBoxLayout()
-        buttons.addWidget(self.previous_button)
-        buttons.addStretch(1)
-        buttons.addWidget(self.run_button)
-        buttons.addWidget(self.export_button)
-        buttons.addStretch(1)
-        buttons.addWidget(self.next_button)
+        # a column of about 330-420 px: two buttons a row
+        moves, acts = QtWidgets.QHBoxLayout(), QtWidgets.QHBoxLayout()
+        moves.addWidget(self.previous_button)
+        moves.addStretch(1)
+        moves.addWidget(self.next_button)
+        acts.addWidget(self.run_button)
+        acts.addWidget(self.export_button)
         layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addLayout(moves)
         layout.addWidget(self.heading)
         layout.addWidget(self.text)
         layout.addWidget(self.look)
-        layout.addWidget(self.plot, 1)
+        layout.addLayout(acts)
         layout.addWidget(self.sentence)
         layout.addWidget(self.state)
-        layout.addLayout(buttons)
+        layout.addStretch(1)
 
-    def eventFilter(self, watched, event) -> bool:
-        if watched is self.window_ and event.type() == QtCore.QEvent.Type.Close:
-            self.close()
-        return False
+    def _place(self, w) -> None:
+        """The figure as a central view, the words as a dock tabbed over the Controls (full height, left)."""
+        self.page = plot_page(self.plot)
+        w.view_tabs.add_view(self.page, TOUR_TAB, "Learn › The tour: the figure of the step in the tour dock, "
+                                                  "measured on this machine")
+        w.notes.add_notes(self.page, NotesPanel.fixed(TOUR_NOTE))
+        self.dock = QtWidgets.QDockWidget("The tour", w)   # its tab beside "Controls": short, both whole
+        self.dock.setObjectName("tourDock")
+        self.dock.setWidget(scrolled(self))
+        w.addDockWidget(QtCore.Qt.DockWidgetArea.LeftDockWidgetArea, self.dock)
+        w.tabifyDockWidget(w.controls_dock, self.dock)
+
+    def bring_up(self) -> None:
+        """Learn › The tour again: its words and its figure in front."""
+        self.dock.show()
+        self.dock.raise_()
+        self.window_.view_tabs.show_view(self.page)
 
     # ---- navigating --------------------------------------------------------------------------
 
@@ -128,21 +163,6 @@ class TourPanel(QtWidgets.QWidget):
             figure.message(self.plot, step.title, "Press “Run this step”: the figure is measured on this machine")
             self.sentence.setText("Measured here: not yet — this step has not run in this session.")
         self._show_state()
-        self._fit_labels()
-
-    def resizeEvent(self, event) -> None:
-        super().resizeEvent(event)
-        self._fit_labels()
-
-    def _fit_labels(self) -> None:
-        """Wrapped labels get the height their text needs at this width (a layout gives them their
-        one-line hint, and the plot, which stretches, would squeeze them)."""
-        margins = self.layout().contentsMargins()
-        width = self.width() - margins.left() - margins.right()
-        if width < 300:   # not laid out yet: a narrow width would ask for a very tall window
-            return
-        for label in (self.text, self.look, self.sentence):
-            label.setMinimumHeight(label.heightForWidth(width))
 
     def _show_state(self, text: str | None = None) -> None:
         running = self.running_step is not None
@@ -157,18 +177,32 @@ class TourPanel(QtWidgets.QWidget):
     # ---- running -----------------------------------------------------------------------------
 
     def run_step(self) -> None:
-        """Run the shown step's runs one after another through the window."""
+        """Run the shown step's runs one after another through the window (this machine measured
+        first when the step draws its roofline and it never was)."""
         w = self.window_
         if w.running or self.running_step is not None:
             self._fail(self.index, "a run is going: stop it, or wait for it to end")
             return
+        step = self.steps[self.index]
         threads = w.controls.threads_spin.value()   # the window's setting, as for its own runs
         self.queue = [(name, config if config.simulate else replace(config, threads=threads))
-                      for name, config in self.steps[self.index].runs()]
+                      for name, config in step.runs()]
         self.outcomes = []
         self.running_step = self.index
         self._started = time.monotonic()
+        if step.uses_roofline and not self.calibration_asked and not local_profile_path().is_file():
+            self.calibration_asked = True
+            self._calibrating = True
+            self._show_state("Measuring this machine first (Run › Calibrate, a few seconds, once): this step's "
+                             "roofline is then this machine's, not a generic CPU's…")
+            w.runs.calibrate(w.controls.device_combo.currentText())
+            return
         self._next_run()
+
+    def _on_calibrated(self, *_) -> None:
+        if self._calibrating:
+            self._calibrating = False
+            self._next_run()
 
     def _next_run(self) -> None:
         name, config = self.queue.pop(0)
@@ -176,7 +210,11 @@ class TourPanel(QtWidgets.QWidget):
         total = done + 1 + len(self.queue)
         self._show_state(f"Running {done + 1} of {total}: {name}… (the window's views show it live; Stop ends it)")
         self._current = name
-        self.window_.runs.launch(config, f"tour step {self.running_step + 1}: {name}")
+        w = self.window_
+        w.runs.launch(config, f"tour step {self.running_step + 1}: {name}")
+        # the view these runs feed gets the central area while they run: the sweep's plot for a sweep
+        views = {"live": w.live_page, "throughput": w.throughput_page, "precision": w.precision}
+        w.view_tabs.show_view(views[self.steps[self.running_step].view])
 
     def _on_run_finished(self, result) -> None:
         if self.running_step is None:
@@ -203,9 +241,14 @@ class TourPanel(QtWidgets.QWidget):
         self.took_s[index] = time.monotonic() - self._started
         if index == self.index:
             self.show_step(index)
+            self.window_.view_tabs.show_view(self.page)   # the finding's figure comes forward
         self.stepFinished.emit(index, finding)
 
     def _on_run_failed(self, message: str) -> None:
+        if self._calibrating:   # the step runs on the generic profile, and its sentence says so
+            self._calibrating = False
+            self._next_run()
+            return
         if self.running_step is not None:
             self._fail(self.running_step, f"the run failed: {message}")
 
@@ -221,7 +264,8 @@ class TourPanel(QtWidgets.QWidget):
         return f"tour-{index + 1}-{self.steps[index].key}"
 
     def export_step(self, folder: str | Path, index: int | None = None) -> list[Path]:
-        """The step's table as CSV and this panel showing it as PNG, in `folder`."""
+        """The step's table as CSV and the window showing it (the tour's figure and words in front) as PNG,
+        in `folder`."""
         index = self.index if index is None else index
         finding = self.findings[index]
         folder = Path(folder)
@@ -233,11 +277,12 @@ class TourPanel(QtWidgets.QWidget):
             writer.writerows(finding.rows)
         if index != self.index:
             self.show_step(index)
+        self.bring_up()
         picture = folder / f"{self.file_stem(index)}.png"
         # a plot's layout settles on posted events (its axes' sizes, their names' places): let it, then grab
         QtWidgets.QApplication.sendPostedEvents()
         QtWidgets.QApplication.processEvents()
-        if not self.grab().save(str(picture)):
+        if not self.window_.grab().save(str(picture)):
             raise OSError(f"cannot write {picture}")
         return [table, picture]
 

@@ -15,7 +15,7 @@ from backend.results.example import OUTPUT_LEN as EXAMPLE_OUTPUT, PROMPT_LEN as 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind, SamplingConfig, SweepKind, SweepSpec
 from backend.workload.spec import LengthDist, WorkloadSpec
 
-from gui.tour import measure
+from gui.tour import batch, measure
 from gui.tour.finding import Finding, Outcome
 
 MODEL = "smollm2-135m"          # the bundled model
@@ -31,6 +31,8 @@ class TourStep:
     look: str                                              # what to look at in the figure
     runs: Callable[[], list[tuple[str, RunConfig]]]        # fresh configs, run in this order
     measure: Callable[[list[Outcome]], Finding]
+    view: str = "live"            # the window's view its runs feed, in front while they run: live, throughput, precision
+    uses_roofline: bool = False   # its figure draws this machine's roofline: calibrate first if never done
 
 
 def _model() -> ModelChoice:
@@ -57,8 +59,11 @@ def _burst() -> WorkloadSpec:
 
 
 def _long_prompts() -> WorkloadSpec:
-    return WorkloadSpec("tour-long-prompts", num_requests=5, arrival="constant", rate=1.5,
-                        prompt_len=LengthDist("uniform", low=32, high=256), output_len=LengthDist("fixed", 16),
+    # each prompt must arrive while the one before still decodes, or there is no decode to stall: with 16
+    # output tokens one every 0.67 s, a quiet machine (4 ms a decode step) had finished each request
+    # long before the next came, and the longest "stall" was 9 ms
+    return WorkloadSpec("tour-long-prompts", num_requests=6, arrival="constant", rate=4.0,
+                        prompt_len=LengthDist("uniform", low=32, high=256), output_len=LengthDist("fixed", 64),
                         description="prompts of up to 256 tokens arriving while others decode")
 
 
@@ -84,9 +89,11 @@ def _runs_precision():
 
 
 def _runs_batch():
+    # 8 timed steps a point, their median: with 2, one step slowed by another program (the 2-core machine
+    # shared) moved a point by half and bent the curve; 6 more decode steps cost under a second in all
     return [("batch sweep", RunConfig(mode=RunKind.SWEEP_BATCH, model=_model(), sampling=_greedy(),
                                       sweep=SweepSpec(kind=SweepKind.BATCH, batches=[1, 2, 4, 8, 16], context=32,
-                                                      steps=2, warmup=1)))]
+                                                      steps=8, warmup=1)))]
 
 
 def _runs_static_continuous():
@@ -141,7 +148,7 @@ STEPS: list[TourStep] = [
         "Everything is relative to float32 (1 at the left). The grey dashed line is the bytes a step reads. Where "
         "decode waits on memory, the blue line (decode) falls with it while the orange line (prefill) stays near 1; "
         "when other programs keep the cores busy, the cores become the limit instead and the blue line stays up.",
-        _runs_precision, measure.precisions),
+        _runs_precision, measure.precisions, view="precision"),
     TourStep(
         "batch", "Batching: many requests for the price of one read",
         "Since a decode step spends its time reading the weights, one step can serve several requests at once "
@@ -149,10 +156,12 @@ STEPS: list[TourStep] = [
         "throughput (tokens per second, all requests together) climbs with the batch, until the arithmetic "
         "catches up with the reading: the crossover, which a roofline model predicts from the machine's "
         "arithmetic speed and memory bandwidth.\n\nThis step decodes batches of 1 to 16 requests.",
-        "The blue line is measured, the green dashed one the roofline for this machine's profile (a generic CPU "
-        "profile until you calibrate, Run › Calibrate). The vertical line is the predicted crossover; the red "
-        "arrow marks where the measured growth slowed.",
-        _runs_batch, measure.batch_sweep),
+        "The blue line is measured; the green dashed one is the roofline of this machine's profile (the tour "
+        "measures this machine first if it never was: Run › Calibrate), its crossover the vertical line. The grey "
+        "dashed line is a fit of the whole measured curve (a fixed cost a step plus a cost a request); the red arrow "
+        "marks where it bends: where the measured growth slows. The gap between blue and green is what the roofline "
+        "leaves out.",
+        _runs_batch, batch.batch_sweep, view="throughput", uses_roofline=True),
     TourStep(
         "static-continuous", "Static against continuous batching",
         "A server batches the requests that arrive. Static batching takes up to four of them, runs them together, "
@@ -169,8 +178,8 @@ STEPS: list[TourStep] = [
         "Under continuous batching a newly arrived prompt is prefilled in a step of its own, and every request "
         "already decoding waits for that step: its next token is late (a stall). Chunked prefill cuts the prompt "
         "into slices of a fixed number of tokens and puts one slice into each step beside the decodes, so no "
-        "step is long.\n\nThis step sends five requests with prompts of up to 256 tokens, one every 0.67 s, first "
-        "under continuous batching, then with chunks of 32 tokens.",
+        "step is long.\n\nThis step sends six requests with prompts of up to 256 tokens and 64 output tokens, one "
+        "every 0.25 s, first under continuous batching, then with chunks of 32 tokens.",
         "Each dot is the wait between two tokens of one request. The orange dots high up are decodes that waited "
         "for a whole prompt's prefill; the purple ones (chunked) stay low.",
         _runs_chunked, measure.chunked),

@@ -249,7 +249,8 @@ class ThroughputView(pg.PlotWidget):
         crossover = finished.summary.crossover if finished is not None else None
         measured = crossover.measured if crossover is not None else None
         if self.kind == SweepKind.BATCH and measured:
-            notes.append(f"measured: tokens/s stops growing in proportion to the batch at batch {measured}")
+            notes.append(f"measured: tokens/s stops growing in proportion to the batch near batch {measured} "
+                         f"(the knee of a fit over every point)")
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
 

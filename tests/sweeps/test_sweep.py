@@ -64,10 +64,11 @@ def test_a_batch_that_does_not_fit_stops_the_sweep_and_keeps_what_fit(tmp_path, 
     assert "GiB is free" in finished.summary.note
 
 
-def test_measured_crossover_is_where_growth_falls_behind_the_batch():
+def test_measured_crossover_is_the_knee_of_the_whole_curve():
     def point(x, tps):
         return SweepPoint("batch", x, 1.0, tps, 0, 0, None, None, None, None, "memory")
-    assert measured_crossover([point(1, 10), point(2, 19), point(4, 36), point(8, 40)]) == 8
+    # steps of 100, 105, 111 and 200 ms: the fitted t = a + b·B bends between batch 4 and 8
+    assert measured_crossover([point(1, 10), point(2, 19), point(4, 36), point(8, 40)]) == 7
     assert measured_crossover([point(1, 10), point(2, 20), point(4, 40)]) is None
 
 

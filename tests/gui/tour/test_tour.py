@@ -143,3 +143,63 @@ def test_a_step_is_refused_while_the_window_runs(qtbot, window):
         panel.run_step()
     window.runs.running = False
     assert "a run is going" in failed.args[1] and panel.running_step is None
+
+
+def test_the_tour_lives_in_the_window_its_figure_a_central_view_with_the_room(qtbot, window):
+    window.findChild(QtGui.QAction, "tourAction").trigger()
+    panel = window.tools.tour
+    qtbot.waitUntil(lambda: panel.plot.isVisible())
+    assert window.view_tabs.currentWidget() is panel.page and panel.dock.isVisible()
+    assert panel.dock.parentWidget() is window   # a dock of the window, not a window of its own
+    assert panel.plot.height() >= window.height() / 3
+    assert window.notes.stack.currentWidget() is window.notes.pages[panel.page]   # its note beside, not under
+
+
+def test_a_roofline_step_measures_this_machine_first_and_shows_its_view_while_it_runs(qtbot, window, monkeypatch):
+    from backend.roofline.calibrate import write_profile
+    from backend.roofline.profiles import LOCAL_KEY, find_profile, local_profile_path
+    from gui.tour import panel as tour_panel
+    assert not local_profile_path().is_file()   # the test's own configuration folder: never calibrated
+    asked = []
+
+    def calibrate(device):   # the window's calibration, answered at once with the generic figures
+        asked.append(device)
+        profile = replace(find_profile("cpu"), key=LOCAL_KEY, name="This machine: a test CPU (1 threads)",
+                          measured=True)
+        path = write_profile(profile)
+        QtCore.QTimer.singleShot(0, lambda: window.runs.calibrated.emit(profile, str(path)))
+    monkeypatch.setattr(window.runs, "calibrate", calibrate)
+    (name, config), = STEPS[0].runs()
+    tour_step = replace(STEPS[0], runs=lambda: [(name, _on_tiny(config, prompt_len=8, output_len=3))],
+                        view="throughput", uses_roofline=True)
+    panel = tour_panel.TourPanel(window, [tour_step])
+    seen = []
+    window.runs.launched.connect(lambda *_: QtCore.QTimer.singleShot(0, lambda: seen.append(
+        window.view_tabs.currentWidget())))
+    with qtbot.waitSignal(panel.stepFinished, timeout=RUN_TIMEOUT_MS):
+        panel.run_step()
+        assert asked and "Measuring this machine first" in panel.state.text()
+    assert asked == [window.controls.device_combo.currentText()]
+    assert seen == [window.throughput_page]                   # the step's view while its run went
+    assert window.view_tabs.currentWidget() is panel.page     # then its figure
+    panel.run_step()   # asked once a session: the next Run goes straight to its runs
+    assert len(asked) == 1
+    qtbot.waitUntil(lambda: panel.running_step is None, timeout=RUN_TIMEOUT_MS)
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
+def test_the_tour_figure_keeps_its_least_height_and_a_third_of_the_window(qtbot, window, size):
+    import pyqtgraph as pg
+    from gui.layout import MIN_PLOT_AREA
+    from PySide6 import QtWidgets
+    window.resize(*size)
+    window.tools.open_tour()
+    panel = window.tools.tour
+    QtWidgets.QApplication.processEvents()
+    assert window.size() == QtCore.QSize(*size)   # the tour's dock and page did not push the window past it
+    plots = [p for p in window.view_tabs.currentWidget().findChildren(pg.PlotWidget) if p.isVisible()]
+    assert plots == [panel.plot]
+    assert panel.plot.height() >= panel.plot.minimumHeight() > 0
+    assert panel.plot.getPlotItem().getViewBox().sceneBoundingRect().height() >= MIN_PLOT_AREA
+    share = panel.plot.width() * panel.plot.height() / (size[0] * size[1])
+    assert share >= 1 / 3, share
