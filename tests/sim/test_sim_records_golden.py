@@ -79,7 +79,7 @@ def stand_in_price(runner, out) -> float:
 
 # Columns added after the golden was written, with the value they hold where the feature is unused: left
 # out of a row while they hold it, so the golden still holds the rest (a conversation's run would move it).
-LATER_COLUMNS = {"conversation_id": -1, "turn": 0}
+LATER_COLUMNS = {"conversation_id": -1, "turn": 0, "first_chunk_ms": None, "first_chunk": ""}
 
 
 def digest(finished) -> dict:
