@@ -25,6 +25,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from backend.engine.kv_watch import RESERVED, STATE_NAMES
 from backend.engine.paged_scheduler import CACHED_FREE, FREE
 
+from gui.layout import set_minimum_heights
 from gui.state.run_store import RunStore
 from gui.views.plot_style import cosmetic_pen, rect_path, set_title, style_plot, swatch_title
 
@@ -138,8 +139,7 @@ class KvMapView(QtWidgets.QWidget):
         splitter.addWidget(self.map)
         splitter.addWidget(self.history)
         splitter.setSizes([420, 200])
-        self.map.setMinimumHeight(160)
-        self.history.setMinimumHeight(140)
+        set_minimum_heights(self.map, self.history)
         column = QtWidgets.QVBoxLayout(self)
         column.setContentsMargins(4, 2, 4, 2)
         column.addWidget(self.summary)
