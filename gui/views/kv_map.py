@@ -153,14 +153,13 @@ class KvMapView(QtWidgets.QWidget):
 
     @staticmethod
     def _title(layout: str, block_size: int | None = None) -> str:
-        what = f"a cell per {block_size}-token block" if block_size else "a cell per block"
-        swatches = [("a request (a colour each)", REQUEST_COLORS[0]), ("cached, free", STATE_COLORS[CACHED_FREE]),
+        # short: the map's width is the central area's, and the summary line above says the rest
+        swatches = [("request (a colour each)", REQUEST_COLORS[0]), ("cached, free", STATE_COLORS[CACHED_FREE]),
                     ("free", STATE_COLORS[FREE])]
         if layout == "slots":
-            what = "a row per slot, " + what
             swatches.append(("reserved, unused", STATE_COLORS[RESERVED]))
-        swatches.append(("found cached", REUSED_PEN, "&#9633;"))
-        return swatch_title(f"KV cache: {what}", swatches)
+        swatches.append(("just found cached", REUSED_PEN, "&#9633;"))
+        return swatch_title("KV cache" + (" by slot" if layout == "slots" else ""), swatches)
 
     # ---- painting ----------------------------------------------------------------------------
 
@@ -205,9 +204,9 @@ class KvMapView(QtWidgets.QWidget):
             count = int((owners == state).sum())
             if count or state != RESERVED:
                 parts.append(f"{count:,} {STATE_NAMES[state]}")
-        unit = "cells" if snap.layout == "slots" else "blocks"
+        unit = f"cells ({snap.cells_per_row} a slot)" if snap.layout == "slots" else "blocks"
         when = "at the end" if snap.final else f"at {snap.time_ms / 1000:.1f} s"
-        return f"{kv.num_cells:,} {unit} of {snap.block_size} tokens {when}: " + ", ".join(parts)
+        return f"{kv.num_cells:,} {unit} of {snap.block_size} tokens, {when}: " + ", ".join(parts)
 
     def _paint_history(self) -> None:
         steps = self.store.steps
