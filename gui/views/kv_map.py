@@ -34,6 +34,8 @@ REQUEST_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564
                   "#3a5fcd", "#e377c2", "#00a087", "#f0a30a")
 STATE_COLORS = {CACHED_FREE: "#a9a9a9", FREE: "#30343b", RESERVED: "#f7c6d0"}
 REUSED_PEN = "#ffe000"
+GAP_SCALE = 5            # pixels a cell of the image, one of them the gap to the next ...
+GAP_MAX_CELLS = 20_000   # ... for caches of up to this many cells (a bigger one: a pixel each, no gaps)
 REUSED_SHOW_S = 2.0      # how long the blocks a request found cached stay outlined
 HELD_COLOR, CACHED_COLOR, RESERVED_COLOR, HIT_COLOR = "#1f77b4", "#7f7f7f", "#e0607e", "#e6772e"
 EMPTY_MESSAGE = ("The map is drawn from the engine's snapshots while a run goes (local or simulated);\n"
@@ -71,6 +73,17 @@ def map_image(owners: np.ndarray, tokens: np.ndarray, block_size: int, width: in
     image[:n, :3] = rgb.astype(np.uint8)
     image[:n, 3] = 255
     return image.reshape(rows, width, 4)
+
+
+def with_gaps(image: np.ndarray, scale: int = GAP_SCALE) -> np.ndarray:
+    """Each cell as scale x scale pixels, its last row and column transparent: a thin gap shows every
+    block as a cell of its own (a run of one request's blocks would otherwise read as one bar)."""
+    if scale <= 1:
+        return image
+    big = np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)   # (rows*scale, width*scale, 4)
+    big[scale - 1::scale, :, 3] = 0
+    big[:, scale - 1::scale, 3] = 0
+    return big
 
 
 def describe_cell(index: int, owner: int, tokens: int, block_size: int, per_slot: int) -> str:
@@ -154,11 +167,12 @@ class KvMapView(QtWidgets.QWidget):
     @staticmethod
     def _title(layout: str, block_size: int | None = None) -> str:
         # short: the map's width is the central area's, and the summary line above says the rest
-        swatches = [("request (a colour each)", REQUEST_COLORS[0]), ("cached, free", STATE_COLORS[CACHED_FREE]),
+        swatches = [("a request each", REQUEST_COLORS[0]), ("cached, free", STATE_COLORS[CACHED_FREE]),
                     ("free", STATE_COLORS[FREE])]
-        if layout == "slots":
-            swatches.append(("reserved, unused", STATE_COLORS[RESERVED]))
-        swatches.append(("just found cached", REUSED_PEN, "&#9633;"))
+        if layout == "slots":   # nothing is ever cached or found cached in a slot
+            swatches = [swatches[0], swatches[2], ("reserved, unused", STATE_COLORS[RESERVED])]
+        else:
+            swatches.append(("just reused", REUSED_PEN, "&#9633;"))
         return swatch_title("KV cache" + (" by slot" if layout == "slots" else ""), swatches)
 
     # ---- painting ----------------------------------------------------------------------------
@@ -184,7 +198,10 @@ class KvMapView(QtWidgets.QWidget):
     def _paint_map(self, snap, outlined: bool) -> None:
         kv = self.store.kv
         width = self._width = grid_width(kv.num_cells, snap.cells_per_row)
-        self.image.setImage(map_image(kv.owners, kv.tokens, snap.block_size, width), autoLevels=False)
+        image = map_image(kv.owners, kv.tokens, snap.block_size, width)
+        rows = image.shape[0]
+        self.image.setImage(with_gaps(image) if kv.num_cells <= GAP_MAX_CELLS else image, autoLevels=False)
+        self.image.setRect(QtCore.QRectF(0, 0, width, rows))   # a cell is one unit, whatever its pixels
         set_title(self.map.getPlotItem(), self._title(snap.layout, snap.block_size))
         if outlined and len(kv.reused):
             cells = kv.reused[kv.reused < kv.num_cells]

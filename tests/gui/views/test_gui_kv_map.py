@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 from backend.engine.kv_watch import RESERVED
 from backend.engine.paged_scheduler import CACHED_FREE, FREE
-from gui.views.kv_map import grid_width, map_image
+from gui.views.kv_map import grid_width, map_image, with_gaps
 from gui.views.requests_table import COLUMNS
 from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS
 
@@ -41,7 +41,7 @@ def test_a_prefix_cached_multi_turn_run_fills_the_map_table_lanes_and_hit_rate(q
     # every block a cell: the cache's blocks, drawn in a grid that holds them all
     num_blocks = data.info.kv_capacity // data.config["engine"]["kv_block_size"]
     assert kv.num_cells == num_blocks and kv.latest.final
-    rows, width = view.image.image.shape[:2]
+    rows, width = -(-num_blocks // view._width), view._width
     assert width == grid_width(num_blocks, 0) and rows * width >= num_blocks > (rows - 1) * width
     # the run is over: no block is held, the conversations' prefixes stay cached
     assert not (kv.owners >= 0).any() and (kv.owners == CACHED_FREE).sum() > 0
@@ -81,7 +81,7 @@ def test_the_slot_layout_shows_each_slots_reserved_unused_room(qtbot, window):
     assert kv.history.column("reserved").max() > 0
     assert window.kv_view.curves["reserved"].yData.max() > 0
     assert "reserved, unused" in window.kv_view.map.getPlotItem().titleLabel.text
-    assert window.kv_view.image.image.shape[1] == kv.latest.cells_per_row
+    assert window.kv_view._width == kv.latest.cells_per_row
 
 
 def test_a_cells_colour_pales_with_what_it_holds_and_states_have_their_own():
@@ -92,3 +92,10 @@ def test_a_cells_colour_pales_with_what_it_holds_and_states_have_their_own():
     full, partial = image[0, 0, :3].astype(int), image[0, 1, :3].astype(int)
     assert partial.sum() > full.sum()   # paler: nearer white
     assert len({tuple(image[0, 2, :3]), tuple(image[1, 0, :3]), tuple(image[1, 1, :3])}) == 3
+
+
+def test_gaps_keep_each_cell_apart():
+    image = map_image(np.array([1, 1], dtype=np.int32), np.array([16, 16], dtype=np.uint16), 16, 2)
+    big = with_gaps(image, 3)
+    assert big.shape == (3, 6, 4)
+    assert big[0, :, 3].tolist() == [255, 255, 0, 255, 255, 0] and not big[2, :, 3].any()
