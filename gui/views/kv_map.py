@@ -47,8 +47,12 @@ def _rgb(color: str) -> np.ndarray:
     return np.array([c.red(), c.green(), c.blue()], dtype=np.float64)
 
 
+FILL_LEVELS = 16
 _PALETTE = np.array([_rgb(c) for c in REQUEST_COLORS])   # (P, 3)
-_STATES = {state: _rgb(color) for state, color in STATE_COLORS.items()}
+# every request colour at every fill level, paled toward white the emptier the block: (P, FILL_LEVELS + 1, 3)
+_SHADES = (255.0 - (255.0 - _PALETTE[:, None, :]) * (0.35 + 0.65 * np.linspace(0, 1, FILL_LEVELS + 1))[None, :, None]
+           ).astype(np.uint8)
+_STATES = {state: _rgb(color).astype(np.uint8) for state, color in STATE_COLORS.items()}
 
 
 def grid_width(num_cells: int, cells_per_row: int) -> int:
@@ -63,14 +67,13 @@ def map_image(owners: np.ndarray, tokens: np.ndarray, block_size: int, width: in
     tokens it holds yet (a block taken for tokens about to be computed), the padding after the last cell
     transparent."""
     n = len(owners)
-    rgb = _PALETTE[np.mod(owners, len(_PALETTE))]                                 # (n, 3)
-    fill = np.clip(tokens / max(block_size, 1), 0.0, 1.0)[:, None]
-    rgb = 255.0 - (255.0 - rgb) * (0.35 + 0.65 * fill)
+    level = np.minimum(tokens.astype(np.int32) * FILL_LEVELS // max(block_size, 1), FILL_LEVELS)
+    rgb = _SHADES[np.mod(owners, len(_PALETTE)), level]                           # (n, 3) by table: no float math
     for state, color in _STATES.items():
         rgb[owners == state] = color
     rows = -(-n // width)
     image = np.zeros((rows * width, 4), dtype=np.uint8)
-    image[:n, :3] = rgb.astype(np.uint8)
+    image[:n, :3] = rgb
     image[:n, 3] = 255
     return image.reshape(rows, width, 4)
 
@@ -105,8 +108,9 @@ class KvMapView(QtWidgets.QWidget):
         super().__init__(parent)
         self.store = store
         self._seen = None           # (run, snapshots, outline shown) last painted on the map
-        self._seen_version = -1     # the store's version the history last drew
+        self._seen_history = None   # (run, steps taken in, snapshots) the history last drew
         self._width = 1
+        self._layout = "paged"
         self.note = QtWidgets.QLabel()
         self.summary = QtWidgets.QLabel(" ")
         self.summary.setObjectName("kvSummary")
@@ -165,7 +169,7 @@ class KvMapView(QtWidgets.QWidget):
                           "the share of the cache held, cached and reserved, and the prefix hit rate so far.")
 
     @staticmethod
-    def _title(layout: str, block_size: int | None = None) -> str:
+    def _title(layout: str) -> str:
         # short: the map's width is the central area's, and the summary line above says the rest
         swatches = [("a request each", REQUEST_COLORS[0]), ("cached, free", STATE_COLORS[CACHED_FREE]),
                     ("free", STATE_COLORS[FREE])]
@@ -191,8 +195,9 @@ class KvMapView(QtWidgets.QWidget):
                 self.summary.setText(" ")
             else:
                 self._paint_map(snap, outlined)
-        if self.store.version != self._seen_version:
-            self._seen_version = self.store.version
+        history = (self.store.generation, self.store.steps.num_appended, kv.num_snapshots)
+        if history != self._seen_history:   # new steps or a new snapshot: not every batch of tokens
+            self._seen_history = history
             self._paint_history()
 
     def _paint_map(self, snap, outlined: bool) -> None:
@@ -202,7 +207,9 @@ class KvMapView(QtWidgets.QWidget):
         rows = image.shape[0]
         self.image.setImage(with_gaps(image) if kv.num_cells <= GAP_MAX_CELLS else image, autoLevels=False)
         self.image.setRect(QtCore.QRectF(0, 0, width, rows))   # a cell is one unit, whatever its pixels
-        set_title(self.map.getPlotItem(), self._title(snap.layout, snap.block_size))
+        if snap.layout != self._layout:   # a title re-lays out the plot: only when it changes
+            self._layout = snap.layout
+            set_title(self.map.getPlotItem(), self._title(snap.layout))
         if outlined and len(kv.reused):
             cells = kv.reused[kv.reused < kv.num_cells]
             x, y = (cells % width).astype(np.float64), (cells // width).astype(np.float64)
