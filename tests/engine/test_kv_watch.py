@@ -84,3 +84,20 @@ def test_a_simulated_multi_turn_run_emits_few_snapshots_ending_with_a_final_one(
     assert last.layout == "paged" and (owners == CACHED_FREE).sum() > 0 and (owners >= 0).sum() == 0
     cached = {rid: n for m in maps for rid, n in m.cached_tokens.items()}
     assert cached == {r.request_id: r.cached_prompt_tokens for r in finished.data.requests if r.cached_prompt_tokens}
+
+
+def test_the_local_engine_sends_its_slot_map():
+    """The real engine on the `tiny` model (the local engine's default layout: slots): a row per slot."""
+    from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
+    from backend.workload.spec import apply_overrides, load_workload
+    spec = apply_overrides(load_workload("mixed-lengths"), num_requests=4, arrival="burst", prompt_len="8:24",
+                           output_len="4:8")
+    config = RunConfig(mode="load", model=ModelChoice("tiny", "cpu", "float32"), sampling=SamplingConfig(ignore_eos=True),
+                       engine=EngineConfig(policy="continuous", max_batch=2, kv_layout="slots"), workload=spec)
+    events = []
+    finished = execute(config, events.append, lambda: False)
+    maps = [e for e in events if isinstance(e, KvMap)]
+    assert finished.error is None and maps and maps[-1].final
+    last = maps[-1]
+    assert last.layout == "slots" and last.num_cells == 2 * last.cells_per_row
+    assert (np.frombuffer(last.owners, dtype=np.int32) == FREE).all()   # every request finished: slots free
