@@ -83,6 +83,29 @@ class RequestsArrived:
 
 
 @dataclass(slots=True)
+class KvMap:
+    """A snapshot of the KV cache, block by block (backend/engine/kv_watch.py takes it a few times a second
+    and at the end of a run): each cell's owner as int32 bytes, a request id or one of kv_watch's states
+    (CACHED_FREE, FREE, RESERVED: a slot's room its request has not written), the tokens each cell holds
+    (uint16 bytes), and what was reused since the last snapshot. Bytes, not lists: a big cache has tens of
+    thousands of cells, and they cross a process boundary."""
+
+    time_ms: float              # the run's clock when taken
+    layout: str                 # "paged" or "slots"
+    block_size: int             # tokens a cell holds
+    cells_per_row: int          # slots: one row per slot; paged: 0 (the view picks a width)
+    owners: bytes               # int32 per cell
+    tokens: bytes               # uint16 per cell
+    reused: bytes = b""         # int32 block ids found cached by the requests admitted since the last snapshot
+    cached_tokens: dict[int, int] = field(default_factory=dict)   # those requests' cached prompt tokens
+    final: bool = False         # the run's last snapshot
+
+    @property
+    def num_cells(self) -> int:
+        return len(self.owners) // 4
+
+
+@dataclass(slots=True)
 class PrecisionPoint:
     """One precision of a precision sweep: the same model and step shapes, other bytes per weight."""
 

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from backend.events import RequestsArrived, RunFinished
+from backend.summary import Summary
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
 
 PROMPT_TOKENS = 128
@@ -102,7 +103,7 @@ class SyntheticEngine:
                 self.counters[0] = i
             time.sleep(0.001)   # the engine's own pause for the next step; lets the GIL go
         self.counters[2] = time.thread_time() - cpu0
-        return RunFinished("window-under-load", {"num_steps": i}, stopped=i < total)
+        return RunFinished("window-under-load", Summary(num_steps=i), stopped=i < total)
 
 
 def step_record(i, phase, start, duration, requests, prefill, decode, kv, running, max_context) -> StepRecord:

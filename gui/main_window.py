@@ -32,6 +32,7 @@ from gui.panels.calibration_offer import CalibrationOffer, place_offer
 from gui.panels.controls import ControlsPanel
 from gui.panels.references import ReferencePanel
 from gui.views.distributions import DistributionsView
+from gui.views.kv_map import KvMapView
 from gui.views.lanes import LanesView
 from gui.views.server_metrics import ServerMetricsView
 from gui.views.load_sweep import LoadSweepView
@@ -61,6 +62,8 @@ AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); its plot comes forward when it finishes"
 LIVE_TAB = "Live: steps and lanes"
 PRECISION_TAB, DISTRIBUTIONS_TAB, LOAD_SWEEP_TAB = "Precision", "Latency CDF", "Load sweep"
+KV_TAB = "KV cache"
+KV_TITLE = "The KV cache block by block: who holds each block, what stays cached, its occupancy and hit rate"
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
 LOAD_SWEEP_TITLE = "Load sweep: a load run at each point"
@@ -191,6 +194,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.text = GeneratedText(self.store)
         self.metrics = MetricsPanel(self.store)
         self.distributions = DistributionsView(self.store, self.references)
+        self.kv_view = KvMapView(self.store)
         self.throughput.set_references(self.references)
         self.precision.set_references(self.references)
         self.metrics.set_references(self.references)
@@ -239,6 +243,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(plot_page(self.precision), PRECISION_TAB, PRECISION_TITLE)
         self.view_tabs.add_view(self.distributions, DISTRIBUTIONS_TAB, DISTRIBUTIONS_TITLE)
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
+        self.view_tabs.add_view(self.kv_view, KV_TAB, KV_TITLE)
         self.setCentralWidget(self.view_tabs)
         self.calibration_offer = CalibrationOffer()   # placed with the menus (_build_actions)
 
@@ -264,6 +269,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.notes.add_notes(self.precision.parentWidget(), self.precision.note)
         self.notes.add_notes(self.distributions, NotesPanel.fixed(DISTRIBUTIONS_NOTE))
         self.notes.add_notes(self.load_sweep.parentWidget(), self.load_sweep.note)
+        self.notes.add_notes(self.kv_view, self.kv_view.note)
         self.notes_dock = self._dock("About this view", self.notes, "notesDock")
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
         # in a scroll area, so its list and buttons do not set the least height of the tabbed group it joins
@@ -321,7 +327,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.tools.open_tour,
                      name="tourAction")
         view_menu = bar.addMenu("&View")
-        for i in range(self.view_tabs.count()):   # Ctrl+1 ... Ctrl+5: the central views
+        for i in range(self.view_tabs.count()):   # Ctrl+1 ... Ctrl+6: the central views
             page = self.view_tabs.widget(i)
             self._action(view_menu, self.view_tabs.tabText(i), lambda _=False, p=page: self.view_tabs.show_view(p),
                          f"Ctrl+{i + 1}")
@@ -476,7 +482,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._show_worker_strip(bool(self.store.workers))
         self.server_view.setVisible(self.server_view.has_data())
         for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
-                     self.load_sweep, self.text) + \
+                     self.load_sweep, self.text, self.kv_view) + \
                 self.reference_runs.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()

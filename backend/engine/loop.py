@@ -13,6 +13,7 @@ from typing import Callable
 from backend.workload.arrivals import RequestSource
 from backend.errors import one_line
 from backend.records import RecordBatch, StepRecord, TokenRecord
+from backend.engine.kv_watch import KvWatch
 from backend.engine.request import Request
 from backend.engine.scheduler import Scheduler
 from backend.events import RequestsArrived
@@ -46,12 +47,14 @@ class Engine:
         self._requests: dict[int, Request] = {}
         self._text: dict[int, str] = {}
         self._announced: set[int] = set()   # requests whose admission time was emitted
+        self.kv_watch = KvWatch(scheduler)    # the window's KV map, a few snapshots a second
 
     def run(self, source: RequestSource, emit: Callable[[object], None],
             should_stop: Callable[[], bool]) -> EngineResult:
         result = EngineResult(self.run_id)
         # locals: a simulated run goes round this loop tens of thousands of times a second
         clock, scheduler, runner, announced = self.clock, self.scheduler, self.runner, self._announced
+        watch = self.kv_watch
         t0 = clock()
 
         def now_ms() -> float:
@@ -75,6 +78,8 @@ class Engine:
                     if req.request_id not in announced:
                         announced.add(req.request_id)
                         batch.scheduled[req.request_id] = req.scheduled_ms
+                        if chunk.start:   # its cached prefix (paged, prefix caching): where its prefill begins
+                            watch.admitted(req, chunk.start)
                 if out.rejected:
                     self._retire(out.rejected, batch, source, start)
                 num_tokens = out.num_tokens
@@ -103,8 +108,12 @@ class Engine:
                 if finished:
                     self._retire(finished, batch, source, end)
                 emit(batch)
+                if watch.due(end):
+                    emit(watch.snapshot(end))
         except Exception as exc:  # the partial run is kept; the caller shows the message
             result.error = one_line(exc, typed=True)
+        if step_index and result.error is None:   # the cache as the run left it (finished: cached and free blocks)
+            emit(watch.snapshot(now_ms(), final=True))
         self._record_unfinished(result, emit)
         return result
 

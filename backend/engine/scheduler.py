@@ -163,6 +163,11 @@ class Scheduler:
         return len(self._running)
 
     @property
+    def running_requests(self) -> list[Request]:
+        """The admitted requests, oldest first (read them, do not change them: the KV map's view)."""
+        return self._running
+
+    @property
     def kv_tokens_used(self) -> int:
         return sum(map(_num_computed, self._running))
 

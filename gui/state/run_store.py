@@ -16,7 +16,7 @@ import numpy as np
 
 from backend.targets.disaggregated.events import WorkerLayout
 from backend.errors import InputError
-from backend.events import LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
+from backend.events import KvMap, LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
 from backend.run_info import RunInfo
 from backend.summary import Summary
@@ -25,6 +25,7 @@ from backend.targets.remote.server_log import read_server_metrics
 from backend.roofline.cost import PhaseTotals, step_pairs
 
 from gui.state.buffers import BoundedBuffer, GrowableBuffer, RecentBuffer
+from gui.state.kv_state import KvState
 from gui.state.worker_rows import WorkerRows
 
 PHASES = (Phase.PREFILL, Phase.DECODE, Phase.MIXED)
@@ -39,7 +40,8 @@ TOKEN_COLUMNS = ("request_id", "index", "time_ms", "token_id")
 # one row per request, in order of first sight (arrival); NaN where not known yet
 LANE_COLUMNS = ("request_id", "arrival_ms", "scheduled_ms", "first_token_ms", "last_token_ms", "finish_ms",
                 "prompt_tokens", "output_tokens", "status", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms",
-                "prefill_ms", "kv_transfer_ms")   # the last two: a disaggregated run's hand-off, once finished
+                "prefill_ms", "kv_transfer_ms",   # the last two: a disaggregated run's hand-off, once finished
+                "cached_tokens", "computed_tokens")   # its prompt found in the prefix cache, and computed
 BAR_COLUMNS = ("start", "end", "tokens", "phase", "count")
 
 # Exact rows kept (about 9 MB each): over an hour of CPU steps, the last ~13 s of a fast GPU's
@@ -56,6 +58,7 @@ class RunStore:
                                   recent=bars_kept, history=bars_kept)
         self.tokens = RecentBuffer(TOKEN_COLUMNS, limit=tokens_kept)
         self.lanes = GrowableBuffer(LANE_COLUMNS, capacity=256)
+        self.kv = KvState()   # the KV map and its counts over time
         self.version = 0      # bumped on every change, never reset: views repaint when it differs from what they saw
         self.generation = 0   # bumped by reset: a new run (views holding counts start over)
         self.reset()
@@ -65,6 +68,7 @@ class RunStore:
         self.bars.clear()
         self.tokens.clear()
         self.lanes.clear()
+        self.kv.clear()
         self.rows: dict[int, int] = {}                 # request id -> lane row
         self.records: dict[int, RequestRecord] = {}    # requests that finished (or were rejected / stopped)
         self.texts: dict[int, str] = {}
@@ -103,6 +107,10 @@ class RunStore:
                 self._set(row, arrival_ms=arrival, prompt_tokens=prompt)
                 if self.remote:   # sent when it arrived: from the client, the wait is all the server's
                     self._set(row, scheduled_ms=arrival, queue_ms=0.0)
+        elif isinstance(event, KvMap):
+            self.kv.add(event)
+            for rid, cached in event.cached_tokens.items():   # known at admission, before the request finishes
+                self._set_cached(self._row(rid), cached)
         elif isinstance(event, ServerMetrics):
             self.server = event
             self.server_readings.append(event)
@@ -207,6 +215,12 @@ class RunStore:
                   finish_ms=r.finish_ms, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens,
                   status=STATUS_CODE[r.status], ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms, e2e_ms=r.e2e_ms,
                   queue_ms=r.queue_ms, prefill_ms=r.prefill_ms, kv_transfer_ms=r.kv_transfer_ms)
+        if r.cached_prompt_tokens is not None:
+            self._set_cached(row, r.cached_prompt_tokens)
+
+    def _set_cached(self, row: int, cached: int) -> None:
+        prompt = self.lanes.column("prompt_tokens")[row]
+        self._set(row, cached_tokens=cached, computed_tokens=None if np.isnan(prompt) else prompt - cached)
 
     def _row(self, request_id: int) -> int:
         row = self.rows.get(request_id)

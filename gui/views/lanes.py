@@ -13,6 +13,7 @@ from gui.views.plot_style import (HIGHLIGHT_COLOR, PHASE_COLORS, QUEUED_COLOR, T
                          rect_path, set_title, style_plot, swatch_title, tick_path)
 
 TRANSFER_COLOR = "#1fa187"   # a disaggregated run's KV hand-off, between its prefill and its decode
+REUSED_COLOR = "#f6cfae"     # the prefill colour, paled: the share of a prompt found in the prefix cache
 from gui.state.run_store import STATUS_CODE, RunStore
 
 ROW_HALF = 0.38        # a lane's half height, in rows
@@ -67,6 +68,21 @@ def lane_segments(store: RunStore, running: bool) -> dict[str, tuple[np.ndarray,
     return result
 
 
+def reused_parts(store: RunStore, prefill: tuple[np.ndarray, np.ndarray, np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x0, x1, y0, y1) of the reused share of each prefill segment: the top `cached / prompt` of its
+    height, paled. A cached prefix takes no time, so it is a share of the bar's height, not of its length:
+    the part of the prompt the prefill skipped."""
+    x0, x1, row = prefill
+    rows = row.astype(np.intp)
+    cached, prompt = store.lanes.column("cached_tokens")[rows], store.lanes.column("prompt_tokens")[rows]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.clip(np.nan_to_num(cached / prompt), 0.0, 1.0)
+    keep = share > 0
+    top = row[keep] - ROW_HALF
+    return x0[keep], x1[keep], top, top + 2 * ROW_HALF * share[keep]
+
+
 def room_for(rows: int, running: bool) -> int:
     """Rows the lanes make room for: while a run adds requests, the next of 16, 24, 32, 48, 64, 96, ...
 
@@ -84,10 +100,16 @@ def describe_request(lane: dict) -> str:
         return "—" if np.isnan(v) else f"{v:.1f} ms"
     prompt = lane["prompt_tokens"]
     return (f"request {lane['request_id']} · {lane['status'].value}\n"
-            f"prompt {'—' if np.isnan(prompt) else int(prompt)} tokens, output {int(lane['output_tokens'])} tokens\n"
+            f"prompt {'—' if np.isnan(prompt) else int(prompt)} tokens{_cached(lane)}, "
+            f"output {int(lane['output_tokens'])} tokens\n"
             f"arrived {ms('arrival_ms')}, scheduled {ms('scheduled_ms')}\n"
             f"first token {ms('first_token_ms')}, finished {ms('finish_ms')}\n"
             f"queue {ms('queue_ms')}, TTFT {ms('ttft_ms')}, TPOT {ms('tpot_ms')}, end-to-end {ms('e2e_ms')}")
+
+
+def _cached(lane: dict) -> str:
+    cached = lane.get("cached_tokens", np.nan)
+    return "" if np.isnan(cached) or cached <= 0 else f" ({int(cached)} reused from the prefix cache)"
 
 
 class RowAxis(pg.AxisItem):
@@ -125,6 +147,11 @@ class LanesView(pg.PlotWidget):
             item.setBrush(QtGui.QColor(SEGMENT_COLORS[name]))
             plot.addItem(item)
             self.items[name] = item
+        self.reused = QtWidgets.QGraphicsPathItem()   # over the prefill segments: their cached share
+        self.reused.setPen(QtGui.QPen(QtCore.Qt.PenStyle.NoPen))
+        self.reused.setBrush(QtGui.QColor(REUSED_COLOR))
+        plot.addItem(self.reused)
+        self._reused_shown = False
         self.ticks = QtWidgets.QGraphicsPathItem()
         self.ticks.setPen(cosmetic_pen(TICK_COLOR))
         plot.addItem(self.ticks)
@@ -148,8 +175,10 @@ class LanesView(pg.PlotWidget):
         workers = self.store.workers   # the KV transfer's swatch: a disaggregated run's only (not --dp replicas')
         self._transfer_shown = bool(workers) and not is_replicas(workers.names)
         names = REMOTE_NAMES if remote else {n: n for n in SEGMENTS if n != "KV transfer" or self._transfer_shown}
-        title = swatch_title("Request lanes" + (" (client's clock)" if remote else ""),
-                             [(names[n], SEGMENT_COLORS[n]) for n in names])
+        swatches = [(names[n], SEGMENT_COLORS[n]) for n in names]
+        if getattr(self, "_reused_shown", False):   # a prefix-cached run: the prefills' reused share
+            swatches.insert(2, ("reused", REUSED_COLOR))
+        title = swatch_title("Request lanes" + (" (client's clock)" if remote else ""), swatches)
         set_title(self.getPlotItem(), title + "&nbsp;&nbsp;white tick: a token")   # short: at 200% the longer one ran off the plot
 
     def select_request(self, request_id: int | None) -> None:
@@ -179,8 +208,14 @@ class LanesView(pg.PlotWidget):
                 vb.setYRange(-0.6, room - 0.4, padding=0)
         if bool(self.store.workers) != self._transfer_shown:
             self.set_remote(self._remote)
-        for name, (x0, x1, row) in lane_segments(self.store, self._running).items():
+        segments = lane_segments(self.store, self._running)
+        for name, (x0, x1, row) in segments.items():
             self.items[name].setPath(rect_path(x0, x1, row - ROW_HALF, row + ROW_HALF))
+        reused = reused_parts(self.store, segments["prefill"])
+        self.reused.setPath(rect_path(*reused))
+        if bool(len(reused[0])) != self._reused_shown:
+            self._reused_shown = bool(len(reused[0]))
+            self.set_remote(self._remote)
         self._paint_ticks()
         if self.selected_request is not None:
             self.select_request(self.selected_request)

@@ -11,6 +11,8 @@ COLUMNS = (
     ("id", "request_id", None, 40),
     ("status", "status", None, 66),
     ("prompt", "prompt_tokens", None, 52),
+    ("cached", "cached_tokens", None, 54),
+    ("computed", "computed_tokens", None, 64),
     ("output", "output_tokens", None, 52),
     ("arrival ms", "arrival_ms", 1, 72),
     ("queue ms", "queue_ms", 1, 66),
@@ -19,6 +21,10 @@ COLUMNS = (
     ("end-to-end ms", "e2e_ms", 1, 90),
 )
 SORT_ROLE = QtCore.Qt.ItemDataRole.UserRole
+HEADER_TIPS = {
+    "cached": "prompt tokens found in the prefix cache at admission: reused, not computed",
+    "computed": "prompt tokens the prefill computed (prompt - cached): what its TTFT paid for",
+}
 
 
 class RequestsModel(QtCore.QAbstractTableModel):
@@ -37,8 +43,12 @@ class RequestsModel(QtCore.QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=QtCore.Qt.ItemDataRole.DisplayRole):
-        if role == QtCore.Qt.ItemDataRole.DisplayRole and orientation == QtCore.Qt.Orientation.Horizontal:
+        if orientation != QtCore.Qt.Orientation.Horizontal:
+            return None
+        if role == QtCore.Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section][0]
+        if role == QtCore.Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS.get(COLUMNS[section][0])
         return None
 
     def data(self, index, role=QtCore.Qt.ItemDataRole.DisplayRole):
