@@ -48,15 +48,51 @@ class StepBatch:
 
 
 class KVCache:
-    """Preallocated keys and values, one slot per running request, written in place.
+    """Preallocated keys and values in a pool of fixed-size blocks, read through a block table.
 
-    k[layer] and v[layer] have shape (num_slots, num_kv_heads, max_len, head_dim).
+    k[layer] and v[layer] have shape (num_blocks, num_kv_heads, block_size, head_dim): block-major,
+    and inside a block each kv head's block_size keys are one contiguous run of block_size * head_dim
+    values, which is what the C kernels stream (a decode work item is one token and one kv head; a
+    prefill unit one kv head and a run of query tokens), so a block costs one jump and the keys
+    inside it are read as before.
+
+    block_table (num_rows, max_blocks_per_row) int32, on the cache's device: row r is the table of
+    the request whose `slot` is r, and token (r, pos) lives in block block_table[r, pos // block_size]
+    at offset pos % block_size. The default table is the identity: row r owns blocks
+    r * B .. r * B + B - 1 (B = max_blocks_per_row), the old slot layout. A paged allocator hands a
+    row other blocks with `set_row`; the table is written in place, so a captured CUDA graph that
+    reads it stays valid.
     """
 
-    def __init__(self, shape: ModelShape, num_slots: int, max_len: int, device, dtype):
-        self.num_slots = num_slots
+    def __init__(self, shape: ModelShape, num_slots: int, max_len: int, device, dtype, block_size: int = 16,
+                 num_blocks: int | None = None):
+        if block_size < 1 or block_size & (block_size - 1):
+            raise ValueError(f"the KV block size must be a power of two, got {block_size}")
+        self.num_slots = num_slots            # rows of the block table (the scheduler's slots)
         self.max_len = max_len
-        size = (num_slots, shape.num_kv_heads, max_len, shape.head_dim)
+        self.block_size = block_size
+        self.max_blocks_per_row = -(-max_len // block_size)
+        self.num_blocks = num_slots * self.max_blocks_per_row if num_blocks is None else num_blocks
+        size = (self.num_blocks, shape.num_kv_heads, block_size, shape.head_dim)
         self.k = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.num_layers)]
         self.v = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.num_layers)]
+        # the identity table (where there are blocks enough: a smaller pool starts with every row empty, -1)
+        table = torch.arange(num_slots * self.max_blocks_per_row, dtype=torch.int32).view(num_slots, -1)
+        self.block_table = table.masked_fill(table >= self.num_blocks, -1).to(device)
         self.pointers: torch.Tensor | None = None   # the tensors' addresses, for the C decode layers (llama.py)
+
+    def set_row(self, row: int, block_ids) -> None:
+        """Give table row `row` these blocks, in position order (the rest of the row becomes -1)."""
+        ids = torch.as_tensor(block_ids, dtype=torch.int32).flatten()
+        if ids.numel() > self.max_blocks_per_row:
+            raise ValueError(f"{ids.numel()} blocks for a row of at most {self.max_blocks_per_row}")
+        if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < self.num_blocks):
+            raise ValueError(f"block ids outside this pool's 0..{self.num_blocks - 1}")
+        row_table = self.block_table[row]
+        row_table.fill_(-1)
+        row_table[:ids.numel()].copy_(ids)   # in place: graphs and kernels hold this tensor
+
+    def locate(self, rows: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block, offset) of each token (rows[i], positions[i]): long tensors of positions' shape."""
+        blocks = self.block_table[rows, positions // self.block_size].long()
+        return blocks, positions % self.block_size
