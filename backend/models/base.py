@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.shape import ModelShape
+from backend.shape import KV_BLOCK_SIZE, ModelShape
 
 
 @dataclass(slots=True)
@@ -64,7 +64,7 @@ class KVCache:
     reads it stays valid.
     """
 
-    def __init__(self, shape: ModelShape, num_slots: int, max_len: int, device, dtype, block_size: int = 16,
+    def __init__(self, shape: ModelShape, num_slots: int, max_len: int, device, dtype, block_size: int = KV_BLOCK_SIZE,
                  num_blocks: int | None = None):
         if block_size < 1 or block_size & (block_size - 1):
             raise ValueError(f"the KV block size must be a power of two, got {block_size}")
