@@ -215,6 +215,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         getattr(lib, name).restype = ctypes.c_char_p
     lib.psk_prefill_attention.argtypes = [ptr, i64, ptr, ptr, ptr, ptr, *[i64] * 7, ctypes.c_float, ctypes.c_float]
     lib.psk_prefill_attention.restype = c_int
+    lib.psk_kv_write.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, *[i64] * 5]
+    lib.psk_kv_write.restype = None
     # the bfloat16 units (bf16.c)
     lib.psk_math_compiled.argtypes = []
     lib.psk_math_compiled.restype = c_int

@@ -187,6 +187,18 @@ def _table_args(table: torch.Tensor, cache_k: torch.Tensor) -> tuple[int, int, i
     return table.data_ptr(), table.shape[-1], block_size.bit_length() - 1
 
 
+def kv_write(k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+             table_row: torch.Tensor, start: int) -> None:
+    """k and v (L, kv_heads, hd) of one request's positions start..start+L-1 into their blocks of the
+    pools cache_k and cache_v ((num_blocks, kv_heads, block_size, hd)), found through table_row."""
+    k, v = (t if t.stride(2) == 1 and t.stride(1) == t.shape[2] else t.contiguous() for t in (k, v))
+    length, kv_heads, hd = k.shape
+    table, _, shift = _table_args(table_row, cache_k)
+    if length:
+        _lib().psk_kv_write(k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), cache_k.data_ptr(),
+                            cache_v.data_ptr(), table, shift, start, length, kv_heads, hd)
+
+
 def prefill_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, table_row: torch.Tensor,
                       start: int, scale: float | None = None, softcap: float | None = None,
                       window: int | None = None) -> torch.Tensor:

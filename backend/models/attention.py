@@ -5,8 +5,9 @@ decode key length, where each token's key goes in the block pool); `attend` runs
 writes the step's keys and values into their blocks in place and attends each query to its own
 request's keys, found through the cache's block table (base.KVCache).
 
-The C kernels read the blocks in place through the table. The torch path (CUDA, bfloat16, no C
-compiler) writes with one index_put per layer and reads a request's keys with one gather through
+The C kernels read the blocks in place through the table. The C path writes a prefill segment's keys
+with a memcpy per token (ops.kv_write: torch's index_put costs about 4 ms a layer for 512 tokens
+here). The torch path (CUDA, bfloat16, no C compiler) writes with one index_put per layer and reads a request's keys with one gather through
 the table (KVCache.row_keys): SDPA takes a dense (kv, keys, hd) tensor, and a token-major view of
 block-major storage does not exist. With the identity table of the old slot layout a decode
 batch of consecutive slots was a view; now it is that gather, on the torch path only.
@@ -57,10 +58,11 @@ from backend.models.base import KVCache, Segment, StepBatch
 
 @dataclass(slots=True)
 class AttentionPlan:
-    # (flat offset, segment, mask; None = plain causal, (block, offset) of each of its tokens). On CUDA
+    # (flat offset, segment, mask; None = plain causal, (block, offset) of each of its tokens; None where
+    # the C kernel writes them, ops.kv_write). On CUDA
     # the mask is WINDOW_MASK's, over the keys from the window's first (attention_kernels.window_mask),
     # and None where no window cuts.
-    segments: list[tuple[int, Segment, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor]]]
+    segments: list[tuple[int, Segment, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]]
     num_prefill_tokens: int
     decode_slots: torch.Tensor
     decode_positions: torch.Tensor
@@ -109,8 +111,9 @@ class AttentionPlan:
                 keys = torch.arange(seg.start + seg.length, device=device)
                 queries = torch.arange(seg.start, seg.start + seg.length, device=device)
                 mask = _additive(_visible(keys[None, :], queries[:, None], window), dtype)  # (L, start+L)
-            where = cache.locate(torch.full((seg.length,), seg.slot, device=device),
-                                 torch.arange(seg.start, seg.start + seg.length, device=device))
+            where = None if prefill_kernel else cache.locate(torch.full((seg.length,), seg.slot, device=device),
+                                                             torch.arange(seg.start, seg.start + seg.length,
+                                                                          device=device))
             segments.append((offset, seg, mask, where))
             offset += seg.length
         decode_len, decode_mask = 0, None
@@ -154,14 +157,16 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
     n, heads, hd = q.shape
     kv_heads = k.shape[1]
     outs = []
-    for off, seg, mask, (blocks, offsets) in plan.segments:
+    for off, seg, mask, where in plan.segments:
         end, stop = off + seg.length, seg.start + seg.length
-        cache_k[blocks, :, offsets] = k[off:end]  # (L, kv, hd) into each token's block and offset
-        cache_v[blocks, :, offsets] = v[off:end]
         if plan.prefill_kernel:
+            ops.kv_write(k[off:end], v[off:end], cache_k, cache_v, plan.table[seg.slot], seg.start)
             outs.append(ops.prefill_attention(q[off:end], cache_k, cache_v, plan.table[seg.slot], seg.start, scale,
                                               softcap, plan.window))
             continue
+        blocks, offsets = where
+        cache_k[blocks, :, offsets] = k[off:end]  # (L, kv, hd) into each token's block and offset
+        cache_v[blocks, :, offsets] = v[off:end]
         qs = q[off:end].transpose(0, 1).unsqueeze(0)   # (1, heads, L, hd)
         row = plan.table[seg.slot:seg.slot + 1]
         ks = _row_keys(cache_k, row, stop)             # (1, kv, start+L, hd): gathered through the table

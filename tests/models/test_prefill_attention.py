@@ -71,3 +71,20 @@ def test_uneven_heads_are_one_clear_error():
     q, k = torch.randn(4, 3, 64), torch.randn(1, 2, 8, 64)
     with pytest.raises(ValueError, match="do not share 2 kv heads evenly"):
         ops.prefill_attention(q, k, k, torch.zeros(1, dtype=torch.int32), 0)
+
+
+@pytest.mark.parametrize("start, length", [(0, 1), (5, 40), (16, 16), (30, 3)])
+def test_kv_write_puts_each_token_in_its_block(start, length):
+    """A segment at positions start.. written through a scrambled table: each token's key and value
+    land at offset p % 8 of block table[p // 8], and nothing else changes."""
+    gen = torch.Generator().manual_seed(start + length)
+    pool_k, pool_v, row = paged(torch.zeros(2, 48, 16), torch.zeros(2, 48, 16), 8, True, seed=start)
+    before_k, before_v = pool_k.clone(), pool_v.clone()
+    wide = torch.randn(length, 3, 2, 16, generator=gen)          # k and v as strided views of a fused projection
+    k, v = wide[:, 1], wide[:, 2]
+    ops.kv_write(k, v, pool_k, pool_v, row, start)
+    positions = torch.arange(start, start + length)
+    blocks, offsets = row[positions // 8].long(), positions % 8
+    assert torch.equal(pool_k[blocks, :, offsets], k) and torch.equal(pool_v[blocks, :, offsets], v)
+    pool_k[blocks, :, offsets], pool_v[blocks, :, offsets] = before_k[blocks, :, offsets], before_v[blocks, :, offsets]
+    assert torch.equal(pool_k, before_k) and torch.equal(pool_v, before_v)
