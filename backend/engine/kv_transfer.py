@@ -2,7 +2,7 @@
 
 What moves is the blocks the prefill filled: for every layer, the ceil(n / block_size) cache blocks
 that hold the request's first `n` positions (found through its row of the block table), packed as
-one (num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim) hand-off, a whole-block copy on
+one (num_layers, 2, num_kv_heads, num_blocks, block_size, head_dim) hand-off, a whole-block copy on
 each side (index_select into the buffer, index_copy_ out of it) rather than a token-by-token
 gather; the last block's positions past n travel too and are never read. The decode side writes
 them into the blocks its own table gives the request's row, whatever they are. Two transports,
@@ -64,7 +64,7 @@ class KVBlock:
 
     @property
     def shape(self) -> tuple[int, int, int, int, int, int]:
-        return (self.num_layers, 2, self.num_blocks, self.num_kv_heads, self.block_size, self.head_dim)
+        return (self.num_layers, 2, self.num_kv_heads, self.num_blocks, self.block_size, self.head_dim)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -79,8 +79,8 @@ class KVBlock:
 
 
 def block_of(cache, num_tokens: int) -> KVBlock:
-    k = cache.k[0]   # (num_blocks, num_kv_heads, block_size, head_dim)
-    return KVBlock(len(cache.k), k.shape[1], num_tokens, k.shape[3], str(k.dtype).removeprefix("torch."),
+    k = cache.k[0]   # (num_kv_heads, num_blocks, block_size, head_dim)
+    return KVBlock(len(cache.k), k.shape[0], num_tokens, k.shape[3], str(k.dtype).removeprefix("torch."),
                    cache.block_size)
 
 
@@ -94,25 +94,25 @@ def view_of(block: KVBlock, buffer, offset: int = 0) -> torch.Tensor:
     if block.nbytes == 0:
         return torch.empty(block.shape, dtype=block.torch_dtype)
     flat = torch.frombuffer(buffer, dtype=torch.uint8, count=block.nbytes, offset=offset)
-    return flat.view(block.torch_dtype).view(block.shape)   # (L, 2, blocks, n_kv_heads, block_size, head_dim)
+    return flat.view(block.torch_dtype).view(block.shape)   # (L, 2, n_kv_heads, blocks, block_size, head_dim)
 
 
 def pack(cache, slot: int, block: KVBlock, dest: torch.Tensor) -> None:
     """Copy the blocks holding slot's first block.num_tokens positions, every layer, into dest (block.shape)."""
     blocks = cache.block_table[slot, :block.num_blocks].long()
     for layer, (k, v) in enumerate(zip(cache.k, cache.v)):
-        torch.index_select(k, 0, blocks, out=dest[layer, 0])   # (blocks, n_kv_heads, block_size, head_dim)
-        torch.index_select(v, 0, blocks, out=dest[layer, 1])
+        torch.index_select(k, 1, blocks, out=dest[layer, 0])   # (n_kv_heads, blocks, block_size, head_dim)
+        torch.index_select(v, 1, blocks, out=dest[layer, 1])
 
 
 def unpack(cache, slot: int, src: torch.Tensor) -> None:
     """Write a packed hand-off into the blocks of slot's row, every layer."""
     if src.shape[4] != cache.block_size:
         raise ValueError(f"a hand-off in blocks of {src.shape[4]} tokens for a cache of blocks of {cache.block_size}")
-    blocks = cache.block_table[slot, :src.shape[2]].long()
+    blocks = cache.block_table[slot, :src.shape[3]].long()
     for layer, (k, v) in enumerate(zip(cache.k, cache.v)):
-        k.index_copy_(0, blocks, src[layer, 0])
-        v.index_copy_(0, blocks, src[layer, 1])
+        k.index_copy_(1, blocks, src[layer, 0])
+        v.index_copy_(1, blocks, src[layer, 1])
 
 
 class Arena:

@@ -1,9 +1,9 @@
 /* Decode attention against the paged KV cache, one call per layer for all the step's decode tokens.
 
-   The cache is a pool of blocks, (num_blocks, kv_heads, BS, hd), BS = 1 << block_shift keys a
-   block; row r of the block table (max_blocks floats apart) lists the blocks of the request in
-   table row r, in position order: position p of that request is at offset p % BS of block
-   table[r][p / BS]. For decode token d (in table row s at position p) and kv head h: write its new
+   The cache is a pool of blocks per kv head, (kv_heads, num_blocks, BS, hd), BS = 1 << block_shift
+   keys a block; row r of the block table (max_blocks entries apart) lists the blocks of the
+   request in table row r, in position order: position p of that request is at offset p % BS of
+   block table[r][p / BS], in every head's pool. For decode token d (in table row s at position p) and kv head h: write its new
    key (rotated here when the caller passes the rotary tables) and value into its block, then
    attend each query head that shares kv head h to keys 0..p of that row, read block by block in
    place (each block's BS keys of a head are one contiguous run; no gathering copy):
@@ -29,9 +29,9 @@
 typedef struct {
     const float *q, *k, *v;          /* rows of the step's decode tokens, with their own strides */
     int64_t q_stride, k_stride, v_stride;
-    float *cache_k, *cache_v;        /* (num_blocks, kv_heads, 1 << block_shift, hd) */
+    float *cache_k, *cache_v;        /* (kv_heads, num_blocks, 1 << block_shift, hd) */
     const int32_t *table;            /* (rows, max_blocks): each row's blocks in position order */
-    int64_t max_blocks, block_shift;
+    int64_t num_blocks, max_blocks, block_shift;
     const int64_t *slots, *positions;
     const float *cos, *sin;          /* (D, hd) per token, to rotate q and k here; NULL: already rotated */
     float *out;                      /* (D, heads * hd) */
@@ -52,8 +52,8 @@ static inline float cap(float score, float softcap) {
     return softcap > 0.0f ? softcap * tanhf(score / softcap) : score;
 }
 
-/* Where the keys (and values) of one kv head are: the row's block table, the head's run in block 0
-   (keys, values: the pool's base plus the head's offset) and the stride from block to block.
+/* Where the keys (and values) of one kv head are: the row's block table, the head's pool (keys,
+   values) and the stride from block to block (BS * hd).
    Position p is at base + table[p >> shift] * stride + (p & (BS - 1)) * hd. */
 typedef struct {
     const float *keys, *values;
@@ -65,13 +65,22 @@ static inline const float *key_at(const paged_head *ph, const float *base, int64
     return base + (int64_t)ph->table[p >> ph->shift] * ph->stride + (p & ((1 << ph->shift) - 1)) * hd;
 }
 
-/* One query head against keys first..first+n_keys-1 of its kv head, read through the table: out = softmax(cap(q . K * scale)) . V.
-   HD is a constant at the calls that matter (64, 128), so q and the output's partial sums stay
+/* The whole block that holds position p (the start of a block), asked of the memory ahead of its
+   reads: blocks of a scrambled table are nowhere near each other, so the hardware prefetcher, which
+   follows one stream within a page, stops at every block boundary. */
+static inline void prefetch_block(const paged_head *ph, const float *base, int64_t p, int64_t hd) {
+    const char *at = (const char *)key_at(ph, base, p, hd);
+    const int64_t bytes = ((int64_t)1 << ph->shift) * hd * (int64_t)sizeof(float);
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(at + b);
+}
+
+/* One query head against keys first..first+n_keys-1 of its kv head, read through the table:
+   out = softmax(cap(q . K * scale)) . V, a cache block's run of keys at a time. HD is a constant at the calls that matter (64, 128), so q and the output's partial sums stay
    in registers across the keys. HD must be a multiple of 8 here. */
 static inline __attribute__((always_inline)) void
 attend_head(const float *q, const paged_head *ph, int64_t first, int64_t n_keys, float scale,
             float softcap, float *out, const int64_t HD) {
-    const int64_t nv = HD / 8;
+    const int64_t nv = HD / 8, bs = (int64_t)1 << ph->shift;
     v8 qv[nv], acc[nv];
     for (int64_t c = 0; c < nv; c++) {
         qv[c] = load8(q + 8 * c) * scale;
@@ -81,15 +90,20 @@ attend_head(const float *q, const paged_head *ph, int64_t first, int64_t n_keys,
     for (int64_t start = 0; start < n_keys; start += BLOCK) {
         const int64_t n = n_keys - start < BLOCK ? n_keys - start : BLOCK;
         float block_best = -INFINITY;
-        for (int64_t i = 0; i < n; i++) {
-            const float *key = key_at(ph, ph->keys, first + start + i, HD);
-            v8 dot = {0};
-            for (int64_t c = 0; c < nv; c++) dot += qv[c] * load8(key + 8 * c);
-            float sc = 0.0f;
-            for (int l = 0; l < 8; l++) sc += dot[l];
-            sc = cap(sc, softcap);
-            scores[i] = sc;
-            if (sc > block_best) block_best = sc;
+        for (int64_t i = 0; i < n;) {   /* a run of keys inside one cache block: contiguous, as slots were */
+            const int64_t p = first + start + i, in_block = bs - (p & (bs - 1));
+            const int64_t run = n - i < in_block ? n - i : in_block;
+            const float *key = key_at(ph, ph->keys, p, HD);
+            if (p + run < first + n_keys) prefetch_block(ph, ph->keys, p + run, HD);   /* the next block */
+            for (int64_t e = i + run; i < e; i++, key += HD) {
+                v8 dot = {0};
+                for (int64_t c = 0; c < nv; c++) dot += qv[c] * load8(key + 8 * c);
+                float sc = 0.0f;
+                for (int l = 0; l < 8; l++) sc += dot[l];
+                sc = cap(sc, softcap);
+                scores[i] = sc;
+                if (sc > block_best) block_best = sc;
+            }
         }
         if (block_best > best) {   /* rescale what was summed under the old maximum */
             const float r = expf(best - block_best);
@@ -101,11 +115,16 @@ attend_head(const float *q, const paged_head *ph, int64_t first, int64_t n_keys,
             const v8 e = exp8(load8(scores + i) - best);
             memcpy(scores + i, &e, sizeof e);
         }
-        for (int64_t i = 0; i < n; i++) {
-            const float p = scores[i];
-            const float *value = key_at(ph, ph->values, first + start + i, HD);
-            total += p;
-            for (int64_t c = 0; c < nv; c++) acc[c] += load8(value + 8 * c) * p;
+        for (int64_t i = 0; i < n;) {
+            const int64_t pos = first + start + i, in_block = bs - (pos & (bs - 1));
+            const int64_t run = n - i < in_block ? n - i : in_block;
+            const float *value = key_at(ph, ph->values, pos, HD);
+            if (pos + run < first + n_keys) prefetch_block(ph, ph->values, pos + run, HD);
+            for (int64_t e = i + run; i < e; i++, value += HD) {
+                const float p = scores[i];
+                total += p;
+                for (int64_t c = 0; c < nv; c++) acc[c] += load8(value + 8 * c) * p;
+            }
         }
     }
     for (int64_t c = 0; c < nv; c++) store8(out + 8 * c, acc[c] / total);
@@ -137,9 +156,9 @@ static void attend_head_any(const float *q, const paged_head *ph, int64_t first,
 
 static void attend_one(const attention_job *j, int64_t t, int64_t h) {
     const int64_t hd = j->hd, group = j->heads / j->kv_heads, slot = j->slots[t], pos = j->positions[t];
-    const int64_t bs = (int64_t)1 << j->block_shift, head = h * bs * hd;   /* the head's run inside a block */
-    const paged_head ph = {j->cache_k + head, j->cache_v + head, j->table + slot * j->max_blocks,
-                           j->kv_heads * bs * hd, j->block_shift};
+    const int64_t bs = (int64_t)1 << j->block_shift, head = h * j->num_blocks * bs * hd;   /* the head's pool */
+    const paged_head ph = {j->cache_k + head, j->cache_v + head, j->table + slot * j->max_blocks, bs * hd,
+                           j->block_shift};
     float *key = (float *)key_at(&ph, ph.keys, pos, hd), *value = (float *)key_at(&ph, ph.values, pos, hd);
     const float *k = j->k + t * j->k_stride + h * hd;
     if (j->cos) rotate(k, j->cos + t * hd, j->sin + t * hd, key, hd);
@@ -181,12 +200,13 @@ static void attention_part(void *arg, int part, int parts) {
    Returns 0, or -1 when the query heads do not share the kv heads evenly (or hd is odd with cos). */
 int psk_decode_attention_scaled(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                                 const float *v, int64_t v_stride, float *cache_k, float *cache_v,
-                                const int32_t *table, int64_t max_blocks, int64_t block_shift,
-                                const int64_t *slots, const int64_t *positions, const float *cos,
+                                const int32_t *table, int64_t num_blocks, int64_t max_blocks,
+                                int64_t block_shift, const int64_t *slots, const int64_t *positions, const float *cos,
                                 const float *sin, float *out, int64_t d, int64_t heads, int64_t kv_heads,
                                 int64_t hd, int64_t window, float scale, float softcap) {
     if (kv_heads < 1 || heads % kv_heads || (cos && hd % 2) || block_shift < 0 || block_shift > 20) return -1;
-    attention_job job = {q, k, v, q_stride, k_stride, v_stride, cache_k, cache_v, table, max_blocks, block_shift,
+    attention_job job = {q, k, v, q_stride, k_stride, v_stride, cache_k, cache_v, table, num_blocks, max_blocks,
+                         block_shift,
                          slots, positions, cos, sin, out, d, heads, kv_heads, hd, window, scale, softcap};
     pool_run(attention_part, &job);
     return 0;
@@ -195,11 +215,11 @@ int psk_decode_attention_scaled(const float *q, int64_t q_stride, const float *k
 /* The usual scale, 1 / sqrt(hd), no cap and no window (the fused decode layer's call, layer.c). */
 int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                          const float *v, int64_t v_stride, float *cache_k, float *cache_v,
-                         const int32_t *table, int64_t max_blocks, int64_t block_shift,
+                         const int32_t *table, int64_t num_blocks, int64_t max_blocks, int64_t block_shift,
                          const int64_t *slots, const int64_t *positions, const float *cos, const float *sin,
                          float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t hd) {
-    return psk_decode_attention_scaled(q, q_stride, k, k_stride, v, v_stride, cache_k, cache_v, table, max_blocks,
-                                       block_shift, slots, positions, cos, sin, out, d, heads, kv_heads, hd, 0,
+    return psk_decode_attention_scaled(q, q_stride, k, k_stride, v, v_stride, cache_k, cache_v, table, num_blocks,
+                                       max_blocks, block_shift, slots, positions, cos, sin, out, d, heads, kv_heads, hd, 0,
                                        1.0f / sqrtf((float)hd), 0.0f);
 }
 
@@ -209,15 +229,15 @@ int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64
    index_copy_ take 3-8 us per token row here, 4 ms a layer for a 512-token prompt; this is the
    slice copy the slot layout had. */
 void psk_kv_write(const float *k, int64_t k_stride, const float *v, int64_t v_stride, float *cache_k,
-                  float *cache_v, const int32_t *table, int64_t block_shift, int64_t start, int64_t n,
-                  int64_t kv_heads, int64_t hd) {
-    const int64_t bs = (int64_t)1 << block_shift;
+                  float *cache_v, const int32_t *table, int64_t num_blocks, int64_t block_shift, int64_t start,
+                  int64_t n, int64_t kv_heads, int64_t hd) {
+    const int64_t bs = (int64_t)1 << block_shift, head = num_blocks * bs * hd;
     for (int64_t t = 0; t < n; t++) {
         const int64_t p = start + t;
-        const int64_t at = ((int64_t)table[p >> block_shift] * kv_heads * bs + (p & (bs - 1))) * hd;
+        const int64_t at = ((int64_t)table[p >> block_shift] * bs + (p & (bs - 1))) * hd;
         for (int64_t h = 0; h < kv_heads; h++) {
-            memcpy(cache_k + at + h * bs * hd, k + t * k_stride + h * hd, hd * sizeof(float));
-            memcpy(cache_v + at + h * bs * hd, v + t * v_stride + h * hd, hd * sizeof(float));
+            memcpy(cache_k + h * head + at, k + t * k_stride + h * hd, hd * sizeof(float));
+            memcpy(cache_v + h * head + at, v + t * v_stride + h * hd, hd * sizeof(float));
         }
     }
 }

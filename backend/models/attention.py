@@ -149,7 +149,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
            scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """q (N, heads, hd), k and v (N, kv_heads, hd) for the step's flat tokens -> (N, heads * hd).
 
-    cache_k, cache_v: this layer's block pools, (num_blocks, kv_heads, block_size, hd), read through
+    cache_k, cache_v: this layer's block pools, (kv_heads, num_blocks, block_size, hd), read through
     plan.table. rotary: (cos, sin) per token for the C kernel to rotate q and k with, only for a
     decode-only step on the kernel (plan.rotates_in_kernel); otherwise q and k come rotated. scale:
     the scores' factor (None: 1 / sqrt(hd)); softcap: Gemma 2's cap on the scores (None: none).
@@ -165,8 +165,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
                                               softcap, plan.window))
             continue
         blocks, offsets = where
-        cache_k[blocks, :, offsets] = k[off:end]  # (L, kv, hd) into each token's block and offset
-        cache_v[blocks, :, offsets] = v[off:end]
+        cache_k[:, blocks, offsets] = k[off:end].transpose(0, 1)  # (kv, L, hd) into each token's block and offset
+        cache_v[:, blocks, offsets] = v[off:end].transpose(0, 1)
         qs = q[off:end].transpose(0, 1).unsqueeze(0)   # (1, heads, L, hd)
         row = plan.table[seg.slot:seg.slot + 1]
         ks = _row_keys(cache_k, row, stop)             # (1, kv, start+L, hd): gathered through the table
@@ -186,8 +186,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         p = plan.num_prefill_tokens
         d = n - p
         blocks, offsets = plan.decode_where
-        cache_k[blocks, :, offsets] = k[p:]  # (D, kv, hd) into each request's next position
-        cache_v[blocks, :, offsets] = v[p:]
+        cache_k[:, blocks, offsets] = k[p:].transpose(0, 1)  # (kv, D, hd) into each request's next position
+        cache_v[:, blocks, offsets] = v[p:].transpose(0, 1)
         t = plan.decode_len
         ks, vs = _gather(cache_k, plan.decode_blocks, t), _gather(cache_v, plan.decode_blocks, t)  # (D, kv, T, hd)
         # GQA without expanding the cache: the query heads that share a kv head become that head's
@@ -205,9 +205,9 @@ def _row_keys(pool: torch.Tensor, row: torch.Tensor, num_keys: int) -> torch.Ten
 
 
 def _gather(pool: torch.Tensor, blocks: torch.Tensor, num_keys: int) -> torch.Tensor:
-    """The blocks (R, nb) of R rows, from the pool (num_blocks, kv, bs, hd), as each row's first
+    """The blocks (R, nb) of R rows, from the pool (kv, num_blocks, bs, hd), as each row's first
     num_keys keys: (R, kv, num_keys, hd). One copy (torch indexing cannot view through a table)."""
     r, nb = blocks.shape
-    _, kv, bs, hd = pool.shape
-    rows = pool[blocks]   # (R, nb, kv, bs, hd)
-    return rows.transpose(1, 2).reshape(r, kv, nb * bs, hd)[:, :, :num_keys]
+    kv, _, bs, hd = pool.shape
+    rows = pool[:, blocks]   # (kv, R, nb, bs, hd)
+    return rows.transpose(0, 1).reshape(r, kv, nb * bs, hd)[:, :, :num_keys]

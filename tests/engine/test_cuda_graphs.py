@@ -131,8 +131,8 @@ def test_a_row_given_new_blocks_is_read_through_the_table_by_the_next_static_ste
             old = static.block_table[0].long()
             new = torch.arange(3 * 8 + 7, 3 * 8 - 1, -1, device=device)
             for pool in static.k + static.v:
-                pool[new] = pool[old]
-                pool[old] = float("nan")   # a read of the old place would poison the logits
+                pool[:, new] = pool[:, old]
+                pool[:, old] = float("nan")   # a read of the old place would poison the logits
             static.set_row(0, new)
         tokens = [3 + step, 4 + step]
         with torch.inference_mode():

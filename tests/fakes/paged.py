@@ -23,8 +23,8 @@ def row_keys(pool: torch.Tensor, cache: KVCache, row: int, num_keys: int | None 
     (kv_heads, num_keys, head_dim), a copy."""
     num_keys = cache.max_blocks_per_row * cache.block_size if num_keys is None else num_keys
     nb = -(-num_keys // cache.block_size)
-    blocks = pool[cache.block_table[row, :nb].long()]   # (nb, kv, bs, hd)
-    return blocks.transpose(0, 1).reshape(pool.shape[1], nb * cache.block_size, pool.shape[3])[:, :num_keys]
+    blocks = pool[:, cache.block_table[row, :nb].long()]   # (kv, nb, bs, hd)
+    return blocks.reshape(pool.shape[0], nb * cache.block_size, pool.shape[3])[:, :num_keys]
 
 
 def dense(pool: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -34,7 +34,7 @@ def dense(pool: torch.Tensor, cache: KVCache) -> torch.Tensor:
 
 def to_pools(keys: torch.Tensor, values: torch.Tensor, block_size: int = 16,
              seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Dense slot-layout keys and values (rows, kv, L, hd) as block pools (num_blocks, kv, block_size, hd)
+    """Dense slot-layout keys and values (rows, kv, L, hd) as block pools (kv, num_blocks, block_size, hd)
     and the int32 table (rows, ceil(L / block_size)) that reads them back: the identity, or (a seed)
     the blocks at permuted places in a pool twice as large, the blocks no row owns full of noise."""
     rows, kv, length, hd = keys.shape
@@ -46,7 +46,7 @@ def to_pools(keys: torch.Tensor, values: torch.Tensor, block_size: int = 16,
     for x in (keys, values):
         padded = torch.zeros(rows, kv, nb * block_size, hd)
         padded[:, :, :length] = x
-        pool = torch.randn(total, kv, block_size, hd)
-        pool[order] = padded.view(rows, kv, nb, block_size, hd).transpose(1, 2).reshape(rows * nb, kv, block_size, hd)
+        pool = torch.randn(kv, total, block_size, hd)
+        pool[:, order] = padded.view(rows, kv, nb, block_size, hd).transpose(0, 1).reshape(kv, rows * nb, block_size, hd)
         pools.append(pool)
     return (*pools, order.view(rows, nb).to(torch.int32))

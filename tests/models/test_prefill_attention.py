@@ -27,7 +27,7 @@ def reference(q, k, v, start, scale, softcap, window):
 
 
 def paged(k, v, block_size, scrambled, seed):
-    """Dense (kv, S, hd) keys and values as block pools (num_blocks, kv, block_size, hd) and the int32
+    """Dense (kv, S, hd) keys and values as block pools (kv, num_blocks, block_size, hd) and the int32
     table row that reads them back: the identity, or blocks at permuted places in a larger pool."""
     kv, length, hd = k.shape
     nb = -(-length // block_size)
@@ -37,8 +37,8 @@ def paged(k, v, block_size, scrambled, seed):
     for x in (k, v):
         padded = torch.zeros(kv, nb * block_size, hd)
         padded[:, :length] = x
-        pool = torch.randn(total, kv, block_size, hd)   # blocks no row owns hold noise: never read
-        pool[order] = padded.view(kv, nb, block_size, hd).transpose(0, 1)
+        pool = torch.randn(kv, total, block_size, hd)   # blocks no row owns hold noise: never read
+        pool[:, order] = padded.view(kv, nb, block_size, hd)
         pools.append(pool)
     return (*pools, order.to(torch.int32))
 
@@ -68,7 +68,7 @@ def test_prefill_attention_matches_the_softmax(length, start, heads, kv, hd, win
 
 
 def test_uneven_heads_are_one_clear_error():
-    q, k = torch.randn(4, 3, 64), torch.randn(1, 2, 8, 64)
+    q, k = torch.randn(4, 3, 64), torch.randn(2, 1, 8, 64)
     with pytest.raises(ValueError, match="do not share 2 kv heads evenly"):
         ops.prefill_attention(q, k, k, torch.zeros(1, dtype=torch.int32), 0)
 
@@ -85,6 +85,7 @@ def test_kv_write_puts_each_token_in_its_block(start, length):
     ops.kv_write(k, v, pool_k, pool_v, row, start)
     positions = torch.arange(start, start + length)
     blocks, offsets = row[positions // 8].long(), positions % 8
-    assert torch.equal(pool_k[blocks, :, offsets], k) and torch.equal(pool_v[blocks, :, offsets], v)
-    pool_k[blocks, :, offsets], pool_v[blocks, :, offsets] = before_k[blocks, :, offsets], before_v[blocks, :, offsets]
+    assert torch.equal(pool_k[:, blocks, offsets], k.transpose(0, 1))
+    assert torch.equal(pool_v[:, blocks, offsets], v.transpose(0, 1))
+    pool_k[:, blocks, offsets], pool_v[:, blocks, offsets] = before_k[:, blocks, offsets], before_v[:, blocks, offsets]
     assert torch.equal(pool_k, before_k) and torch.equal(pool_v, before_v)
