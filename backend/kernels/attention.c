@@ -75,11 +75,13 @@ static inline void prefetch_block(const paged_head *ph, const float *base, int64
 }
 
 /* One query head against keys first..first+n_keys-1 of its kv head, read through the table:
-   out = softmax(cap(q . K * scale)) . V, a cache block's run of keys at a time. HD is a constant at the calls that matter (64, 128), so q and the output's partial sums stay
-   in registers across the keys. HD must be a multiple of 8 here. */
+   out = softmax(cap(q . K * scale)) . V, a cache block's run of keys at a time, prefetching the next
+   block where `prefetch` (the group's first query head: the others find the keys in cache). HD is a
+   constant at the calls that matter (64, 128), so q and the output's partial sums stay in
+   registers across the keys. HD must be a multiple of 8 here. */
 static inline __attribute__((always_inline)) void
 attend_head(const float *q, const paged_head *ph, int64_t first, int64_t n_keys, float scale,
-            float softcap, float *out, const int64_t HD) {
+            float softcap, float *out, int prefetch, const int64_t HD) {
     const int64_t nv = HD / 8, bs = (int64_t)1 << ph->shift;
     v8 qv[nv], acc[nv];
     for (int64_t c = 0; c < nv; c++) {
@@ -94,7 +96,7 @@ attend_head(const float *q, const paged_head *ph, int64_t first, int64_t n_keys,
             const int64_t p = first + start + i, in_block = bs - (p & (bs - 1));
             const int64_t run = n - i < in_block ? n - i : in_block;
             const float *key = key_at(ph, ph->keys, p, HD);
-            if (p + run < first + n_keys) prefetch_block(ph, ph->keys, p + run, HD);   /* the next block */
+            if (prefetch && p + run < first + n_keys) prefetch_block(ph, ph->keys, p + run, HD);   /* next block */
             for (int64_t e = i + run; i < e; i++, key += HD) {
                 v8 dot = {0};
                 for (int64_t c = 0; c < nv; c++) dot += qv[c] * load8(key + 8 * c);
@@ -119,7 +121,7 @@ attend_head(const float *q, const paged_head *ph, int64_t first, int64_t n_keys,
             const int64_t pos = first + start + i, in_block = bs - (pos & (bs - 1));
             const int64_t run = n - i < in_block ? n - i : in_block;
             const float *value = key_at(ph, ph->values, pos, HD);
-            if (pos + run < first + n_keys) prefetch_block(ph, ph->values, pos + run, HD);
+            if (prefetch && pos + run < first + n_keys) prefetch_block(ph, ph->values, pos + run, HD);
             for (int64_t e = i + run; i < e; i++, value += HD) {
                 const float p = scores[i];
                 total += p;
@@ -177,10 +179,10 @@ static void attend_one(const attention_job *j, int64_t t, int64_t h) {
         float *o = j->out + t * j->heads * hd + qh * hd;
         const float scale = j->scale, softcap = j->softcap;
         switch (hd) {
-        case 64: attend_head(q, &ph, first, n_keys, scale, softcap, o, 64); break;
-        case 128: attend_head(q, &ph, first, n_keys, scale, softcap, o, 128); break;
+        case 64: attend_head(q, &ph, first, n_keys, scale, softcap, o, g == 0, 64); break;
+        case 128: attend_head(q, &ph, first, n_keys, scale, softcap, o, g == 0, 128); break;
         default:
-            if (hd % 8 == 0) attend_head(q, &ph, first, n_keys, scale, softcap, o, hd);
+            if (hd % 8 == 0) attend_head(q, &ph, first, n_keys, scale, softcap, o, g == 0, hd);
             else attend_head_any(q, &ph, first, n_keys, scale, softcap, o, hd);
         }
     }

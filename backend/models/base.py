@@ -57,8 +57,8 @@ class KVCache:
     only: a block is block_size * head_dim contiguous values, and with the identity table a row's
     blocks lie end to end in each head's pool, exactly as the slot layout had them. Measured on
     the decode kernel (batch 32, 300 keys), (num_blocks, kv_heads, block_size, head_dim), which
-    puts the other heads' blocks between one head's, read 15-30% slower than the slot layout even
-    with an identity table; this one reads within a few percent of it.
+    puts the other heads' blocks between one head's, read 1.2-1.3x slower than the slot layout even
+    with an identity table; this one 1.0-1.1x (kernel-only runs on a shared 2-core machine).
 
     block_table (num_rows, max_blocks_per_row) int32, on the cache's device: row r is the table of
     the request whose `slot` is r, and token (r, pos) lives in block block_table[r, pos // block_size]
