@@ -101,7 +101,6 @@ def main() -> int:
     if "--worker" in sys.argv:
         _worker(sys.argv[sys.argv.index("--worker") + 1])
         return 0
-    sys.path.insert(0, str(HERE.parent))
     from bench.common import add_readme_flag, alternating, measured_line, publish, ratio_median
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, help="a checkout with the slot cache (the code before paging)")

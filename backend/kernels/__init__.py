@@ -182,8 +182,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_decode_attention_scaled.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, i64, i64, i64, ptr, ptr,
                                                 ptr, ptr, ptr, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_float]
     lib.psk_decode_attention_scaled.restype = ctypes.c_int
-    lib.psk_llama_decode_layers.argtypes = [i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, *[ptr] * 5, *[i64] * 5,
-                                            ctypes.c_float]
+    lib.psk_llama_decode_layers.argtypes = [i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, *[ptr] * 5,
+                                            *[i64] * 5, ctypes.c_float]
     lib.psk_llama_decode_layers.restype = ctypes.c_int
     c_int = ctypes.c_int
     lib.psk_matmul.argtypes = [c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]

@@ -3,15 +3,16 @@
    The cache is a pool of blocks per kv head, (kv_heads, num_blocks, BS, hd), BS = 1 << block_shift
    keys a block; row r of the block table (max_blocks entries apart) lists the blocks of the
    request in table row r, in position order: position p of that request is at offset p % BS of
-   block table[r][p / BS], in every head's pool. For decode token d (in table row s at position p) and kv head h: write its new
-   key (rotated here when the caller passes the rotary tables) and value into its block, then
-   attend each query head that shares kv head h to keys 0..p of that row, read block by block in
-   place (each block's BS keys of a head are one contiguous run; no gathering copy):
-   softmax(q . K * scale) . V, scale 1 / sqrt(hd) unless the model says otherwise (Gemma's
-   query_pre_attn_scalar). With a soft cap c > 0 (Gemma 2) each score s becomes c * tanh(s / c)
-   before the softmax, as transformers caps them. With a window W > 0 (a sliding-window layer) the
-   token sees only keys p - W + 1 .. p. Torch's SDPA takes about 100 us a layer for this on a
-   batch of one (a kernel sized for long sequences); the arithmetic is a few microseconds.
+   block table[r][p / BS], in every head's pool. For decode token d (in table row s at position p)
+   and kv head h: write its new key (rotated here when the caller passes the rotary tables) and
+   value into its block, then attend each query head that shares kv head h to keys 0..p of that
+   row, read block by block in place (each block's BS keys of a head are one contiguous run; no
+   gathering copy): softmax(q . K * scale) . V, scale 1 / sqrt(hd) unless the model says otherwise
+   (Gemma's query_pre_attn_scalar). With a soft cap c > 0 (Gemma 2) each score s becomes
+   c * tanh(s / c) before the softmax, as transformers caps them. With a window W > 0 (a
+   sliding-window layer) the token sees only keys p - W + 1 .. p. Torch's SDPA takes about 100 us
+   a layer for this on a batch of one (a kernel sized for long sequences); the arithmetic is a few
+   microseconds.
 
    Softmax runs online over blocks of BLOCK keys (a running maximum and sum, rescaling the output
    when the maximum grows), so no buffer grows with the context. Work items (token, kv head) are
@@ -221,7 +222,8 @@ int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64
                          const int64_t *slots, const int64_t *positions, const float *cos, const float *sin,
                          float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t hd) {
     return psk_decode_attention_scaled(q, q_stride, k, k_stride, v, v_stride, cache_k, cache_v, table, num_blocks,
-                                       max_blocks, block_shift, slots, positions, cos, sin, out, d, heads, kv_heads, hd, 0,
+                                       max_blocks, block_shift, slots, positions, cos, sin, out, d, heads, kv_heads,
+                                       hd, 0,
                                        1.0f / sqrtf((float)hd), 0.0f);
 }
 

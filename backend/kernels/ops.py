@@ -233,8 +233,8 @@ def read(x: torch.Tensor) -> float:
 
 
 def llama_decode_layers(x: torch.Tensor, weights: torch.Tensor, kinds: torch.Tensor, cache_ptrs: torch.Tensor,
-                        table: torch.Tensor, num_blocks: int, block_size: int, step: tuple, scratch: torch.Tensor, heads: int,
-                        kv_heads: int, hd: int, ff: int, eps: float) -> None:
+                        table: torch.Tensor, num_blocks: int, block_size: int, step: tuple, scratch: torch.Tensor,
+                        heads: int, kv_heads: int, hd: int, ff: int, eps: float) -> None:
     """Every layer of a decode step in one call (layer.c): x (D, hidden) updated in place.
 
     weights: int64 (layers, 7) of llama_decode_layer's weight pointers (0 for no bias); kinds:

@@ -5,12 +5,13 @@ decode key length, where each token's key goes in the block pool); `attend` runs
 writes the step's keys and values into their blocks in place and attends each query to its own
 request's keys, found through the cache's block table (base.KVCache).
 
-The C kernels read the blocks in place through the table. The C path writes a prefill segment's keys
-with a memcpy per token (ops.kv_write: torch's index_put costs about 4 ms a layer for 512 tokens
-here). The torch path (CUDA, bfloat16, no C compiler) writes with one index_put per layer and reads a request's keys with one gather through
-the table (KVCache.row_keys): SDPA takes a dense (kv, keys, hd) tensor, and a token-major view of
-block-major storage does not exist. With the identity table of the old slot layout a decode
-batch of consecutive slots was a view; now it is that gather, on the torch path only.
+The C kernels read the blocks in place through the table, and the C path writes a prefill
+segment's keys with a memcpy per token (ops.kv_write; torch's index_put took 0.3 ms to several ms
+a layer for 512 tokens here). The torch path (CUDA, bfloat16, no C compiler) writes with one
+index_put per layer and reads a request's keys with one gather through the table (_gather): SDPA
+takes a dense (kv, keys, hd) tensor, and a token-major view of paged storage does not exist. With
+the old slot layout a decode batch of consecutive slots was a view; now it is that gather, on the
+torch path only.
 
 On the CPU in float32 the decode tokens' attention (and their cache writes) is one call per
 layer into the project's C kernel (backend/kernels/attention.c) where it is built: torch's SDPA

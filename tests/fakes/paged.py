@@ -47,6 +47,7 @@ def to_pools(keys: torch.Tensor, values: torch.Tensor, block_size: int = 16,
         padded = torch.zeros(rows, kv, nb * block_size, hd)
         padded[:, :, :length] = x
         pool = torch.randn(kv, total, block_size, hd)
-        pool[:, order] = padded.view(rows, kv, nb, block_size, hd).transpose(0, 1).reshape(kv, rows * nb, block_size, hd)
+        blocks = padded.view(rows, kv, nb, block_size, hd).transpose(0, 1)   # (kv, rows, nb, bs, hd)
+        pool[:, order] = blocks.reshape(kv, rows * nb, block_size, hd)
         pools.append(pool)
     return (*pools, order.view(rows, nb).to(torch.int32))

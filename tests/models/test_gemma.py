@@ -194,7 +194,7 @@ def test_the_c_decode_kernel_scales_caps_and_windows_as_the_reference(hd, seed):
                                softcap=5.0, window=10)
     torch.testing.assert_close(got, torch.stack(expected), atol=1e-5, rtol=1e-4)
     where = table[slots, torch.tensor(positions) // 8].long(), torch.tensor(positions) % 8
-    assert torch.equal(pool_k[:, where[0], where[1]], k.transpose(0, 1))   # the new keys written in place, in their blocks
+    assert torch.equal(pool_k[:, where[0], where[1]], k.transpose(0, 1))   # the new keys, in place in their blocks
 
 
 @pytest.mark.parametrize("static_len", [16, 32])
