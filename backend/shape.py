@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+KV_BLOCK_SIZE = 16   # tokens a KV cache block holds unless told otherwise (models/base.py's KVCache; vLLM's default)
+
 
 def _get(shape, name: str, default=0):
     return getattr(shape, name, default)

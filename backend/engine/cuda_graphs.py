@@ -9,6 +9,10 @@ replays the whole step with one launch, but only with the shapes and addresses i
     bucket and length bucket (below); padding rows decode token 0 at position 0 of a scratch slot of the KV cache that
     no request owns, and their logits are dropped;
   * token ids, positions and slots are copied into fixed buffers before each replay;
+  * the KV cache is a block pool read through its block table (models/base.py): the graph
+    captures the table tensor itself (static shape (rows, max_blocks)), and each replay looks up
+    the rows' blocks in it on the device, so a row handed new blocks (KVCache.set_row, in place)
+    needs no recapture. The scratch row must own its first block, which padding rows write;
   * attention runs over the first L keys of each slot, masked on the device by position
     (AttentionPlan.build with static_len), so no shape depends on exactly how far the requests
     have got and a graph stays valid as positions advance. L is a length bucket (powers of two
@@ -66,6 +70,8 @@ class StaticDecoder:
                  min_length: int = MIN_LENGTH_BUCKET):
         if not 0 <= scratch_slot < cache.num_slots:
             raise ValueError(f"scratch slot {scratch_slot} is not a slot of a {cache.num_slots}-slot cache")
+        if int(cache.block_table[scratch_slot, 0]) < 0:
+            raise ValueError(f"the scratch row {scratch_slot} owns no block for the padding rows to write")
         self.model = model
         self.cache = cache
         self.scratch_slot = scratch_slot

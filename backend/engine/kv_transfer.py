@@ -1,8 +1,12 @@
 """Moving one request's KV cache entries from a prefill engine process to a decode engine process.
 
-What moves is exactly what the prefill computed: for every layer, the keys and values of the
-request's first `n` positions in its cache slot, packed as one (num_layers, 2, num_kv_heads, n,
-head_dim) block. Two transports, chosen by `--kv-transport`:
+What moves is the blocks the prefill filled: for every layer, the ceil(n / block_size) cache blocks
+that hold the request's first `n` positions (found through its row of the block table), packed as
+one (num_layers, 2, num_kv_heads, num_blocks, block_size, head_dim) hand-off, a whole-block copy on
+each side (index_select into the buffer, index_copy_ out of it) rather than a token-by-token
+gather; the last block's positions past n travel too and are never read. The decode side writes
+them into the blocks its own table gives the request's row, whatever they are. Two transports,
+chosen by `--kv-transport`:
 
 - shm: the prefill process packs the block straight into a shared-memory arena (a memfd that
   the coordinator created and gave to both processes), and sends only a small header on the
@@ -45,17 +49,22 @@ def kv_bytes_per_token(shape, itemsize: int) -> int:
 
 @dataclass(slots=True)
 class KVBlock:
-    """The header of one hand-off: the block's shape and dtype (its bytes travel beside it)."""
+    """The header of one hand-off: its shape and dtype (its bytes travel beside it)."""
 
     num_layers: int
     num_kv_heads: int
     num_tokens: int
     head_dim: int
     dtype: str          # torch dtype name, e.g. "float32"
+    block_size: int = 16
 
     @property
-    def shape(self) -> tuple[int, int, int, int, int]:
-        return (self.num_layers, 2, self.num_kv_heads, self.num_tokens, self.head_dim)
+    def num_blocks(self) -> int:
+        return -(-self.num_tokens // self.block_size)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int, int]:
+        return (self.num_layers, 2, self.num_kv_heads, self.num_blocks, self.block_size, self.head_dim)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -70,8 +79,14 @@ class KVBlock:
 
 
 def block_of(cache, num_tokens: int) -> KVBlock:
-    k = cache.k[0]   # (num_slots, num_kv_heads, max_len, head_dim)
-    return KVBlock(len(cache.k), k.shape[1], num_tokens, k.shape[3], str(k.dtype).removeprefix("torch."))
+    k = cache.k[0]   # (num_kv_heads, num_blocks, block_size, head_dim)
+    return KVBlock(len(cache.k), k.shape[0], num_tokens, k.shape[3], str(k.dtype).removeprefix("torch."),
+                   cache.block_size)
+
+
+def bytes_per_row(cache) -> int:
+    """The largest hand-off of this cache: a whole row of blocks."""
+    return block_of(cache, cache.max_blocks_per_row * cache.block_size).nbytes
 
 
 def view_of(block: KVBlock, buffer, offset: int = 0) -> torch.Tensor:
@@ -79,23 +94,25 @@ def view_of(block: KVBlock, buffer, offset: int = 0) -> torch.Tensor:
     if block.nbytes == 0:
         return torch.empty(block.shape, dtype=block.torch_dtype)
     flat = torch.frombuffer(buffer, dtype=torch.uint8, count=block.nbytes, offset=offset)
-    return flat.view(block.torch_dtype).view(block.shape)   # (L, 2, n_kv_heads, n, head_dim)
+    return flat.view(block.torch_dtype).view(block.shape)   # (L, 2, n_kv_heads, blocks, block_size, head_dim)
 
 
 def pack(cache, slot: int, block: KVBlock, dest: torch.Tensor) -> None:
-    """Copy slot's first block.num_tokens positions of every layer into dest (block.shape)."""
-    n = block.num_tokens
+    """Copy the blocks holding slot's first block.num_tokens positions, every layer, into dest (block.shape)."""
+    blocks = cache.block_table[slot, :block.num_blocks].long()
     for layer, (k, v) in enumerate(zip(cache.k, cache.v)):
-        dest[layer, 0].copy_(k[slot, :, :n])   # (n_kv_heads, n, head_dim)
-        dest[layer, 1].copy_(v[slot, :, :n])
+        torch.index_select(k, 1, blocks, out=dest[layer, 0])   # (n_kv_heads, blocks, block_size, head_dim)
+        torch.index_select(v, 1, blocks, out=dest[layer, 1])
 
 
 def unpack(cache, slot: int, src: torch.Tensor) -> None:
-    """Write a packed block into slot's first positions of every layer."""
-    n = src.shape[3]
+    """Write a packed hand-off into the blocks of slot's row, every layer."""
+    if src.shape[4] != cache.block_size:
+        raise ValueError(f"a hand-off in blocks of {src.shape[4]} tokens for a cache of blocks of {cache.block_size}")
+    blocks = cache.block_table[slot, :src.shape[3]].long()
     for layer, (k, v) in enumerate(zip(cache.k, cache.v)):
-        k[slot, :, :n].copy_(src[layer, 0])
-        v[slot, :, :n].copy_(src[layer, 1])
+        k.index_copy_(1, blocks, src[layer, 0])
+        v.index_copy_(1, blocks, src[layer, 1])
 
 
 class Arena:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.shape import KV_BLOCK_SIZE
+
 MASK_ALIGN = 16                  # the static decode path's key length is padded to this (fused attention wants aligned masks)
 CUDA_HEADROOM = 512 * 2**20      # bytes kept free on a CUDA device beyond what is counted
 FLOAT32 = 4
@@ -67,8 +69,10 @@ def runner_memory(shape, num_slots: int, max_len: int, dtype_bytes: int, device_
     """What a Runner of `num_slots` slots of `max_len` tokens takes on a device of this type.
 
     `graphs`: decode runs the static path (cuda_graphs.py), so the cache has a scratch slot and an
-    aligned length; `step_tokens`: the most tokens an eager step (a prefill chunk) carries."""
+    aligned length; `step_tokens`: the most tokens an eager step (a prefill chunk) carries. The
+    cache is whole blocks (models/base.py, KVCache): a slot's length is rounded up to one."""
     slots, length = (num_slots + 1, aligned(max_len)) if graphs else (num_slots, max_len)
+    length = -(-length // KV_BLOCK_SIZE) * KV_BLOCK_SIZE
     kv = slots * length * shape.kv_bytes_per_token(dtype_bytes)
     if device_type != "cuda":
         return RunnerMemory(kv)

@@ -179,10 +179,11 @@ def arch_flags() -> str:
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.psk_decode_attention_scaled.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
-                                                i64, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_float]
+    lib.psk_decode_attention_scaled.argtypes = [ptr, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, i64, i64, i64, ptr, ptr,
+                                                ptr, ptr, ptr, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_float]
     lib.psk_decode_attention_scaled.restype = ctypes.c_int
-    lib.psk_llama_decode_layers.argtypes = [i64, ptr, i64, ptr, ptr, ptr, ptr, *[ptr] * 5, *[i64] * 6, ctypes.c_float]
+    lib.psk_llama_decode_layers.argtypes = [i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, *[ptr] * 5,
+                                            *[i64] * 5, ctypes.c_float]
     lib.psk_llama_decode_layers.restype = ctypes.c_int
     c_int = ctypes.c_int
     lib.psk_matmul.argtypes = [c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
@@ -212,8 +213,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     for name in ("psk_isa", "psk_isa_features"):
         getattr(lib, name).argtypes = []
         getattr(lib, name).restype = ctypes.c_char_p
-    lib.psk_prefill_attention.argtypes = [ptr, i64, ptr, ptr, ptr, *[i64] * 7, ctypes.c_float, ctypes.c_float]
+    lib.psk_prefill_attention.argtypes = [ptr, i64, ptr, ptr, ptr, ptr, *[i64] * 8, ctypes.c_float, ctypes.c_float]
     lib.psk_prefill_attention.restype = c_int
+    lib.psk_kv_write.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, *[i64] * 6]
+    lib.psk_kv_write.restype = None
     # the bfloat16 units (bf16.c)
     lib.psk_math_compiled.argtypes = []
     lib.psk_math_compiled.restype = c_int

@@ -16,8 +16,9 @@ void psk_rms_norm(const float *x, const float *weight, float *out, int64_t n, in
 void psk_silu_mul(const float *x, float *out, int64_t n, int64_t d);
 int psk_decode_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                          const float *v, int64_t v_stride, float *cache_k, float *cache_v,
+                         const int32_t *table, int64_t num_blocks, int64_t max_blocks, int64_t block_shift,
                          const int64_t *slots, const int64_t *positions, const float *cos, const float *sin,
-                         float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t max_len, int64_t hd);
+                         float *out, int64_t d, int64_t heads, int64_t kv_heads, int64_t hd);
 /* The instruction-set path this build compiled ("AVX-512", "AVX2", "NEON", "portable C"), and its features. */
 const char *psk_isa(void);
 const char *psk_isa_features(void);

@@ -27,9 +27,10 @@ int psk_matmul(int kind, const void *w, const float *x, const float *bias, const
 int psk_llama_decode_layer(float *x, int64_t n, const float *attn_norm, const void *qkv, const float *qkv_bias,
                            const void *o, const float *mlp_norm, const void *gate_up, const void *down,
                            int64_t qkv_kind, int64_t o_kind, int64_t gate_up_kind, int64_t down_kind,
-                           float *cache_k, float *cache_v, const int64_t *slots, const int64_t *positions,
+                           float *cache_k, float *cache_v, const int32_t *table, int64_t num_blocks,
+                           int64_t max_blocks, int64_t block_shift, const int64_t *slots, const int64_t *positions,
                            const float *cos, const float *sin, float *scratch, int64_t hidden, int64_t heads,
-                           int64_t kv_heads, int64_t hd, int64_t ff, int64_t max_len, float eps) {
+                           int64_t kv_heads, int64_t hd, int64_t ff, float eps) {
     const int64_t q_size = heads * hd, qkv_size = (heads + 2 * kv_heads) * hd;
     float *h = scratch;                      /* (n, hidden) */
     float *proj = h + n * hidden;            /* (n, qkv_size): q | k | v per row */
@@ -40,7 +41,9 @@ int psk_llama_decode_layer(float *x, int64_t n, const float *attn_norm, const vo
     psk_rms_norm(x, attn_norm, h, n, hidden, eps);
     if (psk_matmul((int)qkv_kind, qkv, h, qkv_bias, NULL, proj, n, qkv_size, hidden)) return -2;
     if (psk_decode_attention(proj, qkv_size, proj + q_size, qkv_size, proj + q_size + kv_heads * hd, qkv_size,
-                             cache_k, cache_v, slots, positions, cos, sin, attn, n, heads, kv_heads, max_len, hd))
+                             cache_k, cache_v, table, num_blocks, max_blocks, block_shift, slots, positions, cos,
+                             sin, attn, n,
+                             heads, kv_heads, hd))
         return -1;
     if (psk_matmul((int)o_kind, o, attn, NULL, x, x, n, hidden, q_size)) return -2;   /* x += attn @ o^T, in place */
     psk_rms_norm(x, mlp_norm, h, n, hidden, eps);
@@ -52,19 +55,21 @@ int psk_llama_decode_layer(float *x, int64_t n, const float *attn_norm, const vo
 
 /* Every layer of a decode-only step in one call: layer l's seven weight pointers are
    weights[7 l .. 7 l + 6] (as psk_llama_decode_layer takes them, the bias may be NULL), its four
-   matrix kinds kinds[4 l .. 4 l + 3], its cache cache_k[l] and cache_v[l]. One call instead of one
+   matrix kinds kinds[4 l .. 4 l + 3], its cache cache_k[l] and cache_v[l] (block pools that every
+   layer reads through the one block table, attention.c). One call instead of one
    per layer keeps the interpreter out of the step (a few microseconds a layer otherwise). */
 int psk_llama_decode_layers(int64_t layers, float *x, int64_t n, const void *const *weights, const int64_t *kinds,
-                            float *const *cache_k, float *const *cache_v, const int64_t *slots,
+                            float *const *cache_k, float *const *cache_v, const int32_t *table,
+                            int64_t num_blocks, int64_t max_blocks, int64_t block_shift, const int64_t *slots,
                             const int64_t *positions, const float *cos, const float *sin, float *scratch,
-                            int64_t hidden, int64_t heads, int64_t kv_heads, int64_t hd, int64_t ff,
-                            int64_t max_len, float eps) {
+                            int64_t hidden, int64_t heads, int64_t kv_heads, int64_t hd, int64_t ff, float eps) {
     for (int64_t l = 0; l < layers; l++) {
         const void *const *w = weights + 7 * l;
         const int64_t *k = kinds + 4 * l;
         const int failed = psk_llama_decode_layer(x, n, w[0], w[1], w[2], w[3], w[4], w[5], w[6], k[0], k[1], k[2], k[3],
-                                                  cache_k[l], cache_v[l], slots, positions, cos, sin, scratch,
-                                                  hidden, heads, kv_heads, hd, ff, max_len, eps);
+                                                  cache_k[l], cache_v[l], table, num_blocks, max_blocks,
+                                                  block_shift, slots,
+                                                  positions, cos, sin, scratch, hidden, heads, kv_heads, hd, ff, eps);
         if (failed) return failed;
     }
     return 0;

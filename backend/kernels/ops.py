@@ -148,13 +148,15 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor,
-                     cache_v: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                     cache_v: torch.Tensor, table: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
                      rotary: tuple[torch.Tensor, torch.Tensor] | None = None, scale: float | None = None,
                      softcap: float | None = None, window: int | None = None) -> torch.Tensor:
     """One token per row: q (D, heads, hd), k and v (D, kv_heads, hd) -> (D, heads * hd).
 
-    Writes each row's key and value into its slot at its position of cache_k and cache_v
-    ((slots, kv_heads, max_len, hd)), then attends to that slot's keys 0..position. With
+    cache_k and cache_v are block pools, (kv_heads, num_blocks, block_size, hd), and table the
+    int32 block table (rows, max_blocks): row slots[i]'s position p is at offset p % block_size of
+    block table[slots[i], p // block_size]. Writes each row's key and value at its position, then
+    attends to that row's keys 0..position, read in place through the table. With
     rotary = (cos, sin), each (D, ..., hd), q and k are rotated here first (not yet rotated).
     scale: the scores' factor (None: 1 / sqrt(hd)); softcap: c to cap each score at c * tanh(s / c);
     window: each row sees only its last `window` keys (None: keys 0..position).
@@ -168,8 +170,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k:
     cos, sin = (None, None) if rotary is None else (t.contiguous() for t in rotary)
     failed = _lib().psk_decode_attention_scaled(
         q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
-        cache_k.data_ptr(), cache_v.data_ptr(), slots.data_ptr(), positions.data_ptr(), _ptr(cos), _ptr(sin),
-        out.data_ptr(), d, heads, kv_heads, cache_k.shape[2], hd, window or 0,
+        cache_k.data_ptr(), cache_v.data_ptr(), *_table_args(table, cache_k), slots.data_ptr(), positions.data_ptr(),
+        _ptr(cos), _ptr(sin), out.data_ptr(), d, heads, kv_heads, hd, window or 0,
         hd ** -0.5 if scale is None else scale, softcap or 0.0)
     if failed:
         raise ValueError(f"decode attention: {heads} query heads do not share {kv_heads} kv heads evenly "
@@ -177,19 +179,45 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k:
     return out
 
 
-def prefill_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, start: int,
-                      scale: float | None = None, softcap: float | None = None,
+def _table_args(table: torch.Tensor, cache_k: torch.Tensor) -> tuple[int, int, int, int]:
+    """The kernels' view of a block table and its pools: the table's pointer, the pool's blocks, the
+    table's row length and log2 of the block size."""
+    if table.dtype != torch.int32 or not table.is_contiguous():
+        raise ValueError("the block table must be a contiguous int32 tensor")
+    if not cache_k.is_contiguous():
+        raise ValueError("the KV block pool must be contiguous")
+    block_size = cache_k.shape[2]
+    return table.data_ptr(), cache_k.shape[1], table.shape[-1], block_size.bit_length() - 1
+
+
+def kv_write(k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+             table_row: torch.Tensor, start: int) -> None:
+    """k and v (L, kv_heads, hd) of one request's positions start..start+L-1 into their blocks of the
+    pools cache_k and cache_v ((kv_heads, num_blocks, block_size, hd)), found through table_row."""
+    k, v = (t if t.stride(2) == 1 and t.stride(1) == t.shape[2] else t.contiguous() for t in (k, v))
+    length, kv_heads, hd = k.shape
+    table, num_blocks, _, shift = _table_args(table_row, cache_k)
+    if length:
+        _lib().psk_kv_write(k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), cache_k.data_ptr(),
+                            cache_v.data_ptr(), table, num_blocks, shift, start, length, kv_heads, hd)
+
+
+def prefill_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, table_row: torch.Tensor,
+                      start: int, scale: float | None = None, softcap: float | None = None,
                       window: int | None = None) -> torch.Tensor:
     """A prefill segment's causal attention (prefill_attention.c): q (L, heads, hd) at positions
-    start..start+L-1 against one slot's cache, cache_k and cache_v (kv_heads, max_len, hd), whose
+    start..start+L-1 against its keys in the block pools cache_k and cache_v ((kv_heads, num_blocks,
+    block_size, hd)), read through table_row (the request's int32 row of the block table), whose
     keys 0..start+L-1 are written -> (L, heads * hd). scale, softcap, window: as decode_attention."""
     if q.stride(2) != 1 or q.stride(1) != q.shape[2]:
         q = q.contiguous()
     length, heads, hd = q.shape
-    kv_heads, max_len = cache_k.shape[0], cache_k.shape[1]
+    kv_heads = cache_k.shape[0]
     out = torch.empty(length, heads * hd, dtype=q.dtype)
-    failed = _lib().psk_prefill_attention(q.data_ptr(), q.stride(0), cache_k.data_ptr(), cache_v.data_ptr(),
-                                          out.data_ptr(), start, length, heads, kv_heads, max_len, hd, window or 0,
+    table, num_blocks, _, shift = _table_args(table_row, cache_k)
+    failed = _lib().psk_prefill_attention(q.data_ptr(), q.stride(0), cache_k.data_ptr(), cache_v.data_ptr(), table,
+                                          out.data_ptr(), start, length, heads, kv_heads, num_blocks, shift, hd,
+                                          window or 0,
                                           hd ** -0.5 if scale is None else scale, softcap or 0.0)
     if failed == -2:
         raise MemoryError("prefill attention: no memory for its scratch")
@@ -205,17 +233,22 @@ def read(x: torch.Tensor) -> float:
 
 
 def llama_decode_layers(x: torch.Tensor, weights: torch.Tensor, kinds: torch.Tensor, cache_ptrs: torch.Tensor,
-                        step: tuple, scratch: torch.Tensor, heads: int, kv_heads: int, hd: int, ff: int,
-                        max_len: int, eps: float) -> None:
+                        table: torch.Tensor, num_blocks: int, block_size: int, step: tuple, scratch: torch.Tensor,
+                        heads: int, kv_heads: int, hd: int, ff: int, eps: float) -> None:
     """Every layer of a decode step in one call (layer.c): x (D, hidden) updated in place.
 
     weights: int64 (layers, 7) of llama_decode_layer's weight pointers (0 for no bias); kinds:
-    int64 (layers, 4) of KINDS codes; cache_ptrs: int64 (2, layers), the caches' k then v pointers."""
+    int64 (layers, 4) of KINDS codes; cache_ptrs: int64 (2, layers), the block pools' k then v
+    pointers ((kv_heads, num_blocks, block_size, hd) each); table: the int32 block table every
+    layer reads them through."""
     d, hidden = x.shape
     layers = weights.shape[0]
+    if table.dtype != torch.int32 or not table.is_contiguous():
+        raise ValueError("the block table must be a contiguous int32 tensor")
     failed = _lib().psk_llama_decode_layers(layers, x.data_ptr(), d, weights.data_ptr(), kinds.data_ptr(),
-                                            cache_ptrs[0].data_ptr(), cache_ptrs[1].data_ptr(), *step,
-                                            scratch.data_ptr(), hidden, heads, kv_heads, hd, ff, max_len, eps)
+                                            cache_ptrs[0].data_ptr(), cache_ptrs[1].data_ptr(), table.data_ptr(),
+                                            num_blocks, table.shape[1], block_size.bit_length() - 1, *step,
+                                            scratch.data_ptr(), hidden, heads, kv_heads, hd, ff, eps)
     if failed == -2:
         raise MemoryError("decode layer: no memory for a product's scratch")
     if failed:

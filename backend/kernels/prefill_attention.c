@@ -1,6 +1,9 @@
-/* Causal attention for a prefill segment: L query tokens of one slot, at positions start..start+L-1,
-   against that slot's keys 0..start+L-1 in the KV cache (the caller wrote the segment's keys and
-   values there first).
+/* Causal attention for a prefill segment: L query tokens of one request, at positions start..start+L-1,
+   against its keys 0..start+L-1 in the paged KV cache (the caller wrote the segment's keys and
+   values there first). The cache is a pool of blocks per kv head (kv_heads, num_blocks, 1 << block_shift, hd)
+   and the request's row of the block table lists its blocks in position order (attention.c); the
+   keys are read through it only here, where each key block is packed (below), so the paging costs
+   one table look-up per packed key and nothing in the products.
 
    Blocked as flash attention is: a unit of work is one kv head and 16 to 64 consecutive query
    tokens, whose rows are the group of query heads sharing that kv head times those tokens (GQA
@@ -27,9 +30,10 @@
 typedef struct {
     const float *q;            /* (L, heads, hd), q_stride floats from token to token */
     int64_t q_stride;
-    const float *k, *v;        /* this slot's cache rows: kv head g at k + g * max_len * hd */
+    const float *k, *v;        /* the block pools: (kv_heads, num_blocks, 1 << block_shift, hd) */
+    const int32_t *table;      /* the request's blocks, in position order */
     float *out;                /* (L, heads * hd) */
-    int64_t start, len, heads, kv_heads, max_len, hd, window;
+    int64_t start, len, heads, kv_heads, num_blocks, block_shift, hd, window;
     float scale, softcap;
     int64_t qb, units;         /* query tokens per unit, units */
     int64_t k_lo, blocks;      /* the first key block packed (keys k_lo * KB ...) and how many */
@@ -62,15 +66,21 @@ static void pack_part(void *arg, int part, int parts) {
     const int64_t hd = job->hd, last = job->start + job->len, np = vpanels(hd);
     for (int64_t i = part; i < job->kv_heads * job->blocks; i += parts) {
         const int64_t g = i / job->blocks, b = i % job->blocks, k0 = (job->k_lo + b) * KB;
-        const float *keys = job->k + g * job->max_len * hd, *values = job->v + g * job->max_len * hd;
+        const float *keys[KB], *values[KB];   /* key k0 + j's row of kv head g, through the table */
+        const int64_t bs = (int64_t)1 << job->block_shift;
+        for (int64_t j = 0; j < KB; j++) {
+            const int64_t p = k0 + j < last ? k0 + j : last - 1;   /* past the segment: any valid row, zeroed below */
+            const int64_t at = ((g * job->num_blocks + job->table[p >> job->block_shift]) * bs + (p & (bs - 1))) * hd;
+            keys[j] = job->k + at;
+            values[j] = job->v + at;
+        }
         float *kt = job->kt + i * hd * KB, *vp = job->vp + i * np * KB * KB;
         for (int64_t d = 0; d < hd; d++)
-            for (int64_t j = 0; j < KB; j++) kt[d * KB + j] = k0 + j < last ? keys[(k0 + j) * hd + d] : 0.0f;
+            for (int64_t j = 0; j < KB; j++) kt[d * KB + j] = k0 + j < last ? keys[j][d] : 0.0f;
         for (int64_t c = 0; c < np; c++)
             for (int64_t j = 0; j < KB; j++)
                 for (int64_t d = 0; d < KB; d++)
-                    vp[(c * KB + j) * KB + d] = k0 + j < last && c * KB + d < hd ? values[(k0 + j) * hd + c * KB + d]
-                                                                                  : 0.0f;
+                    vp[(c * KB + j) * KB + d] = k0 + j < last && c * KB + d < hd ? values[j][c * KB + d] : 0.0f;
     }
 }
 
@@ -150,19 +160,23 @@ static void prefill_part(void *arg, int part, int parts) {
 }
 
 /* out (len, heads * hd) = causal attention of q (len, heads, hd; q_stride floats per token) over
-   keys 0..start+len-1 of k and v, one slot's (kv_heads, max_len, hd) cache. Returns -1 for heads
-   that do not share kv heads evenly, -2 without memory for the packed keys and values. */
-int psk_prefill_attention(const float *q, int64_t q_stride, const float *k, const float *v, float *out,
-                          int64_t start, int64_t len, int64_t heads, int64_t kv_heads, int64_t max_len, int64_t hd,
-                          int64_t window, float scale, float softcap) {
-    if (kv_heads <= 0 || heads % kv_heads || len <= 0) return len == 0 ? 0 : -1;
+   keys 0..start+len-1 of the block pools k and v ((kv_heads, num_blocks, 1 << block_shift, hd)),
+   read through table, the request's row of the block table. Returns -1 for heads that do not
+   share kv heads evenly, -2 without memory for the packed keys and values. */
+int psk_prefill_attention(const float *q, int64_t q_stride, const float *k, const float *v, const int32_t *table,
+                          float *out, int64_t start, int64_t len, int64_t heads, int64_t kv_heads,
+                          int64_t num_blocks, int64_t block_shift, int64_t hd, int64_t window, float scale,
+                          float softcap) {
+    if (kv_heads <= 0 || heads % kv_heads || len <= 0 || block_shift < 0 || block_shift > 20) return len == 0 ? 0 : -1;
     const int64_t group = heads / kv_heads, qb = group >= 4 ? 16 : group >= 2 ? 32 : 64;
     const int64_t lo = window > 0 && start - window + 1 > 0 ? (start - window + 1) / KB : 0;
     const int64_t blocks = (start + len + KB - 1) / KB - lo;
     const int64_t floats = kv_heads * blocks * (hd * KB + vpanels(hd) * KB * KB);
     float *packed = pool_scratch(SCRATCH_PACKED, floats * (int64_t)sizeof *packed);
     if (!packed) return -2;
-    prefill_job job = {q, q_stride, k, v, out, start, len, heads, kv_heads, max_len, hd, window, scale, softcap,
+    prefill_job job = {q, q_stride, k, v, table, out, start, len, heads, kv_heads, num_blocks, block_shift, hd, window,
+                       scale,
+                       softcap,
                        qb, kv_heads * ((len + qb - 1) / qb), lo, blocks, packed,
                        packed + kv_heads * blocks * hd * KB, 0};
     pool_run(pack_part, &job);

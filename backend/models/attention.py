@@ -1,8 +1,17 @@
-"""Attention against the preallocated KV cache, shared by the Llama and GPT-2 blocks.
+"""Attention against the paged KV cache, shared by the Llama and GPT-2 blocks.
 
 `AttentionPlan.build` does once per step what every layer shares (flat offsets, masks, the
-decode key length); `attend` runs per layer: it writes the step's keys and values into the
-cache in place and attends each query to its own slot.
+decode key length, where each token's key goes in the block pool); `attend` runs per layer: it
+writes the step's keys and values into their blocks in place and attends each query to its own
+request's keys, found through the cache's block table (base.KVCache).
+
+The C kernels read the blocks in place through the table, and the C path writes a prefill
+segment's keys with a memcpy per token (ops.kv_write; torch's index_put took 0.3 ms to several ms
+a layer for 512 tokens here). The torch path (CUDA, bfloat16, no C compiler) writes with one
+index_put per layer and reads a request's keys with one gather through the table (_gather): SDPA
+takes a dense (kv, keys, hd) tensor, and a token-major view of paged storage does not exist. With
+the old slot layout a decode batch of consecutive slots was a view; now it is that gather, on the
+torch path only.
 
 On the CPU in float32 the decode tokens' attention (and their cache writes) is one call per
 layer into the project's C kernel (backend/kernels/attention.c) where it is built: torch's SDPA
@@ -50,19 +59,25 @@ from backend.models.base import KVCache, Segment, StepBatch
 
 @dataclass(slots=True)
 class AttentionPlan:
-    # (flat offset, segment, mask; None = plain causal). On CUDA the mask is WINDOW_MASK's, over the
-    # keys from the window's first (attention_kernels.window_mask), and None where no window cuts.
-    segments: list[tuple[int, Segment, torch.Tensor | None]]
+    # (flat offset, segment, mask; None = plain causal, (block, offset) of each of its tokens; None where
+    # the C kernel writes them, ops.kv_write). On CUDA
+    # the mask is WINDOW_MASK's, over the keys from the window's first (attention_kernels.window_mask),
+    # and None where no window cuts.
+    segments: list[tuple[int, Segment, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]]
     num_prefill_tokens: int
     decode_slots: torch.Tensor
     decode_positions: torch.Tensor
-    decode_range: tuple[int, int] | None
+    table: torch.Tensor              # the cache's block table (rows, max_blocks) int32, read in place
     decode_len: int                  # keys the longest decode request sees (0: no decode tokens; -1: not computed)
     decode_mask: torch.Tensor | None # (D, 1, 1, decode_len) additive; None when every request sees every key
     decode_kernel: bool = False      # decode tokens go to the C kernel (which needs no key length or mask)
     window: int | None = None        # the sliding window, for the C kernel (the masks above already hold it)
     prefill_kernel: bool = False     # prefill segments go to the C kernel (the segments' masks are then None)
     capability: tuple[int, int] | None = None   # CUDA: the GPU's compute capability, for choose_kernel; None elsewhere
+    # the torch decode path: (block, offset) of each decode token, and the blocks of each decode row
+    # that hold keys 0..decode_len-1, (D, ceil(decode_len / block_size)) long
+    decode_where: tuple[torch.Tensor, torch.Tensor] | None = None
+    decode_blocks: torch.Tensor | None = None
 
     @property
     def rotates_in_kernel(self) -> bool:
@@ -97,7 +112,10 @@ class AttentionPlan:
                 keys = torch.arange(seg.start + seg.length, device=device)
                 queries = torch.arange(seg.start, seg.start + seg.length, device=device)
                 mask = _additive(_visible(keys[None, :], queries[:, None], window), dtype)  # (L, start+L)
-            segments.append((offset, seg, mask))
+            where = None if prefill_kernel else cache.locate(torch.full((seg.length,), seg.slot, device=device),
+                                                             torch.arange(seg.start, seg.start + seg.length,
+                                                                          device=device))
+            segments.append((offset, seg, mask, where))
             offset += seg.length
         decode_len, decode_mask = 0, None
         use_kernel = batch.num_decode > 0 and not static_decode and ops.usable(device, dtype)
@@ -117,9 +135,13 @@ class AttentionPlan:
                 keys = torch.arange(decode_len, device=device)[None, :]
                 visible = _visible(keys, batch.decode_positions[:, None], window)
                 decode_mask = _additive(visible, dtype)[:, None, None, :]  # (D, 1, 1, T)
-        return cls(segments, offset, batch.decode_slots, batch.decode_positions,
-                   None if static_decode else batch.decode_slot_range, decode_len, decode_mask, use_kernel, window,
-                   prefill_kernel, capability)
+        decode_where = decode_blocks = None
+        if decode_len > 0:   # the torch path: the table looked up once for every layer
+            decode_where = cache.locate(batch.decode_slots, batch.decode_positions)
+            nb = -(-decode_len // cache.block_size)
+            decode_blocks = cache.block_table[batch.decode_slots, :nb].long()   # (D, nb)
+        return cls(segments, offset, batch.decode_slots, batch.decode_positions, cache.block_table, decode_len,
+                   decode_mask, use_kernel, window, prefill_kernel, capability, decode_where, decode_blocks)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan,
@@ -128,25 +150,28 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
            scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """q (N, heads, hd), k and v (N, kv_heads, hd) for the step's flat tokens -> (N, heads * hd).
 
-    cache_k, cache_v: this layer's cache, (slots, kv_heads, max_len, hd). rotary: (cos, sin) per
-    token for the C kernel to rotate q and k with, only for a decode-only step on the kernel
-    (plan.rotates_in_kernel); otherwise q and k come rotated. scale: the scores' factor (None:
-    1 / sqrt(hd)); softcap: Gemma 2's cap on the scores (None: none).
+    cache_k, cache_v: this layer's block pools, (kv_heads, num_blocks, block_size, hd), read through
+    plan.table. rotary: (cos, sin) per token for the C kernel to rotate q and k with, only for a
+    decode-only step on the kernel (plan.rotates_in_kernel); otherwise q and k come rotated. scale:
+    the scores' factor (None: 1 / sqrt(hd)); softcap: Gemma 2's cap on the scores (None: none).
     """
     n, heads, hd = q.shape
     kv_heads = k.shape[1]
     outs = []
-    for off, seg, mask in plan.segments:
+    for off, seg, mask, where in plan.segments:
         end, stop = off + seg.length, seg.start + seg.length
-        cache_k[seg.slot, :, seg.start:stop] = k[off:end].transpose(0, 1)  # (kv, L, hd)
-        cache_v[seg.slot, :, seg.start:stop] = v[off:end].transpose(0, 1)
         if plan.prefill_kernel:
-            outs.append(ops.prefill_attention(q[off:end], cache_k[seg.slot], cache_v[seg.slot], seg.start, scale,
+            ops.kv_write(k[off:end], v[off:end], cache_k, cache_v, plan.table[seg.slot], seg.start)
+            outs.append(ops.prefill_attention(q[off:end], cache_k, cache_v, plan.table[seg.slot], seg.start, scale,
                                               softcap, plan.window))
             continue
+        blocks, offsets = where
+        cache_k[:, blocks, offsets] = k[off:end].transpose(0, 1)  # (kv, L, hd) into each token's block and offset
+        cache_v[:, blocks, offsets] = v[off:end].transpose(0, 1)
         qs = q[off:end].transpose(0, 1).unsqueeze(0)   # (1, heads, L, hd)
-        ks = cache_k[seg.slot, :, :stop].unsqueeze(0)  # (1, kv, start+L, hd): a view of the slot
-        vs = cache_v[seg.slot, :, :stop].unsqueeze(0)
+        row = plan.table[seg.slot:seg.slot + 1]
+        ks = _row_keys(cache_k, row, stop)             # (1, kv, start+L, hd): gathered through the table
+        vs = _row_keys(cache_v, row, stop)
         if plan.capability is not None:
             choice = choose_kernel("cuda", q.dtype, seg.length, seg.start, plan.window, heads, kv_heads, softcap,
                                    plan.capability)
@@ -156,22 +181,34 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPla
         outs.append(o[0].transpose(0, 1).reshape(seg.length, heads * hd))
     if plan.decode_kernel:
         p = plan.num_prefill_tokens
-        outs.append(ops.decode_attention(q[p:], k[p:], v[p:], cache_k, cache_v, plan.decode_slots,
+        outs.append(ops.decode_attention(q[p:], k[p:], v[p:], cache_k, cache_v, plan.table, plan.decode_slots,
                                          plan.decode_positions, rotary, scale, softcap, plan.window))
     elif plan.decode_len:
         p = plan.num_prefill_tokens
         d = n - p
-        cache_k[plan.decode_slots, :, plan.decode_positions] = k[p:]  # (D, kv, hd) into each slot's next position
-        cache_v[plan.decode_slots, :, plan.decode_positions] = v[p:]
+        blocks, offsets = plan.decode_where
+        cache_k[:, blocks, offsets] = k[p:].transpose(0, 1)  # (kv, D, hd) into each request's next position
+        cache_v[:, blocks, offsets] = v[p:].transpose(0, 1)
         t = plan.decode_len
-        if plan.decode_range is not None:
-            first, last = plan.decode_range
-            ks, vs = cache_k[first:last, :, :t], cache_v[first:last, :, :t]  # (D, kv, T, hd) views, no copy
-        else:
-            ks, vs = cache_k[plan.decode_slots, :, :t], cache_v[plan.decode_slots, :, :t]  # gathered copies
+        ks, vs = _gather(cache_k, plan.decode_blocks, t), _gather(cache_v, plan.decode_blocks, t)  # (D, kv, T, hd)
         # GQA without expanding the cache: the query heads that share a kv head become that head's
         # "query rows" (HF order: query head i uses kv head i // group), all at the same position.
         qd = q[p:].reshape(d, kv_heads, heads // kv_heads, hd)  # (D, kv, group, hd)
         o = _scores_attention(qd, ks, vs, plan.decode_mask, False, scale, softcap)  # (D, kv, group, hd)
         outs.append(o.reshape(d, heads * hd))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def _row_keys(pool: torch.Tensor, row: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Keys 0..num_keys-1 of one table row (1, max_blocks) -> (1, kv, num_keys, hd)."""
+    nb = -(-num_keys // pool.shape[2])
+    return _gather(pool, row[:, :nb].long(), num_keys)
+
+
+def _gather(pool: torch.Tensor, blocks: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """The blocks (R, nb) of R rows, from the pool (kv, num_blocks, bs, hd), as each row's first
+    num_keys keys: (R, kv, num_keys, hd). One copy (torch indexing cannot view through a table)."""
+    r, nb = blocks.shape
+    kv, _, bs, hd = pool.shape
+    rows = pool[:, blocks]   # (kv, R, nb, bs, hd)
+    return rows.transpose(0, 1).reshape(r, kv, nb * bs, hd)[:, :, :num_keys]

@@ -206,8 +206,9 @@ class LlamaModel(nn.Module):
         if getattr(cache, "pointers", None) is None:
             cache.pointers = torch.tensor([[t.data_ptr() for t in cache.k], [t.data_ptr() for t in cache.v]],
                                           dtype=torch.long)   # (2, layers)
-        ops.llama_decode_layers(x, *self._kernel_tables, cache.pointers, step, scratch, s.num_heads,
-                                s.num_kv_heads, s.head_dim, s.intermediate_size, cache.max_len, s.norm_eps)
+        ops.llama_decode_layers(x, *self._kernel_tables, cache.pointers, cache.block_table, cache.num_blocks,
+                                cache.block_size, step, scratch, s.num_heads, s.num_kv_heads, s.head_dim,
+                                s.intermediate_size, s.norm_eps)
         return x
 
     def hf_destinations(self) -> dict[str, torch.Tensor]:

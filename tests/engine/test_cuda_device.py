@@ -12,6 +12,7 @@ import torch
 
 from backend.engine.cuda_graphs import StaticDecoder
 from backend.models import KVCache, build_model, make_step_batch, moe
+from tests.fakes.paged import scramble
 from backend.models.attention_kernels import choose_kernel, run_kernel
 from backend.shape import ModelShape
 
@@ -88,9 +89,10 @@ def test_cuda_chunked_prefill_matches_one_shot(family, dtype):
     assert_near(chunked, whole, 1e-4 if dtype == "float32" else 0.03)
 
 
+@pytest.mark.parametrize("table", ["identity", "scrambled"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_cuda_graphs_match_eager_decode_across_batch_and_length_buckets(family, dtype):
+def test_cuda_graphs_match_eager_decode_across_batch_and_length_buckets(family, dtype, table):
     """Captured graphs (length buckets 16, 32, 64 of a 64-position cache) against the eager step,
     the batch growing and shrinking and the contexts passing 16, 32 and the window; each replay
     first has its output poisoned with NaN, so a graph that replays nothing fails."""
@@ -98,6 +100,8 @@ def test_cuda_graphs_match_eager_decode_across_batch_and_length_buckets(family, 
     dt = torch.float32 if dtype == "float32" else torch.bfloat16
     model = model_for(family, DEV, dt)
     plain, static = KVCache(shape, 4, 64, DEV, dt), KVCache(shape, 5, 64, DEV, dt)
+    if table == "scrambled":   # the graphs gather every row's keys through permuted blocks
+        scramble(static, seed=5)
     decoder = StaticDecoder(model, static, scratch_slot=4, max_batch=4, capture=True, min_length=16)
     assert decoder.lengths == [16, 32, 64]
     positions = {}

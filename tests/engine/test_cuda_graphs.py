@@ -13,6 +13,7 @@ from backend.engine.cuda_graphs import StaticDecoder, bucket_sizes, length_bucke
 from backend.workload.arrivals import FixedSource
 from backend.engine.loop import Engine
 from backend.models import build_model, KVCache, make_step_batch
+from tests.fakes.paged import row_keys, scramble
 from backend.shape import ModelShape
 from backend.models.packed import pack_weights
 from backend.engine.runner import Runner
@@ -112,18 +113,52 @@ def test_the_static_key_length_follows_the_longest_context_not_max_len():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_row_given_new_blocks_is_read_through_the_table_by_the_next_static_step(device):
+    """The paged allocator moves a row (KVCache.set_row writes the table in place): the static step,
+    whose graph holds the table tensor, reads the row's keys at their new blocks, with no recapture."""
+    model = random_model("llama", device)
+    shape = SHAPES["llama"]
+    plain = KVCache(shape, 3, 32, device, torch.float32, block_size=4)
+    static = KVCache(shape, 3, 32, device, torch.float32, block_size=4, num_blocks=3 * 8 + 8)   # 8 spare blocks
+    decoder = StaticDecoder(model, static, scratch_slot=2, max_batch=2, capture=device == "cuda", min_length=16)
+    batch = [(s, 0, prompt(s)) for s in (0, 1)]
+    with torch.inference_mode():
+        for cache in (plain, static):
+            model(make_step_batch(batch, [], device), cache)
+    pos = [PROMPTS[0], PROMPTS[1]]
+    for step in range(3):
+        if step == 1:   # row 0's blocks move to the spare ones, in reverse order
+            old = static.block_table[0].long()
+            new = torch.arange(3 * 8 + 7, 3 * 8 - 1, -1, device=device)
+            for pool in static.k + static.v:
+                pool[:, new] = pool[:, old]
+                pool[:, old] = float("nan")   # a read of the old place would poison the logits
+            static.set_row(0, new)
+        tokens = [3 + step, 4 + step]
+        with torch.inference_mode():
+            expected = model(make_step_batch([], list(zip((0, 1), pos, tokens)), device), plain)
+            got = decoder.decode([0, 1], pos, tokens)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        pos = [p + 1 for p in pos]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("arch", list(SHAPES))
 @pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("min_length", [16, 256])
-def test_static_decode_matches_the_plain_path_as_the_batch_shrinks_and_grows(arch, device, packed, min_length):
+@pytest.mark.parametrize("table", ["identity", "scrambled"])
+def test_static_decode_matches_the_plain_path_as_the_batch_shrinks_and_grows(arch, device, packed, min_length, table):
     """min_length 16: the steps move from the 16-key bucket to the 32-key one of a 40-position cache;
-    256: every step attends over the whole cache."""
+    256: every step attends over the whole cache. The static cache's block table is the identity
+    or a scrambled one (rows own permuted blocks; the static step gathers through the table)."""
     if packed and device != "cpu":
         pytest.skip("packing is a CPU layout")
     model = random_model(arch, device, packed)
     shape = SHAPES[arch]
     plain = KVCache(shape, 6, 40, device, torch.float32)
-    static_cache = KVCache(shape, 7, 40, device, torch.float32)   # slot 6: scratch for padding rows
+    static_cache = KVCache(shape, 7, 40, device, torch.float32, block_size=8)   # slot 6: scratch for padding rows
+    if table == "scrambled":
+        scramble(static_cache, seed=7)
     decoder = StaticDecoder(model, static_cache, scratch_slot=6, max_batch=6, capture=device == "cuda",
                             min_length=min_length)
     positions = dict.fromkeys(PROMPTS, 0)
@@ -155,7 +190,8 @@ def test_static_decode_matches_the_plain_path_as_the_batch_shrinks_and_grows(arc
     # the padding rows wrote only the scratch slot: every request's keys and values agree
     for a, b in zip(plain.k + plain.v, static_cache.k + static_cache.v):
         for s, n in positions.items():
-            torch.testing.assert_close(b[s, :, :n], a[s, :, :n], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(row_keys(b, static_cache, s, n), row_keys(a, plain, s, n), atol=1e-5,
+                                       rtol=1e-4)
     if device == "cuda":   # captured lazily, one per (bucket, length) used
         assert {size for size, _ in decoder.graphs} == {1, 4, 2, 6}
         assert {length for _, length in decoder.graphs} == ({16, 32} if min_length == 16 else {40})

@@ -31,7 +31,7 @@ def test_the_cache_is_counted_as_the_graph_runner_allocates_it():
     per_token = LLAMA_1B.kv_bytes_per_token(2)
     plain = runner_memory(LLAMA_1B, 8, 1000, 2, "cuda", graphs=False, step_tokens=512)
     graphs = runner_memory(LLAMA_1B, 8, 1000, 2, "cuda", graphs=True, step_tokens=512)
-    assert plain.kv == 8 * 1000 * per_token and plain.graph_pool == 0
+    assert plain.kv == 8 * 1008 * per_token and plain.graph_pool == 0   # whole blocks of 16 tokens
     assert aligned(1000) == 1008 and aligned(1008) == 1008 and 1008 % MASK_ALIGN == 0
     assert graphs.kv == 9 * 1008 * per_token       # the scratch slot, the aligned length
     assert graphs.graph_pool > 0 and graphs.total > plain.total
@@ -42,7 +42,7 @@ def test_the_cache_is_counted_as_the_graph_runner_allocates_it():
 
 def test_off_cuda_only_the_cache_is_counted():
     need = runner_memory(LLAMA_1B, 8, 1000, 4, "cpu", graphs=False, step_tokens=512)
-    assert need.total == need.kv == 8 * 1000 * LLAMA_1B.kv_bytes_per_token(4)
+    assert need.total == need.kv == 8 * 1008 * LLAMA_1B.kv_bytes_per_token(4)   # whole blocks of 16 tokens
     assert not shortfall(need, None) and shortfall(need, need.kv - 1) and not shortfall(need, need.kv)
 
 

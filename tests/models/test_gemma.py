@@ -156,7 +156,8 @@ def test_decode_and_a_chunk_mixed_with_decode_match_transformers(pair, path):
     assert_close_logits(torch.cat(got_b), full_b[8:19])
 
 
-def test_greedy_tokens_match_transformers_for_32_steps(pair, path):
+@pytest.mark.parametrize("table", ["identity", "scrambled"])   # the slot layout's block table, and permuted blocks
+def test_greedy_tokens_match_transformers_for_32_steps(pair, path, table):
     """12-token prompt, 32 greedy steps (positions up to 43, five windows): the same tokens as
     transformers' generate, on the packed weights the runner uses."""
     from backend.models.packed import pack_weights
@@ -164,12 +165,14 @@ def test_greedy_tokens_match_transformers_for_32_steps(pair, path):
     if path == "kernels":
         ours = copy.deepcopy(ours)   # packed in place: the module's other tests keep the plain one
         pack_weights(ours)
-    got, expected = greedy_pair(hf, ours, shape)
+    got, expected = greedy_pair(hf, ours, shape, table=table)
     assert got == expected
 
 
+@pytest.mark.parametrize("seed", [None, 3])   # the identity block table and a scrambled one
 @pytest.mark.parametrize("hd", [64, 12])   # the vector path (a multiple of 8) and the scalar one
-def test_the_c_decode_kernel_scales_caps_and_windows_as_the_reference(hd):
+def test_the_c_decode_kernel_scales_caps_and_windows_as_the_reference(hd, seed):
+    from tests.fakes.paged import to_pools
     from backend.kernels import ops
     if not ops.usable(torch.device("cpu"), torch.float32):
         pytest.skip("the C kernels are not built here")
@@ -186,10 +189,12 @@ def test_the_c_decode_kernel_scales_caps_and_windows_as_the_reference(hd):
         scores = q[t].view(kv, 2, hd) @ keys[:, first:pos + 1].transpose(1, 2) * 0.3   # (kv, group, keys)
         weights = torch.softmax(torch.tanh(scores / 5.0) * 5.0, dim=-1)
         expected.append((weights @ values[:, first:pos + 1]).reshape(-1))
-    got = ops.decode_attention(q, k, v, cache_k, cache_v, slots, torch.tensor(positions), scale=0.3, softcap=5.0,
-                               window=10)
+    pool_k, pool_v, table = to_pools(cache_k, cache_v, block_size=8, seed=seed)
+    got = ops.decode_attention(q, k, v, pool_k, pool_v, table, slots, torch.tensor(positions), scale=0.3,
+                               softcap=5.0, window=10)
     torch.testing.assert_close(got, torch.stack(expected), atol=1e-5, rtol=1e-4)
-    assert torch.equal(cache_k[slots, :, torch.tensor(positions)], k)   # the new keys written in place
+    where = table[slots, torch.tensor(positions) // 8].long(), torch.tensor(positions) % 8
+    assert torch.equal(pool_k[:, where[0], where[1]], k.transpose(0, 1))   # the new keys, in place in their blocks
 
 
 @pytest.mark.parametrize("static_len", [16, 32])

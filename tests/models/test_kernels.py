@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from backend import kernels
 from backend.models.attention import AttentionPlan, attend
 from backend.models.base import KVCache
+from tests.fakes.paged import dense, scramble
 from backend.shape import ModelShape
 from backend.models.packed import Panels, linear
 
@@ -168,26 +169,30 @@ def _reference_decode(q, k, v, cache_k, cache_v, slots, positions):
 
 @needs_kernels
 @pytest.mark.parametrize("heads, kv, hd", [(6, 2, 8), (4, 4, 64), (8, 1, 128), (3, 3, 6), (2, 1, 40)])
-def test_decode_attention_matches_sdpa_row_by_row(heads, kv, hd):
-    """Head dims: the kernel's constant paths (64, 128), any multiple of 8, and any other."""
+@pytest.mark.parametrize("table", ["identity", "scrambled"])
+def test_decode_attention_matches_sdpa_row_by_row(heads, kv, hd, table):
+    """Head dims: the kernel's constant paths (64, 128), any multiple of 8, and any other; the slot
+    layout's identity table and a scrambled one (rows own permuted, non-contiguous blocks)."""
     slots_n, max_len = 5, 300
     shape = ModelShape("llama", 64, heads * hd, 1, heads, kv, hd, 64, 512)
     gen = torch.Generator().manual_seed(heads * 10 + kv + hd)
     cache = KVCache(shape, slots_n, max_len, "cpu", torch.float32)
+    if table == "scrambled":
+        scramble(cache, seed=hd)
     cache.k[0].normal_(generator=gen)
     cache.v[0].normal_(generator=gen)
-    expected_k, expected_v = cache.k[0].clone(), cache.v[0].clone()
+    expected_k, expected_v = dense(cache.k[0], cache), dense(cache.v[0], cache)   # (slots, kv, max_len, hd)
     slots = torch.tensor([3, 0, 4, 1])
     positions = torch.tensor([0, 63, 64, 299])   # one key, a block, a block and one, many blocks
     q = torch.randn(4, heads, hd, generator=gen) * 32 / hd ** 0.5   # large scores: the online softmax must rescale
     k = torch.randn(4, kv, hd, generator=gen)
     v = torch.randn(4, kv, hd, generator=gen)
     expected = _reference_decode(q, k, v, expected_k, expected_v, slots, positions)
-    plan = AttentionPlan([], 0, slots, positions, None, -1, None, decode_kernel=True)
+    plan = AttentionPlan([], 0, slots, positions, cache.block_table, -1, None, decode_kernel=True)
     got = attend(q, k, v, plan, cache.k[0], cache.v[0])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(cache.k[0], expected_k)   # the new keys and values were written, nothing else
-    torch.testing.assert_close(cache.v[0], expected_v)
+    torch.testing.assert_close(dense(cache.k[0], cache), expected_k)   # the new keys and values were written,
+    torch.testing.assert_close(dense(cache.v[0], cache), expected_v)   # in their blocks, nothing else
 
 
 @needs_kernels
@@ -207,7 +212,7 @@ def test_decode_attention_rotates_q_and_k_itself_when_given_the_tables():
     cos, sin = angles.cos(), angles.sin()
     qk = torch.randn(2, heads + kv, hd, generator=gen)
     v = torch.randn(2, kv, hd, generator=gen)
-    plan = AttentionPlan([], 0, slots, positions, None, -1, None, decode_kernel=True)
+    plan = AttentionPlan([], 0, slots, positions, caches[0].block_table, -1, None, decode_kernel=True)
     assert plan.rotates_in_kernel
     rotated = apply_rotary(qk, cos, sin)
     expected = attend(rotated[:, :heads], rotated[:, heads:], v, plan, caches[0].k[0], caches[0].v[0])

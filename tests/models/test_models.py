@@ -54,17 +54,38 @@ def tokens(n: int, seed: int) -> list[int]:
     return torch.randint(0, 128, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def greedy_pair(hf, ours, shape: ModelShape, steps: int = 32) -> tuple[list[int], list[int]]:
+def make_cache(shape: ModelShape, rows: int, max_len: int, table: str = "identity") -> KVCache:
+    """A float32 CPU cache with the slot layout's identity block table, or a scrambled one (every row
+    owns permuted, non-contiguous blocks of the pool), in blocks of 8 so short tests cross blocks."""
+    from tests.fakes.paged import scramble
+    cache = KVCache(shape, rows, max_len, "cpu", torch.float32, block_size=8)
+    return scramble(cache, seed=rows * max_len) if table == "scrambled" else cache
+
+
+def greedy_pair(hf, ours, shape: ModelShape, steps: int = 32, table: str = "identity") -> tuple[list[int], list[int]]:
     """(our greedy tokens, transformers' generate) for `steps` steps after a 12-token prompt:
-    one prefill, then a decode step per token through the KV cache."""
+    one prefill, then a decode step per token through the KV cache (row 1 of three, through the
+    identity block table or a scrambled one)."""
     prompt = tokens(12, seed=7)
     with torch.inference_mode():
         expected = hf.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False)[0, 12:].tolist()
-    cache = KVCache(shape, 1, 64, "cpu", torch.float32)
-    got = [int(run(ours, shape, [(0, 0, prompt)], [], cache)[0].argmax())]
+    cache = make_cache(shape, 3, 64, table)
+    got = [int(run(ours, shape, [(1, 0, prompt)], [], cache)[0].argmax())]
     for pos in range(12, 12 + steps - 1):
-        got.append(int(run(ours, shape, [], [(0, pos, got[-1])], cache)[0].argmax()))
+        got.append(int(run(ours, shape, [], [(1, pos, got[-1])], cache)[0].argmax()))
     return got, expected
+
+
+@pytest.fixture(params=["c", "torch"])
+def attention_path(request, monkeypatch):
+    """The C kernels' attention (prefill_attention.c, attention.c, the fused layer.c on packed weights)
+    or torch's (SDPA over keys gathered through the table), on the same model."""
+    from backend.kernels import ops
+    if request.param == "c" and not ops.usable(torch.device("cpu"), torch.float32):
+        pytest.skip("the C kernels are not built here")
+    if request.param == "torch":
+        monkeypatch.setattr(ops, "usable", lambda device, dtype: False)
+    return request.param
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
@@ -93,8 +114,9 @@ def test_decode_through_cache_matches_full_pass(pair):
     torch.testing.assert_close(torch.cat(steps), full[9:], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("table", ["identity", "scrambled"])
 @pytest.mark.parametrize("slots", [[3, 0, 5], [1, 2, 3]])
-def test_batched_requests_match_each_alone(pair, slots):
+def test_batched_requests_match_each_alone(pair, slots, table, attention_path):
     _, ours, shape = pair
     prompts = [tokens(n, seed=10 + n) for n in (5, 9, 13)]
     alone = []
@@ -104,7 +126,7 @@ def test_batched_requests_match_each_alone(pair, slots):
         for i in range(3):
             rows.append(run(ours, shape, [], [(0, len(prompt) + i, 7 + i)], cache))
         alone.append(torch.cat(rows))  # (4, vocab)
-    cache = KVCache(shape, 6, 32, "cpu", torch.float32)
+    cache = make_cache(shape, 6, 32, table)
     together = [run(ours, shape, [(s, 0, p) for s, p in zip(slots, prompts)], [], cache)]
     for i in range(3):
         decode = [(s, len(p) + i, 7 + i) for s, p in zip(slots, prompts)]
@@ -114,7 +136,8 @@ def test_batched_requests_match_each_alone(pair, slots):
     torch.testing.assert_close(together, torch.stack(alone), atol=1e-5, rtol=1e-4)
 
 
-def test_chunked_prefill_matches_one_shot_and_mixes_with_decode(pair):
+@pytest.mark.parametrize("table", ["identity", "scrambled"])
+def test_chunked_prefill_matches_one_shot_and_mixes_with_decode(pair, table, attention_path):
     _, ours, shape = pair
     prompt, other = tokens(14, seed=3), tokens(6, seed=4)
     one_shot = run(ours, shape, [(0, 0, prompt)], [], KVCache(shape, 1, 32, "cpu", torch.float32))
@@ -122,7 +145,7 @@ def test_chunked_prefill_matches_one_shot_and_mixes_with_decode(pair):
     run(ours, shape, [(0, 0, other)], [], other_alone)
     other_next = run(ours, shape, [], [(0, 6, 9)], other_alone)
 
-    cache = KVCache(shape, 2, 32, "cpu", torch.float32)
+    cache = make_cache(shape, 2, 32, table)
     run(ours, shape, [(1, 0, other)], [], cache)
     run(ours, shape, [(0, 0, prompt[:8])], [], cache)
     # Second chunk and a decode token of another request in the same step.
@@ -155,6 +178,22 @@ def test_greedy_tokens_match_transformers_for_32_steps(variant):
     from backend import kernels
     assert pack_weights(ours) or kernels.load() is None
     got, expected = greedy_pair(hf, ours, shape)
+    assert got == expected
+
+
+@pytest.mark.parametrize("table", ["identity", "scrambled"])
+def test_greedy_tokens_match_transformers_through_any_block_table(pair, table, attention_path):
+    """Every family here, on the C kernels' attention (the fused decode layer on packed weights) and
+    on torch's: the same 32 greedy tokens as transformers whether the request's blocks are the slot
+    layout's or permuted, non-contiguous blocks of the pool."""
+    import copy
+
+    from backend.models.packed import pack_weights
+    hf, ours, shape = pair
+    if attention_path == "c":
+        ours = copy.deepcopy(ours)   # packed in place: the module's other tests keep the plain one
+        assert pack_weights(ours)
+    got, expected = greedy_pair(hf, ours, shape, table=table)
     assert got == expected
 
 

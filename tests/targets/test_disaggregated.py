@@ -13,6 +13,7 @@ from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
 from backend.engine.decode_batch import DecodeBatch
 from backend.targets.disaggregated import coordinator
 from backend.targets.disaggregated.coordinator import plan_layout, run_disaggregated, worker_devices
+from tests.fakes.paged import row_keys, scramble
 from backend.engine.kv_transfer import Arena, block_of, kv_bytes_per_token, new_memfd, pack, unpack, view_of
 from backend.targets.disaggregated.events import WorkerLayout
 from backend.engine.request import Request
@@ -68,7 +69,8 @@ def smollm2():
 def test_hand_off_moves_exactly_the_prefilled_kv(smollm2, transport):
     """Prefill prompt[:-1] in one runner, move its KV, decode the last prompt token in another: the
     logits equal a single runner's that prefilled and decoded the same tokens itself, and every
-    greedy token after them too."""
+    greedy token after them too. Both sides' block tables are scrambled differently: the hand-off
+    moves blocks from wherever the source's row has them to wherever the destination's row has its own."""
     from backend.engine.runner import Runner
     sampling = SamplingConfig()
     prompt = smollm2.tokenizer.encode("The capital of France is Paris. The capital of Italy is")
@@ -76,9 +78,12 @@ def test_hand_off_moves_exactly_the_prefilled_kv(smollm2, transport):
     source = Runner(smollm2, num_slots=3, max_len=64, sampling=sampling, use_cuda_graphs=False)
     dest = Runner(smollm2, num_slots=2, max_len=64, sampling=sampling, use_cuda_graphs=False)
     single = Runner(smollm2, num_slots=1, max_len=64, sampling=sampling, use_cuda_graphs=False)
+    scramble(source.cache, seed=1)
+    scramble(dest.cache, seed=2)
     _prefill(source, 2, prompt[:-1])
     block = block_of(source.cache, n)
-    assert block.nbytes == kv_bytes_per_token(smollm2.shape, 4) * n
+    assert block.num_blocks == -(-n // 16)
+    assert block.nbytes == kv_bytes_per_token(smollm2.shape, 4) * block.num_blocks * 16
     if transport == "shm":
         arena = Arena(new_memfd("test-kv"), block.nbytes, num_buffers=1, create=True)
         pack(source.cache, 2, block, view_of(block, arena.map))
@@ -106,10 +111,12 @@ def test_hand_off_moves_exactly_the_prefilled_kv(smollm2, transport):
         unpack(dest.cache, 1, view_of(block, buffer))
         send.close()
         recv.close()
-    for layer in range(len(dest.cache.k)):   # exactly the n prefilled positions moved, nothing past them
-        assert torch.equal(dest.cache.k[layer][1, :, :n], source.cache.k[layer][2, :, :n])
-        assert torch.equal(dest.cache.v[layer][1, :, :n], source.cache.v[layer][2, :, :n])
-        assert not dest.cache.k[layer][1, :, n:].any() and not dest.cache.k[layer][0].any()
+    whole = block.num_blocks * 16
+    for layer in range(len(dest.cache.k)):   # the n prefilled positions moved, in whole blocks, nothing past them
+        k, v = dest.cache.k[layer], dest.cache.v[layer]
+        assert torch.equal(row_keys(k, dest.cache, 1, n), row_keys(source.cache.k[layer], source.cache, 2, n))
+        assert torch.equal(row_keys(v, dest.cache, 1, n), row_keys(source.cache.v[layer], source.cache, 2, n))
+        assert not row_keys(k, dest.cache, 1)[:, whole:].any() and not row_keys(k, dest.cache, 0).any()
     _prefill(single, 0, prompt[:-1])
     got, want = _decode(dest, 1, n, prompt[-1]), _decode(single, 0, n, prompt[-1])
     assert torch.equal(got, want)
@@ -203,7 +210,8 @@ def test_disaggregated_run_matches_one_engine_and_decode_workers_never_prefill(t
     assert [s.step for s in run.steps] == list(range(len(run.steps)))
     assert len(run.requests) == 6 and all(r.status is RequestStatus.FINISHED for r in run.requests)
     for r in run.requests:
-        assert r.kv_bytes == kv_bytes_per_token_of("tiny") * (r.prompt_tokens - 1)
+        # whole blocks of 16 tokens move: the last one's positions past the prompt travel unread
+        assert r.kv_bytes == kv_bytes_per_token_of("tiny") * -(-(r.prompt_tokens - 1) // 16) * 16
         parts = r.queue_ms + r.prefill_ms + r.kv_transfer_ms + r.first_decode_ms
         assert parts == pytest.approx(r.ttft_ms, abs=1e-6)
         assert min(r.queue_ms, r.prefill_ms, r.kv_transfer_ms, r.first_decode_ms) >= 0

@@ -220,11 +220,9 @@ class PrefillWorker(_Worker):
         self.announced: set[int] = set()
         self.arena = None
         if spec.transport == "shm":
-            from backend.engine.kv_transfer import Arena, kv_bytes_per_token
-            # each buffer holds the longest hand-off: a whole slot of this process's cache
-            itemsize = self.runner.cache.k[0].element_size()
-            self.arena = Arena(spec.arenas[spec.index], kv_bytes_per_token(self.loaded.shape, itemsize) * spec.max_len,
-                               create=True)
+            from backend.engine.kv_transfer import Arena, bytes_per_row
+            # each buffer holds the longest hand-off: a whole row of blocks of this process's cache
+            self.arena = Arena(spec.arenas[spec.index], bytes_per_row(self.runner.cache), create=True)
 
     def on_message(self, message: Dispatch) -> None:
         if not isinstance(message, Dispatch):
