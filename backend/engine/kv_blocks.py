@@ -37,7 +37,7 @@ def check_block_size(block_size: int, max_len: int | None = None, what: str = "-
             or block_size & (block_size - 1):
         raise InputError(f"{what} must be a power of two (1, 2, 4, ... 16 ...), got {block_size!r}")
     if max_len is not None and block_size > max_len:
-        raise InputError(f"{what} {block_size} is larger than the longest sequence ({max_len} tokens)")
+        raise InputError(f"{what} {block_size} is larger than the model's context ({max_len} tokens)")
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 
@@ -45,6 +46,14 @@ def kernel_math(device: torch.device, math: matmath.MatMath):
     return matmath.using(math) if device.type == "cpu" else contextlib.nullcontext()
 
 
+@dataclass(frozen=True, slots=True)
+class PagedPool:
+    """The paged layout's pool as the scheduler counts it: its blocks are the cache's, table rows set per step."""
+
+    block_size: int
+    num_blocks: int
+
+
 class Runner:
     """Owns the model's KV cache; runs one engine step and returns {request_id: sampled token}.
 
@@ -55,7 +64,7 @@ class Runner:
     """
 
     def __init__(self, loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
-                 use_cuda_graphs: bool | None = None):
+                 use_cuda_graphs: bool | None = None, paged: PagedPool | None = None):
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
@@ -65,20 +74,51 @@ class Runner:
         self.math = loaded.math.math if loaded.math is not None else matmath.FP32
         self._step_bytes: int | None = None   # step_reads' weights read whatever the tokens, taken once
         self.static = None
+        self.paged = paged
+        self._rows: dict[int, list[int]] = {}   # paged: each table row's blocks as last set
+        rows = num_slots + 1 if self.use_cuda_graphs else num_slots   # the graphs' padding rows write a scratch row
         if self.use_cuda_graphs:
             max_len = aligned(max_len)
-            self.cache = KVCache(loaded.shape, num_slots + 1, max_len, loaded.device, loaded.dtype)
+        if paged is None:
+            self.cache = KVCache(loaded.shape, rows, max_len, loaded.device, loaded.dtype)
+        else:
+            # the scheduler's blocks, and one more of the cache's own for the scratch row's padding writes
+            extra = 1 if self.use_cuda_graphs else 0
+            self.cache = KVCache(loaded.shape, rows, max_len, loaded.device, loaded.dtype, block_size=paged.block_size,
+                                 num_blocks=paged.num_blocks + extra)
+            self._rows_for_warmup(num_slots)
+            if extra:
+                self.cache.set_row(num_slots, [paged.num_blocks])
+        if self.use_cuda_graphs:
             self.static = StaticDecoder(self.model, self.cache, scratch_slot=num_slots, max_batch=num_slots,
                                         capture=self.device.type == "cuda")
-        else:
-            self.cache = KVCache(loaded.shape, num_slots, max_len, loaded.device, loaded.dtype)
         self.generator = None
         if sampling.temperature > 0:
             self.generator = torch.Generator(device=loaded.device)
             self.generator.manual_seed(sampling.seed)
 
+    def _rows_for_warmup(self, num_slots: int) -> None:
+        """Paged: every row a full table of the pool's blocks (wrapping round a pool smaller than the rows'
+        reach), so the warm-up's writes land in blocks; the run's requests then get their own (sync_rows).
+        What the warm-up leaves in a block is never read: the scheduler caches only blocks a request filled."""
+        per_row, pool = self.cache.max_blocks_per_row, self.paged.num_blocks
+        for row in range(num_slots):
+            self.cache.set_row(row, [(row * per_row + j) % pool for j in range(per_row)])
+
+    def sync_rows(self, out) -> None:
+        """Paged: the block table's row of every request in this step holds its blocks (the scheduler's
+        block_ids: grown by a step, replaced after a preemption or for the next request in the row)."""
+        rows = self._rows
+        for request in [c.request for c in out.prefill] + out.decode:
+            blocks = request.block_ids
+            if rows.get(request.slot) != blocks:
+                self.cache.set_row(request.slot, blocks)
+                rows[request.slot] = list(blocks)
+
     def run(self, out) -> dict[int, int]:
         """One forward pass over every token in the scheduler's output; samples where a sequence ends."""
+        if self.paged is not None:
+            self.sync_rows(out)
         prefill, samplers = [], []
         for chunk in out.prefill:
             req = chunk.request
@@ -140,14 +180,15 @@ class Runner:
 
 
 def build_runner(loaded, num_slots: int, max_len: int, sampling: SamplingConfig,
-                 use_cuda_graphs: bool | None = None, warmup: list[WarmupStep] | None = None) -> Runner:
+                 use_cuda_graphs: bool | None = None, warmup: list[WarmupStep] | None = None,
+                 paged: PagedPool | None = None) -> Runner:
     """A Runner warmed up on `warmup`'s step shapes (None: a continuous run's) with its graphs captured, built on the model's device as the current one
     (device_scope: cuda:1 captures on cuda:1). An out-of-memory error while building, warming up
     or capturing is refused in one line (DoesNotFit), its memory given back first."""
     stage = "allocating the KV cache"
     try:
         with device_scope(loaded.device):
-            runner = Runner(loaded, num_slots, max_len, sampling, use_cuda_graphs)
+            runner = Runner(loaded, num_slots, max_len, sampling, use_cuda_graphs, paged)
             stage = "warming up" + (" and capturing the CUDA graphs" if runner.static is not None
                                     and runner.static.capture else "")
             runner.warmup(warmup)

@@ -77,8 +77,10 @@ class SchedulerConfig:
 
 
 def validate_paged(block_size: int, max_len: int, kv_capacity: int, max_batch: int) -> None:
-    """The paged layout's one-line checks: the block size, and a cache of at least one block per request."""
-    check_block_size(block_size, max_len)
+    """The paged layout's one-line checks: the block size, and a cache of at least one block per request.
+    (A block longer than this run's sequences is one partial block each; the model's context bounds the
+    block size, checked where the model is known: check_block_size's max_len.)"""
+    check_block_size(block_size)
     if kv_capacity // block_size < max_batch:
         raise InputError(f"the KV cache of {kv_capacity} tokens holds {kv_capacity // block_size} blocks of "
                          f"{block_size} tokens, fewer than one per request ({max_batch} at once): "

@@ -87,36 +87,30 @@ class KVSettings:
     prefix_caching: bool
 
 
-# The local engine's cache is still one slot per request (backend/models/base.py): it can count paged
-# blocks (admission and preemption by blocks, exact on slots) but not reuse a prefix, whose K/V would be
-# read from another request's blocks. Once its cache reads through block tables, these become True and
-# "paged" (the simulator's defaults, as vLLM's).
-ENGINE_READS_SHARED_BLOCKS = False
-ENGINE_DEFAULT_LAYOUT = "slots"
-
-
-def kv_settings(config: RunConfig, simulated: bool) -> KVSettings:
-    """The engine config's layout, or the target's default: a simulated run counts paged blocks with prefix
-    caching (as vLLM); the local engine (and the disaggregated workers) ENGINE_DEFAULT_LAYOUT, with prefix
-    caching only where ENGINE_READS_SHARED_BLOCKS. One line for a combination that cannot run."""
+def kv_settings(config: RunConfig, simulated: bool, shares_blocks: bool = True) -> KVSettings:
+    """The engine config's layout, or the default: paged, with prefix caching where the cache reads blocks
+    shared between requests (as vLLM). The simulator and the local engine do (its cache reads through a
+    block table per request, backend/models/base.py); the disaggregated workers (shares_blocks=False) keep
+    a row of blocks per request, so they count paged blocks but reuse no prefix. One line for a
+    combination that cannot run."""
     e = config.engine
-    layout = e.kv_layout or ("paged" if simulated else ENGINE_DEFAULT_LAYOUT)
+    layout = e.kv_layout or "paged"
     if layout not in KV_LAYOUTS:
         raise InputError(f"--kv-layout: unknown layout '{layout}' (choose one of {', '.join(KV_LAYOUTS)})")
-    shares = simulated or ENGINE_READS_SHARED_BLOCKS
+    shares = simulated or shares_blocks
     caching = (layout == "paged" and shares) if e.prefix_caching is None else bool(e.prefix_caching)
     if caching and layout != "paged":
         raise InputError("--prefix-caching on needs --kv-layout paged: cached prefixes are whole blocks")
     if caching and not shares:
-        raise InputError("--prefix-caching on: this engine's KV cache does not read blocks shared between requests "
-                         "yet; use --prefix-caching off, or --simulate")
+        raise InputError("--prefix-caching on: the disaggregated workers' KV caches do not reuse prefixes yet; "
+                         "use --prefix-caching off, or --simulate")
     return KVSettings(layout, e.kv_block_size, caching)
 
 
-def with_kv_settings(config: RunConfig, simulated: bool) -> RunConfig:
+def with_kv_settings(config: RunConfig, simulated: bool, shares_blocks: bool = True) -> RunConfig:
     """The config with its KV layout resolved (kv_settings): what the targets run, and run.json records."""
     from dataclasses import replace
-    kv = kv_settings(config, simulated)
+    kv = kv_settings(config, simulated, shares_blocks)
     return replace(config, engine=replace(config.engine, kv_layout=kv.kv_layout, prefix_caching=kv.prefix_caching))
 
 

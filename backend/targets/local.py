@@ -32,7 +32,8 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
 
 def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: ModelCache) -> RunFinished:
     from backend.engine.loop import Engine
-    from backend.engine.runner import build_runner
+    from backend.engine.kv_blocks import check_block_size
+    from backend.engine.runner import PagedPool, build_runner
     from backend.engine.paged_scheduler import scheduler_for
     from backend.engine.scheduler import SchedulerConfig
     from backend.engine.warmup import warmup_steps
@@ -57,12 +58,14 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     emit(Progress("warming up", None))
     steps = warmup_steps(policy, num_slots, max_len, config.engine.chunk_tokens, config.sampling.temperature,
                          shape.sliding_window)   # every step shape the run will time
-    runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps)
     kv = kv_settings(config, simulated=False)
-    scheduler = scheduler_for(SchedulerConfig(policy=policy, max_batch=num_slots,
-                                              chunk_tokens=config.engine.chunk_tokens, kv_capacity=kv_capacity,
-                                              max_len=max_len, kv_layout=kv.kv_layout, block_size=kv.block_size,
-                                              prefix_caching=kv.prefix_caching))
+    check_block_size(kv.block_size, shape.max_position)
+    scheduler_config = SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
+                                       kv_capacity=kv_capacity, max_len=max_len, kv_layout=kv.kv_layout,
+                                       block_size=kv.block_size, prefix_caching=kv.prefix_caching)
+    paged = PagedPool(kv.block_size, scheduler_config.num_blocks) if kv.kv_layout == "paged" else None
+    runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps, paged=paged)
+    scheduler = scheduler_for(scheduler_config)
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
                     stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
     emit(Progress("running", None))

@@ -40,7 +40,8 @@ def test_batch_run_records_hold_their_invariants(tmp_path):
     assert all(s.num_tokens == 3 and s.num_decode_requests == 3 for s in decode)
     starts = [s.start_ms for s in run.steps]
     assert starts == sorted(starts) and all(s.duration_ms > 0 for s in run.steps)
-    assert [s.kv_tokens for s in run.steps] == [36 + 3 * i for i in range(6)]
+    # 12 + i tokens a request after step i, held in whole blocks of 16 (the paged default)
+    assert [s.kv_tokens for s in run.steps] == [3 * 16 * -(-(12 + i) // 16) for i in range(6)]
     for r in run.requests:
         assert r.status is RequestStatus.FINISHED and r.output_tokens == 6 and r.prompt_tokens == 12
         assert 0 < r.ttft_ms < r.e2e_ms

@@ -27,7 +27,7 @@ def test_a_block_size_must_be_a_power_of_two(bad):
 
 def test_a_block_size_longer_than_the_context_is_refused():
     check_block_size(16, max_len=16)
-    with pytest.raises(InputError, match="larger than the longest sequence"):
+    with pytest.raises(InputError, match="larger than the model's context"):
         check_block_size(32, max_len=20)
 
 

@@ -43,7 +43,6 @@ def test_paged_config_builds_the_paged_scheduler_and_slots_the_old_one():
 
 @pytest.mark.parametrize("block, kv, batch, message", [
     (12, 64, 2, "power of two"),
-    (128, 4096, 2, "larger than the longest sequence"),
     (16, 40, 4, "fewer than one per request"),
 ])
 def test_bad_paged_settings_are_one_line_each(block, kv, batch, message):

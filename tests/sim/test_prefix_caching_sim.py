@@ -83,8 +83,9 @@ def test_bad_block_settings_are_one_line(capsys, flags, message):
     assert len(err) == 1 and message in err[0]
 
 
-def test_the_local_engine_refuses_prefix_caching_before_it_loads_a_model(capsys):
-    """Its cache is one slot per request until the block-table cache lands: a hit would read another slot."""
-    assert main(["run", "--kv-layout", "paged", "--prefix-caching", "on", "--output-len", "2"]) == 2
+def test_the_disaggregated_workers_refuse_prefix_caching_before_they_load_a_model(capsys):
+    """Their caches keep a row of blocks per request and the hand-off fills it: no prefix is reused there yet."""
+    assert main(["load", "--model", "tiny", "--policy", "disaggregated", "--prefix-caching", "on",
+                 "--requests", "2", "--output-len", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "does not read blocks shared between requests" in err[0]
+    assert len(err) == 1 and "disaggregated workers' KV caches do not reuse prefixes" in err[-1]

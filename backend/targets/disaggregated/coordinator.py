@@ -113,7 +113,7 @@ def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], b
     from backend.results.recorder import RunRecorder
     validate_disaggregated(config)
     validate(shared_settings(config))
-    config = with_kv_settings(config, simulated=False)   # the workers' layout: one line here, before they start
+    config = with_kv_settings(config, simulated=False, shares_blocks=False)   # the workers' layout: one line here, before they start
     with RunRecorder(config, emit, retain_records) as recorder:
         return Coordinator(config, recorder, should_stop).run()
 

@@ -211,7 +211,7 @@ class PrefillWorker(_Worker):
         from backend.engine.scheduler import SchedulerConfig
         config = spec.config
         from backend.targets.engine_run import kv_settings
-        kv = kv_settings(config, simulated=False)
+        kv = kv_settings(config, simulated=False, shares_blocks=False)
         self.scheduler = scheduler_for(SchedulerConfig(policy="chunked", max_batch=spec.num_slots,
                                                        kv_capacity=spec.kv_capacity, max_len=spec.max_len,
                                                        chunk_tokens=config.engine.chunk_tokens, kv_layout=kv.kv_layout,
@@ -327,7 +327,7 @@ class DecodeWorker(_Worker):
         super().__init__(conn, spec)
         from backend.engine.decode_batch import DecodeBatch
         from backend.targets.engine_run import kv_settings
-        kv = kv_settings(spec.config, simulated=False)
+        kv = kv_settings(spec.config, simulated=False, shares_blocks=False)
         self.decode = DecodeBatch(spec.num_slots, spec.kv_capacity, spec.max_len, kv.kv_layout, kv.block_size)
         self.pending: deque[tuple[KVHandoff, int, bytearray | None]] = deque()   # (hand-off, prefill index, bytes)
         self.arenas: dict[int, object] = {}
