@@ -258,3 +258,33 @@ def test_cuda_a_run_never_loads_the_cpu_kernels(device, monkeypatch):
     monkeypatch.setattr(kernels, "load", refuse)
     runner = build_runner(loaded("llama", device), 2, 32, SamplingConfig())   # warm-up: prefill, decode, captures
     assert runner.use_cuda_graphs
+
+
+@pytest.mark.parametrize("use_cuda_graphs", [False, True])
+def test_the_paged_runner_with_prefix_caching_samples_what_the_slot_runner_does(use_cuda_graphs):
+    """Blocks of 4 in a pool smaller than the rows' reach (the warm-up wraps round it), prompts sharing an
+    8-token prefix: later requests read the first one's blocks through their tables; the static decode
+    path (CUDA graphs' form, eager here) pads with a scratch row that owns a block of its own."""
+    from backend.engine.paged_scheduler import scheduler_for
+    from backend.engine.runner import PagedPool
+    shared = [(7 * j + 2) % 96 for j in range(8)]
+    prompts = [shared + [(5 * i + 3 * j + 1) % 96 for j in range(3 + 2 * i)] for i in range(4)]
+    specs_ = [RequestSpec(i, 0.0, p, "", 6) for i, p in enumerate(prompts)]
+
+    def run(paged: bool) -> tuple[dict[int, list[int]], int]:
+        config = SchedulerConfig(policy="chunked", max_batch=3, kv_capacity=80, max_len=40, chunk_tokens=12,
+                                 kv_layout="paged" if paged else "slots", block_size=4, prefix_caching=paged)
+        runner = Runner(loaded("llama", "cpu"), 3, 40, SamplingConfig(ignore_eos=True), use_cuda_graphs=use_cuda_graphs,
+                        paged=PagedPool(4, config.num_blocks) if paged else None)
+        runner.warmup(warmup_steps("chunked", 3, 40, chunk_tokens=12))
+        records = RunRecorder(RunConfig(), lambda e: None)
+        result = Engine(scheduler_for(config), runner, "test", ignore_eos=True).run(FixedSource(specs_), records.emit,
+                                                                                    lambda: False)
+        assert result.error is None
+        tokens = {r.request_id: [t.token_id for t in records.tokens if t.request_id == r.request_id]
+                  for r in records.requests}
+        return tokens, sum(r.cached_prompt_tokens or 0 for r in records.requests)
+
+    slots, _ = run(False)
+    paged, hits = run(True)
+    assert paged == slots and hits >= 8
