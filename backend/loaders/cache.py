@@ -57,10 +57,18 @@ class ModelCache:
         self._key: tuple | None = None
         self._loaded = None
 
+    @staticmethod
+    def _key_of(config: RunConfig) -> tuple:
+        choice = config.model
+        return choice.name, choice.device, choice.dtype, choice.prefill_math
+
+    def holds(self, config: RunConfig) -> bool:
+        """Whether the model a run of `config` needs is the one kept here (a local run's: loaded)."""
+        return not config.simulate and config.endpoint is None and self._key == self._key_of(config)
+
     def get(self, config: RunConfig, emit: Emit):
         """(the loaded model, its device's name, whether it was already loaded)."""
-        choice = config.model
-        key = (choice.name, choice.device, choice.dtype, choice.prefill_math)
+        key = self._key_of(config)
         if key == self._key:
             return (*self._loaded, True)
         self._key = self._loaded = None   # the old model's memory goes before the new one is loaded
