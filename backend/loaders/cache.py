@@ -15,8 +15,9 @@ def load(config: RunConfig, emit: Emit):
     if resolve_device(config.model.device).type == "cpu":
         build_kernels(emit)
     emit(Progress(f"loading {config.model.name}", None))
-    gc.unfreeze()   # a model loaded before, now dropped, is collected like any garbage
-    gc.collect()
+    if gc.get_freeze_count():   # a model loaded before, now dropped, is collected like any garbage
+        gc.unfreeze()           # (a process's first load has none: a full collection would find nothing)
+        gc.collect()
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
     loaded.math = fidelity.choose(loaded, config.model.prefill_math, weights_identity(config.model.name, loaded),
                                   lambda line: emit(Progress(line, None)))

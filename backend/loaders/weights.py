@@ -113,7 +113,9 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
         cached = " (its cached config.json)" if is_hub_id(name_or_path) and not Path(name_or_path).exists() else ""
         source = f"random weights (seed 0, std {_STD}), {what} {name_or_path}{cached}"
     else:
-        copy_weights(model, ckpt.tensors(), ckpt.source)
+        if ckpt.floats_unused is not None:   # the rows packed from the file's blocks are never dequantized
+            ckpt.floats_unused.update(quant.floats_unused(model, target, ckpt))
+        copy_weights(model, ckpt.tensors(), ckpt.source, ckpt.floats_unused or ())
         source = ckpt.source
     tokenizer = ByteTokenizer(shape.vocab_size) if ckpt is None else ckpt.tokenizer
     if target is None:
@@ -207,10 +209,14 @@ def _find_checkpoint(name: str) -> Checkpoint:
 
 def _empty_model(shape: ModelShape, factors: torch.Tensor | None, device: torch.device,
                  dtype: torch.dtype) -> torch.nn.Module:
-    """Parameters allocated once, directly in the target dtype on the target device (never float32 first)."""
+    """Parameters allocated once, directly in the target dtype on the target device (never float32 first).
+
+    What Module.to_empty does, with torch.empty in place of its empty_like: on a meta tensor that
+    goes through torch's Python reference, which imports sympy on its first call (0.3 s of a load)."""
     with torch.device("meta"):
         model = build_model(shape, factors)
-    return model.to(dtype=dtype).to_empty(device=device).requires_grad_(False).eval()
+    model = model.to(dtype=dtype)._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
+    return model.requires_grad_(False).eval()
 
 
 def _fill_random(model: torch.nn.Module, seed: int) -> None:
