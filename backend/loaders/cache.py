@@ -15,9 +15,15 @@ def load(config: RunConfig, emit: Emit):
     if resolve_device(config.model.device).type == "cpu":
         build_kernels(emit)
     emit(Progress(f"loading {config.model.name}", None))
-    if gc.get_freeze_count():   # a model loaded before, now dropped, is collected like any garbage
-        gc.unfreeze()           # (a process's first load has none: a full collection would find nothing)
+    # A model loaded before, now dropped, is collected like any garbage. A process's first load
+    # has none to drop: what lives then (its imports, ~180,000 objects, in which a collection here
+    # found no garbage) leaves the collector's sight at once, so the collection below walks only
+    # what the load made (0.15 s less of a later start's load on this machine).
+    if gc.get_freeze_count():
+        gc.unfreeze()
         gc.collect()
+    else:
+        gc.freeze()
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
     loaded.math = fidelity.choose(loaded, config.model.prefill_math, weights_identity(config.model.name, loaded),
                                   lambda line: emit(Progress(line, None)))
