@@ -372,7 +372,10 @@ def _warm(port: Port, models, config) -> None:
         except Exception:   # the run loads it again and says why it cannot
             pass
     _remember(models, config)
-    port.send(Warmed())
+    try:
+        port.send(Warmed())
+    except OSError:
+        pass   # the window's end is closed: the loop reads its EOF next and ends
 
 
 def _remember(models, config) -> None:
