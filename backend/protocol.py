@@ -74,6 +74,7 @@ class Op(Enum):
     FINISHED = "finished"
     CALIBRATED = "calibrated"
     FITTED = "fitted"
+    WARMED = "warmed"
     INPUT_ERROR = "input-error"
     # shared by several channels
     STOP = "stop"
@@ -120,10 +121,18 @@ class Run:
 
 @dataclass(slots=True)
 class Warm:
-    """Load the config's model now; no answer (a model that fails here fails again, with its reason, in the run)."""
+    """Load the config's model now; its stages come back as Events, then Warmed (a model that fails
+    here fails again, with its reason, in the run)."""
 
     op: ClassVar[Op] = Op.WARM
     config: RunConfig
+
+
+@dataclass(slots=True)
+class Warmed:
+    """A Warm's end (loaded or not): the stages it sent before are over, not those of the next job."""
+
+    op: ClassVar[Op] = Op.WARMED
 
 
 @dataclass(slots=True)
@@ -405,7 +414,7 @@ class Lost:
 
 
 Message = (UseTarget | Run | Warm | Calibrate | Fit | Stop | Quit | Events | Finished | Calibrated | Fitted
-           | InputFailed | Failed | Ready | Done | Init | Start | Dispatch | Cancel | WorkerRecords | KVHandoff
+           | Warmed | InputFailed | Failed | Ready | Done | Init | Start | Dispatch | Cancel | WorkerRecords | KVHandoff
            | Freed | Job | Go | Users | Send | End | Abort | ClientRecords | Stats | Crashed | Lost)
 
 MESSAGES: dict[Op, type] = {cls.op: cls for cls in Message.__args__}
@@ -417,7 +426,8 @@ _FIELDS: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) 
 CHANNELS: dict[Channel, dict[Side, frozenset[Op]]] = {
     Channel.ENGINE: {
         Side.WINDOW: frozenset({Op.TARGET, Op.RUN, Op.WARM, Op.CALIBRATE, Op.FIT, Op.STOP, Op.QUIT}),
-        Side.ENGINE: frozenset({Op.EVENTS, Op.FINISHED, Op.CALIBRATED, Op.FITTED, Op.INPUT_ERROR, Op.ERROR}),
+        Side.ENGINE: frozenset({Op.EVENTS, Op.FINISHED, Op.CALIBRATED, Op.FITTED, Op.WARMED, Op.INPUT_ERROR,
+                                Op.ERROR}),
     },
     Channel.WORKER: {
         Side.COORDINATOR: frozenset({Op.INIT, Op.START, Op.REQUEST, Op.CANCEL, Op.STOP}),

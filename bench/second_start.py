@@ -31,13 +31,15 @@ def one_start(result_path: str) -> int:
     """In its own process: main.py --autostart's window, quitting at the first decode step."""
     os.environ.setdefault("QT_QPA_PLATFORM", "xcb" if os.environ.get("DISPLAY") else "offscreen")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as main.py sets it
+    from gui.app import start_engine
+    engine = start_engine()   # as gui/app.py's open_window does, before the window's imports
     from PySide6 import QtCore, QtWidgets
     from backend.events import Progress
     from backend.records import Phase
-    from gui.main_window import MainWindow
+    from gui.main_window import app_window
 
     app = QtWidgets.QApplication(sys.argv[:1])
-    window = MainWindow(remember=True)
+    window = app_window(engine)
 
     class Probe(QtCore.QObject):
         """Lives in the window's thread, so its slots run there."""
@@ -81,6 +83,11 @@ def timed_start(cache_home: str) -> list[tuple[str, float]]:
         return [(stage, at - began) for stage, at in json.loads(result.read_text())]
 
 
+def _seconds(at: dict[str, float], stage: str) -> str:
+    """A stage's start, or a dash where the window never saw it (a model loaded before the run asked)."""
+    return f"{at[stage]:.1f} s" if stage in at else "—"
+
+
 def main() -> int:
     if len(sys.argv) > 2 and sys.argv[1] == "--one":
         return one_start(sys.argv[2])
@@ -104,9 +111,8 @@ def main() -> int:
             if i:
                 later.append(first)
             said = "; ".join(f"{stage} {s:.1f}" for stage, s in stages[1:-1])
-            lines.append(f"| {'first' if i == 0 else i + 1} | {at['window shown']:.1f} s | "
-                         f"{at.get('loading', float('nan')):.1f} s | {at.get('warming', float('nan')):.1f} s | "
-                         f"**{first:.1f} s** | {said} |")
+            lines.append(f"| {'first' if i == 0 else i + 1} | {at['window shown']:.1f} s | {_seconds(at, 'loading')} | "
+                         f"{_seconds(at, 'warming')} | **{first:.1f} s** | {said} |")
             log(lines[-1])
     if later:
         lines += ["", f"Later starts: median {statistics.median(later):.1f} s to the first decode step "

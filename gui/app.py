@@ -11,10 +11,27 @@ import sys
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def start_engine(model: str | None = None):
+    """The window's engine process, started before anything of the window's is imported (Qt,
+    pyqtgraph, torch: two seconds), with the model the window will ask for loading in it
+    (backend/engine/preload.py): the two processes' starts overlap instead of following each other."""
+    from backend.engine import preload
+    from backend.engine.process import EngineProcess
+    engine = EngineProcess()
+    config = preload.recall(model)
+    engine.start() if config is None else engine.warm(config)
+    return engine
+
+
 def open_window(model: str | None = None, profile: str | None = None, autostart: bool = False,
                 threads: int | None = None) -> int:
-    from gui.main_window import run_app
-    return run_app(model=model, profile=profile, autostart=autostart, threads=threads)
+    engine = start_engine(model)
+    try:
+        from gui.main_window import run_app
+    except BaseException:
+        engine.close()   # the window cannot open: no engine process outlives its start
+        raise
+    return run_app(model=model, profile=profile, autostart=autostart, threads=threads, engine=engine)
 
 
 def render_plots(plots, folder):

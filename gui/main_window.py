@@ -52,7 +52,7 @@ from gui.views.text import GeneratedText
 from gui.views.throughput import ThroughputView
 from gui.views.timeline import TimelineView
 from gui.views.worker_strip import WorkerStripView
-from gui.worker import WorkerThread
+from gui.worker import RunWorker, WorkerThread
 
 REPAINT_MS = 30          # about 30 Hz: records arrive at any rate, the screen changes at this one
 NUMBERS_EVERY = 3        # the table and the metrics panel every third tick while running: digits cannot be read faster
@@ -624,15 +624,21 @@ class MainWindow(QtWidgets.QMainWindow):
         super().closeEvent(event)
 
 
+def app_window(engine=None) -> MainWindow:
+    """The app's window (its remembered settings and layout), its runs sent to `engine` (an
+    EngineProcess gui/app.py started early), or to one of its own."""
+    return MainWindow(RunWorker(engine=engine) if engine is not None else None, remember=True)
+
+
 def run_app(model: str | None = None, profile: str | None = None, autostart: bool = False,
-            threads: int | None = None) -> int:
+            threads: int | None = None, engine=None) -> int:
     """`python main.py [--model NAME] [--profile NAME] [--threads N] [--autostart]`: open the window (and run)."""
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("phasescope")
     app.setDesktopFileName("phasescope")   # the desktop entry's (--install-desktop-entry): its icon in the dock
     from gui.theme import follow_system
     from gui.shutdown import quit_on_signals
-    window = MainWindow(remember=True)
+    window = app_window(engine)
     follow_system(app, window)
     try:
         if model:

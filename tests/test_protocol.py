@@ -34,6 +34,7 @@ def sample(cls) -> p.Message:
         p.Finished: p.Finished(RunFinished("run-1", {"ttft_ms": 1.0})),
         p.Calibrated: p.Calibrated({"name": "cpu"}),
         p.Fitted: p.Fitted({"terms": [1.0, 2.0]}),
+        p.Warmed: p.Warmed(),
         p.InputFailed: p.InputFailed("--batch must be positive"),
         p.Failed: p.Failed("out of memory"),
         p.Ready: p.Ready(p.WorkerFigures(12, 2, [0, 1], 4, 1024, None, LOADED)),

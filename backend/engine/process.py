@@ -14,11 +14,15 @@ is one socket of backend.protocol's ENGINE channel:
 
     window -> engine   UseTarget (first) | Run | Warm | Calibrate | Fit | Stop | Quit
     engine -> window   Events (records merged, at most Throttle.HZ sends a second)
-                       | Finished | Calibrated | Fitted | InputFailed | Failed
+                       | Finished | Calibrated | Fitted | Warmed | InputFailed | Failed
 
-Warm has no answer: the window sends it when it opens and when the model changes, so that the
-process is up and the model loaded before the first Run (a model that fails to load here fails
-again, with its reason, when the run asks for it).
+Warm is sent before the window is built (backend/engine/preload.py), when it opens and when the
+model changes, so that the process is up and the model loaded before the first Run (a model that
+fails to load here fails again, with its reason, when the run asks for it). Nobody waits for it:
+its stages (compiling, loading, probing) come back as Events and its end as Warmed, read when the
+next job starts. A job sent while a Warm is still under way waits for it in the child, so the
+window's side hands that job the stage the Warm is in and the stages after it, and drops those of
+a Warm already over.
 
 Stop is certain: the engine stops at its next step boundary, and one that has not answered
 within STOP_GRACE_S (a long prefill, a hung kernel) is ended; the records so far are kept.
@@ -43,7 +47,7 @@ from backend.launcher import Child, child_started, describe_exit, end_process, s
 from backend.errors import InputError, RunError, is_device_fault, one_line
 from backend.events import EngineStatus, ModelLoaded, Progress, RequestsArrived, RunFinished, Throttle, coalesce
 from backend.protocol import (Calibrate, Calibrated, Channel, Events, Failed, Finished, Fit, Fitted, InputFailed,
-                              Port, ProtocolError, Quit, Run, Side, Stop, UseTarget, Warm)
+                              Port, ProtocolError, Quit, Run, Side, Stop, UseTarget, Warm, Warmed)
 from backend.records import RecordBatch
 from backend.run_info import RunInfo
 
@@ -96,6 +100,8 @@ class EngineProcess:
         self._ensure_started()
         if key is not None:
             self._key = key
+        if (stage := self._warm_stage()) is not None:
+            emit(stage)   # the run waits for that Warm to end: say what it is doing
         received = _Received(config)
         self._send(Run(config))
         answer = self._receive(emit, should_stop, received)
@@ -109,6 +115,10 @@ class EngineProcess:
                           "and the next run starts a fresh one"))
             return received.finished(stopped=True)
         return received.finished(error=f"engine process {answer.how} after {received.where()}")
+
+    def start(self) -> None:
+        """Start the child now (it imports torch and the engine) without loading anything."""
+        self._ensure_started()
 
     def warm(self, config) -> None:
         """Start the child now, with the config's model loaded in it, so that a run of it starts at
@@ -129,6 +139,7 @@ class EngineProcess:
     def calibrate(self, device: str, progress: Callable[[str, float], None]):
         """calibrate.calibrate in the child, on all its cores; progress as it goes."""
         self._ensure_started()
+        self._warm_stage()
         self._send(Calibrate(device))
 
         def forward(event) -> None:
@@ -144,6 +155,7 @@ class EngineProcess:
         """`calibrate --fit` in the child (backend/fitting.py): the standard runs measured into
         runs_dir, the cost model fitted and written into this machine's profile; its FitReport."""
         self._ensure_started()
+        self._warm_stage()
         self._key = None   # the child's model cache is not used by the standard runs
         self._send(Fit(runs_dir, device, threads))
 
@@ -182,6 +194,8 @@ class EngineProcess:
                     emit(event)
             elif isinstance(message, (Finished, Calibrated, Fitted)):
                 return message
+            elif isinstance(message, Warmed):
+                continue   # the Warm this job waited for is over
             elif isinstance(message, InputFailed):
                 raise InputError(message.line)
             else:
@@ -189,6 +203,21 @@ class EngineProcess:
                     self.close()   # the child is on its way out: the next job starts a fresh one
                     raise RunError(f"{message.line} ({RESTART_NOTE.removeprefix('note: ')})")
                 raise RunError(message.line)
+
+    def _warm_stage(self) -> Progress | None:
+        """Read, without waiting, what Warms sent since the last job: the stage of one still under way
+        (the next job waits for it), or None when every Warm sent has ended."""
+        stage = None
+        try:
+            while self._port.poll(0):
+                message = self._port.recv()
+                if isinstance(message, Events):
+                    stage = next((e for e in reversed(message.events) if isinstance(e, Progress)), stage)
+                elif isinstance(message, Warmed):
+                    stage = None
+        except (EOFError, OSError):
+            pass   # the child is gone: the job's receiving loop says how
+        return stage
 
     # ---- the process --------------------------------------------------------------------------
 
@@ -317,11 +346,11 @@ def serve(port: Port, target: Callable | None) -> None:
         if isinstance(message, Quit):
             return
         if isinstance(message, Warm):
-            _warm(models, message.config)
+            _warm(port, models, message.config)
             continue
         job = _Job(port)
         if isinstance(message, Run):
-            job.run(target, message.config)
+            job.run(target, message.config, models)
         elif isinstance(message, Calibrate):
             job.calibrate(message.device)
         elif isinstance(message, Fit):
@@ -331,17 +360,31 @@ def serve(port: Port, target: Callable | None) -> None:
             return
 
 
-def _warm(models, config) -> None:
+def _warm(port: Port, models, config) -> None:
     """Load the model a run of `config` will ask for (a local model only: a simulation or a remote
-    server has none here); any failure is left for the run itself to report."""
-    if models is None or config.simulate or config.endpoint is not None:
-        return
-    from backend.engine.threads import apply_threads
+    server has none here), its stages sent as they begin, then Warmed; any failure is left for the
+    run itself to report."""
+    if models is not None and not config.simulate and config.endpoint is None:
+        from backend.engine.threads import apply_threads
+        try:
+            apply_threads(config.threads)
+            models.get(config, lambda event: port.send(Events([event])))
+        except Exception:   # the run loads it again and says why it cannot
+            pass
+    _remember(models, config)
     try:
-        apply_threads(config.threads)
-        models.get(config, lambda event: None)
-    except Exception:   # the run loads it again and says why it cannot
-        pass
+        port.send(Warmed())
+    except OSError:
+        pass   # the window's end is closed: the loop reads its EOF next and ends
+
+
+def _remember(models, config) -> None:
+    """What the next start of the app preloads (backend/engine/preload.py): this config's model where it
+    is the one loaded here, nothing after a simulation, a remote run or a model that did not load."""
+    if models is None:
+        return   # a benchmark's own run function: nothing the app would start with
+    from backend.engine import preload
+    preload.remember(config if models.holds(config) else None)
 
 
 class _Job:
@@ -355,8 +398,13 @@ class _Job:
         self.throttle = Throttle()
         self.last_status = 0.0
 
-    def run(self, target: Callable, config) -> None:
-        self._answer_with(Finished, lambda: target(config, self.emit, self.should_stop))
+    def run(self, target: Callable, config, models=None) -> None:
+        def work():
+            try:
+                return target(config, self.emit, self.should_stop)
+            finally:   # kept before the answer: the window may close as soon as it has it
+                _remember(models, config)
+        self._answer_with(Finished, work)
 
     def calibrate(self, device: str) -> None:
         from backend.roofline.calibrate import calibrate

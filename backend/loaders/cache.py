@@ -15,8 +15,15 @@ def load(config: RunConfig, emit: Emit):
     if resolve_device(config.model.device).type == "cpu":
         build_kernels(emit)
     emit(Progress(f"loading {config.model.name}", None))
-    gc.unfreeze()   # a model loaded before, now dropped, is collected like any garbage
-    gc.collect()
+    # A model loaded before, now dropped, is collected like any garbage. A process's first load
+    # has none to drop: what lives then (its imports, ~180,000 objects, in which a collection here
+    # found no garbage) leaves the collector's sight at once, so the collection below walks only
+    # what the load made (0.15 s less of a later start's load on this machine).
+    if gc.get_freeze_count():
+        gc.unfreeze()
+        gc.collect()
+    else:
+        gc.freeze()
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
     loaded.math = fidelity.choose(loaded, config.model.prefill_math, weights_identity(config.model.name, loaded),
                                   lambda line: emit(Progress(line, None)))
@@ -57,10 +64,18 @@ class ModelCache:
         self._key: tuple | None = None
         self._loaded = None
 
+    @staticmethod
+    def _key_of(config: RunConfig) -> tuple:
+        choice = config.model
+        return choice.name, choice.device, choice.dtype, choice.prefill_math
+
+    def holds(self, config: RunConfig) -> bool:
+        """Whether the model a run of `config` needs is the one kept here (a local run's: loaded)."""
+        return not config.simulate and config.endpoint is None and self._key == self._key_of(config)
+
     def get(self, config: RunConfig, emit: Emit):
         """(the loaded model, its device's name, whether it was already loaded)."""
-        choice = config.model
-        key = (choice.name, choice.device, choice.dtype, choice.prefill_math)
+        key = self._key_of(config)
         if key == self._key:
             return (*self._loaded, True)
         self._key = self._loaded = None   # the old model's memory goes before the new one is loaded

@@ -2,7 +2,8 @@
 
 Tensors stored in a format the CPU kernels run (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
 F16, BF16: backend.precision.GGUF_FORMATS) are also kept as their bytes (Checkpoint.blocks, rows
-of blocks), which a quantized run packs as they are."""
+of blocks), which a quantized run packs as they are; those it never reads as floats
+(Checkpoint.floats_unused) are not dequantized at all."""
 from __future__ import annotations
 
 import re
@@ -184,31 +185,37 @@ def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
         raise InputError(f"{path}: rope scaling {scaling!r} is not supported")
 
     blocks: dict[str, torch.Tensor] = {}
+    unused: set[str] = set()   # Checkpoint.floats_unused: the loader fills it before reading
 
     def tensors_hf() -> Iterator[tuple[str, torch.Tensor]]:
         for gguf_name, tensor in tensors.items():
             if gguf_name == "rope_freqs.weight":
                 continue
-            w = read(tensor)
+            dims = tuple(int(n) for n in reversed(tensor.shape))   # outermost first, as read() gives it
+            experts = _expert_names(gguf_name, dims[0])
+            names = experts if experts is not None else [_hf_name(gguf_name, arch)]
+            # dequantizing is most of a load's time: a tensor the run uses only as blocks skips it
+            w = None if all(n in unused for n in names) else read(tensor)
             raw = None
             if tensor.tensor_type.name.lower() in BLOCK_FORMATS:   # (rows, row bytes): a block row per weight row
-                raw = torch.from_numpy(np.array(tensor.data).view(np.uint8).reshape(w.shape[0], -1))
+                raw = torch.from_numpy(np.array(tensor.data).view(np.uint8).reshape(dims[0], -1))
             if permuted and gguf_name.endswith(("attn_q.weight", "attn_q.bias")):
                 w, raw = (None if t is None else _unpermute(t, shape.num_heads) for t in (w, raw))
             elif permuted and gguf_name.endswith(("attn_k.weight", "attn_k.bias")):
                 w, raw = (None if t is None else _unpermute(t, shape.num_kv_heads) for t in (w, raw))
             elif shape.arch == "gemma" and gguf_name.endswith("norm.weight"):
-                w, raw = w - 1, None   # the converter stores Gemma's norms as 1 + weight; the model adds the 1
-            experts = _expert_names(gguf_name, w.shape[0])
+                w, raw = (None if w is None else w - 1), None   # stored as 1 + weight; the model adds the 1
             if experts is not None:   # (experts, out, in): one matrix (and its rows of blocks) per expert
                 for e, name in enumerate(experts):
                     if raw is not None:
-                        blocks[name] = raw[e].reshape(w.shape[1], -1)
-                    yield name, w[e]
+                        blocks[name] = raw[e].reshape(dims[1], -1)
+                    if name not in unused:
+                        yield name, w[e]
                 continue
             if raw is not None:
-                blocks[_hf_name(gguf_name, arch)] = raw
-            yield _hf_name(gguf_name, arch), w
+                blocks[names[0]] = raw
+            if w is not None:
+                yield names[0], w
 
     kinds = sorted({t.tensor_type.name for t in tensors.values()})
     tokenizer = Tokenizer.from_gguf(fields, path)
@@ -216,4 +223,4 @@ def gguf_checkpoint(path: Path, name: str | None = None) -> Checkpoint:
                for hf in _expert_names(n, int(t.shape[-1])) or [_hf_name(n, arch)]}
     return Checkpoint(name or path.stem, shape, factors, tensors_hf, tokenizer,
                       f"{'bundled ' if name else ''}GGUF {path.name if name else path} ({' + '.join(kinds)})",
-                      formats, blocks)
+                      formats, blocks, unused)

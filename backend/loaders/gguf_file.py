@@ -28,6 +28,7 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
           7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
 STRING, ARRAY = 8, 9
+_U64 = struct.Struct("<Q")   # a string's length
 # tensor types held as plain numbers (the rest are blocks of bytes)
 _PLAIN = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16,
           GGMLQuantizationType.F64: np.float64, GGMLQuantizationType.I8: np.int8,
@@ -72,13 +73,32 @@ class _Cursor:
         self.pos += n
         return text
 
+    def strings(self, count: int) -> list[str]:
+        """`count` strings in a row: string()'s loop with its lookups hoisted (a vocabulary's 49,152
+        tokens and 48,900 merges were a tenth of a model load)."""
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        length = _U64.unpack_from
+        out = []
+        append = out.append
+        for _ in range(count):
+            if pos + 8 > end:
+                raise ValueError(f"the file ends inside its header (at byte {pos:,})")
+            (n,) = length(buf, pos)
+            pos += 8
+            if pos + n > end:
+                raise ValueError(f"a string of {n:,} bytes runs past the end of the file (at byte {pos:,})")
+            append(str(buf[pos:pos + n], "utf-8"))
+            pos += n
+        self.pos = pos
+        return out
+
     def value(self, kind: int) -> Any:
         if kind == STRING:
             return self.string()
         if kind == ARRAY:
             sub, count = self.take("I"), self.take("Q")
             if sub == STRING:
-                return [self.string() for _ in range(count)]
+                return self.strings(count)
             if sub == ARRAY:
                 return [self.value(ARRAY) for _ in range(count)]
             if sub not in _NUMPY:

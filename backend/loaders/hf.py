@@ -60,10 +60,16 @@ class Checkpoint:
     # transformers name -> its GGUF blocks (uint8 rows) for the formats the CPU kernels run
     # (q8_0, q4_0, q4_1): filled while tensors() is read, so a quantized run uses the file's bytes
     blocks: dict[str, torch.Tensor] = field(default_factory=dict)
+    # A checkpoint that keeps blocks (a GGUF's) has a set here, which tensors() reads as it goes:
+    # the names the loader will never read as floats (quant.floats_unused, filled before tensors()
+    # is called), kept as blocks only, never dequantized, and not yielded. None: every tensor is yielded.
+    floats_unused: set[str] | None = None
 
 
-def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:
-    """Copy transformers-named tensors into the model (cast to its dtype, moved to its device)."""
+def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tensor]], source: str,
+                 unfilled: Iterable[str] = ()) -> None:
+    """Copy transformers-named tensors into the model (cast to its dtype, moved to its device); the
+    `unfilled` ones are left as allocated (packing replaces them from the checkpoint's blocks)."""
     dest = model.hf_destinations()
     tied = model.shape.tie_embeddings
     with torch.no_grad():
@@ -79,6 +85,8 @@ def copy_weights(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.Tens
                 raise InputError(f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, "
                                  f"the model shape implies {tuple(target.shape)}")
             target.copy_(tensor)
+    for name in unfilled:
+        dest.pop(name, None)
     if dest:
         missing = sorted(dest)
         raise InputError(f"{source}: {len(missing)} tensors missing, e.g. {', '.join(missing[:3])}")

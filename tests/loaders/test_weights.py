@@ -207,3 +207,32 @@ def test_a_hub_id_whose_config_alone_is_cached_names_its_shape(tmp_path, monkeyp
     assert weights.config_shape("meta-llama/Llama-3.2-1B") is None
     with pytest.raises(InputError):
         weights.load_model("meta-llama/Llama-3.2-1B", "cpu", "float32")
+
+
+@pytest.mark.skipif(bundled_gguf() is None, reason="needs the bundled model")
+def test_a_packed_load_never_dequantizes_what_it_packs_as_stored(monkeypatch):
+    """The bundled Q4_1 file at --dtype auto: its layers run as the file's blocks, so only the tensors
+    a step reads as floats (the Q8_0 embedding, the F32 norms) are dequantized; the model answers
+    exactly as one loaded with every tensor dequantized; a float32 load still reads every tensor."""
+    import gguf.quants
+    from backend.kernels import ops
+    from backend.loaders import quant
+    if not ops.usable(torch.device("cpu"), torch.float32):
+        pytest.skip("needs the C kernels")
+    read = []
+    real = gguf.quants.dequantize
+    monkeypatch.setattr(gguf.quants, "dequantize", lambda data, kind: read.append(kind.name) or real(data, kind))
+    packed = load_model("smollm2-135m", "cpu", "auto")
+    assert "Q4_1" not in read and read.count("Q8_0") == 1 and set(read) == {"Q8_0", "F32"}
+    read.clear()
+    floats = load_model("smollm2-135m", "cpu", "float32")
+    assert read.count("Q4_1") == 7 * 30 and floats.precision.name == "float32"   # q, k, v, o, gate, up, down
+    del floats
+    monkeypatch.setattr(quant, "floats_unused", lambda *args: set())
+    every = load_model("smollm2-135m", "cpu", "auto")
+    prompt = packed.tokenizer.apply_chat_template("What is the capital of France?")
+    assert greedy(packed, prompt, 12) == greedy(every, prompt, 12)
+    with torch.inference_mode():
+        batch = make_step_batch([(0, 0, prompt)], [], packed.device)
+        logits = [m.model(batch, KVCache(m.shape, 1, len(prompt), m.device, m.dtype)) for m in (packed, every)]
+    assert torch.equal(*logits)
