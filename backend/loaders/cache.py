@@ -19,10 +19,16 @@ def load(config: RunConfig, emit: Emit):
     # has none to drop: what lives then (its imports, ~180,000 objects, in which a collection here
     # found no garbage) leaves the collector's sight at once, so the collection below walks only
     # what the load made (0.15 s less of a later start's load on this machine).
+    # Where the automatic collector is off, a window's thread collects (gui/collector.py, while a run
+    # runs in a thread of the window's process): a collection here could free Qt objects on this
+    # thread and stop both threads for good (seen in the suite, the GIL held), so this one neither
+    # collects nor freezes, and the window's collector sees everything.
+    owned = gc.isenabled()
     if gc.get_freeze_count():
         gc.unfreeze()
-        gc.collect()
-    else:
+        if owned:
+            gc.collect()
+    elif owned:
         gc.freeze()
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
     loaded.math = fidelity.choose(loaded, config.model.prefill_math, weights_identity(config.model.name, loaded),
@@ -30,8 +36,9 @@ def load(config: RunConfig, emit: Emit):
     # Everything loaded so far (the model's modules, the tokenizer's tables: about 200,000
     # objects) leaves the cyclic collector's sight, so that its collections during the run's
     # steps do not walk it: they were about 5% of a batch-1 decode step's samples (perf).
-    gc.collect()
-    gc.freeze()
+    if owned:
+        gc.collect()
+        gc.freeze()
     return loaded, device_name(loaded.device)
 
 
