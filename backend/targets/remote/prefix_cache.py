@@ -56,7 +56,8 @@ def prefix_line(summary: Summary, engine: str | None) -> str | None:
     else:
         parts.append("client: the answers did not report cached tokens (vLLM: --enable-prompt-tokens-details, "
                      "SGLang: --enable-cache-report)")
-    return "prefix   " + "; ".join(parts)
+    from backend.results.prefix_ceiling import ceiling_text
+    return "prefix   " + "; ".join(parts) + ceiling_text(s)
 
 
 def _rate(hits: float | None, queries: float | None) -> str:

@@ -144,6 +144,11 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         summary.errors = dict(sorted(run.errors.items()))
         summary = summary.merged(run.server.summary())
         summary = summary.merged(client_figures(run.requests))   # beside the server's: the answers' own counts
+        if summary.client_cached_requests is not None or summary.server_prefix_queries is not None:
+            from backend.results.prefix_ceiling import ceiling_figures   # the server's pool is unknown: infinite only
+            summary = summary.merged(ceiling_figures(WorkloadSource(drawn, tokenize=builder.content_ids,
+                                                                    vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID),
+                                                     config.engine.kv_block_size, None))
         figures, client_info, warnings = client_report(run.client_load())
         summary = summary.merged(figures)
         finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
