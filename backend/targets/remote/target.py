@@ -144,7 +144,7 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         summary.errors = dict(sorted(run.errors.items()))
         summary = summary.merged(run.server.summary())
         summary = summary.merged(client_figures(run.requests))   # beside the server's: the answers' own counts
-        if summary.client_cached_requests is not None or summary.server_prefix_queries is not None:
+        if spec.is_conversation or spec.shared_prefix_len or spec.trace is not None:   # prompts that can share
             from backend.results.prefix_ceiling import ceiling_figures   # the server's pool is unknown: infinite only
             summary = summary.merged(ceiling_figures(WorkloadSource(drawn, tokenize=builder.content_ids,
                                                                     vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID),
