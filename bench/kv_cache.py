@@ -175,8 +175,8 @@ def multiturn(args) -> list[str]:
         lines.append("llama.cpp's server was not run (--llama-server not given).")
     else:
         lines.append("llama-cpp-python's server runs one request at a time and keeps the last prompt's KV; "
-                     "--cache true adds its RAM cache of earlier prompts' states (it ignores the request's "
-                     "cache_prompt, which is the C++ llama-server's flag). Its TTFT includes queueing behind "
+                     "--cache true adds its RAM cache of earlier prompts' states (it has no "
+                     "cache_prompt request field: that is the C++ llama-server's, which this machine does not have). Its TTFT includes queueing behind "
                      "the 7 other users.")
     return lines
 
