@@ -7,26 +7,10 @@ replay one request at a time, so a measured rate below the sized one is the cost
 (requests running together hold their blocks at once; one admitted before another has computed
 their shared prefix finds nothing), and a sized rate below the infinite one is the cost of the
 pool's size. A remote server's pool is unknown: only the infinite ceiling is given there.
+The figures are computed by backend.targets.engine_run.ceiling_figures (above the engine's layers,
+which results sit below); this module only words them.
 """
 from __future__ import annotations
-
-from backend.engine.kv_blocks import theoretical_hit_rate
-
-
-def ceiling_figures(source, block_size: int, num_blocks: int | None) -> dict[str, float]:
-    """The summary's prefix_ideal_* figures for a WorkloadSource ({} for any other source: a fixed
-    batch has no workload to replay)."""
-    if not hasattr(source, "prompts_and_outputs"):
-        return {}
-    prompts, outputs = source.prompts_and_outputs()
-    if not prompts:
-        return {}
-    out: dict[str, float] = {"prefix_ideal_block_size": block_size,
-                             "prefix_ideal_hit_rate": theoretical_hit_rate(prompts, block_size, None, outputs).tokens}
-    if num_blocks:
-        out["prefix_ideal_num_blocks"] = num_blocks
-        out["prefix_ideal_sized_hit_rate"] = theoretical_hit_rate(prompts, block_size, num_blocks, outputs).tokens
-    return out
 
 
 def ceiling_text(s) -> str:

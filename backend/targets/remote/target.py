@@ -145,7 +145,7 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         summary = summary.merged(run.server.summary())
         summary = summary.merged(client_figures(run.requests))   # beside the server's: the answers' own counts
         if spec.is_conversation or spec.shared_prefix_len or spec.trace is not None:   # prompts that can share
-            from backend.results.prefix_ceiling import ceiling_figures   # the server's pool is unknown: infinite only
+            from backend.targets.engine_run import ceiling_figures   # the server's pool is unknown: infinite only
             # the workload as asked (not `drawn`, whose reserve users never all send)
             asked = WorkloadSource(spec, tokenize=builder.content_ids, vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID)
             summary = summary.merged(ceiling_figures(asked, config.engine.kv_block_size, None))
