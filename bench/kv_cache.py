@@ -176,7 +176,8 @@ def multiturn(args) -> list[str]:
     else:
         lines.append("llama-cpp-python's server runs one request at a time and keeps the last prompt's KV; "
                      "--cache true adds its RAM cache of earlier prompts' states (it has no "
-                     "cache_prompt request field: that is the C++ llama-server's, which this machine does not have). Its TTFT includes queueing behind "
+                     "cache_prompt request field: that is the C++ llama-server's, which this machine does not have). "
+                     "Its TTFT includes queueing behind "
                      "the 7 other users.")
     return lines
 
@@ -204,7 +205,8 @@ def mooncake(args) -> list[str]:
              "Simulated (h100-sxm pricing llama-8b, 16-token blocks, up to 32 requests at once, arrivals at the "
              "trace's times), both traces: their prompts of about 4,000 tokens would take several seconds of "
              "prefill each in the local engine here (512 tokens take about 0.9 s), over 10 minutes for the sample "
-             "and hours for the long one. Theoretical: the same prompts replayed one at a time through an infinite cache, and through "
+             "and hours for the long one. Theoretical: the same prompts replayed one at a time through an infinite "
+             "cache, and through "
              "an LRU pool of the run's blocks.", "",
              "| trace | rows | KV budget | pool blocks | measured hit rate | theoretical, this pool | "
              "theoretical, infinite | evictions |", "|---|---|---|---|---|---|---|---|"]
