@@ -53,3 +53,17 @@ def test_a_conversations_ceiling_counts_the_answers_its_next_turns_quote():
     assert len(prompts) == len(outputs) and spec.turns > 1
     with_answers = theoretical_hit_rate(prompts, 16, None, outputs).tokens
     assert with_answers > theoretical_hit_rate(prompts, 16).tokens   # turn k+1 holds turn k's answer
+
+
+def test_requests_the_engine_rejects_are_left_out_of_the_ceiling():
+    from backend.targets.engine_run import ceiling_figures
+
+    class Source:   # three prompts opening with the same 32 tokens (2 blocks of 16), the first one long
+        def prompts_and_outputs(self):
+            shared = list(range(32))
+            return [shared + [100] * 40, shared + [101], shared + [102]], [[0] * 4] * 3
+
+    assert ceiling_figures(Source(), 16, None)["prefix_ideal_hit_rate"] == 64 / 138
+    # with a 40-token limit the first (76 tokens) is rejected: only the third finds the second's blocks
+    assert ceiling_figures(Source(), 16, None, max_len=40)["prefix_ideal_hit_rate"] == 32 / 66
+    assert ceiling_figures(object(), 16, None) == {}
