@@ -2,7 +2,7 @@
 
     python -m bench.kv_cache capacity  [--rounds 3] [--readme]
     python -m bench.kv_cache multiturn [--rounds 2] [--llama-server] [--readme]
-    python -m bench.kv_cache mooncake  [--rows 1000] [--readme]
+    python -m bench.kv_cache mooncake  [--rows 1000] [--local N] [--readme]
 
   * capacity: one burst of requests of mixed prompt and output lengths (most sequences far shorter
     than the longest, which a slot must hold) at one KV budget (--kv-tokens), paged against slots:
@@ -221,7 +221,28 @@ def mooncake(args) -> list[str]:
                              f"{s.prefix_ideal_num_blocks:,} | {100 * s.prefix_hit_rate:.1f}% | "
                              f"{100 * s.prefix_ideal_sized_hit_rate:.1f}% | {100 * s.prefix_ideal_hit_rate:.1f}% | "
                              f"{s.num_evictions:,} |")
+    if args.local:
+        log(f"mooncake {SAMPLE.name}: the first {args.local} rows on the local engine")
+        s = replay_locally(SAMPLE, args.local, args.threads)
+        lines += ["", f"The local engine on the sample's first {args.local} rows (SmolLM2-135M, bundled, {args.threads} "
+                  f"threads; prompts cut to its 8,192-token context, those then too long for a sequence rejected and "
+                  f"left out of both rates; up to 4 requests at once, arrivals at the trace's times): measured "
+                  f"{100 * s.prefix_hit_rate:.1f}%, theoretical {100 * s.prefix_ideal_sized_hit_rate:.1f}% for its "
+                  f"{s.prefix_ideal_num_blocks:,} blocks, {100 * s.prefix_ideal_hit_rate:.1f}% infinite; "
+                  f"{s.num_rejected or 0} rejected."]
     return lines
+
+
+def replay_locally(trace: Path, requests: int, threads: int):
+    from backend.cli.main import main as cli
+    from backend.results.export import read_run
+    with tempfile.TemporaryDirectory() as tmp:
+        flags = ["load", "--trace", str(trace), "--requests", str(requests), "--max-batch", "4",
+                 "--threads", str(threads), "--out", f"{tmp}/run"]
+        with contextlib.redirect_stdout(open(os.devnull, "w")):
+            if cli(flags) != 0:
+                raise SystemExit(f"local replay of {trace.name} failed")
+        return read_run(Path(tmp) / "run").summary
 
 
 def main() -> int:
@@ -233,6 +254,8 @@ def main() -> int:
     parser.add_argument("--kv-tokens", type=int, default=1536, help="capacity: the KV budget in tokens")
     parser.add_argument("--llama-server", action="store_true", help="multiturn: also llama-cpp-python's server")
     parser.add_argument("--rows", type=int, default=1000, help="mooncake: rows of the generated trace")
+    parser.add_argument("--local", type=int, default=0, metavar="N",
+                        help="mooncake: also the shipped sample's first N rows on the local engine")
     add_readme_flag(parser)
     args = parser.parse_args()
     if args.which == "capacity":
