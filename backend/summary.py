@@ -123,6 +123,12 @@ class Summary:
     reused_tokens: int | None = None              # tokens found cached by the steps (recomputes after preemption too)
     prefill_saved_ms: float | None = None         # ESTIMATE: reused tokens x this run's prefill time per computed token
     num_evictions: int | None = None              # cached blocks taken for new contents
+    # the workload's own ceiling beside it (backend.results.prefix_ceiling): its prompts replayed one at a
+    # time through an infinite cache, and through an LRU pool of this run's size (no concurrency in either)
+    prefix_ideal_hit_rate: float | None = None        # infinite cache: the most any cache could find
+    prefix_ideal_sized_hit_rate: float | None = None  # a pool of prefix_ideal_num_blocks blocks
+    prefix_ideal_num_blocks: int | None = None
+    prefix_ideal_block_size: int | None = None
     # the disaggregated policy's TTFT split and KV hand-off (backend.targets.disaggregated.summary)
     num_handed_off: int | None = None
     split_queue_mean_ms: float | None = None

@@ -302,11 +302,13 @@ def _print_load_summary(s: Summary, out) -> None:
 
 
 def prefix_line(s: Summary) -> str:
-    """The prefix cache in one line; the time saved is an estimate, and says so."""
+    """The prefix cache in one line; the time saved is an estimate, and says so; the workload's
+    theoretical hit rate beside it (backend/results/prefix_ceiling.py)."""
+    from backend.results.prefix_ceiling import ceiling_text
     return (f"prefix   cache hit {_share(s.prefix_hit_rate)} of prompt tokens ({s.prefix_hit_tokens:,}), "
             f"{_share(s.prefix_request_hit_rate)} of requests; {s.reused_tokens:,} tokens reused, about "
             f"{s.prefill_saved_ms:,.0f} ms of prefill saved (estimate: reused tokens x this run's prefill time per "
-            f"token); {s.num_evictions:,} evictions")
+            f"token); {s.num_evictions:,} evictions{ceiling_text(s)}")
 
 
 def _share(value: float | None) -> str:

@@ -66,6 +66,7 @@ class RunAccumulator:
         self.evictions = 0
         # whether the run cached prefixes (its config says; None: figures shown only if the records hold some)
         self.prefix_caching: bool | None = None
+        self.prefix_ideal: dict[str, float] = {}   # backend.results.prefix_ceiling, set by the target
         self.gaps = array("d")
         # each request in flight: its last chunk's (time, token index, gap before it, tokens, chunks so far)
         self._last_token: dict[int, tuple[float, int, float | None, int, int]] = {}
@@ -203,6 +204,7 @@ class RunAccumulator:
         # server's, summarized beside its counters (backend/targets/remote/prefix_cache.py)
         if self.prefix_caching or (self.prefix_caching is None and (self.reused_tokens or self.evictions)):
             out.update(self._prefix_figures())
+        out.update(self.prefix_ideal)
 
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
             good = [r for r in finished if _meets(r, slo_ttft_ms, slo_tpot_ms)]

@@ -104,6 +104,11 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         def make_runner() -> SimRunner:
             return SimRunner(shape, prec, profile, model, clock, layout)
 
+        if kv.prefix_caching:   # the workload's own ceiling beside the measured hit rate (one replica's pool)
+            from backend.targets.engine_run import ceiling_figures
+            num_blocks = make_scheduler().config.num_blocks
+            recorder.accumulator.prefix_ideal = ceiling_figures(source, kv.block_size, num_blocks,
+                                                                min(max_len, kv_capacity))
         if deployment.dp > 1:
             engine = ReplicaSet(deployment.dp, make_scheduler, make_runner, deployment.router, recorder.run_id)
         else:

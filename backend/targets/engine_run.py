@@ -157,3 +157,25 @@ def library_versions() -> dict:
         except metadata.PackageNotFoundError:
             versions[package] = None
     return versions
+
+
+def ceiling_figures(source, block_size: int, num_blocks: int | None, max_len: int | None = None) -> dict[str, float]:
+    """The summary's prefix_ideal_* figures for a WorkloadSource (backend/results/prefix_ceiling.py says
+    what they mean), leaving out requests longer than max_len (the engine's sequence limit); {} for any
+    other source: a fixed batch has no workload to replay. Here, above the
+    engine's layers, because backend.results sits below them."""
+    if not hasattr(source, "prompts_and_outputs"):
+        return {}
+    from backend.engine.kv_blocks import theoretical_hit_rate
+    prompts, outputs = source.prompts_and_outputs()
+    if max_len is not None:   # the scheduler rejects these: they compute nothing and count in no measured rate
+        kept = [(p, o) for p, o in zip(prompts, outputs) if len(p) + len(o) <= max_len]
+        prompts, outputs = [p for p, _ in kept], [o for _, o in kept]
+    if not prompts:
+        return {}
+    out: dict[str, float] = {"prefix_ideal_block_size": block_size,
+                             "prefix_ideal_hit_rate": theoretical_hit_rate(prompts, block_size, None, outputs).tokens}
+    if num_blocks:
+        out["prefix_ideal_num_blocks"] = num_blocks
+        out["prefix_ideal_sized_hit_rate"] = theoretical_hit_rate(prompts, block_size, num_blocks, outputs).tokens
+    return out

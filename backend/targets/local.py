@@ -64,6 +64,10 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
                                        kv_capacity=kv_capacity, max_len=max_len, kv_layout=kv.kv_layout,
                                        block_size=kv.block_size, prefix_caching=kv.prefix_caching)
     paged = PagedPool(kv.block_size, scheduler_config.num_blocks) if kv.kv_layout == "paged" else None
+    if kv.prefix_caching:   # the workload's own ceiling beside the measured hit rate
+        from backend.targets.engine_run import ceiling_figures
+        recorder.accumulator.prefix_ideal = ceiling_figures(source, kv.block_size, scheduler_config.num_blocks,
+                                                            min(max_len, kv_capacity))
     runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps, paged=paged)
     scheduler = scheduler_for(scheduler_config)
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,

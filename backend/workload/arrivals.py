@@ -209,19 +209,35 @@ class WorkloadSource:
         clock, each request answered service_ms_per_token per output token after it arrives with a
         stand-in answer of the length it asked for. A closed loop for a duration ends as its
         requests would with that service time."""
+        return self.prompts_and_outputs(service_ms_per_token)[0]
+
+    def prompts_and_outputs(self, service_ms_per_token: float = DEFAULT_RAMP_MS_PER_TOKEN
+                            ) -> tuple[list[list[int]], list[list[int]]]:
+        """prompt_token_lists' prompts and each one's stand-in answer (the engine caches an answer's blocks
+        behind its prompt): a conversation's answer is the one its next turn quotes; any other request's
+        is its length of ids no prompt holds (negative), so it takes room in a pool but is never hit."""
         twin = WorkloadSource(self.spec, *self._args)
         busy: list[tuple[float, int]] = []
         prompts: list[list[int]] = []
+        outputs: dict[int, list[int]] = {}
+        index: dict[int, int] = {}   # request id -> its place in prompts
         while not twin.is_exhausted() or busy:
             nxt = twin.next_arrival_ms()
             if nxt is not None and (not busy or nxt <= busy[0][0]):
                 for r in twin.due(nxt):
+                    index[r.request_id] = len(prompts)
                     prompts.append(r.prompt_ids)
+                    outputs[r.request_id] = [-1 - r.request_id] * r.max_new_tokens
                     heapq.heappush(busy, (nxt + service_ms_per_token * r.max_new_tokens, r.request_id))
                 continue
             finish, rid = heapq.heappop(busy)
+            turn = twin._of_request.get(rid)
+            conv = twin._live[turn[0]] if turn is not None else None
+            before = len(conv.ids) if conv is not None else 0
             twin.on_finish(finish, rid)
-        return prompts
+            if conv is not None:
+                outputs[rid] = conv.ids[before:]   # the answer the conversation now holds
+        return prompts, [outputs[rid] for rid, _ in sorted(index.items(), key=lambda kv: kv[1])]
 
     def _push(self, at: float, conversation: int) -> None:
         heapq.heappush(self._pending, (at, self._next_index, conversation))

@@ -191,3 +191,20 @@ def test_a_run_folder_from_before_reads_as_unknown():
     assert old.requests and all(r.cached_prompt_tokens is None for r in old.requests)
     assert old.summary.server_prefix_hit_rate is None and old.summary.client_prefix_hit_rate is None
     assert prefix_line(old.summary, old.info.remote.server_metrics.get("engine")) is None
+
+
+def test_a_shared_prefix_remote_run_shows_the_workloads_infinite_ceiling_beside_the_servers(tmp_path):
+    """The server's pool is unknown: only the infinite cache's rate, from the run's own prompts."""
+    spec = workload_from_dict({"arrival": "poisson", "rate": 200.0, "num_requests": 10, "prompt_len": 40,
+                               "shared_prefix_len": 32, "output_len": 3, "prompt_source": "synthetic", "seed": 0},
+                              "test")
+    with FakeOpenAI(Behaviour(gap_ms=2.0, metrics="vllm", prefix_block=4, cached_usage="details")) as server:
+        config = RunConfig(mode="load", workload=spec,
+                           endpoint=RemoteEndpoint(server.url, "fake", None, "completions", 30.0, True, None, 1))
+        finished = run_remote(config, lambda e: None, lambda: False)
+    s = finished.summary
+    assert finished.error is None and s.prefix_ideal_num_blocks is None and s.prefix_ideal_block_size == 16
+    assert 0.4 < s.prefix_ideal_hit_rate < 0.8   # 9 of 10 prompts find 32 of their 40 tokens (2 blocks of 16)
+    assert f"theoretical (one at a time, 16-token blocks): infinite cache {100 * s.prefix_ideal_hit_rate:.1f}%" \
+        in console(finished)
+    assert "this cache" not in console(finished)

@@ -36,7 +36,7 @@ def prefix_line(summary: Summary, engine: str | None) -> str | None:
     None when neither side counted one."""
     s = summary
     has_server = s.server_prefix_queries is not None or s.server_cache_hit_rate_mean is not None
-    if not has_server and s.client_cached_requests is None:
+    if not has_server and s.client_cached_requests is None and s.prefix_ideal_hit_rate is None:
         return None
     parts = []
     if s.server_prefix_queries is not None:
@@ -56,7 +56,8 @@ def prefix_line(summary: Summary, engine: str | None) -> str | None:
     else:
         parts.append("client: the answers did not report cached tokens (vLLM: --enable-prompt-tokens-details, "
                      "SGLang: --enable-cache-report)")
-    return "prefix   " + "; ".join(parts)
+    from backend.results.prefix_ceiling import ceiling_text
+    return "prefix   " + "; ".join(parts) + ceiling_text(s)
 
 
 def _rate(hits: float | None, queries: float | None) -> str:

@@ -144,6 +144,11 @@ def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, b
         summary.errors = dict(sorted(run.errors.items()))
         summary = summary.merged(run.server.summary())
         summary = summary.merged(client_figures(run.requests))   # beside the server's: the answers' own counts
+        if spec.is_conversation or spec.shared_prefix_len or spec.trace is not None:   # prompts that can share
+            from backend.targets.engine_run import ceiling_figures   # the server's pool is unknown: infinite only
+            # the workload as asked (not `drawn`, whose reserve users never all send)
+            asked = WorkloadSource(spec, tokenize=builder.content_ids, vocab_size=SYNTHETIC_VOCAB - SYNTHETIC_FIRST_ID)
+            summary = summary.merged(ceiling_figures(asked, config.engine.kv_block_size, None))
         figures, client_info, warnings = client_report(run.client_load())
         summary = summary.merged(figures)
         finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
