@@ -85,6 +85,17 @@ class LoadPage:
         self.policy_combo.setObjectName("policyCombo")
         self.policy_combo.addItems(FORM_POLICIES)
         self.policy_combo.setCurrentText(EngineConfig().policy)
+        # the KV cache (docs/kv-cache.md): paged with prefix caching, as vLLM, or the slots before paging
+        self.kv_layout_combo = QtWidgets.QComboBox()
+        self.kv_layout_combo.setObjectName("kvLayoutCombo")
+        self.kv_layout_combo.addItems(["paged", "slots"])
+        self.kv_layout_combo.setToolTip("--kv-layout: paged (blocks taken as tokens arrive, as vLLM) or slots "
+                                        "(a whole-length slot reserved per request: the waste paging removes)")
+        self.prefix_combo = QtWidgets.QComboBox()
+        self.prefix_combo.setObjectName("prefixCachingCombo")
+        self.prefix_combo.addItems(["on", "off"])
+        self.prefix_combo.setToolTip("--prefix-caching: full blocks kept after their request and reused by a later "
+                                     "prompt that starts the same (paged only)")
         f = self.fields["load"] = {
             "requests": ValidatedField("32", whole("requests", 1, 1_000_000), allow_empty=True,
                                        placeholder="the preset's duration"),
@@ -98,6 +109,8 @@ class LoadPage:
             "chunk_tokens": ValidatedField("512", whole("chunk tokens")),
             "kv_tokens": ValidatedField("", whole("KV tokens"), allow_empty=True, placeholder="every slot full length",
                                         tooltip="--kv-tokens: the KV cache's capacity in tokens"),
+            "kv_block_size": ValidatedField("16", whole("KV block size", 1, 1 << 16),
+                                            tooltip="--kv-block-size: tokens a block holds (a power of two)"),
             "prefill_workers": ValidatedField("1", whole("prefill workers", 1, 64),
                                               tooltip="disaggregated: engine processes (simulated: devices) "
                                                       "that run prompts only"),
@@ -144,6 +157,9 @@ class LoadPage:
         form.addRow("Max batch", f["max_batch"])
         form.addRow("Chunk tokens", f["chunk_tokens"])
         form.addRow("KV tokens", f["kv_tokens"])
+        form.addRow("KV layout", self.kv_layout_combo)
+        form.addRow("  block size", f["kv_block_size"])
+        form.addRow("  prefix caching", self.prefix_combo)
         form.addRow("  prefill workers", f["prefill_workers"])
         form.addRow("  decode workers", f["decode_workers"])
         form.addRow("SLO TTFT (ms)", f["slo_ttft_ms"])
@@ -154,7 +170,7 @@ class LoadPage:
         form.addRow(self.workload_error)
         self.preset_combo.currentIndexChanged.connect(self._apply_preset)
         self.open_workload_button.clicked.connect(self._open_workload_dialog)
-        for combo in (self.arrival_combo, self.source_combo, self.policy_combo):
+        for combo in (self.arrival_combo, self.source_combo, self.policy_combo, self.kv_layout_combo):
             combo.currentIndexChanged.connect(self._field_changed)
         self.compare_check.toggled.connect(self._field_changed)
         return page
@@ -197,6 +213,11 @@ class LoadPage:
         f["compare_chunk"].setEnabled(compare)
         f["max_batch"].setEnabled(not self._remote)
         f["kv_tokens"].setEnabled(not self._remote)
+        paged = self.kv_layout_combo.currentText() == "paged"
+        self.kv_layout_combo.setEnabled(not self._remote)
+        f["kv_block_size"].setEnabled(paged and not self._remote)
+        # the disaggregated workers reuse no prefix yet (backend/targets/engine_run.kv_settings)
+        self.prefix_combo.setEnabled(paged and not self._remote and policy != "disaggregated")
         self.policy_combo.setEnabled(not self._remote and not pd_ratio)
         error = ""
         if self.uses_workload() and not self._field_errors():

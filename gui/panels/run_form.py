@@ -207,9 +207,13 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
 
     def engine(self) -> EngineConfig:
         f = self.fields["load"]
-        return EngineConfig(policy=self.policy_combo.currentText(), max_batch=f["max_batch"].value or 32,
+        policy, paged = self.policy_combo.currentText(), self.kv_layout_combo.currentText() == "paged"
+        caching = paged and policy != "disaggregated" and self.prefix_combo.currentText() == "on"
+        return EngineConfig(policy=policy, max_batch=f["max_batch"].value or 32,
                             chunk_tokens=f["chunk_tokens"].value or 512, kv_tokens=f["kv_tokens"].value,
-                            prefill_workers=f["prefill_workers"].value or 1, decode_workers=f["decode_workers"].value or 1)
+                            prefill_workers=f["prefill_workers"].value or 1, decode_workers=f["decode_workers"].value or 1,
+                            kv_layout=self.kv_layout_combo.currentText(), kv_block_size=f["kv_block_size"].value or 16,
+                            prefix_caching=caching)
 
     def repeats(self) -> int:
         return self.fields["shared"]["repeats"].value or 1

@@ -109,6 +109,9 @@ REACHED = {
     "--chunk-tokens": Reach(f"{LOAD}[chunk_tokens]", "96", lambda c: c.engine.chunk_tokens, ("--policy", "chunked"),
                             lambda w: w.controls.form.policy_combo.setCurrentText("chunked")),
     "--kv-tokens": Reach(f"{LOAD}[kv_tokens]", "4096", lambda c: c.engine.kv_tokens),
+    "--kv-layout": Reach("controls.form.kv_layout_combo", "slots", lambda c: c.engine.kv_layout),
+    "--kv-block-size": Reach(f"{LOAD}[kv_block_size]", "32", lambda c: c.engine.kv_block_size),
+    "--prefix-caching": Reach("controls.form.prefix_combo", "off", lambda c: c.engine.prefix_caching),
     "--requests": Reach(f"{LOAD}[requests]", "5", lambda c: c.workload.num_requests),
     "--arrival": Reach("controls.form.arrival_combo", "constant", lambda c: c.workload.arrival),
     "--rate": Reach(f"{LOAD}[rate]", "3", lambda c: c.workload.rate, ("--arrival", "poisson"),
@@ -225,6 +228,14 @@ NOT_REACHED = {
     "calibrate --threads": "the engine process measures with the Threads spin's count",
     "compare --resamples": "the References panel's comparisons use the CLI's default 1000 seeded resamples",
     "compare --seed": "as --resamples: the bootstrap's default seed",
+    "run --kv-layout": "a batch run is one static batch of equal requests, admitted together: its cache's "
+                       "layout changes no figure (a load run's page sets it)",
+    "run --kv-block-size": "as run --kv-layout: blocks of any size hold the same batch",
+    "run --prefix-caching": "as run --kv-layout: requests admitted in one step find nothing cached yet",
+    "load --definitions": "a console table of every definition; the run folder's summary holds them all and the "
+                          "window's figures use the headline ones (docs/metrics.md)",
+    "import FILE|DIR": "import turns another tool's result file into a run folder once, from the command line; the "
+                       "window opens the folder it writes (File › Open run, References)",
 }
 COMMANDS_REACHED = {   # the sub-commands without flags: where the window does what they do
     "doctor": "problems found at start are shown (the display check runs before the window opens)",
