@@ -15,7 +15,7 @@ from backend.errors import DoesNotFit, InputError
 from backend.events import Emit, Progress, RunFinished
 from backend.loaders.cache import ModelCache
 from backend.results.recorder import RunRecorder
-from backend.targets.engine_run import (drive, kv_capacity_of, kv_settings, library_versions, longest_sequence,
+from backend.targets.engine_run import (drive, kv_capacity_of, library_versions, longest_sequence,
                                        validate, with_kv_settings)
 from backend.run_info import LocalInfo, RunInfo, TargetKind, now_created
 
@@ -58,15 +58,15 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
     emit(Progress("warming up", None))
     steps = warmup_steps(policy, num_slots, max_len, config.engine.chunk_tokens, config.sampling.temperature,
                          shape.sliding_window)   # every step shape the run will time
-    kv = kv_settings(config, simulated=False)
-    check_block_size(kv.block_size, shape.max_position)
+    kv = config.engine   # its layout and prefix caching resolved once, by run_local's with_kv_settings
+    check_block_size(kv.kv_block_size, shape.max_position)
     scheduler_config = SchedulerConfig(policy=policy, max_batch=num_slots, chunk_tokens=config.engine.chunk_tokens,
                                        kv_capacity=kv_capacity, max_len=max_len, kv_layout=kv.kv_layout,
-                                       block_size=kv.block_size, prefix_caching=kv.prefix_caching)
-    paged = PagedPool(kv.block_size, scheduler_config.num_blocks) if kv.kv_layout == "paged" else None
+                                       block_size=kv.kv_block_size, prefix_caching=kv.prefix_caching)
+    paged = PagedPool(kv.kv_block_size, scheduler_config.num_blocks) if kv.kv_layout == "paged" else None
     if kv.prefix_caching:   # the workload's own ceiling beside the measured hit rate
         from backend.targets.engine_run import ceiling_figures
-        recorder.accumulator.prefix_ideal = ceiling_figures(source, kv.block_size, scheduler_config.num_blocks,
+        recorder.accumulator.prefix_ideal = ceiling_figures(source, kv.kv_block_size, scheduler_config.num_blocks,
                                                             min(max_len, kv_capacity))
     runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps, paged=paged)
     scheduler = scheduler_for(scheduler_config)
