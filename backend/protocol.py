@@ -281,6 +281,7 @@ class KVHandoff:
     prefill_worker: str
     buffer: int | None
     block: object     # backend.engine.kv_transfer.KVBlock
+    cached_tokens: int = 0   # of the block's tokens, those the prefill worker's prefix cache held (not computed)
 
 
 @dataclass(slots=True)

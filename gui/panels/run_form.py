@@ -208,7 +208,7 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
     def engine(self) -> EngineConfig:
         f = self.fields["load"]
         policy, paged = self.policy_combo.currentText(), self.kv_layout_combo.currentText() == "paged"
-        # on: where the cache can (None, the default: not the disaggregated workers, which Compare policies runs too)
+        # on: the default (None: paged with prefix caching, for every policy Compare policies runs)
         caching = None if paged and self.prefix_combo.currentText() == "on" else False
         return EngineConfig(policy=policy, max_batch=f["max_batch"].value or 32,
                             chunk_tokens=f["chunk_tokens"].value or 512, kv_tokens=f["kv_tokens"].value,

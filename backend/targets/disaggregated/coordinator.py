@@ -113,7 +113,7 @@ def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], b
     from backend.results.recorder import RunRecorder
     validate_disaggregated(config)
     validate(shared_settings(config))
-    config = with_kv_settings(config, simulated=False, shares_blocks=False)   # the workers' layout: one line here, before they start
+    config = with_kv_settings(config)   # the workers' layout (paged, prefix caching): one line here, before they start
     with RunRecorder(config, emit, retain_records) as recorder:
         return Coordinator(config, recorder, should_stop).run()
 
@@ -153,6 +153,11 @@ class Coordinator:
         self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
         self.decode_capacity = kv_capacity_of(config, e.max_batch, self.max_len)
         prefill_slots = min(e.max_batch, PREFILL_SLOTS)
+        if e.prefix_caching:   # the workload's own ceiling beside the measured hit rate (one prefill worker's pool)
+            from backend.targets.engine_run import ceiling_figures
+            prefill_blocks = kv_capacity_of(config, prefill_slots, self.max_len) // e.kv_block_size
+            self.recorder.accumulator.prefix_ideal = ceiling_figures(
+                self.source, e.kv_block_size, prefill_blocks, min(self.max_len, self.decode_capacity), prefill_only=True)
         self.transport = resolve_transport(e.kv_transport)
         cores = list(available_cores())
         if config.threads is not None:

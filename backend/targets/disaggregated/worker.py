@@ -104,7 +104,15 @@ class _Worker:
         # a prefill worker runs the chunked scheduler's prefill-only steps, a decode worker a continuous decode batch
         steps = warmup_steps("chunked" if spec.role == "prefill" else "continuous", spec.num_slots, spec.max_len,
                              config.engine.chunk_tokens, config.sampling.temperature, self.loaded.shape.sliding_window)
-        self.runner = build_runner(self.loaded, spec.num_slots, spec.max_len, config.sampling, warmup=steps)
+        from backend.engine.runner import PagedPool
+        from backend.targets.engine_run import kv_settings
+        self.kv = kv_settings(config)   # resolved by the coordinator: the layout both roles' caches share
+        # paged: the cache's blocks are the pool's (a prefill worker's scheduler's, a decode worker's batch's), so a
+        # cached prefix block is the same physical block for every request that reuses it
+        paged = PagedPool(self.kv.block_size, spec.kv_capacity // self.kv.block_size) \
+            if self.kv.kv_layout == "paged" else None
+        self.runner = build_runner(self.loaded, spec.num_slots, spec.max_len, config.sampling, warmup=steps,
+                                   paged=paged)
         side = Side.PREFILL if spec.role == "prefill" else Side.DECODE
         self.links = {peer: Port(Connection(fd), Channel.KV, side) for peer, fd in spec.links.items()}
         self.t0 = 0.0
@@ -172,7 +180,8 @@ class _Worker:
             run_id="", step=self.step_index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=kv_capacity, num_waiting=num_waiting, num_running=num_running,
-            worker=self.name, experts_touched=experts_touched, weight_bytes=weight_bytes))
+            worker=self.name, experts_touched=experts_touched, weight_bytes=weight_bytes,
+            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions))
         self.step_index += 1
 
     def flush(self, force: bool = False) -> None:
@@ -209,9 +218,9 @@ class PrefillWorker(_Worker):
         super().__init__(conn, spec)
         from backend.engine.paged_scheduler import scheduler_for
         from backend.engine.scheduler import SchedulerConfig
-        config = spec.config
-        from backend.targets.engine_run import kv_settings
-        kv = kv_settings(config, simulated=False, shares_blocks=False)
+        config, kv = spec.config, self.kv
+        # with prefix caching a prompt whose first blocks this worker computed before prefills only the rest;
+        # its hand-off still carries every prompt token's KV, the cached blocks included
         self.scheduler = scheduler_for(SchedulerConfig(policy="chunked", max_batch=spec.num_slots,
                                                        kv_capacity=spec.kv_capacity, max_len=spec.max_len,
                                                        chunk_tokens=config.engine.chunk_tokens, kv_layout=kv.kv_layout,
@@ -251,23 +260,29 @@ class PrefillWorker(_Worker):
             if rid not in self.announced:
                 self.announced.add(rid)
                 self.batch.scheduled[rid] = chunk.request.scheduled_ms
-        slots = {c.request.request_id: c.request.slot for c in out.prefill}
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
         kv_tokens = self.scheduler.kv_tokens_after(out)
         sampled = self.runner.run(out)   # the sample of a finished prompt[:-1] is unused: decode samples
         end = self.now_ms()
-        finished = self.scheduler.update(out, sampled, end)
         self.record_step(out, contexts, kv_tokens, self.scheduler.config.kv_capacity, start, end,
                          self.scheduler.num_waiting, self.scheduler.num_running)
-        for request in finished:
-            self.announced.discard(request.request_id)
-            self.hand_off(request.request_id, slots[request.request_id], request.num_computed,
-                          request.scheduled_ms, end)
+        # A chunk that samples ends its prompt[:-1] (one token to generate): hand its KV off now, while the
+        # request still holds its blocks, the cached prefix shared with others included; update() then gives
+        # them back (the full ones stay cached) and only a later step can write over them.
+        for chunk in out.prefill:
+            if chunk.samples:
+                request = chunk.request
+                self.announced.discard(request.request_id)
+                self.hand_off(request.request_id, request.slot, request.num_computed + chunk.num_tokens,
+                              request.scheduled_ms, end, request.num_cached_tokens)
+        self.scheduler.update(out, sampled, end)
         self.flush()
         return True
 
-    def hand_off(self, rid: int, slot: int | None, num_tokens: int, scheduled_ms: float, done_ms: float) -> None:
-        """Pack the prompt's KV and send it to its decode worker (dropped if cancelled or the link is gone)."""
+    def hand_off(self, rid: int, slot: int | None, num_tokens: int, scheduled_ms: float, done_ms: float,
+                 cached_tokens: int = 0) -> None:
+        """Pack the prompt's first num_tokens positions' KV (cached_tokens of them found in the prefix cache)
+        and send it to its decode worker (dropped if cancelled or the link is gone)."""
         from backend.engine.kv_transfer import block_of, pack, view_of
         entry = self.specs.pop(rid, None)
         if entry is None:
@@ -284,13 +299,13 @@ class PrefillWorker(_Worker):
                     return
                 if num_tokens:
                     pack(self.runner.cache, slot, block, view_of(block, self.arena.map, self.arena.offset(index)))
-                link.send(KVHandoff(spec, scheduled_ms, done_ms, self.name, index, block))
+                link.send(KVHandoff(spec, scheduled_ms, done_ms, self.name, index, block, cached_tokens))
             else:
                 import torch
                 payload = torch.empty(block.shape, dtype=block.torch_dtype)
                 if num_tokens:
                     pack(self.runner.cache, slot, block, payload)
-                link.send(KVHandoff(spec, scheduled_ms, done_ms, self.name, None, block))
+                link.send(KVHandoff(spec, scheduled_ms, done_ms, self.name, None, block, cached_tokens))
                 link.send_payload(payload.view(torch.uint8).reshape(-1).numpy() if num_tokens else b"")
         except OSError:
             self.on_link_closed(decode_index)
@@ -326,8 +341,7 @@ class DecodeWorker(_Worker):
     def __init__(self, conn: Port, spec: WorkerSpec):
         super().__init__(conn, spec)
         from backend.engine.decode_batch import DecodeBatch
-        from backend.targets.engine_run import kv_settings
-        kv = kv_settings(spec.config, simulated=False, shares_blocks=False)
+        kv = self.kv
         self.decode = DecodeBatch(spec.num_slots, spec.kv_capacity, spec.max_len, kv.kv_layout, kv.block_size)
         self.pending: deque[tuple[KVHandoff, int, bytearray | None]] = deque()   # (hand-off, prefill index, bytes)
         self.arenas: dict[int, object] = {}
@@ -387,6 +401,9 @@ class DecodeWorker(_Worker):
                 return
             self.pending.popleft()
             slot = self.decode.admit(request, block.num_tokens)
+            request.num_cached_tokens = handoff.cached_tokens   # found in the prefill worker's prefix cache
+            if self.runner.paged is not None:   # the blocks the batch gave the request, where unpack writes
+                self.runner.cache.set_row(slot, request.block_ids)
             if block.num_tokens:
                 if index is not None:
                     arena = self.arenas.get(peer)
