@@ -216,8 +216,7 @@ class LoadPage:
         paged = self.kv_layout_combo.currentText() == "paged"
         self.kv_layout_combo.setEnabled(not self._remote)
         f["kv_block_size"].setEnabled(paged and not self._remote)
-        # the disaggregated workers reuse no prefix yet (backend/targets/engine_run.kv_settings)
-        self.prefix_combo.setEnabled(paged and not self._remote and policy != "disaggregated")
+        self.prefix_combo.setEnabled(paged and not self._remote)   # every policy's engine caches prefixes
         self.policy_combo.setEnabled(not self._remote and not pd_ratio)
         error = ""
         if self.uses_workload() and not self._field_errors():
