@@ -93,3 +93,30 @@ def test_prefix_caching_on_is_accepted_and_on_slots_refused(capsys):
                  "--prefix-caching", "on", "--requests", "2", "--output-len", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs --kv-layout paged" in err[0]
+
+
+def test_pack_reads_a_requests_row_through_blocks_it_shares_with_another():
+    """Two rows share their first two blocks (a cached prefix) and own the rest: each hand-off carries the
+    shared blocks and its own, in its row's order, and lands token for token in the other cache's row."""
+    import torch
+    from backend.engine.kv_transfer import block_of, pack, unpack
+    from backend.models import SHAPES, KVCache
+    from tests.fakes.paged import row_keys
+    shape = SHAPES["tiny"]
+    source = KVCache(shape, 2, 64, "cpu", torch.float32, block_size=4, num_blocks=12)
+    dest = KVCache(shape, 2, 64, "cpu", torch.float32, block_size=4, num_blocks=12)
+    gen = torch.Generator().manual_seed(0)
+    for pool in (*source.k, *source.v):
+        pool.copy_(torch.randn(pool.shape, generator=gen))
+    source.set_row(0, [7, 3, 10])      # 11 tokens: the shared prefix (blocks 7, 3), then its own block
+    source.set_row(1, [7, 3, 1, 5])    # 14 tokens: the same prefix, then two of its own
+    dest.set_row(0, [11, 0, 4, 8])     # the decode side's blocks for the second request
+    block = block_of(source, 14)
+    payload = torch.empty(block.shape, dtype=block.torch_dtype)
+    pack(source, 1, block, payload)
+    unpack(dest, 0, payload)
+    for layer in range(shape.num_layers):
+        for src, dst in ((source.k[layer], dest.k[layer]), (source.v[layer], dest.v[layer])):
+            assert torch.equal(row_keys(dst, dest, 0, 14), row_keys(src, source, 1, 14))
+            assert torch.equal(row_keys(src, source, 1, 8), row_keys(src, source, 0, 8))   # the shared prefix
+            assert not torch.equal(row_keys(src, source, 1, 11), row_keys(src, source, 0, 11))

@@ -5,12 +5,15 @@ window's engine process is (never a fork). It pins itself to its cores, loads th
 up, says it is ready, and then runs its loop on the coordinator's clock until told to stop:
 
 - prefill: requests come from the coordinator; the real chunked scheduler runs the prompt of
-  each, but its last token, in chunks of --chunk-tokens (prefill-only steps); when a prompt's
-  KV is complete it is packed and handed to the decode worker the coordinator named
-  (backend/engine/kv_transfer.py), and the slot is free again.
-- decode: hand-offs come from the prefill workers' links; each is copied into a free cache slot
-  and joins the continuous decode batch (backend/engine/decode_batch.py), whose first step for
-  it takes the last prompt token and samples the first output token. It never runs a prefill.
+  each, but its last token, in chunks of --chunk-tokens (prefill-only steps), over a paged cache
+  with prefix caching (the default): a prompt starting with blocks computed before prefills only the
+  rest. When a prompt's KV is complete, all of it (the cached blocks too) is packed and handed to
+  the decode worker the coordinator named (backend/engine/kv_transfer.py), and then its blocks and
+  slot are given back (the full blocks stay cached).
+- decode: hand-offs come from the prefill workers' links; each is copied into the blocks of a free
+  slot (paged: the blocks its batch gives the request) and joins the continuous decode batch
+  (backend/engine/decode_batch.py), whose first step for it takes the last prompt token and
+  samples the first output token. It never runs a prefill.
 
 Wire (backend.protocol: its WORKER channel on one socket to the coordinator; its KV channel on one
 socket per prefill-decode pair):
