@@ -99,3 +99,28 @@ def test_every_definition_on_llama_cpps_real_chat_stream(llama):
             assert tpot_e2e(arrival) >= r.tpot_ms
     assert s.ttft_first_chunk_p50_ms <= s.ttft_p50_ms
     assert s.num_chunks >= s.num_finished and s.ttft_definition == "ttft"
+
+
+def test_chunks_without_a_running_count_are_counted_by_the_tokenizer():
+    # no usage at all (as llama.cpp's stream): each chunk of " tok tok tok" is 3 tokens by the served model's tokenizer
+    with FakeOpenAI(Behaviour(gap_ms=5.0, chunk_tokens=3, usage=False)) as fake:
+        ep = RemoteEndpoint(fake.url, "smollm2", None, "completions", 10.0, False, None, 1)
+        config = RunConfig(mode="load", workload=workload(), endpoint=ep)
+        config.sampling.ignore_eos = True
+        finished = run_remote(config, lambda e: None, lambda: False)
+    s = finished.summary
+    assert finished.error is None and s.num_finished == 4
+    for r in finished.data.requests:
+        assert r.output_tokens == 12 and r.output_tokens_source == "tokenizer"
+    for arrival in by_request(finished.data).values():
+        assert arrival.chunk_tokens == [3, 3, 3, 3]
+    assert s.num_multi_token_chunks == 16 and s.itl_split_p50_ms < 0.5 * s.itl_p50_ms and s.definitions_differ == 1
+
+
+def test_without_a_tokenizer_or_a_running_count_each_chunk_is_one_token_as_before():
+    with FakeOpenAI(Behaviour(gap_ms=5.0, chunk_tokens=3, usage=False)) as fake:
+        finished = drive(fake.url, workload(prompt_source="synthetic"))
+    assert finished.error is None
+    for arrival in by_request(finished.data).values():
+        assert arrival.chunk_tokens == [1, 1, 1, 1]
+    assert finished.summary.num_multi_token_chunks == 0
