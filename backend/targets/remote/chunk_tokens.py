@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from backend.records import TokenRecord
+
 MAX_CACHED = 200_000   # pieces remembered: answers repeat their tokens' texts, so most chunks are a lookup
 
 
@@ -48,3 +50,17 @@ class ChunkCounter:
         """The tokens counted for a request that ended (None: none of its chunks was counted here)."""
         last = self._last.pop(request_id, None)
         return None if last is None else last + 1
+
+
+def token_records(tokens: list[list], text: dict[int, str], counter: ChunkCounter | None) -> list[TokenRecord]:
+    """A worker's token rows ([request id, index, ms, the chunk's characters when the server sent no count]) and
+    the text that came with them (request id -> the chunks' texts in order) as records: a chunk the server did
+    not count is indexed by `counter` (None: the worker's index, one token a chunk)."""
+    out, offsets = [], {}
+    for rid, index, at, *length in tokens:
+        if counter is not None and length and length[0]:
+            start = offsets.get(rid, 0)
+            offsets[rid] = end = start + length[0]
+            index = counter.index(rid, text[rid][start:end])
+        out.append(TokenRecord(request_id=rid, index=index, time_ms=at))
+    return out

@@ -20,7 +20,7 @@ from backend.events import Emit, RequestsArrived
 from backend.protocol import Abort, ClientRecords, Crashed, End, Job, Lost, Message, RequestRow, Stop, Users
 from backend.results.export import RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
-from backend.targets.remote.chunk_tokens import ChunkCounter
+from backend.targets.remote.chunk_tokens import ChunkCounter, token_records
 from backend.targets.remote.client import MAX_DETAIL
 from backend.targets.remote.honesty import ClientLoad
 from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics, read_metrics, server_metrics
@@ -318,15 +318,9 @@ class RemoteRun:
             self.events.put(RequestsArrived([rid for rid, _ in arrived], [at for _, at in arrived],
                                             [self._inflight[rid][1].num_tokens for rid, _ in arrived]))
         batch = self._pending
-        chunks, offsets = self._chunks, {}
-        for rid, index, at, *length in msg.tokens:
-            if chunks is not None and length and length[0]:   # a chunk the server did not count: its text's tokens
-                start = offsets.get(rid, 0)
-                offsets[rid] = end = start + length[0]
-                index = chunks.index(rid, msg.text[rid][start:end])
-            token = TokenRecord(request_id=rid, index=index, time_ms=at)
-            self.tokens.append(token)
-            batch.tokens.append(token)
+        tokens = token_records(msg.tokens, msg.text, self._chunks)   # chunks the server did not count: by their text
+        self.tokens.extend(tokens)
+        batch.tokens.extend(tokens)
         for rid, piece in msg.text.items():
             batch.text[rid] = batch.text.get(rid, "") + piece
         for row in msg.requests:
