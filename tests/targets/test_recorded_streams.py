@@ -75,8 +75,10 @@ def _replay(recording: dict, builder: PromptBuilder):
     tokens = token_records(worker._tokens, worker._text, counter)
     requests = []
     for state in states:
+        counted = counter.finish(state.request_id)   # None: the server counted every chunk (its running usage)
         r = RequestRecord.from_times(request_id=state.request_id, status=RequestStatus.FINISHED, prompt_tokens=8,
-                                     output_tokens=counter.finish(state.request_id), arrival_ms=0.0,
+                                     output_tokens=counted if counted is not None else state.completion_tokens,
+                                     arrival_ms=0.0,
                                      first_token_ms=state.token_times[0], last_token_ms=state.token_times[-1],
                                      finish_ms=state.finish_ms)
         r.first_chunk_ms, r.first_chunk = state.first_chunk_ms, state.first_chunk
@@ -164,3 +166,46 @@ def test_the_runs_summary_pools_every_definition_as_worked_out_by_hand(replayed)
     assert s.num_first_chunk_role == 2 and s.num_first_chunk_empty == 0
     # split over its tokens, the emoji answer's ITL has 12 - 1 samples where its chunk gaps had 6
     assert len(split) == sum(h["n"] - 1 for h in hands) == len(gaps) + 5
+
+
+def _event(at: float, api: str, text: str, tokens: int | None = None, finish: str | None = None) -> list:
+    choice = {"delta": {"content": text}} if api == "chat" else {"text": text}
+    event = {"choices": [{**choice, "index": 0, "finish_reason": finish}]}
+    if tokens is not None:   # the running count, as vLLM's continuous_usage_stats
+        event["usage"] = {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens}
+    return [at, json.dumps(event)]
+
+
+# Crafted streams for what the recording lacks: a chat stream opening with an empty delta, a chunk of two words
+# and no usage (the tokenizer counts it); a completion whose first chunk bundles 3 tokens, counted by the server's
+# running usage (the case AIPerf's --per-chunk-usage was added for).
+CRAFTED = {"requests": [
+    {"api": "chat", "events": [_event(5.0, "chat", ""), _event(40.0, "chat", " red"), _event(50.0, "chat", " green blue"),
+                               _event(60.0, "chat", " pink", finish="length"), [61.0, "[DONE]"]]},
+    {"api": "completions", "events": [_event(30.0, "completions", " a b c", 3), _event(40.0, "completions", " d", 4),
+                                      _event(50.0, "completions", " e", 5, "length"), [51.0, "[DONE]"]]}]}
+
+
+def test_crafted_streams_an_empty_first_delta_and_multi_token_chunks_counted_both_ways(replayed):
+    tokenizer = load_tokenizer(None, "smollm2")
+    requests, tokens = _replay(CRAFTED, PromptBuilder(tokenizer, chat=False))
+    chunks = {}
+    for t in tokens:
+        chunks.setdefault(t.request_id, []).append((t.index, t.time_ms))
+    chat, completion = (arrival_of(r, chunks[r.request_id]) for r in requests)
+    assert requests[0].first_chunk == "empty" and requests[1].first_chunk == "content"
+    # the chat stream: an empty delta at 5 ms, then chunks of 1, 2 and 1 tokens at 40, 50 and 60; [DONE] at 61
+    assert chat.chunk_tokens == [1, 2, 1] and requests[0].output_tokens == 4
+    assert ttft_first_token(chat) == 40.0 and ttft_first_chunk(chat) == 5.0
+    assert itl_chunk_gaps(chat) == [10.0, 10.0] and itl_token_split(chat) == [5.0, 5.0, 10.0]
+    assert itl_request_mean(chat) == pytest.approx(20.0 / 3) and tpot_e2e(chat) == pytest.approx(21.0 / 3)
+    # the completion: 3 tokens at 30 ms (its first chunk), then one at 40 and one at 50; [DONE] at 51
+    assert completion.chunk_tokens == [3, 1, 1] and requests[1].output_tokens == 5
+    assert ttft_first_token(completion) == 30.0 and ttft_first_chunk(completion) == 30.0
+    assert itl_chunk_gaps(completion) == [10.0, 10.0]
+    assert itl_token_split(completion) == [0.0, 0.0, 10.0, 10.0]   # the first chunk's 2 extra tokens came with it
+    assert itl_request_mean(completion) == 5.0 and tpot_e2e(completion) == pytest.approx(21.0 / 4)
+    s = summarize([], requests, tokens)
+    assert s.num_multi_token_chunks == 2 and s.num_first_chunk_empty == 1
+    # pooled: chunk gaps all 10 ms; split 0, 0, 5, 5, 10, 10, 10 (p50 5)
+    assert s.itl_p50_ms == 10.0 and s.itl_split_p50_ms == 5.0 and s.definitions_differ == 1
