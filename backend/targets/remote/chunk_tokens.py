@@ -56,11 +56,14 @@ def token_records(tokens: list[list], text: dict[int, str], counter: ChunkCounte
     """A worker's token rows ([request id, index, ms, the chunk's characters when the server sent no count]) and
     the text that came with them (request id -> the chunks' texts in order) as records: a chunk the server did
     not count is indexed by `counter` (None: the worker's index, one token a chunk)."""
+    if counter is None:
+        return [TokenRecord(request_id=row[0], index=row[1], time_ms=row[2]) for row in tokens]
     out, offsets = [], {}
-    for rid, index, at, *length in tokens:
-        if counter is not None and length and length[0]:
+    for row in tokens:
+        rid, index = row[0], row[1]
+        if len(row) > 3 and row[3]:
             start = offsets.get(rid, 0)
-            offsets[rid] = end = start + length[0]
+            offsets[rid] = end = start + row[3]
             index = counter.index(rid, text[rid][start:end])
-        out.append(TokenRecord(request_id=rid, index=index, time_ms=at))
+        out.append(TokenRecord(request_id=rid, index=index, time_ms=row[2]))
     return out
