@@ -29,7 +29,7 @@ def test_pieces_are_counted_once():
 
 def test_token_records_index_only_the_chunks_the_server_did_not_count():
     from backend.targets.remote.chunk_tokens import token_records
-    rows = [[1, 0, 10.0, 2], [2, 2, 11.0, 0], [1, 1, 12.0, 4], [2, 5, 13.0, 0], [3, 0, 14.0]]
+    rows = [[1, 0, 10.0, 2], [2, 2, 11.0, 0], [1, 1, 12.0, 6], [2, 5, 13.0, 0], [3, 0, 14.0]]
     text = {1: " a b c d", 2: " x y z"}   # request 1's chunks " a" and " b c d"; request 2's counted by the server
     records = token_records(rows, text, ChunkCounter(words))
     assert [(r.request_id, r.index, r.time_ms) for r in records] == [(1, 0, 10.0), (2, 2, 11.0), (1, 3, 12.0),
