@@ -378,7 +378,7 @@ class ClientRecords:
     op: ClassVar[Op] = Op.CLIENT_RECORDS
     sent: list[list]            # [request id, sent ms]
     requests: list[RequestRow]
-    tokens: list[list]          # [request id, token index, ms]
+    tokens: list[list]          # [request id, token index, ms, the chunk's characters when the server sent no count]
     text: dict[int, str]        # request id -> text since the last
 
 

@@ -232,8 +232,8 @@ NOT_REACHED = {
                        "layout changes no figure (a load run's page sets it)",
     "run --kv-block-size": "as run --kv-layout: blocks of any size hold the same batch",
     "run --prefix-caching": "as run --kv-layout: requests admitted in one step find nothing cached yet",
-    "load --definitions": "a console table of every definition; the run folder's summary holds them all and the "
-                          "window's figures use the headline ones (docs/metrics.md)",
+    "load --definitions": "a console table of every definition: the window shows the same table without asking, "
+                          "under the metrics panel's Definitions toggle, once the run ends (docs/metrics.md)",
     "import FILE|DIR": "import turns another tool's result file into a run folder once, from the command line; the "
                        "window opens the folder it writes (File › Open run, References)",
 }
