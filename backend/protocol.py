@@ -235,7 +235,7 @@ class Done:
 @dataclass(slots=True)
 class Init:
     op: ClassVar[Op] = Op.INIT
-    spec: object      # backend.targets.disaggregated.worker.WorkerSpec
+    spec: object      # backend.targets.disaggregated.worker_base.WorkerSpec
 
 
 @dataclass(slots=True)

@@ -22,13 +22,33 @@ from multiprocessing.connection import wait
 from typing import Callable
 
 from backend.config import RunConfig
+from backend.engine.request import rejected_record, rejection
 from backend.errors import RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
-from backend.engine.request import rejected_record, rejection
-from backend.protocol import (Cancel, Channel, Dispatch, Done, Failed, Init, Message, Port, Ready, Side, Start, Stop,
-                              WorkerFigures, WorkerRecords)
+from backend.protocol import (
+    Cancel,
+    Channel,
+    Dispatch,
+    Done,
+    Failed,
+    Init,
+    Message,
+    Port,
+    Ready,
+    Side,
+    Start,
+    Stop,
+    WorkerFigures,
+    WorkerRecords,
+)
 from backend.records import RecordBatch, RequestRecord, RequestStatus
-from backend.run_info import DisaggregatedInfo, LocalInfo, RunInfo, TargetKind, now_created
+from backend.run_info import (
+    DisaggregatedInfo,
+    LocalInfo,
+    RunInfo,
+    TargetKind,
+    now_created,
+)
 
 READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
 DONE_TIMEOUT_S = 5.0      # after "stop", how long a worker has to send its last records
@@ -109,8 +129,13 @@ def worker_devices(device: str, num_workers: int, cuda_devices: int) -> list[str
 def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                       retain_records: bool = True) -> RunFinished:
     """`load --policy disaggregated` on the real model."""
-    from backend.targets.engine_run import shared_settings, validate, validate_disaggregated, with_kv_settings
     from backend.results.recorder import RunRecorder
+    from backend.targets.engine_run import (
+        shared_settings,
+        validate,
+        validate_disaggregated,
+        with_kv_settings,
+    )
     validate_disaggregated(config)
     validate(shared_settings(config))
     config = with_kv_settings(config)   # the workers' layout (paged, prefix caching): one line here, before they start
@@ -141,10 +166,10 @@ class Coordinator:
 
     def run(self) -> RunFinished:
         from backend.engine.kv_transfer import resolve_transport
-        from backend.targets.engine_run import kv_capacity_of, longest_sequence
-        from backend.targets.disaggregated.worker import PREFILL_SLOTS
         from backend.engine.threads import available_cores
         from backend.loaders.weights import model_header
+        from backend.targets.disaggregated.worker_base import PREFILL_SLOTS
+        from backend.targets.engine_run import kv_capacity_of, longest_sequence
         from backend.workload.arrivals import WorkloadSource
         config, e = self.config, self.config.engine
         shape, tokenizer = model_header(config.model.name)
@@ -173,10 +198,11 @@ class Coordinator:
     def start_workers(self, prefill_slots: int) -> None:
         import os
         import socket
+
         from backend.engine.kv_transfer import new_memfd
-        from backend.targets.engine_run import kv_capacity_of
-        from backend.targets.disaggregated.worker import WorkerSpec
         from backend.launcher import start_child
+        from backend.targets.disaggregated.worker_base import WorkerSpec
+        from backend.targets.engine_run import kv_capacity_of
         config, e = self.config, self.config.engine
         P, D = e.prefill_workers, e.decode_workers
         links: dict[tuple[int, int], tuple] = {(p, d): socket.socketpair() for p in range(P) for d in range(D)}
