@@ -30,8 +30,11 @@ def add_depth_parser(kinds, model_flags) -> None:
                    help="seconds to wait to connect or for the next streamed event")
     g.add_argument("--no-server-metrics", action="store_true",
                    help="do not read the server's /metrics prefix-cache counters before and after")
-    # token ids to /v1/completions, one request at a time: no chat API, tokenizer or client workers
-    d.set_defaults(api="completions", tokenizer=None, client_workers=None, ray=None)
+    g.add_argument("--tokenizer", metavar="GGUF|FOLDER|HUB_ID",
+                   help="the served model's tokenizer, for a server that takes text only: prompts of words it reads "
+                   "as one token each (default: the bundled one when the served model is SmolLM2)")
+    # token ids (or words of one token) to /v1/completions, one request at a time: no chat API or client workers
+    d.set_defaults(api="completions", client_workers=None, ray=None)
 
 
 def depth_config(args) -> RunConfig:
