@@ -333,7 +333,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.tools.open_tour,
                      name="tourAction")
         view_menu = bar.addMenu("&View")
-        for i in range(self.view_tabs.count()):   # Ctrl+1 ... Ctrl+6: the central views
+        for i in range(self.view_tabs.count()):   # Ctrl+1 ... Ctrl+7: the central views
             page = self.view_tabs.widget(i)
             self._action(view_menu, self.view_tabs.tabText(i), lambda _=False, p=page: self.view_tabs.show_view(p),
                          f"Ctrl+{i + 1}")

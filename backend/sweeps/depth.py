@@ -1,6 +1,6 @@
 """`sweep depth`: prefill and decode tokens/s at each context depth, llama-bench's `-d` for any target.
 
-llama-bench (llama.cpp PR #13096, asked for servers in llama.cpp #13671) at depth d first fills the
+llama-bench's `-d` (`--n-depth`; asked for servers in llama.cpp issue #13671) at depth d first fills the
 context with d tokens, untimed, then times pp more tokens of prefill (pp tokens/s) and, separately,
 tg decode steps (tg tokens/s), each starting at depth d. A server cannot be told to keep a context
 without its prefix cache, which is exactly what must not serve the timed tokens, so here each
