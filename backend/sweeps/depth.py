@@ -13,7 +13,7 @@ repetition at depth d is a pair of requests, each prompt unique from its first t
   on top of the d before them, the network and the server's own overhead cancelling out.
 
 prefill tokens/s = pp / median over pairs of (TTFT_B - TTFT_A); decode tokens/s = the median over
-the A requests. The engine (local, or --simulate) runs the same pairs, timed by its own steps: each
+the A requests. The pairs alternate A B, B A, so a drift over the sweep cancels rather than tilts. The engine (local, or --simulate) runs the same pairs, timed by its own steps: each
 request one `run` with a fresh KV cache. A warm-up pair, untimed, goes first. The server's
 prefix-cache counters (vLLM, SGLang /metrics) are read before and after, and each answer's cached
 tokens kept (llama.cpp's timings.cache_n, OpenAI's cached_tokens): any hit is warned of in one line.
@@ -101,9 +101,13 @@ def run_depth_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], boo
                     raise Stopped
                 emit(Progress(f"sweep depth: {depth} (repetition {r + 1} of {spec.steps})",
                               (i + r / spec.steps) / len(spec.depths)))
-                try:
-                    a = probe.measure(NONCE_LEN + depth, spec.output_len + 1)
-                    b = probe.measure(NONCE_LEN + depth + spec.prompt_len, 1)
+                try:   # A B, then B A: a machine or server slowing over the pairs tilts neither way
+                    first_a = r % 2 == 0
+                    one = probe.measure(NONCE_LEN + depth + (0 if first_a else spec.prompt_len),
+                                        spec.output_len + 1 if first_a else 1)
+                    two = probe.measure(NONCE_LEN + depth + (spec.prompt_len if first_a else 0),
+                                        1 if first_a else spec.output_len + 1)
+                    a, b = (one, two) if first_a else (two, one)
                 except RunError as exc:
                     raise RunError(f"at depth {depth}: {exc}") from None
                 pairs.append((a, b))
@@ -120,6 +124,12 @@ def run_depth_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], boo
         if remote:
             probe.close()
     emit(Progress("sweep depth done", 1.0))
+    stopped = note == "stopped by user"
+    unmeasured = [f"{p.depth:,}" for p in points if not p.prefill_tokens_per_s == p.prefill_tokens_per_s]
+    if unmeasured:   # noise larger than the pp tokens' cost: said, never shown as an infinite or negative rate
+        note = "; ".join(filter(None, [note, f"no prefill figure at depth {', '.join(unmeasured)}: TTFT with the "
+                                            "prompt was not longer than without it (noise beyond the pp tokens' "
+                                            "cost: more --steps, or a longer --prompt-len)"]))
     summary = depth_summary(points, requests, before, after, note)
     info = depth_info(config, probe, before, after, seed)
     data = RunData(new_run_id(), config_dict(config), info, [], [], [], summary)
@@ -128,7 +138,7 @@ def run_depth_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], boo
                                  "api": "completions"}
     if out is not None:
         write_points(out, SweepKind.DEPTH, points, data)
-    return RunFinished(data.run_id, summary, note == "stopped by user", error, data)
+    return RunFinished(data.run_id, summary, stopped, error, data)
 
 
 def depth_summary(points: list[DepthPoint], requests: list[Probe], before, after, note: str) -> Summary:

@@ -157,3 +157,30 @@ def test_a_depth_beyond_the_models_context_is_one_line(capsys):
                  "--threads", "1"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("... ")]   # not progress
     assert len(err) == 1 and "beyond smollm2-135m's context of 8,192" in err[0]
+
+
+def remote_config(url: str, **spec) -> RunConfig:
+    return RunConfig(mode=RunKind.SWEEP_DEPTH, endpoint=RemoteEndpoint(url, "m"),
+                     sweep=SweepSpec(SweepKind.DEPTH, **{"depths": [0, 16], "prompt_len": 8, "output_len": 3,
+                                                         "steps": 2, **spec}))
+
+
+def test_the_pairs_alternate_and_a_stop_keeps_the_depths_measured(monkeypatch):
+    sent = []
+
+    def measure(self, prompt_len, max_tokens):
+        sent.append((prompt_len, max_tokens))
+        return Probe(10.0 + prompt_len, 30.0, max(max_tokens - 1, 0), None)
+    monkeypatch.setattr(ServerProbe, "measure", measure)
+    monkeypatch.setattr(ServerProbe, "counters", lambda self: None)
+    finished = execute(remote_config("http://127.0.0.1:9/v1"), lambda e: None, lambda: len(sent) >= 5)
+    a, b = (NONCE_LEN, 4), (NONCE_LEN + 8, 1)
+    assert sent[1:5] == [a, b, b, a]   # after the warm-up: A B, then B A
+    assert finished.stopped and finished.summary.num_points == 1 and finished.summary.note == "stopped by user"
+
+
+def test_a_difference_that_is_not_positive_is_said_not_drawn(monkeypatch):
+    monkeypatch.setattr(ServerProbe, "measure", lambda self, n, m: Probe(100.0 - n, 30.0, max(m - 1, 0), None))
+    monkeypatch.setattr(ServerProbe, "counters", lambda self: None)
+    finished = execute(remote_config("http://127.0.0.1:9/v1", depths=[0]), lambda e: None, lambda: False)
+    assert "no prefill figure at depth 0" in finished.summary.note and not finished.stopped
