@@ -71,6 +71,7 @@ LOAD_SWEEP_TITLE = "Load sweep: a load run at each point"
 DEPTH_TAB = "Depth"
 DEPTH_TITLE = "Depth sweep: prefill and decode tokens/s at each context depth"
 LOAD_SWEEP_MESSAGE = "A load sweep runs the workload once per point; its plot comes forward when it finishes"
+DEPTH_MESSAGE = "A depth sweep times pairs of requests at each context depth; its plot comes forward when it finishes"
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
                   "its lanes and metrics come from the client's clock")
 TITLE = "phasescope — prefill and decode, step by step"
@@ -389,7 +390,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.rename(self.throughput_page, self._throughput_title)
         one_bar_a_point = mode in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT)   # a precision sweep: every timed step
         message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else \
-            LOAD_SWEEP_MESSAGE if mode in LOAD_SWEEPS else ""
+            LOAD_SWEEP_MESSAGE if mode in LOAD_SWEEPS else DEPTH_MESSAGE if mode == RunKind.SWEEP_DEPTH else ""
         self.timeline.set_empty_message(message)
         self.lanes.set_remote(self.store.remote)
 

@@ -30,6 +30,14 @@ def test_a_depth_sweep_from_the_window_draws_prefill_and_decode_against_depth(qt
     assert window.files.export_csv(str(tmp_path / "depth"))
     kind, saved = read_points(tmp_path / "depth")
     assert kind is SweepKind.DEPTH and [p.depth for p in saved] == [0, 16, 48]
+    # Open run draws a depth sweep's folder again, on its own tab
+    window.view_tabs.setCurrentIndex(0)
+    window.store.reset()
+    assert window.files.open_run(str(tmp_path / "depth"))
+    window.repaint_views()
+    assert [p.depth for p in window.store.depth_points] == [0, 16, 48]
+    assert window.view_tabs.currentWidget() is window.depth_sweep.parentWidget()
+    assert list(view.decode.xData) == [0.0, 16.0, 48.0] and "prefix cache: no hits" in view.note.text()
 
 
 def test_a_bad_depth_is_refused_on_the_page_in_one_line(qtbot, window):
