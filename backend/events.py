@@ -195,6 +195,23 @@ class PDPoint:
 
 
 @dataclass(slots=True)
+class DepthPoint:
+    """One context depth of a `sweep depth` (backend/sweeps/depth.py): llama-bench's pp and tg at depth d."""
+
+    depth: int                      # tokens already in the context (after the request's unique prefix)
+    prompt_len: int                 # pp: the tokens whose prefill is timed at that depth
+    output_len: int                 # tg: the decode steps timed at that depth
+    num_measured: int               # repetitions that finished (each a pair of requests)
+    prefill_tokens_per_s: float     # prompt_len / prefill_ms; NaN when the difference was not positive
+    decode_tokens_per_s: float      # median over repetitions of decode tokens / their time
+    prefill_ms: float               # median over pairs of TTFT(depth + pp) - TTFT(depth)
+    ttft_ms: float                  # median TTFT of the request of depth tokens (the decode request)
+    ttft_with_prompt_ms: float      # median TTFT of the request of depth + pp tokens
+    tpot_ms: float                  # median over repetitions of the decode request's time per output token
+    cached_tokens: int | None = None   # prompt tokens its requests said came from a cache (None: none said)
+
+
+@dataclass(slots=True)
 class EngineStatus:
     """The engine process as it reports itself, at a run's start and about once a second."""
 

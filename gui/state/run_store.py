@@ -16,7 +16,8 @@ import numpy as np
 
 from backend.targets.disaggregated.events import WorkerLayout
 from backend.errors import InputError
-from backend.events import KvMap, LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
+from backend.events import (DepthPoint, KvMap, LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived,
+                            RunFinished, SweepPoint)
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
 from backend.run_info import RunInfo
 from backend.summary import Summary
@@ -78,6 +79,7 @@ class RunStore:
         self.precision_summary: Summary | None = None     # and its RunFinished summary (ratios, skipped precisions)
         self.load_points: list[LoadPoint] = []         # a rate or concurrency sweep's, one load run each
         self.pd_points: list[PDPoint] = []             # a prefill:decode split sweep's, one simulated run each
+        self.depth_points: list[DepthPoint] = []       # a depth sweep's, one a context depth
         self.model: ModelLoaded | None = None
         self.info: RunInfo = RunInfo()
         self.config: dict = {}
@@ -127,6 +129,8 @@ class RunStore:
             self.load_points.append(event)
         elif isinstance(event, PDPoint):
             self.pd_points.append(event)
+        elif isinstance(event, DepthPoint):
+            self.depth_points.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event
             self.run_id = event.run_id or self.run_id

@@ -142,6 +142,7 @@ REACHED = {
     "--rates": Reach("controls.form.fields[load-sweep][rates]", "0.5,2", lambda c: c.sweep.rates),
     "--concurrencies": Reach("controls.form.fields[load-sweep][concurrencies]", "1,3", lambda c: c.sweep.concurrencies),
     "--total-devices": Reach("controls.form.fields[load-sweep][total_devices]", "4", lambda c: c.sweep.total_devices),
+    "--depths": Reach("controls.form.fields[sweep-depth][depths]", "0,256", lambda c: c.sweep.depths),
     # the window's own command line: what it selects when it opens
     "(window) --model": Reach("controls.model_combo"),
     "(window) --profile": Reach("controls.profile_combo"),
@@ -191,6 +192,11 @@ REACHED_IN = {
     ("sweep precision", "--output-len"): Reach("controls.form.fields[sweep-precision][output_len]", "8",
                                                lambda c: c.sweep.output_len),
     ("sweep precision", "--batch"): Reach("controls.form.fields[sweep-precision][batch]", "2", lambda c: c.sweep.batch),
+    ("sweep depth", "--steps"): Reach("controls.form.fields[sweep-depth][steps]", "2", lambda c: c.sweep.steps),
+    ("sweep depth", "--prompt-len"): Reach("controls.form.fields[sweep-depth][prompt_len]", "64",
+                                           lambda c: c.sweep.prompt_len),
+    ("sweep depth", "--output-len"): Reach("controls.form.fields[sweep-depth][output_len]", "8",
+                                           lambda c: c.sweep.output_len),
 }
 for command in ("load", "sweep rate", "sweep concurrency", "sweep pd-ratio"):
     for flag, key in (("--prompt-len", "prompt_len"), ("--output-len", "output_len")):
@@ -244,7 +250,7 @@ COMMANDS_REACHED = {   # the sub-commands without flags: where the window does w
 }
 KIND_OF = {"run": "batch", "load": "load", "sweep batch": "sweep-batch", "sweep prompt": "sweep-prompt",
            "sweep precision": "sweep-precision", "sweep rate": "sweep-rate", "sweep concurrency": "sweep-concurrency",
-           "sweep pd-ratio": "sweep-pd-ratio"}
+           "sweep pd-ratio": "sweep-pd-ratio", "sweep depth": "sweep-depth"}
 
 
 def cli_flags() -> dict[str, list[str]]:
