@@ -18,6 +18,7 @@ from backend.targets.disaggregated.events import WorkerLayout
 from backend.errors import InputError
 from backend.events import KvMap, LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
+from backend.results.kv_file import read_kv_map
 from backend.run_info import RunInfo
 from backend.summary import Summary
 from backend.targets.remote.metrics import ServerMetrics
@@ -326,7 +327,19 @@ class RunStore:
         for r in sorted(run.requests, key=lambda r: (r.arrival_ms, r.request_id)):
             self._row(r.request_id)
         self.add_batch(RecordBatch(steps=list(run.steps), tokens=list(run.tokens), requests=list(run.requests)))
+        self._replay_kv(folder)
         self.finished = RunFinished(run.run_id, run.summary, data=run)
+
+    def _replay_kv(self, folder: str | Path | None) -> None:
+        """The KV maps the run folder recorded (kv_map.jsonl), or why there are none."""
+        try:
+            snaps = read_kv_map(folder) if folder is not None else None
+            missing = ("a remote server's cache is not visible from the client: its prefix-cache counters are in "
+                       "the metrics panel" if self.remote else
+                       "This run did not record the cache (its folder is from before kv_map.jsonl)")
+        except InputError as exc:   # a damaged file: the run shows without its map, the reason in its place
+            snaps, missing = None, f"the cache's record could not be read: {exc}"
+        self.kv.replay(snaps, missing)
 
     def to_run_data(self, with_records: bool = True) -> RunData:
         """The run as held (complete, or partial after a stop or failure) for Export CSV.

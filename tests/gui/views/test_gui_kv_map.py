@@ -99,3 +99,43 @@ def test_gaps_keep_each_cell_apart():
     big = with_gaps(image, 3)
     assert big.shape == (3, 6, 4)
     assert big[0, :, 3].tolist() == [255, 255, 0, 255, 255, 0] and not big[2, :, 3].any()
+
+
+def test_an_opened_run_folder_replays_the_maps_it_recorded(qtbot, window, tmp_path):
+    from backend.results.kv_file import FILE
+    finished = run(qtbot, window, simulated_chat(window, requests="2"))
+    assert finished.error is None
+    live = window.store.kv
+    live_final = (live.owners.copy(), live.latest.time_ms)
+    assert window.files.export_csv(str(tmp_path / "chat"))
+    assert (tmp_path / "chat" / FILE).is_file()   # Export CSV copies the worker's recording of the maps
+    assert window.files.open_run(str(tmp_path / "chat"))
+    window.repaint_views()
+    kv, view = window.store.kv, window.kv_view
+    # the last snapshot is the live run's last, cell for cell
+    assert kv.is_replay and kv.latest.final and kv.shown == len(kv.recorded) - 1 >= 1
+    assert np.array_equal(kv.owners, live_final[0]) and abs(kv.latest.time_ms - live_final[1]) < 1e-3
+    assert not view.empty_label.isVisible() and not view.slider_row.isHidden()
+    assert f"recorded snapshot {len(kv.recorded)} of {len(kv.recorded)}" in view.summary.text()
+    assert len(view.curves["cached"].xData) == len(kv.recorded)   # the counts over time, from the file
+    # the slider picks an earlier snapshot: a map with requests holding blocks, its moment marked below
+    busy = int(np.argmax(kv.history.column("held")))
+    assert kv.history.column("held")[busy] > 0
+    view.slider.setValue(busy)
+    assert kv.shown == busy and (kv.owners >= 0).any() and not kv.latest.final
+    assert view.moment.isVisible() and view.moment.value() == kv.latest.time_ms
+    assert f"recorded snapshot {busy + 1} of" in view.summary.text()
+
+
+def test_an_old_folder_without_the_map_says_so_in_its_place(qtbot, window, tmp_path):
+    from backend.results.kv_file import FILE
+    assert run(qtbot, window, simulated_chat(window, requests="1")).error is None
+    assert window.files.export_csv(str(tmp_path / "old"))
+    (tmp_path / "old" / FILE).unlink()   # as a folder written before kv_map.jsonl
+    assert window.files.open_run(str(tmp_path / "old"))
+    window.repaint_views()
+    kv, view = window.store.kv, window.kv_view
+    assert kv.latest is None and not kv.is_replay and view.slider_row.isHidden()
+    assert view.empty_label.isVisible()
+    assert view.empty_label.textItem.toPlainText() == "This run did not record the cache (its folder is from before kv_map.jsonl)"
+    assert len(view.curves["hit"].xData) > 0   # its steps' hit rate still draws
