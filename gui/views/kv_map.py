@@ -225,7 +225,7 @@ class KvMapView(QtWidgets.QWidget):
                 self.summary.setText(" ")
             else:
                 self._paint_map(snap, outlined)
-        history = (self.store.generation, self.store.steps.num_appended, kv.num_snapshots)
+        history = (self.store.generation, self.store.kv_curve.num_appended, kv.num_snapshots)
         if history != self._seen_history:   # new steps or a new snapshot: not every batch of tokens
             self._seen_history = history
             self._paint_history()
@@ -288,17 +288,11 @@ class KvMapView(QtWidgets.QWidget):
         self.refresh()
 
     def _paint_history(self) -> None:
-        steps = self.store.steps
-        t = steps.column("start_ms") + steps.column("duration_ms")
-        capacity = steps.column("kv_capacity")
+        curve = self.store.kv_curve   # per step held: the run's hit rate so far, exact after older steps drop
+        t = curve.column("time_ms")
         if len(t):
-            with np.errstate(invalid="ignore", divide="ignore"):
-                held = np.where(capacity > 0, 100.0 * steps.column("kv_tokens") / capacity, 0.0)
-                reused = np.cumsum(steps.column("num_reused_tokens"))
-                processed = reused + np.cumsum(steps.column("num_prefill_tokens"))
-                hit = np.where(processed > 0, 100.0 * reused / processed, 0.0)
-            self.curves["held"].setData(t, held, skipFiniteCheck=True)
-            self.curves["hit"].setData(t, hit, skipFiniteCheck=True)
+            self.curves["held"].setData(t, 100.0 * np.nan_to_num(curve.column("held")), skipFiniteCheck=True)
+            self.curves["hit"].setData(t, 100.0 * np.nan_to_num(curve.column("hit")), skipFiniteCheck=True)
         else:
             self.curves["held"].setData([], [])
             self.curves["hit"].setData([], [])

@@ -1,4 +1,5 @@
-"""The engine-step strip: one bar per step, width its duration, height its tokens, coloured by phase."""
+"""The engine-step strip: one bar per step, width its duration, height its tokens, coloured by phase; over
+them, the KV cache's share held and the prefix hit rate so far (gui/views/kv_overlay.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,9 +8,12 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.records import Phase
 
-from gui.views.plot_style import (PHASE_COLORS, RateAxis, cosmetic_pen, outline_color, rect_path, style_plot, swatch_title,
-                         tick_path)
+from gui.views.plot_style import (PHASE_COLORS, RateAxis, cosmetic_pen, outline_color, rect_path, set_title, style_plot,
+                                  swatch_title, tick_path)
 from gui.state.run_store import PHASE_CODE, RunStore
+from gui.views.kv_overlay import KvOverlay
+
+TITLE = "Engine steps: one bar per forward pass"
 
 FOLLOW_WINDOW_MS = 10_000.0   # while running, show ten seconds around the live edge unless the user zoomed or panned
 BASELINE = 0.5                # bars start half a token up, so a 1-token decode step has height on the log axis
@@ -144,9 +148,7 @@ class TimelineView(pg.PlotWidget):
         self._page: tuple[float, float] | None = None   # the x range last set to follow the live edge
         self.extent_ms = 0.0        # a reference's length drawn under this strip: a stopped strip fits it too
         plot = self.getPlotItem()
-        style_plot(plot, swatch_title("Engine steps: one bar per forward pass",
-                                      [(p.value, c) for p, c in PHASE_COLORS.items()]),
-                   "time since run start (ms)", "tokens in step (log)")
+        style_plot(plot, self._title(), "time since run start (ms)", "tokens in step (log)")
         plot.setLogMode(y=True)
         plot.ctrl.logYCheck.toggled.connect(self._log_toggled)
         self.bars: dict[Phase, PhaseBars] = {}
@@ -165,6 +167,12 @@ class TimelineView(pg.PlotWidget):
         self.empty_label = pg.TextItem("", color="#777", anchor=(0.5, 0.5))
         self.empty_label.setParentItem(vb)
         vb.sigResized.connect(self._place_empty_label)
+        self.kv = KvOverlay(plot, store)
+
+    def _title(self) -> str:
+        kv = getattr(self, "kv", None)
+        return swatch_title(TITLE, [(p.value, c) for p, c in PHASE_COLORS.items()]
+                            + (kv.title_swatches() if kv is not None else []))
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -195,6 +203,7 @@ class TimelineView(pg.PlotWidget):
         self.empty_label.setPos(self.getPlotItem().getViewBox().boundingRect().center())
 
     def _log_toggled(self, log: bool) -> None:
+        self.kv.axis.setLogMode(False, False)   # the KV lines' percentages stay linear whatever the bars' axis
         self._painted_bars = None
         self._seen_version = -1
         self.refresh()
@@ -219,6 +228,10 @@ class TimelineView(pg.PlotWidget):
             self._painted_bars = (self.store.generation, bars.num_appended, log)
             self._draw()
         self.empty_label.setVisible(len(bars) == 0 and bool(self.empty_label.toPlainText()))
+        shown = self.kv.shown
+        self.kv.refresh(self._running)
+        if self.kv.shown != shown:   # a title re-lays out the plot: only when the lines come or go
+            set_title(self.getPlotItem(), self._title())
         if self._follow:
             self._follow_edge()
 

@@ -1,0 +1,94 @@
+"""The KV cache on the engine-step strip: the share of the cache held after each step and the prefix hit
+rate of the run so far, two thin lines on a 0-100 % axis of their own at the strip's right.
+
+On the strip rather than only in the KV cache tab because they explain its bars: a prefill bar is short
+when its prompt was found cached (the hit rate climbs), and the batch stops growing when the cache is
+full (the held line at the top). The bars keep their log token axis; the lines have their own linear view,
+x-linked to the strip's, that takes no mouse (pans, zooms and hover go to the strip). They appear once a
+step reports a KV capacity (not for a remote server's run) and the hit rate once a prompt was processed.
+While a run goes the lines are redrawn at most REDRAW_S apart: the strip itself repaints at 30 Hz.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore
+
+from gui.state.run_store import RunStore
+from gui.views.plot_style import cosmetic_pen
+
+HELD_COLOR, HIT_COLOR = "#1b9e77", "#b8860b"
+REDRAW_S = 0.25
+AXIS_LABEL = "KV held · prefix hit (%)"
+
+
+class KvOverlay:
+    def __init__(self, plot: pg.PlotItem, store: RunStore):
+        self.plot = plot
+        self.store = store
+        self.main = plot.getViewBox()
+        self.view = pg.ViewBox(enableMenu=False)
+        self.view.setMouseEnabled(x=False, y=False)
+        self.view.setYRange(0, 100, padding=0.02)
+        self.view.enableAutoRange(enable=False)
+        self.view.setZValue(self.main.zValue() + 1)   # the lines over the bars
+        plot.scene().addItem(self.view)
+        self.view.setXLink(self.main)
+        self.axis = plot.getAxis("right")
+        self.axis.setLogMode(False, False)   # percentages, whatever the bars' token axis
+        self.axis.linkToView(self.view)
+        self.axis.setLabel(AXIS_LABEL)
+        self.held = pg.PlotDataItem(pen=cosmetic_pen(HELD_COLOR, 2))
+        dashed = cosmetic_pen(HIT_COLOR, 2)
+        dashed.setStyle(QtCore.Qt.PenStyle.DashLine)
+        self.hit = pg.PlotDataItem(pen=dashed)
+        for curve in (self.held, self.hit):
+            curve.setDownsampling(auto=True, method="peak")
+            curve.setClipToView(True)
+            self.view.addItem(curve)
+        self.main.sigResized.connect(self._fit)
+        self._seen = None
+        self._drawn_at = float("-inf")
+        self.shown = False
+        self._show(False)
+
+    def _fit(self, *_) -> None:
+        self.view.setGeometry(self.main.sceneBoundingRect())
+
+    def _show(self, shown: bool) -> None:
+        self.shown = shown
+        if shown:
+            self.plot.showAxis("right")
+        else:
+            self.plot.hideAxis("right")
+        self.view.setVisible(shown)
+
+    def refresh(self, running: bool) -> None:
+        curve = self.store.kv_curve
+        key = (self.store.generation, curve.num_appended)
+        if key == self._seen or running and time.monotonic() - self._drawn_at < REDRAW_S:
+            return
+        self._seen, self._drawn_at = key, time.monotonic()
+        t, held, hit = curve.column("time_ms"), curve.column("held"), curve.column("hit")
+        has_kv = bool(len(t)) and bool(np.isfinite(held).any())
+        if has_kv != self.shown:
+            self._show(has_kv)
+            self._fit()
+        if not has_kv:
+            self.held.setData([], [])
+            self.hit.setData([], [])
+            return
+        self.held.setData(t, 100.0 * np.nan_to_num(held), skipFiniteCheck=True)
+        found = np.isfinite(hit)
+        if found.any() and hit[found].max() > 0:   # a run that reused nothing draws no flat line at 0
+            self.hit.setData(t[found], 100.0 * hit[found], skipFiniteCheck=True)
+        else:
+            self.hit.setData([], [])
+
+    def title_swatches(self) -> list[tuple]:
+        """The lines' keys for the strip's title, while they are shown."""
+        if not self.shown:
+            return []
+        return [("KV held", HELD_COLOR, "&#8212;"), ("prefix hit so far", HIT_COLOR, "- -")]
