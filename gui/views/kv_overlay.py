@@ -4,8 +4,11 @@ rate of the run so far, two thin lines on a 0-100 % axis of their own at the str
 On the strip rather than only in the KV cache tab because they explain its bars: a prefill bar is short
 when its prompt was found cached (the hit rate climbs), and the batch stops growing when the cache is
 full (the held line at the top). The bars keep their log token axis; the lines have their own linear view,
-x-linked to the strip's, that takes no mouse (pans, zooms and hover go to the strip). They appear once a
-step reports a KV capacity (not for a remote server's run) and the hit rate once a prompt was processed.
+x-linked to the strip's, that takes no mouse (pans, zooms and hover go to the strip), its scale and the
+lines' names on the right axis (not in the title: a longer title widens the plot past its dock). The
+window gives that axis, and the plots that share the strip's time axis an empty one, a fixed width, so
+their times stay aligned. The lines appear once a step reports a KV capacity (not for a remote server's
+run), the hit rate once a prompt was found cached.
 While a run goes the lines are redrawn at most REDRAW_S apart: the strip itself repaints at 30 Hz.
 """
 from __future__ import annotations
@@ -21,7 +24,8 @@ from gui.views.plot_style import cosmetic_pen
 
 HELD_COLOR, HIT_COLOR = "#1b9e77", "#b8860b"
 REDRAW_S = 0.25
-AXIS_LABEL = "KV held · prefix hit (%)"
+AXIS_LABEL = (f'<span style="color:{HELD_COLOR}">&#8212; KV held</span> &nbsp;'
+              f'<span style="color:{HIT_COLOR}">- - prefix hit so far</span> &nbsp;(%)')
 
 
 class KvOverlay:
@@ -36,10 +40,10 @@ class KvOverlay:
         self.view.setZValue(self.main.zValue() + 1)   # the lines over the bars
         plot.scene().addItem(self.view)
         self.view.setXLink(self.main)
+        plot.showAxis("right")
         self.axis = plot.getAxis("right")
         self.axis.setLogMode(False, False)   # percentages, whatever the bars' token axis
         self.axis.linkToView(self.view)
-        self.axis.setLabel(AXIS_LABEL)
         self.held = pg.PlotDataItem(pen=cosmetic_pen(HELD_COLOR, 2))
         dashed = cosmetic_pen(HIT_COLOR, 2)
         dashed.setStyle(QtCore.Qt.PenStyle.DashLine)
@@ -58,11 +62,10 @@ class KvOverlay:
         self.view.setGeometry(self.main.sceneBoundingRect())
 
     def _show(self, shown: bool) -> None:
+        """The lines, the axis's numbers and its label; the axis keeps its room either way."""
         self.shown = shown
-        if shown:
-            self.plot.showAxis("right")
-        else:
-            self.plot.hideAxis("right")
+        self.axis.setStyle(showValues=shown)
+        self.axis.setLabel(AXIS_LABEL if shown else None)
         self.view.setVisible(shown)
 
     def refresh(self, running: bool) -> None:
@@ -86,9 +89,3 @@ class KvOverlay:
             self.hit.setData(t[found], 100.0 * hit[found], skipFiniteCheck=True)
         else:
             self.hit.setData([], [])
-
-    def title_swatches(self) -> list[tuple]:
-        """The lines' keys for the strip's title, while they are shown."""
-        if not self.shown:
-            return []
-        return [("KV held", HELD_COLOR, "&#8212;"), ("prefix hit so far", HIT_COLOR, "- -")]

@@ -8,12 +8,10 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.records import Phase
 
-from gui.views.plot_style import (PHASE_COLORS, RateAxis, cosmetic_pen, outline_color, rect_path, set_title, style_plot,
-                                  swatch_title, tick_path)
+from gui.views.plot_style import (PHASE_COLORS, RateAxis, cosmetic_pen, outline_color, rect_path, style_plot, swatch_title,
+                                  tick_path)
 from gui.state.run_store import PHASE_CODE, RunStore
 from gui.views.kv_overlay import KvOverlay
-
-TITLE = "Engine steps: one bar per forward pass"
 
 FOLLOW_WINDOW_MS = 10_000.0   # while running, show ten seconds around the live edge unless the user zoomed or panned
 BASELINE = 0.5                # bars start half a token up, so a 1-token decode step has height on the log axis
@@ -148,7 +146,9 @@ class TimelineView(pg.PlotWidget):
         self._page: tuple[float, float] | None = None   # the x range last set to follow the live edge
         self.extent_ms = 0.0        # a reference's length drawn under this strip: a stopped strip fits it too
         plot = self.getPlotItem()
-        style_plot(plot, self._title(), "time since run start (ms)", "tokens in step (log)")
+        style_plot(plot, swatch_title("Engine steps: one bar per forward pass",
+                                      [(p.value, c) for p, c in PHASE_COLORS.items()]),
+                   "time since run start (ms)", "tokens in step (log)")
         plot.setLogMode(y=True)
         plot.ctrl.logYCheck.toggled.connect(self._log_toggled)
         self.bars: dict[Phase, PhaseBars] = {}
@@ -168,11 +168,6 @@ class TimelineView(pg.PlotWidget):
         self.empty_label.setParentItem(vb)
         vb.sigResized.connect(self._place_empty_label)
         self.kv = KvOverlay(plot, store)
-
-    def _title(self) -> str:
-        kv = getattr(self, "kv", None)
-        return swatch_title(TITLE, [(p.value, c) for p, c in PHASE_COLORS.items()]
-                            + (kv.title_swatches() if kv is not None else []))
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -228,10 +223,7 @@ class TimelineView(pg.PlotWidget):
             self._painted_bars = (self.store.generation, bars.num_appended, log)
             self._draw()
         self.empty_label.setVisible(len(bars) == 0 and bool(self.empty_label.toPlainText()))
-        shown = self.kv.shown
         self.kv.refresh(self._running)
-        if self.kv.shown != shown:   # a title re-lays out the plot: only when the lines come or go
-            set_title(self.getPlotItem(), self._title())
         if self._follow:
             self._follow_edge()
 

@@ -69,9 +69,9 @@ def test_a_prefix_cached_multi_turn_run_fills_the_map_table_lanes_and_hit_rate(q
     assert abs(hit.yData[-1] - 100 * data.summary.prefix_hit_rate) < 15
     assert view.curves["cached"].xData is not None and len(view.curves["cached"].xData) > 0
     assert window.view_tabs.tabText(window.view_tabs.currentIndex()) == "KV cache"
-    # and on the engine-step strip: the same two lines on its right axis, named in its title
+    # and on the engine-step strip: the same two lines on its right axis, which names them
     strip = window.timeline
-    assert strip.kv.shown and "KV held" in strip.getPlotItem().titleLabel.text
+    assert strip.kv.shown and "KV held" in strip.kv.axis.labelText
     assert np.array_equal(strip.kv.hit.yData, hit.yData[-len(strip.kv.hit.yData):])
     assert len(strip.kv.held.xData) == window.store.num_steps and strip.kv.held.yData.max() > 0
 
@@ -163,11 +163,11 @@ def test_the_strips_kv_lines_stay_away_from_a_run_without_a_cache_and_keep_the_r
     qtbot.addWidget(strip)
     store.add_batch(RecordBatch(steps=[step(0, 0, 8, 0, 0)]))
     strip.refresh()
-    assert not strip.kv.shown and not strip.getPlotItem().getAxis("right").isVisible()
+    assert not strip.kv.shown and not strip.kv.view.isVisible() and not strip.kv.axis.labelText
     store.reset()
     store.add_batch(RecordBatch(steps=[step(i, 16 * (i % 2), 16, 32 * (i + 1), 1024) for i in range(10)]))
     strip.refresh()
-    assert strip.kv.shown and "prefix hit so far" in strip.getPlotItem().titleLabel.text
+    assert strip.kv.shown and "prefix hit so far" in strip.kv.axis.labelText
     assert len(store.steps) < 10   # older steps dropped ...
     assert strip.kv.hit.yData[-1] == pytest.approx(100 * 80 / 240)   # ... the hit rate still the run's: 5 x 16 of 240
     assert strip.kv.held.yData[-1] == pytest.approx(100 * 320 / 1024)
