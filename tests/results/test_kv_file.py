@@ -73,3 +73,16 @@ def test_the_run_writer_streams_the_maps_with_the_steps_hit_rate(tmp_path):
     line = json.loads((tmp_path / FILE).read_text())
     assert line["hit_rate"] == 0.25 and line["held"] == 3
     assert len(read_kv_map(tmp_path)) == 1
+
+
+def test_the_recorder_writes_the_maps_a_target_emits_beside_its_records(tmp_path):
+    from backend.config import RunConfig
+    from backend.results.recorder import RunRecorder
+    from backend.run_info import RunInfo
+    seen = []
+    with RunRecorder(RunConfig(out_dir=str(tmp_path)), seen.append, run_id="r") as recorder:
+        recorder.emit(snap(0, [0, KV_FREE], [7, 0]))
+        recorder.emit(snap(900, [KV_CACHED_FREE, KV_FREE], [16, 0], final=True))
+        recorder.finish(RunInfo(), stopped=False, error=None)
+    assert len(seen) == 2   # the window still gets them
+    assert [s.final for s in read_kv_map(tmp_path)] == [False, True]
