@@ -1,7 +1,7 @@
 """A picture of the window's KV cache tab in the middle of a real multi-turn chat (docs/kv-map.png).
 
     Xvfb :7 -screen 0 1400x900x24 -nolisten tcp &
-    DISPLAY=:7 python tools/kv_map_shot.py docs/kv-map.png [--preset agentic-loop] [--kv-tokens 6144]
+    DISPLAY=:7 python tools/kv_map_shot.py docs/kv-map.png [--preset agentic-loop] [--kv-tokens 4096]
 
 The app's own window (its engine in its own process, as a user runs it) runs the bundled model on this
 machine's CPU: the `multi-turn-chat` preset (8 users x 6 turns, a 64-token system prompt shared by all),
@@ -27,7 +27,7 @@ from PySide6 import QtCore, QtWidgets  # noqa: E402
 
 MODEL = "smollm2-135m"   # the bundled model
 PRESET = "multi-turn-chat"
-KV_TOKENS = "6144"       # 384 blocks of 16 tokens
+KV_TOKENS = "4096"       # 256 blocks of 16 tokens: the conversations fill a third of it at their busiest
 POLL_MS = 40
 
 

@@ -190,7 +190,9 @@ class KvMapView(QtWidgets.QWidget):
                           "later request can reuse, dark when empty; a yellow outline marks blocks a request just "
                           "found cached. Under <code>--kv-layout slots</code> each row is a slot and its pink room "
                           "is reserved for its request but holds nothing: the waste paged blocks remove. Below, "
-                          "the share of the cache held, cached and reserved, and the prefix hit rate so far.")
+                          "the share of the cache held, cached and reserved, and the prefix hit rate so far. "
+                          "An opened run shows the snapshots its folder recorded: the Snapshot slider steps "
+                          "through them.")
 
     @staticmethod
     def _title(layout: str) -> str:
