@@ -13,9 +13,9 @@ map's place.
 
 Under the map, the cache over the run's time: the share held (every step's exact count), the share
 cached but free and, for slots, reserved (from the snapshots), and the prefix hit rate so far (the
-steps' reused prompt tokens over the prompt tokens processed). They sit here rather than on the
-steps' strip: that strip counts tokens on a log axis, these are shares of the cache, and beside the
-map they explain each other.
+steps' reused prompt tokens over the prompt tokens processed, kept by the store for the whole run).
+Beside the map they explain each other; the held share and the hit rate are also drawn over the
+engine-step strip (gui/views/kv_overlay.py), where they explain its bars.
 """
 from __future__ import annotations
 
