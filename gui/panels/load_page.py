@@ -1,6 +1,7 @@
 """The workload page: the settings of a `load` run (a preset, its arrivals, lengths and prompts, its
-conversations' turns and shared system prompt, the scheduling policy and the SLOs), which the load sweeps (`sweep rate`, `sweep concurrency`,
-`sweep pd-ratio`) run at each point of their axis, shown at the page's top. Methods of RunForm."""
+conversations' turns and shared system prompt, the scheduling policy and the SLOs), which the load
+sweeps (`sweep rate`, `sweep concurrency`, `sweep pd-ratio`) run at each point of their axis, shown at
+the page's top. Methods of RunForm."""
 from __future__ import annotations
 
 import inspect
@@ -305,6 +306,8 @@ class LoadPage:
         base = WorkloadSpec(CUSTOM) if name == CUSTOM else load_workload(name)
         trace = self._trace_values()
         if trace.get("trace"):   # its rows' times and lengths; a count given with it takes the first rows
+            # its rows are its requests: a preset's conversations do not apply (their rows are disabled)
+            base = replace(base, turns=1, turn_len=None, shared_prefix_len=0, think_ms=0.0)
             return self._overridden(base, num_requests=f["requests"].value, prompt_source=self.source_combo.currentText(),
                                     seed=self.fields["sampling"]["seed"].value, **trace)
         arrival = self.arrival_combo.currentText()

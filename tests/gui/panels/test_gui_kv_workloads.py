@@ -64,3 +64,15 @@ def test_back_to_one_turn_drops_the_presets_later_messages_and_bad_input_names_i
     f["turns"].setText("3")
     f["turn_len"].setText("8:")
     assert f["turn_len"].error
+
+
+def test_a_trace_over_a_conversation_preset_replays_its_rows_without_the_presets_turns(form, tmp_path):
+    form.preset_combo.setCurrentText("multi-turn-chat")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,100,10\n0.5,200,20\n")
+    form.open_trace(str(trace))
+    f = form.fields["load"]
+    assert not f["turns"].isEnabled() and not f["shared_prefix_len"].isEnabled()
+    spec = form.workload()
+    assert (spec.trace, spec.turns, spec.shared_prefix_len, spec.think_ms) == (str(trace), 1, 0, 0.0)
+    assert not form.workload_error.text()
