@@ -44,8 +44,8 @@ class KvOverlay:
         self.axis = plot.getAxis("right")
         self.axis.setLogMode(False, False)   # percentages, whatever the bars' token axis
         self.axis.linkToView(self.view)
-        self.held = pg.PlotDataItem(pen=cosmetic_pen(HELD_COLOR, 2))
-        dashed = cosmetic_pen(HIT_COLOR, 2)
+        self.held = pg.PlotDataItem(pen=cosmetic_pen(HELD_COLOR, 1))
+        dashed = cosmetic_pen(HIT_COLOR, 1)
         dashed.setStyle(QtCore.Qt.PenStyle.DashLine)
         self.hit = pg.PlotDataItem(pen=dashed)
         for curve in (self.held, self.hit):
