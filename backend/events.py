@@ -82,6 +82,13 @@ class RequestsArrived:
     prompt_tokens: list[int]
 
 
+# a KvMap cell's owner when no request holds it (a request's id otherwise): defined here, with the event,
+# so a run folder's reader (backend/results/kv_file.py) needs no engine module
+KV_CACHED_FREE = -1   # a block no request holds, with a prefix a later request can reuse
+KV_FREE = -2          # a block holding nothing
+KV_RESERVED = -3      # slots: a cell of a request's slot that it has not written
+
+
 @dataclass(slots=True)
 class KvMap:
     """A snapshot of the KV cache, block by block (backend/engine/kv_watch.py takes it a few times a second

@@ -60,6 +60,7 @@ NUMBERS_EVERY = 3        # the table and the metrics panel every third tick whil
 PAINT_SHARE = 0.5        # of a core, for the window's thread while a run goes; past it the repaints slow down
 REPAINT_MAX_MS = 250     # ... to at most 4 a second
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
+RIGHT_AXIS_WIDTH = 44    # ... and equal right ones: the strip's KV lines' scale (gui/views/kv_overlay.py), the others' empty
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); its plot comes forward when it finishes"
 LIVE_TAB = "Live: steps and lanes"
 PRECISION_TAB, DISTRIBUTIONS_TAB, LOAD_SWEEP_TAB = "Precision", "Latency CDF", "Load sweep"
@@ -191,6 +192,12 @@ class MainWindow(QtWidgets.QMainWindow):
         self.server_view.setXLink(self.timeline)
         self.server_view.getPlotItem().getAxis("left").setWidth(AXIS_WIDTH)
         self.server_view.hide()
+        for plot in (self.timeline, self.lanes, self.worker_strip, self.server_view):
+            item = plot.getPlotItem()
+            item.showAxis("right")
+            item.getAxis("right").setWidth(RIGHT_AXIS_WIDTH)
+            if plot is not self.timeline:
+                item.getAxis("right").setStyle(showValues=False)
         self.throughput = ThroughputView(self.store)
         self.precision = PrecisionView(self.store)
         self.load_sweep = LoadSweepView(self.store)   # rate, concurrency and prefill:decode split sweeps

@@ -121,6 +121,10 @@ REACHED = {
                            closed),
     "--think-ms": Reach("controls.form.think_spin", "250", lambda c: c.workload.think_ms,
                         ("--arrival", "closed", "--concurrency", "8"), closed),
+    "--turns": Reach(f"{LOAD}[turns]", "3", lambda c: c.workload.turns),
+    "--turn-len": Reach(f"{LOAD}[turn_len]", "16:40", lambda c: c.workload.turn_len.describe(), ("--turns", "3"),
+                        lambda w: w.controls.form.fields["load"]["turns"].setText("3")),
+    "--shared-prefix-len": Reach(f"{LOAD}[shared_prefix_len]", "48", lambda c: c.workload.shared_prefix_len),
     "--trace": Reach(f"{LOAD}[trace]"),   # a file: test_gui_window's trace tests compare it
     "--trace-speed": Reach("controls.form.trace_speed_spin"),
     "--slo-ttft-ms": Reach(f"{LOAD}[slo_ttft_ms]", "500", lambda c: c.slo_ttft_ms),
@@ -211,10 +215,6 @@ NOT_REACHED = {
     "(window) --uninstall-desktop-entry": "it removes that entry and exits, as the line above",
     "(window) --autostart": "it presses Run once the window opens: the Run button",
     "--duration": "a preset's duration is kept while Requests is empty; the window sets a count, not a duration",
-    "--turns": "not in the window yet: its presets multi-turn-chat and agentic-loop carry their turns, which the "
-               "window keeps (Requests then counts conversations)",
-    "--turn-len": "as --turns: a preset's later-message lengths are kept",
-    "--shared-prefix-len": "as --turns: a preset's shared system prompt is kept",
     "--ramp-ms": "the closed loop's default ramp (20 ms per mean output token) is the window's; users start "
                  "staggered",
     "--kv-transport": "auto (shared memory where the system has it, measured the faster here) is the only sensible "
