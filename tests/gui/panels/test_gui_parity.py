@@ -234,6 +234,11 @@ NOT_REACHED = {
     "run --prefix-caching": "as run --kv-layout: requests admitted in one step find nothing cached yet",
     "load --definitions": "a console table of every definition; the run folder's summary holds them all and the "
                           "window's figures use the headline ones (docs/metrics.md)",
+    "--spec": "pending: speculative decoding's controls (proposer, K, n-gram sizes) and its views (verification "
+              "steps on the timeline, the acceptance histogram) are the next round of issue 43; the CLI runs it now",
+    "--spec-tokens": "pending, as --spec: the window's speculation controls come with its views",
+    "--spec-ngram-min": "pending, as --spec: the window's speculation controls come with its views",
+    "--spec-ngram-max": "pending, as --spec: the window's speculation controls come with its views",
     "import FILE|DIR": "import turns another tool's result file into a run folder once, from the command line; the "
                        "window opens the folder it writes (File › Open run, References)",
 }
