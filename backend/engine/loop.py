@@ -108,7 +108,10 @@ class Engine:
                 sampled = runner.run(out)
                 end = now_ms()
                 finished = scheduler.update(out, sampled, end)
-                batch.steps.append(self._step_record(step_index, out, contexts, kv_tokens, start, end, draft_ms))
+                record = self._step_record(step_index, out, contexts, kv_tokens, start, end, draft_ms)
+                batch.steps.append(record)
+                if self.speculator is not None:
+                    self.speculator.observe(record)   # its cost ratio: when guessing pays
                 step_index += 1
                 batch.tokens = token_records(sampled, self._requests, end, out.emitted)
                 if self.tokenizer is not None:

@@ -2,7 +2,7 @@
 from backend.engine.request import Request
 from backend.engine.spec.ngram import NgramProposer, lookup
 from backend.engine.spec.speculator import Speculator
-from backend.records import RequestStatus
+from backend.records import Phase, RequestStatus, StepRecord
 
 
 def test_lookup_proposes_what_followed_the_most_recent_longest_match():
@@ -49,24 +49,38 @@ def test_speculator_caps_the_guesses_at_k_and_at_what_the_request_may_still_emit
     assert waiting.spec_ids == []
 
 
-def test_a_request_whose_guesses_all_miss_sits_out_doubling_pauses_and_a_hit_resets_them():
-    proposer = _Fixed([1, 2])
-    spec = Speculator(proposer, num_tokens=2)
-    r = _decoding(0, [5, 6, 7])
+def _pattern(spec: Speculator, r: Request, kept: int, steps: int) -> list[bool]:
+    """Whether the request guessed at each step, every verification keeping `kept` guesses."""
     pattern = []
-    for step in range(12):
+    for _ in range(steps):
         spec.propose([r])
-        guessed = bool(r.spec_ids)
-        pattern.append(guessed)
-        if guessed:   # every verification keeps nothing
-            r.spec_proposed.append(2)
-            r.spec_accepted.append(0)
-    # guess, sit 1, guess, sit 2, guess, sit 4, guess, ...
-    assert pattern[:10] == [True, False, True, False, False, True, False, False, False, False]
-    r.spec_accepted[-1] = 1   # the last verification kept a guess: no more pauses
-    spec2 = Speculator(proposer, num_tokens=2)
-    spec2.propose([r])
-    assert r.spec_ids == [1, 2]
+        pattern.append(bool(r.spec_ids))
+        if r.spec_ids:
+            r.spec_proposed.append(len(r.spec_ids))
+            r.spec_accepted.append(kept)
+    return pattern
+
+
+def test_a_request_whose_guesses_all_miss_sits_out_doubling_pauses():
+    r = _decoding(0, [5, 6, 7])
+    pattern = _pattern(Speculator(_Fixed([1, 2]), num_tokens=2), r, 0, 12)
+    # guess, sit 2, guess, sit 4, guess, sit 8 ...
+    assert pattern == [True, False, False, True, False, False, False, False, True, False, False, False]
+
+
+def _step(phase: Phase, ms: float, proposed: int) -> StepRecord:
+    return StepRecord.measured(run_id="r", step=0, phase=phase, prefill_tokens=(), num_decode=1, contexts=[10],
+                               start_ms=0.0, duration_ms=ms, num_proposed_tokens=proposed)
+
+
+def test_guessing_goes_on_while_a_verification_emits_more_tokens_than_it_costs_steps():
+    spec = Speculator(_Fixed([1, 2, 3, 4]), num_tokens=4)
+    spec.observe(_step(Phase.DECODE, 10.0, 0))
+    spec.observe(_step(Phase.DECODE, 25.0, 4))   # a verification costs 2.5 decode steps
+    spec.observe(_step(Phase.PREFILL, 1000.0, 0))   # not a decode step: no bearing
+    assert spec.cost_ratio == 2.5
+    assert all(_pattern(spec, _decoding(0, [5, 6, 7]), 3, 8))   # 4 tokens a verification: pays
+    assert not all(_pattern(spec, _decoding(1, [5, 6, 7]), 1, 8))   # 2 tokens: does not
 
 
 def test_ngram_proposer_reads_prompt_and_output():

@@ -2,28 +2,33 @@
 
 The speculator caps each request's guesses at K and at what it may still emit (a verification emits up
 to guesses + 1 tokens), asks its proposer (ngram.py, draft.py) and sets `Request.spec_ids`; every other
-running request gets none. A verification that keeps nothing costs a step of K+1 tokens for one token,
-so a request whose last verification kept nothing sits out the next 1, 2, 4, ... steps (doubling while it
-keeps failing, at most MAX_PAUSE; a kept guess resets it): open chat, where lookups rarely hit, falls
-back to plain decodes instead of paying for guesses that miss.
+running request gets none.
+
+Guessing pays when a verification emits more tokens than it costs decode steps. Both sides are measured
+as the run goes: each request's tokens per verification (a running mean that halves the weight of the
+past each time), and the engine's verification step time over its plain decode step time (running means
+of the decode-only steps; on this CPU a 5-token verification costs 1.6x a decode step at float32 and 3x at
+q4_1, on a GPU near 1x). A request whose mean falls below that ratio sits out 2, 4, 8, ... steps (at most
+MAX_PAUSE) before it guesses again to probe; one that pays guesses every step. Open chat, where the
+guesses rarely hold, so falls back to plain decodes instead of paying for guesses that miss.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from backend.records import RequestStatus
+from backend.records import Phase, RequestStatus
 
-MAX_PAUSE = 16   # steps a failing request sits out at most before guessing again
-
+MAX_PAUSE = 64   # steps a request that does not pay sits out at most before it probes again
 _DECODING = RequestStatus.DECODING
 
 
 @dataclass(slots=True)
 class _Backoff:
-    seen: int = 0        # verifications of the request already looked at
-    pause: int = 0       # steps sat out after the last failure
-    left: int = 0        # steps still to sit out
+    seen: int = 0                # verifications of the request already looked at
+    emitted: float | None = None # running mean of the tokens a verification emitted (kept guesses + 1)
+    pause: int = 0               # steps sat out after the last verification that did not pay
+    left: int = 0                # steps still to sit out
 
 
 class Speculator:
@@ -32,6 +37,24 @@ class Speculator:
         self.num_tokens = num_tokens
         self.backoff = backoff
         self._state: dict[int, _Backoff] = {}
+        self._plain_ms: float | None = None    # running mean of a decode-only step without guesses
+        self._verify_ms: float | None = None   # ... and of one with guesses
+
+    @property
+    def cost_ratio(self) -> float:
+        """A verification step's time over a plain decode step's, as measured so far (1 until both are)."""
+        if self._plain_ms is None or self._verify_ms is None or self._plain_ms <= 0:
+            return 1.0
+        return max(1.0, self._verify_ms / self._plain_ms)
+
+    def observe(self, step) -> None:
+        """A step's record: decode-only steps' times feed the cost ratio."""
+        if step.phase is not Phase.DECODE:
+            return
+        if step.num_proposed_tokens:
+            self._verify_ms = _mean(self._verify_ms, step.duration_ms)
+        else:
+            self._plain_ms = _mean(self._plain_ms, step.duration_ms)
 
     def propose(self, running: Sequence) -> None:
         """Set spec_ids on every running request: guesses for the decoding ones that take them, else []."""
@@ -57,9 +80,11 @@ class Speculator:
         state = self._state.setdefault(request.request_id, _Backoff())
         done = request.spec_accepted
         if len(done) > state.seen:
+            for kept in done[state.seen:]:
+                state.emitted = _mean(state.emitted, kept + 1)
             state.seen = len(done)
-            if done[-1] == 0:
-                state.pause = min(MAX_PAUSE, max(1, 2 * state.pause))
+            if state.emitted <= self.cost_ratio:   # it did not pay (or only broke even): sit out, longer each time
+                state.pause = min(MAX_PAUSE, max(2, 2 * state.pause))
                 state.left = state.pause
             else:
                 state.pause = state.left = 0
@@ -67,3 +92,8 @@ class Speculator:
             state.left -= 1
             return True
         return False
+
+
+def _mean(old: float | None, new: float) -> float:
+    """A running mean that halves the past's weight at each new value."""
+    return new if old is None else 0.5 * (old + new)
