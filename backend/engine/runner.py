@@ -208,8 +208,9 @@ class Runner:
                            for slot, start, length in step.prefill]
                 decode = [(slot, position, (slot + position) % vocab) for slot, position in step.decode]
                 logits = self.model(make_step_batch(prefill, decode, self.device), self.cache)
-                if step.samples:
-                    draws.manual_seed(0)
+                if step.samples:   # steps made for a sampling run may warm a greedy runner (a draft model's)
+                    if draws is not None:
+                        draws.manual_seed(0)
                     sample(logits, self.sampling.temperature, self.sampling.top_p, draws)
             if self.static is not None:
                 self.static.warmup()

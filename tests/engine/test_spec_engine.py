@@ -104,3 +104,17 @@ def test_bad_speculation_settings_are_one_line(models):
     simulated.simulate = True
     with pytest.raises(InputError, match="simulator"):
         execute(simulated, lambda e: None, lambda: False, models=models)
+
+
+def test_sampling_with_speculation_runs_seeded_and_reproducible(models):
+    """Temperature 0.7, top-p 0.95, n-gram guesses on the copying task: every request finishes, the rejection
+    rule keeps some guesses and rejects others, and the same seed gives the same tokens (the distribution
+    itself is tests/engine/test_spec_acceptance.py's)."""
+    config = batch_config(SpecConfig("ngram", num_tokens=4), "paged")
+    config.sampling = SamplingConfig(temperature=0.7, top_p=0.95, seed=3)
+    first, finished = tokens_of(config, models)
+    again, _ = tokens_of(config, models)
+    assert first == again
+    proposed, accepted = spec_figures(finished)
+    assert 0 < accepted < proposed
+    assert finished.summary.spec_verifications == sum(len(r.acceptance_lengths) for r in finished.data.requests)
