@@ -84,11 +84,13 @@ def test_a_run_from_before_the_worker_column_still_reads(tmp_path):
     hand-off) may be absent."""
     write_run(tmp_path, sample_run())
     lines = (tmp_path / "steps.csv").read_text().splitlines()
-    assert lines[0].endswith(",worker,experts_touched,weight_bytes,num_reused_tokens,num_evictions")
-    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 5)[0] for l in lines) + "\n")
+    assert lines[0].endswith(",worker,experts_touched,weight_bytes,num_reused_tokens,num_evictions,"
+                             "num_proposed_tokens,num_accepted_tokens,draft_ms")   # the last three: speculation's
+    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 8)[0] for l in lines) + "\n")
     run = read_run(tmp_path)
     assert run.steps and all(s.worker == "" and s.experts_touched == s.weight_bytes == 0 for s in run.steps)
     assert all(s.num_reused_tokens == s.num_evictions == 0 for s in run.steps)
+    assert all(s.num_proposed_tokens == s.num_accepted_tokens == 0 and not s.is_verification for s in run.steps)
 
 
 def test_a_run_from_before_prefix_caching_still_reads(tmp_path):
