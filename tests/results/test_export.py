@@ -132,3 +132,14 @@ def test_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch)
         write_files(tmp_path, {"summary.csv": "new"})
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.csv"]
+
+
+def test_speculation_columns_round_trip(tmp_path):
+    run = sample_run()
+    run.steps[0].num_proposed_tokens, run.steps[0].num_accepted_tokens, run.steps[0].draft_ms = 4, 3, 1.5
+    run.requests[0].spec_proposed, run.requests[0].spec_accepted = "4 4 2", "3 0 2"
+    write_run(tmp_path, run)
+    back = read_run(tmp_path)
+    assert (back.steps[0].num_proposed_tokens, back.steps[0].num_accepted_tokens, back.steps[0].draft_ms) == (4, 3, 1.5)
+    assert back.steps[0].is_verification
+    assert back.requests[0].acceptance_lengths == [(4, 3), (4, 0), (2, 2)]
