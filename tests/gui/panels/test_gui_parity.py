@@ -112,6 +112,13 @@ REACHED = {
     "--kv-layout": Reach("controls.form.kv_layout_combo", "slots", lambda c: c.engine.kv_layout),
     "--kv-block-size": Reach(f"{LOAD}[kv_block_size]", "32", lambda c: c.engine.kv_block_size),
     "--prefix-caching": Reach("controls.form.prefix_combo", "off", lambda c: c.engine.prefix_caching),
+    "--spec": Reach("controls.form.spec_combo", "ngram", lambda c: c.spec.method),
+    "--spec-tokens": Reach("controls.form.fields[spec][num_tokens]", "3", lambda c: c.spec.num_tokens,
+                           ("--spec", "ngram"), lambda w: w.controls.form.spec_combo.setCurrentText("ngram")),
+    "--spec-ngram-min": Reach("controls.form.fields[spec][ngram_min]", "2", lambda c: c.spec.ngram_min,
+                              ("--spec", "ngram"), lambda w: w.controls.form.spec_combo.setCurrentText("ngram")),
+    "--spec-ngram-max": Reach("controls.form.fields[spec][ngram_max]", "6", lambda c: c.spec.ngram_max,
+                              ("--spec", "ngram"), lambda w: w.controls.form.spec_combo.setCurrentText("ngram")),
     "--requests": Reach(f"{LOAD}[requests]", "5", lambda c: c.workload.num_requests),
     "--arrival": Reach("controls.form.arrival_combo", "constant", lambda c: c.workload.arrival),
     "--rate": Reach(f"{LOAD}[rate]", "3", lambda c: c.workload.rate, ("--arrival", "poisson"),
@@ -234,11 +241,6 @@ NOT_REACHED = {
     "run --prefix-caching": "as run --kv-layout: requests admitted in one step find nothing cached yet",
     "load --definitions": "a console table of every definition; the run folder's summary holds them all and the "
                           "window's figures use the headline ones (docs/metrics.md)",
-    "--spec": "pending: speculative decoding's controls (proposer, K, n-gram sizes) and its views (verification "
-              "steps on the timeline, the acceptance histogram) are the next round of issue 43; the CLI runs it now",
-    "--spec-tokens": "pending, as --spec: the window's speculation controls come with its views",
-    "--spec-ngram-min": "pending, as --spec: the window's speculation controls come with its views",
-    "--spec-ngram-max": "pending, as --spec: the window's speculation controls come with its views",
     "import FILE|DIR": "import turns another tool's result file into a run folder once, from the command line; the "
                        "window opens the folder it writes (File › Open run, References)",
 }
