@@ -118,3 +118,19 @@ def test_sampling_with_speculation_runs_seeded_and_reproducible(models):
     proposed, accepted = spec_figures(finished)
     assert 0 < accepted < proposed
     assert finished.summary.spec_verifications == sum(len(r.acceptance_lengths) for r in finished.data.requests)
+
+
+@pytest.mark.parametrize("layout", ["slots", "paged"])
+def test_preempted_requests_speculate_again_after_their_recompute(layout, models):
+    """A cache too small for every sequence at once: the newest requests are preempted and recomputed; the
+    draft model's rows follow (a row taken by another request is recomputed there) and no token changes."""
+    def config(spec):
+        c = load_config("chunked", layout, spec)
+        c.engine.kv_tokens = 72
+        c.workload = apply_overrides(c.workload, prompt_len="20:30", output_len="20:30")
+        return c
+    plain, base = tokens_of(config(SpecConfig()), models)
+    guessed, finished = tokens_of(config(SpecConfig("draft", "tiny", "float32", num_tokens=3)), models)
+    assert base.summary.num_preemptions > 0 and finished.summary.num_preemptions > 0
+    assert guessed == plain
+    assert spec_figures(finished)[1] > 0
