@@ -143,3 +143,5 @@ def test_speculation_columns_round_trip(tmp_path):
     assert (back.steps[0].num_proposed_tokens, back.steps[0].num_accepted_tokens, back.steps[0].draft_ms) == (4, 3, 1.5)
     assert back.steps[0].is_verification
     assert back.requests[0].acceptance_lengths == [(4, 3), (4, 0), (2, 2)]
+    step = next(e for e in chrome_trace(back)["traceEvents"] if e.get("args", {}).get("step") == back.steps[0].step)
+    assert step["name"].endswith("(verify)") and (step["args"]["proposed"], step["args"]["accepted"]) == (4, 3)
