@@ -20,7 +20,19 @@ def models():
     return ModelCache()
 
 
+_PLAIN: dict[str, tuple] = {}   # runs without speculation, shared by the tests that compare against them
+
+
 def tokens_of(config: RunConfig, models) -> tuple[dict[int, list[int]], object]:
+    if not config.spec.is_on:
+        key = repr(config)
+        if key not in _PLAIN:
+            _PLAIN[key] = _tokens_of(config, models)
+        return _PLAIN[key]
+    return _tokens_of(config, models)
+
+
+def _tokens_of(config: RunConfig, models) -> tuple[dict[int, list[int]], object]:
     finished = execute(config, lambda e: None, lambda: False, models=models)
     assert finished.error is None
     data = finished.data
