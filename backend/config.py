@@ -124,6 +124,59 @@ class EngineConfig:
 
 
 ROUTERS = ("round-robin", "least-loaded")
+SPEC_METHODS = ("ngram", "draft")
+
+
+@dataclass(slots=True)
+class SpecConfig:
+    """Speculative decoding (backend/engine/spec/): who guesses, and how many tokens a step verifies."""
+
+    method: str = ""             # "" (off) | ngram (prompt lookup) | draft (a draft model)
+    draft_model: str = ""        # draft: a model as --model takes it
+    draft_dtype: str = "auto"    # draft: its precision, as --dtype takes it
+    num_tokens: int = 4          # K: guesses per verification step (a step verifies K+1 positions)
+    ngram_min: int = 1           # ngram: the shortest suffix looked up
+    ngram_max: int = 4           # ngram: the longest suffix looked up (tried first)
+
+    @property
+    def is_on(self) -> bool:
+        return bool(self.method)
+
+    @classmethod
+    def parse(cls, text: str | None, num_tokens: int = 4, ngram_min: int = 1, ngram_max: int = 4) -> SpecConfig:
+        """--spec ngram | draft:MODEL[@DTYPE] (None or "off": no speculation); one line for a bad value."""
+        spec = cls(num_tokens=num_tokens, ngram_min=ngram_min, ngram_max=ngram_max)
+        if text is None or text in ("", "off"):
+            return spec
+        if text == "ngram":
+            spec.method = "ngram"
+        elif text.startswith("draft:") and text[len("draft:"):].strip("@ "):
+            name, _, dtype = text[len("draft:"):].partition("@")
+            spec.method, spec.draft_model, spec.draft_dtype = "draft", name, dtype or "auto"
+        else:
+            raise InputError(f"--spec {text!r}: use ngram or draft:MODEL (e.g. draft:smollm2-135m@q4_0)")
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        if not self.is_on:
+            return
+        if self.method not in SPEC_METHODS:
+            raise InputError(f"speculation: unknown method {self.method!r} (use ngram or draft)")
+        if isinstance(self.num_tokens, bool) or not isinstance(self.num_tokens, int) or self.num_tokens < 1:
+            raise InputError(f"--spec-tokens must be at least 1, got {self.num_tokens!r}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise InputError(f"--spec-ngram-min {self.ngram_min} and --spec-ngram-max {self.ngram_max}: "
+                             "need 1 <= min <= max")
+        if self.method == "draft" and not self.draft_model:
+            raise InputError("--spec draft:MODEL needs a model name")
+
+    def describe(self) -> str:
+        """e.g. 'ngram K=4' or 'draft smollm2-135m@q4_0 K=4'."""
+        if self.method == "draft":
+            dtype = "" if self.draft_dtype == "auto" else f"@{self.draft_dtype}"
+            return f"draft {self.draft_model}{dtype} K={self.num_tokens}"
+        return f"ngram K={self.num_tokens} n={self.ngram_min}..{self.ngram_max}" if self.method else "off"
 
 
 @dataclass(slots=True)
@@ -259,6 +312,7 @@ class RunConfig:
     repeats: int = 1                     # the same settings run back to back, the model loaded once (session.execute)
     simulate: bool = False               # price each step on `profile` with a cost model, on a virtual clock (no weights)
     deployment: Deployment = field(default_factory=Deployment)   # simulated: parallelism, link, KV dtype
+    spec: SpecConfig = field(default_factory=SpecConfig)         # speculative decoding (local engine only, for now)
 
     def __post_init__(self) -> None:
         self.mode = RunKind.parse(self.mode)   # the word, as the CLI, the window and run.json give it

@@ -62,22 +62,36 @@ class StepRecord:
     # requests admitted in this step, and these cached blocks were evicted to make room for the step
     num_reused_tokens: int = 0
     num_evictions: int = 0
+    # speculative decoding (backend/engine/spec/): guesses this step verified (counted in num_decode_tokens, beside
+    # one token per decoding request), of them kept, and the proposer's time before the step (a draft model's passes)
+    num_proposed_tokens: int = 0
+    num_accepted_tokens: int = 0
+    draft_ms: float = 0.0
+
+    @property
+    def is_verification(self) -> bool:
+        """A step that checked proposed tokens (its decodes were short prefills of 1 + guesses each)."""
+        return self.num_proposed_tokens > 0
 
     @classmethod
     def measured(cls, *, run_id: str, step: int, phase: Phase, prefill_tokens: Sequence[int], num_decode: int,
                  contexts: Sequence[int], start_ms: float, duration_ms: float, kv_tokens: int = 0,
                  kv_capacity: int = 0, num_waiting: int = 0, num_running: int = 0, worker: str = "",
                  experts_touched: int = 0, weight_bytes: int = 0, num_reused_tokens: int = 0,
-                 num_evictions: int = 0) -> StepRecord:
+                 num_evictions: int = 0, num_proposed_tokens: int = 0, num_accepted_tokens: int = 0,
+                 draft_ms: float = 0.0) -> StepRecord:
         """The record of a step that prefilled one chunk of `prefill_tokens[i]` tokens per prefilling
-        request and decoded one token for each of `num_decode` requests; `contexts` holds every
-        request's context (cache + new tokens). Every producer of steps builds them here."""
+        request and decoded one token for each of `num_decode` requests (and verified `num_proposed_tokens`
+        guesses among them); `contexts` holds every request's context (cache + new tokens). Every producer of
+        steps builds them here."""
         num_prefill_tokens = sum(prefill_tokens)
         # positional, in the fields' order: a simulated run builds tens of thousands of these a second
+        decode_tokens = num_decode + num_proposed_tokens
         return cls(run_id, step, phase, len(prefill_tokens) + num_decode, len(prefill_tokens), num_decode,
-                   num_prefill_tokens + num_decode, num_prefill_tokens, num_decode, sum(contexts),
+                   num_prefill_tokens + decode_tokens, num_prefill_tokens, decode_tokens, sum(contexts),
                    max(contexts, default=0), start_ms, duration_ms, kv_tokens, kv_capacity, num_waiting,
-                   num_running, worker, experts_touched, weight_bytes, num_reused_tokens, num_evictions)
+                   num_running, worker, experts_touched, weight_bytes, num_reused_tokens, num_evictions,
+                   num_proposed_tokens, num_accepted_tokens, draft_ms)
 
 
 @dataclass(slots=True)
@@ -116,6 +130,15 @@ class RequestRecord:
     # and what it held (backend.results.definitions.FirstChunk); None and "" for local runs and older folders
     first_chunk_ms: float | None = None
     first_chunk: str = ""
+    # speculative decoding: per verification step of this request, the guesses proposed and those kept
+    # (space-separated, in step order; "" when it never speculated)
+    spec_proposed: str = ""
+    spec_accepted: str = ""
+
+    @property
+    def acceptance_lengths(self) -> list[tuple[int, int]]:
+        """(guesses proposed, guesses kept) of each verification step."""
+        return list(zip(map(int, self.spec_proposed.split()), map(int, self.spec_accepted.split())))
 
     @classmethod
     def from_times(cls, *, request_id: int, status: RequestStatus, prompt_tokens: int, output_tokens: int,

@@ -29,7 +29,7 @@ from enum import Enum
 from functools import partial
 from typing import Callable
 
-from backend.config import RunConfig, RunKind, config_dict
+from backend.config import STEP_SWEEPS, RunConfig, RunKind, config_dict
 from backend.engine.threads import apply_threads
 from backend.errors import InputError
 from backend.events import Emit, PrecisionPoint, Progress, RepeatStarted, RunFinished, SweepPoint, Target
@@ -197,4 +197,24 @@ RUNNERS: dict[RunKind, Runner] = {
 def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
     """The target that runs this config; InputError for an unknown kind or a kind without its settings."""
     config.check_kind()
+    check_spec_target(config)
     return RUNNERS[RunKind.parse(config.mode)](config, models, retain_records)
+
+
+def check_spec_target(config: RunConfig) -> None:
+    """Speculative decoding runs on the local engine, in `run`, `load` and the load sweeps; one line elsewhere."""
+    if not config.spec.is_on:
+        return
+    config.spec.validate()
+    kind = RunKind.parse(config.mode)
+    if kind in STEP_SWEEPS:
+        raise InputError(f"--spec: `{kind.command}` times fixed steps, which do not speculate; use `run` or `load`")
+    if kind == RunKind.SWEEP_PD_RATIO:
+        raise InputError("--spec runs on the local engine only: the simulator does not price speculation yet")
+    target = target_kind(replace(config, mode=RunKind.LOAD if kind.needs_workload else RunKind.BATCH))
+    if target is not TargetKind.LOCAL:
+        why = {TargetKind.REMOTE: "a server speculates by its own settings (its counters are read from /metrics)",
+               TargetKind.SIMULATED: "the simulator does not price speculation yet",
+               TargetKind.DISAGGREGATED: "the disaggregated workers do not speculate yet",
+               TargetKind.SIMULATED_DISAGGREGATED: "the simulator does not price speculation yet"}[target]
+        raise InputError(f"--spec runs on the local engine only: {why}")

@@ -129,6 +129,18 @@ class Summary:
     prefix_ideal_sized_hit_rate: float | None = None  # a pool of prefix_ideal_num_blocks blocks
     prefix_ideal_num_blocks: int | None = None
     prefix_ideal_block_size: int | None = None
+    # speculative decoding (backend.results.spec_figures; docs/speculative.md): present when the run speculated
+    spec_verifications: int | None = None            # a request's decode that verified guesses, counted per request
+    spec_proposed_tokens: int | None = None          # guesses verified
+    spec_accepted_tokens: int | None = None          # of them kept
+    spec_acceptance_rate: float | None = None        # kept / verified guesses (falls as K grows: see the next two)
+    spec_mean_acceptance_length: float | None = None # tokens a verification emitted: kept guesses + 1
+    spec_acceptance_by_position: str | None = None   # "0.92,0.81,...": kept at guess i among verifications with an i-th
+    spec_acceptance_histogram: str | None = None     # "n0,n1,...": verifications by guesses kept
+    spec_alpha: float | None = None                  # the rate normalised for K: the per-guess acceptance a that gives
+                                                     # the mean acceptance length with each step's guesses (Leviathan eq. 1)
+    spec_draft_time_ms: float | None = None          # the proposer's time (a draft model's passes) before the steps
+    spec_draft_share: float | None = None            # of the engine's time: draft / (draft + steps)
     # the disaggregated policy's TTFT split and KV hand-off (backend.targets.disaggregated.summary)
     num_handed_off: int | None = None
     split_queue_mean_ms: float | None = None

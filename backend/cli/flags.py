@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from backend.errors import InputError
-from backend.config import ROUTERS, Deployment, ModelChoice, RunConfig, RunKind, SamplingConfig
+from backend.config import ROUTERS, Deployment, ModelChoice, RunConfig, RunKind, SamplingConfig, SpecConfig
 from backend.kernels.matmath import MIN_ROWS, MODES
 
 
@@ -56,6 +56,27 @@ def model_flags(p: argparse.ArgumentParser) -> None:
                    help="run the same settings N times back to back, the model loaded once; with --out, each repeat "
                         "is written to OUT/repeat-K and OUT/repeats.csv holds each metric's mean, 95%% interval and CV")
     threads_flag(p)
+
+
+def spec_flags(p: argparse.ArgumentParser) -> None:
+    """Speculative decoding on the local engine (backend/engine/spec/; docs/speculative.md)."""
+    g = p.add_argument_group("speculative decoding")
+    g.add_argument("--spec", help="ngram (prompt lookup: guess what followed the last tokens' earlier occurrence) | "
+                   "draft:MODEL[@DTYPE] (a model of the same vocabulary guesses greedily, e.g. "
+                   "draft:smollm2-135m@q4_0); each step verifies the guesses in one pass. Default: off")
+    g.add_argument("--spec-tokens", type=int, default=SpecConfig().num_tokens,
+                   help="K: guesses per verification step (the step checks K+1 positions)")
+    g.add_argument("--spec-ngram-min", type=int, default=SpecConfig().ngram_min,
+                   help="ngram: the shortest suffix looked up")
+    g.add_argument("--spec-ngram-max", type=int, default=SpecConfig().ngram_max,
+                   help="ngram: the longest suffix looked up (tried first)")
+
+
+def spec_of(args) -> SpecConfig:
+    """The SpecConfig the flags describe (off where a sub-command has none of them)."""
+    return SpecConfig.parse(getattr(args, "spec", None), getattr(args, "spec_tokens", SpecConfig().num_tokens),
+                            getattr(args, "spec_ngram_min", SpecConfig().ngram_min),
+                            getattr(args, "spec_ngram_max", SpecConfig().ngram_max))
 
 
 def threads_flag(p: argparse.ArgumentParser) -> None:
@@ -126,4 +147,4 @@ def common_config(args, mode: RunKind) -> RunConfig:
     return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype, args.prefill_math),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
                      profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats,
-                     simulate=getattr(args, "simulate", False), deployment=deployment)
+                     simulate=getattr(args, "simulate", False), deployment=deployment, spec=spec_of(args))

@@ -23,8 +23,9 @@ def load_flags(p, model_flags) -> None:
     p.add_argument("--max-batch", type=int, default=32, help="requests running at once (KV cache slots)")
     p.add_argument("--chunk-tokens", type=int, default=512, help="per-step token budget (chunked policy)")
     p.add_argument("--kv-tokens", type=int, help="KV cache capacity in tokens (default: every slot full length)")
-    from backend.cli.flags import kv_flags
+    from backend.cli.flags import kv_flags, spec_flags
     kv_flags(p)
+    spec_flags(p)
     p.add_argument("--requests", type=int, help="number of requests")
     p.add_argument("--duration", type=float, help="seconds of arrivals (instead of a request count)")
     p.add_argument("--arrival", choices=["burst", "constant", "poisson", "gamma", "closed"])

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-len", type=positive_int, default=64)
     run.add_argument("--batch", type=positive_int, default=1)
     kv_flags(run)
+    from backend.cli.flags import spec_flags
+    spec_flags(run)
     simulate_flag(run)
 
     from backend.cli.load import add_load_parser

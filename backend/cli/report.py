@@ -243,6 +243,8 @@ def _print_batch_summary(config, data, s: Summary, out) -> None:
     breakdown = breakdown_of(finished)
     if breakdown is not None:
         print(f"total    {breakdown_text(*breakdown)}", file=out)
+    if s.spec_verifications is not None:
+        print(spec_line(s), file=out)
 
 
 def _print_turns(requests, out) -> None:
@@ -299,6 +301,18 @@ def _print_load_summary(s: Summary, out) -> None:
           f"mixed {s.mixed_time_ms:,.0f} ms", file=out)
     if s.prefix_hit_rate is not None:
         print(prefix_line(s), file=out)
+    if s.spec_verifications is not None:
+        print(spec_line(s), file=out)
+
+
+def spec_line(s: Summary) -> str:
+    """Speculative decoding in one line: how many guesses were kept, where, and what the draft cost."""
+    draft = (f"; draft {s.spec_draft_time_ms:,.0f} ms ({_share(s.spec_draft_share)} of the engine's time)"
+             if s.spec_draft_time_ms and s.spec_draft_time_ms >= 1 else "")
+    return (f"spec     {s.spec_verifications:,} verifications kept {s.spec_accepted_tokens:,} of "
+            f"{s.spec_proposed_tokens:,} guesses ({_share(s.spec_acceptance_rate)}; by position "
+            f"{s.spec_acceptance_by_position}); {s.spec_mean_acceptance_length:.2f} tokens a verification, "
+            f"per-guess rate for any K {s.spec_alpha:.2f}{draft}")
 
 
 def prefix_line(s: Summary) -> str:

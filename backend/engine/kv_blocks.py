@@ -197,6 +197,15 @@ class BlockPool:
                 self._cached[parent] = block
                 self._hash[block] = parent
 
+    def shrink(self, table: list[int], num_tokens: int) -> None:
+        """Give back the table's blocks past the first `num_tokens` tokens' (a verification's rejected
+        guesses: unnamed, as only blocks of computed tokens are named)."""
+        keep = self.blocks_for(num_tokens)
+        if len(table) > keep:
+            tail = table[keep:]
+            del table[keep:]
+            self.free(tail)
+
     def free(self, table: list[int], hashes: list[int] | None = None) -> None:
         """Give back a table's blocks (finished or preempted); it is left empty. The table's last
         blocks are the least likely to be asked for again, so they are queued to go first."""

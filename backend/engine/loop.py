@@ -35,7 +35,8 @@ class Engine:
 
     def __init__(self, scheduler: Scheduler, runner, run_id: str, tokenizer=None,
                  stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False,
-                 clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
+                 speculator=None):
         self.scheduler = scheduler
         self.runner = runner
         self.run_id = run_id
@@ -48,6 +49,7 @@ class Engine:
         self._text: dict[int, str] = {}
         self._announced: set[int] = set()   # requests whose admission time was emitted
         self.kv_watch = KvWatch(scheduler)    # the window's KV map, a few snapshots a second
+        self.speculator = speculator          # backend/engine/spec/speculator.py: guesses before each step, or None
 
     def run(self, source: RequestSource, emit: Callable[[object], None],
             should_stop: Callable[[], bool]) -> EngineResult:
@@ -70,6 +72,12 @@ class Engine:
                 if arrived:
                     emit(RequestsArrived([r.request_id for r in arrived], [r.arrival_ms for r in arrived],
                                          [len(r.prompt_ids) for r in arrived]))
+                draft_ms = 0.0
+                if self.speculator is not None and scheduler.num_running:
+                    # the guesses come before the step (the scheduler counts them); their time is the draft's own
+                    begun = now_ms()
+                    self.speculator.propose(scheduler.running_requests)
+                    draft_ms = now_ms() - begun
                 start = now_ms()
                 out = scheduler.schedule(start)
                 batch = RecordBatch()
@@ -95,14 +103,17 @@ class Engine:
                     continue
                 # context attended to by each request in this step: cached tokens + the new ones
                 contexts = [c.request.num_computed + c.num_tokens for c in out.prefill] if out.prefill else []
-                contexts += [r.num_computed + 1 for r in out.decode]
+                contexts += [r.num_computed + 1 + len(r.spec_ids) for r in out.decode]
                 kv_tokens = scheduler.kv_tokens_after(out)   # in use once this step has written
                 sampled = runner.run(out)
                 end = now_ms()
                 finished = scheduler.update(out, sampled, end)
-                batch.steps.append(self._step_record(step_index, out, contexts, kv_tokens, start, end))
+                record = self._step_record(step_index, out, contexts, kv_tokens, start, end, draft_ms)
+                batch.steps.append(record)
+                if self.speculator is not None:
+                    self.speculator.observe(record)   # its cost ratio: when guessing pays
                 step_index += 1
-                batch.tokens = token_records(sampled, self._requests, end)
+                batch.tokens = token_records(sampled, self._requests, end, out.emitted)
                 if self.tokenizer is not None:
                     self._stream_text(sampled, batch)
                 if finished:
@@ -129,7 +140,7 @@ class Engine:
         return arrived
 
     def _step_record(self, index: int, out, contexts: list[int], kv_tokens: int, start: float,
-                     end: float) -> StepRecord:
+                     end: float, draft_ms: float = 0.0) -> StepRecord:
         # a runner that measures no reads (the simulator's, a test's stand-in) leaves them 0
         reads = getattr(self.runner, "step_reads", None)
         experts_touched, weight_bytes = reads() if reads is not None else (0, 0)
@@ -140,7 +151,8 @@ class Engine:
             kv_tokens=kv_tokens, kv_capacity=self.scheduler.config.kv_capacity,
             num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
             experts_touched=experts_touched, weight_bytes=weight_bytes, num_reused_tokens=out.num_reused_tokens,
-            num_evictions=out.num_evictions)
+            num_evictions=out.num_evictions, num_proposed_tokens=out.num_draft_tokens,
+            num_accepted_tokens=sum(out.accepted.values()), draft_ms=draft_ms)
 
     def _stream_text(self, sampled: dict[int, int], batch: RecordBatch) -> None:
         if self.tokenizer is None:
@@ -172,14 +184,18 @@ class Engine:
         record_unfinished(self._requests, result, emit, self._final_text)
 
 
-def token_records(sampled: dict[int, int], requests: dict[int, Request], time_ms: float) -> list[TokenRecord]:
+def token_records(sampled: dict[int, int], requests: dict[int, Request], time_ms: float,
+                  emitted: dict[int, int] | None = None) -> list[TokenRecord]:
     """The tokens a step sampled (`sampled`'s requests, whose outputs hold them last), all at `time_ms`:
-    the engine loop's and the simulated replicas' (one record per token: the positional form is the fast one)."""
+    the engine loop's and the simulated replicas' (one record per token: the positional form is the fast one).
+    `emitted`: the requests that appended several tokens (a verification's kept guesses), how many."""
     out = []
     append = out.append
     for rid in sampled:
         output = requests[rid].output_ids
-        append(TokenRecord(rid, len(output) - 1, time_ms, output[-1]))
+        n = len(output)
+        for i in range(n - (emitted.get(rid, 1) if emitted else 1), n):
+            append(TokenRecord(rid, i, time_ms, output[i]))
     return out
 
 

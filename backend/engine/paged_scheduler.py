@@ -15,7 +15,9 @@ accounting, as in vLLM v1:
     tokens arrive;
   * with prefix caching, an admitted request starts at num_computed = its cached prefix (whole
     blocks, never the whole sequence), so the chunk scheduled is only what it must compute.
-    Full blocks are named as soon as their tokens are computed.
+    Full blocks are named as soon as their tokens are computed;
+  * speculation: a decode's guesses take the blocks they need when they fit (else fewer guesses), and the
+    blocks past the kept tokens go back after the step (their positions were never accepted).
 """
 from __future__ import annotations
 
@@ -77,12 +79,23 @@ class PagedScheduler(Scheduler):
             if chunk.samples:
                 self._take_sample(request, sampled, now_ms, finished)
         for request in output.decode:
-            request.num_computed += 1
-            if caching and request.num_computed // bs > len(request.block_hashes):   # a block just filled
-                pool.cache_full_blocks(request.block_ids, request.block_hashes, request.all_ids, request.num_computed)
             token = sampled.get(request.request_id)
             if token is None:
                 raise ValueError(f"no sampled token for request {request.request_id}")
+            if request.spec_ids:
+                done = self._take_verified(request, output, token, now_ms)
+                if not done:   # the rejected guesses' blocks go back
+                    pool.shrink(request.block_ids, request.num_computed)
+                    if caching and request.num_computed // bs > len(request.block_hashes):
+                        pool.cache_full_blocks(request.block_ids, request.block_hashes, request.all_ids,
+                                               request.num_computed)
+                else:
+                    self._release(request)
+                    finished.append(request)
+                continue
+            request.num_computed += 1
+            if caching and request.num_computed // bs > len(request.block_hashes):   # a block just filled
+                pool.cache_full_blocks(request.block_ids, request.block_hashes, request.all_ids, request.num_computed)
             if request.append_token(token, now_ms):
                 self._release(request)
                 finished.append(request)
@@ -96,9 +109,10 @@ class PagedScheduler(Scheduler):
     def _schedule_static(self, out: SchedulerOutput, now_ms: float) -> None:
         pool = self.pool
         if self._running:
-            for request in self._running:   # the batch's reservation guarantees the blocks
-                pool.allocate(request.block_ids, request.num_tokens)
             out.decode = list(self._running)
+            self._fit_drafts(out, out.decode, None, pool.num_blocks * self._bs)
+            for request in self._running:   # the batch's reservation guarantees the blocks
+                pool.allocate(request.block_ids, request.num_tokens + len(request.spec_ids))
             return
         reserved = 0
         while self._waiting and self._free_slots:
@@ -116,7 +130,7 @@ class PagedScheduler(Scheduler):
         pool, bs = self.pool, self._bs
         budget = self.config.chunk_tokens
         out.decode = self._schedule_decodes(out, budget)
-        budget -= len(out.decode)
+        budget -= out.num_decode_tokens
         for request in self._running:
             if budget == 0:
                 return
@@ -140,8 +154,23 @@ class PagedScheduler(Scheduler):
             if len(growing) <= pool.num_free_blocks:
                 for r in growing:
                     pool.allocate(r.block_ids, r.num_computed + 1)
+                self._fit_paged_drafts(out, decoding, None if budget is None else budget - len(decoding))
                 return decoding
             self._preempt(self._running[-1], out)
+
+    def _fit_paged_drafts(self, out: SchedulerOutput, decoding: list[Request], budget: int | None) -> None:
+        """The decodes' guesses trimmed to the budget and to the room in their blocks and the free ones,
+        oldest request first; each takes the blocks its guesses need."""
+        pool, bs = self.pool, self._bs
+        total = 0
+        for r in decoding:
+            if not r.spec_ids:
+                continue
+            room = (len(r.block_ids) + pool.num_free_blocks) * bs - (r.num_computed + 1)
+            self._fit_drafts(out, [r], None if budget is None else budget - total, room)
+            pool.allocate(r.block_ids, r.num_computed + 1 + len(r.spec_ids))
+            total += len(r.spec_ids)
+        out.num_draft_tokens = total
 
     def _admit_waiting(self, out: SchedulerOutput, now_ms: float, budget: int | None) -> None:
         """First come, first served; the head blocks the rest when its blocks are not free."""

@@ -47,6 +47,11 @@ class Request:
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0
+    # speculative decoding (backend/engine/spec/): the guesses the next step verifies (a proposer sets them,
+    # the scheduler trims them to what fits), and per verification the guesses proposed and kept
+    spec_ids: list[int] = field(default_factory=list)
+    spec_proposed: list[int] = field(default_factory=list)
+    spec_accepted: list[int] = field(default_factory=list)
 
     @classmethod
     def from_spec(cls, spec: RequestSpec, stop_ids: frozenset[int] = frozenset(), ignore_eos: bool = False) -> Request:
@@ -104,6 +109,9 @@ class Request:
             num_preemptions=self.num_preemptions, finish_reason=self.finish_reason, text=text,
             cached_prompt_tokens=self.num_cached_tokens)
         record.conversation_id, record.turn = self.conversation_id, self.turn
+        if self.spec_proposed:
+            record.spec_proposed = " ".join(map(str, self.spec_proposed))
+            record.spec_accepted = " ".join(map(str, self.spec_accepted))
         return record
 
 

@@ -9,6 +9,7 @@ import torch
 from backend.config import SamplingConfig
 from backend.engine.cuda_graphs import StaticDecoder
 from backend.engine.memory_fit import aligned
+from backend.engine.spec.acceptance import accept_greedy, accept_sampled, target_probs
 from backend.engine.warmup import WarmupStep, warmup_steps
 from backend.errors import DoesNotFit, is_out_of_memory, one_line
 from backend.kernels import matmath
@@ -116,7 +117,11 @@ class Runner:
                 rows[request.slot] = list(blocks)
 
     def run(self, out) -> dict[int, int]:
-        """One forward pass over every token in the scheduler's output; samples where a sequence ends."""
+        """One forward pass over every token in the scheduler's output; samples where a sequence ends.
+
+        A decode with guesses (spec_ids) runs as a prefill segment of its last token and the guesses, with
+        logits at each position; out.accepted gets how many guesses it keeps, the returned token is the
+        one after them (acceptance.py)."""
         if self.paged is not None:
             self.sync_rows(out)
         prefill, samplers = [], []
@@ -127,23 +132,55 @@ class Runner:
             prefill.append((req.slot, start, ids[start:start + chunk.num_tokens]))
             # a chunk that does not reach the end of the known tokens samples nothing
             samplers.append(req.request_id if start + chunk.num_tokens == len(ids) else None)
+        verifying = [req for req in out.decode if req.spec_ids] if out.num_draft_tokens else []
+        plain = [req for req in out.decode if not req.spec_ids] if verifying else out.decode
+        every_row = range(len(prefill), len(prefill) + len(verifying))
+        prefill += [(req.slot, req.num_computed, [req.all_ids[req.num_computed]] + req.spec_ids) for req in verifying]
         decode = [(req.slot, req.num_computed, req.output_ids[-1] if req.output_ids else req.prompt_ids[-1])
-                  for req in out.decode]
-        samplers += [req.request_id for req in out.decode]
+                  for req in plain]
+        # the logits' rows: one per chunk, 1 + guesses per verification, one per plain decode
+        rows = [i for i, rid in enumerate(samplers) if rid is not None]
+        spans, row = [], len(samplers)
+        for req in verifying:
+            spans.append(row)
+            row += 1 + len(req.spec_ids)
+        rows += range(row, row + len(plain))
+        samplers += [None] * (row - len(samplers)) + [req.request_id for req in plain]
         with device_scope(self.device), torch.inference_mode(), kernel_math(self.device, self.math):
             if self.static is not None and not prefill:
                 slots, positions, ids = (list(column) for column in zip(*decode))
                 logits = self.static.decode(slots, positions, ids)   # (D, vocab)
             else:
-                logits = self.model(make_step_batch(prefill, decode, self.device), self.cache)  # (M, vocab)
-            rows = [i for i, rid in enumerate(samplers) if rid is not None]
-            if not rows:
+                batch = make_step_batch(prefill, decode, self.device, every_row)
+                logits = self.model(batch, self.cache)  # (M, vocab)
+            result = {}
+            if rows:
+                picked = logits if len(rows) == len(samplers) else logits[rows]
+                tokens = sample(picked, self.sampling.temperature, self.sampling.top_p, self.generator).tolist()
+                result = dict(zip((samplers[i] for i in rows), tokens))
+            if verifying:
+                self._verify(logits, verifying, spans, out.accepted, result)
+            if not result:
                 synchronize(self.device)
-                return {}
-            if len(rows) != len(samplers):
-                logits = logits[rows]
-            tokens = sample(logits, self.sampling.temperature, self.sampling.top_p, self.generator).tolist()
-        return dict(zip((samplers[i] for i in rows), tokens))
+        return result
+
+    def _verify(self, logits: torch.Tensor, verifying, spans: list[int], accepted: dict[int, int],
+                result: dict[int, int]) -> None:
+        """Each verification's kept guesses (into `accepted`) and next token (into `result`)."""
+        first, last = spans[0], spans[-1] + 1 + len(verifying[-1].spec_ids)
+        temperature = self.sampling.temperature
+        if temperature <= 0:
+            best = logits[first:last].argmax(dim=-1).tolist()   # one read of every verified row
+            for req, start in zip(verifying, spans):
+                at = start - first
+                accepted[req.request_id], result[req.request_id] = accept_greedy(
+                    best[at:at + 1 + len(req.spec_ids)], req.spec_ids)
+            return
+        probs = target_probs(logits[first:last], temperature, self.sampling.top_p)   # (rows, vocab)
+        for req, start in zip(verifying, spans):
+            at = start - first
+            accepted[req.request_id], result[req.request_id] = accept_sampled(
+                probs[at:at + 1 + len(req.spec_ids)], req.spec_ids, self.generator)
 
     def step_reads(self) -> tuple[int, int]:
         """What the last step read: (distinct experts touched, summed over layers; bytes of weights).
@@ -171,8 +208,9 @@ class Runner:
                            for slot, start, length in step.prefill]
                 decode = [(slot, position, (slot + position) % vocab) for slot, position in step.decode]
                 logits = self.model(make_step_batch(prefill, decode, self.device), self.cache)
-                if step.samples:
-                    draws.manual_seed(0)
+                if step.samples:   # steps made for a sampling run may warm a greedy runner (a draft model's)
+                    if draws is not None:
+                        draws.manual_seed(0)
                     sample(logits, self.sampling.temperature, self.sampling.top_p, draws)
             if self.static is not None:
                 self.static.warmup()

@@ -28,6 +28,12 @@ after its longest cached prefix; `scheduler_for(config)` there builds the one th
 
 Between `schedule()` and `update()` a ScheduledChunk describes exactly what the runner must
 compute: `token_ids` at positions `start ...`, and whether the step samples a token for it.
+
+Speculative decoding (backend/engine/spec/): a decoding request may carry guesses (`spec_ids`, set by
+a proposer before the step). Its decode then computes 1 + len(spec_ids) tokens, counted against the
+step's budget and the cache like any others; guesses that do not fit are dropped, never a request
+preempted for them. update() keeps the guesses the runner accepted (`SchedulerOutput.accepted`) and
+the one token the step sampled after them.
 """
 from __future__ import annotations
 
@@ -113,6 +119,9 @@ class SchedulerOutput:
     rejected: list[Request] = field(default_factory=list)    # refused since the last schedule
     num_reused_tokens: int = 0   # paged, prefix caching: tokens the admitted requests found cached (not computed)
     num_evictions: int = 0       # paged, prefix caching: cached blocks taken for new contents in this schedule
+    num_draft_tokens: int = 0    # speculation: guesses the decodes verify (their requests' spec_ids), besides one token each
+    accepted: dict[int, int] = field(default_factory=dict)   # speculation, set by the runner: request_id -> guesses kept
+    emitted: dict[int, int] = field(default_factory=dict)    # speculation, set by update(): request_id -> tokens appended
 
     @property
     def chunks(self) -> list[ScheduledChunk]:
@@ -125,7 +134,7 @@ class SchedulerOutput:
 
     @property
     def num_decode_tokens(self) -> int:
-        return len(self.decode)
+        return len(self.decode) + self.num_draft_tokens
 
     @property
     def num_tokens(self) -> int:
@@ -215,21 +224,62 @@ class Scheduler:
             if chunk.samples:
                 self._take_sample(chunk.request, sampled, now_ms, finished)
         for request in output.decode:   # a decode step's requests: the simulator's hot path, so no call per request
-            request.num_computed += 1
             token = sampled.get(request.request_id)
             if token is None:
                 raise ValueError(f"no sampled token for request {request.request_id}")
+            if request.spec_ids:
+                if self._take_verified(request, output, token, now_ms):
+                    self._release(request)
+                    finished.append(request)
+                continue
+            request.num_computed += 1
             if request.append_token(token, now_ms):
                 self._release(request)
                 finished.append(request)
         return finished
+
+    @staticmethod
+    def _take_verified(request: Request, output: SchedulerOutput, token: int, now_ms: float) -> bool:
+        """A verification's outcome: the guesses kept, then the token sampled after them; num_computed
+        covers the last token and the kept guesses (the rejected ones' K/V is overwritten later). Stops
+        apply token by token, so nothing is emitted past a stop token or max_new_tokens. True when finished."""
+        drafts, rid = request.spec_ids, request.request_id
+        kept = output.accepted.get(rid, 0)
+        request.spec_ids = []
+        request.spec_proposed.append(len(drafts))
+        request.spec_accepted.append(kept)
+        request.num_computed += kept + 1
+        emitted = 0
+        for t in drafts[:kept] + [token]:
+            emitted += 1
+            if request.append_token(t, now_ms):
+                output.emitted[rid] = emitted
+                return True
+        output.emitted[rid] = emitted
+        return False
+
+    def _fit_drafts(self, out: SchedulerOutput, decoding: list[Request], budget: int | None, room: int) -> None:
+        """Trim the decodes' guesses, oldest request first, to the step's token budget left and the cache's
+        room (tokens), and to what the request may still emit: a step emits at most len(guesses) + 1 tokens."""
+        total = 0
+        for r in decoding:
+            drafts = r.spec_ids
+            if not drafts:
+                continue
+            k = min(len(drafts), r.max_new_tokens - len(r.output_ids) - 1, self.config.max_len - r.num_tokens,
+                    room - total, len(drafts) if budget is None else budget - total)
+            if k < len(drafts):
+                r.spec_ids = drafts[:max(k, 0)]
+            total += len(r.spec_ids)
+        out.num_draft_tokens = total
 
     def _rejection(self, request: Request) -> str:
         return rejection(len(request.prompt_ids), request.max_new_tokens, self.config.max_len, self.config.kv_capacity)
 
     def _schedule_static(self, out: SchedulerOutput, now_ms: float) -> None:
         if self._running:
-            out.decode = list(self._running)
+            out.decode = list(self._running)   # the reservation holds every request's whole sequence
+            self._fit_drafts(out, out.decode, None, self.config.kv_capacity)
             return
         reserved = 0
         while self._waiting and self._free_slots:
@@ -244,8 +294,8 @@ class Scheduler:
     def _schedule_chunked(self, out: SchedulerOutput, now_ms: float) -> None:
         budget = self.config.chunk_tokens
         out.decode = self._schedule_decodes(out, budget)
-        budget -= len(out.decode)
-        room = self.config.kv_capacity - self.kv_tokens_used - len(out.decode)
+        budget -= out.num_decode_tokens
+        room = self.config.kv_capacity - self.kv_tokens_used - out.num_decode_tokens
         for request in self._running:
             if budget == 0 or room == 0:
                 return
@@ -261,7 +311,10 @@ class Scheduler:
         running requests until the cache holds one more token for each."""
         while True:
             decoding = [r for r in self._running if r.status is _DECODING][:budget]
-            if self.kv_tokens_used + len(decoding) <= self.config.kv_capacity:
+            used = self.kv_tokens_used + len(decoding)
+            if used <= self.config.kv_capacity:
+                self._fit_drafts(out, decoding, None if budget is None else budget - len(decoding),
+                                 self.config.kv_capacity - used)
                 return decoding
             self._preempt(self._running[-1], out)
 
@@ -296,6 +349,7 @@ class Scheduler:
         request.num_computed = 0
         request.status = RequestStatus.WAITING
         request.num_preemptions += 1
+        request.spec_ids = []
         self._waiting.appendleft(request)
         out.preempted.append(request)
 

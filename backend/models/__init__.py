@@ -12,12 +12,15 @@ __all__ = ["KVCache", "SHAPES", "SYNTHETIC", "Segment", "StepBatch", "build_mode
 
 
 def make_step_batch(prefill: Sequence[tuple[int, int, Sequence[int]]],
-                    decode: Sequence[tuple[int, int, int]], device: torch.device | str) -> StepBatch:
+                    decode: Sequence[tuple[int, int, int]], device: torch.device | str,
+                    every_row: Sequence[int] = ()) -> StepBatch:
     """Build one step's tensors.
 
     prefill: (slot, start, token_ids) per segment -- token_ids go to positions start, start+1, ...
     decode:  (slot, position, token_id) per decoding request.
-    Logits are asked for the last token of every prefill segment, then every decode token.
+    Logits are asked for the last token of every prefill segment, then every decode token; a segment
+    whose index is in `every_row` (a speculative verification: backend/engine/spec/) gets them for each
+    of its positions instead, in position order.
     """
     ids: list[int] = []
     positions: list[int] = []
@@ -29,7 +32,10 @@ def make_step_batch(prefill: Sequence[tuple[int, int, Sequence[int]]],
         ids.extend(tokens)
         positions.extend(range(start, start + len(tokens)))
         segments.append(Segment(slot, start, len(tokens)))
-        rows.append(len(ids) - 1)
+        if len(segments) - 1 in every_row:
+            rows.extend(range(len(ids) - len(tokens), len(ids)))
+        else:
+            rows.append(len(ids) - 1)
     slots = [slot for slot, _, _ in decode]
     decode_positions = [pos for _, pos, _ in decode]
     rows.extend(range(len(ids), len(ids) + len(decode)))

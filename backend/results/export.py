@@ -208,10 +208,11 @@ def chrome_trace(run: RunData) -> dict:
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 0, "args": {"name": "steps"}},
     ]
     for s in run.steps:
-        events.append({"ph": "X", "pid": 1, "tid": 0, "name": s.phase.value, "ts": s.start_ms * us,
-                       "dur": s.duration_ms * us,
-                       "args": {"step": s.step, "requests": s.num_requests, "tokens": s.num_tokens,
-                                "kv_tokens": s.kv_tokens}})
+        args = {"step": s.step, "requests": s.num_requests, "tokens": s.num_tokens, "kv_tokens": s.kv_tokens}
+        if s.is_verification:   # a speculative verification: its guesses, and those kept
+            args.update(proposed=s.num_proposed_tokens, accepted=s.num_accepted_tokens)
+        events.append({"ph": "X", "pid": 1, "tid": 0, "ts": s.start_ms * us, "dur": s.duration_ms * us,
+                       "name": f"{s.phase.value} (verify)" if s.is_verification else s.phase.value, "args": args})
     for r in run.requests:
         events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": r.request_id,
                        "args": {"name": f"request {r.request_id}"}})

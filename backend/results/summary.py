@@ -21,6 +21,7 @@ import numpy as np
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord
 from backend.results.definitions import (Arrival, DefinitionTotals, FirstChunk, chunk_tokens_from_indices, differences,
                                          percentiles)
+from backend.results.spec_figures import spec_figures
 from backend.roofline.cost import PhaseTotals
 from backend.summary import Summary
 
@@ -64,6 +65,7 @@ class RunAccumulator:
         self.requests: list[RequestRecord] = []
         self.reused_tokens = 0
         self.evictions = 0
+        self.draft_ms = 0.0   # speculation: the proposer's time before the steps
         # whether the run cached prefixes (its config says; None: figures shown only if the records hold some)
         self.prefix_caching: bool | None = None
         self.prefix_ideal: dict[str, float] = {}   # backend.results.prefix_ceiling, set by the target
@@ -124,6 +126,8 @@ class RunAccumulator:
             else:   # a mixed step's time is split between the phases by its tokens (backend.results.cost)
                 self.mixed_prefill_tokens += s.num_prefill_tokens
                 self.mixed_decode_tokens += s.num_decode_tokens
+            if s.draft_ms:
+                self.draft_ms += s.draft_ms
             if s.num_reused_tokens or s.num_evictions:
                 self.reused_tokens += s.num_reused_tokens
                 self.evictions += s.num_evictions
@@ -205,6 +209,7 @@ class RunAccumulator:
         if self.prefix_caching or (self.prefix_caching is None and (self.reused_tokens or self.evictions)):
             out.update(self._prefix_figures())
         out.update(self.prefix_ideal)
+        out.update(spec_figures(requests, self.draft_ms, sum(phase_ms.values())))
 
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
             good = [r for r in finished if _meets(r, slo_ttft_ms, slo_tpot_ms)]

@@ -70,8 +70,12 @@ def _execute(config: RunConfig, recorder: RunRecorder, should_stop, models: Mode
                                                             min(max_len, kv_capacity))
     runner = build_runner(loaded, num_slots, max_len, config.sampling, warmup=steps, paged=paged)
     scheduler = scheduler_for(scheduler_config)
+    speculator = None
+    if config.spec.is_on:
+        from backend.targets.spec_setup import build_speculator
+        speculator = build_speculator(config, loaded, num_slots, max_len, steps, emit)
     engine = Engine(scheduler, runner, recorder.run_id, tokenizer=loaded.tokenizer,
-                    stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos)
+                    stop_ids=loaded.tokenizer.eos_ids, ignore_eos=config.sampling.ignore_eos, speculator=speculator)
     emit(Progress("running", None))
     from backend.roofline.profiles import run_profile
     from backend.results.matmul import unit_steps

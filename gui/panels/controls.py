@@ -354,7 +354,7 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
                            sampling=self.form.sampling(), engine=self.form.engine(), batch=self.form.batch_run(),
                            workload=self.form.workload() if self.form.uses_workload() else None,
                            sweep=self.form.sweep(), profile=self.profile_combo.currentData(),
-                           threads=self.threads_spin.value(), repeats=self.form.repeats())
+                           threads=self.threads_spin.value(), repeats=self.form.repeats(), spec=self.form.spec())
         config.slo_ttft_ms, config.slo_tpot_ms = self.form.slo() if self.form.uses_workload() else (None, None)
         if self.is_simulated():
             config.simulate = True

@@ -13,6 +13,7 @@ from backend.config import BatchRun, EngineConfig, RunKind, SamplingConfig
 
 from gui.panels.fields import MAX_BATCH, ValidatedField, number, whole
 from gui.panels.load_page import COMPARED_POLICIES, CUSTOM, LoadPage, mean_length
+from gui.panels.spec_box import SpecBox
 from gui.panels.sweep_pages import LOAD_SWEEPS, SweepPages, form_layout
 from gui.panels.trace_rows import TraceRows
 
@@ -40,7 +41,7 @@ SYNTHETIC_NOTE = ("random token ids of the length below: a real prompt's speed, 
 __all__ = ["RunForm", "RUN_KINDS", "CUSTOM", "COMPARED_POLICIES"]
 
 
-class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
+class RunForm(LoadPage, TraceRows, SweepPages, SpecBox, QtWidgets.QWidget):
     """Emits changed whenever a value or its validity changes."""
 
     changed = QtCore.Signal()
@@ -90,6 +91,7 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
         form.addRow("Seed", self.fields["sampling"]["seed"])
         form.addRow(self.ignore_eos)
         layout.addWidget(sampling)
+        layout.addWidget(self._spec_box())
         self.kind_combo.currentIndexChanged.connect(self._kind_changed)
         for group in self.fields.values():
             for f in group.values():
@@ -187,8 +189,8 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
         kind = self.kind()
         groups = ["load", "load-sweep"] if kind in LOAD_SWEEPS else [kind]
         page = [f for group in groups for f in self.fields[group].values()]
-        return [f for f in (*page, *self.fields["sampling"].values(), *self.fields["shared"].values())
-                if f.isEnabled()]
+        return [f for f in (*page, *self.fields["sampling"].values(), *self.fields["shared"].values(),
+                            *self.spec_fields()) if f.isEnabled()]
 
     def _field_errors(self) -> list[str]:
         return [f.error for f in self._active_fields() if f.error]

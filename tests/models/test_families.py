@@ -57,3 +57,26 @@ def test_each_family_runs_a_batch_a_load_and_a_sweep(folder, tmp_path):
                                                                   warmup=1)), events.append, lambda: False)
     assert sweep.error is None
     assert [e.x for e in events if isinstance(e, SweepPoint)] == [1, 4]
+
+
+def test_each_family_gives_the_same_greedy_tokens_drafting_for_itself(folder):
+    """Speculative decoding (docs/speculative.md): the family's model as its own draft, three guesses a step,
+    verified as short prefill segments batched with chunked prefills; float32 products throughout
+    (--prefill-math fp32), so the tokens must be exactly the plain run's."""
+    from backend.config import SpecConfig
+    workload = WorkloadSpec("mix", num_requests=4, arrival="burst", prompt_len=LengthDist("uniform", low=6, high=20),
+                            output_len=LengthDist("fixed", 8))
+
+    def tokens(spec: SpecConfig):
+        run = RunConfig(mode="load", model=ModelChoice(str(folder), "cpu", "auto", "fp32"),
+                        sampling=SamplingConfig(ignore_eos=True), spec=spec, workload=workload,
+                        engine=EngineConfig(policy="chunked", chunk_tokens=16, max_batch=4))
+        finished = execute(run, lambda e: None, lambda: False)
+        assert finished.error is None and finished.summary.num_finished == 4
+        ordered = sorted(finished.data.tokens, key=lambda t: (t.request_id, t.index))
+        return [(t.request_id, t.token_id) for t in ordered], finished.summary
+
+    plain, _ = tokens(SpecConfig())
+    guessed, summary = tokens(SpecConfig("draft", str(folder), num_tokens=3))
+    assert guessed == plain
+    assert summary.spec_accepted_tokens > 0

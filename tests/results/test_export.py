@@ -84,11 +84,13 @@ def test_a_run_from_before_the_worker_column_still_reads(tmp_path):
     hand-off) may be absent."""
     write_run(tmp_path, sample_run())
     lines = (tmp_path / "steps.csv").read_text().splitlines()
-    assert lines[0].endswith(",worker,experts_touched,weight_bytes,num_reused_tokens,num_evictions")
-    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 5)[0] for l in lines) + "\n")
+    assert lines[0].endswith(",worker,experts_touched,weight_bytes,num_reused_tokens,num_evictions,"
+                             "num_proposed_tokens,num_accepted_tokens,draft_ms")   # the last three: speculation's
+    (tmp_path / "steps.csv").write_text("\n".join(l.rsplit(",", 8)[0] for l in lines) + "\n")
     run = read_run(tmp_path)
     assert run.steps and all(s.worker == "" and s.experts_touched == s.weight_bytes == 0 for s in run.steps)
     assert all(s.num_reused_tokens == s.num_evictions == 0 for s in run.steps)
+    assert all(s.num_proposed_tokens == s.num_accepted_tokens == 0 and not s.is_verification for s in run.steps)
 
 
 def test_a_run_from_before_prefix_caching_still_reads(tmp_path):
@@ -130,3 +132,16 @@ def test_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch)
         write_files(tmp_path, {"summary.csv": "new"})
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.csv"]
+
+
+def test_speculation_columns_round_trip(tmp_path):
+    run = sample_run()
+    run.steps[0].num_proposed_tokens, run.steps[0].num_accepted_tokens, run.steps[0].draft_ms = 4, 3, 1.5
+    run.requests[0].spec_proposed, run.requests[0].spec_accepted = "4 4 2", "3 0 2"
+    write_run(tmp_path, run)
+    back = read_run(tmp_path)
+    assert (back.steps[0].num_proposed_tokens, back.steps[0].num_accepted_tokens, back.steps[0].draft_ms) == (4, 3, 1.5)
+    assert back.steps[0].is_verification
+    assert back.requests[0].acceptance_lengths == [(4, 3), (4, 0), (2, 2)]
+    step = next(e for e in chrome_trace(back)["traceEvents"] if e.get("args", {}).get("step") == back.steps[0].step)
+    assert step["name"].endswith("(verify)") and (step["args"]["proposed"], step["args"]["accepted"]) == (4, 3)

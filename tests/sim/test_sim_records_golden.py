@@ -79,7 +79,9 @@ def stand_in_price(runner, out) -> float:
 
 # Columns added after the golden was written, with the value they hold where the feature is unused: left
 # out of a row while they hold it, so the golden still holds the rest (a conversation's run would move it).
-LATER_COLUMNS = {"conversation_id": -1, "turn": 0, "first_chunk_ms": None, "first_chunk": ""}
+LATER_COLUMNS = {"conversation_id": -1, "turn": 0, "first_chunk_ms": None, "first_chunk": "",
+                 "spec_proposed": "", "spec_accepted": "",   # speculative decoding's, requests and steps
+                 "num_proposed_tokens": 0, "num_accepted_tokens": 0, "draft_ms": 0.0}
 
 
 def digest(finished) -> dict:
