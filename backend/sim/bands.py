@@ -78,8 +78,9 @@ def conformal_edges(residuals: list[float], level: float) -> tuple[float, float]
     """The split-conformal interval of `residuals` at `level` (None: too few for both order statistics)."""
     n = len(residuals)
     ordered = sorted(residuals)
-    lower = math.floor((n + 1) * (1 - level) / 2)
-    upper = math.ceil((n + 1) * (1 + level) / 2)
+    # rounded before floor and ceil: (1 - 0.8) / 2 x 20 is 1.9999999999999996 in floating point, not 2
+    lower = math.floor(round((n + 1) * (1 - level) / 2, 9))
+    upper = math.ceil(round((n + 1) * (1 + level) / 2, 9))
     if lower < 1 or upper > n:
         return None
     return ordered[lower - 1], ordered[upper - 1]
