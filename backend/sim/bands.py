@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import csv
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -32,6 +34,24 @@ from profiles import HERE as PROFILES
 TABLE = PROFILES / "bands.csv"
 DEFAULT_LEVEL = 0.8
 COLUMNS = ("figure", "metric", "regimes", "measured", "predicted", "residual")
+
+
+# the level a simulated run's bands are made at: 80%, except inside `at_level` (the planner's --confidence reaches
+# the runs it makes, in its worker processes too, without a run setting a user's own runs would never change)
+_LEVEL: ContextVar[float] = ContextVar("band_level", default=DEFAULT_LEVEL)
+
+
+@contextmanager
+def at_level(level: float):
+    token = _LEVEL.set(level)
+    try:
+        yield
+    finally:
+        _LEVEL.reset(token)
+
+
+def current_level() -> float:
+    return _LEVEL.get()
 
 
 class Regime(Enum):
@@ -190,27 +210,61 @@ def decode_regime(summary: Summary) -> Regime:
     return Regime.BATCH1_DECODE if steps and tokens / steps <= BATCH1 else Regime.BATCHED_DECODE
 
 
-def summary_bands(summary: Summary, setup: tuple[Regime, ...], level: float = DEFAULT_LEVEL,
-                  table: BandTable | None = None) -> dict:
-    """The flat figures that give `summary` its bands (merge them in: Summary.merged): every banded figure's
-    {name}_low and {name}_high, band_level and band_regimes. `setup`: setup_regimes of the deployment."""
-    table = table or shipped()
+def phase_edges(summary: Summary, setup: tuple[Regime, ...], level: float | None = None,
+                table: BandTable | None = None) -> dict[str, Edges]:
+    """The time ratios' edges of a run's prefill, decode and throughput figures (setup: setup_regimes)."""
+    table, level = table or shipped(), level or current_level()
     decode = decode_regime(summary)
     throughput = Regime.SATURATION if decode is Regime.BATCHED_DECODE else Regime.BATCH1_DECODE
+    return {label: table.edges((phase, *setup), level)
+            for label, phase in (("prefill", Regime.PREFILL), ("decode", decode), ("throughput", throughput))}
+
+
+FAMILIES = {"prefill": (PREFILL_TIMES, PREFILL_RATES), "decode": (DECODE_TIMES, DECODE_RATES),
+            "throughput": (THROUGHPUT_TIMES, THROUGHPUT_RATES)}
+
+
+def summary_bands(summary: Summary, setup: tuple[Regime, ...], level: float | None = None,
+                  table: BandTable | None = None, requests=None) -> dict:
+    """The flat figures that give `summary` its bands (merge them in: Summary.merged): every banded figure's
+    {name}_low and {name}_high, band_level and band_regimes. `setup`: setup_regimes of the deployment.
+    With the run's request records and SLOs, the SLO attainment and goodput get theirs (attainment_band)."""
+    level = level or current_level()
+    edges = phase_edges(summary, setup, level, table)
     out: dict = {}
-    words = []
-    for label, phase, times, rates in (("prefill", Regime.PREFILL, PREFILL_TIMES, PREFILL_RATES),
-                                       ("decode", decode, DECODE_TIMES, DECODE_RATES),
-                                       ("throughput", throughput, THROUGHPUT_TIMES, THROUGHPUT_RATES)):
-        edges = table.edges((phase, *setup), level)
-        words.append(f"{label}: {', '.join(r.value for r in edges.regimes)}")
-        for names, of in ((times, edges.of_time), (rates, edges.of_rate)):
+    for label, (times, rates) in FAMILIES.items():
+        for names, of in ((times, edges[label].of_time), (rates, edges[label].of_rate)):
             for name in names:
                 value = getattr(summary, name)
                 if value is None or not math.isfinite(value):
                     continue
                 band = of(value)
                 out[f"{name}_low"], out[f"{name}_high"] = band.low, band.high
+    if requests is not None and summary.slo_attainment is not None:
+        out.update(attainment_band(requests, summary, edges["prefill"], edges["decode"]))
     out["band_level"] = level
-    out["band_regimes"] = "; ".join(words)
+    out["band_regimes"] = "; ".join(f"{label}: {', '.join(r.value for r in e.regimes)}" for label, e in edges.items())
+    return out
+
+
+def attainment_band(requests, summary: Summary, prefill: Edges, decode: Edges) -> dict:
+    """The SLO attainment and goodput were every request's TTFT and TPOT at their band's edges: the low edge
+    (pessimistic) with each time at its high ratio, the high edge at its low one. First order: each request's
+    times scaled as they are, the queueing a slower step would add on top not simulated again."""
+    from backend.records import RequestStatus
+    from backend.results.summary import _meets
+    finished = [r for r in requests if r.status is RequestStatus.FINISHED]
+    duration = summary.duration_s or 0.0
+    if not finished or duration <= 0:
+        return {}
+    ttft, tpot = summary.slo_ttft_ms, summary.slo_tpot_ms
+    ttft = None if ttft is None or math.isnan(ttft) else ttft
+    tpot = None if tpot is None or math.isnan(tpot) else tpot
+    out = {}
+    for edge, t_ratio, d_ratio in (("low", prefill.high, decode.high), ("high", prefill.low, decode.low)):
+        # a request meets the SLO at a time ratio e^x when its simulated time is within the SLO over e^x
+        good = sum(_meets(r, None if ttft is None else ttft * math.exp(-t_ratio),
+                          None if tpot is None else tpot * math.exp(-d_ratio)) for r in finished)
+        out[f"slo_attainment_{edge}"] = good / len(finished)
+        out[f"goodput_requests_per_s_{edge}"] = good / duration
     return out

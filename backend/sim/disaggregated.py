@@ -332,7 +332,8 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
         # every simulated figure's band: the TP > 1 regime's errors where either pool splits the model
         from backend.sim import bands
         summary = summary.merged(bands.summary_bands(summary, bands.setup_regimes(
-            getattr(shape, "num_experts", 0) > 0, max(pre.tp, dec.tp), prec.weight_bits)))
+            getattr(shape, "num_experts", 0) > 0, max(pre.tp, dec.tp), prec.weight_bits),
+            requests=recorder.accumulator.requests))
         if price is not None:
             info.priced_on, info.price_source = price
         return recorder.finish(info, sim.stopped, None, summary)

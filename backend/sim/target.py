@@ -127,7 +127,8 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
 
         def figures(summary):   # the cost at the profile's price, then every simulated figure's band (cost's too)
             costs, price = costs_of(summary, profile, layout.devices, layout.devices, devices)
-            return {**costs, **bands.summary_bands(summary.merged(costs), setup)}, price
+            return {**costs, **bands.summary_bands(summary.merged(costs), setup,
+                                                   requests=recorder.accumulator.requests)}, price
 
         return drive(engine, source, recorder, should_stop, info, costs=figures)
 
