@@ -39,3 +39,24 @@ def band_lines(s: Summary) -> list[str]:
     return [f"band     {s.band_level:.0%} interval of each simulated figure, from the simulator's cross-validated "
             f"errors on published figures ({s.band_regimes}); every figure's edges are in summary.csv",
             "         " + ", ".join(parts)]
+
+
+def ratios(s: Summary, name: str) -> tuple[float, float] | None:
+    """The figure's band as ratios to the figure (low / value, high / value): what scales a whole distribution
+    of it (the window's CDF); None where it has no band."""
+    band, value = s.bands.get(name), getattr(s, name, None)
+    if band is None or value is None or not value or not math.isfinite(value):
+        return None
+    return band.low / value, band.high / value
+
+
+# the window's metrics panel: the figures its rows show, with their band
+PANEL = (("ttft_mean_ms", "TTFT mean", " ms", 1), ("ttft_p99_ms", "TTFT p99", " ms", 1),
+         ("tpot_mean_ms", "TPOT mean", " ms", 2), ("tpot_p99_ms", "TPOT p99", " ms", 2),
+         ("output_tokens_per_s", "output tokens/s", "", 0), ("cost_per_m_output_usd", "$/1M output tokens", "", 2),
+         ("slo_attainment", "SLO attainment", "", 2))
+
+
+def panel_parts(s: Summary) -> list[str]:
+    """'TTFT mean 10.1–24.7 ms', ... for the panel's figures that have a band."""
+    return [f"{label} {band_of(s, name, digits)}{unit}" for name, label, unit, digits in PANEL if band_of(s, name, digits)]

@@ -1,0 +1,69 @@
+"""A simulated run's bands in the window: the metrics panel lists each figure's low–high, and the latency CDF
+is shaded between its band's edges; a measured run shows neither."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np
+import pytest
+
+from gui.state.references import ReferenceSet
+from gui.state.run_store import RunStore
+from gui.views.distributions import DistributionsView
+from gui.views.metrics import MetricsPanel
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    from backend.config import ModelChoice, RunConfig
+    from backend.session import execute
+    from backend.workload.spec import LengthDist, WorkloadSpec
+    spec = WorkloadSpec(name="t", num_requests=30, arrival="poisson", rate=6.0, prompt_len=LengthDist("fixed", 200),
+                        output_len=LengthDist("fixed", 24), seed=0)
+    config = RunConfig(mode="load", simulate=True, profile="h100-sxm", model=ModelChoice("llama-8b"), workload=spec)
+    return execute(config, lambda e: None, lambda: False).data
+
+
+def store_of(run) -> RunStore:
+    store = RunStore()
+    store.load(run)
+    return store
+
+
+def test_the_metrics_panel_lists_each_figures_band(qtbot, simulated):
+    panel = MetricsPanel(store_of(simulated))
+    qtbot.addWidget(panel)
+    panel.refresh()
+    text = panel.band_label.text()
+    assert not panel.band_label.isHidden() and "80% band" in text
+    band = simulated.summary.bands["ttft_mean_ms"]
+    assert f"TTFT mean {band.low:,.1f}–{band.high:,.1f} ms" in text
+    measured = MetricsPanel(store_of(replace(simulated, summary=replace(simulated.summary, bands={}, band_level=None))))
+    qtbot.addWidget(measured)
+    measured.refresh()
+    assert measured.band_label.isHidden()
+
+
+@pytest.mark.parametrize("metric", ["ttft", "tpot", "itl"])
+def test_the_cdf_is_shaded_between_the_bands_edges(qtbot, simulated, metric):
+    view = DistributionsView(store_of(simulated), ReferenceSet())
+    qtbot.addWidget(view)
+    view.set_metric(metric)
+    view.refresh()
+    x, _ = view.current.getData()
+    low, high = (edge.getData()[0] for edge in view.band_edges)
+    s = simulated.summary
+    band, p50 = s.bands[f"{metric}_p50_ms"], getattr(s, f"{metric}_p50_ms")
+    assert len(x) and np.allclose(low, x * band.low / p50) and np.allclose(high, x * band.high / p50)
+    assert (low < x).all() and (high > x).all()
+
+
+def test_a_measured_run_has_no_shading(qtbot, simulated):
+    measured = replace(simulated, summary=replace(simulated.summary, bands={}, band_level=None))
+    view = DistributionsView(store_of(measured), ReferenceSet())
+    qtbot.addWidget(view)
+    view.refresh()
+    assert all(len(edge.getData()[0] if edge.getData()[0] is not None else []) == 0 for edge in view.band_edges)
