@@ -101,3 +101,23 @@ def test_the_cli_band_lines():
     lines = band_lines(s)
     assert "80%" in lines[0] and "decode: all" in lines[0] and "TPOT p50 7.50–15.25 ms" in lines[1]
     assert band_lines(Summary(tpot_p50_ms=10.0)) == []   # a measured run: no band line
+
+
+def test_the_slo_attainment_at_the_edges_counts_each_request_at_its_times_edges():
+    from backend.config import ModelChoice, RunConfig
+    from backend.session import execute
+    from backend.workload.spec import LengthDist, WorkloadSpec
+    spec = WorkloadSpec(name="t", num_requests=60, arrival="poisson", rate=10.0, prompt_len=LengthDist("fixed", 512),
+                        output_len=LengthDist("fixed", 32), seed=0)
+    config = RunConfig(mode="load", simulate=True, profile="h100-sxm", model=ModelChoice("llama-8b"), workload=spec,
+                       slo_ttft_ms=40.0, slo_tpot_ms=12.0)
+    finished = execute(config, lambda e: None, lambda: False)
+    s, requests = finished.summary, finished.data.requests
+    band = s.bands["slo_attainment"]
+    assert band.low <= s.slo_attainment <= band.high and band.low < band.high   # objectives near the figures
+    t_high = s.bands["ttft_p50_ms"].high / s.ttft_p50_ms
+    d_high = s.bands["tpot_p50_ms"].high / s.tpot_p50_ms
+    done = [r for r in requests if r.status.value == "finished"]
+    recount = sum(r.ttft_ms * t_high <= 40.0 and (r.tpot_ms is None or r.tpot_ms * d_high <= 12.0) for r in done)
+    assert band.low == pytest.approx(recount / len(done))
+    assert s.bands["goodput_requests_per_s"].low == pytest.approx(recount / s.duration_s)
