@@ -2,6 +2,7 @@
 is shaded between its band's edges; a measured run shows neither."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -67,3 +68,30 @@ def test_a_measured_run_has_no_shading(qtbot, simulated):
     qtbot.addWidget(view)
     view.refresh()
     assert all(len(edge.getData()[0] if edge.getData()[0] is not None else []) == 0 for edge in view.band_edges)
+
+
+def test_a_simulated_load_sweeps_points_carry_their_band_and_the_front_is_shaded(qtbot, simulated):
+    from backend.config import SweepKind
+    from backend.sweeps.load import mark_front, point_from_summary
+    from gui.views.load_sweep import LoadSweepView
+    s = simulated.summary
+    points = [point_from_summary(SweepKind.RATE, x, s, num_devices=n) for x, n in ((2.0, 1), (4.0, 2))]
+    p = points[0]
+    assert p.per_device_low < p.tokens_per_s_per_device < p.per_device_high
+    assert p.per_user_low < p.tokens_per_s_per_user < p.per_user_high
+    assert p.per_user_low == pytest.approx(1000.0 / s.bands["tpot_p50_ms"].high)
+    mark_front(points)
+    store = RunStore()
+    store.load_points = points
+    view = LoadSweepView(store)
+    qtbot.addWidget(view)
+    view.refresh()
+    assert view.banded == 2 and "shaded: the simulated front" in "\n".join(view.notes())
+    low_x, low_y = view.band_edges[0].getData()
+    assert list(low_x) == [q.per_user_low for q in points if q.pareto]
+    measured = [point_from_summary(SweepKind.RATE, 2.0, replace(s, bands={}))]
+    assert math.isnan(measured[0].per_device_low)
+    store.load_points = measured
+    store.generation += 1
+    view.refresh()
+    assert view.banded == 0 and "shaded" not in "\n".join(view.notes())
