@@ -268,3 +268,15 @@ def attainment_band(requests, summary: Summary, prefill: Edges, decode: Edges) -
         out[f"slo_attainment_{edge}"] = good / len(finished)
         out[f"goodput_requests_per_s_{edge}"] = good / duration
     return out
+
+
+def info_setup(info, shape=None) -> tuple[Regime, ...]:
+    """setup_regimes of a recorded run (run.json's info, backend.run_info.RunInfo) and its model's shape."""
+    tp = info.replicas.tp if info.replicas is not None else 1
+    return setup_regimes(getattr(shape, "num_experts", 0) > 0, tp, info.weight_bits or 16)
+
+
+def step_edges(is_batch_sweep: bool, x: int, setup: tuple[Regime, ...], level: float | None = None) -> Edges:
+    """A simulated batch (decode steps of x requests) or prompt (a prefill of x tokens) sweep point's edges."""
+    phase = (Regime.BATCH1_DECODE if x <= 1 else Regime.BATCHED_DECODE) if is_batch_sweep else Regime.PREFILL
+    return shipped().edges((phase, *setup), level or current_level())

@@ -95,3 +95,26 @@ def test_a_simulated_load_sweeps_points_carry_their_band_and_the_front_is_shaded
     store.generation += 1
     view.refresh()
     assert view.banded == 0 and "shaded" not in "\n".join(view.notes())
+
+
+def test_a_simulated_batch_sweep_is_shaded_between_its_points_band_edges(qtbot, tmp_path):
+    from backend.cli.main import main
+    from backend.results.export import read_run
+    from backend.sim import bands
+    from backend.sweeps.points import read_points
+    from gui.views.throughput import ThroughputView
+    assert main(["sweep", "batch", "--simulate", "--profile", "h100-sxm", "--model", "llama-3.1-70b", "--dtype", "fp8",
+                 "--tp", "2", "--batches", "1,8", "--out", str(tmp_path)]) == 0
+    run = read_run(tmp_path)
+    store = RunStore()
+    store.load(run, sweep=read_points(tmp_path)[1])
+    view = ThroughputView(store)
+    qtbot.addWidget(view)
+    view.refresh()
+    assert "shaded: the simulated points' 80% band" in view.note.text()
+    low = 10 ** np.asarray(view.band_edges[0].getData()[1])   # the plot's y is log10
+    setup = (bands.Regime.TP, bands.Regime.LOW_PRECISION)
+    points = store.sweep_points
+    expected = [p.tokens_per_s * math.exp(-bands.step_edges(True, p.x, setup).high) for p in points]
+    assert np.allclose(low, expected)
+    assert bands.step_edges(True, 1, setup).regimes != bands.step_edges(False, 1, setup).regimes   # decode, prefill
