@@ -121,3 +121,18 @@ def test_the_slo_attainment_at_the_edges_counts_each_request_at_its_times_edges(
     recount = sum(r.ttft_ms * t_high <= 40.0 and (r.tpot_ms is None or r.tpot_ms * d_high <= 12.0) for r in done)
     assert band.low == pytest.approx(recount / len(done))
     assert s.bands["goodput_requests_per_s"].low == pytest.approx(recount / s.duration_s)
+
+
+def test_a_simulated_disaggregated_run_takes_the_tp_regime_of_its_wider_pool():
+    from backend.config import Deployment, EngineConfig, ModelChoice, RunConfig
+    from backend.session import execute
+    from backend.workload.spec import LengthDist, WorkloadSpec
+    spec = WorkloadSpec(name="t", num_requests=30, arrival="poisson", rate=4.0, prompt_len=LengthDist("fixed", 1024),
+                        output_len=LengthDist("fixed", 64), seed=0)
+    config = RunConfig(mode="load", simulate=True, profile="h200-sxm", model=ModelChoice("llama-3.1-70b", dtype="fp8"),
+                       workload=spec, engine=EngineConfig(policy="disaggregated", max_batch=32, prefill_workers=1,
+                                                          decode_workers=1),
+                       deployment=Deployment(tp=2, prefill_tp=2, decode_tp=2))
+    s = execute(config, lambda e: None, lambda: False).summary
+    assert s.band_level == bands.DEFAULT_LEVEL and "tp>1" in s.band_regimes
+    assert s.bands["ttft_p50_ms"].low < s.ttft_p50_ms < s.bands["ttft_p50_ms"].high
