@@ -23,6 +23,7 @@ class SweepKind(StrEnum):
     RATE = "rate"                 # one load run at each arrival rate
     CONCURRENCY = "concurrency"   # one closed-loop load run at each number of users
     PD_RATIO = "pd-ratio"         # one simulated disaggregated load run at each prefill:decode split
+    DEPTH = "depth"               # prefill and decode tokens/s at each context depth (llama-bench's -d), any target
 
     @property
     def run_kind(self) -> RunKind:
@@ -44,6 +45,7 @@ class RunKind(StrEnum):
     SWEEP_RATE = "sweep-rate"
     SWEEP_CONCURRENCY = "sweep-concurrency"
     SWEEP_PD_RATIO = "sweep-pd-ratio"
+    SWEEP_DEPTH = "sweep-depth"
 
     @classmethod
     def parse(cls, value) -> RunKind:
@@ -167,7 +169,8 @@ class SweepSpec:
     context: int = 512                                    # batch sweep: tokens each request attends to
     steps: int = 8                                        # timed steps (or prefills) per point
     warmup: int = 2
-    # precision sweep (backend/sweeps/steps.py): B prompts of prompt_len, output_len decode steps
+    # precision sweep (backend/sweeps/steps.py): B prompts of prompt_len, output_len decode steps;
+    # depth sweep (backend/sweeps/depth.py): prompt_len tokens prefilled and output_len decoded at each depth
     dtypes: list[str] = field(default_factory=lambda: list(PRECISION_DEFAULT))
     prompt_len: int = 512
     output_len: int = 64
@@ -177,6 +180,8 @@ class SweepSpec:
     concurrencies: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     # pd-ratio (backend/sweeps/pd_ratio.py): every prefill:decode split of this many simulated devices
     total_devices: int = 8
+    # depth (backend/sweeps/depth.py): tokens already in the context when the timed prefill and decode run
+    depths: list[int] = field(default_factory=lambda: [0, 4096, 16384])
 
     def __post_init__(self) -> None:
         try:

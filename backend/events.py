@@ -82,6 +82,13 @@ class RequestsArrived:
     prompt_tokens: list[int]
 
 
+# a KvMap cell's owner when no request holds it (a request's id otherwise): defined here, with the event,
+# so a run folder's reader (backend/results/kv_file.py) needs no engine module
+KV_CACHED_FREE = -1   # a block no request holds, with a prefix a later request can reuse
+KV_FREE = -2          # a block holding nothing
+KV_RESERVED = -3      # slots: a cell of a request's slot that it has not written
+
+
 @dataclass(slots=True)
 class KvMap:
     """A snapshot of the KV cache, block by block (backend/engine/kv_watch.py takes it a few times a second
@@ -198,6 +205,23 @@ class PDPoint:
     @property
     def split(self) -> str:
         return f"{self.prefill_devices}P:{self.decode_devices}D"
+
+
+@dataclass(slots=True)
+class DepthPoint:
+    """One context depth of a `sweep depth` (backend/sweeps/depth.py): llama-bench's pp and tg at depth d."""
+
+    depth: int                      # tokens already in the context (after the request's unique prefix)
+    prompt_len: int                 # pp: the tokens whose prefill is timed at that depth
+    output_len: int                 # tg: the decode steps timed at that depth
+    num_measured: int               # repetitions that finished (each a pair of requests)
+    prefill_tokens_per_s: float     # prompt_len / prefill_ms; NaN when the difference was not positive
+    decode_tokens_per_s: float      # median over repetitions of decode tokens / their time
+    prefill_ms: float               # median over pairs of TTFT(depth + pp) - TTFT(depth)
+    ttft_ms: float                  # median TTFT of the request of depth tokens (the decode request)
+    ttft_with_prompt_ms: float      # median TTFT of the request of depth + pp tokens
+    tpot_ms: float                  # median over repetitions of the decode request's time per output token
+    cached_tokens: int | None = None   # prompt tokens its requests said came from a cache (None: none said)
 
 
 @dataclass(slots=True)

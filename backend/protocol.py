@@ -235,7 +235,7 @@ class Done:
 @dataclass(slots=True)
 class Init:
     op: ClassVar[Op] = Op.INIT
-    spec: object      # backend.targets.disaggregated.worker.WorkerSpec
+    spec: object      # backend.targets.disaggregated.worker_base.WorkerSpec
 
 
 @dataclass(slots=True)
@@ -281,6 +281,7 @@ class KVHandoff:
     prefill_worker: str
     buffer: int | None
     block: object     # backend.engine.kv_transfer.KVBlock
+    cached_tokens: int = 0   # of the block's tokens, those the prefill worker's prefix cache held (not computed)
 
 
 @dataclass(slots=True)
@@ -377,7 +378,7 @@ class ClientRecords:
     op: ClassVar[Op] = Op.CLIENT_RECORDS
     sent: list[list]            # [request id, sent ms]
     requests: list[RequestRow]
-    tokens: list[list]          # [request id, token index, ms]
+    tokens: list[list]          # [request id, token index, ms, the chunk's characters when the server sent no count]
     text: dict[int, str]        # request id -> text since the last
 
 

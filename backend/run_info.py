@@ -105,10 +105,11 @@ class ReplicasInfo:
 class SweepInfo:
     """A sweep's folder: its kind and its points."""
 
-    sweep_kind: str | None = None         # batch, prompt, precision, rate, concurrency, pd-ratio
+    sweep_kind: str | None = None         # batch, prompt, precision, rate, concurrency, pd-ratio, depth
     points: list[str] | None = None       # the points' sub-folders, in order
     dtypes: list[str] | None = None       # precision: every precision run, in order
     local_profile: str | None = None      # the profile of the machine that measured it
+    nonce_seed: int | None = None         # depth: what drew each request's unique start (backend/sweeps/depth.py)
 
 
 @dataclass(slots=True)

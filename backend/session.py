@@ -9,7 +9,8 @@ Two tables say who runs what. RUNNERS maps each RunKind to what builds its targe
 `load` go to one target; a batch-size, prompt-length or precision sweep (`sweeps.steps`) runs a
 few `run`s a point, a rate or concurrency sweep (`sweeps.load`) one `load` a point, each through
 the target that runs it; `sweep pd-ratio` (`sweeps.pd_ratio`) one simulated disaggregated `load`
-a split. TARGETS maps each TargetKind (`target_kind` picks it from the settings) to its target:
+a split; `sweep depth` (`sweeps.depth`) pairs of requests at each context depth, straight to a
+server or each a `run` through the engine. TARGETS maps each TargetKind (`target_kind` picks it from the settings) to its target:
 the local engine (`targets.local`), the simulator (`sim.target`: the real scheduler, each
 step priced on `config.profile` by a cost model, on a virtual clock), a remote OpenAI-compatible
 server (`targets.remote`), prefill and decode engine processes (`targets.disaggregated`) or
@@ -38,6 +39,7 @@ from backend.run_info import RunInfo
 from backend.results.export import ensure_writable
 from backend.results.repeats import repeat_figures, repeat_folder, summarize_repeats, write_repeats
 from backend.roofline.profiles import find_profile
+from backend.sweeps.depth import run_depth_sweep
 from backend.sweeps.load import run_load_sweep
 from backend.sweeps.pd_ratio import run_pd_ratio_sweep
 from backend.sweeps.steps import run_step_sweep
@@ -168,6 +170,15 @@ def pd_ratio_sweep(config: RunConfig, models: ModelCache, retain_records: bool) 
     return partial(run_pd_ratio_sweep, target=inner)
 
 
+def depth_sweep(config: RunConfig, models: ModelCache, retain_records: bool) -> Target:
+    """A context-depth sweep: pairs of requests straight to the server, or each request a `run` through
+    the engine (or the simulator) that runs one."""
+    if config.endpoint is not None:
+        return run_depth_sweep
+    inner = one_run(replace(config, mode=RunKind.BATCH, sweep=None, repeats=1), models, retain_records=True)
+    return partial(run_depth_sweep, target=inner)
+
+
 Runner = Callable[[RunConfig, ModelCache, bool], Target]
 # each kind of run with what builds its target from (config, models, retain_records)
 RUNNERS: dict[RunKind, Runner] = {
@@ -179,6 +190,7 @@ RUNNERS: dict[RunKind, Runner] = {
     RunKind.SWEEP_RATE: load_sweep,
     RunKind.SWEEP_CONCURRENCY: load_sweep,
     RunKind.SWEEP_PD_RATIO: pd_ratio_sweep,
+    RunKind.SWEEP_DEPTH: depth_sweep,
 }
 
 

@@ -238,7 +238,7 @@ class Summary:
     slo_attainment: float | None = None
     goodput_requests_per_s: float | None = None
     # a sweep's folder (backend.sweeps)
-    kind: str | None = None               # batch, prompt, precision, rate, concurrency, pd-ratio
+    kind: str | None = None               # batch, prompt, precision, rate, concurrency, pd-ratio, depth
     num_points: int | None = None
     note: str | None = None               # why it stopped early, what it skipped
     simulated: bool | None = None

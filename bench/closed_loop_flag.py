@@ -39,6 +39,7 @@ def closed_loop(server: Server, streams: int, requests: int, output_len: int) ->
     return {"itl_p50": s.itl_p50_ms, "itl_p99": s.itl_p99_ms, "ttft_p50": s.ttft_p50_ms, **truth(server.log()),
             "late_p99": s.client_dispatch_late_p99_ms, "refill_p99": s.client_refill_wait_p99_ms or 0.0,
             "lag_p99": s.client_loop_lag_p99_ms, "share": s.client_cpu_share_max, "limited": bool(s.client_limited),
+            "clumped": float("nan") if s.client_clumped_share is None else s.client_clumped_share,
             "reasons": finished.data.info.remote.client["reasons"],
             "cpu_ms_per_req": 1000 * (s.client_cpu_s + s.client_coordinator_cpu_s) / max(1, s.num_finished)}
 
@@ -47,7 +48,8 @@ def fmt(tick: float, streams: int, r: dict) -> str:
     flag = "no" if not r["limited"] else "**yes**: " + "; ".join(x.split(" (")[0].split(":")[0] for x in r["reasons"])
     return (f"| {tick:g} | {streams} | {r['itl_p50']:.3f} / {r['gap_p50']:.3f} | {r['itl_p99']:.2f} / {r['gap_p99']:.2f} | "
             f"{r['ttft_p50']:.2f} / {r['srv_ttft_p50']:.2f} | {'yes' if exact(r) else 'no'} | {r['late_p99']:.2f} | "
-            f"{r['refill_p99']:.2f} | {r['lag_p99']:.2f} | {100 * r['share']:.0f}% | {r['cpu_ms_per_req']:.2f} | "
+            f"{r['refill_p99']:.2f} | {r['lag_p99']:.2f} | {100 * r['clumped']:.0f}% | {100 * r['share']:.0f}% | "
+            f"{r['cpu_ms_per_req']:.2f} | "
             f"{flag} |")
 
 
@@ -78,10 +80,13 @@ def main() -> int:
              "answers. Client / true; exact as in bench.remote_client (ITL p50 within 0.2 ms, p99 within 2x, TTFT "
              "p50 within 5 ms). The send lag counts from when a request could have gone out: a closed loop's next "
              "request from the later of its user being free and the request reaching the worker; the refill wait "
-             "is the time between those two, the loop's own round trip (the old measure counted it as lag).", "",
+             "is the time between those two, the loop's own round trip (the old measure counted it as lag). The flag "
+             "(backend.targets.remote.honesty): send lag p99 more than 5 ms beyond the loop lag p99 (a request waits "
+             "on a timer, so it goes out as late as the loop wakes); loop lag p99 over 1 ms with more than 25% of "
+             "tokens clumped, or longer than both the run's ITL p50 and 5 ms; a worker over 90% of a core.", "",
              "| tick ms | streams | ITL p50 ms | ITL p99 ms | TTFT p50 ms | exact | send lag p99 ms | refill wait p99 ms | "
-             "loop lag p99 ms | busiest worker | CPU ms per request | flagged |",
-             "|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+             "loop lag p99 ms | clumped | busiest worker | CPU ms per request | flagged |",
+             "|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     lines += [fmt(tick, n, r) for tick, n, r in rows]
     disagree = [f"{tick:g} ms, {n} streams ({'exact yet flagged' if r['limited'] else 'NOT exact and not flagged'})"
                 for tick, n, r in rows if r["limited"] == exact(r)]

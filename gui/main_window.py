@@ -35,6 +35,7 @@ from gui.views.distributions import DistributionsView
 from gui.views.kv_map import KvMapView
 from gui.views.lanes import LanesView
 from gui.views.server_metrics import ServerMetricsView
+from gui.views.depth_sweep import DepthSweepView
 from gui.views.load_sweep import LoadSweepView
 from gui.views.metrics import MetricsPanel
 from gui.views.precision import PrecisionView
@@ -59,6 +60,7 @@ NUMBERS_EVERY = 3        # the table and the metrics panel every third tick whil
 PAINT_SHARE = 0.5        # of a core, for the window's thread while a run goes; past it the repaints slow down
 REPAINT_MAX_MS = 250     # ... to at most 4 a second
 AXIS_WIDTH = 64          # the strip and the lanes share a time axis: equal left axes keep them aligned
+RIGHT_AXIS_WIDTH = 44    # ... and equal right ones: the strip's KV lines' scale (gui/views/kv_overlay.py), the others' empty
 SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); its plot comes forward when it finishes"
 LIVE_TAB = "Live: steps and lanes"
 PRECISION_TAB, DISTRIBUTIONS_TAB, LOAD_SWEEP_TAB = "Precision", "Latency CDF", "Load sweep"
@@ -67,7 +69,10 @@ KV_TITLE = "The KV cache block by block: who holds each block, what stays cached
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
 LOAD_SWEEP_TITLE = "Load sweep: a load run at each point"
+DEPTH_TAB = "Depth"
+DEPTH_TITLE = "Depth sweep: prefill and decode tokens/s at each context depth"
 LOAD_SWEEP_MESSAGE = "A load sweep runs the workload once per point; its plot comes forward when it finishes"
+DEPTH_MESSAGE = "A depth sweep times pairs of requests at each context depth; its plot comes forward when it finishes"
 REMOTE_MESSAGE = ("engine steps are not visible for a remote server — "
                   "its lanes and metrics come from the client's clock")
 TITLE = "phasescope — prefill and decode, step by step"
@@ -187,9 +192,16 @@ class MainWindow(QtWidgets.QMainWindow):
         self.server_view.setXLink(self.timeline)
         self.server_view.getPlotItem().getAxis("left").setWidth(AXIS_WIDTH)
         self.server_view.hide()
+        for plot in (self.timeline, self.lanes, self.worker_strip, self.server_view):
+            item = plot.getPlotItem()
+            item.showAxis("right")
+            item.getAxis("right").setWidth(RIGHT_AXIS_WIDTH)
+            if plot is not self.timeline:
+                item.getAxis("right").setStyle(showValues=False)
         self.throughput = ThroughputView(self.store)
         self.precision = PrecisionView(self.store)
         self.load_sweep = LoadSweepView(self.store)   # rate, concurrency and prefill:decode split sweeps
+        self.depth_sweep = DepthSweepView(self.store)
         self.table = RequestsTable(self.store)
         self.text = GeneratedText(self.store)
         self.metrics = MetricsPanel(self.store)
@@ -199,7 +211,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.precision.set_references(self.references)
         self.metrics.set_references(self.references)
         self.current_plot: pg.PlotWidget = self.timeline
-        for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep,
+        for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep, self.depth_sweep,
                      self.distributions.plot):
             plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
         self.lanes.requestClicked.connect(self.select_request)
@@ -231,7 +243,7 @@ class MainWindow(QtWidgets.QMainWindow):
         layout.setContentsMargins(4, 2, 4, 2)
         layout.addLayout(header)
         layout.addWidget(splitter, 1)
-        set_minimum_heights(self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep,
+        set_minimum_heights(self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep, self.depth_sweep,
                             self.distributions.plot)
         # the central area: one picture at a time, each with all the room (gui/layout.py says why)
         self.view_tabs = ViewTabs()
@@ -243,6 +255,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(plot_page(self.precision), PRECISION_TAB, PRECISION_TITLE)
         self.view_tabs.add_view(self.distributions, DISTRIBUTIONS_TAB, DISTRIBUTIONS_TITLE)
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
+        self.view_tabs.add_view(plot_page(self.depth_sweep), DEPTH_TAB, DEPTH_TITLE)
         self.view_tabs.add_view(self.kv_view, KV_TAB, KV_TITLE)
         self.setCentralWidget(self.view_tabs)
         self.calibration_offer = CalibrationOffer()   # placed with the menus (_build_actions)
@@ -269,6 +282,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.notes.add_notes(self.precision.parentWidget(), self.precision.note)
         self.notes.add_notes(self.distributions, NotesPanel.fixed(DISTRIBUTIONS_NOTE))
         self.notes.add_notes(self.load_sweep.parentWidget(), self.load_sweep.note)
+        self.notes.add_notes(self.depth_sweep.parentWidget(), self.depth_sweep.note)
         self.notes.add_notes(self.kv_view, self.kv_view.note)
         self.notes_dock = self._dock("About this view", self.notes, "notesDock")
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
@@ -327,7 +341,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._action(learn_menu, "The &tour: the seed's claims, measured here…", self.tools.open_tour,
                      name="tourAction")
         view_menu = bar.addMenu("&View")
-        for i in range(self.view_tabs.count()):   # Ctrl+1 ... Ctrl+6: the central views
+        for i in range(self.view_tabs.count()):   # Ctrl+1 ... Ctrl+7: the central views
             page = self.view_tabs.widget(i)
             self._action(view_menu, self.view_tabs.tabText(i), lambda _=False, p=page: self.view_tabs.show_view(p),
                          f"Ctrl+{i + 1}")
@@ -383,7 +397,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.rename(self.throughput_page, self._throughput_title)
         one_bar_a_point = mode in (RunKind.SWEEP_BATCH, RunKind.SWEEP_PROMPT)   # a precision sweep: every timed step
         message = REMOTE_MESSAGE if self.store.remote else SWEEP_MESSAGE if one_bar_a_point else \
-            LOAD_SWEEP_MESSAGE if mode in LOAD_SWEEPS else ""
+            LOAD_SWEEP_MESSAGE if mode in LOAD_SWEEPS else DEPTH_MESSAGE if mode == RunKind.SWEEP_DEPTH else ""
         self.timeline.set_empty_message(message)
         self.lanes.set_remote(self.store.remote)
 
@@ -393,6 +407,8 @@ class MainWindow(QtWidgets.QMainWindow):
             return self.precision
         if mode in LOAD_SWEEPS:
             return self.load_sweep
+        if mode == RunKind.SWEEP_DEPTH:
+            return self.depth_sweep
         if mode is not None and mode.sweep_kind is not None:
             return self.throughput
         return None
@@ -482,7 +498,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._show_worker_strip(bool(self.store.workers))
         self.server_view.setVisible(self.server_view.has_data())
         for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
-                     self.load_sweep, self.text, self.kv_view) + \
+                     self.load_sweep, self.depth_sweep, self.text, self.kv_view) + \
                 self.reference_runs.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()

@@ -29,7 +29,7 @@ from backend.roofline.calibrate import calibrate as measure_device
 from backend.roofline.calibrate import write_profile
 from backend.errors import InputError, RunError, one_line
 from backend.engine.process import EngineProcess
-from backend.events import Progress, RepeatStarted, RequestsArrived, RunFinished, Throttle, coalesce
+from backend.events import KvMap, Progress, RepeatStarted, RequestsArrived, RunFinished, Throttle, coalesce
 from backend.results.export import RunWriter
 from backend.records import RecordBatch, RunData
 
@@ -182,6 +182,11 @@ class RunWorker(QtCore.QObject):
                 self._flush()
             return
         self._flush()
+        if isinstance(item, KvMap) and self._writer is not None:   # the map of the run when it is opened later
+            try:
+                self._writer.add_kv(item)
+            except (OSError, RunError):
+                self.discard_recording()
         if isinstance(item, RepeatStarted) and item.index > 1:
             self._start_recording()   # the last repeat's record only (the window shows one repeat at a time)
         self.event.emit(item)

@@ -24,8 +24,8 @@ from backend.workload.spec import LengthDist, WorkloadSpec
 
 # the words run.json has always recorded as the config's mode, and the `sweep` sub-commands' words
 WORDS = ["batch", "load", "sweep-batch", "sweep-prompt", "sweep-precision", "sweep-rate", "sweep-concurrency",
-         "sweep-pd-ratio"]
-SWEEP_WORDS = ["batch", "prompt", "precision", "rate", "concurrency", "pd-ratio"]
+         "sweep-pd-ratio", "sweep-depth"]
+SWEEP_WORDS = ["batch", "prompt", "precision", "rate", "concurrency", "pd-ratio", "depth"]
 ENDPOINT = RemoteEndpoint("http://127.0.0.1:8000/v1", "served")
 
 
@@ -57,7 +57,7 @@ def test_the_kinds_keep_the_words_that_run_json_and_the_cli_use():
 
 def test_each_sweep_kind_is_one_run_kind_and_back():
     sweeps = [kind for kind in RunKind if kind.sweep_kind is not None]
-    assert sweeps == [*STEP_SWEEPS, *LOAD_SWEEPS]
+    assert sweeps == [*STEP_SWEEPS, *LOAD_SWEEPS, RunKind.SWEEP_DEPTH]   # depth: pairs of requests (sweeps/depth.py)
     assert [kind.sweep_kind for kind in sweeps] == list(SweepKind)
     assert all(axis.run_kind.sweep_kind is axis for axis in SweepKind)
     assert RunKind.BATCH.sweep_kind is None and RunKind.LOAD.sweep_kind is None

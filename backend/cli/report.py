@@ -8,7 +8,7 @@ import time
 
 from backend.config import RunKind
 from backend.events import (
-    LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, Progress, RequestsArrived, RunFinished, SweepPoint)
+    DepthPoint, LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, Progress, RequestsArrived, RunFinished, SweepPoint)
 from backend.precision import from_info
 from backend.records import RecordBatch, RequestStatus
 from backend.summary import Summary, figure
@@ -97,7 +97,7 @@ class LiveProgress:
         elif isinstance(event, ModelLoaded):
             self.loaded = event
             self._last = time.monotonic()   # the first status line comes a second into the run
-        elif isinstance(event, (SweepPoint, PrecisionPoint, LoadPoint, PDPoint)) and self.sweep is not None:
+        elif isinstance(event, (SweepPoint, PrecisionPoint, LoadPoint, PDPoint, DepthPoint)) and self.sweep is not None:
             self.sweep.on_point(event)
         elif isinstance(event, RequestsArrived):
             self.arrived += len(event.request_ids)

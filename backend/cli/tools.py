@@ -59,6 +59,8 @@ def add_tool_parsers(sub, model_flags) -> None:
     c.add_argument("--concurrencies", default="1,2,4,8,16", help="comma-separated numbers of users")
     from backend.cli.pd_ratio import add_pd_ratio_parser
     add_pd_ratio_parser(kinds, model_flags)
+    from backend.cli.depth import add_depth_parser
+    add_depth_parser(kinds, model_flags)
 
 
 def print_profiles() -> int:
@@ -128,6 +130,9 @@ def sweep_config(args) -> RunConfig:
     from backend.config import SweepSpec
     from backend.errors import InputError
     kind = SweepKind(args.kind)
+    if kind is SweepKind.DEPTH:
+        from backend.cli.depth import depth_config
+        return depth_config(args)
     if kind in (SweepKind.RATE, SweepKind.CONCURRENCY, SweepKind.PD_RATIO):
         from backend.cli.load import load_config
         config = load_config(args)
@@ -210,6 +215,10 @@ class SweepPrinter:
         if kind is SweepKind.PD_RATIO:   # a table at the end, with the best split marked
             self.printed = True
             return
+        if kind is SweepKind.DEPTH:
+            from backend.cli.depth import DEPTH_HEADER
+            self.header, self.printed = DEPTH_HEADER, False
+            return
         if kind in (SweepKind.RATE, SweepKind.CONCURRENCY):
             self.header = (f"{'rate/s' if kind is SweepKind.RATE else 'users':>7} {'done':>5} {'tok/s/device':>13} "
                            f"{'tok/s/user':>11} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9} "
@@ -233,6 +242,10 @@ class SweepPrinter:
         if not self.printed:
             print(self.header)
             self.printed = True
+        if self.kind is SweepKind.DEPTH:
+            from backend.cli.depth import depth_row
+            print(depth_row(p), flush=True)
+            return
         if self.kind in (SweepKind.RATE, SweepKind.CONCURRENCY):
             print(f"{p.x:>7g} {p.num_finished:>5} {p.tokens_per_s_per_device:>13,.1f} {p.tokens_per_s_per_user:>11,.1f} "
                   f"{p.ttft_p50_ms:>9,.1f} {p.ttft_p99_ms:>9,.1f} {p.tpot_p50_ms:>9,.2f} {p.tpot_p99_ms:>9,.2f} "
@@ -268,6 +281,10 @@ class SweepPrinter:
             return
         if self.kind in (SweepKind.RATE, SweepKind.CONCURRENCY):
             _finish_load_summary(s, info, config)
+            return
+        if self.kind is SweepKind.DEPTH:
+            from backend.cli.depth import finish_depth
+            finish_depth(finished, config)
             return
         local_profile = info.sweep.local_profile if info.sweep is not None else None
         print(f"\nmodel {info.model} on {info.device_name} ({info.dtype}); "

@@ -4,8 +4,11 @@ What moves is the blocks the prefill filled: for every layer, the ceil(n / block
 that hold the request's first `n` positions (found through its row of the block table), packed as
 one (num_layers, 2, num_kv_heads, num_blocks, block_size, head_dim) hand-off, a whole-block copy on
 each side (index_select into the buffer, index_copy_ out of it) rather than a token-by-token
-gather; the last block's positions past n travel too and are never read. The decode side writes
-them into the blocks its own table gives the request's row, whatever they are. Two transports,
+gather; the last block's positions past n travel too and are never read. With prefix caching the
+row's first blocks may be shared with other requests (a cached prefix): they are read in place like
+the rest, while the request still holds them (the prefill worker packs before its scheduler gives the
+blocks back), so the hand-off carries the whole prompt's KV. The decode side writes them into the
+blocks its own table gives the request's row, whatever they are. Two transports,
 chosen by `--kv-transport`:
 
 - shm: the prefill process packs the block straight into a shared-memory arena (a memfd that

@@ -19,9 +19,9 @@ import numpy as np
 
 from backend.engine.paged_scheduler import CACHED_FREE, FREE, PagedScheduler
 from backend.engine.scheduler import Scheduler
-from backend.events import KvMap
+from backend.events import KV_RESERVED, KvMap
 
-RESERVED = -3        # slots: a cell of a request's slot that it has not written
+RESERVED = KV_RESERVED   # slots: a cell of a request's slot that it has not written
 SNAPSHOT_MS = 250.0  # of the run's clock between snapshots
 MIN_WALL_S = 0.1     # of wall time between snapshots: at most 10 a second reach the window
 STATE_NAMES = {CACHED_FREE: "cached, free", FREE: "free", RESERVED: "reserved, unused"}

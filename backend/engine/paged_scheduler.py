@@ -22,10 +22,11 @@ from __future__ import annotations
 from backend.engine.kv_blocks import BlockPool
 from backend.engine.request import Request, rejection
 from backend.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
+from backend.events import KV_CACHED_FREE, KV_FREE
 from backend.records import RequestStatus
 
-CACHED_FREE = -1   # kv_map: a block no request holds, with a prefix a later request can reuse
-FREE = -2          # kv_map: a block holding nothing
+CACHED_FREE = KV_CACHED_FREE   # kv_map: a block no request holds, with a prefix a later request can reuse
+FREE = KV_FREE                 # kv_map: a block holding nothing
 _DECODING = RequestStatus.DECODING
 _PREFILLING = RequestStatus.PREFILLING
 

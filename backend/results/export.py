@@ -1,7 +1,8 @@
 """Run folders: CSV, run.json and a Chrome trace, written atomically; and the reader for them.
 
 A run folder holds steps.csv, requests.csv, tokens.csv (appended while the run goes, as
-`*.csv.partial`, renamed when it ends), summary.csv, run.json and trace.json.
+`*.csv.partial`, renamed when it ends), summary.csv, run.json and trace.json; and, from a run
+whose engine sent KV maps, kv_map.jsonl (backend/results/kv_file.py), streamed the same way.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from enum import Enum
 from pathlib import Path
 
 from backend.errors import InputError, RunError
+from backend.events import KvMap
 from backend.files import write_files
+from backend.results.kv_file import FILE as KV_FILE, KvFileWriter
 from backend.run_info import RunInfo, TargetKind
 from backend.summary import Summary
 from backend.records import (Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord,
@@ -82,12 +85,17 @@ class RunWriter:
             self._files[name] = f
             self._writers[name] = _Writer(f)
             self._writers[name].writerow(record_fields(cls))
+        self.kv = KvFileWriter(self.folder)
+        self.reused_tokens = self.prompt_tokens = 0   # so far: prompt tokens found cached, and processed (kv_map's hit rate)
 
     def add(self, batch: RecordBatch) -> None:
         if self.error is not None:
             return   # the run is already ending on this error
         try:
             self._writers["steps.csv"].writerows(record_row(r) for r in batch.steps)
+            for s in batch.steps:
+                self.reused_tokens += s.num_reused_tokens
+                self.prompt_tokens += s.num_reused_tokens + s.num_prefill_tokens
             self._writers["tokens.csv"].writerows(record_row(r) for r in batch.tokens)
             self._writers["requests.csv"].writerows(record_row(r) for r in batch.requests)
             if time.monotonic() - self._flushed >= self.FLUSH_S:
@@ -95,10 +103,20 @@ class RunWriter:
         except OSError as exc:
             self._fail(exc)
 
+    def add_kv(self, snap: KvMap) -> None:
+        """A KV map snapshot (the window's map of an opened run), with the prefix hit rate of the steps so far."""
+        if self.error is not None:
+            return
+        try:
+            self.kv.add(snap, self.reused_tokens / self.prompt_tokens if self.prompt_tokens else None)
+        except OSError as exc:
+            self._fail(exc)
+
     def flush(self) -> None:
         try:
             for f in self._files.values():
                 f.flush()
+            self.kv.flush()
         except OSError as exc:
             self._fail(exc)
         self._flushed = time.monotonic()
@@ -110,6 +128,7 @@ class RunWriter:
         try:
             for f in self._files.values():
                 f.close()
+            self.kv.close()
         except OSError as exc:
             self._fail(exc)
         for name in self._files:
@@ -126,6 +145,7 @@ class RunWriter:
                 pass   # a full disk fails the last flush as well; the file is removed all the same
             (self.folder / f"{name}.partial").unlink(missing_ok=True)
         self._files.clear()
+        self.kv.abandon()
 
     def _fail(self, exc: OSError) -> None:
         """A write failed (a full disk): stop writing, remove the partial files, end the run with one line."""
@@ -151,6 +171,8 @@ def write_run(folder: str | os.PathLike, run: RunData, records_from: Path | None
         name: (records_from / name if records_from is not None and name in LONG_FILES
                else _csv_text(record_fields(cls), (record_row(r) for r in records[name])))
         for name, cls in RECORD_FILES.items()}
+    if records_from is not None and (records_from / KV_FILE).is_file():   # the KV maps the run recorded
+        contents[KV_FILE] = records_from / KV_FILE
     write_files(path, {**contents, **_meta_texts(run, records_from), **(extra or {})})
     return path
 

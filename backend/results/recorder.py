@@ -9,7 +9,8 @@ event to `RunRecorder.emit`. Record batches go, in one place:
   - to the caller's emit (the CLI's progress, the window's worker);
   - to a count of steps by phase and tokens (`step_rows`: what the local target names the matrix
     unit of each phase's steps by, results/matmul.py, with no step kept);
-every other event goes straight to emit. `finish` builds the run's RunData and summary, writes
+KV map snapshots also go to the folder (kv_map.jsonl), so a folder opened later shows its cache; every
+other event goes straight to emit. `finish` builds the run's RunData and summary, writes
 the folder's last files and returns the RunFinished. Use it as a context manager: a run that
 ends in an exception leaves no half-written file (RunWriter.abandon).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from backend.config import RunConfig, config_dict
-from backend.events import Emit, RunFinished
+from backend.events import Emit, KvMap, RunFinished
 from backend.records import RecordBatch, RequestRecord, RunData, StepRecord, TokenRecord, new_run_id
 from backend.results.export import RunWriter
 from backend.results.summary import RunAccumulator
@@ -53,6 +54,8 @@ class RunRecorder:
         if isinstance(event, RecordBatch):
             self.add(event)
         else:
+            if isinstance(event, KvMap) and self.writer is not None:
+                self.writer.add_kv(event)
             self._emit(event)
 
     def add(self, batch: RecordBatch) -> None:

@@ -2,8 +2,9 @@
 link between them, every step priced by the simulator's cost model on one virtual timeline.
 
 The same split as the real policy (backend/targets/disaggregated/coordinator.py): a prefill device runs the
-real chunked scheduler over each prompt but its last token; the prompt's KV then crosses the
-link, `--kv-link-us` of latency plus its bytes at `--kv-link-gbs` (a prefill device's hand-offs
+real chunked scheduler over each prompt but its last token (with prefix caching, the default, only what
+its own cache lacks: the step is priced by the tokens it computes); the prompt's whole KV, cached part
+included, then crosses the link, `--kv-link-us` of latency plus its bytes at `--kv-link-gbs` (a prefill device's hand-offs
 go one after another over its link), and lands in the decode device's memory; the decode device
 admits it at its next step boundary (decode_batch.DecodeBatch: whole sequences reserved, never a
 prefill) and its first decode step samples the first token. Requests go to the prefill device
@@ -37,6 +38,7 @@ class _Handoff:
     scheduled_ms: float | None
     prefill_done_ms: float
     kv_bytes: int
+    cached_tokens: int = 0   # prompt tokens the prefill device found in its prefix cache (they still cross the link)
 
 
 @dataclass(slots=True)
@@ -68,7 +70,7 @@ class DisaggregatedSim:
         spec = replace(config.workload, prompt_source="synthetic")   # no tokenizer: synthetic ids of the same lengths
         from backend.sim.runner import sim_vocab
         from backend.targets.engine_run import kv_settings
-        kv = kv_settings(config, simulated=True)
+        self.kv = kv = kv_settings(config)
         self.source = WorkloadSource(spec, tokenize=None, vocab_size=sim_vocab(shape, kv.prefix_caching),
                                      max_prompt_len=shape.max_position)
         self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
@@ -171,9 +173,11 @@ class DisaggregatedSim:
                                             scheduler.num_waiting, scheduler.num_running))
         self.emit(batch)
         for request in finished:
-            self.hand_off(p, request.request_id, request.scheduled_ms, end, request.num_computed)
+            self.hand_off(p, request.request_id, request.scheduled_ms, end, request.num_computed,
+                          request.num_cached_tokens)
 
-    def hand_off(self, p: int, rid: int, scheduled_ms: float | None, done_ms: float, num_tokens: int) -> None:
+    def hand_off(self, p: int, rid: int, scheduled_ms: float | None, done_ms: float, num_tokens: int,
+                 cached_tokens: int = 0) -> None:
         spec, d = self.specs[rid]
         device = self.prefill[p]
         device.queued_tokens -= len(spec.prompt_ids)
@@ -181,7 +185,7 @@ class DisaggregatedSim:
         leaves = max(done_ms, device.link_free_ms)
         ready = leaves + self.link.seconds(nbytes) * 1000.0
         device.link_free_ms = ready
-        handoff = _Handoff(ready, rid, spec, scheduled_ms, done_ms, nbytes)
+        handoff = _Handoff(ready, rid, spec, scheduled_ms, done_ms, nbytes, cached_tokens)
         heapq.heappush(self.decode[d].pending, (ready, rid, handoff))
 
     def decode_step(self, d: int, start: float) -> None:
@@ -196,6 +200,7 @@ class DisaggregatedSim:
             heapq.heappop(device.pending)
             batch_state.admit(request, max(0, len(handoff.spec.prompt_ids) - 1))
             request.scheduled_ms = handoff.scheduled_ms
+            request.num_cached_tokens = handoff.cached_tokens
             self.live[handoff.request_id] = request
             self.meta[handoff.request_id] = handoff
         out = batch_state.schedule()
@@ -288,7 +293,7 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
                                 retain_records: bool = True, cost_model=None) -> RunFinished:
     """`load --policy disaggregated --simulate --profile NAME`."""
     from backend.targets.engine_run import with_kv_settings
-    config = with_kv_settings(config, simulated=True)   # the pools' layout; run.json records it
+    config = with_kv_settings(config)   # the pools' layout; run.json records it
     from backend.targets.disaggregated.events import WorkerLayout
     from backend.targets.disaggregated.summary import disaggregated_figures
     from backend.sim.info import costs_of, deployment_info, simulated_info
@@ -298,6 +303,11 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
     with RunRecorder(config, emit, retain_records) as recorder:
         emit = recorder.emit
         sim = DisaggregatedSim(config, shape, prec, profile, model, link, emit, recorder.run_id, should_stop)
+        if sim.kv.prefix_caching:   # the workload's own ceiling beside the measured hit rate (one prefill device's pool)
+            from backend.targets.engine_run import ceiling_figures
+            recorder.accumulator.prefix_ideal = ceiling_figures(
+                sim.source, sim.kv.block_size, sim.schedulers[0].config.num_blocks,
+                min(sim.max_len, sim.kv_capacity), prefill_only=True)
         e = config.engine
         pre, dec = sim.layouts
         tps = "" if pre.tp == dec.tp == 1 else f" (prefill tp {pre.tp}, decode tp {dec.tp})"

@@ -62,8 +62,8 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
     model = cost_model or CostModel.for_profile(profile, prec)
     model.validate()
     layout = Layout.of(deployment, profile)
-    kv = kv_settings(config, simulated=True)
-    config = with_kv_settings(config, simulated=True)   # run.json records the layout the run used
+    kv = kv_settings(config)
+    config = with_kv_settings(config)   # run.json records the layout the run used
     with RunRecorder(config, emit, retain_records) as recorder:
         emit = recorder.emit
         if config.mode == RunKind.BATCH:

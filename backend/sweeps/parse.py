@@ -36,3 +36,14 @@ def parse_sizes(text: str, flag: str) -> list[int]:
     if not sizes or any(s <= 0 for s in sizes):
         raise InputError(f"{flag} needs positive sizes, got {text!r}")
     return sorted(set(sizes))
+
+
+def parse_depths(text: str, flag: str = "--depths") -> list[int]:
+    """"0,4096,16384" -> [0, 4096, 16384]: context depths, 0 (an empty context) included."""
+    try:
+        depths = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes comma-separated whole numbers of tokens, got {text!r}") from None
+    if not depths or any(d < 0 for d in depths):
+        raise InputError(f"{flag} needs depths of 0 or more tokens, got {text!r}")
+    return sorted(set(depths))

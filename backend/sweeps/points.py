@@ -5,7 +5,8 @@ concurrency or pd-ratio), never guessed from a header; a folder without it holds
   - batch and prompt (SweepPoint): the axis ("batch" or "prompt_len"), then SWEEP_COLUMNS;
   - precision (PrecisionPoint): PRECISION_COLUMNS, the precision's name first;
   - rate and concurrency (LoadPoint): its fields, the axis value first;
-  - pd-ratio (PDPoint): the split ("3P:5D"), then its fields.
+  - pd-ratio (PDPoint): the split ("3P:5D"), then its fields;
+  - depth (DepthPoint): its fields, the depth first.
 An empty cell is a figure that has no value (no profile to predict with, for example).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from backend.config import SweepKind
 from backend.errors import InputError
-from backend.events import LoadPoint, PDPoint, PrecisionPoint, SweepPoint
+from backend.events import DepthPoint, LoadPoint, PDPoint, PrecisionPoint, SweepPoint
 from backend.records import RunData
 from backend.run_info import RunInfo, SweepInfo
 
@@ -26,6 +27,7 @@ SWEEP_COLUMNS = ["step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "pre
 PRECISION_COLUMNS = [f.name for f in fields(PrecisionPoint)]
 LOAD_COLUMNS = [f.name for f in fields(LoadPoint)]
 PD_COLUMNS = [f.name for f in fields(PDPoint)]
+DEPTH_COLUMNS = [f.name for f in fields(DepthPoint)]
 KINDS = tuple(SweepKind)
 STEP_KINDS = (SweepKind.BATCH, SweepKind.PROMPT)   # a SweepPoint each, the axis value first
 
@@ -35,6 +37,8 @@ def columns(kind: SweepKind) -> list[str]:
         return ["batch" if kind == SweepKind.BATCH else "prompt_len", *SWEEP_COLUMNS]
     if kind == SweepKind.PD_RATIO:
         return ["split", *PD_COLUMNS]
+    if kind == SweepKind.DEPTH:
+        return DEPTH_COLUMNS
     return PRECISION_COLUMNS if kind == SweepKind.PRECISION else LOAD_COLUMNS
 
 
@@ -98,10 +102,12 @@ def read_points(folder) -> tuple[SweepKind | None, list]:
         if kind is SweepKind.PRECISION:
             return kind, [PrecisionPoint(row["dtype"], int(float(row["weight_bytes"])), float(row["weight_bits"]),
                                          *(number(row[c]) for c in PRECISION_COLUMNS[3:])) for row in rows]
-        cls = PDPoint if kind is SweepKind.PD_RATIO else LoadPoint
+        cls = {SweepKind.PD_RATIO: PDPoint, SweepKind.DEPTH: DepthPoint}.get(kind, LoadPoint)
         types = {f.name: f.type for f in fields(cls)}
 
         def value(name: str, text: str):
+            if types[name].endswith("| None"):   # an empty cell: no value
+                return None if text == "" else int(float(text)) if types[name].startswith("int") else float(text)
             return text == "True" if types[name] == "bool" else text if types[name] == "str" else \
                 SweepKind(text) if types[name] == "SweepKind" else \
                 int(float(text)) if types[name] == "int" else float(text)

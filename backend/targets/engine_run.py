@@ -87,30 +87,24 @@ class KVSettings:
     prefix_caching: bool
 
 
-def kv_settings(config: RunConfig, simulated: bool, shares_blocks: bool = True) -> KVSettings:
-    """The engine config's layout, or the default: paged, with prefix caching where the cache reads blocks
-    shared between requests (as vLLM). The simulator and the local engine do (its cache reads through a
-    block table per request, backend/models/base.py); the disaggregated workers (shares_blocks=False) keep
-    a row of blocks per request, so they count paged blocks but reuse no prefix. One line for a
-    combination that cannot run."""
+def kv_settings(config: RunConfig) -> KVSettings:
+    """The engine config's layout, or the default: paged, with prefix caching (as vLLM), for every target
+    that runs this engine: the local one, the simulator and the disaggregated workers (whose prefill
+    workers keep the cache; a decode worker's KV arrives whole). One line for a combination that cannot run."""
     e = config.engine
     layout = e.kv_layout or "paged"
     if layout not in KV_LAYOUTS:
         raise InputError(f"--kv-layout: unknown layout '{layout}' (choose one of {', '.join(KV_LAYOUTS)})")
-    shares = simulated or shares_blocks
-    caching = (layout == "paged" and shares) if e.prefix_caching is None else bool(e.prefix_caching)
+    caching = layout == "paged" if e.prefix_caching is None else bool(e.prefix_caching)
     if caching and layout != "paged":
         raise InputError("--prefix-caching on needs --kv-layout paged: cached prefixes are whole blocks")
-    if caching and not shares:
-        raise InputError("--prefix-caching on: the disaggregated workers' KV caches do not reuse prefixes yet; "
-                         "use --prefix-caching off, or --simulate")
     return KVSettings(layout, e.kv_block_size, caching)
 
 
-def with_kv_settings(config: RunConfig, simulated: bool, shares_blocks: bool = True) -> RunConfig:
+def with_kv_settings(config: RunConfig) -> RunConfig:
     """The config with its KV layout resolved (kv_settings): what the targets run, and run.json records."""
     from dataclasses import replace
-    kv = kv_settings(config, simulated, shares_blocks)
+    kv = kv_settings(config)
     return replace(config, engine=replace(config.engine, kv_layout=kv.kv_layout, prefix_caching=kv.prefix_caching))
 
 
@@ -159,10 +153,12 @@ def library_versions() -> dict:
     return versions
 
 
-def ceiling_figures(source, block_size: int, num_blocks: int | None, max_len: int | None = None) -> dict[str, float]:
+def ceiling_figures(source, block_size: int, num_blocks: int | None, max_len: int | None = None,
+                    prefill_only: bool = False) -> dict[str, float]:
     """The summary's prefix_ideal_* figures for a WorkloadSource (backend/results/prefix_ceiling.py says
     what they mean), leaving out requests longer than max_len (the engine's sequence limit); {} for any
-    other source: a fixed batch has no workload to replay. Here, above the
+    other source: a fixed batch has no workload to replay. prefill_only: the cache of a disaggregated
+    prefill worker, which computes each prompt but its last token and never sees an answer. Here, above the
     engine's layers, because backend.results sits below them."""
     if not hasattr(source, "prompts_and_outputs"):
         return {}
@@ -171,6 +167,8 @@ def ceiling_figures(source, block_size: int, num_blocks: int | None, max_len: in
     if max_len is not None:   # the scheduler rejects these: they compute nothing and count in no measured rate
         kept = [(p, o) for p, o in zip(prompts, outputs) if len(p) + len(o) <= max_len]
         prompts, outputs = [p for p, _ in kept], [o for _, o in kept]
+    if prefill_only:
+        prompts, outputs = [p[:-1] for p in prompts], None
     if not prompts:
         return {}
     out: dict[str, float] = {"prefix_ideal_block_size": block_size,

@@ -25,7 +25,7 @@ def run_local(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], re
     """`run` (one batch) or `load` (a workload through the scheduler) on the local engine."""
     validate(config)
     # a layout this engine cannot run fails before the model loads; run.json records the one it ran
-    config = with_kv_settings(config, simulated=False)
+    config = with_kv_settings(config)
     with RunRecorder(config, emit, retain_records) as recorder:   # a bad folder fails before the model loads
         return _execute(config, recorder, should_stop, models or ModelCache())
 

@@ -35,6 +35,8 @@ def export_run(folder: str | os.PathLike, store: RunStore) -> tuple[Path, bool]:
     mode = RunKind.recorded(store.config.get("mode"))
     if mode == RunKind.SWEEP_PRECISION:
         write_points(path, SweepKind.PRECISION, store.precision_points, data, records_from=source)
+    elif mode == RunKind.SWEEP_DEPTH:   # as `sweep depth --out` writes it
+        write_points(path, SweepKind.DEPTH, store.depth_points, data, records_from=source)
     elif mode is not None and mode.sweep_kind is not None and points:
         write_points(path, points[0].kind, points, data, records_from=source)
     elif mode in LOAD_SWEEPS:   # as the CLI writes a load sweep's --out
@@ -67,7 +69,8 @@ class FilesController(QtCore.QObject):
             self.error.emit("a run is under way: stop it or let it end, then export")
             return False
         store = self.store
-        if store.num_requests == 0 and store.num_steps == 0 and not (store.load_points or store.pd_points):
+        if store.num_requests == 0 and store.num_steps == 0 and not (store.load_points or store.pd_points
+                                                                      or store.depth_points):
             self.error.emit("nothing to export yet: run something or open a run first")
             return False
         try:
@@ -88,13 +91,14 @@ class FilesController(QtCore.QObject):
             run, sweep, precision = read_run_folder(folder)
             mode = RunKind.SWEEP_PRECISION if precision else RunKind.recorded(run.config.get("mode"))
             # a load sweep's points (rate, concurrency, pd-ratio): the load sweep view draws them
-            kind, points = read_points(folder) if mode in LOAD_SWEEPS else (None, [])
+            kind, points = read_points(folder) if mode in (*LOAD_SWEEPS, RunKind.SWEEP_DEPTH) else (None, [])
         except InputError as exc:
             self.error.emit(str(exc))
             return False
         self.store.load(run, folder, sweep, precision)
         self.store.pd_points = points if kind is SweepKind.PD_RATIO else []
         self.store.load_points = points if kind in (SweepKind.RATE, SweepKind.CONCURRENCY) else []
+        self.store.depth_points = points if kind is SweepKind.DEPTH else []
         self.opened.emit(run, mode, sweep[0].kind if sweep else None)
         self.message.emit(f"Opened run {run.run_id or folder}: {len(run.steps)} steps, {len(run.requests)} requests")
         self.used.emit(folder)

@@ -1,6 +1,7 @@
-"""The workload page: the settings of a `load` run (a preset, its arrivals, lengths and prompts, the
-scheduling policy and the SLOs), which the load sweeps (`sweep rate`, `sweep concurrency`,
-`sweep pd-ratio`) run at each point of their axis, shown at the page's top. Methods of RunForm."""
+"""The workload page: the settings of a `load` run (a preset, its arrivals, lengths and prompts, its
+conversations' turns and shared system prompt, the scheduling policy and the SLOs), which the load
+sweeps (`sweep rate`, `sweep concurrency`, `sweep pd-ratio`) run at each point of their axis, shown at
+the page's top. Methods of RunForm."""
 from __future__ import annotations
 
 import inspect
@@ -11,8 +12,8 @@ from PySide6 import QtCore, QtWidgets
 from backend.config import EngineConfig, RunKind
 from backend.engine.scheduler import POLICIES
 from backend.errors import InputError
-from backend.workload.spec import (ARRIVALS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist, WorkloadSpec, apply_overrides,
-                                   list_workloads, load_workload)
+from backend.workload.spec import (ARRIVALS, MAX_TOKENS, MAX_TURNS, PROMPT_SOURCES, RATE_ARRIVALS, LengthDist,
+                                   WorkloadSpec, apply_overrides, list_workloads, load_workload)
 
 from gui.panels.fields import MAX_BATCH, ValidatedField, length, number, open_file, whole
 from gui.panels.sweep_pages import LOAD_SWEEPS, form_layout
@@ -105,6 +106,18 @@ class LoadPage:
             "concurrency": ValidatedField("8", whole("users", 1, 100_000)),
             "prompt_len": ValidatedField("128", self._length_parser("prompt_len", "prompt length")),
             "output_len": ValidatedField("64", self._length_parser("output_len", "output length")),
+            # the workloads that reuse KV (docs/kv-workloads.md): conversations and a shared system prompt
+            "turns": ValidatedField("1", whole("turns", 1, MAX_TURNS),
+                                    tooltip="--turns: requests a conversation sends, each turn's prompt the "
+                                            "conversation so far plus a new message (Requests then counts "
+                                            "conversations; Think time is the wait between turns)"),
+            "turn_len": ValidatedField("", self._length_parser("turn_len", "turn length"), allow_empty=True,
+                                       placeholder="as prompt tokens",
+                                       tooltip="--turn-len: tokens of each later message (N or A:B; turns > 1)"),
+            "shared_prefix_len": ValidatedField("0", whole("shared prefix", 0, MAX_TOKENS),
+                                                tooltip="--shared-prefix-len: the first N tokens of every "
+                                                        "conversation's first prompt are the same (a system "
+                                                        "prompt)"),
             "max_batch": ValidatedField("32", whole("max batch", 1, MAX_BATCH)),
             "chunk_tokens": ValidatedField("512", whole("chunk tokens")),
             "kv_tokens": ValidatedField("", whole("KV tokens"), allow_empty=True, placeholder="every slot full length",
@@ -151,6 +164,9 @@ class LoadPage:
         form.addRow("Trace speed", self.trace_speed_spin)
         form.addRow("Prompt tokens", f["prompt_len"])
         form.addRow("Output tokens", f["output_len"])
+        form.addRow("Turns", f["turns"])
+        form.addRow("  later messages", f["turn_len"])
+        form.addRow("Shared prefix", f["shared_prefix_len"])
         form.addRow("Prompts", self.source_combo)
         form.addRow(self.source_note)
         form.addRow("Policy", self.policy_combo)
@@ -198,7 +214,12 @@ class LoadPage:
         f["concurrency"].setEnabled(arrival == "closed" and not traced and kind is not RunKind.SWEEP_CONCURRENCY)
         f["prompt_len"].setEnabled(not traced)
         f["output_len"].setEnabled(not traced)
-        self.think_spin.setEnabled(arrival == "closed" and not traced)
+        conversation = self._turns() > 1
+        for key in ("turns", "shared_prefix_len"):
+            f[key].setEnabled(not traced)
+        f["turn_len"].setEnabled(conversation and not traced)
+        # a closed loop's users wait between requests, and a conversation's users between turns
+        self.think_spin.setEnabled((arrival == "closed" or conversation) and not traced)
         self.trace_speed_spin.setEnabled(traced)
         f["requests"].edit.setPlaceholderText("all the trace's rows" if traced else "the preset's duration")
         self.source_note.setText(PROMPT_NOTES.get(self.source_combo.currentText(), ""))
@@ -216,8 +237,7 @@ class LoadPage:
         paged = self.kv_layout_combo.currentText() == "paged"
         self.kv_layout_combo.setEnabled(not self._remote)
         f["kv_block_size"].setEnabled(paged and not self._remote)
-        # the disaggregated workers reuse no prefix yet (backend/targets/engine_run.kv_settings)
-        self.prefix_combo.setEnabled(paged and not self._remote and policy != "disaggregated")
+        self.prefix_combo.setEnabled(paged and not self._remote)   # every policy's engine caches prefixes
         self.policy_combo.setEnabled(not self._remote and not pd_ratio)
         error = ""
         if self.uses_workload() and not self._field_errors():
@@ -258,7 +278,8 @@ class LoadPage:
             self.inputRejected.emit(str(exc))
             self._field_changed()
             return
-        self._preset_lengths = {"prompt_len": spec.prompt_len.describe(), "output_len": spec.output_len.describe()}
+        self._preset_lengths = {"prompt_len": spec.prompt_len.describe(), "output_len": spec.output_len.describe(),
+                                "turn_len": spec.turn_len.describe() if spec.turn_len is not None else ""}
         f = self.fields["load"]
         f["requests"].setText("" if spec.num_requests is None else str(spec.num_requests))
         f["rate"].setText("" if spec.rate is None else f"{spec.rate:g}")
@@ -266,6 +287,9 @@ class LoadPage:
         f["concurrency"].setText(str(spec.concurrency or 8))
         f["prompt_len"].setText(spec.prompt_len.describe())
         f["output_len"].setText(spec.output_len.describe())
+        f["turns"].setText(str(spec.turns))
+        f["turn_len"].setText(self._preset_lengths["turn_len"])
+        f["shared_prefix_len"].setText(str(spec.shared_prefix_len))
         self.arrival_combo.setCurrentText(spec.arrival)
         self.think_spin.setValue(getattr(spec, "think_ms", 0.0) or 0.0)
         self._preset_trace = getattr(spec, "trace", None) or ""   # a preset that replays a trace: its file
@@ -281,20 +305,31 @@ class LoadPage:
         base = WorkloadSpec(CUSTOM) if name == CUSTOM else load_workload(name)
         trace = self._trace_values()
         if trace.get("trace"):   # its rows' times and lengths; a count given with it takes the first rows
+            # its rows are its requests: a preset's conversations do not apply (their rows are disabled)
+            base = replace(base, turns=1, turn_len=None, shared_prefix_len=0, think_ms=0.0)
             return self._overridden(base, num_requests=f["requests"].value, prompt_source=self.source_combo.currentText(),
                                     seed=self.fields["sampling"]["seed"].value, **trace)
         arrival = self.arrival_combo.currentText()
+        turns = self._turns()
+        if turns == 1:   # no conversation: the preset's later messages and pause between turns do not apply
+            base = replace(base, turn_len=None, think_ms=base.think_ms if arrival == "closed" else 0.0)
 
         def typed_length(key):
             text = f[key].value
             return None if text == self._preset_lengths.get(key) and name != CUSTOM else text
         return self._overridden(
-            base, num_requests=f["requests"].value, arrival=arrival,
+            base, num_requests=f["requests"].value, arrival=arrival, turns=turns,
+            turn_len=typed_length("turn_len") if turns > 1 else None,
+            shared_prefix_len=f["shared_prefix_len"].value,
             rate=f["rate"].value if arrival in RATE_ARRIVALS else None,
             burstiness=f["burstiness"].value if arrival == "gamma" else None,
             concurrency=f["concurrency"].value if arrival == "closed" else None,
             prompt_len=typed_length("prompt_len"), output_len=typed_length("output_len"),
             prompt_source=self.source_combo.currentText(), seed=self.fields["sampling"]["seed"].value, **trace)
+
+    def _turns(self) -> int:
+        """--turns as typed (1 while the field holds no whole number: its own error shows)."""
+        return self.fields["load"]["turns"].value or 1
 
     @staticmethod
     def _overridden(base: WorkloadSpec, **flags) -> WorkloadSpec:

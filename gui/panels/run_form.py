@@ -25,12 +25,13 @@ RUN_KINDS = (
     (RunKind.SWEEP_RATE, "Rate sweep (per device vs per user)"),
     (RunKind.SWEEP_CONCURRENCY, "Concurrency sweep (closed-loop users)"),
     (RunKind.SWEEP_PD_RATIO, "Prefill:decode split sweep (simulated)"),
+    (RunKind.SWEEP_DEPTH, "Depth sweep (prefill and decode vs context)"),
 )
 # each kind's page in the stack (the load sweeps show the workload page) and its field groups
 PAGE_OF = {RunKind.BATCH: 0, RunKind.LOAD: 1, RunKind.SWEEP_BATCH: 2, RunKind.SWEEP_PROMPT: 3,
-           RunKind.SWEEP_PRECISION: 4, **{kind: 1 for kind in LOAD_SWEEPS}}
-# a remote server runs workloads: one load run, or one a point (a split sweep is simulated)
-REMOTE_KINDS = (RunKind.LOAD, RunKind.SWEEP_RATE, RunKind.SWEEP_CONCURRENCY)
+           RunKind.SWEEP_PRECISION: 4, RunKind.SWEEP_DEPTH: 5, **{kind: 1 for kind in LOAD_SWEEPS}}
+# a remote server runs workloads: one load run, or one a point (a split sweep is simulated); and depth sweeps
+REMOTE_KINDS = (RunKind.LOAD, RunKind.SWEEP_RATE, RunKind.SWEEP_CONCURRENCY, RunKind.SWEEP_DEPTH)
 MAX_REPEATS = 1000
 # the first run of a session: a real question, as a chat message, so the Generated text reads as an answer
 DEFAULT_PROMPT = "Why is the sky blue? Answer in two or three sentences."
@@ -61,6 +62,7 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
         self.pages.addWidget(self._sweep_batch_page())
         self.pages.addWidget(self._sweep_prompt_page())
         self.pages.addWidget(self._sweep_precision_page())
+        self.pages.addWidget(self._sweep_depth_page())
         self.fields["sampling"] = {
             "temperature": ValidatedField("0", number("temperature", 0.0, 10.0), tooltip="0 is greedy"),
             "top_p": ValidatedField("1", number("top-p", 0.0, 1.0, low_inclusive=False),
@@ -208,7 +210,7 @@ class RunForm(LoadPage, TraceRows, SweepPages, QtWidgets.QWidget):
     def engine(self) -> EngineConfig:
         f = self.fields["load"]
         policy, paged = self.policy_combo.currentText(), self.kv_layout_combo.currentText() == "paged"
-        # on: where the cache can (None, the default: not the disaggregated workers, which Compare policies runs too)
+        # on: the default (None: paged with prefix caching, for every policy Compare policies runs)
         caching = None if paged and self.prefix_combo.currentText() == "on" else False
         return EngineConfig(policy=policy, max_batch=f["max_batch"].value or 32,
                             chunk_tokens=f["chunk_tokens"].value or 512, kv_tokens=f["kv_tokens"].value,

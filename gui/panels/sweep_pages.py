@@ -1,4 +1,5 @@
-"""The sweeps' own rows: the step sweeps' pages (batch size, prompt length, precision) and the load
+"""The sweeps' own rows: the step sweeps' pages (batch size, prompt length, precision), the depth sweep's
+page, and the load
 sweeps' axis (arrival rates, closed-loop users, prefill:decode splits), and the SweepSpec each builds
 as the CLI's `sweep KIND` flags build it (backend/cli/tools.py sweep_config). Methods of RunForm."""
 from __future__ import annotations
@@ -7,7 +8,7 @@ from PySide6 import QtWidgets
 
 from backend.config import PRECISION_DEFAULT, RunKind, SweepKind, SweepSpec
 from backend.errors import InputError
-from backend.sweeps.parse import parse_dtypes, parse_rates
+from backend.sweeps.parse import parse_depths, parse_dtypes, parse_rates
 
 from gui.panels.fields import MAX_BATCH, ValidatedField, whole, whole_list
 
@@ -37,6 +38,14 @@ def rate_list(text: str) -> list[float]:
     """Comma-separated arrival rates (0.5,1,2), as `sweep rate --rates` takes them."""
     try:
         return parse_rates(text, "rates")
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def depth_list(text: str) -> list[int]:
+    """Comma-separated context depths (0,4096,16384), as `sweep depth --depths` takes them."""
+    try:
+        return parse_depths(text, "depths")
     except InputError as exc:
         raise ValueError(str(exc)) from None
 
@@ -99,6 +108,25 @@ class SweepPages:
         form.addRow("Prefills timed", f["steps"])
         return page
 
+    def _sweep_depth_page(self) -> QtWidgets.QWidget:
+        page = QtWidgets.QWidget()
+        form = form_layout(page)
+        f = self.fields[RunKind.SWEEP_DEPTH] = {
+            "depths": ValidatedField("0,512,2048", depth_list,
+                                     tooltip="--depths: tokens already in the context when pp is prefilled and tg "
+                                             "decoded (llama-bench's -d); on the engine or against the server above"),
+            "prompt_len": ValidatedField("128", whole("prompt length"),
+                                         tooltip="pp: tokens whose prefill is timed at each depth"),
+            "output_len": ValidatedField("32", whole("output length"), tooltip="tg: decode steps timed at each depth"),
+            "steps": ValidatedField("3", whole("repetitions", 1, 1000),
+                                    tooltip="pairs of requests per depth; the point is their median"),
+        }
+        form.addRow("Depths (tokens)", f["depths"])
+        form.addRow("Prompt tokens (pp)", f["prompt_len"])
+        form.addRow("Output tokens (tg)", f["output_len"])
+        form.addRow("Repetitions", f["steps"])
+        return page
+
     def _load_sweep_fields(self) -> dict[str, ValidatedField]:
         """The load sweeps' axes: one field each, on the workload page above its settings."""
         parsers = {"rates": ("1,2,4,8", rate_list), "concurrencies": ("1,2,4,8,16", whole_list("users", 100_000)),
@@ -126,6 +154,10 @@ class SweepPages:
             return SweepSpec(kind=SweepKind.PRECISION, steps=f["steps"].value, dtypes=list(f["dtypes"].value),
                              prompt_len=f["prompt_len"].value, output_len=f["output_len"].value,
                              batch=f["batch"].value)
+        if kind is RunKind.SWEEP_DEPTH:   # as the CLI's `sweep depth` builds it (cli.depth.depth_config)
+            f = self.fields[kind]
+            return SweepSpec(SweepKind.DEPTH, depths=list(f["depths"].value), prompt_len=f["prompt_len"].value,
+                             output_len=f["output_len"].value, steps=f["steps"].value)
         f = self.fields["load-sweep"]
         if kind is RunKind.SWEEP_RATE:
             return SweepSpec(SweepKind.RATE, rates=list(f["rates"].value))

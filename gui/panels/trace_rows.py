@@ -52,7 +52,8 @@ class TraceRows:
         self.think_spin.setSingleStep(100.0)
         self.think_spin.setSuffix(" ms")
         self.think_spin.setToolTip("--think-ms: closed loop, each user waits this long after an answer before "
-                                   "sending the next request (users start staggered)")
+                                   "sending the next request (users start staggered); with Turns above 1, the "
+                                   "wait between a conversation's turns")
         self.open_trace_button.clicked.connect(self._open_trace_dialog)
         self.trace_speed_spin.valueChanged.connect(self._field_changed)
         self.think_spin.valueChanged.connect(self._field_changed)
@@ -84,11 +85,11 @@ class TraceRows:
                   self.inputRejected)
 
     def _trace_values(self) -> dict:
-        """--trace and --trace-speed, or --think-ms of a closed loop, as the form has them."""
+        """--trace and --trace-speed, or --think-ms of a closed loop or of conversations, as the form has them."""
         trace = self.fields["load"]["trace"].value
         if trace:
             values = {"trace": trace, "trace_speed": self.trace_speed_spin.value()}
-        elif self.arrival_combo.currentText() == "closed":
+        elif self.arrival_combo.currentText() == "closed" or self._turns() > 1:
             values = {"think_ms": self.think_spin.value()}
         else:
             values = {}

@@ -11,7 +11,8 @@ from backend.config import SweepKind
 
 SWEEP_NAMES = {SweepKind.BATCH: "Batch sweep", SweepKind.PROMPT: "Prompt-length sweep",
                SweepKind.PRECISION: "Precision sweep", SweepKind.RATE: "Rate sweep",
-               SweepKind.CONCURRENCY: "Concurrency sweep", SweepKind.PD_RATIO: "Prefill:decode split sweep"}
+               SweepKind.CONCURRENCY: "Concurrency sweep", SweepKind.PD_RATIO: "Prefill:decode split sweep",
+               SweepKind.DEPTH: "Depth sweep"}
 LOAD_UNITS = {SweepKind.RATE: "arrivals/s", SweepKind.CONCURRENCY: "users"}
 
 
@@ -48,6 +49,9 @@ def sweep_headline(s) -> str:
         return f"{name} decodes {gain.tpot_speedup:.2f}× as fast as the first" if gain.tpot_speedup else ""
     if kind == SweepKind.PD_RATIO:
         return f"best split {s.best_split}" if s.best_split else ""
+    if kind == SweepKind.DEPTH:   # whether a prefix cache served any prompt: the figures' own warning
+        hits = (s.server_prefix_hits or 0) + (s.client_cached_prompt_tokens or 0)
+        return "WARNING: a prefix cache served part of the prompts" if hits else "no prefix-cache hits"
     return ""
 
 

@@ -16,8 +16,10 @@ import numpy as np
 
 from backend.targets.disaggregated.events import WorkerLayout
 from backend.errors import InputError
-from backend.events import KvMap, LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived, RunFinished, SweepPoint
+from backend.events import (DepthPoint, KvMap, LoadPoint, ModelLoaded, PDPoint, PrecisionPoint, RequestsArrived,
+                            RunFinished, SweepPoint)
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, RunData, StepRecord, TokenRecord
+from backend.results.kv_file import read_kv_map
 from backend.run_info import RunInfo
 from backend.summary import Summary
 from backend.targets.remote.metrics import ServerMetrics
@@ -43,6 +45,9 @@ LANE_COLUMNS = ("request_id", "arrival_ms", "scheduled_ms", "first_token_ms", "l
                 "prefill_ms", "kv_transfer_ms",   # the last two: a disaggregated run's hand-off, once finished
                 "cached_tokens", "computed_tokens")   # its prompt found in the prefix cache, and computed
 BAR_COLUMNS = ("start", "end", "tokens", "phase", "count")
+# per step, at its end: the share of the KV cache held and the prefix hit rate of the whole run so far (NaN
+# before any prompt token): the strip's and the KV tab's curves, exact however many older steps are dropped
+KV_CURVE_COLUMNS = ("time_ms", "held", "hit")
 
 # Exact rows kept (about 9 MB each): over an hour of CPU steps, the last ~13 s of a fast GPU's
 STEPS_KEPT = 1 << 16
@@ -58,6 +63,7 @@ class RunStore:
                                   recent=bars_kept, history=bars_kept)
         self.tokens = RecentBuffer(TOKEN_COLUMNS, limit=tokens_kept)
         self.lanes = GrowableBuffer(LANE_COLUMNS, capacity=256)
+        self.kv_curve = RecentBuffer(KV_CURVE_COLUMNS, limit=steps_kept)
         self.kv = KvState()   # the KV map and its counts over time
         self.version = 0      # bumped on every change, never reset: views repaint when it differs from what they saw
         self.generation = 0   # bumped by reset: a new run (views holding counts start over)
@@ -68,7 +74,9 @@ class RunStore:
         self.bars.clear()
         self.tokens.clear()
         self.lanes.clear()
+        self.kv_curve.clear()
         self.kv.clear()
+        self.reused_tokens = self.prompt_tokens_seen = 0.0   # the run's prompt tokens found cached, and processed
         self.rows: dict[int, int] = {}                 # request id -> lane row
         self.records: dict[int, RequestRecord] = {}    # requests that finished (or were rejected / stopped)
         self.texts: dict[int, str] = {}
@@ -78,6 +86,7 @@ class RunStore:
         self.precision_summary: Summary | None = None     # and its RunFinished summary (ratios, skipped precisions)
         self.load_points: list[LoadPoint] = []         # a rate or concurrency sweep's, one load run each
         self.pd_points: list[PDPoint] = []             # a prefill:decode split sweep's, one simulated run each
+        self.depth_points: list[DepthPoint] = []       # a depth sweep's, one a context depth
         self.model: ModelLoaded | None = None
         self.info: RunInfo = RunInfo()
         self.config: dict = {}
@@ -127,6 +136,8 @@ class RunStore:
             self.load_points.append(event)
         elif isinstance(event, PDPoint):
             self.pd_points.append(event)
+        elif isinstance(event, DepthPoint):
+            self.depth_points.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event
             self.run_id = event.run_id or self.run_id
@@ -174,6 +185,8 @@ class RunStore:
         def col(name):
             return rows[:, STEP_COLUMNS.index(name)]
         start, duration, phase = col("start_ms"), col("duration_ms"), col("phase")
+        self._add_kv_curve(start + duration, col("kv_tokens"), col("kv_capacity"), col("num_reused_tokens"),
+                           col("num_prefill_tokens"))
         self.bars.append(np.column_stack([start, start + duration, col("num_tokens"), phase, np.ones(len(rows))]))
         prefill, decode = phase == PHASE_CODE[Phase.PREFILL], phase == PHASE_CODE[Phase.DECODE]
         self.prefill_ms += float(duration[prefill].sum())
@@ -187,6 +200,15 @@ class RunStore:
                 pairs = step_pairs(requests, tokens, context[mask]).sum()
                 self.roofline[phase].add(int(mask.sum()), tokens.sum(), pairs, context[mask].sum(), requests.sum(),
                                          duration[mask].sum())
+
+    def _add_kv_curve(self, end, kv_tokens, capacity, reused, computed) -> None:
+        reused_so_far = self.reused_tokens + np.cumsum(reused)
+        seen = self.prompt_tokens_seen + np.cumsum(reused + computed)
+        self.reused_tokens, self.prompt_tokens_seen = float(reused_so_far[-1]), float(seen[-1])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            held = np.where(capacity > 0, kv_tokens / capacity, np.nan)
+            hit = np.where(seen > 0, reused_so_far / seen, np.nan)
+        self.kv_curve.append(np.column_stack([end, held, hit]))
 
     def _add_tokens(self, tokens: list[TokenRecord]) -> None:
         table = np.array([(t.request_id, t.index, t.time_ms, t.token_id) for t in tokens], dtype=np.float64)
@@ -326,7 +348,19 @@ class RunStore:
         for r in sorted(run.requests, key=lambda r: (r.arrival_ms, r.request_id)):
             self._row(r.request_id)
         self.add_batch(RecordBatch(steps=list(run.steps), tokens=list(run.tokens), requests=list(run.requests)))
+        self._replay_kv(folder)
         self.finished = RunFinished(run.run_id, run.summary, data=run)
+
+    def _replay_kv(self, folder: str | Path | None) -> None:
+        """The KV maps the run folder recorded (kv_map.jsonl), or why there are none."""
+        try:
+            snaps = read_kv_map(folder) if folder is not None else None
+            missing = ("a remote server's cache is not visible from the client: its prefix-cache counters are in "
+                       "the metrics panel" if self.remote else
+                       "This run did not record the cache (its folder is from before kv_map.jsonl)")
+        except InputError as exc:   # a damaged file: the run shows without its map, the reason in its place
+            snaps, missing = None, f"the cache's record could not be read: {exc}"
+        self.kv.replay(snaps, missing)
 
     def to_run_data(self, with_records: bool = True) -> RunData:
         """The run as held (complete, or partial after a stop or failure) for Export CSV.

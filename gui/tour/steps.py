@@ -15,7 +15,7 @@ from backend.results.example import OUTPUT_LEN as EXAMPLE_OUTPUT, PROMPT_LEN as 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind, SamplingConfig, SweepKind, SweepSpec
 from backend.workload.spec import LengthDist, WorkloadSpec
 
-from gui.tour import batch, measure
+from gui.tour import batch, definitions, measure
 from gui.tour.finding import Finding, Outcome
 
 MODEL = "smollm2-135m"          # the bundled model
@@ -74,6 +74,13 @@ def _handoffs() -> WorkloadSpec:
                         description="prompts of up to 160 tokens handed from a prefill engine to a decode engine")
 
 
+def _mixed_lengths() -> WorkloadSpec:
+    """Answers of 4 to 64 tokens, prompts arriving while others decode: requests unlike each other, some paused."""
+    return WorkloadSpec("tour-mixed-lengths", num_requests=8, arrival="constant", rate=4.0,
+                        prompt_len=LengthDist("uniform", low=32, high=192), output_len=LengthDist("uniform", low=4, high=64),
+                        description="answers of 4 to 64 tokens, prompts arriving while others decode")
+
+
 def _runs_one_request():
     return [("one request", _one(128, 32))]
 
@@ -107,6 +114,10 @@ def _runs_chunked():
 
 def _runs_disaggregated():
     return [("disaggregated", _load("disaggregated", _handoffs()))]
+
+
+def _runs_tpot():
+    return [("continuous", _load("continuous", _mixed_lengths()))]
 
 
 def _runs_example():
@@ -203,4 +214,17 @@ STEPS: list[TourStep] = [
         "The prefill is the one orange bar at the start; the 299 blue decode steps fill the rest. Read the "
         "shaded spans' labels against the seed's numbers in the sentence below.",
         _runs_example, partial(measure.worked_example, seed_row=SEED_ROW)),
+    TourStep(
+        "tpot-definitions", "Why two tools print different TPOTs for the same run",
+        "Benchmark tools all report a TPOT or an ITL (inter-token latency), but they do not average the same "
+        "things. One averages each request's gaps between tokens first, then averages the requests (this window's "
+        "TPOT; GuideLLM calls it ITL). Another pools every gap of every request and averages those (vLLM's and "
+        "SGLang's ITL), so a long answer counts once per token. vLLM's TPOT also runs to the stream's end, not to "
+        "the last token. And a server that streams several tokens in one chunk gives a per-chunk tool one gap "
+        "where a per-token one sees several.\n\nThis step sends 8 requests with answers of 4 to 64 tokens, their "
+        "prompts arriving while others decode, and computes each definition from the same token times.",
+        "Grey dots are every gap, at their request's length; blue squares each request's own mean. The two dashed "
+        "lines are the two averages: the blue one weighs every request alike, the orange one every gap. The arrow "
+        "marks the request whose mean a pause raised most.",
+        _runs_tpot, definitions.tpot_definitions),
 ]

@@ -7,11 +7,15 @@ dark for an empty one; under the slot layout a row per slot, its room not yet wr
 its request, holding nothing (the waste paging removes). Blocks a newly admitted request found cached
 are outlined for a moment.
 
+A run folder opened later shows the snapshots it recorded (kv_map.jsonl): the last one, and a slider
+that steps through them (its moment marked on the plot below); a folder without them says so in the
+map's place.
+
 Under the map, the cache over the run's time: the share held (every step's exact count), the share
 cached but free and, for slots, reserved (from the snapshots), and the prefix hit rate so far (the
-steps' reused prompt tokens over the prompt tokens processed). They sit here rather than on the
-steps' strip: that strip counts tokens on a log axis, these are shares of the cache, and beside the
-map they explain each other.
+steps' reused prompt tokens over the prompt tokens processed, kept by the store for the whole run).
+Beside the map they explain each other; the held share and the hit rate are also drawn over the
+engine-step strip (gui/views/kv_overlay.py), where they explain its bars.
 """
 from __future__ import annotations
 
@@ -38,8 +42,8 @@ GAP_SCALE = 5            # pixels a cell of the image, one of them the gap to th
 GAP_MAX_CELLS = 20_000   # ... for caches of up to this many cells (a bigger one: a pixel each, no gaps)
 REUSED_SHOW_S = 2.0      # how long the blocks a request found cached stay outlined
 HELD_COLOR, CACHED_COLOR, RESERVED_COLOR, HIT_COLOR = "#1f77b4", "#7f7f7f", "#e0607e", "#e6772e"
-EMPTY_MESSAGE = ("The map is drawn from the engine's snapshots while a run goes (local or simulated);\n"
-                 "an opened run shows its occupancy and hit rate below")
+EMPTY_MESSAGE = ("The map is drawn from the engine's snapshots while a run goes (local or simulated)\n"
+                 "and replayed from the run folder that recorded them")
 
 
 def _rgb(color: str) -> np.ndarray:
@@ -134,6 +138,22 @@ class KvMapView(QtWidgets.QWidget):
         vb.sigResized.connect(lambda *_: self.empty_label.setPos(vb.boundingRect().center()))
         self.map.scene().sigMouseMoved.connect(self._hovered)
 
+        # an opened run's recorded snapshots: which one the map shows
+        self.slider = QtWidgets.QSlider(QtCore.Qt.Orientation.Horizontal)
+        self.slider.setObjectName("kvSnapshotSlider")
+        self.slider.setToolTip("The snapshots of the cache the run recorded (kv_map.jsonl): drag to see it at "
+                               "another moment, marked on the plot below")
+        self.slider_label = QtWidgets.QLabel()
+        self.slider_row = QtWidgets.QWidget()
+        row = QtWidgets.QHBoxLayout(self.slider_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QtWidgets.QLabel("Snapshot"))
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.slider_label)
+        self.slider_row.setVisible(False)
+        self.slider.valueChanged.connect(self._picked)
+        self._slider_for = None     # (run, snapshots) the slider's range was set for
+
         self.history = pg.PlotWidget()
         self.history.setObjectName("kvHistoryPlot")
         hp = self.history.getPlotItem()
@@ -150,6 +170,9 @@ class KvMapView(QtWidgets.QWidget):
             curve.setDownsampling(auto=True, method="peak")
             curve.setClipToView(True)
             self.curves[name] = curve
+        self.moment = pg.InfiniteLine(angle=90, movable=False, pen=cosmetic_pen("#888", 1))   # the snapshot shown
+        self.moment.setVisible(False)
+        hp.addItem(self.moment, ignoreBounds=True)
 
         splitter = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         splitter.setChildrenCollapsible(False)
@@ -160,13 +183,16 @@ class KvMapView(QtWidgets.QWidget):
         column = QtWidgets.QVBoxLayout(self)
         column.setContentsMargins(4, 2, 4, 2)
         column.addWidget(self.summary)
+        column.addWidget(self.slider_row)
         column.addWidget(splitter, 1)
         self.note.setText("<b>KV cache.</b> Every block of the cache is a cell: a colour per request holding it "
                           "(paler while partly written), grey when no request holds it but it keeps a prefix a "
                           "later request can reuse, dark when empty; a yellow outline marks blocks a request just "
                           "found cached. Under <code>--kv-layout slots</code> each row is a slot and its pink room "
                           "is reserved for its request but holds nothing: the waste paged blocks remove. Below, "
-                          "the share of the cache held, cached and reserved, and the prefix hit rate so far.")
+                          "the share of the cache held, cached and reserved, and the prefix hit rate so far. "
+                          "An opened run shows the snapshots its folder recorded: the Snapshot slider steps "
+                          "through them.")
 
     @staticmethod
     def _title(layout: str) -> str:
@@ -183,19 +209,25 @@ class KvMapView(QtWidgets.QWidget):
 
     def refresh(self) -> None:
         kv = self.store.kv
-        outlined = time.monotonic() - kv.reused_at < REUSED_SHOW_S
-        key = (self.store.generation, kv.num_snapshots, outlined)   # the map changes with a snapshot only
+        # a replay outlines what its snapshot found cached for as long as it is shown
+        outlined = kv.is_replay or time.monotonic() - kv.reused_at < REUSED_SHOW_S
+        self._sync_slider()
+        key = (self.store.generation, kv.version, outlined)   # the map changes with a snapshot only
         if key != self._seen:
             self._seen = key
             snap = kv.latest
             self.empty_label.setVisible(snap is None)
+            self.empty_label.setText(kv.missing or EMPTY_MESSAGE)
+            self.moment.setVisible(kv.is_replay)
+            if kv.is_replay:
+                self.moment.setValue(snap.time_ms)
             if snap is None:
                 self.image.clear()
                 self.outline.setPath(QtGui.QPainterPath())
                 self.summary.setText(" ")
             else:
                 self._paint_map(snap, outlined)
-        history = (self.store.generation, self.store.steps.num_appended, kv.num_snapshots)
+        history = (self.store.generation, self.store.kv_curve.num_appended, kv.num_snapshots)
         if history != self._seen_history:   # new steps or a new snapshot: not every batch of tokens
             self._seen_history = history
             self._paint_history()
@@ -230,20 +262,39 @@ class KvMapView(QtWidgets.QWidget):
                 parts.append(f"{count:,} {STATE_NAMES[state]}")
         unit = f"cells ({snap.cells_per_row} a slot)" if snap.layout == "slots" else "blocks"
         when = "at the end" if snap.final else f"at {snap.time_ms / 1000:.1f} s"
+        if kv.is_replay:
+            when += f" (recorded snapshot {kv.shown + 1} of {len(kv.recorded)})"
         return f"{kv.num_cells:,} {unit} of {snap.block_size} tokens, {when}: " + ", ".join(parts)
 
+    def _sync_slider(self) -> None:
+        """The slider spans an opened run's snapshots (hidden for a live run, or one snapshot)."""
+        kv = self.store.kv
+        key = (self.store.generation, len(kv.recorded))
+        if key == self._slider_for:
+            return
+        self._slider_for = key
+        self.slider_row.setVisible(len(kv.recorded) > 1)
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, max(len(kv.recorded) - 1, 0))
+        self.slider.setValue(max(kv.shown, 0))
+        self.slider.blockSignals(False)
+        self._label_slider()
+
+    def _label_slider(self) -> None:
+        kv = self.store.kv
+        self.slider_label.setText(f"{kv.latest.time_ms / 1000:.1f} s" if kv.is_replay else "")
+
+    def _picked(self, index: int) -> None:
+        self.store.kv.show(index)
+        self._label_slider()
+        self.refresh()
+
     def _paint_history(self) -> None:
-        steps = self.store.steps
-        t = steps.column("start_ms") + steps.column("duration_ms")
-        capacity = steps.column("kv_capacity")
+        curve = self.store.kv_curve   # per step held: the run's hit rate so far, exact after older steps drop
+        t = curve.column("time_ms")
         if len(t):
-            with np.errstate(invalid="ignore", divide="ignore"):
-                held = np.where(capacity > 0, 100.0 * steps.column("kv_tokens") / capacity, 0.0)
-                reused = np.cumsum(steps.column("num_reused_tokens"))
-                processed = reused + np.cumsum(steps.column("num_prefill_tokens"))
-                hit = np.where(processed > 0, 100.0 * reused / processed, 0.0)
-            self.curves["held"].setData(t, held, skipFiniteCheck=True)
-            self.curves["hit"].setData(t, hit, skipFiniteCheck=True)
+            self.curves["held"].setData(t, 100.0 * np.nan_to_num(curve.column("held")), skipFiniteCheck=True)
+            self.curves["hit"].setData(t, 100.0 * np.nan_to_num(curve.column("hit")), skipFiniteCheck=True)
         else:
             self.curves["held"].setData([], [])
             self.curves["hit"].setData([], [])

@@ -9,15 +9,16 @@ from backend.results.band_text import panel_parts
 from backend.results.text import breakdown_text
 
 from gui.state.live_metrics import LiveMetrics, compute
+from gui.views.definitions import TPOT_TITLE, TTFT_TITLE, DefinitionsBox, headline_tip
 from gui.state.references import COMPARED, compared_figures, delta_percent
 from gui.state.run_store import RunStore
 
 BETTER_COLOR = "#1e8449"
 WORSE_COLOR = "#c0392b"
 
-ROWS = (
-    ("ttft", "TTFT (mean / p99)"),
-    ("tpot", "TPOT (mean / p99)"),
+ROWS = (   # TTFT and TPOT titled by the definition each uses (gui/views/definitions.py shows the others)
+    ("ttft", TTFT_TITLE),
+    ("tpot", TPOT_TITLE),
     ("throughput", "Output tokens/s (run)"),
     ("decode_rate", "Decode tokens/s (last 1 s)"),
     ("load", "Requests running / waiting"),
@@ -175,7 +176,12 @@ class MetricsPanel(QtWidgets.QWidget):
             label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
             self.values[key] = label
             form.addRow(title, label)
+            if key in ("ttft", "tpot"):
+                form.labelForField(label).setToolTip(headline_tip(key))
+                label.setToolTip(headline_tip(key))
         layout.addLayout(form)
+        self.definitions = DefinitionsBox()   # every tool's definition, on request, once the run has ended
+        layout.addWidget(self.definitions)
         self.repeats_label = QtWidgets.QLabel()   # a run of several repeats: the figures over them
         self.repeats_label.setObjectName("repeatsLabel")
         self.repeats_label.setWordWrap(True)
@@ -225,6 +231,7 @@ class MetricsPanel(QtWidgets.QWidget):
         self.values["units"].setToolTip(self.metrics.products_note or PRODUCTS_TIP)
         self.example.setText(worked_example(self.metrics))
         finished = self.store.finished
+        self.definitions.show_summary(finished.summary if finished is not None else None)
         summary = getattr(finished, "repeats", None) if finished is not None else None
         if summary is not None:
             self.repeats_label.setText(f"<b>Over {summary.num_done} of {summary.requested} repeats</b> "

@@ -1,4 +1,5 @@
-"""The engine-step strip: one bar per step, width its duration, height its tokens, coloured by phase."""
+"""The engine-step strip: one bar per step, width its duration, height its tokens, coloured by phase; over
+them, the KV cache's share held and the prefix hit rate so far (gui/views/kv_overlay.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,9 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from backend.records import Phase
 
 from gui.views.plot_style import (PHASE_COLORS, RateAxis, cosmetic_pen, outline_color, rect_path, style_plot, swatch_title,
-                         tick_path)
+                                  tick_path)
 from gui.state.run_store import PHASE_CODE, RunStore
+from gui.views.kv_overlay import KvOverlay
 
 FOLLOW_WINDOW_MS = 10_000.0   # while running, show ten seconds around the live edge unless the user zoomed or panned
 BASELINE = 0.5                # bars start half a token up, so a 1-token decode step has height on the log axis
@@ -165,6 +167,7 @@ class TimelineView(pg.PlotWidget):
         self.empty_label = pg.TextItem("", color="#777", anchor=(0.5, 0.5))
         self.empty_label.setParentItem(vb)
         vb.sigResized.connect(self._place_empty_label)
+        self.kv = KvOverlay(plot, store)
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -195,6 +198,7 @@ class TimelineView(pg.PlotWidget):
         self.empty_label.setPos(self.getPlotItem().getViewBox().boundingRect().center())
 
     def _log_toggled(self, log: bool) -> None:
+        self.kv.axis.setLogMode(False, False)   # the KV lines' percentages stay linear whatever the bars' axis
         self._painted_bars = None
         self._seen_version = -1
         self.refresh()
@@ -219,6 +223,7 @@ class TimelineView(pg.PlotWidget):
             self._painted_bars = (self.store.generation, bars.num_appended, log)
             self._draw()
         self.empty_label.setVisible(len(bars) == 0 and bool(self.empty_label.toPlainText()))
+        self.kv.refresh(self._running)
         if self._follow:
             self._follow_edge()
 

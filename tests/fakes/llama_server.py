@@ -114,8 +114,9 @@ def watch_report(item, call, report) -> None:
 
 
 @contextlib.contextmanager
-def llama_server(api_key: str | None = None, log_path: Path | None = None):
-    """Yield a running llama.cpp server (a ServerProcess; its .url is http://127.0.0.1:PORT/v1); kill it after."""
+def llama_server(api_key: str | None = None, log_path: Path | None = None, extra: tuple[str, ...] = ()):
+    """Yield a running llama.cpp server (a ServerProcess; its .url is http://127.0.0.1:PORT/v1); kill it after.
+    `extra`: more of its flags, which win over the defaults above them (argparse keeps the last)."""
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip('llama.cpp server not installed (pip install "llama-cpp-python[server]")')
     port = free_port()
@@ -125,6 +126,7 @@ def llama_server(api_key: str | None = None, log_path: Path | None = None):
            "--interrupt_requests", "false"]
     if api_key:
         cmd += ["--api_key", api_key]
+    cmd += list(extra)
     with contextlib.ExitStack() as stack:
         if log_path is None:   # a log is always kept: a server that dies is named with its last lines
             log_path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "server.log"

@@ -49,5 +49,11 @@ def test_the_files_table_names_every_file_a_run_folder_can_hold():
     assert RECORD_FILES == {"steps.csv": StepRecord, "requests.csv": RequestRecord, "tokens.csv": TokenRecord}
     from backend.results.repeats import INDEX, TABLE
     from backend.targets.remote.server_log import FILE
-    written = [*RECORD_FILES, "summary.csv", "run.json", "trace.json", FILE, "sweep.csv", INDEX, TABLE]
+    from backend.results.kv_file import FILE as KV_FILE
+    written = [*RECORD_FILES, "summary.csv", "run.json", "trace.json", FILE, KV_FILE, "sweep.csv", INDEX, TABLE]
     assert set(written) <= set(table_under("## Files"))
+
+
+def test_the_page_lists_every_key_of_a_kv_map_line_in_order():
+    from backend.results.kv_file import KEYS
+    assert table_under("#### `kv_map.jsonl`") == list(KEYS)

@@ -83,9 +83,16 @@ def test_bad_block_settings_are_one_line(capsys, flags, message):
     assert len(err) == 1 and message in err[0]
 
 
-def test_the_disaggregated_workers_refuse_prefix_caching_before_they_load_a_model(capsys):
-    """Their caches keep a row of blocks per request and the hand-off fills it: no prefix is reused there yet."""
-    assert main(["load", "--model", "tiny", "--policy", "disaggregated", "--prefix-caching", "on",
-                 "--requests", "2", "--output-len", "2"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "disaggregated workers' KV caches do not reuse prefixes" in err[-1]
+def test_the_simulated_disaggregated_prefill_devices_reuse_prefixes(tmp_path):
+    """The prefill device's steps compute only what its cache lacks; the records say what was found; the
+    whole prompt's KV still crosses the link (kv_bytes as without the cache)."""
+    on, off = (simulate(tmp_path, name, "--policy", "disaggregated", *flags)
+               for name, flags in (("pd-on", ()), ("pd-off", ("--prefix-caching", "off"))))
+    assert on.config["engine"]["prefix_caching"] is True and off.summary.prefix_hit_rate is None
+    s = on.summary
+    assert sum(r.cached_prompt_tokens for r in on.requests) == s.prefix_hit_tokens > 0
+    assert sum(st.num_reused_tokens for st in on.steps if st.worker.startswith("prefill")) == s.reused_tokens > 0
+    assert computed(on) + s.reused_tokens == computed(off)   # no preemption in a prefill-only pool
+    assert s.prefill_time_ms < off.summary.prefill_time_ms
+    assert 0 < s.prefix_hit_rate <= s.prefix_ideal_hit_rate
+    assert sorted(r.kv_bytes for r in on.requests) == sorted(r.kv_bytes for r in off.requests)

@@ -2,6 +2,7 @@
 definition on the records of real runs (the fake server, whose truth is known, and llama.cpp)."""
 import io
 
+import numpy as np
 import pytest
 
 from backend.cli.report import print_run
@@ -86,16 +87,58 @@ def llama(tmp_path_factory):
 
 
 def test_every_definition_on_llama_cpps_real_chat_stream(llama):
-    finished = drive(llama, workload(num_requests=2, output_len=8), api="chat", timeout_s=60.0)
+    from tests.fakes.llama_server import bundled_gguf
+    # the served model's tokenizer counts each chunk (llama.cpp's stream has no usage): plain words, one token each
+    ep = RemoteEndpoint(llama, "m", None, "chat", 60.0, False, str(bundled_gguf()), 1)
+    config = RunConfig(mode="load", workload=workload(num_requests=2, output_len=8), endpoint=ep)
+    config.sampling.ignore_eos = True
+    finished = run_remote(config, lambda e: None, lambda: False)
     assert finished.error is None and finished.summary.num_finished == 2
     s = finished.summary
+    gaps, split, tpots, e2e, ttfts, first_chunks = [], [], [], [], [], []
     for r, arrival in ((r, by_request(finished.data)[r.request_id]) for r in finished.data.requests):
         # its chat stream opens with a role-only delta, before the first token's text
         assert r.first_chunk == FirstChunk.ROLE.value and r.first_chunk_ms <= r.first_token_ms
-        assert arrival.num_tokens == r.output_tokens
-        # by hand from the records: the stream's end is at or after its last token
+        assert arrival.num_tokens == r.output_tokens and r.output_tokens_source == "tokenizer"
+        # by hand from the arrival times the run recorded
+        times, k = arrival.chunk_ms, arrival.chunk_tokens
+        own = [b - a for a, b in zip(times, times[1:])]
+        gaps += own
+        split += [0.0] * (k[0] - 1) + [g / n for g, n in zip(own, k[1:]) for _ in range(n)]
+        ttfts.append(times[0] - r.arrival_ms)
+        first_chunks.append(r.first_chunk_ms - r.arrival_ms)
         if r.output_tokens > 1:
-            assert tpot_e2e(arrival) == pytest.approx((r.finish_ms - r.first_token_ms) / (r.output_tokens - 1))
-            assert tpot_e2e(arrival) >= r.tpot_ms
-    assert s.ttft_first_chunk_p50_ms <= s.ttft_p50_ms
+            tpots.append((times[-1] - times[0]) / (r.output_tokens - 1))
+            e2e.append((r.finish_ms - r.first_token_ms) / (r.output_tokens - 1))
+            assert tpot_e2e(arrival) == pytest.approx(e2e[-1]) and e2e[-1] >= r.tpot_ms   # the end is after the last token
+    assert s.itl_mean_ms == pytest.approx(np.mean(gaps)) and s.itl_split_mean_ms == pytest.approx(np.mean(split))
+    assert s.tpot_mean_ms == pytest.approx(np.mean(tpots)) and s.tpot_e2e_mean_ms == pytest.approx(np.mean(e2e))
+    assert s.ttft_mean_ms == pytest.approx(np.mean(ttfts))
+    assert s.ttft_first_chunk_mean_ms == pytest.approx(np.mean(first_chunks))
+    assert s.ttft_first_chunk_p50_ms <= s.ttft_p50_ms and s.num_first_chunk_role == 2
     assert s.num_chunks >= s.num_finished and s.ttft_definition == "ttft"
+
+
+def test_chunks_without_a_running_count_are_counted_by_the_tokenizer():
+    # no usage at all (as llama.cpp's stream): each chunk of " tok tok tok" is 3 tokens by the served model's tokenizer
+    with FakeOpenAI(Behaviour(gap_ms=5.0, chunk_tokens=3, usage=False)) as fake:
+        ep = RemoteEndpoint(fake.url, "smollm2", None, "completions", 10.0, False, None, 1)
+        config = RunConfig(mode="load", workload=workload(), endpoint=ep)
+        config.sampling.ignore_eos = True
+        finished = run_remote(config, lambda e: None, lambda: False)
+    s = finished.summary
+    assert finished.error is None and s.num_finished == 4
+    for r in finished.data.requests:
+        assert r.output_tokens == 12 and r.output_tokens_source == "tokenizer"
+    for arrival in by_request(finished.data).values():
+        assert arrival.chunk_tokens == [3, 3, 3, 3]
+    assert s.num_multi_token_chunks == 16 and s.itl_split_p50_ms < 0.5 * s.itl_p50_ms and s.definitions_differ == 1
+
+
+def test_without_a_tokenizer_or_a_running_count_each_chunk_is_one_token_as_before():
+    with FakeOpenAI(Behaviour(gap_ms=5.0, chunk_tokens=3, usage=False)) as fake:
+        finished = drive(fake.url, workload(prompt_source="synthetic"))
+    assert finished.error is None
+    for arrival in by_request(finished.data).values():
+        assert arrival.chunk_tokens == [1, 1, 1, 1]
+    assert finished.summary.num_multi_token_chunks == 0

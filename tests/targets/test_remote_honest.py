@@ -228,6 +228,74 @@ def test_the_client_thresholds_say_which_and_by_how_much():
     assert late.limits()[0].startswith("requests went out 40.0 ms after they could have (p99)")
 
 
+def test_a_send_lag_no_longer_than_the_loops_own_wake_up_lag_is_not_flagged():
+    # a request waits on a timer for its moment, so it goes out as late as the loop wakes: on a shared VM at 10 ms
+    # ticks, loop lag p99 6 ms and send lag p99 7 ms, every figure exact. Only the excess is the worker's doing.
+    own = dict(loop_lag_ms=[0.5] * 90 + [6.0] * 10, cpu_shares=[0.1], num_tokens=10_000, num_clumped=100,
+               itl_p50_ms=10.0)
+    assert ClientLoad(1, late_ms=[1.0] * 90 + [7.0] * 10, **own).limits() == []
+    busy = ClientLoad(1, late_ms=[1.0] * 90 + [12.0] * 10, **own).limits()
+    assert len(busy) == 1 and busy[0].startswith("requests went out 12.0 ms after they could have (p99), 6.0 ms "
+                                                 "beyond the event loop's own lag (p99 6.00 ms) > 5 ms")
+
+
+def test_a_loop_later_than_a_whole_gap_is_flagged_even_without_clumps():
+    lagging = dict(loop_lag_ms=[1.0] * 90 + [28.0] * 10, late_ms=[1.0] * 50, cpu_shares=[0.2], num_tokens=10_000,
+                   num_clumped=500)
+    flagged = ClientLoad(1, itl_p50_ms=10.0, **lagging).limits()
+    assert len(flagged) == 1 and "longer than a whole gap between tokens (ITL p50 10.00 ms) and than 5 ms" in flagged[0]
+    assert ClientLoad(1, itl_p50_ms=30.0, **lagging).limits() == []   # gaps of 30 ms: a 28 ms lag stays within one
+    assert ClientLoad(1, **lagging).limits() == []                     # no gap measured: the clumps decide
+
+
+# The rows of bench/README.md's closed_loop_flag table (measured 2026-12-04 on a shared VM): tick, streams, ITL p50,
+# send lag p99, loop lag p99, busiest worker's CPU share, whether the figures were exact against the server's truth.
+# The thresholds must flag exactly the inexact rows (the old absolute 5 ms send lag flagged three exact ones).
+TABLE_2026_12_04 = [(1, 16, 1.154, 0.33, 0.99, 0.08, True), (1, 64, 1.197, 1.99, 1.69, 0.13, True),
+                    (1, 256, 10.029, 16.71, 27.89, 0.21, False), (10, 16, 10.458, 6.20, 6.17, 0.05, True),
+                    (10, 64, 10.267, 7.32, 5.94, 0.09, True), (10, 256, 12.563, 34.19, 27.89, 0.16, False),
+                    (30, 16, 29.799, 2.75, 5.07, 0.03, True), (30, 64, 29.951, 8.07, 5.61, 0.05, True),
+                    (30, 256, 29.842, 26.66, 15.37, 0.12, False)]
+
+
+@pytest.mark.parametrize("tick, streams, itl_p50, late_p99, lag_p99, share, exact", TABLE_2026_12_04)
+def test_the_thresholds_flag_the_measured_table_where_its_figures_went_wrong(tick, streams, itl_p50, late_p99,
+                                                                               lag_p99, share, exact):
+    # readings whose p99 is the row's (a few of 100 at the p99 value); clumps under the threshold, as in those runs
+    load = ClientLoad(1, loop_lag_ms=[0.2] * 98 + [lag_p99] * 2, late_ms=[0.2] * 98 + [late_p99] * 2,
+                      cpu_shares=[share], num_tokens=10_000, num_clumped=1_000, itl_p50_ms=itl_p50)
+    assert load.figures()["client_loop_lag_p99_ms"] == pytest.approx(lag_p99)
+    assert (load.limits() == []) == exact
+
+
+def test_a_requests_send_lag_counts_from_when_it_could_have_gone_out_on_a_fake_clock():
+    import asyncio
+    from backend.config import SamplingConfig
+    from backend.protocol import Job, Send
+    from backend.targets.remote.worker import Worker
+
+    async def main():
+        worker = Worker(Job("http://127.0.0.1:9/v1", "m", "completions", None, 5.0, SamplingConfig()), None)
+        clock = iter([27.0, 27.0, 90.0, 90.0])   # sent at 27 ms; the answer over at 90
+        worker.now_ms = lambda: next(clock)
+        sent = []
+        worker._send = sent.append
+
+        class Streamer:
+            async def send(self, prompt, max_tokens, state, on_token):
+                state.finish_reason = "length"
+        worker.streamer = Streamer()
+        # the user was free at 10 ms; its request reached the worker at 25: it could go out from 25
+        await worker._one(1, 10.0, Send(1, None, "a", 4), closed=True, ready=25.0)
+        await asyncio.sleep(0)   # the flush the request's end asked for
+        return worker, sent
+
+    worker, sent = asyncio.run(main())
+    row = sent[0].requests[0]
+    assert row.late_ms == 2.0 and row.wait_ms == 15.0   # late from 25, not from 10; the 15 ms is the loop's round trip
+    assert worker.free_at == [90.0]                      # the user is free again when its answer ended
+
+
 def test_a_late_loop_is_flagged_only_once_its_tokens_come_clumped():
     # the loop wakes 3 ms late at p99, but every token still came in a read of its own: its times hold
     lagging = dict(loop_lag_ms=[0.1] * 90 + [3.0] * 10, late_ms=[0.2] * 50, cpu_shares=[0.5])

@@ -22,13 +22,33 @@ from multiprocessing.connection import wait
 from typing import Callable
 
 from backend.config import RunConfig
+from backend.engine.request import rejected_record, rejection
 from backend.errors import RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
-from backend.engine.request import rejected_record, rejection
-from backend.protocol import (Cancel, Channel, Dispatch, Done, Failed, Init, Message, Port, Ready, Side, Start, Stop,
-                              WorkerFigures, WorkerRecords)
+from backend.protocol import (
+    Cancel,
+    Channel,
+    Dispatch,
+    Done,
+    Failed,
+    Init,
+    Message,
+    Port,
+    Ready,
+    Side,
+    Start,
+    Stop,
+    WorkerFigures,
+    WorkerRecords,
+)
 from backend.records import RecordBatch, RequestRecord, RequestStatus
-from backend.run_info import DisaggregatedInfo, LocalInfo, RunInfo, TargetKind, now_created
+from backend.run_info import (
+    DisaggregatedInfo,
+    LocalInfo,
+    RunInfo,
+    TargetKind,
+    now_created,
+)
 
 READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
 DONE_TIMEOUT_S = 5.0      # after "stop", how long a worker has to send its last records
@@ -109,11 +129,16 @@ def worker_devices(device: str, num_workers: int, cuda_devices: int) -> list[str
 def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool],
                       retain_records: bool = True) -> RunFinished:
     """`load --policy disaggregated` on the real model."""
-    from backend.targets.engine_run import shared_settings, validate, validate_disaggregated, with_kv_settings
     from backend.results.recorder import RunRecorder
+    from backend.targets.engine_run import (
+        shared_settings,
+        validate,
+        validate_disaggregated,
+        with_kv_settings,
+    )
     validate_disaggregated(config)
     validate(shared_settings(config))
-    config = with_kv_settings(config, simulated=False, shares_blocks=False)   # the workers' layout: one line here, before they start
+    config = with_kv_settings(config)   # the workers' layout (paged, prefix caching): one line here, before they start
     with RunRecorder(config, emit, retain_records) as recorder:
         return Coordinator(config, recorder, should_stop).run()
 
@@ -141,10 +166,10 @@ class Coordinator:
 
     def run(self) -> RunFinished:
         from backend.engine.kv_transfer import resolve_transport
-        from backend.targets.engine_run import kv_capacity_of, longest_sequence
-        from backend.targets.disaggregated.worker import PREFILL_SLOTS
         from backend.engine.threads import available_cores
         from backend.loaders.weights import model_header
+        from backend.targets.disaggregated.worker_base import PREFILL_SLOTS
+        from backend.targets.engine_run import kv_capacity_of, longest_sequence
         from backend.workload.arrivals import WorkloadSource
         config, e = self.config, self.config.engine
         shape, tokenizer = model_header(config.model.name)
@@ -153,6 +178,11 @@ class Coordinator:
         self.max_len = min(e.max_len or longest_sequence(config.workload), shape.max_position)
         self.decode_capacity = kv_capacity_of(config, e.max_batch, self.max_len)
         prefill_slots = min(e.max_batch, PREFILL_SLOTS)
+        if e.prefix_caching:   # the workload's own ceiling beside the measured hit rate (one prefill worker's pool)
+            from backend.targets.engine_run import ceiling_figures
+            prefill_blocks = kv_capacity_of(config, prefill_slots, self.max_len) // e.kv_block_size
+            self.recorder.accumulator.prefix_ideal = ceiling_figures(
+                self.source, e.kv_block_size, prefill_blocks, min(self.max_len, self.decode_capacity), prefill_only=True)
         self.transport = resolve_transport(e.kv_transport)
         cores = list(available_cores())
         if config.threads is not None:
@@ -168,10 +198,11 @@ class Coordinator:
     def start_workers(self, prefill_slots: int) -> None:
         import os
         import socket
+
         from backend.engine.kv_transfer import new_memfd
-        from backend.targets.engine_run import kv_capacity_of
-        from backend.targets.disaggregated.worker import WorkerSpec
         from backend.launcher import start_child
+        from backend.targets.disaggregated.worker_base import WorkerSpec
+        from backend.targets.engine_run import kv_capacity_of
         config, e = self.config, self.config.engine
         P, D = e.prefill_workers, e.decode_workers
         links: dict[tuple[int, int], tuple] = {(p, d): socket.socketpair() for p in range(P) for d in range(D)}

@@ -20,6 +20,7 @@ from backend.events import Emit, RequestsArrived
 from backend.protocol import Abort, ClientRecords, Crashed, End, Job, Lost, Message, RequestRow, Stop, Users
 from backend.results.export import RunWriter
 from backend.records import RecordBatch, RequestRecord, RequestStatus, TokenRecord
+from backend.targets.remote.chunk_tokens import ChunkCounter, token_records
 from backend.targets.remote.client import MAX_DETAIL
 from backend.targets.remote.honesty import ClientLoad
 from backend.targets.remote.metrics import ServerMetrics, metrics_url, poll_metrics, read_metrics, server_metrics
@@ -100,6 +101,9 @@ class RemoteRun:
         self._freed: deque[int] = deque()        # closed loop: the workers whose users are free, in order
         self._built: dict[tuple[str, int], object] = {}   # (texts, length) -> Prompt: workloads reuse their texts
         self._turns = Turns(builder, turns) if turns > 1 else None   # conversations: what each turn sent and got
+        # tokens per chunk where the server sends no running count: by the served model's tokenizer where there
+        # is one, else one a chunk (the worker's index)
+        self._chunks = ChunkCounter(builder.output_tokens) if builder.tokenizer is not None else None
         self._wake: asyncio.Event | None = None
         self._metrics: httpx.AsyncClient | None = None   # reads the server's /metrics
         self._thread = threading.Thread(target=self._thread_main, name="phasescope-remote", daemon=True)
@@ -314,10 +318,9 @@ class RemoteRun:
             self.events.put(RequestsArrived([rid for rid, _ in arrived], [at for _, at in arrived],
                                             [self._inflight[rid][1].num_tokens for rid, _ in arrived]))
         batch = self._pending
-        for rid, index, at in msg.tokens:
-            token = TokenRecord(request_id=rid, index=index, time_ms=at)
-            self.tokens.append(token)
-            batch.tokens.append(token)
+        tokens = token_records(msg.tokens, msg.text, self._chunks)   # chunks the server did not count: by their text
+        self.tokens.extend(tokens)
+        batch.tokens.extend(tokens)
         for rid, piece in msg.text.items():
             batch.text[rid] = batch.text.get(rid, "") + piece
         for row in msg.requests:
@@ -333,12 +336,17 @@ class RemoteRun:
          usage_cached) = row[:14]
         spec, prompt = self._inflight.pop(rid)
         status = _STATUS[status]
-        n_out = max(usage_output or 0, n_indexed)
-        if usage_output is not None:
-            out_source = "server"
-        else:   # one event per token is the rule (llama.cpp, TGI); the tokenizer confirms it or it stays an estimate
-            counted = self.builder.output_tokens(text)
-            out_source = "tokenizer" if counted == n_out or n_out == 0 else "estimate"
+        by_chunks = self._chunks.finish(rid) if self._chunks is not None else None
+        if by_chunks is not None:   # the tokenizer counted its chunks; a final usage count still has the last word
+            n_out = usage_output if usage_output is not None else by_chunks
+            out_source = "server" if usage_output is not None else "tokenizer"
+        else:
+            n_out = max(usage_output or 0, n_indexed)
+            if usage_output is not None:
+                out_source = "server"
+            else:   # one event per token (no tokenizer to count them): the tokenizer confirms it or it is an estimate
+                counted = self.builder.output_tokens(text)
+                out_source = "tokenizer" if counted == n_out or n_out == 0 else "estimate"
         if late is not None:
             self.late_ms.append(late)
         if row.wait_ms is not None and self.closed:

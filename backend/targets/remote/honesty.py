@@ -22,7 +22,15 @@ LOOP_LAG_P99_MS = 1.0       # the event loop wakes later than this (p99): token 
 # fake server's truth: ITL p50 held within 0.2 ms at 7% and 19% clumped, and moved 0.3 ms at 33%; a server that
 # writes two steps back to back makes a few clumps of its own)
 CLUMPED_SHARE = 0.25
-DISPATCH_LATE_P99_MS = 5.0  # requests go out later than planned by more than this (p99)
+# ...or once it wakes later than a whole inter-token gap (the run's ITL p50) and later than this: then a token can be
+# read after the next one was written, and a first token late by more than a TTFT can be trusted to (bench.remote_client
+# calls a TTFT p50 within 5 ms of the server's exact). Below a gap, a late wake moves each time a little and together.
+TTFT_TOLERANCE_MS = 5.0
+# Requests go out later than they could have by more than this (p99) beyond the loop's own wake-up lag (p99). A request
+# waits for its moment on a timer, so it goes out at best as late as the loop wakes: that part is the loop lag's measure
+# above (on a shared VM its p99 is 5-6 ms at 10 ms ticks, with every figure exact). Only the excess says the worker was
+# too busy to send, so the load offered was lighter than planned.
+DISPATCH_LATE_P99_MS = 5.0
 CPU_SHARE = 0.9             # a worker (one event loop, one core) busier than this
 
 
@@ -47,6 +55,7 @@ class ClientLoad:
     num_connections: int = 0
     num_tokens: int = 0                                        # tokens read by the workers (0: not counted)
     num_clumped: int = 0                                       # of them, read together with their stream's previous
+    itl_p50_ms: float = float("nan")                           # the run's measured gap between tokens (NaN: none)
 
     @property
     def clumped_share(self) -> float:
@@ -70,15 +79,25 @@ class ClientLoad:
         out = []
         # a late loop distorts token times only once it is late by a gap: then a read holds the stream's next
         # tokens together (gaps of 0 and one long gap). A lag shorter than the gaps moves each time a little.
-        clumped = self.clumped_share
-        if f["client_loop_lag_p99_ms"] > LOOP_LAG_P99_MS and not clumped <= CLUMPED_SHARE:
-            out.append(f"event-loop lag p99 {f['client_loop_lag_p99_ms']:.2f} ms > {LOOP_LAG_P99_MS:g} ms "
+        clumped, lag = self.clumped_share, f["client_loop_lag_p99_ms"]
+        beyond_gap = lag > TTFT_TOLERANCE_MS and lag > self.itl_p50_ms   # False where the run has no gap (NaN)
+        if lag > LOOP_LAG_P99_MS and (not clumped <= CLUMPED_SHARE or beyond_gap):
+            why = []
+            if self.num_tokens and clumped > CLUMPED_SHARE:
+                why.append(f"{100 * clumped:.1f}% of tokens were read together with the one before them "
+                           f"(> {100 * CLUMPED_SHARE:g}%)")
+            if beyond_gap:
+                why.append(f"the lag is longer than a whole gap between tokens (ITL p50 {self.itl_p50_ms:.2f} ms) "
+                           f"and than {TTFT_TOLERANCE_MS:g} ms")
+            out.append(f"event-loop lag p99 {lag:.2f} ms > {LOOP_LAG_P99_MS:g} ms "
                        f"(max {f['client_loop_lag_max_ms']:.1f} ms): token times are late by about that much"
-                       + (f", and {100 * clumped:.1f}% of tokens were read together with the one before them "
-                          f"(> {100 * CLUMPED_SHARE:g}%)" if self.num_tokens else ""))
-        if f["client_dispatch_late_p99_ms"] > DISPATCH_LATE_P99_MS:
-            out.append(f"requests went out {f['client_dispatch_late_p99_ms']:.1f} ms after they could have (p99) "
-                       f"> {DISPATCH_LATE_P99_MS:g} ms: the load offered is lighter than planned")
+                       + "".join(f", and {w}" for w in why))
+        late = f["client_dispatch_late_p99_ms"]
+        own = lag if lag == lag else 0.0   # the loop's own wake-up lag (none measured: 0)
+        if late > DISPATCH_LATE_P99_MS + own:
+            out.append(f"requests went out {late:.1f} ms after they could have (p99), {late - own:.1f} ms beyond "
+                       f"the event loop's own lag (p99 {own:.2f} ms) > {DISPATCH_LATE_P99_MS:g} ms: the load offered "
+                       "is lighter than planned")
         if f["client_cpu_share_max"] > CPU_SHARE:
             busy = sum(share > CPU_SHARE for share in self.cpu_shares)
             out.append(f"{busy} of {self.num_workers} client worker{'s' * (self.num_workers > 1)} used "
@@ -93,7 +112,8 @@ def client_report(load: ClientLoad) -> tuple[dict[str, float], dict, list[str]]:
     figures["client_limited"] = 1 if limits else 0
     info = {"limited": bool(limits), "reasons": limits,
             "thresholds": {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "clumped_share": CLUMPED_SHARE,
-                           "dispatch_late_p99_ms": DISPATCH_LATE_P99_MS, "cpu_share": CPU_SHARE},
+                           "ttft_tolerance_ms": TTFT_TOLERANCE_MS,
+                           "dispatch_late_beyond_loop_lag_p99_ms": DISPATCH_LATE_P99_MS, "cpu_share": CPU_SHARE},
             **{k: v for k, v in figures.items() if k != "client_limited"}}
     lines = []
     if limits:

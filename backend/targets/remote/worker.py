@@ -188,13 +188,15 @@ class Worker:
             self.num_clumped += 1   # read together with the stream's previous token: its gap reads as 0
         indices = state.token_indices
         index = indices[-1] + 1 if indices else 0
+        uncounted = len(text)   # the coordinator counts this chunk's tokens by the tokenizer, from its text
         if state.completion_tokens:   # a chunk that carries several tokens, counted by the server
             index = max(index, state.completion_tokens - 1)
+            uncounted = 0
         state.token_times.append(now)
         indices.append(index)
         state.text.append(text)
         rid = state.request_id
-        self._tokens.append([rid, index, now])
+        self._tokens.append([rid, index, now, uncounted])
         self._text[rid] = self._text.get(rid, "") + text
 
     async def _probe(self) -> None:

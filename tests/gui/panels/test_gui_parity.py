@@ -121,6 +121,10 @@ REACHED = {
                            closed),
     "--think-ms": Reach("controls.form.think_spin", "250", lambda c: c.workload.think_ms,
                         ("--arrival", "closed", "--concurrency", "8"), closed),
+    "--turns": Reach(f"{LOAD}[turns]", "3", lambda c: c.workload.turns),
+    "--turn-len": Reach(f"{LOAD}[turn_len]", "16:40", lambda c: c.workload.turn_len.describe(), ("--turns", "3"),
+                        lambda w: w.controls.form.fields["load"]["turns"].setText("3")),
+    "--shared-prefix-len": Reach(f"{LOAD}[shared_prefix_len]", "48", lambda c: c.workload.shared_prefix_len),
     "--trace": Reach(f"{LOAD}[trace]"),   # a file: test_gui_window's trace tests compare it
     "--trace-speed": Reach("controls.form.trace_speed_spin"),
     "--slo-ttft-ms": Reach(f"{LOAD}[slo_ttft_ms]", "500", lambda c: c.slo_ttft_ms),
@@ -142,6 +146,7 @@ REACHED = {
     "--rates": Reach("controls.form.fields[load-sweep][rates]", "0.5,2", lambda c: c.sweep.rates),
     "--concurrencies": Reach("controls.form.fields[load-sweep][concurrencies]", "1,3", lambda c: c.sweep.concurrencies),
     "--total-devices": Reach("controls.form.fields[load-sweep][total_devices]", "4", lambda c: c.sweep.total_devices),
+    "--depths": Reach("controls.form.fields[sweep-depth][depths]", "0,256", lambda c: c.sweep.depths),
     # the window's own command line: what it selects when it opens
     "(window) --model": Reach("controls.model_combo"),
     "(window) --profile": Reach("controls.profile_combo"),
@@ -192,6 +197,11 @@ REACHED_IN = {
     ("sweep precision", "--output-len"): Reach("controls.form.fields[sweep-precision][output_len]", "8",
                                                lambda c: c.sweep.output_len),
     ("sweep precision", "--batch"): Reach("controls.form.fields[sweep-precision][batch]", "2", lambda c: c.sweep.batch),
+    ("sweep depth", "--steps"): Reach("controls.form.fields[sweep-depth][steps]", "2", lambda c: c.sweep.steps),
+    ("sweep depth", "--prompt-len"): Reach("controls.form.fields[sweep-depth][prompt_len]", "64",
+                                           lambda c: c.sweep.prompt_len),
+    ("sweep depth", "--output-len"): Reach("controls.form.fields[sweep-depth][output_len]", "8",
+                                           lambda c: c.sweep.output_len),
 }
 for command in ("load", "sweep rate", "sweep concurrency", "sweep pd-ratio"):
     for flag, key in (("--prompt-len", "prompt_len"), ("--output-len", "output_len")):
@@ -206,10 +216,6 @@ NOT_REACHED = {
     "(window) --uninstall-desktop-entry": "it removes that entry and exits, as the line above",
     "(window) --autostart": "it presses Run once the window opens: the Run button",
     "--duration": "a preset's duration is kept while Requests is empty; the window sets a count, not a duration",
-    "--turns": "not in the window yet: its presets multi-turn-chat and agentic-loop carry their turns, which the "
-               "window keeps (Requests then counts conversations)",
-    "--turn-len": "as --turns: a preset's later-message lengths are kept",
-    "--shared-prefix-len": "as --turns: a preset's shared system prompt is kept",
     "--ramp-ms": "the closed loop's default ramp (20 ms per mean output token) is the window's; users start "
                  "staggered",
     "--kv-transport": "auto (shared memory where the system has it, measured the faster here) is the only sensible "
@@ -233,8 +239,8 @@ NOT_REACHED = {
                        "layout changes no figure (a load run's page sets it)",
     "run --kv-block-size": "as run --kv-layout: blocks of any size hold the same batch",
     "run --prefix-caching": "as run --kv-layout: requests admitted in one step find nothing cached yet",
-    "load --definitions": "a console table of every definition; the run folder's summary holds them all and the "
-                          "window's figures use the headline ones (docs/metrics.md)",
+    "load --definitions": "a console table of every definition: the window shows the same table without asking, "
+                          "under the metrics panel's Definitions toggle, once the run ends (docs/metrics.md)",
     "import FILE|DIR": "import turns another tool's result file into a run folder once, from the command line; the "
                        "window opens the folder it writes (File › Open run, References)",
 }
@@ -245,7 +251,7 @@ COMMANDS_REACHED = {   # the sub-commands without flags: where the window does w
 }
 KIND_OF = {"run": "batch", "load": "load", "sweep batch": "sweep-batch", "sweep prompt": "sweep-prompt",
            "sweep precision": "sweep-precision", "sweep rate": "sweep-rate", "sweep concurrency": "sweep-concurrency",
-           "sweep pd-ratio": "sweep-pd-ratio"}
+           "sweep pd-ratio": "sweep-pd-ratio", "sweep depth": "sweep-depth"}
 
 
 def cli_flags() -> dict[str, list[str]]:

@@ -48,11 +48,35 @@ def test_every_step_runs_settings_the_engine_accepts_and_measures_them(tour_step
     assert finding.rows and all(len(row) == len(finding.header) for row in finding.rows)
 
 
-def test_the_steps_are_the_eight_claims_in_order():
+def test_the_steps_are_the_nine_claims_in_order():
     assert [s.key for s in STEPS] == ["one-request", "prompt-length", "precision", "batch", "static-continuous",
-                                      "chunked", "disaggregated", "worked-example"]
+                                      "chunked", "disaggregated", "worked-example", "tpot-definitions"]
     assert all(s.text and s.look and s.title for s in STEPS)
-    assert [c.simulate for _, c in STEPS[-1].runs()] == [True]   # only the datacenter GPU is simulated
+    # only the datacenter GPU is simulated
+    assert [[c.simulate for _, c in s.runs()] for s in STEPS if s.key == "worked-example"] == [[True]]
+    assert not any(c.simulate for s in STEPS if s.key != "worked-example" for _, c in s.runs())
+
+
+def test_the_tpot_step_says_each_definition_from_the_runs_token_times():
+    from backend.records import RequestRecord, RequestStatus, TokenRecord
+    from gui.tour.definitions import tpot_definitions
+    # a 3-token request with gaps of 10 and 30 ms (its mean 20), a 5-token one with four gaps of 10 (its mean 10);
+    # the first stream ends 4 ms after its last token
+    requests = [RequestRecord.from_times(request_id=0, status=RequestStatus.FINISHED, prompt_tokens=8, output_tokens=3,
+                                         arrival_ms=0.0, first_token_ms=50.0, last_token_ms=90.0, finish_ms=94.0),
+                RequestRecord.from_times(request_id=1, status=RequestStatus.FINISHED, prompt_tokens=8, output_tokens=5,
+                                         arrival_ms=0.0, first_token_ms=60.0, last_token_ms=100.0, finish_ms=100.0)]
+    tokens = [TokenRecord(0, i, t) for i, t in enumerate((50.0, 60.0, 90.0))] + \
+             [TokenRecord(1, i, 60.0 + 10.0 * i) for i in range(5)]
+    finding = tpot_definitions([Outcome("continuous", RunData(requests=requests, tokens=tokens))])
+    # by hand: per request 20 and 10, their mean 15; pooled (10 + 30 + 4 x 10) / 6 = 13.3; to the end (44 / 2 + 10) / 2
+    assert "mean of each request's own mean gap (this window's TPOT, GuideLLM's ITL) is 15.0 ms" in finding.sentence
+    assert "the mean over every gap pooled (vLLM's and SGLang's mean ITL) is 13.3 ms" in finding.sentence
+    assert "its 5-token request weighs 4 times where the 3-token one weighs 2" in finding.sentence
+    assert "vLLM's own TPOT runs to the stream's end: 16.0 ms" in finding.sentence
+    assert "Here each streamed chunk carried one token" in finding.sentence
+    assert finding.rows == [[0, 3, 20.0, 22.0, 30.0], [1, 5, 10.0, 10.0, 10.0]]
+    assert finding.figure.marks[0].y == 20.0 and finding.figure.marks[0].x0 == 3
 
 
 def test_one_request_marks_the_prefill_and_decode_spans_of_the_records():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from backend.engine.kv_watch import RESERVED
 from backend.engine.paged_scheduler import CACHED_FREE, FREE
 from gui.views.kv_map import grid_width, map_image, with_gaps
@@ -68,6 +69,11 @@ def test_a_prefix_cached_multi_turn_run_fills_the_map_table_lanes_and_hit_rate(q
     assert abs(hit.yData[-1] - 100 * data.summary.prefix_hit_rate) < 15
     assert view.curves["cached"].xData is not None and len(view.curves["cached"].xData) > 0
     assert window.view_tabs.tabText(window.view_tabs.currentIndex()) == "KV cache"
+    # and on the engine-step strip: the same two lines on its right axis, which names them
+    strip = window.timeline
+    assert strip.kv.shown and "KV held" in strip.kv.axis.labelText
+    assert np.array_equal(strip.kv.hit.yData, hit.yData[-len(strip.kv.hit.yData):])
+    assert len(strip.kv.held.xData) == window.store.num_steps and strip.kv.held.yData.max() > 0
 
 
 def test_the_slot_layout_shows_each_slots_reserved_unused_room(qtbot, window):
@@ -99,3 +105,69 @@ def test_gaps_keep_each_cell_apart():
     big = with_gaps(image, 3)
     assert big.shape == (3, 6, 4)
     assert big[0, :, 3].tolist() == [255, 255, 0, 255, 255, 0] and not big[2, :, 3].any()
+
+
+def test_an_opened_run_folder_replays_the_maps_it_recorded(qtbot, window, tmp_path):
+    from backend.results.kv_file import FILE
+    finished = run(qtbot, window, simulated_chat(window, requests="2"))
+    assert finished.error is None
+    live = window.store.kv
+    live_final = (live.owners.copy(), live.latest.time_ms)
+    assert window.files.export_csv(str(tmp_path / "chat"))
+    assert (tmp_path / "chat" / FILE).is_file()   # Export CSV copies the worker's recording of the maps
+    assert window.files.open_run(str(tmp_path / "chat"))
+    window.repaint_views()
+    kv, view = window.store.kv, window.kv_view
+    # the last snapshot is the live run's last, cell for cell
+    assert kv.is_replay and kv.latest.final and kv.shown == len(kv.recorded) - 1 >= 1
+    assert np.array_equal(kv.owners, live_final[0]) and abs(kv.latest.time_ms - live_final[1]) < 1e-3
+    assert not view.empty_label.isVisible() and not view.slider_row.isHidden()
+    assert f"recorded snapshot {len(kv.recorded)} of {len(kv.recorded)}" in view.summary.text()
+    assert len(view.curves["cached"].xData) == len(kv.recorded)   # the counts over time, from the file
+    # the slider picks an earlier snapshot: a map with requests holding blocks, its moment marked below
+    busy = int(np.argmax(kv.history.column("held")))
+    assert kv.history.column("held")[busy] > 0
+    view.slider.setValue(busy)
+    assert kv.shown == busy and (kv.owners >= 0).any() and not kv.latest.final
+    assert view.moment.isVisible() and view.moment.value() == kv.latest.time_ms
+    assert f"recorded snapshot {busy + 1} of" in view.summary.text()
+
+
+def test_an_old_folder_without_the_map_says_so_in_its_place(qtbot, window, tmp_path):
+    from backend.results.kv_file import FILE
+    assert run(qtbot, window, simulated_chat(window, requests="1")).error is None
+    assert window.files.export_csv(str(tmp_path / "old"))
+    (tmp_path / "old" / FILE).unlink()   # as a folder written before kv_map.jsonl
+    assert window.files.open_run(str(tmp_path / "old"))
+    window.repaint_views()
+    kv, view = window.store.kv, window.kv_view
+    assert kv.latest is None and not kv.is_replay and view.slider_row.isHidden()
+    assert view.empty_label.isVisible()
+    assert view.empty_label.textItem.toPlainText() == "This run did not record the cache (its folder is from before kv_map.jsonl)"
+    assert len(view.curves["hit"].xData) > 0   # its steps' hit rate still draws
+
+
+def test_the_strips_kv_lines_stay_away_from_a_run_without_a_cache_and_keep_the_runs_hit_rate(qtbot):
+    """A remote run's steps hold no KV capacity: no lines, no right axis. The hit rate so far is the whole
+    run's, also once the store has dropped its older steps."""
+    from backend.records import Phase, RecordBatch, StepRecord
+    from gui.state.run_store import RunStore
+    from gui.views.timeline import TimelineView
+
+    def step(i, reused, computed, kv_tokens, capacity):
+        return StepRecord.measured(run_id="r", step=i, phase=Phase.PREFILL, prefill_tokens=[computed], num_decode=0,
+                                   contexts=[reused + computed], start_ms=10.0 * i, duration_ms=5.0,
+                                   kv_tokens=kv_tokens, kv_capacity=capacity, num_reused_tokens=reused)
+    store = RunStore(steps_kept=4)
+    strip = TimelineView(store)
+    qtbot.addWidget(strip)
+    store.add_batch(RecordBatch(steps=[step(0, 0, 8, 0, 0)]))
+    strip.refresh()
+    assert not strip.kv.shown and not strip.kv.view.isVisible() and not strip.kv.axis.labelText
+    store.reset()
+    store.add_batch(RecordBatch(steps=[step(i, 16 * (i % 2), 16, 32 * (i + 1), 1024) for i in range(10)]))
+    strip.refresh()
+    assert strip.kv.shown and "prefix hit so far" in strip.kv.axis.labelText
+    assert len(store.steps) < 10   # older steps dropped ...
+    assert strip.kv.hit.yData[-1] == pytest.approx(100 * 80 / 240)   # ... the hit rate still the run's: 5 x 16 of 240
+    assert strip.kv.held.yData[-1] == pytest.approx(100 * 320 / 1024)

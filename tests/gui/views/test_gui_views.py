@@ -384,3 +384,49 @@ def test_a_step_tooltip_and_the_metrics_say_what_the_weights_cost_where_measured
     assert weights_text(LiveMetrics()) == "—"
     assert weights_text(LiveMetrics(weights_per_step=61.5e6, experts_per_layer=6.0, num_experts=8)) == \
         "61.5 MB (6.0 of 8 experts per layer)"
+
+
+def test_metrics_panel_names_each_figures_definition_and_shows_the_others_on_request(qtbot):
+    from backend.events import RunFinished
+    from backend.records import RequestRecord, RequestStatus
+    from backend.results.summary import summarize
+    from gui.views.definitions import PENDING
+    # two streams: one of chunks of 1, 3 and 1 tokens 10 ms apart (the 3-token chunk after 30 ms), one opening
+    # with a role-only chunk at 50 ms, its two tokens at 100 and 120 ms; each sent at 0
+    requests = [RequestRecord.from_times(request_id=0, status=RequestStatus.FINISHED, prompt_tokens=4, output_tokens=5,
+                                         arrival_ms=0.0, first_token_ms=100.0, last_token_ms=140.0, finish_ms=150.0),
+                RequestRecord.from_times(request_id=1, status=RequestStatus.FINISHED, prompt_tokens=4, output_tokens=2,
+                                         arrival_ms=0.0, first_token_ms=100.0, last_token_ms=120.0, finish_ms=120.0)]
+    requests[0].first_chunk_ms, requests[0].first_chunk = 100.0, "content"
+    requests[1].first_chunk_ms, requests[1].first_chunk = 50.0, "role"
+    tokens = [TokenRecord(0, 0, 100.0), TokenRecord(0, 3, 130.0), TokenRecord(0, 4, 140.0),
+              TokenRecord(1, 0, 100.0), TokenRecord(1, 1, 120.0)]
+    s = RunStore()
+    panel = MetricsPanel(s)
+    qtbot.addWidget(panel)
+    panel.show()
+    titles = [panel.layout().itemAt(0).layout().labelForField(panel.values[k]).text() for k in ("ttft", "tpot")]
+    assert titles == ["TTFT to first token (mean / p99)", "TPOT, per-request mean (mean / p99)"]
+    assert "first chunk with text - sent" in panel.values["ttft"].toolTip()
+    assert "GuideLLM's ITL" in panel.values["tpot"].toolTip()
+    box = panel.definitions
+    assert not box.body.isVisible()                 # on request only
+    qtbot.mouseClick(box.toggle, Qt.MouseButton.LeftButton)
+    assert box.body.isVisible() and box.note.text() == PENDING and not box.table.isVisible()   # still running
+    s.add_event(RunFinished("r", summarize([], requests, tokens)))
+    panel.refresh()
+    assert box.table.isVisible() and box.table.rowCount() == 6
+    # by hand: chunk gaps 30, 10 and 20 ms (mean 20); split: 30 over 3 tokens (10, 10, 10), then 10, then 20
+    # (5 samples, one a token after the first: mean 60 / 5 = 12)
+    assert box.cell("ITL by chunk gap", "mean") == "20.00" and box.cell("ITL split over tokens", "mean") == "12.00"
+    assert box.cell("TTFT to first token", "p50") == "100.00" and box.cell("TTFT to first chunk", "p50") == "75.00"
+    # per-request means (40 / 4 = 10 and 20) and from the stream's end ((150 - 100) / 4 = 12.5 and 20)
+    assert box.cell("TPOT = ITL per-request mean", "mean") == "15.00"
+    assert box.cell("TPOT from end-to-end", "mean") == "16.25"
+    assert box.tip("ITL split over tokens").endswith("Reported as such by: GenAI-Perf.")
+    assert "[headline]" in box.table.item(0, 0).text() and box.table.item(0, 0).font().bold()
+    assert "1 of 5 chunks carried several tokens; 1 requests' first chunk carried no text (1 role-only, 0 empty)" \
+        in box.note.text()
+    assert "TTFT p50 100.00 ms here, 75.00 ms to the first chunk" in box.note.text()
+    qtbot.mouseClick(box.toggle, Qt.MouseButton.LeftButton)
+    assert not box.body.isVisible()
