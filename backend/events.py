@@ -175,6 +175,12 @@ class LoadPoint:
     cost_per_m_output_usd: float    # NaN without a price
     pareto: bool = False            # no other point has both more throughput per device and per user
     best_goodput: bool = False
+    # a simulated point's band (backend.sim.bands): both rates at the band's low edge (every step slower)
+    # and at its high one; NaN for a measured point
+    per_device_low: float = float("nan")
+    per_device_high: float = float("nan")
+    per_user_low: float = float("nan")
+    per_user_high: float = float("nan")
 
 
 @dataclass(slots=True)

@@ -25,6 +25,21 @@ class PrecisionGain:
     ttft_speedup: float
 
 
+@dataclass(slots=True, frozen=True)
+class Band:
+    """A simulated figure's interval at the summary's band_level (backend.sim.bands): low <= high, in its unit."""
+
+    low: float
+    high: float
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def width(self, centre: float) -> float:
+        """The band's width as a fraction of the figure it surrounds."""
+        return (self.high - self.low) / centre if centre else NAN
+
+
 @dataclass(slots=True)
 class Crossovers:
     """A batch sweep: the batch size where decode turns compute-bound (None: none found below the cap)."""
@@ -255,6 +270,11 @@ class Summary:
     best_goodput_requests_per_s: float | None = None
     total_devices: int | None = None      # pd-ratio sweep
     best_split: str | None = None         # pd-ratio sweep: "1P:2D"
+    # how far to trust a simulated figure (backend.sim.bands): each banded figure's interval is written as
+    # {figure}_low and {figure}_high beside it (tpot_p50_ms_low, ...), from the simulator's cross-validated errors
+    band_level: float | None = None       # the bands' level: 0.8 holds 80% of the published figures' errors
+    band_regimes: str | None = None       # which regimes' errors each family of figures took its band from
+    bands: dict[str, Band] = field(default_factory=dict)   # figure name -> its interval
     extra: dict[str, Any] = field(default_factory=dict)   # names this version does not know: kept, written back
 
     def to_json(self) -> dict[str, Any]:
@@ -274,24 +294,31 @@ class Summary:
                     out.update({f"{dtype}_{name}": getattr(gain, name) for name in _GAINS})
             elif f.name == "extra":
                 out.update(value)
+            elif f.name == "bands":
+                continue   # written beside each figure
             elif value is not None:
                 out[f.name] = value
+                if (band := self.bands.get(f.name)) is not None:
+                    out[f"{f.name}_low"], out[f"{f.name}_high"] = band.low, band.high
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
         """The typed summary of a flat object (run.json's, or one a producer built)."""
-        plain = {f.name for f in fields(cls)} - {"errors", "crossover", "precision", "extra"}
+        plain = {f.name for f in fields(cls)} - {"errors", "crossover", "precision", "extra", "bands"}
         values: dict[str, Any] = {}
         errors: dict[str, int] = {}
         crossover: dict[str, int | None] = {}
         gains: dict[str, dict[str, float]] = {}
         extra: dict[str, Any] = {}
+        edges: dict[str, dict[str, float]] = {}
         for key, value in data.items():
             if key in plain:
                 values[key] = value
             elif key.startswith("errors_"):
                 errors[key.removeprefix("errors_")] = value
+            elif (edge := _band_edge(key, plain)) is not None:
+                edges.setdefault(key.removesuffix("_" + edge), {})[edge] = value
             elif key.endswith("_crossover_batch") and key.removesuffix("_crossover_batch") in _CROSSOVERS:
                 crossover[key.removesuffix("_crossover_batch")] = value
             elif (gain := next((g for g in _GAINS if key.endswith("_" + g)), None)) is not None:
@@ -304,8 +331,14 @@ class Summary:
                 precision[dtype] = PrecisionGain(**parts)
             else:   # not a whole gain: kept as it was
                 extra.update({f"{dtype}_{g}": v for g, v in parts.items()})
+        bands = {}
+        for name, parts in edges.items():
+            if set(parts) == {"low", "high"} and name in values:
+                bands[name] = Band(parts["low"], parts["high"])
+            else:   # half a band, or one beside no figure: kept as it was
+                extra.update({f"{name}_{e}": v for e, v in parts.items()})
         return cls(**values, errors=errors, crossover=Crossovers(**crossover) if crossover else None,
-                   precision=precision, extra=extra)
+                   precision=precision, bands=bands, extra=extra)
 
     def merged(self, figures: dict[str, Any]) -> Summary:
         """This summary with more named figures (a target's own: the KV hand-off, the server's, the cost)."""
@@ -315,6 +348,12 @@ class Summary:
         """Every numeric figure by its name (booleans and text left out): what repeats compare."""
         return {k: float(v) for k, v in self.to_json().items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _band_edge(key: str, plain: set[str]) -> str | None:
+    """'low' or 'high' when `key` is a band's edge of a plain figure (tpot_p50_ms_low), else None."""
+    edge = next((e for e in ("low", "high") if key.endswith("_" + e)), None)
+    return edge if edge is not None and key.removesuffix("_" + edge) in plain else None
 
 
 _CROSSOVERS = tuple(f.name for f in fields(Crossovers))

@@ -25,6 +25,9 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--slo-tpot-ms", type=float, required=True, help="time per output token objective")
     p.add_argument("--attainment", type=float, default=0.9,
                    help="share of requests that must meet both objectives (default 0.9)")
+    p.add_argument("--confidence", type=float,
+                   help="rank by the SLOs met at the simulated figures' pessimistic band edge at this level "
+                        "(0.8: an 80%% band; default: rank by the centre, the 80%% edge shown beside it)")
     p.add_argument("--rate", type=float, help="Poisson arrivals per second (with --trace: ignored)")
     p.add_argument("--trace", help="replay this trace's arrivals and lengths instead of Poisson arrivals")
     p.add_argument("--prompt-len", default="1024", help="N or A:B (uniform), default 1024")

@@ -187,6 +187,9 @@ def print_run(config, finished: RunFinished, out=None, definitions: bool = False
         for line in differences(s):
             print(f"note     definitions: {line}", file=out)
         _print_rejections(data.requests, out)
+    from backend.results.band_text import band_lines
+    for line in band_lines(s):
+        print(line, file=out)
     from backend.results.cost import cost_text
     cost = cost_text(s, info.priced_on or "")
     if cost:

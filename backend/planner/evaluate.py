@@ -40,6 +40,14 @@ class Problem:
     trace: str | None = None         # a trace file replayed instead of Poisson arrivals
     attainment: float = 0.9          # share of requests that must meet both SLOs
     seed: int = 0
+    # the simulated figures' band (backend.sim.bands): None shows the 80% band's pessimistic edge beside the
+    # centre and ranks by the centre; a level (--confidence 0.8) makes the bands at it and ranks by the edge
+    confidence: float | None = None
+
+    @property
+    def band_level(self) -> float:
+        from backend.sim.bands import DEFAULT_LEVEL
+        return self.confidence or DEFAULT_LEVEL
 
     def workload(self) -> WorkloadSpec:
         """Poisson arrivals at the rate, or the trace's rows (its times and lengths, its first
@@ -90,6 +98,12 @@ class Outcome:
     candidate: Candidate
     error: str = ""
     meets: bool = False              # attainment >= the problem's and every request finished
+    meets_at_edge: bool = False      # ... with every request's TTFT and TPOT at their band's pessimistic edge
+    attainment_low: float = NAN      # the attainment there (the summary's slo_attainment_low)
+    goodput_low: float = NAN         # and the goodput
+    ttft_p90_high_ms: float = NAN    # the band's pessimistic edges of the p90 latencies
+    tpot_p90_high_ms: float = NAN
+    usd_per_m_tokens_high: float = NAN   # $/1M tokens were every step that much slower (throughput's low edge)
     goodput: float = NAN             # requests/s that met both SLOs (the summary's goodput_requests_per_s)
     attainment: float = NAN          # share of finished requests that met both SLOs
     throughput: float = NAN          # finished requests/s
@@ -173,8 +187,10 @@ def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
     out = Outcome(candidate)
     try:
         config = run_config(candidate, problem)   # a simulated load run, disaggregated or not: session's table
+        from backend.sim.bands import at_level
         target = target_for(config, ModelCache(), retain_records=False)
-        finished = target(config, lambda e: None, lambda: False)
+        with at_level(problem.band_level):
+            finished = target(config, lambda e: None, lambda: False)
     except InputError as exc:
         out.error = str(exc)
         out.wall_s = time.perf_counter() - start
@@ -196,5 +212,24 @@ def evaluate(candidate: Candidate, problem: Problem) -> Outcome:
     out.ttft_p50_ms, out.tpot_p50_ms = figure(s.ttft_p50_ms), figure(s.tpot_p50_ms)
     for name, value in costs(s, candidate, _profile(candidate.gpu).price_per_hour).items():
         setattr(out, name, value)
-    out.meets = (out.num_finished == (s.num_requests if s.num_requests is not None else -1) and out.attainment >= problem.attainment)
+    all_finished = out.num_finished == (s.num_requests if s.num_requests is not None else -1)
+    out.meets = all_finished and out.attainment >= problem.attainment
+    edge(out, s, problem, all_finished)
     return out
+
+
+def edge(out: Outcome, s: Summary, problem: Problem, all_finished: bool) -> None:
+    """The outcome at its band's pessimistic edge: the SLO attainment with every request's times at their
+    high edge, the p90 latencies' high edges, the cost were the throughput at its low edge."""
+    def high(name: str) -> float:
+        band = s.bands.get(name)
+        return band.high if band is not None else NAN
+    def low(name: str) -> float:
+        band = s.bands.get(name)
+        return band.low if band is not None else NAN
+    out.attainment_low, out.goodput_low = low("slo_attainment"), low("goodput_requests_per_s")
+    out.ttft_p90_high_ms, out.tpot_p90_high_ms = high("ttft_p90_ms"), high("tpot_p90_ms")
+    total = s.bands.get("total_tokens_per_s")
+    if total is not None and s.total_tokens_per_s and total.low > 0:
+        out.usd_per_m_tokens_high = out.usd_per_m_tokens * s.total_tokens_per_s / total.low
+    out.meets_at_edge = all_finished and out.attainment_low >= problem.attainment

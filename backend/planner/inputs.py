@@ -47,7 +47,8 @@ def problem_and_space(args):
                       rate=args.rate if args.rate is not None else 1.0, num_requests=args.requests,
                       prompt_len=LengthDist.parse(args.prompt_len, "--prompt-len"),
                       output_len=LengthDist.parse(args.output_len, "--output-len"),
-                      trace=args.trace, attainment=args.attainment, seed=args.seed)
+                      trace=args.trace, attainment=args.attainment, seed=args.seed,
+                      confidence=getattr(args, "confidence", None))
     space = SearchSpace(gpus=_names(args.gpus, "--gpus"), max_gpus=args.max_gpus, precisions=precisions,
                         policies=policies, max_batches=_ints(args.max_batches, "--max-batches"), kv_dtypes=kv_dtypes)
     return problem, space

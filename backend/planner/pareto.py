@@ -37,12 +37,17 @@ def preference(outcome) -> tuple[int, int]:
     return outcome.candidate.devices, outcome.candidate.max_batch
 
 
-def cheapest(outcomes: Sequence, top: int = 5) -> list:
+def cheapest(outcomes: Sequence, top: int = 5, at_edge: bool = False) -> list:
     """The `top` cheapest outcomes that meet the SLOs, one per layout (a layout's batch limits often
     tie: its best is kept, the smallest max_batch among equals): by $/1M tokens, then more goodput,
-    then fewer devices."""
-    good = [o for o in outcomes if o.meets and math.isfinite(o.usd_per_m_tokens)]
-    good.sort(key=lambda o: (o.usd_per_m_tokens, -o.goodput, *preference(o)))
+    then fewer devices. `at_edge` (--confidence): those that meet them at their band's pessimistic edge,
+    by their cost and goodput there."""
+    if at_edge:
+        good = [o for o in outcomes if o.meets_at_edge and math.isfinite(o.usd_per_m_tokens_high)]
+        good.sort(key=lambda o: (o.usd_per_m_tokens_high, -o.goodput_low, *preference(o)))
+    else:
+        good = [o for o in outcomes if o.meets and math.isfinite(o.usd_per_m_tokens)]
+        good.sort(key=lambda o: (o.usd_per_m_tokens, -o.goodput, *preference(o)))
     shown, seen = [], set()
     for o in good:
         c = o.candidate

@@ -44,6 +44,9 @@ def validate(problem: Problem, budget: int, workers: int) -> None:
                         ("--rate", problem.rate)):
         if value is None or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a positive number, got {value!r}")
+    if problem.confidence is not None and not (isinstance(problem.confidence, (int, float))
+                                               and 0 < problem.confidence < 1):
+        raise InputError(f"--confidence must lie between 0 and 1 (0.8: an 80% band), got {problem.confidence!r}")
     if not 0 < problem.attainment <= 1:
         raise InputError(f"--attainment must be in (0, 1], got {problem.attainment!r}")
     if problem.num_requests < 1:
@@ -114,6 +117,6 @@ def search(problem: Problem, space: SearchSpace, workers: int | None = None, bud
     order = {c: i for i, (c, _) in enumerate(chosen)}
     result.outcomes.sort(key=lambda o: order[o.candidate])
     result.front = outcome_front(result.outcomes)
-    result.best = cheapest(result.outcomes)
+    result.best = cheapest(result.outcomes, at_edge=problem.confidence is not None)
     result.wall_s = time.perf_counter() - start
     return result

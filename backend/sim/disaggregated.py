@@ -339,6 +339,11 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
                              decode_tp=dec.tp))
         figures, price = costs_of(summary, profile, pre.devices, dec.devices, devices)
         summary = summary.merged(figures)
+        # every simulated figure's band: the TP > 1 regime's errors where either pool splits the model
+        from backend.sim import bands
+        summary = summary.merged(bands.summary_bands(summary, bands.setup_regimes(
+            getattr(shape, "num_experts", 0) > 0, max(pre.tp, dec.tp), prec.weight_bits),
+            requests=recorder.accumulator.requests))
         if price is not None:
             info.priced_on, info.price_source = price
         return recorder.finish(info, sim.stopped, None, summary)

@@ -25,7 +25,7 @@ from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.roofline.profiles import find_profile
 from backend.run_info import RunInfo
-from backend.sim import parallel
+from backend.sim import bands, parallel
 from backend.sim.info import costs_of, deployment_info, simulated_info
 from backend.sim.model import check_memory, model_bytes, resolve_model, resolve_precision
 from backend.sim.parallel import Layout
@@ -123,8 +123,14 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
                                   wall_s=time.perf_counter() - wall_start,
                                   replicas=deployment_info(deployment, layout, prec, devices))
 
-        return drive(engine, source, recorder, should_stop, info,
-                     costs=lambda summary: costs_of(summary, profile, layout.devices, layout.devices, devices))
+        setup = bands.setup_regimes(getattr(shape, "num_experts", 0) > 0, layout.tp, prec.weight_bits)
+
+        def figures(summary):   # the cost at the profile's price, then every simulated figure's band (cost's too)
+            costs, price = costs_of(summary, profile, layout.devices, layout.devices, devices)
+            return {**costs, **bands.summary_bands(summary.merged(costs), setup,
+                                                   requests=recorder.accumulator.requests)}, price
+
+        return drive(engine, source, recorder, should_stop, info, costs=figures)
 
 
 def describe(deployment: Deployment, layout: Layout) -> str:

@@ -27,12 +27,17 @@ from backend.sweeps.points import write_points
 def point_from_summary(kind: SweepKind, x: float, s: Summary, num_devices: int = 1) -> LoadPoint:
     nan = math.nan
     tpot = figure(s.tpot_p50_ms)
-    return LoadPoint(kind, x, int(s.num_finished or 0), int(s.num_rejected or 0), figure(s.duration_s),
-                     figure(s.requests_per_s), figure(s.output_tokens_per_s) / num_devices,
-                     1000.0 / tpot if tpot and tpot == tpot else nan, figure(s.ttft_p50_ms),
-                     figure(s.ttft_p99_ms), tpot, figure(s.tpot_p99_ms), figure(s.itl_p99_ms),
-                     figure(s.goodput_requests_per_s), figure(s.slo_attainment),
-                     figure(s.cost_per_m_output_usd))
+    point = LoadPoint(kind, x, int(s.num_finished or 0), int(s.num_rejected or 0), figure(s.duration_s),
+                      figure(s.requests_per_s), figure(s.output_tokens_per_s) / num_devices,
+                      1000.0 / tpot if tpot and tpot == tpot else nan, figure(s.ttft_p50_ms),
+                      figure(s.ttft_p99_ms), tpot, figure(s.tpot_p99_ms), figure(s.itl_p99_ms),
+                      figure(s.goodput_requests_per_s), figure(s.slo_attainment),
+                      figure(s.cost_per_m_output_usd))
+    device, user = s.bands.get("output_tokens_per_s"), s.bands.get("tpot_p50_ms")
+    if device is not None and user is not None and user.low > 0:   # a simulated point: its band
+        point.per_device_low, point.per_device_high = device.low / num_devices, device.high / num_devices
+        point.per_user_low, point.per_user_high = 1000.0 / user.high, 1000.0 / user.low
+    return point
 
 
 def mark_front(points: list[LoadPoint]) -> None:

@@ -111,6 +111,7 @@ def read_points(folder) -> tuple[SweepKind | None, list]:
             return text == "True" if types[name] == "bool" else text if types[name] == "str" else \
                 SweepKind(text) if types[name] == "SweepKind" else \
                 int(float(text)) if types[name] == "int" else float(text)
-        return kind, [cls(**{c: value(c, row[c]) for c in types}) for row in rows]
+        # a column added later with a default (a simulated load point's band) may be absent from older files
+        return kind, [cls(**{c: value(c, row[c]) for c in types if c in row}) for row in rows]
     except (KeyError, ValueError, TypeError) as exc:
         raise InputError(f"{path}: not a {kind} sweep file from this version ({exc})") from None

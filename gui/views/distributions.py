@@ -12,10 +12,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtWidgets
 
+from backend.results.band_text import ratios
 from gui.views.plot_style import MEASURED_COLOR, cosmetic_pen, set_title, style_plot, swatch_title
 from gui.state.references import ReferenceSet
 from gui.state.run_store import RunStore
 
+BAND_COLOR = "#8fb3d9"
+BAND_RGBA = (143, 179, 217, 90)   # BAND_COLOR, light: the curve stays readable over it
 METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (inter-token gap)"}
 MAX_POINTS = 2000   # a CDF of more values is drawn at this many evenly spaced ranks: the eye sees no more
 EMPTY_NOTE = "the distributions appear once a run (or a reference) has requests with tokens"
@@ -82,6 +85,11 @@ class DistributionsView(QtWidgets.QWidget):
         plot.getViewBox().setMouseEnabled(y=False)
         self.current = plot.plot([], [], pen=cosmetic_pen(MEASURED_COLOR, 2))
         self.current.setClipToView(True)
+        # a simulated run's band: the CDF at its low and high edges, the area between shaded (backend.sim.bands)
+        self.band_edges = (pg.PlotCurveItem([], []), pg.PlotCurveItem([], []))
+        self.band = pg.FillBetweenItem(*self.band_edges, brush=pg.mkBrush(*BAND_RGBA))
+        self.band.setZValue(-10)
+        plot.addItem(self.band)
         self.curves: dict[int, pg.PlotDataItem] = {}   # reference key -> its curve
         self.counts: dict[int | None, int] = {}        # values behind each curve (None: the current run)
         self.note = QtWidgets.QLabel()
@@ -97,6 +105,13 @@ class DistributionsView(QtWidgets.QWidget):
         layout.addLayout(top)
         layout.addWidget(self.plot, 1)
 
+    def band_ratios(self, metric: str) -> tuple[float, float] | None:
+        """The finished simulated run's band on this metric as ratios (its p50's: every request scales alike)."""
+        finished = self.store.finished
+        if finished is None or finished.summary is None:
+            return None
+        return ratios(finished.summary, f"{metric}_p50_ms")
+
     @property
     def metric(self) -> str:
         return self.combo.currentData()
@@ -111,13 +126,19 @@ class DistributionsView(QtWidgets.QWidget):
         self._seen = key
         metric = self.metric
         values = metric_values(self.store, metric)
-        self.current.setData(*cdf(values))
+        x, y = cdf(values)
+        self.current.setData(x, y)
+        shown = self.band_ratios(metric)
+        for edge, ratio in zip(self.band_edges, shown or (None, None)):
+            edge.setData(x * ratio, y) if ratio is not None and len(x) else edge.setData([], [])
         self.counts = {None: len(values)}
         refs = {r.key: r for r in self.references}
         for gone in set(self.curves) - set(refs):
             self.plot.getPlotItem().removeItem(self.curves.pop(gone))
         self._reference_cdfs = {k: v for k, v in self._reference_cdfs.items() if k[0] in refs}
         legend = [(f"this run (n={self.counts[None]})", MEASURED_COLOR, "&#9473;")]
+        if shown is not None and len(x):
+            legend.append((f"simulated {self.store.finished.summary.band_level:.0%} band", BAND_COLOR, "&#9632;"))
         for ref in self.references:
             curve = self.curves.get(ref.key)
             if curve is None:

@@ -22,6 +22,8 @@ from gui.state.run_store import RunStore
 from gui.views.plot_style import (CROSSOVER_COLOR, MEASURED_COLOR, PREDICTED_COLOR, cosmetic_pen, style_plot,
                                   swatch_title)
 
+BAND_COLOR = "#8fb3d9"
+BAND_RGBA = (143, 179, 217, 90)   # BAND_COLOR, light: the points stay readable over it
 UNITS = {SweepKind.RATE: "arrivals/s", SweepKind.CONCURRENCY: "users"}
 
 
@@ -40,11 +42,20 @@ class LoadSweepView(pg.PlotWidget):
         plot.getViewBox().setDefaultPadding(0.15)   # room for the points' labels inside the frame
         self.points = plot.plot([], [], pen=None, symbol="o", symbolSize=8, symbolBrush=MEASURED_COLOR)
         self.front = plot.plot([], [], pen=cosmetic_pen(MEASURED_COLOR, 2))
+        # a simulated sweep's band: the front with every step at the band's slow edge and at its fast one, the
+        # area between shaded; each point's own band as error bars (backend.sim.bands)
+        self.band_edges = (pg.PlotCurveItem([], []), pg.PlotCurveItem([], []))
+        self.band = pg.FillBetweenItem(*self.band_edges, brush=pg.mkBrush(*BAND_RGBA))
+        self.band.setZValue(-10)
+        plot.addItem(self.band)
+        self.errors = pg.ErrorBarItem(x=np.empty(0), y=np.empty(0), pen=pg.mkPen(BAND_COLOR, width=1))
+        plot.addItem(self.errors)
         self.best = plot.plot([], [], pen=None, symbol="o", symbolSize=16, symbolBrush=None,
                               symbolPen=pg.mkPen(CROSSOVER_COLOR, width=2))
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=MEASURED_COLOR)
         plot.addItem(self.bars)
         self.labels: list[pg.TextItem] = []
+        self.banded = 0   # simulated points with a band on screen
         self.note = QtWidgets.QLabel()
         self.note.setObjectName("loadSweepNote")
         self.note.setWordWrap(True)
@@ -99,6 +110,7 @@ class LoadSweepView(pg.PlotWidget):
         self.points.setData([p.tokens_per_s_per_user for p in pts], [p.tokens_per_s_per_device for p in pts])
         front = sorted((p for p in pts if p.pareto), key=lambda p: p.tokens_per_s_per_user)
         self.front.setData([p.tokens_per_s_per_user for p in front], [p.tokens_per_s_per_device for p in front])
+        self._paint_band(pts, front)
         best = [p for p in pts if p.best_goodput]
         self.best.setData([p.tokens_per_s_per_user for p in best], [p.tokens_per_s_per_device for p in best])
         unit = "/s" if self.kind == SweepKind.RATE else " users"
@@ -109,7 +121,27 @@ class LoadSweepView(pg.PlotWidget):
             self._label(f"{p.x:g}{unit} " if right else f" {p.x:g}{unit}", p.tokens_per_s_per_user,
                         p.tokens_per_s_per_device, anchor=(1, 0.5) if right else (0, 0.5))
 
+    def _paint_band(self, pts, front) -> None:
+        """The simulated points' bands: error bars on each, the front at the band's two edges shaded between."""
+        banded = [p for p in pts if finite(p.per_user_low) and finite(p.per_device_low)]
+        self.banded = len(banded)
+        if not banded:
+            self.errors.setData(x=np.empty(0), y=np.empty(0))
+            for edge in self.band_edges:
+                edge.setData([], [])
+            return
+        x = np.array([p.tokens_per_s_per_user for p in banded])
+        y = np.array([p.tokens_per_s_per_device for p in banded])
+        self.errors.setData(x=x, y=y, left=x - [p.per_user_low for p in banded],
+                            right=np.array([p.per_user_high for p in banded]) - x,
+                            bottom=y - [p.per_device_low for p in banded],
+                            top=np.array([p.per_device_high for p in banded]) - y, beam=0)
+        edges = [p for p in front if finite(p.per_user_low)]
+        self.band_edges[0].setData([p.per_user_low for p in edges], [p.per_device_low for p in edges])
+        self.band_edges[1].setData([p.per_user_high for p in edges], [p.per_device_high for p in edges])
+
     def _paint_splits(self) -> None:
+        self._paint_band([], [])
         self.points.setData([], [])
         self.front.setData([], [])
         self.best.setData([], [])
@@ -149,6 +181,9 @@ class LoadSweepView(pg.PlotWidget):
                              f"{s.best_goodput_at:g} {unit}")
             elif finished is not None and config.get("slo_ttft_ms") is None and config.get("slo_tpot_ms") is None:
                 notes.append("no goodput: give SLO TTFT and/or TPOT on the workload page")
+            if self.banded:
+                notes.append("shaded: the simulated front at its 80% band's edges (every step slower, every step "
+                             "faster, by the simulator's errors on published figures); bars: each point's band")
         else:
             notes.append("run a rate, concurrency or prefill:decode split sweep to add points here")
         if s.note:

@@ -5,6 +5,7 @@ from html import escape
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from backend.results.band_text import panel_parts
 from backend.results.text import breakdown_text
 
 from gui.state.live_metrics import LiveMetrics, compute
@@ -187,6 +188,14 @@ class MetricsPanel(QtWidgets.QWidget):
         self.repeats_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         self.repeats_label.hide()
         layout.addWidget(self.repeats_label)
+        self.band_label = QtWidgets.QLabel()   # a simulated run: each figure's band (backend.sim.bands)
+        self.band_label.setObjectName("bandLabel")
+        self.band_label.setWordWrap(True)
+        self.band_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.band_label.setToolTip("where a real deployment's figure lies, by the simulator's cross-validated errors "
+                                   "on published figures of the same regimes (docs/simulator-accuracy.md)")
+        self.band_label.hide()
+        layout.addWidget(self.band_label)
         # against the references: this run's figures, then a column per shown reference
         self.references = None
         self.compare_box = QtWidgets.QGroupBox("Against references (in brackets: this run vs the reference)")
@@ -228,6 +237,12 @@ class MetricsPanel(QtWidgets.QWidget):
             self.repeats_label.setText(f"<b>Over {summary.num_done} of {summary.requested} repeats</b> "
                                        "(mean ± 95% CI):<br>" + "<br>".join(map(escape, repeats_parts(summary))))
         self.repeats_label.setVisible(summary is not None)
+        result = finished.summary if finished is not None else None
+        parts = panel_parts(result) if result is not None and result.band_level else []
+        if parts:
+            self.band_label.setText(f"<b>Simulated: {result.band_level:.0%} band</b> (low–high):<br>"
+                                    + "<br>".join(map(escape, parts)))
+        self.band_label.setVisible(bool(parts))
         self._refresh_comparison()
 
     def _refresh_comparison(self) -> None:

@@ -18,8 +18,8 @@ from PySide6 import QtCore, QtWidgets
 from backend.errors import InputError, one_line
 from gui.plan_plot import draw_plan
 
-COLUMNS = ("", "devices", "layout", "policy", "batch", "goodput req/s", "SLO met", "TTFT p90 ms", "TPOT p90 ms",
-           "$/h", "$/1M tokens", "$/1M in", "$/1M out")
+COLUMNS = ("", "devices", "layout", "policy", "batch", "goodput req/s", "SLO met", "SLO met at edge", "TTFT p90 ms",
+           "TPOT p90 ms", "$/h", "$/1M tokens", "$/1M in", "$/1M out")
 
 
 class PlanWorker(QtCore.QObject):
@@ -94,10 +94,17 @@ class PlanView(QtWidgets.QWidget):
         self.requests_spin = self._int(1, 100_000, 200)
         self.budget_spin = self._int(1, 10_000, 220)
         self.workers_spin = self._int(1, 256, QtCore.QThread.idealThreadCount() or 1)
+        # plan --confidence: 0 is off (rank by the centre; the 80% band's edge shown beside it)
+        self.confidence_spin = self._spin(0, 99, 0, " % band")
+        self.confidence_spin.setDecimals(0)
+        self.confidence_spin.setSpecialValueText("off: rank by the centre")
+        self.confidence_spin.setToolTip("rank by the SLOs met at the simulated figures' pessimistic band edge at this "
+                                        "level (the simulator's cross-validated errors on published figures)")
         self.top_spin = self._int(1, 1000, 5)
         self.top_spin.setToolTip("the cheapest configurations listed above the Pareto front")
         for label, widget in (("Model", self.model_edit), ("TTFT SLO", self.ttft_spin), ("TPOT SLO", self.tpot_spin),
-                              ("Met by", self.attainment_spin), ("Rate", self.rate_spin), ("Trace", trace_row),
+                              ("Met by", self.attainment_spin), ("Rank at band edge", self.confidence_spin),
+                              ("Rate", self.rate_spin), ("Trace", trace_row),
                               ("Prompt tokens", self.prompt_edit), ("Output tokens", self.output_edit),
                               ("Seed", self.seed_spin), ("GPUs", self.gpus_edit), ("Max GPUs", self.max_gpus_spin),
                               ("Precisions", self.precisions_edit), ("KV dtypes", self.kv_dtypes_edit),
@@ -171,7 +178,8 @@ class PlanView(QtWidgets.QWidget):
                          requests=self.requests_spin.value(), seed=self.seed_spin.value(),
                          gpus=self.gpus_edit.text(), max_gpus=self.max_gpus_spin.value(),
                          precisions=self.precisions_edit.text(), kv_dtypes=self.kv_dtypes_edit.text(),
-                         policies=self.policies_edit.text(), max_batches=self.max_batches_edit.text())
+                         policies=self.policies_edit.text(), max_batches=self.max_batches_edit.text(),
+                         confidence=self.confidence_spin.value() / 100 or None)
         return problem_and_space(args)
 
     def _choose_trace(self) -> None:
@@ -258,15 +266,19 @@ class PlanView(QtWidgets.QWidget):
         meets = sum(1 for o in result.outcomes if o.meets)
         self.status.setText(f"{len(result.outcomes)} simulated of {result.num_enumerated} candidates "
                             f"({sum(result.pruned.values())} pruned, {result.num_screened_out} screened out) in "
-                            f"{result.wall_s:.1f} s; {meets} meet the SLOs" + (" (stopped)" if result.stopped else ""))
+                            f"{result.wall_s:.1f} s; {meets} meet the SLOs, "
+                            f"{sum(1 for o in result.outcomes if o.meets_at_edge)} at the "
+                            f"{result.problem.band_level:.0%} band's pessimistic edge"
+                            + (" (ranked by it)" if result.problem.confidence else "")
+                            + (" (stopped)" if result.stopped else ""))
         self.export_button.setEnabled(True)
         shown = [("cheapest", o) for o in result.best[:self.top_spin.value()]] + [("front", result.outcomes[i]) for i in result.front]
         self.table.setRowCount(len(shown))
         for r, (kind, o) in enumerate(shown):
             c = o.candidate
             cells = (kind, f"{c.devices} x {c.gpu} {c.numbers}", c.layout, c.policy, str(c.max_batch),
-                     _num(o.goodput, 2), _num(100 * o.attainment, 0) + "%", _num(o.ttft_p90_ms, 0),
-                     _num(o.tpot_p90_ms, 1), _num(o.usd_per_hour, 2), _num(o.usd_per_m_tokens, 3),
+                     _num(o.goodput, 2), _num(100 * o.attainment, 0) + "%", _num(100 * o.attainment_low, 0) + "%",
+                     _span(o.ttft_p90_ms, o.ttft_p90_high_ms, 0), _span(o.tpot_p90_ms, o.tpot_p90_high_ms, 1), _num(o.usd_per_hour, 2), _num(o.usd_per_m_tokens, 3),
                      _num(o.usd_per_m_input, 3), _num(o.usd_per_m_output, 3))
             for col, text in enumerate(cells):
                 self.table.setItem(r, col, QtWidgets.QTableWidgetItem(text))
@@ -281,6 +293,12 @@ class PlanView(QtWidgets.QWidget):
 
 def _num(value: float, digits: int) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def _span(value: float, high: float, digits: int) -> str:
+    """'14 (≤ 20)': a latency and its band's pessimistic edge."""
+    text = _num(value, digits)
+    return text if high is None or not math.isfinite(high) else f"{text} (≤ {_num(high, digits)})"
 
 
 class PlanDialog(QtWidgets.QDialog):

@@ -27,6 +27,7 @@ from gui.views.plot_style import (CROSSOVER_COLOR, LOCAL_COLOR, MEASURED_COLOR, 
 from gui.state.run_store import RunStore
 from gui.views.label_place import place_labels
 
+BAND_RGBA = (143, 179, 217, 90)   # a simulated sweep's band, light: the points stay readable over it
 BATCH_RANGE = (1, 1024)        # the prediction curve's x range for batch sweeps
 PROMPT_RANGE = (16, 32768)     # ... and for prompt-length sweeps
 FLOAT_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}   # a roof's key, in words
@@ -88,6 +89,12 @@ class ThroughputView(pg.PlotWidget):
         plot.getViewBox().sigResized.connect(self._sync_boxes)
         self.measured = plot.plot([], [], pen=cosmetic_pen(MEASURED_COLOR, 2), symbol="o", symbolSize=7,
                                   symbolBrush=MEASURED_COLOR)
+        # a simulated sweep's points: their band (backend.sim.bands), shaded between its two edges
+        clear = pg.mkPen((0, 0, 0, 0))   # edges drawn by the fill alone (pen=None would leave them without a path)
+        self.band_edges = (plot.plot([], [], pen=clear), plot.plot([], [], pen=clear))
+        self.band = pg.FillBetweenItem(*self.band_edges, brush=pg.mkBrush(*BAND_RGBA))
+        self.band.setZValue(-10)
+        plot.addItem(self.band)
         dotted = pg.mkPen(STEP_TIME_COLOR, width=1, style=QtCore.Qt.PenStyle.DotLine)
         self.step_time = pg.PlotDataItem([], [], pen=dotted, symbol="s", symbolSize=6, symbolBrush=STEP_TIME_COLOR)
         self.step_box.addItem(self.step_time)
@@ -232,6 +239,7 @@ class ThroughputView(pg.PlotWidget):
         self._paint_references()
         x = np.log2([p.x for p in points]) if points else np.empty(0)
         self.measured.setData(x, [p.tokens_per_s for p in points])
+        banded = self._paint_band(x, points)
         if self._shows_bytes():
             read = [(xi, p.weight_bytes / 1e6) for xi, p in zip(x, points) if p.weight_bytes]
             self.step_time.setData([a for a, _ in read], [b for _, b in read])
@@ -244,6 +252,9 @@ class ThroughputView(pg.PlotWidget):
         notes = [] if points else [f"run a {'batch-size' if self.kind == SweepKind.BATCH else 'prompt-length'} sweep "
                                    "to add measured points"]
         notes += self._simulation_notes(simulated)
+        if banded:
+            notes.append("shaded: the simulated points' 80% band (the simulator's cross-validated errors on "
+                         "published figures of the same regimes)")
         notes += self._paint_prediction()
         notes += self._reference_notes()
         crossover = finished.summary.crossover if finished is not None else None
@@ -253,6 +264,21 @@ class ThroughputView(pg.PlotWidget):
                          f"(the knee of a fit over every point)")
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
+
+    def _paint_band(self, x: np.ndarray, points: list) -> bool:
+        """Shade a simulated sweep's points between their band's edges; False (nothing shaded) for a measured one."""
+        if not points or not self._run_simulated():
+            for edge in self.band_edges:
+                edge.setData([], [])
+            return False
+        from backend.sim.bands import current_level, info_setup, step_edges
+        setup = info_setup(self._run_info(), self.shape)
+        is_batch = self.kind == SweepKind.BATCH
+        edges = [step_edges(is_batch, p.x, setup, current_level()) for p in points]
+        # a point's tokens/s is a rate: its low edge is the step time's high one
+        self.band_edges[0].setData(x, [p.tokens_per_s * math.exp(-e.high) for p, e in zip(points, edges)])
+        self.band_edges[1].setData(x, [p.tokens_per_s * math.exp(-e.low) for p, e in zip(points, edges)])
+        return True
 
     def _run_simulated(self) -> bool:
         return self.store.info.is_simulated or self.store.info.device.startswith("simulated")

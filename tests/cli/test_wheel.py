@@ -116,6 +116,7 @@ def test_wheel_holds_the_kernel_sources_and_the_shipped_profiles(installed):
     assert "profiles/links/interconnects.toml" in names   # the simulated devices' links
     assert "profiles/models/llama-3.1-70b.json" in names   # the simulator's shipped model configs
     assert "profiles/workloads/traces/azure-conv-200.csv" in names   # the azure-trace preset's trace
+    assert "profiles/bands.csv" in names   # every simulated figure's band (backend/sim/bands.py)
     assert "gui/icons/phasescope.svg" in names   # the window's icon and the desktop entry's
     # Every package of the checkout is in the wheel (a sub-package that discovery missed fails here).
     for init in [*ROOT.glob("backend/**/__init__.py"), *ROOT.glob("gui/**/__init__.py"), ROOT / "profiles/__init__.py"]:

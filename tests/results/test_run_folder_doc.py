@@ -13,7 +13,7 @@ from backend.results.export import RECORD_FILES
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-folder.md"
 RECORDS = [run_info.RunInfo, run_info.LocalInfo, run_info.SimulatedInfo, run_info.RemoteInfo,
            run_info.DisaggregatedInfo, run_info.ReplicasInfo, run_info.SweepInfo, run_info.ImportedInfo,
-           summary.Summary, summary.Crossovers, summary.PrecisionGain]
+           summary.Summary, summary.Band, summary.Crossovers, summary.PrecisionGain]
 
 
 def table_under(heading: str) -> list[str]:
@@ -42,7 +42,7 @@ def test_the_page_lists_every_column_of_each_record_table(name):
 
 def test_every_sub_record_of_run_info_is_on_the_page():
     subs = {f.type.split(" | ")[0] for f in fields(run_info.RunInfo) if f.type.endswith("Info | None")}
-    assert subs == {r.__name__ for r in RECORDS} - {"RunInfo", "Summary", "Crossovers", "PrecisionGain"}
+    assert subs == {r.__name__ for r in RECORDS} - {"RunInfo", "Summary", "Band", "Crossovers", "PrecisionGain"}
 
 
 def test_the_files_table_names_every_file_a_run_folder_can_hold():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,8 +98,10 @@ def digest(finished) -> dict:
         return h.hexdigest()[:20]
 
     data = finished.data
+    # the bands (backend.sim.bands, 2026-12-05) are added rows: left out, so the golden still holds the rest
+    summary = replace(data.summary, bands={}, band_level=None, band_regimes=None)
     return {"steps": rows(data.steps, skip_run_id=True), "tokens": rows(data.tokens), "requests": rows(data.requests),
-            "summary": hashlib.sha256(repr(sorted(data.summary.to_json().items())).encode()).hexdigest()[:20],
+            "summary": hashlib.sha256(repr(sorted(summary.to_json().items())).encode()).hexdigest()[:20],
             "num_steps": len(data.steps), "num_tokens": len(data.tokens), "error": finished.error}
 
 

@@ -173,6 +173,7 @@ REACHED = {
     "plan --output-len": Reach("tools.plan_dialog.view.output_edit"),
     "plan --requests": Reach("tools.plan_dialog.view.requests_spin"),
     "plan --attainment": Reach("tools.plan_dialog.view.attainment_spin"),
+    "plan --confidence": Reach("tools.plan_dialog.view.confidence_spin"),
     "plan --trace": Reach("tools.plan_dialog.view.trace_edit"),
     "plan --seed": Reach("tools.plan_dialog.view.seed_spin"),
     "plan --precisions": Reach("tools.plan_dialog.view.precisions_edit"),

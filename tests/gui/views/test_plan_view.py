@@ -60,6 +60,30 @@ def test_the_form_is_plans_flags(qtbot):
     view.trace_edit.setText(str(next(trace.glob("*.csv"))))
     problem, _ = view.problem_and_space()
     assert problem.trace and problem.trace.endswith(".csv")
+    assert problem.confidence is None   # off by default: ranked by the centre
+    view.confidence_spin.setValue(80)
+    problem, _ = view.problem_and_space()
+    assert problem.confidence == 0.8 and problem.band_level == 0.8
+
+
+def test_the_table_shows_each_latencys_band_edge_and_the_slo_at_the_edge(qtbot, no_thread_left):  # noqa: F811
+    view = PlanView()
+    qtbot.addWidget(view)
+    view.model_edit.setText("llama-8b")
+    for spin, value in ((view.ttft_spin, 300), (view.tpot_spin, 30), (view.rate_spin, 8), (view.requests_spin, 40),
+                        (view.workers_spin, 1), (view.confidence_spin, 80)):
+        spin.setValue(value)
+    view.prompt_edit.setText("256")
+    view.output_edit.setText("32")
+    with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
+        view.start(TINY)
+    result = blocker.args[0]
+    assert result.problem.confidence == 0.8 and all(o.meets_at_edge for o in result.best)
+    header = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
+    ttft = view.table.item(0, header.index("TTFT p90 ms")).text()
+    assert "(≤ " in ttft   # the centre and its pessimistic edge
+    assert view.table.item(0, header.index("SLO met at edge")).text().endswith("%")
+    assert "at the 80% band's pessimistic edge (ranked by it)" in view.status.text()
 
 
 def test_top_limits_the_cheapest_rows_and_export_writes_what_plan_out_writes(qtbot, tmp_path, no_thread_left):  # noqa: F811
