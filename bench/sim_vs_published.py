@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig
 from backend.errors import InputError
 from backend.sim.published_figures import FIGURES, Figure, is_held_out
-from backend.sim.published_fit import STRUCTURES
+from backend.sim.published_fit import STRUCTURES, engine_of
 from backend.sim.step_time import CostModel
 from backend.workload.spec import LengthDist, WorkloadSpec
 from bench.common import add_readme_flag, measured_line, write_table
@@ -59,7 +59,8 @@ def model_name(key: str) -> str:
 def sim_config(fig: Figure) -> RunConfig:
     """The figure's setup as a simulated run."""
     model = ModelChoice(name=model_name(fig.model), dtype=fig.precision)
-    deployment = Deployment(tp=fig.tp, pp=fig.pp, kv_dtype=fig.kv_dtype)
+    # the figure's own engine family: its host terms (the profile's [simulation.<family>] table, else the shared)
+    deployment = Deployment(tp=fig.tp, pp=fig.pp, kv_dtype=fig.kv_dtype, engine=engine_of(fig).value)
     common = dict(simulate=True, profile=fig.profile, model=model, deployment=deployment)
     if fig.kind == "batch":
         return RunConfig(mode="batch", batch=BatchRun(prompt_len=fig.prompt_len, output_len=fig.output_len,

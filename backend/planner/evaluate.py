@@ -40,6 +40,7 @@ class Problem:
     trace: str | None = None         # a trace file replayed instead of Poisson arrivals
     attainment: float = 0.9          # share of requests that must meet both SLOs
     seed: int = 0
+    engine: str = "vllm"             # the serving engine family every candidate runs (--engine; backend/sim/engines.py)
 
     def workload(self) -> WorkloadSpec:
         """Poisson arrivals at the rate, or the trace's rows (its times and lengths, its first
@@ -161,7 +162,7 @@ def run_config(candidate: Candidate, problem: Problem):
                           decode_workers=candidate.decode_workers if disaggregated else 1)
     deployment = Deployment(tp=candidate.tp, pp=candidate.pp, dp=candidate.dp, ep=candidate.ep, router="least-loaded",
                             kv_dtype=candidate.kv_dtype, prefill_tp=candidate.tp if disaggregated else None,
-                            decode_tp=candidate.pool_tps[1] if disaggregated else None)
+                            decode_tp=candidate.pool_tps[1] if disaggregated else None, engine=problem.engine)
     return RunConfig(mode=RunKind.LOAD, simulate=True, profile=candidate.gpu,
                      model=ModelChoice(name=problem.model, dtype=candidate.precision), workload=spec, engine=engine,
                      deployment=deployment, slo_ttft_ms=problem.slo_ttft_ms, slo_tpot_ms=problem.slo_tpot_ms)

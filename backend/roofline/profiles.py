@@ -217,9 +217,17 @@ MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned k
 
 def _check_simulation(path: Path, table: dict) -> None:
     """A [simulation] table: efficiencies in (0, MAX_EFFICIENCY], overheads >= 0 ms, a source and a fitted flag;
-    and per precision key a sub-table of the same ([simulation.fp8]: the terms an fp8 run takes over the rest)."""
+    and per precision key a sub-table of the same ([simulation.fp8]: the terms an fp8 run takes over the rest), per
+    engine family one of host terms ([simulation.vllm]: backend.sim.engines)."""
+    from backend.sim.engines import ENGINE_CHOICES, ENGINE_TERMS
     for key, value in table.items():
         where = f"profile {path}: field 'simulation.{key}'"
+        if key in ENGINE_CHOICES and isinstance(value, dict):
+            wrong = sorted(set(value) - set(ENGINE_TERMS) - {"source"})
+            if wrong:
+                raise InputError(f"{where}.{wrong[0]} is not an engine's host term (known: {', '.join(ENGINE_TERMS)})")
+            _check_simulation(path, value)
+            continue
         if key in DTYPE_KEYS and isinstance(value, dict):
             for sub, v in value.items():
                 if sub in DTYPE_KEYS:

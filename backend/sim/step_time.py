@@ -49,7 +49,7 @@ from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pair
 # Efficiencies are fractions of the profile's peaks. A datasheet peak is a ceiling (<= 1), but a
 # calibrated profile's peak is one measured matmul (torch's), which tuned kernels can beat:
 # fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
-from backend.roofline.profiles import MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
+from backend.roofline.profiles import DTYPE_KEYS, MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
 from backend.roofline.roofs import compute_parts, compute_seconds
 
 if TYPE_CHECKING:
@@ -91,13 +91,24 @@ class CostModel:
     source: str = field(default=GPU_SOURCE, compare=False)   # where the terms come from
 
     @classmethod
-    def for_profile(cls, profile: GpuProfile, prec: Precision | None = None) -> CostModel:
-        """The profile's own terms (fitted or written by hand; a precision's sub-table over the rest), else
-        the placeholders for its kind."""
+    def for_profile(cls, profile: GpuProfile, prec: Precision | None = None, engine=None) -> CostModel:
+        """The profile's own terms (fitted or written by hand; the engine family's host terms and then a
+        precision's sub-table over the rest), else the placeholders for its kind. `engine`: an EngineFamily or
+        its name (None: the default, vllm); a family without a sub-table takes the shared terms."""
         if profile.simulation:
+            from backend.sim.engines import parse_engine
+            family = parse_engine(engine.value if hasattr(engine, "value") else engine)
             terms = {k: v for k, v in profile.simulation.items() if not isinstance(v, dict)}
             own = profile.simulation.get(prec.compute) if prec is not None else None
             source = terms.pop("source", "") or f"the [simulation] table of profile {profile.key}"
+            hosts = profile.simulation.get(family.value)
+            if isinstance(hosts, dict):
+                hosts = dict(hosts)
+                source = f"{source}; engine {family.value}: " + \
+                    (hosts.pop("source", "") or f"its [simulation.{family.value}] table")
+                terms.update(hosts)
+            elif any(isinstance(v, dict) and k not in DTYPE_KEYS for k, v in profile.simulation.items()):
+                source = f"{source}; engine {family.value}: no terms of its own in this profile, the shared ones"
             if isinstance(own, dict):
                 own = dict(own)
                 source = own.pop("source", "") or f"{source}; its [simulation.{prec.compute}] table"
