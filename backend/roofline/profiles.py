@@ -225,7 +225,8 @@ def _check_simulation(path: Path, table: dict) -> None:
         if key in ENGINE_CHOICES and isinstance(value, dict):
             wrong = sorted(set(value) - set(ENGINE_TERMS) - {"source"})
             if wrong:
-                raise InputError(f"{where}.{wrong[0]} is not an engine's host term (known: {', '.join(ENGINE_TERMS)})")
+                raise InputError(f"profile {path}: field 'simulation.{key}.{wrong[0]}' is not an engine's host term "
+                                 f"(known: {', '.join(ENGINE_TERMS)})")
             _check_simulation(path, value)
             continue
         if key in DTYPE_KEYS and isinstance(value, dict):

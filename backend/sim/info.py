@@ -36,7 +36,7 @@ def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precisio
                    created=now_created(), wall_s=wall_s,
                    simulated=SimulatedInfo(profile_name=profile.name, cost_model=model.terms(),
                                            cost_model_source=model.source, virtual_s=virtual_s,
-                                           engine=config.deployment.engine),
+                                           serving_engine=config.deployment.engine),
                    replicas=replicas, disaggregated=disaggregated)
 
 

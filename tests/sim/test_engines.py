@@ -4,6 +4,7 @@ run.json, and the fit giving a family with enough figures its own host terms."""
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
 
 import pytest
@@ -72,23 +73,26 @@ def test_a_profile_refuses_a_term_an_engine_table_cannot_hold(tmp_path):
         load_profile(path)
 
 
-def batch_1_itl(engine: str) -> tuple[float, dict]:
+def batch_1_itl(engine: str, out) -> tuple[float, dict]:
+    """A simulated batch-1 decode of an 8B model on an H100 with `engine`: its ITL and run.json's simulated info."""
     from backend.sim.target import run_simulated
     config = RunConfig(mode="batch", simulate=True, profile="h100-sxm", model=ModelChoice("llama-3.1-8b"),
-                       batch=BatchRun(prompt_len=128, output_len=16, batch=1), deployment=Deployment(engine=engine))
+                       batch=BatchRun(prompt_len=128, output_len=16, batch=1), deployment=Deployment(engine=engine),
+                       out_dir=str(out))
     finished = run_simulated(config, emit=lambda e: None, should_stop=lambda: False)
     assert finished.error is None
-    return finished.summary.itl_mean_ms, finished.info.simulated
+    return finished.summary.itl_mean_ms, json.loads((out / "run.json").read_text())["info"]
 
 
-def test_the_engine_prices_the_step_and_run_json_names_it():
+def test_the_engine_prices_the_step_and_run_json_names_it(tmp_path):
     profile = find_profile("h100-sxm")
     assert isinstance(profile.simulation.get("vllm"), dict)   # the shipped profiles carry the fitted vLLM terms
-    vllm_ms, info = batch_1_itl("vllm")
-    trt_ms, trt_info = batch_1_itl("trtllm")
-    assert info.engine == "vllm" and trt_info.engine == "trtllm"
-    assert info.cost_model != trt_info.cost_model and vllm_ms != trt_ms
-    assert "engine vllm" in info.cost_model_source
+    vllm_ms, info = batch_1_itl("vllm", tmp_path / "vllm")
+    trt_ms, trt_info = batch_1_itl("trtllm", tmp_path / "trt")
+    assert info["serving_engine"] == "vllm" and trt_info["serving_engine"] == "trtllm"
+    assert info["cost_model"]["layer_us"] == profile.simulation["vllm"]["layer_us"]
+    assert trt_info["cost_model"]["layer_us"] == profile.simulation["trtllm"]["layer_us"]
+    assert vllm_ms != trt_ms and "engine vllm" in info["cost_model_source"]
 
 
 def test_the_flag_sets_the_deployment_and_the_default_is_vllm():
@@ -104,17 +108,28 @@ def test_the_flag_sets_the_deployment_and_the_default_is_vllm():
 
 def test_the_fit_gives_a_family_with_enough_figures_its_own_host_terms():
     from backend.sim import published_fit as fp
-    from tests.sim.test_fit_published import BASE, figure_like, synthetic
+    from tests.sim.test_fit_published import BASE, figure_like, synthetic as plain
+
+    def synthetic(fig, steps, experts, seed):   # with the parts the +attn-fixed structures price
+        trace = plain(fig, steps, experts, seed)
+        for key in ("request_layers", "expert_rows"):
+            trace.arrays[key] = 0.0 * trace.arrays["layers"]
+        return trace
     vllm = [synthetic(figure_like(i, 1.0), 12, 0.0, n) for n, i in enumerate(("F31", "F32", "F34", "F35", "F112"))]
     trt = [synthetic(figure_like(i, 1.0), 12, 0.0, 10 + n) for n, i in enumerate(("F01", "F02", "F04", "F05", "F07"))]
     # the vLLM figures were made with 1.5 ms more per step than the TensorRT-LLM ones
     for trace, extra in [(t, 1.5) for t in vllm] + [(t, 0.0) for t in trt]:
         terms = {**BASE.terms(), "step_ms": BASE.step_ms + extra}
         trace.figure = replace(trace.figure, value=trace.predict(terms))
-    fit = fp.fit_traces(vllm + trt, "shared+attn-fixed+pcie+efu-by-precision+engine", starts=(BASE.terms(),))
-    assert set(fit.engines) == {"vllm", "trtllm"}
-    gap = fit.engines["vllm"]["step_ms"] - fit.engines["trtllm"]["step_ms"]
-    assert gap == pytest.approx(1.5, abs=0.3)
+    # over the shared terms that made the figures, each family's host terms are fitted on its own figures
+    fit = fp.Fit("shared+attn-fixed+pcie+efu-by-precision+engine", dict(BASE.terms()), counts={"*": 10})
+    fp.fit_engines(fit, vllm + trt)
+    assert set(fit.engines) == {"vllm", "trtllm"} and fit.counts["vllm"] == 5
+    # a step's fixed cost: its step_ms, its 32 layers' layer_us and its 64 requests' request_ms (collinear here:
+    # every synthetic step has 32 layers and 64 requests)
+    fixed = {k: t["step_ms"] + t["layer_us"] * 32 / 1e3 + t["request_ms"] * 64 for k, t in fit.engines.items()}
+    base = BASE.step_ms + BASE.layer_us * 32 / 1e3 + BASE.request_ms * 64
+    assert fixed["trtllm"] == pytest.approx(base, abs=0.2) and fixed["vllm"] == pytest.approx(base + 1.5, abs=0.2)
     # a family under the minimum keeps the shared terms
     few = fp.fit_traces(vllm[:fp.MIN_PER_ENGINE - 1] + trt, "shared+attn-fixed+pcie+efu-by-precision+engine")
     assert "vllm" not in few.engines and few.terms_for(vllm[0].figure)["step_ms"] == few.shared["step_ms"]
