@@ -14,6 +14,7 @@ from __future__ import annotations
 from enum import Enum
 
 from backend.errors import InputError
+from backend.roofline.profiles import ENGINE_KEYS, ENGINE_TERMS
 
 
 class EngineFamily(str, Enum):
@@ -27,8 +28,11 @@ class EngineFamily(str, Enum):
 DEFAULT_ENGINE = EngineFamily.VLLM
 # what --engine takes (other is what an unnamed published engine parses to, not a choice)
 ENGINE_CHOICES = tuple(f.value for f in EngineFamily if f is not EngineFamily.OTHER)
-# the host terms a family's sub-table may hold (each over the shared term of the same name)
-ENGINE_TERMS = ("step_ms", "request_ms", "layer_us", "link_latency_x")
+# ENGINE_KEYS (backend.roofline.profiles, which the simulator's layers sit above): the same names, as a profile's
+# [simulation.<family>] keys (tests/sim/test_engines.py holds them equal)
+# ENGINE_TERMS (backend.roofline.profiles): the host terms a family's sub-table may hold, each over the shared one
+__all__ = ["DEFAULT_ENGINE", "ENGINE_CHOICES", "ENGINE_HELP", "ENGINE_KEYS", "ENGINE_TERMS", "EngineFamily",
+           "family_of", "parse_engine"]
 ENGINE_HELP = {
     EngineFamily.VLLM: "vLLM: a Python scheduler over CUDA graphs, continuous batching",
     EngineFamily.SGLANG: "SGLang: a Python scheduler over CUDA graphs, overlapped with the GPU",

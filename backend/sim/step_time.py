@@ -51,6 +51,7 @@ from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pair
 # fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
 from backend.roofline.profiles import DTYPE_KEYS, MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
 from backend.roofline.roofs import compute_parts, compute_seconds
+from backend.sim.engines import parse_engine
 
 if TYPE_CHECKING:
     from backend.kernels.matmath import MatMath
@@ -96,7 +97,6 @@ class CostModel:
         precision's sub-table over the rest), else the placeholders for its kind. `engine`: an EngineFamily or
         its name (None: the default, vllm); a family without a sub-table takes the shared terms."""
         if profile.simulation:
-            from backend.sim.engines import parse_engine
             family = parse_engine(engine.value if hasattr(engine, "value") else engine)
             terms = {k: v for k, v in profile.simulation.items() if not isinstance(v, dict)}
             own = profile.simulation.get(prec.compute) if prec is not None else None

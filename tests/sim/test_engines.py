@@ -34,6 +34,11 @@ def test_every_published_figure_has_a_named_family():
     assert EngineFamily.OTHER not in families and {EngineFamily.VLLM, EngineFamily.TRTLLM} <= families
 
 
+def test_the_engine_choices_are_the_profiles_engine_keys():
+    from backend.sim.engines import ENGINE_CHOICES, ENGINE_KEYS
+    assert ENGINE_CHOICES == ENGINE_KEYS
+
+
 def test_an_unknown_engine_is_one_line_and_none_is_the_default():
     assert parse_engine(None) is DEFAULT_ENGINE is EngineFamily.VLLM
     with pytest.raises(InputError, match="known: vllm, sglang, trtllm, compiled") as info:
@@ -55,8 +60,7 @@ def test_a_family_takes_its_own_host_terms_and_one_without_the_shared():
     assert (vllm.step_ms, vllm.layer_us, vllm.mfu) == (0.75, 3.0, shared.mfu)
     assert "engine vllm: fitted on vLLM's" in vllm.source
     assert CostModel.for_profile(mine, None, EngineFamily.TRTLLM).step_ms == 2.5
-    sglang = CostModel.for_profile(mine)   # the default is vllm
-    assert sglang.step_ms == 0.75
+    assert CostModel.for_profile(mine).step_ms == 0.75   # the default is vllm
     other = CostModel.for_profile(mine, None, "sglang")
     assert other.step_ms == shared.step_ms and "no terms of its own" in other.source
 
@@ -133,3 +137,16 @@ def test_the_fit_gives_a_family_with_enough_figures_its_own_host_terms():
     # a family under the minimum keeps the shared terms
     few = fp.fit_traces(vllm[:fp.MIN_PER_ENGINE - 1] + trt, "shared+attn-fixed+pcie+efu-by-precision+engine")
     assert "vllm" not in few.engines and few.terms_for(vllm[0].figure)["step_ms"] == few.shared["step_ms"]
+
+
+def test_the_planner_runs_every_candidate_on_the_engine_it_was_given():
+    from backend.cli.main import build_parser
+    from backend.planner.candidates import Candidate
+    from backend.planner.evaluate import run_config
+    from backend.planner.inputs import problem_and_space
+    argv = ["plan", "--model", "llama-3.1-8b", "--slo-ttft-ms", "500", "--slo-tpot-ms", "50", "--rate", "2"]
+    default, _ = problem_and_space(build_parser().parse_args(argv))
+    problem, _ = problem_and_space(build_parser().parse_args(argv + ["--engine", "sglang"]))
+    assert default.engine == "vllm" and problem.engine == "sglang"
+    config = run_config(Candidate("h100-sxm", "bfloat16", "continuous", 32, 1, 1, 1), problem)
+    assert config.deployment.engine == "sglang"
