@@ -23,7 +23,8 @@ The layer term is the fixed cost each layer adds to a step whatever its size (it
 and tail latencies): what keeps a small model's decode step far above its weight-read time on a
 big GPU (a 1B model's 2.5 GB read in 0.75 ms on an H100, its step several times that in engines).
 A profile's [simulation] table may hold, per precision key, a sub-table of terms that precision
-takes over the rest ([simulation.fp8]: FP8 GEMMs reach another fraction of their peak).
+takes over the rest ([simulation.fp8]: FP8 GEMMs reach another fraction of their peak), and per engine
+family a sub-table of host terms ([simulation.vllm]: backend/sim/engines.py; --engine picks one, vllm by default).
 Tensor, pipeline and expert parallelism are priced around this (backend/sim/parallel.py): each
 collective's fixed cost x link_latency_x, its bytes at link_eff of the link's bandwidth (pcie_link_eff over PCIe).
 
