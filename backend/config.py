@@ -193,6 +193,7 @@ class Deployment:
     kv_dtype: str = "auto"       # auto (the activations') | fp8 | bfloat16 | float16 | float32
     prefill_tp: int | None = None   # disaggregated: the prefill pool's devices' tp (None: tp)
     decode_tp: int | None = None    # disaggregated: the decode pool's devices' tp (None: tp)
+    engine: str = "vllm"         # the serving engine family whose host costs a step pays (backend/sim/engines.py)
 
     @property
     def devices(self) -> int:

@@ -53,6 +53,7 @@ class SimulatedInfo:
     cost_model: dict | None = None        # the cost model's terms (backend.sim.step_time)
     cost_model_source: str | None = None  # where the terms come from
     virtual_s: float | None = None        # simulated seconds
+    serving_engine: str | None = None     # the engine family whose host costs the simulated steps paid (--engine)
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from backend.config import BatchRun, Deployment, EngineConfig, ModelChoice, RunConfig
 from backend.errors import InputError
 from backend.sim.published_figures import FIGURES, Figure, is_held_out
-from backend.sim.published_fit import STRUCTURES
+from backend.sim.published_fit import STRUCTURES, engine_of
 from backend.sim.step_time import CostModel
 from backend.workload.spec import LengthDist, WorkloadSpec
 from bench.common import add_readme_flag, measured_line, write_table
@@ -59,7 +59,8 @@ def model_name(key: str) -> str:
 def sim_config(fig: Figure) -> RunConfig:
     """The figure's setup as a simulated run."""
     model = ModelChoice(name=model_name(fig.model), dtype=fig.precision)
-    deployment = Deployment(tp=fig.tp, pp=fig.pp, kv_dtype=fig.kv_dtype)
+    # the figure's own engine family: its host terms (the profile's [simulation.<family>] table, else the shared)
+    deployment = Deployment(tp=fig.tp, pp=fig.pp, kv_dtype=fig.kv_dtype, engine=engine_of(fig).value)
     common = dict(simulate=True, profile=fig.profile, model=model, deployment=deployment)
     if fig.kind == "batch":
         return RunConfig(mode="batch", batch=BatchRun(prompt_len=fig.prompt_len, output_len=fig.output_len,
@@ -162,7 +163,11 @@ def main() -> int:
     # recorded at the terms before: shared 17.0%, shared+attn-fixed 14.0%, shared+efu-rows 15.7%, both 14.9%; shared
     # 15.5%, gpu 18.8%, precision 17.1%, gpu+efu 18.7%, precision+efu 15.8%, shared+efu-by-precision 15.9%,
     # gpu+efu-by-precision 20.3%
-    parser.add_argument("--structure", default="shared+attn-fixed+pcie+efu-by-precision",
+    # 2026-12-05, engines as a dimension (the traces recorded at the shipped terms of 12-02, the same 76 figures):
+    # shared+attn-fixed+pcie+efu-by-precision 14.2% median, 77.6% worst out of fold; with each engine family's own
+    # step, request and layer costs (+engine) 13.6%, 73.3%; with its collectives' fixed-cost multiple too
+    # (+engine-links) 13.6% (13.56 against 13.64), 73.2%: chosen, and the profiles carry its terms
+    parser.add_argument("--structure", default="shared+attn-fixed+pcie+efu-by-precision+engine-links",
                         choices=("select", *STRUCTURE_NAMES),
                         help="which figures share efficiencies in the fit (select: by cross-validation on the fitted set)")
     parser.add_argument("--among", default="",

@@ -107,6 +107,17 @@ def deployment_flags(p: argparse.ArgumentParser) -> None:
                    "the profile's, e.g. nvlink4 for h100-sxm)")
     g.add_argument("--kv-dtype", default="auto", help="the KV cache's dtype: auto (the activations') | fp8 | bfloat16 | "
                    "float16 | float32")
+    engine_flag(g)
+
+
+def engine_flag(p) -> None:
+    """--engine: the serving engine family whose host costs the simulated steps pay (the run and `plan`)."""
+    from backend.sim.engines import DEFAULT_ENGINE, ENGINE_CHOICES
+    p.add_argument("--engine", default=DEFAULT_ENGINE.value, choices=ENGINE_CHOICES,
+                   help="the serving engine whose host costs (per step, request and layer; the collectives' fixed "
+                        "cost) the simulated steps pay, as the profile's [simulation.ENGINE] table fitted them on "
+                        "published figures of that engine (a family without one: the shared terms). Default: "
+                        f"{DEFAULT_ENGINE.value}. compiled: a compiled batch-1 loop such as gpt-fast")
 
 
 def deployment_of(args) -> Deployment:
@@ -115,7 +126,7 @@ def deployment_of(args) -> Deployment:
     return Deployment(tp=get("tp", 1), pp=get("pp", 1), dp=get("dp", 1), ep=get("ep", 1),
                       router=get("router", Deployment().router), link=getattr(args, "link", None),
                       kv_dtype=get("kv_dtype", "auto"), prefill_tp=getattr(args, "prefill_tp", None),
-                      decode_tp=getattr(args, "decode_tp", None))
+                      decode_tp=getattr(args, "decode_tp", None), engine=get("engine", Deployment().engine))
 
 
 def kv_flags(p: argparse.ArgumentParser) -> None:
@@ -142,7 +153,7 @@ def apply_kv_flags(args, engine) -> None:
 def common_config(args, mode: RunKind) -> RunConfig:
     deployment = deployment_of(args)
     if deployment != Deployment() and not getattr(args, "simulate", False):
-        raise InputError("--tp, --pp, --dp, --ep, --router, --link, --kv-dtype, --prefill-tp and --decode-tp describe "
+        raise InputError("--tp, --pp, --dp, --ep, --router, --link, --kv-dtype, --engine, --prefill-tp and --decode-tp describe "
                          "a simulated deployment: add --simulate --profile NAME")
     return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype, args.prefill_math),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),

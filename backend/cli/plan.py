@@ -15,7 +15,7 @@ from backend.planner.report import render_png
 
 
 def add_plan_parser(sub) -> None:
-    from backend.cli.flags import positive_int
+    from backend.cli.flags import engine_flag, positive_int
     from backend.planner.candidates import POLICIES, PRECISION_ORDER
     from backend.planner.search import DEFAULT_BUDGET
     p = sub.add_parser("plan", help="search GPU type and count, TP/PP/DP, precision, policy and batch limits by "
@@ -44,6 +44,7 @@ def add_plan_parser(sub) -> None:
                         "(default auto,fp8)")
     p.add_argument("--policies", default=",".join(POLICIES), help=f"default {','.join(POLICIES)}")
     p.add_argument("--max-batches", default="32,64,128,256", help="max_batch limits tried (default 32,64,128,256)")
+    engine_flag(p)
     p.add_argument("--budget", type=positive_int, default=DEFAULT_BUDGET,
                    help=f"candidates simulated, the most promising by a roofline estimate (default {DEFAULT_BUDGET})")
     p.add_argument("--workers", type=positive_int, help="simulating processes (default: the cores)")

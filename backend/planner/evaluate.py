@@ -40,6 +40,7 @@ class Problem:
     trace: str | None = None         # a trace file replayed instead of Poisson arrivals
     attainment: float = 0.9          # share of requests that must meet both SLOs
     seed: int = 0
+    engine: str = "vllm"             # the serving engine family every candidate runs (--engine; backend/sim/engines.py)
     # the simulated figures' band (backend.sim.bands): None shows the 80% band's pessimistic edge beside the
     # centre and ranks by the centre; a level (--confidence 0.8) makes the bands at it and ranks by the edge
     confidence: float | None = None
@@ -175,7 +176,7 @@ def run_config(candidate: Candidate, problem: Problem):
                           decode_workers=candidate.decode_workers if disaggregated else 1)
     deployment = Deployment(tp=candidate.tp, pp=candidate.pp, dp=candidate.dp, ep=candidate.ep, router="least-loaded",
                             kv_dtype=candidate.kv_dtype, prefill_tp=candidate.tp if disaggregated else None,
-                            decode_tp=candidate.pool_tps[1] if disaggregated else None)
+                            decode_tp=candidate.pool_tps[1] if disaggregated else None, engine=problem.engine)
     return RunConfig(mode=RunKind.LOAD, simulate=True, profile=candidate.gpu,
                      model=ModelChoice(name=problem.model, dtype=candidate.precision), workload=spec, engine=engine,
                      deployment=deployment, slo_ttft_ms=problem.slo_ttft_ms, slo_tpot_ms=problem.slo_tpot_ms)

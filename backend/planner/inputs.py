@@ -28,6 +28,7 @@ def problem_and_space(args):
     from backend.planner.candidates import POLICIES, PRECISION_ORDER, SearchSpace
     from backend.planner.evaluate import Problem
     from backend.workload.spec import LengthDist
+    from backend.sim.engines import DEFAULT_ENGINE
     for flag, value in (("--slo-ttft-ms", args.slo_ttft_ms), ("--slo-tpot-ms", args.slo_tpot_ms)):
         if not value > 0:
             raise InputError(f"{flag} must be a positive number of milliseconds, got {value:g}")
@@ -48,7 +49,8 @@ def problem_and_space(args):
                       prompt_len=LengthDist.parse(args.prompt_len, "--prompt-len"),
                       output_len=LengthDist.parse(args.output_len, "--output-len"),
                       trace=args.trace, attainment=args.attainment, seed=args.seed,
-                      confidence=getattr(args, "confidence", None))
+                      confidence=getattr(args, "confidence", None),
+                      engine=getattr(args, "engine", None) or DEFAULT_ENGINE.value)
     space = SearchSpace(gpus=_names(args.gpus, "--gpus"), max_gpus=args.max_gpus, precisions=precisions,
                         policies=policies, max_batches=_ints(args.max_batches, "--max-batches"), kv_dtypes=kv_dtypes)
     return problem, space

@@ -25,14 +25,14 @@ INFEASIBLE = math.inf
 
 @lru_cache(maxsize=4096)
 def _prices(gpu: str, precision: str, kv_dtype: str, model: str, prompt: int, context: int,
-            batch: int) -> tuple[float, float]:
+            batch: int, engine: str = "vllm") -> tuple[float, float]:
     """(one prompt's prefill seconds, one decode step of `batch` requests at `context` tokens) on one device."""
     from backend.planner.evaluate import _profile, _shape
     from backend.sim.step_time import CostModel
     from backend.sim.model import resolve_precision
     profile, shape = _profile(gpu), _shape(model)
     prec = resolve_precision(precision, profile, kv_dtype)
-    cost = CostModel.for_profile(profile)
+    cost = CostModel.for_profile(profile, prec, engine)
     prefill = cost.step_seconds(shape, prec, profile, [prompt], [prompt], 1)
     decode = cost.step_seconds(shape, prec, profile, [1] * batch, [context] * batch, batch)
     return prefill, decode
@@ -63,7 +63,7 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
     lam_p, lam_d = rate / engines_p, rate / engines_d
     slots = _slots(c, problem, prompt + output)
     prefill_tp, decode_tp = c.pool_tps
-    prefill, _ = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, 1)
+    prefill, _ = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, 1, problem.engine)
     prefill = _split(prefill, prefill_tp) / c.pp   # seconds of an engine's time per prompt (pp: stages overlap)
     rho_p = lam_p * prefill
     busy_d = 0.0 if disaggregated else rho_p
@@ -72,7 +72,7 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
     n, tpot = 1.0, 0.0
     for _ in range(30):   # fixed point of n = lam * O * tpot(n)
         batch = max(1, min(slots, math.ceil(n / c.pp)))
-        _, step = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, batch)
+        _, step = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, batch, problem.engine)
         tpot = _split(step, decode_tp) / (1 - busy_d)
         new_n = lam_d * output * tpot
         if abs(new_n - n) < 0.01 * max(n, 1):

@@ -212,14 +212,26 @@ def parse_profile(data: dict, path: Path, measured: bool = False) -> GpuProfile:
 # the cost model's terms a [simulation] table may hold (backend.sim.step_time.CostModel)
 SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms", "layer_us", "prefill_layer_us", "link_eff", "efu", "serial",
                     "efu_rows", "request_layer_us", "link_latency_x", "pcie_link_eff")
+# the engine families whose host terms a [simulation.<family>] sub-table may hold, and those terms
+# (backend.sim.engines: the families' enum, --engine)
+ENGINE_KEYS = ("vllm", "sglang", "trtllm", "compiled")
+ENGINE_TERMS = ("step_ms", "request_ms", "layer_us", "link_latency_x")
 MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned kernels can beat
 
 
 def _check_simulation(path: Path, table: dict) -> None:
     """A [simulation] table: efficiencies in (0, MAX_EFFICIENCY], overheads >= 0 ms, a source and a fitted flag;
-    and per precision key a sub-table of the same ([simulation.fp8]: the terms an fp8 run takes over the rest)."""
+    and per precision key a sub-table of the same ([simulation.fp8]: the terms an fp8 run takes over the rest), per
+    engine family one of host terms ([simulation.vllm]: backend.sim.engines)."""
     for key, value in table.items():
         where = f"profile {path}: field 'simulation.{key}'"
+        if key in ENGINE_KEYS and isinstance(value, dict):
+            wrong = sorted(set(value) - set(ENGINE_TERMS) - {"source"})
+            if wrong:
+                raise InputError(f"profile {path}: field 'simulation.{key}.{wrong[0]}' is not an engine's host term "
+                                 f"(known: {', '.join(ENGINE_TERMS)})")
+            _check_simulation(path, value)
+            continue
         if key in DTYPE_KEYS and isinstance(value, dict):
             for sub, v in value.items():
                 if sub in DTYPE_KEYS:

@@ -281,7 +281,7 @@ def prepare(config: RunConfig, cost_model=None):
                          "--decode-workers")
     parallel.validate(config.deployment, shape, config.model.name)
     prec = resolve_precision(config.model.dtype, profile, config.deployment.kv_dtype)
-    model = cost_model or CostModel.for_profile(profile, prec)
+    model = cost_model or CostModel.for_profile(profile, prec, config.deployment.engine)
     model.validate()
     max_len = min(config.engine.max_len or longest_sequence(config.workload), shape.max_position)
     for layout in pool_layouts(config, profile):

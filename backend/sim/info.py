@@ -35,7 +35,8 @@ def simulated_info(config: RunConfig, profile: GpuProfile, shape, prec: Precisio
                    kv_dtype=prec.kv_dtype, kv_capacity=kv_capacity, kv_slots=kv_slots, max_len=max_len,
                    created=now_created(), wall_s=wall_s,
                    simulated=SimulatedInfo(profile_name=profile.name, cost_model=model.terms(),
-                                           cost_model_source=model.source, virtual_s=virtual_s),
+                                           cost_model_source=model.source, virtual_s=virtual_s,
+                                           serving_engine=config.deployment.engine),
                    replicas=replicas, disaggregated=disaggregated)
 
 

@@ -30,6 +30,12 @@ its own efficiencies (mfu, afu, mbu, and in the "+efu" structures the experts' e
 overheads; in the "+efu-by-precision" structures the experts' efu is one per precision (efu@fp8,
 efu@16-bit), fitted with the shared terms (a profile carries the fp8 one in [simulation.fp8]). `select_structure` picks the
 structure by 5-fold cross-validation on the fitted set alone: the held-out set plays no part.
+
+Engines as a dimension (the "+engine" structures): after the shared fit, each engine family (backend/sim/engines.py,
+read from the figure's source's `engine` text) with at least MIN_PER_ENGINE fitted figures gets its own host terms
+(ENGINE_FIT: the fixed cost per step, per request and per layer; "+engine-links" adds the collectives' fixed-cost
+multiple, link_latency_x), fitted on its own figures over the shared efficiencies. A family with fewer figures, or
+none, takes the shared terms (fitted on every figure).
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backend.sim import parallel
+from backend.sim.engines import EngineFamily, family_of
 from backend.roofline.cost import step_cost
 from backend.roofline.roofs import compute_seconds
 from backend.sim.step_time import CostModel
@@ -61,6 +68,10 @@ EFU_STARTS = (0.5, 0.2)   # an efu per precision starts from each (an FP8 MoE ke
 OPTIONAL = {"request_layer_us": "+attn-fixed", "efu_rows": "+efu-rows", "link_latency_x": "+link-latency",
             "pcie_link_eff": "+pcie"}
 MIN_PER_GROUP = 6
+# an engine family's own host terms need this many fitted figures of it (fewer: the shared terms); 5 lets the
+# vLLM family (8 fitted figures: the nightly CI's and OCI's) keep its terms in most cross-validation folds
+MIN_PER_ENGINE = 5
+ENGINE_FIT = ("step_ms", "request_ms", "layer_us")
 HUGE = 1e30
 
 
@@ -316,7 +327,23 @@ STRUCTURES = {   # which figures share their efficiencies (the overheads are sha
     "shared+attn-fixed+pcie+efu-by-precision": lambda fig: "*",
     "shared+attn-fixed+link-latency+pcie+efu-by-precision": lambda fig: "*",
     "shared+attn-fixed+link-latency+pcie": lambda fig: "*",
+    # engines as a dimension: the chosen structure above, with each engine family's own host terms (ENGINE_FIT), and
+    # with its collectives' fixed-cost multiple too
+    "shared+attn-fixed+pcie+efu-by-precision+engine": lambda fig: "*",
+    "shared+attn-fixed+pcie+efu-by-precision+engine-links": lambda fig: "*",
 }
+
+
+def engine_of(fig) -> EngineFamily:
+    """The engine family that measured a published figure (its source's engine text)."""
+    return family_of(fig.source.engine)
+
+
+def engine_terms(structure: str) -> tuple[str, ...]:
+    """The host terms each engine family fits for itself in `structure` (none: not an "+engine" structure)."""
+    if structure.endswith("+engine-links"):
+        return ENGINE_FIT + ("link_latency_x",)
+    return ENGINE_FIT if structure.endswith("+engine") else ()
 
 
 def group_terms(structure: str) -> tuple[str, ...]:
@@ -325,7 +352,7 @@ def group_terms(structure: str) -> tuple[str, ...]:
 
 
 def efu_by_precision(structure: str) -> bool:
-    return structure.endswith("+efu-by-precision")
+    return "+efu-by-precision" in structure
 
 
 def efu_of(terms: dict, fig) -> dict:
@@ -345,9 +372,11 @@ class Fit:
     shared: dict
     groups: dict = field(default_factory=dict)      # group key -> terms (the shared overheads included)
     counts: dict = field(default_factory=dict)      # group key -> fitted figures behind it
+    engines: dict = field(default_factory=dict)     # engine family's value -> its own host terms (over the rest)
 
     def terms_for(self, fig) -> dict:
-        return efu_of(self.groups.get(STRUCTURES[self.structure](fig), self.shared), fig)
+        terms = efu_of(self.groups.get(STRUCTURES[self.structure](fig), self.shared), fig)
+        return {**terms, **self.engines.get(engine_of(fig).value, {})}
 
     def model_for(self, fig) -> CostModel:
         key = STRUCTURES[self.structure](fig)
@@ -355,6 +384,9 @@ class Fit:
             source = f"fitted on {self.counts[key]} published figures ({self.structure} {key}: efficiencies; overheads shared)"
         else:
             source = f"fitted on {self.counts.get('*', 0)} published figures, shared"
+        family = engine_of(fig).value
+        if family in self.engines:
+            source += f"; engine {family}: host terms fitted on its {self.counts[family]} figures"
         return CostModel(**self.terms_for(fig), source=source)
 
 
@@ -380,6 +412,7 @@ def fit_traces(traces: list[Trace], structure: str, starts: tuple[dict, ...] = (
     for other in starts:
         fits.append(fit_over(traces, {**start, **efu_starts[-1], **{n: other[n] for n in names if other.get(n)}}, names))
     fit = Fit(structure, min(fits, key=lambda terms: loss(traces, terms)), counts={"*": len(traces)})
+    fit_engines(fit, traces)
     if STRUCTURES[structure](traces[0].figure) == "*":   # one group: every figure shares every term
         return fit
     key_of = STRUCTURES[structure]
@@ -392,6 +425,22 @@ def fit_traces(traces: list[Trace], structure: str, starts: tuple[dict, ...] = (
             fit.groups[key] = terms
             fit.counts[key] = len(own)
     return fit
+
+
+def fit_engines(fit: Fit, traces: list[Trace]) -> None:
+    """Each engine family with at least MIN_PER_ENGINE of `traces` gets its own host terms (engine_terms of the
+    structure), fitted on its figures alone over the shared terms; the others keep the shared ones."""
+    names = engine_terms(fit.structure)
+    if not names:
+        return
+    start = {**fit.shared, "link_latency_x": fit.shared.get("link_latency_x", 1.0)}
+    for family in sorted({engine_of(t.figure) for t in traces}, key=lambda f: f.value):
+        own = [t for t in traces if engine_of(t.figure) == family]
+        if family is EngineFamily.OTHER or len(own) < MIN_PER_ENGINE:
+            continue
+        terms = fit_over(own, start, names)
+        fit.engines[family.value] = {n: terms[n] for n in names}
+        fit.counts[family.value] = len(own)
 
 
 def record_all(figures, simulate) -> list[Trace]:
@@ -419,7 +468,7 @@ def select_structure(traces: list[Trace], names=None) -> tuple[str, dict[str, tu
 def terms_report(fit: Fit) -> str:
     lines = [f"Fitted cost-model terms, structure {fit.structure!r} (for the profiles' [simulation] tables; "
              f"the lead writes them in):"]
-    for key, terms in [("shared", fit.shared)] + sorted(fit.groups.items()):
+    for key, terms in [("shared", fit.shared)] + sorted(fit.groups.items()) + sorted(fit.engines.items()):
         text = ", ".join(f"{k} = {v:.4g}" for k, v in terms.items())
         lines.append(f"  [{key}] {text}    # {fit.counts.get(key, fit.counts['*'])} fitted figures")
     return "\n".join(lines)

@@ -23,7 +23,8 @@ The layer term is the fixed cost each layer adds to a step whatever its size (it
 and tail latencies): what keeps a small model's decode step far above its weight-read time on a
 big GPU (a 1B model's 2.5 GB read in 0.75 ms on an H100, its step several times that in engines).
 A profile's [simulation] table may hold, per precision key, a sub-table of terms that precision
-takes over the rest ([simulation.fp8]: FP8 GEMMs reach another fraction of their peak).
+takes over the rest ([simulation.fp8]: FP8 GEMMs reach another fraction of their peak), and per engine
+family a sub-table of host terms ([simulation.vllm]: backend/sim/engines.py; --engine picks one, vllm by default).
 Tensor, pipeline and expert parallelism are priced around this (backend/sim/parallel.py): each
 collective's fixed cost x link_latency_x, its bytes at link_eff of the link's bandwidth (pcie_link_eff over PCIe).
 
@@ -49,8 +50,9 @@ from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pair
 # Efficiencies are fractions of the profile's peaks. A datasheet peak is a ceiling (<= 1), but a
 # calibrated profile's peak is one measured matmul (torch's), which tuned kernels can beat:
 # fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
-from backend.roofline.profiles import MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
+from backend.roofline.profiles import DTYPE_KEYS, MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
 from backend.roofline.roofs import compute_parts, compute_seconds
+from backend.sim.engines import parse_engine
 
 if TYPE_CHECKING:
     from backend.kernels.matmath import MatMath
@@ -91,13 +93,23 @@ class CostModel:
     source: str = field(default=GPU_SOURCE, compare=False)   # where the terms come from
 
     @classmethod
-    def for_profile(cls, profile: GpuProfile, prec: Precision | None = None) -> CostModel:
-        """The profile's own terms (fitted or written by hand; a precision's sub-table over the rest), else
-        the placeholders for its kind."""
+    def for_profile(cls, profile: GpuProfile, prec: Precision | None = None, engine=None) -> CostModel:
+        """The profile's own terms (fitted or written by hand; the engine family's host terms and then a
+        precision's sub-table over the rest), else the placeholders for its kind. `engine`: an EngineFamily or
+        its name (None: the default, vllm); a family without a sub-table takes the shared terms."""
         if profile.simulation:
+            family = parse_engine(engine.value if hasattr(engine, "value") else engine)
             terms = {k: v for k, v in profile.simulation.items() if not isinstance(v, dict)}
             own = profile.simulation.get(prec.compute) if prec is not None else None
             source = terms.pop("source", "") or f"the [simulation] table of profile {profile.key}"
+            hosts = profile.simulation.get(family.value)
+            if isinstance(hosts, dict):
+                hosts = dict(hosts)
+                source = f"{source}; engine {family.value}: " + \
+                    (hosts.pop("source", "") or f"its [simulation.{family.value}] table")
+                terms.update(hosts)
+            elif any(isinstance(v, dict) and k not in DTYPE_KEYS for k, v in profile.simulation.items()):
+                source = f"{source}; engine {family.value}: no terms of its own in this profile, the shared ones"
             if isinstance(own, dict):
                 own = dict(own)
                 source = own.pop("source", "") or f"{source}; its [simulation.{prec.compute}] table"

@@ -59,7 +59,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
     deployment = config.deployment
     parallel.validate(deployment, shape, config.model.name)
     prec = resolve_precision(config.model.dtype, profile, deployment.kv_dtype)
-    model = cost_model or CostModel.for_profile(profile, prec)
+    model = cost_model or CostModel.for_profile(profile, prec, deployment.engine)
     model.validate()
     layout = Layout.of(deployment, profile)
     kv = kv_settings(config)

@@ -1,14 +1,15 @@
 """The Simulate box's deployment: how the simulated model is spread over devices (tensor, pipeline,
 data and expert parallelism), the router of the replicas, the link between the devices, the KV
-cache's dtype, and the disaggregated pools' tensor parallelism. Its values are the CLI's
---tp --pp --dp --ep --router --link --kv-dtype --prefill-tp --decode-tp, as backend.config.Deployment."""
+cache's dtype, the serving engine whose host costs the steps pay, and the disaggregated pools' tensor
+parallelism. Its values are the CLI's --tp --pp --dp --ep --router --link --kv-dtype --engine --prefill-tp
+--decode-tp, as backend.config.Deployment."""
 from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
 from backend.config import ROUTERS, Deployment
 
-from gui.panels.sim_choices import KV_DTYPES, link_names
+from gui.panels.sim_choices import KV_DTYPES, engine_choices, link_names
 
 PROFILE_LINK = "profile's own"   # the link combo's first entry: --link not given (None)
 SAME_AS_TP = "= TP"              # a pool spin box at 0: --prefill-tp / --decode-tp not given (None)
@@ -54,12 +55,21 @@ class DeploymentBox(QtWidgets.QGroupBox):
         self.kv_combo.setObjectName("kvDtypeCombo")
         self.kv_combo.addItems(KV_DTYPES)
         self.kv_combo.setToolTip("--kv-dtype: the KV cache's dtype (auto: the activations')")
+        self.engine_combo = QtWidgets.QComboBox()
+        self.engine_combo.setObjectName("engineCombo")
+        for name, tip in engine_choices():
+            self.engine_combo.addItem(name, name)
+            self.engine_combo.setItemData(self.engine_combo.count() - 1, tip, QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.engine_combo.setCurrentText(Deployment().engine)
+        self.engine_combo.setToolTip("--engine: the serving engine whose host costs the simulated steps pay, as the "
+                                     "profile's terms fitted them on that engine's published figures (default "
+                                     f"{Deployment().engine})")
         pool_tip = "--{}-tp: the {} pool's devices' tensor parallelism under the disaggregated policy (= TP: the TP above)"
         self.prefill_tp_spin = _spin("prefillTpSpin", pool_tip.format("prefill", "prefill"), low=0)
         self.decode_tp_spin = _spin("decodeTpSpin", pool_tip.format("decode", "decode"), low=0)
         for spin in (self.prefill_tp_spin, self.decode_tp_spin):
             spin.setSpecialValueText(SAME_AS_TP)
-        for combo in (self.router_combo, self.link_combo, self.kv_combo):
+        for combo in (self.router_combo, self.link_combo, self.kv_combo, self.engine_combo):
             combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(10)
         # two spin boxes a row: four rows of one would make the dock taller than a laptop's screen
@@ -76,7 +86,8 @@ class DeploymentBox(QtWidgets.QGroupBox):
                 grid.addWidget(label, row, 2 * col)
                 grid.addWidget(widget, row, 2 * col + 1)
         for row, (text, combo) in enumerate((("Router", self.router_combo), ("Link", self.link_combo),
-                                             ("KV dtype", self.kv_combo)), start=len(pairs)):
+                                             ("KV dtype", self.kv_combo), ("Engine", self.engine_combo)),
+                                            start=len(pairs)):
             label = QtWidgets.QLabel(text)
             label.setBuddy(combo)
             self.labels[combo] = label
@@ -88,7 +99,7 @@ class DeploymentBox(QtWidgets.QGroupBox):
         self._moe: bool | None = None
         for spin in (self.tp_spin, self.pp_spin, self.dp_spin, self.ep_spin, self.prefill_tp_spin, self.decode_tp_spin):
             spin.valueChanged.connect(self._update)
-        for combo in (self.router_combo, self.link_combo, self.kv_combo):
+        for combo in (self.router_combo, self.link_combo, self.kv_combo, self.engine_combo):
             combo.currentIndexChanged.connect(self._update)
         self._update()
 
@@ -119,7 +130,7 @@ class DeploymentBox(QtWidgets.QGroupBox):
                           ep=self.ep_spin.value() if self._moe is not False else 1,
                           router=self.router_combo.currentText(), link=self.link_combo.currentData(),
                           kv_dtype=self.kv_combo.currentText(), prefill_tp=pool(self.prefill_tp_spin),
-                          decode_tp=pool(self.decode_tp_spin))
+                          decode_tp=pool(self.decode_tp_spin), engine=self.engine_combo.currentText())
 
     def set_deployment(self, d: Deployment) -> None:
         """Show a deployment (a run.json's, automation and tests)."""
@@ -131,5 +142,6 @@ class DeploymentBox(QtWidgets.QGroupBox):
         index = self.link_combo.findData(d.link)
         self.link_combo.setCurrentIndex(max(index, 0))
         self.kv_combo.setCurrentText(d.kv_dtype)
+        self.engine_combo.setCurrentText(d.engine)
         self.prefill_tp_spin.setValue(d.prefill_tp or 0)
         self.decode_tp_spin.setValue(d.decode_tp or 0)

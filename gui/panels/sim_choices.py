@@ -26,6 +26,13 @@ def shipped_configs() -> dict[str, str]:
     return {key: str(path) for key, path in SHIPPED_CONFIGS.items()}
 
 
+def engine_choices() -> list[tuple[str, str]]:
+    """(name, what it is) of each engine --engine takes (backend.sim.engines), the default first."""
+    from backend.sim.engines import DEFAULT_ENGINE, ENGINE_CHOICES, ENGINE_HELP, EngineFamily
+    names = [DEFAULT_ENGINE.value] + [n for n in ENGINE_CHOICES if n != DEFAULT_ENGINE.value]
+    return [(n, ENGINE_HELP[EngineFamily(n)]) for n in names]
+
+
 def link_names() -> list[str]:
     """The links --link takes (backend.sim.links.list_links)."""
     from backend.sim.links import list_links

@@ -90,6 +90,11 @@ class PlanView(QtWidgets.QWidget):
         self.precisions_edit = QtWidgets.QLineEdit(",".join(PRECISION_ORDER))
         self.kv_dtypes_edit = QtWidgets.QLineEdit("auto,fp8")
         self.policies_edit = QtWidgets.QLineEdit(",".join(POLICIES))
+        from gui.panels.sim_choices import engine_choices
+        self.engine_combo = QtWidgets.QComboBox()
+        for name, tip in engine_choices():   # the default (vllm) first
+            self.engine_combo.addItem(name)
+        self.engine_combo.setToolTip("--engine: the serving engine whose host costs every candidate's steps pay")
         self.max_batches_edit = QtWidgets.QLineEdit("32,64,128,256")
         self.requests_spin = self._int(1, 100_000, 200)
         self.budget_spin = self._int(1, 10_000, 220)
@@ -108,6 +113,7 @@ class PlanView(QtWidgets.QWidget):
                               ("Prompt tokens", self.prompt_edit), ("Output tokens", self.output_edit),
                               ("Seed", self.seed_spin), ("GPUs", self.gpus_edit), ("Max GPUs", self.max_gpus_spin),
                               ("Precisions", self.precisions_edit), ("KV dtypes", self.kv_dtypes_edit),
+                              ("Engine", self.engine_combo),
                               ("Policies", self.policies_edit), ("Max batches", self.max_batches_edit),
                               ("Requests / candidate", self.requests_spin), ("Candidates simulated", self.budget_spin),
                               ("Processes", self.workers_spin), ("Cheapest shown", self.top_spin)):
@@ -179,7 +185,8 @@ class PlanView(QtWidgets.QWidget):
                          gpus=self.gpus_edit.text(), max_gpus=self.max_gpus_spin.value(),
                          precisions=self.precisions_edit.text(), kv_dtypes=self.kv_dtypes_edit.text(),
                          policies=self.policies_edit.text(), max_batches=self.max_batches_edit.text(),
-                         confidence=self.confidence_spin.value() / 100 or None)
+                         confidence=self.confidence_spin.value() / 100 or None,
+                         engine=self.engine_combo.currentText())
         return problem_and_space(args)
 
     def _choose_trace(self) -> None:
