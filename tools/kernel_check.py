@@ -18,11 +18,13 @@ Builds are kept under the cache folder, keyed by the sources and flags.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import shutil
 import struct
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +77,7 @@ def build(compiler: list[str], flags: list[str], cache: Path) -> Path:
     if target.exists():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
+    partial = target.with_suffix(f".{os.getpid()}.partial")   # two runs building at once do not collide
     done = subprocess.run([*compiler, *flags, *FLAGS, f"-I{KERNELS}", *map(str, sources), "-lm", "-o", str(partial)],
                           capture_output=True, text=True, timeout=600)
     if done.returncode:
@@ -138,12 +140,16 @@ def check_arm(cache: Path) -> dict[str, list[str]]:
     native = shutil.which("cc") or shutil.which("gcc")
     if native is None:
         raise RuntimeError("no native C compiler for the reference build")
-    reference = run("portable", build([native], reference_flags(), cache), [], cache / "portable.out")
-    if reference.returncode:
-        raise RuntimeError(f"the portable build fails its own checks:\n{reference.text}")
+    with ThreadPoolExecutor() as pool:   # the builds are separate compiler processes: side by side
+        portable = pool.submit(build, [native], reference_flags(), cache)
+        arm = {name: pool.submit(build, [CROSS], flags, cache) for name, flags in ARM_BUILDS.items()}
+        reference = run("portable", portable.result(), [], cache / "portable.out")
+        if reference.returncode:
+            raise RuntimeError(f"the portable build fails its own checks:\n{reference.text}")
+        binaries = {name: job.result() for name, job in arm.items()}
     results = {}
     for name, flags in ARM_BUILDS.items():
-        outcome = run(name, build([CROSS], flags, cache), prefix, cache / f"arm-{flags[0][7:]}.out")
+        outcome = run(name, binaries[name], prefix, cache / f"arm-{flags[0][7:]}.out")
         results[f"{name}: {outcome.isa}"] = differences(outcome, reference)
     return results
 

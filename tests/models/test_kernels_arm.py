@@ -1,0 +1,56 @@
+"""The kernels built for aarch64 pass their checks under emulation (tools/kernel_check.py).
+
+Where Debian's aarch64 cross compiler and qemu-user are installed, each ARM build (NEON alone;
+Armv8.6-A with dot products, i8mm and bf16) runs every kernel on fixed inputs under qemu and must
+match its double-precision references, write the same quantized bytes as this machine's portable C
+build and stay within the tolerance of its outputs. Elsewhere the test skips and says which tool
+is missing. The comparison itself is checked on any machine with made-up outcomes.
+"""
+import pytest
+
+from tools import kernel_check
+
+PREFIX, MISSING = kernel_check.tools()
+
+
+def outcome(records, returncode=0, text="isa NEON: neon\n0 failed\n"):
+    return kernel_check.Outcome("build", text, records, returncode)
+
+
+@pytest.mark.skipif(bool(MISSING), reason=f"the aarch64 checks need emulation: {MISSING}")
+def test_every_arm_build_matches_the_portable_build_under_qemu(tmp_path_factory):
+    from backend.kernels import cache_folder
+    results = kernel_check.check_arm(cache_folder() / "kernel-check")
+    assert len(results) == len(kernel_check.ARM_BUILDS)
+    assert any("dotprod" in name and "i8mm" in name for name in results), results   # the features were compiled in
+    assert all("NEON" in name for name in results), results
+    failed = {name: problems for name, problems in results.items() if problems}
+    assert not failed, failed
+
+
+def test_the_comparison_names_each_way_a_build_can_differ():
+    reference = outcome({"quantize q8_0": [1.0, 2.0], "qlinear q8_0 n=1": [10.0, -20.0], "rms_norm": [1.0]})
+    assert kernel_check.differences(outcome(dict(reference.records)), reference) == []
+    close = outcome({"quantize q8_0": [1.0, 2.0], "qlinear q8_0 n=1": [10.0001, -20.0], "rms_norm": [1.0]})
+    assert kernel_check.differences(close, reference) == []   # 5e-6 of the largest output
+    bad = outcome({"quantize q8_0": [1.0, 3.0], "qlinear q8_0 n=1": [10.1, float("nan")]}, returncode=1,
+                  text="qlinear q8_0 n=1 FAIL\n1 failed\n")
+    problems = kernel_check.differences(bad, reference)
+    assert problems[0].startswith("its own checks failed (exit 1)") and "1 failed" in problems[0]
+    assert "no output for rms_norm" in problems
+    assert "quantize q8_0: bytes differ from the reference build's" in problems
+    assert any(p.startswith("qlinear q8_0 n=1: differs from the reference build by inf") for p in problems), problems
+
+
+def test_the_driver_file_is_read_record_by_record():
+    import struct
+    data = b"".join(name.encode().ljust(32, b"\0") + struct.pack(f"<q{len(v)}f", len(v), *v)
+                    for name, v in [("rotary", [0.5, -1.0]), ("empty", []), ("silu_mul", [2.0])])
+    assert kernel_check.read_records(data) == {"rotary": [0.5, -1.0], "empty": [], "silu_mul": [2.0]}
+
+
+def test_missing_tools_are_named_with_the_packages_to_install(monkeypatch):
+    monkeypatch.setattr(kernel_check.shutil, "which", lambda name: None)
+    prefix, why = kernel_check.tools()
+    assert prefix == [] and why.startswith("aarch64-linux-gnu-gcc and qemu-aarch64 not installed")
+    assert "gcc-aarch64-linux-gnu qemu-user" in why
