@@ -123,7 +123,8 @@ def differences(got: Outcome, reference: Outcome) -> list[str]:
             top = max(max(abs(w) for w in want), 1e-30)
             worst = max(abs(h - w) if h == h else float("inf") for h, w in zip(have, want))
             if worst / top > TOLERANCE:
-                problems.append(f"{name}: differs from the reference build by {worst / top:.3g} (tolerance {TOLERANCE})")
+                problems.append(f"{name}: differs from the reference build by {worst / top:.3g} "
+                                f"(tolerance {TOLERANCE})")
     return problems
 
 
