@@ -54,3 +54,50 @@ def test_missing_tools_are_named_with_the_packages_to_install(monkeypatch):
     prefix, why = kernel_check.tools()
     assert prefix == [] and why.startswith("aarch64-linux-gnu-gcc and qemu-aarch64 not installed")
     assert "gcc-aarch64-linux-gnu qemu-user" in why
+
+
+# /proc/cpuinfo's Features lines of the ARM CPUs users have (abridged).
+GRAVITON3 = ("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop "
+             "sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg dcpodp svei8mm svebf16 "
+             "i8mm bf16 dgh rng")
+GRAVITON2 = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs"
+CORTEX_A72 = "fp asimd evtstrm crc32 cpuid"   # a Raspberry Pi 4: NEON without the dot products
+
+
+@pytest.mark.parametrize("features, expected, march", [
+    (GRAVITON3, "NEON yes, dotprod yes, i8mm yes, SVE yes, BF16 yes", "-march=armv8.2-a+fp16+dotprod+i8mm+bf16+sve"),
+    (GRAVITON2, "NEON yes, dotprod yes, i8mm no, SVE no, BF16 no", "-march=armv8.2-a+fp16+dotprod"),
+    (CORTEX_A72, "NEON yes, dotprod no, i8mm no, SVE no, BF16 no", "-march=armv8.2-a")])
+def test_doctor_names_an_arm_cpus_features_and_the_build_tries_mcpu_native_first(monkeypatch, features, expected,
+                                                                                   march):
+    from backend import kernels
+    from backend.cli import doctor
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: f"Features\t: {features}")
+    monkeypatch.delenv("PHASESCOPE_KERNELS_ARCH", raising=False)
+    text = doctor._cpu_item().text
+    assert text.endswith(expected) and "AVX" not in text, text
+    assert kernels._arches() == [["-mcpu=native"], ["-march=native"], [march], []]
+    monkeypatch.setenv("PHASESCOPE_KERNELS_ARCH", "-march=armv8-a")   # the user's choice alone
+    assert kernels._arches() == [["-march=armv8-a"]]
+
+
+def test_an_x86_cpu_keeps_its_units_and_march_native_on_any_machine(monkeypatch):
+    from backend import kernels
+    from backend.kernels import arm
+    flags = {"fpu", "avx2", "fma", "avx512f", "avx512bw", "avx512vl"}
+    assert not arm.is_arm(flags, machine="aarch64")   # the flags decide, not the name
+    assert arm.is_arm(set(), machine="arm64") and not arm.is_arm(set(), machine="x86_64")
+    assert kernels.cpu_units(flags)["AVX-512"] and "NEON" not in kernels.cpu_units(flags)
+    assert arm.march(flags) == []
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: "flags\t\t: " + " ".join(flags))
+    monkeypatch.delenv("PHASESCOPE_KERNELS_ARCH", raising=False)
+    assert kernels._arches() == [["-march=native"], []]
+
+
+def test_apple_silicon_features_come_from_sysctl_as_linux_names_them():
+    from backend.kernels import arm
+    m2 = ("hw.optional.arm.AdvSIMD: 1\nhw.optional.arm.FEAT_FP16: 1\nhw.optional.arm.FEAT_DotProd: 1\n"
+          "hw.optional.arm.FEAT_I8MM: 1\nhw.optional.arm.FEAT_BF16: 1\nhw.optional.arm.FEAT_SVE: 0\n")
+    assert arm.darwin_flags(m2) == ["asimd", "asimdhp", "asimddp", "i8mm", "bf16"]
+    assert arm.units(set(arm.darwin_flags(m2))) == {"NEON": True, "dotprod": True, "i8mm": True, "SVE": False,
+                                                   "BF16": True}
