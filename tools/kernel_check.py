@@ -36,8 +36,9 @@ QEMU = ("qemu-aarch64", "qemu-aarch64-static")
 SYSROOT = "/usr/aarch64-linux-gnu"   # Debian's aarch64 libc, for qemu's -L
 FLAGS = ["-O3", "-pthread", "-std=gnu11", "-ffp-contract=fast", "-w"]
 # The aarch64 targets checked: NEON alone (every aarch64 CPU), and Armv8.6-A, which adds the dot
-# products, i8mm and bf16 (Graviton 3, Apple M2 and later have them).
-ARM_BUILDS = {"armv8-a (neon)": ["-march=armv8-a"], "armv8.6-a (neon, dotprod, i8mm, bf16)": ["-march=armv8.6-a"]}
+# products, i8mm and bf16, plus SVE (Graviton 3 has them all; Apple M2 all but SVE; -mcpu=native gives them).
+ARM_BUILDS = {"armv8-a (neon)": ["-march=armv8-a"],
+              "armv8.6-a+sve (neon, dotprod, i8mm, bf16, sve)": ["-march=armv8.6-a+sve"]}
 # Largest difference from the reference build, relative to the largest reference output of a
 # check: the builds differ only in the order of their float additions (about 1e-6 seen).
 TOLERANCE = 2e-5
