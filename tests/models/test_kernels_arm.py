@@ -101,3 +101,11 @@ def test_apple_silicon_features_come_from_sysctl_as_linux_names_them():
     assert arm.darwin_flags(m2) == ["asimd", "asimdhp", "asimddp", "i8mm", "bf16"]
     assert arm.units(set(arm.darwin_flags(m2))) == {"NEON": True, "dotprod": True, "i8mm": True, "SVE": False,
                                                    "BF16": True}
+
+
+def test_a_benchmark_tables_machine_line_names_an_arm_cpus_units(monkeypatch):
+    from bench import common
+    monkeypatch.setattr(common, "_cpuinfo", lambda: ["processor\t: 0", f"Features\t: {GRAVITON2}", "CPU part\t: 0xd0c"])
+    assert common.cpu_units() == ["neon", "dotprod"]
+    monkeypatch.setattr(common, "_cpuinfo", lambda: [f"Features\t: {CORTEX_A72}"])
+    assert common.cpu_units() == ["neon"]
