@@ -5,7 +5,8 @@
 tools/kernel_check.c runs every kernel (float32 and each block format's products, attention,
 the elementwise operations) on fixed inputs and checks each against a double-precision reference.
 This builds it with backend/kernels/*.c twice or more: natively with the portable C paths (the
-reference build), and with an aarch64 cross compiler for each of ARM_BUILDS, run under qemu-user
+reference build), and with an aarch64 cross compiler for each of ARM_BUILDS (and with clang where
+it is installed), run under qemu-user
 with every feature the emulator has (-cpu max). A build passes when its own checks pass, its
 quantized bytes equal the reference build's, and its outputs are within TOLERANCE of them.
 Nothing here measures speed: emulation is correctness only. On an ARM machine, the driver built
@@ -34,7 +35,6 @@ DRIVER = Path(__file__).with_suffix(".c")
 CROSS = "aarch64-linux-gnu-gcc"
 QEMU = ("qemu-aarch64", "qemu-aarch64-static")
 SYSROOT = "/usr/aarch64-linux-gnu"   # Debian's aarch64 libc, for qemu's -L
-FLAGS = ["-O3", "-pthread", "-std=gnu11", "-ffp-contract=fast", "-w"]
 # The aarch64 targets checked: NEON alone (every aarch64 CPU), and Armv8.6-A, which adds the dot
 # products, i8mm and bf16, plus SVE (Graviton 3 has them all; Apple M2 all but SVE; -mcpu=native gives them).
 ARM_BUILDS = {"armv8-a (neon)": ["-march=armv8-a"],
@@ -71,7 +71,9 @@ def tools() -> tuple[list[str], str]:
 def build(compiler: list[str], flags: list[str], cache: Path) -> Path:
     """The driver and the kernels compiled with these flags (kept in cache, keyed by sources and flags)."""
     sources = [*sorted(KERNELS.glob("*.c")), DRIVER]
-    digest = hashlib.sha256(" ".join([*compiler, *FLAGS, *flags]).encode())
+    from backend.kernels import compile_flags
+    common = [f for f in compile_flags(compiler) if f not in ("-shared", "-fPIC")] + ["-w"]   # the kernels' own
+    digest = hashlib.sha256(" ".join([*compiler, *common, *flags]).encode())
     for f in [*sources, *sorted(KERNELS.glob("*.h"))]:
         digest.update(f.name.encode() + f.read_bytes())
     target = cache / f"kernel-check-{digest.hexdigest()[:16]}"
@@ -79,7 +81,7 @@ def build(compiler: list[str], flags: list[str], cache: Path) -> Path:
         return target
     cache.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.partial")   # two runs building at once do not collide
-    done = subprocess.run([*compiler, *flags, *FLAGS, f"-I{KERNELS}", *map(str, sources), "-lm", "-o", str(partial)],
+    done = subprocess.run([*compiler, *flags, *common, f"-I{KERNELS}", *map(str, sources), "-lm", "-o", str(partial)],
                           capture_output=True, text=True, timeout=600)
     if done.returncode:
         raise RuntimeError(f"{' '.join(compiler + flags)} failed: {done.stderr.strip()[-2000:]}")
@@ -134,24 +136,35 @@ def reference_flags() -> list[str]:
     return ["-march=x86-64"] if platform.machine() in ("x86_64", "AMD64") else []
 
 
+def arm_builds() -> dict[str, tuple[list[str], list[str]]]:
+    """The builds to check: {name: (compiler, flags)}, GCC's for each of ARM_BUILDS, and clang's
+    Armv8.6-A where clang is installed (Apple's compiler is a clang: its vector extensions and NEON
+    headers are its own)."""
+    builds = {f"gcc {name}": ([CROSS], flags) for name, flags in ARM_BUILDS.items()}
+    if shutil.which("clang"):
+        builds["clang armv8.6-a"] = (["clang", "--target=aarch64-linux-gnu"], ["-march=armv8.6-a"])
+    return builds
+
+
 def check_arm(cache: Path) -> dict[str, list[str]]:
-    """Every ARM_BUILDS build under qemu against the portable build: {build: its problems}."""
+    """Every arm_builds() build under qemu against the portable build: {build: its problems}."""
     prefix, why = tools()
     if why:
         raise RuntimeError(why)
     native = shutil.which("cc") or shutil.which("gcc")
     if native is None:
         raise RuntimeError("no native C compiler for the reference build")
+    builds = arm_builds()
     with ThreadPoolExecutor() as pool:   # the builds are separate compiler processes: side by side
         portable = pool.submit(build, [native], reference_flags(), cache)
-        arm = {name: pool.submit(build, [CROSS], flags, cache) for name, flags in ARM_BUILDS.items()}
+        arm = {name: pool.submit(build, compiler, flags, cache) for name, (compiler, flags) in builds.items()}
         reference = run("portable", portable.result(), [], cache / "portable.out")
         if reference.returncode:
             raise RuntimeError(f"the portable build fails its own checks:\n{reference.text}")
         binaries = {name: job.result() for name, job in arm.items()}
     results = {}
-    for name, flags in ARM_BUILDS.items():
-        outcome = run(name, binaries[name], prefix, cache / f"arm-{flags[0][7:]}.out")
+    for i, (name, binary) in enumerate(binaries.items()):
+        outcome = run(name, binary, prefix, cache / f"arm-{i}.out")
         results[f"{name}: {outcome.isa}"] = differences(outcome, reference)
     return results
 

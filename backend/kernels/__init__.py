@@ -12,6 +12,7 @@ the build tries -mcpu=native first (arm.py: not every ARM compiler takes -march=
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -82,7 +83,7 @@ def library_path(cache_dir: Path | None = None) -> Path:
     digest = hashlib.sha256()
     for f in sorted(HERE.glob("*.[ch]")):
         digest.update(f.name.encode() + f.read_bytes())
-    digest.update(" ".join([*compiler, *FLAGS, *sum(_arches(), []), platform.machine(), platform.processor(),
+    digest.update(" ".join([*compiler, *compile_flags(compiler), *sum(_arches(), []), platform.machine(), platform.processor(),
                             _cpu_flags()]).encode())
     return (cache_dir or cache_folder()) / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
 
@@ -99,7 +100,7 @@ def build(cache_dir: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         out = Path(tmp) / target.name
-        base = [*compiler, *FLAGS, *map(str, sources), "-o", str(out)]
+        base = [*compiler, *compile_flags(compiler), *map(str, sources), "-o", str(out)]
         errors = ""
         for arch in arches:
             done = subprocess.run(base[:len(compiler)] + arch + base[len(compiler):],
@@ -122,6 +123,25 @@ def _arches() -> list[list[str]]:
 
 def _flags_file(library: Path) -> Path:
     return library.with_name(library.name + ".flags")
+
+
+def compile_flags(compiler: list[str]) -> list[str]:
+    """FLAGS for this compiler. Clang's -ffp-contract=fast fuses even where a pragma turns contraction
+    off (quant.c's K-quant searches, whose bytes then differ from llama.cpp's: seen on aarch64, and on
+    x86 with FMA); clang's -ffp-contract=on fuses within statements, the kernels' a * b + c, and obeys it."""
+    if not _is_clang(tuple(compiler)):
+        return FLAGS
+    return ["-ffp-contract=on" if flag == "-ffp-contract=fast" else flag for flag in FLAGS]
+
+
+@functools.cache
+def _is_clang(compiler: tuple[str, ...]) -> bool:
+    """Whether the compiler is a clang (Apple's "cc" is)."""
+    try:
+        done = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "clang" in done.stdout.lower()
 
 
 def _compiler() -> list[str]:
