@@ -4,14 +4,14 @@
 
 tools/kernel_check.c runs every kernel (float32 and each block format's products, attention,
 the elementwise operations) on fixed inputs and checks each against a double-precision reference.
-This builds it with backend/kernels/*.c twice or more: natively with the portable C paths (the
-reference build), and with an aarch64 cross compiler for each of ARM_BUILDS (and with clang where
-it is installed), run under qemu-user
-with every feature the emulator has (-cpu max). A build passes when its own checks pass, its
-quantized bytes equal the reference build's, and its outputs are within TOLERANCE of them.
-Nothing here measures speed: emulation is correctness only. On an ARM machine, the driver built
-natively (`cc -O3 -pthread -Ibackend/kernels backend/kernels/*.c tools/kernel_check.c -lm`) checks
-that CPU's own build against its double-precision references.
+This builds it with backend/kernels/*.c natively with the portable C paths (the reference build),
+and for aarch64 with Debian's GCC cross compiler for each of ARM_BUILDS and with clang where it is
+installed (Apple's compiler is a clang); each aarch64 build runs under qemu-user with every feature
+the emulator has (-cpu max). A build passes when its own checks pass, its quantized bytes equal the
+reference build's, and its outputs are within TOLERANCE of the reference build's.
+Nothing here measures speed: emulation is correctness only. On an ARM machine the driver built
+natively checks that CPU's own build against the double-precision references:
+    cc -O3 -pthread -std=gnu11 -Ibackend/kernels backend/kernels/*.c tools/kernel_check.c -lm && ./a.out /tmp/out
 
 The tools are Debian's gcc-aarch64-linux-gnu and qemu-user (`tools()` names what is missing).
 Builds are kept under the cache folder, keyed by the sources and flags.
