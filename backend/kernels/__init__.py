@@ -83,8 +83,8 @@ def library_path(cache_dir: Path | None = None) -> Path:
     digest = hashlib.sha256()
     for f in sorted(HERE.glob("*.[ch]")):
         digest.update(f.name.encode() + f.read_bytes())
-    digest.update(" ".join([*compiler, *compile_flags(compiler), *sum(_arches(), []), platform.machine(), platform.processor(),
-                            _cpu_flags()]).encode())
+    digest.update(" ".join([*compiler, *compile_flags(compiler), *sum(_arches(), []), platform.machine(),
+                            platform.processor(), _cpu_flags()]).encode())
     return (cache_dir or cache_folder()) / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
 
 
