@@ -122,3 +122,23 @@ def test_clang_builds_contract_only_within_statements_so_the_quantizers_pragma_h
     assert "-ffp-contract=on" in flags and "-ffp-contract=fast" not in flags
     assert kernels.compile_flags([str(tmp_path / "missing-gcc")]) == kernels.FLAGS   # not a clang: as it was
     assert "-ffp-contract=fast" in kernels.FLAGS
+
+
+@pytest.mark.skipif(bool(MISSING) or kernel_check.shutil.which("clang") is None,
+                    reason=f"needs clang and the aarch64 tools: {MISSING or 'clang not installed'}")
+def test_an_arm_clang_that_refuses_march_native_still_builds_the_kernels_for_the_cpu(tmp_path, monkeypatch):
+    """clang for aarch64 refuses -march=native (as Apple's did); the build's first try, -mcpu=native, is taken."""
+    import subprocess
+    from backend import kernels
+    clang = ["clang", "--target=aarch64-linux-gnu"]
+    source = tmp_path / "t.c"
+    source.write_text("int x;\n")
+    refused = subprocess.run([*clang, "-march=native", "-c", str(source), "-o", str(tmp_path / "t.o")],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "native" in refused.stderr
+    monkeypatch.setenv("CC", " ".join(clang))
+    monkeypatch.delenv("PHASESCOPE_KERNELS_ARCH", raising=False)
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: f"Features\t: {GRAVITON3}")
+    built = kernels.build(tmp_path / "cache")
+    assert kernels._flags_file(built).read_text() == "-mcpu=native"
+    assert "-ffp-contract=on" in kernels.compile_flags(clang)
