@@ -25,7 +25,9 @@ README = ROOT / "bench" / "README.md"
 # /proc/cpuinfo's flags that decide which kernels run (the C kernels' vector width, the bfloat16
 # unit), as the machine line names them
 UNITS = {"avx2": "avx2", "avx512f": "avx512", "avx512_vnni": "avx512_vnni", "avx512_bf16": "avx512_bf16",
-         "amx_bf16": "amx"}
+         "amx_bf16": "amx",
+         # ARM, from Linux's "Features" line
+         "asimd": "neon", "asimddp": "dotprod", "i8mm": "i8mm", "sve": "sve", "bf16": "bf16"}
 
 T = TypeVar("T")
 
@@ -44,10 +46,10 @@ def cpu_model() -> str:
 
 
 def cpu_units() -> list[str]:
-    """The vector and matrix units of UNITS this CPU has (empty off x86 or without /proc)."""
+    """The vector and matrix units of UNITS this CPU has (empty without /proc)."""
     flags: set[str] = set()
     for line in _cpuinfo():
-        if line.startswith("flags"):
+        if line.startswith(("flags", "Features")):   # x86, ARM
             flags = set(line.split(":", 1)[1].split())
             break
     return [name for flag, name in UNITS.items() if flag in flags]

@@ -6,11 +6,13 @@ compiler and machine, loads it with ctypes and checks it against torch on a smal
 a machine without a compiler, or where the check fails, `load()` returns None and `reason()`
 says why; callers then use torch's kernels. PHASESCOPE_KERNELS=0 turns them off;
 PHASESCOPE_KERNELS_ARCH replaces -march=native (e.g. "-march=x86-64-v3" builds for AVX2 machines,
-"-march=x86-64" for the portable C paths, which the tests check against the native build).
+"-march=x86-64" for the portable C paths, which the tests check against the native build). On ARM
+the build tries -mcpu=native first (arm.py: not every ARM compiler takes -march=native).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -21,6 +23,8 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+
+from backend.kernels import arm
 
 HERE = Path(__file__).parent
 _lib: ctypes.CDLL | None = None
@@ -79,8 +83,8 @@ def library_path(cache_dir: Path | None = None) -> Path:
     digest = hashlib.sha256()
     for f in sorted(HERE.glob("*.[ch]")):
         digest.update(f.name.encode() + f.read_bytes())
-    digest.update(" ".join([*compiler, *FLAGS, *sum(_arches(), []), platform.machine(), platform.processor(),
-                            _cpu_flags()]).encode())
+    digest.update(" ".join([*compiler, *compile_flags(compiler), *sum(_arches(), []), platform.machine(),
+                            platform.processor(), _cpu_flags()]).encode())
     return (cache_dir or cache_folder()) / f"phasescope-kernels-{digest.hexdigest()[:16]}.so"
 
 
@@ -96,12 +100,13 @@ def build(cache_dir: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         out = Path(tmp) / target.name
-        base = [*compiler, *FLAGS, *map(str, sources), "-o", str(out)]
+        base = [*compiler, *compile_flags(compiler), *map(str, sources), "-o", str(out)]
         errors = ""
         for arch in arches:
             done = subprocess.run(base[:len(compiler)] + arch + base[len(compiler):],
                                   capture_output=True, text=True, timeout=300)
             if done.returncode == 0:
+                _flags_file(target).write_text(" ".join(arch))   # which of the arches the compiler took
                 out.replace(target)   # atomic: a concurrent build never sees half a file
                 return target
             errors = done.stderr
@@ -111,7 +116,32 @@ def build(cache_dir: Path | None = None) -> Path:
 def _arches() -> list[list[str]]:
     """The architecture flags to try in turn (some compilers, or CPUs, refuse -march=native)."""
     chosen = os.environ.get("PHASESCOPE_KERNELS_ARCH")
-    return [shlex.split(chosen)] if chosen else [["-march=native"], []]
+    if chosen:
+        return [shlex.split(chosen)]
+    return arm.arches(cpu_flags()) if arm.is_arm(cpu_flags()) else [["-march=native"], []]
+
+
+def _flags_file(library: Path) -> Path:
+    return library.with_name(library.name + ".flags")
+
+
+def compile_flags(compiler: list[str]) -> list[str]:
+    """FLAGS for this compiler. Clang's -ffp-contract=fast fuses even where a pragma turns contraction
+    off (quant.c's K-quant searches, whose bytes then differ from llama.cpp's: seen on aarch64, and on
+    x86 with FMA); clang's -ffp-contract=on fuses within statements, the kernels' a * b + c, and obeys it."""
+    if not _is_clang(tuple(compiler)):
+        return FLAGS
+    return ["-ffp-contract=on" if flag == "-ffp-contract=fast" else flag for flag in FLAGS]
+
+
+@functools.cache
+def _is_clang(compiler: tuple[str, ...]) -> bool:
+    """Whether the compiler is a clang (Apple's "cc" is)."""
+    try:
+        done = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "clang" in done.stdout.lower()
 
 
 def _compiler() -> list[str]:
@@ -143,7 +173,7 @@ def _cpu_flags() -> str:
                 return line
     except OSError:
         pass
-    return sys.platform
+    return arm.darwin_features_line() or sys.platform
 
 
 def cpu_flags() -> set[str]:
@@ -159,8 +189,10 @@ CPU_UNITS = [("AVX2", ("avx2", "fma")), ("AVX-512", ("avx512f", "avx512bw", "avx
 
 
 def cpu_units(flags: set[str] | None = None) -> dict[str, bool]:
-    """Which of CPU_UNITS this CPU (or these flags) has."""
+    """Which of CPU_UNITS this CPU (or these flags) has; an ARM CPU's are arm.UNITS (NEON, dotprod, ...)."""
     flags = cpu_flags() if flags is None else flags
+    if arm.is_arm(flags):
+        return arm.units(flags)
     return {name: all(f in flags for f in needs) for name, needs in CPU_UNITS}
 
 
@@ -173,8 +205,13 @@ def isa() -> tuple[str, list[str]] | None:
 
 
 def arch_flags() -> str:
-    """The -march the kernels are built with here (PHASESCOPE_KERNELS_ARCH, else -march=native)."""
-    return " ".join(_arches()[0]) or "the compiler's default"
+    """The architecture flags the kernels are built with here: those the kept build took, else the first
+    to try (PHASESCOPE_KERNELS_ARCH, else -march=native; -mcpu=native on ARM)."""
+    try:
+        taken = _flags_file(library_path()).read_text().strip()
+    except (OSError, RuntimeError):   # not built yet, or no compiler
+        taken = None
+    return (taken if taken is not None else " ".join(_arches()[0])) or "the compiler's default"
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:

@@ -49,5 +49,20 @@ const char *psk_isa_features(void) {
 #if defined(__ARM_NEON)
         " neon"
 #endif
+#if defined(__ARM_FEATURE_DOTPROD)
+        " dotprod"
+#endif
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+        " i8mm"
+#endif
+#if defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
+        " fp16"
+#endif
+#if defined(__ARM_FEATURE_BF16) || defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC)
+        " bf16"
+#endif
+#if defined(__ARM_FEATURE_SVE)
+        " sve"
+#endif
         ;
 }

@@ -26,6 +26,13 @@
 #define VW 8
 #define XB 2                         /* 8 accumulators of 16 registers (AVX2, NEON: 32 x 128-bit) */
 #endif
+#if defined(__aarch64__)
+/* NEON: vectors of one 128-bit register. GCC keeps wider generic vectors on the stack on aarch64
+   (every multiply-add a load and a store), so 8 floats were two stack slots, not two registers:
+   2 x 8 accumulators and 8 weight vectors here, of the 32 registers. */
+#undef VW
+#define VW 4
+#endif
 #define V (P / VW)
 typedef float vf __attribute__((vector_size(VW * 4)));
 

@@ -210,6 +210,12 @@ typedef void tile_fn(const uint8_t *, const float *, const float *, const float 
 #else
 #define MORE_TILES(KIND)
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include "qtile_neon.h"   /* aarch64: the tile in 4-lane NEON registers, a quarter panel at a time */
+_Static_assert(XB <= 2, "qtile_neon holds the sums of 2 rows of x");
+#undef TILE
+#define TILE(KIND, NB) qtile_neon(KIND, panel, xb, xs, bias, rb, yb, out, in, o, width, NB)
+#endif
 DEFINE_TILES(q8_0, PSK_Q8_0)
 DEFINE_TILES(q4_0, PSK_Q4_0)
 DEFINE_TILES(q4_1, PSK_Q4_1)

@@ -35,7 +35,9 @@ def test_a_build_is_cached_by_its_sources_and_flags(tmp_path):
     first = kernels.build(tmp_path)
     stamp = first.stat().st_mtime_ns
     assert kernels.build(tmp_path) == first and first.stat().st_mtime_ns == stamp   # not rebuilt
-    assert [p.name for p in tmp_path.iterdir()] == [first.name]                      # no temporary left
+    # no temporary left: the build and the architecture flags it took (doctor's "built with")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name, first.name + ".flags"]
+    assert (tmp_path / (first.name + ".flags")).read_text() in {" ".join(a) for a in kernels._arches()}
 
 
 def test_a_missing_compiler_is_one_clear_message(tmp_path, monkeypatch):

@@ -61,7 +61,7 @@ def test_the_cpu_profile_names_its_bf16_unit_and_the_kernels_rates_and_they_load
     from backend.kernels import matmath
     profile, _ = measured
     units = kernels.cpu_units()
-    assert profile.bf16_unit == ("AMX" if units["AMX"] else "AVX512-BF16" if units["AVX512-BF16"] else "none")
+    assert profile.bf16_unit == ("AMX" if units.get("AMX") else "AVX512-BF16" if units.get("AVX512-BF16") else "none")
     if kernels.load() is None:
         assert profile.kernels_tflops == {} and "no kernels' figure" in profile.source
     else:
