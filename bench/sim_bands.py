@@ -22,7 +22,7 @@ from backend.sim.published_figures import FIGURES, is_held_out
 from bench.common import add_readme_flag, measured_line, write_table
 from bench.sim_vs_published import Result, simulate
 
-STRUCTURE = "shared+attn-fixed+pcie+efu-by-precision"   # the shipped profiles' fit (bench/sim_vs_published.py)
+STRUCTURE = "shared+attn-fixed+pcie+efu-by-precision+engine-links"   # the shipped profiles' fit (bench/sim_vs_published.py)
 
 
 def cross_validated(structure: str = STRUCTURE) -> list[bands.Residual]:
