@@ -49,7 +49,7 @@ from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pair
 # Efficiencies are fractions of the profile's peaks. A datasheet peak is a ceiling (<= 1), but a
 # calibrated profile's peak is one measured matmul (torch's), which tuned kernels can beat:
 # fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
-from backend.roofline.profiles import FIT_COUNTS, FIT_FACTS, MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
+from backend.roofline.profiles import FIT_BANDS, FIT_COUNTS, FIT_FACTS, MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
 from backend.roofline.roofs import compute_parts, compute_seconds
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class CostModel:
         the placeholders for its kind."""
         if profile.simulation:
             terms = {k: v for k, v in profile.simulation.items()   # the fit's facts: backend/sim/fitted.py
-                     if not isinstance(v, dict) and k not in FIT_FACTS and k not in FIT_COUNTS}
+                     if not isinstance(v, dict) and k not in (*FIT_FACTS, *FIT_COUNTS, *FIT_BANDS)}
             own = profile.simulation.get(prec.compute) if prec is not None else None
             source = terms.pop("source", "") or f"the [simulation] table of profile {profile.key}"
             if isinstance(own, dict):
