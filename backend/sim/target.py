@@ -93,7 +93,9 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         device = f"simulated {profile.key}" + (f" x {devices}" if devices > 1 else "")
         source_text = (f"simulated on {profile.key} ({profile.name})"
                        + (f", {describe(deployment, layout)}" if devices > 1 else "")
-                       + ": step times from a cost model, no weights loaded")
+                       + ": step times from a cost model, no weights loaded"
+                       + (f"; products of {math.min_rows}+ rows in bfloat16 on {math.unit}, as the fitted runs"
+                          if math is not None and math.bf16 else ""))
         weight_bytes = model_bytes(shape, prec)
         emit(ModelLoaded(config.model.name, device, profile.name, prec.name, source_text, False, shape.num_params(),
                          weight_bytes, kv_capacity * deployment.dp, shape, False, prec.weight_bits, prec.activation))
