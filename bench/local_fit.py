@@ -45,6 +45,17 @@ def p50s(folder: Path) -> tuple[float, float]:
     return float(rows["ttft_p50_ms"]), float(rows["tpot_p50_ms"])
 
 
+def step_medians(folder: Path) -> tuple[float, float, float]:
+    """(median decode step ms, median prefill ms per token, share of decode steps over twice the median):
+    the steps under the percentiles, and how many another process interrupted."""
+    with open(folder / "steps.csv", newline="") as f:
+        steps = list(csv.DictReader(f))
+    decode = [float(s["duration_ms"]) for s in steps if s["phase"] == "decode"]
+    prefill = [float(s["duration_ms"]) / int(s["num_tokens"]) for s in steps if s["phase"] == "prefill"]
+    mid = statistics.median(decode)
+    return mid, statistics.median(prefill), sum(d > 2 * mid for d in decode) / len(decode)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2, help="held-out workload measurements (median taken)")
@@ -79,6 +90,11 @@ def main() -> int:
     ttft = statistics.median(m[0] for m in measured)
     tpot = statistics.median(m[1] for m in measured)
     rounds = "; ".join(f"{a:,.0f} / {b:,.1f}" for a, b in measured)
+    steps = [step_medians(work / f"measured-{i}") for i in range(args.rounds)]
+    sim_decode, sim_prefill, _ = step_medians(work / "simulated")
+    decode = statistics.median(s[0] for s in steps)
+    prefill = statistics.median(s[1] for s in steps)
+    interrupted = ", ".join(f"{s[2] * 100:.0f}%" for s in steps)
     lines = [measured_line(f"{args.threads} threads"), "",
              "Fitted on `sweep batch` (1, 2, 4, 8 at 256 tokens) and `sweep prompt` (32-256 tokens) of the bundled "
              "model as stored; held out: 12 Poisson requests at 1/s, prompts 64-192, outputs 16-48, max batch 8.", "",
@@ -86,7 +102,11 @@ def main() -> int:
              "|---|---|---|---|",
              f"| TTFT | {ttft:,.0f} ms | {sim_ttft:,.0f} ms | {(sim_ttft / ttft - 1) * 100:+.0f}% |",
              f"| TPOT | {tpot:,.1f} ms | {sim_tpot:,.1f} ms | {(sim_tpot / tpot - 1) * 100:+.0f}% |",
-             "", f"Measured rounds (TTFT / TPOT p50, ms): {rounds}."]
+             f"| decode step (median) | {decode:,.1f} ms | {sim_decode:,.1f} ms | {(sim_decode / decode - 1) * 100:+.0f}% |",
+             f"| prefill per token (median) | {prefill:,.2f} ms | {sim_prefill:,.2f} ms | "
+             f"{(sim_prefill / prefill - 1) * 100:+.0f}% |",
+             "", f"Measured rounds (TTFT / TPOT p50, ms): {rounds}. Decode steps over twice the median "
+             f"(another process took the cores mid-step; the simulator prices none): {interrupted}."]
     log(f"the runs and the fitted profile: {work}")
     return publish("local_fit", lines, args.readme)
 
