@@ -59,8 +59,9 @@ def run_fit_from(args) -> int:
         raise InputError(f"the served model {name!r} is no shape the simulator knows: give --model NAME "
                          f"(a known shape or a config.json) for what the server runs") from None
     prec = resolve_precision(args.dtype, base)
-    pricing = Pricing(shape, prec, replace(base, simulation={}), args.max_batch)
-    start = CostModel.for_profile(pricing.profile, prec)
+    pricing = Pricing(shape, prec, base, args.max_batch)
+    # from the device's own terms (a shipped GPU's published fit: its layer and link costs kept), else placeholders
+    start = CostModel.for_profile(base, prec)
     print(f"... fitting {len(runs)} run(s) of {served} at {endpoint} on {base.key} ({name}, {prec.name}, "
           f"{args.max_batch} request(s) at once)", flush=True)
     model = fit_server(runs, pricing, start)

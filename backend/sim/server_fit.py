@@ -6,7 +6,8 @@ through the simulator's scheduler and step pricing on the named device's profile
 model's terms searched until the simulated TTFT p50 and TPOT p50 of every run match the measured
 ones (the squared log ratio, summed over runs). What is searched is what a server's host and kernels
 decide and a datasheet does not: the matmuls' fraction of the peak (prefill), the bandwidth's
-(decode), and a fixed cost per step; attention keeps the placeholders' ratio to the matmuls.
+(decode), and a fixed cost per step; attention keeps its ratio to the matmuls, and
+the device's other terms (a shipped GPU's layer and link costs) stay as its profile has them.
 
 The band is the fit's own, cross-validated: each run left out of a fit on the others and predicted,
 and the largest relative miss per metric (with three to four runs; the 80% quantile of the misses
@@ -113,7 +114,7 @@ def fit_server(runs: list[ServerRun], pricing: Pricing, start: CostModel) -> Cos
     """The terms that best reproduce every run's TTFT and TPOT p50: a coordinate search in log space,
     each term in turn moved up or down by a factor that shrinks each pass."""
     from backend.roofline.profiles import MAX_EFFICIENCY
-    model = replace(start, token_ms=0.0, request_ms=0.0, step_ms=max(start.step_ms, 0.05))
+    model = replace(start, step_ms=max(start.step_ms, 0.05))   # the other terms (layers, links) kept as they are
     best = _loss(runs, model, pricing)
     factor = 4.0
     for _ in range(ROUNDS):
