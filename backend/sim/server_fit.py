@@ -4,7 +4,8 @@ A remote run has no engine steps, only each request's arrival, lengths, TTFT and
 saw them. So the fit is by simulation: the same requests (their arrival times and lengths) replayed
 through the simulator's scheduler and step pricing on the named device's profile, and the cost
 model's terms searched until the simulated TTFT p50 and TPOT p50 of every run match the measured
-ones (the squared log ratio, summed over runs). What is searched is what a server's host and kernels
+ones (the squared log ratio, summed over runs), and the median service time to the first token
+(service_p50: the prefill with the queue taken out). What is searched is what a server's host and kernels
 decide and a datasheet does not: the matmuls' fraction of the peak (prefill), the bandwidth's
 (decode), and a fixed cost per step; attention keeps its ratio to the matmuls, and
 the device's other terms (a shipped GPU's layer and link costs) stay as its profile has them.
@@ -45,6 +46,7 @@ class ServerRun:
     requests: list[ServedRequest]
     ttft_p50_ms: float
     tpot_p50_ms: float
+    service_p50_ms: float = 0.0   # first token after the server was free for it (service_p50); 0: not used
 
 
 @dataclass(slots=True)
@@ -66,11 +68,26 @@ def server_run(name: str, records) -> ServerRun:
         raise InputError(f"{name}: no request finished with two or more tokens: nothing to fit on")
     t0 = min(r.arrival_ms for r in done)
     requests = [ServedRequest(r.arrival_ms - t0, max(1, r.prompt_tokens), r.output_tokens) for r in done]
-    return ServerRun(name, requests, statistics.median(r.ttft_ms for r in done), statistics.median(tpots))
+    return ServerRun(name, requests, statistics.median(r.ttft_ms for r in done), statistics.median(tpots),
+                     service_p50(done))
 
 
-def replay(run: ServerRun, model: CostModel, pricing: Pricing) -> tuple[float, float]:
-    """(TTFT p50, TPOT p50) in ms of the run's requests simulated with `model`."""
+def service_p50(records) -> float:
+    """The median time from when a request could first be served (its arrival, or the end of the requests
+    that came before it, whichever is later) to its first token: the prefill with the queue taken out,
+    computed alike on the measured and the replayed records. Under a backlog the TTFT is mostly queue,
+    which multiplies any noise in the service times; this keeps the prefill's own signal in the fit."""
+    free, found = -math.inf, []
+    for r in sorted(records, key=lambda r: r.arrival_ms):
+        if r.first_token_ms is None or r.finish_ms is None:
+            continue
+        found.append(r.first_token_ms - max(r.arrival_ms, free))
+        free = max(free, r.finish_ms)
+    return statistics.median(found) if found else 0.0
+
+
+def replay(run: ServerRun, model: CostModel, pricing: Pricing) -> tuple[float, float, float]:
+    """(TTFT p50, TPOT p50, service p50) in ms of the run's requests simulated with `model`."""
     from backend.engine.loop import Engine
     from backend.engine.scheduler import Scheduler, SchedulerConfig
     from backend.sim.runner import SIM_TOKEN, SimRunner, VirtualClock
@@ -92,14 +109,16 @@ def replay(run: ServerRun, model: CostModel, pricing: Pricing) -> tuple[float, f
         raise InputError(f"replaying {run.name}: {result.error}")
     ttft = [r.ttft_ms for r in finished if r.ttft_ms is not None]
     tpot = [r.tpot_ms for r in finished if r.tpot_ms is not None and r.output_tokens > 1]
-    return statistics.median(ttft), statistics.median(tpot)
+    return statistics.median(ttft), statistics.median(tpot), service_p50(finished)
 
 
 def _loss(runs: list[ServerRun], model: CostModel, pricing: Pricing) -> float:
     total = 0.0
     for run in runs:
-        ttft, tpot = replay(run, model, pricing)
+        ttft, tpot, service = replay(run, model, pricing)
         total += math.log(ttft / run.ttft_p50_ms) ** 2 + math.log(tpot / run.tpot_p50_ms) ** 2
+        if run.service_p50_ms > 0 and service > 0:
+            total += math.log(service / run.service_p50_ms) ** 2
     return total
 
 
@@ -151,7 +170,7 @@ def cross_validate(runs: list[ServerRun], pricing: Pricing, start: CostModel) ->
     found = []
     for i, run in enumerate(runs):
         model = fit_server(runs[:i] + runs[i + 1:], pricing, start)
-        ttft, tpot = replay(run, model, pricing)
+        ttft, tpot, _ = replay(run, model, pricing)
         found.append(HeldOut(run.name, ttft / run.ttft_p50_ms - 1, tpot / run.tpot_p50_ms - 1))
     return found
 

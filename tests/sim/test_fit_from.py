@@ -42,11 +42,11 @@ def test_the_fit_recovers_a_simulated_servers_terms():
     runs = []
     for gap in (4000.0, 400.0, 150.0):   # light, moderate, queued
         run = server_run(f"gap-{gap}", _requests(1.0, 1.0, gap=gap))
-        run.ttft_p50_ms, run.tpot_p50_ms = replay(run, truth, pricing)
+        run.ttft_p50_ms, run.tpot_p50_ms, run.service_p50_ms = replay(run, truth, pricing)
         runs.append(run)
     fitted = fit_server(runs, pricing, CostModel.for_profile(pricing.profile, pricing.prec))
     for run in runs:
-        ttft, tpot = replay(run, fitted, pricing)
+        ttft, tpot, _ = replay(run, fitted, pricing)
         assert ttft == pytest.approx(run.ttft_p50_ms, rel=0.05) and tpot == pytest.approx(run.tpot_p50_ms, rel=0.05)
 
 
