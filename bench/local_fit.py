@@ -74,10 +74,10 @@ def main() -> int:
         log("no calibrated profile here: calibrating first")
         cli("calibrate", "--out", str(profile), *threads)
     log("sweep batch")
-    cli("sweep", "batch", "--batches", "1,2,4,8", "--context", "256", "--steps", "4", "--out", str(work / "batch"),
+    cli("sweep", "batch", "--batches", "1,2,4,8", "--context", "256", "--out", str(work / "batch"),
         *threads)
     log("sweep prompt")
-    cli("sweep", "prompt", "--lengths", "32,64,128,256", "--steps", "2", "--out", str(work / "prompt"), *threads)
+    cli("sweep", "prompt", "--lengths", "32,64,128,256", "--out", str(work / "prompt"), *threads)
     log("calibrate --fit")
     cli("calibrate", "--fit", str(work / "batch"), str(work / "prompt"), "--out", str(profile), *threads)
     cli("load", "--simulate", "--profile", str(profile), *WORKLOAD, "--out", str(work / "simulated"))

@@ -110,3 +110,25 @@ def test_a_simulated_run_prices_the_bundled_model_as_stored_on_the_fitted_unit(f
     on_unit = model.step_seconds(shape, prec, profile, [128], [128], math=MatMath("AVX512-BF16", 16)) * 1000
     on_fp32 = model.step_seconds(shape, prec, profile, [128], [128]) * 1000
     assert float(prefill["duration_ms"]) == pytest.approx(on_unit) and on_unit < 0.8 * on_fp32
+
+
+def test_calibrate_fit_keeps_the_runs_facts_and_prices_on_the_kernels_roofs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    runs = []
+    for name, argv in (("b", ["sweep", "batch", "--batches", "1,2", "--context", "32", "--steps", "2"]),
+                       ("p", ["sweep", "prompt", "--lengths", "16,32", "--steps", "2"])):
+        assert main([*argv, "--model", "tiny", "--threads", "1", "--out", str(tmp_path / name)], open_window=None) == 0
+        runs.append(str(tmp_path / name))
+    info = json.loads((tmp_path / "b" / "run.json").read_text())["info"]
+    profile = tmp_path / "mine.toml"
+    profile.write_text(PROFILE.replace("Test CPU", info["device_name"]).split("[simulation]")[0])
+    capsys.readouterr()
+    assert main(["calibrate", "--fit", *runs, "--out", str(profile)], open_window=None) == 0
+    facts = FittedOn.of_profile(load_profile(profile, measured=True))
+    assert facts.model == "tiny" and facts.dtype == info["dtype"]
+    matmul = info.get("matmul") or {}
+    on_kernels = bool(matmul) and matmul.get("fp32_unit") != "torch"
+    assert facts.peaks == (KERNELS if on_kernels else "")
+    assert facts.matmul_unit == matmul.get("unit", "")
+    if on_kernels:   # the report names the roofs it priced on: the kernels' rates, not torch's
+        assert "the C kernels' rates fp32 0.06 TFLOP/s" in capsys.readouterr().out
