@@ -28,6 +28,7 @@ from backend.sim.step_time import CostModel
 
 MIN_RUNS = 3
 TERMS = ("mfu", "mbu", "step_ms")   # searched, in log space
+FLOOR_MS = 0.01                     # the smallest p50 a ratio is taken of
 ROUNDS = 6                          # coordinate-search passes, the step shrinking each pass
 
 
@@ -68,8 +69,9 @@ def server_run(name: str, records) -> ServerRun:
         raise InputError(f"{name}: no request finished with two or more tokens: nothing to fit on")
     t0 = min(r.arrival_ms for r in done)
     requests = [ServedRequest(r.arrival_ms - t0, max(1, r.prompt_tokens), r.output_tokens) for r in done]
-    return ServerRun(name, requests, statistics.median(r.ttft_ms for r in done), statistics.median(tpots),
-                     service_p50(done))
+    # floored: a server (or a client reading in bursts) may show 0 ms, which no log ratio takes
+    return ServerRun(name, requests, max(FLOOR_MS, statistics.median(r.ttft_ms for r in done)),
+                     max(FLOOR_MS, statistics.median(tpots)), max(0.0, service_p50(done)))
 
 
 def service_p50(records) -> float:
@@ -109,7 +111,8 @@ def replay(run: ServerRun, model: CostModel, pricing: Pricing) -> tuple[float, f
         raise InputError(f"replaying {run.name}: {result.error}")
     ttft = [r.ttft_ms for r in finished if r.ttft_ms is not None]
     tpot = [r.tpot_ms for r in finished if r.tpot_ms is not None and r.output_tokens > 1]
-    return statistics.median(ttft), statistics.median(tpot), service_p50(finished)
+    return (max(FLOOR_MS, statistics.median(ttft)), max(FLOOR_MS, statistics.median(tpot)),
+            max(0.0, service_p50(finished)))
 
 
 def _loss(runs: list[ServerRun], model: CostModel, pricing: Pricing) -> float:

@@ -60,6 +60,7 @@ def test_bad_input_gets_one_line(tmp_path, capsys):
         _remote(one.url, tmp_path / "a", 20)
         _remote(one.url, tmp_path / "b", 40)
         _remote(other.url, tmp_path / "c", 40)
+        _remote(one.url, tmp_path / "e", 80)
     assert _fit_from([tmp_path / "a", tmp_path / "b"], tmp_path / "p.toml") == 2
     assert "needs at least 3 runs" in capsys.readouterr().err
     assert _fit_from([tmp_path / "a", tmp_path / "b", tmp_path / "c"], tmp_path / "p.toml") == 2
@@ -78,6 +79,10 @@ def test_bad_input_gets_one_line(tmp_path, capsys):
     assert _fit_from([tmp_path / "a", tmp_path / "b", tmp_path / "here"], tmp_path / "p.toml") == 2
     assert "not a remote run" in capsys.readouterr().err
     assert not (tmp_path / "p.toml").exists()
+    # one server's three runs fit on a GPU's profile, though the fake answers in no time at all
+    assert main(["calibrate", "--from", *(str(tmp_path / n) for n in "abe"), "--profile", "h100-sxm", "--model",
+                 "llama-8b", "--max-batch", "8", "--out", str(tmp_path / "gpu.toml")], open_window=None) == 0
+    assert load_profile(tmp_path / "gpu.toml").simulation["band_runs"] == 3
 
 
 def test_fitted_on_the_llama_cpp_server_the_profile_loads_and_simulates(tmp_path, capsys):
