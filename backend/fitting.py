@@ -17,6 +17,7 @@ from typing import Callable
 from backend.config import EngineConfig, ModelChoice, RunConfig, RunKind, SweepKind
 from backend.run_info import RunInfo
 from backend.errors import InputError, RunError
+from backend.sim.fitted import KERNELS, FittedOn, fit_roofs
 from backend.sim.fit import ErrorReport, MeasuredRun, fit_cost_model, step_errors
 from backend.sim.step_time import CostModel
 
@@ -133,14 +134,21 @@ def fit_and_write(fit_folders: list[str], check_folders: list[str], target: Path
         if not describes(profile, info.device_name):
             raise InputError(f"{folder} was measured on {info.device_name!r}, not on {profile.name!r}: "
                              f"fit a profile on runs of its own device")
-    model, held_out = fit_profile(runs[:len(fit_folders)], runs[len(fit_folders):], profile)
+    # priced on the roofs of the units the runs ran on (the C kernels' rates where they ran on them), and
+    # those facts kept beside the terms so a simulated run prices the same way (backend/sim/fitted.py)
+    facts = FittedOn.of_runs(infos[:len(fit_folders)], profile)
+    roofs = fit_roofs(profile, facts)
+    model, held_out = fit_profile(runs[:len(fit_folders)], runs[len(fit_folders):], roofs)
     dtypes = sorted({info.dtype or "?" for info in infos})
     source = (f"fitted by phasescope calibrate --fit on {time.strftime('%Y-%m-%d')} to {len(fit_folders)} measured "
-              f"run(s) at {', '.join(dtypes)}: {', '.join(Path(f).name for f in fit_folders)}")
+              f"run(s) at {', '.join(dtypes)}: {', '.join(Path(f).name for f in fit_folders)}; priced "
+              f"{facts.text()}")
     model = model.with_source(source)
-    path = write_profile(replace(profile, simulation={**model.terms(), "fitted": True, "source": source}), target)
-    peaks = ", ".join(f"{k} {v:g} TFLOP/s" for k, v in profile.tflops.items())
-    return FitReport(str(path), profile.key, f"{profile.key} ({profile.bandwidth_gbs:,.1f} GB/s, {peaks})",
+    path = write_profile(replace(profile, simulation={**model.terms(), "fitted": True, "source": source,
+                                                      **facts.terms()}), target)
+    peaks = ", ".join(f"{k} {v:g} TFLOP/s" for k, v in roofs.tflops.items())
+    where = " the C kernels' rates" if facts.peaks == KERNELS else ""
+    return FitReport(str(path), profile.key, f"{profile.key} ({profile.bandwidth_gbs:,.1f} GB/s,{where} {peaks})",
                      len(fit_folders), model, held_out, list(fit_folders))
 
 

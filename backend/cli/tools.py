@@ -23,6 +23,16 @@ def add_tool_parsers(sub, model_flags) -> None:
                      "(default: calibration-runs)")
     cal.add_argument("--check", nargs="+", metavar="RUN_DIR", default=[],
                      help="with --fit: report the error on these runs (default: each --fit run left out in turn)")
+    cal.add_argument("--from", dest="from_runs", nargs="+", metavar="RUN_DIR", default=None,
+                     help="fit a server's own profile on remote runs against it (`load --endpoint`, at several "
+                          "loads or lengths; at least 3): host costs and efficiencies on --profile's device, with "
+                          "the fit's own band (each run left out in turn)")
+    cal.add_argument("--profile", help="with --from: the device the server runs on (see `profiles`)")
+    cal.add_argument("--model", help="with --from: the served model's shape (a known name or a config.json; "
+                     "default: the served model's name)")
+    cal.add_argument("--dtype", default="auto", help="with --from: the precision the server runs the model at")
+    cal.add_argument("--max-batch", type=int, default=1, help="with --from: requests the server runs at once "
+                     "(llama.cpp's Python server: 1; vLLM: its max_num_seqs)")
     from backend.cli.flags import simulate_flag, threads_flag
     threads_flag(cal)
 
@@ -82,6 +92,9 @@ def print_profiles() -> int:
 
 
 def run_calibrate(args) -> int:
+    if args.from_runs is not None:
+        from backend.cli.fit_from import run_fit_from
+        return run_fit_from(args)
     if args.check and args.fit is None:
         from backend.errors import InputError
         raise InputError("--check needs --fit [RUN_DIR ...]: the runs to fit on")

@@ -217,6 +217,10 @@ SIMULATION_TERMS = ("mfu", "afu", "mbu", "step_ms", "token_ms", "request_ms", "l
 ENGINE_KEYS = ("vllm", "sglang", "trtllm", "compiled")
 ENGINE_TERMS = ("step_ms", "request_ms", "layer_us", "link_latency_x")
 MAX_EFFICIENCY = 4.0   # a calibrated peak is one measured matmul, which tuned kernels can beat
+# what a fitted profile remembers of its runs beside the terms (backend/sim/fitted.py): text, and one count
+FIT_FACTS = ("model", "dtype", "matmul_unit", "peaks")
+FIT_COUNTS = ("matmul_min_rows", "band_runs")
+FIT_BANDS = ("band_ttft_p50", "band_tpot_p50")   # calibrate --from: the fit's own band, a fraction
 
 
 def _check_simulation(path: Path, table: dict) -> None:
@@ -238,8 +242,14 @@ def _check_simulation(path: Path, table: dict) -> None:
                     raise InputError(f"{where}.{sub}: precision tables do not nest")
             _check_simulation(path, value)
             continue
-        if key == "source":
+        if key == "source" or key in FIT_FACTS:
             _text(path, f"simulation.{key}", value, allow_empty=True)
+        elif key in FIT_BANDS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e6:
+                raise InputError(f"{where} must be a fraction >= 0, got {value!r}")
+        elif key in FIT_COUNTS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+                raise InputError(f"{where} must be a whole number >= 0, got {value!r}")
         elif key == "fitted":
             if not isinstance(value, bool):
                 raise InputError(f"{where} must be true or false, got {value!r}")

@@ -7,6 +7,9 @@ on the best cell. What is minimised is the squared relative error of each step's
 every (run, phase) group weighing alike however many steps it has: a workload run of 600
 decode steps does not drown the three points of a prompt sweep.
 
+Steps interrupted by another process (SPIKE times the median of the run's steps of the same shape)
+are left out of the fit, not out of the error.
+
 Steps are priced from their recorded totals (StepRecord), as `CostModel.record_seconds` does.
 No torch, no files: the callers (backend.fitting, bench/sim_vs_measured.py) read run folders.
 """
@@ -58,12 +61,28 @@ class _Design:
     batches: np.ndarray
 
 
-def _design(runs: list[MeasuredRun], profile) -> _Design:
+SPIKE = 2.0   # a step this many times its like steps' median was interrupted (another tenant), not priced
+
+
+def _spikes(steps) -> set[int]:
+    """The indices of steps that took SPIKE times or more the median of the steps of their shape (phase,
+    requests, tokens) in the run: on a shared machine another process took the cores mid-step, which no
+    cost model prices; with them, the squared relative error is the interruptions' to fit."""
+    by_shape: dict[tuple, list[float]] = {}
+    for step in steps:
+        by_shape.setdefault((step.phase, step.num_requests, step.num_tokens), []).append(step.duration_ms)
+    medians = {k: float(np.median(v)) for k, v in by_shape.items() if len(v) >= 3}
+    return {i for i, step in enumerate(steps)
+            if step.duration_ms >= SPIKE * medians.get((step.phase, step.num_requests, step.num_tokens), math.inf)}
+
+
+def _design(runs: list[MeasuredRun], profile, drop_spikes: bool = True) -> _Design:
     rows, groups, phases, batches = [], [], [], []
     for run in runs:
         bandwidth = profile.bandwidth_bytes_per_s
-        for step in run.steps:
-            if not step.duration_ms > 0 or step.num_requests <= 0:
+        spikes = _spikes(run.steps) if drop_spikes else set()
+        for i, step in enumerate(run.steps):
+            if not step.duration_ms > 0 or step.num_requests <= 0 or i in spikes:
                 continue
             cost = record_cost(run.shape, run.precision, step)
             matmul_s, attention_s = compute_parts(cost, profile, run.precision, run.math)
@@ -174,7 +193,7 @@ def batch_bucket(n: int) -> str:
 
 def step_errors(model: CostModel, runs: list[MeasuredRun], profile) -> ErrorReport:
     """Each phase's error over every step, then by batch size: the model's price against the measured time."""
-    d = _design(runs, profile)
+    d = _design(runs, profile, drop_spikes=False)   # the error on every step, interruptions too
     compute = d.matmul_s / model.mfu + d.attention_s / model.afu
     predicted = np.maximum(compute, d.memory_s / model.mbu) + d.features @ np.array(
         [model.step_ms, model.token_ms, model.request_ms]) / 1000

@@ -38,10 +38,11 @@ class SimRunner:
     advances the clock by the price, and samples SIM_TOKEN wherever the real runner would sample."""
 
     def __init__(self, shape, prec: Precision, profile: GpuProfile, cost_model: CostModel, clock: VirtualClock,
-                 layout: Layout | None = None):
+                 layout: Layout | None = None, math=None):
         self.shape, self.precision, self.profile = shape, prec, profile
         self.cost_model, self.clock = cost_model, clock
-        self.pricer = StepPricer(shape, prec, profile, cost_model, layout)
+        # math: a CPU's matrix-unit rule (a fitted profile's, backend/sim/fitted.py); None: one roof
+        self.pricer = StepPricer(shape, prec, profile, cost_model, layout, math)
 
     def price(self, out) -> float:
         """Seconds the scheduler output `out` takes on the replica (before update() moves it on)."""

@@ -50,7 +50,8 @@ from backend.roofline.cost import StepCost, cost_of_totals, step_cost, step_pair
 # Efficiencies are fractions of the profile's peaks. A datasheet peak is a ceiling (<= 1), but a
 # calibrated profile's peak is one measured matmul (torch's), which tuned kernels can beat:
 # fitted efficiencies up to MAX_EFFICIENCY are kept as measured, not clipped to 1.
-from backend.roofline.profiles import DTYPE_KEYS, MAX_EFFICIENCY, SIMULATION_TERMS as TERMS
+from backend.roofline.profiles import (DTYPE_KEYS, FIT_BANDS, FIT_COUNTS, FIT_FACTS, MAX_EFFICIENCY,
+                                      SIMULATION_TERMS as TERMS)
 from backend.roofline.roofs import compute_parts, compute_seconds
 from backend.sim.engines import parse_engine
 
@@ -99,7 +100,8 @@ class CostModel:
         its name (None: the default, vllm); a family without a sub-table takes the shared terms."""
         if profile.simulation:
             family = parse_engine(engine.value if hasattr(engine, "value") else engine)
-            terms = {k: v for k, v in profile.simulation.items() if not isinstance(v, dict)}
+            terms = {k: v for k, v in profile.simulation.items()   # the fit's facts: backend/sim/fitted.py
+                     if not isinstance(v, dict) and k not in (*FIT_FACTS, *FIT_COUNTS, *FIT_BANDS)}
             own = profile.simulation.get(prec.compute) if prec is not None else None
             source = terms.pop("source", "") or f"the [simulation] table of profile {profile.key}"
             hosts = profile.simulation.get(family.value)

@@ -26,6 +26,7 @@ from backend.events import Emit, ModelLoaded, Progress, RunFinished
 from backend.roofline.profiles import find_profile
 from backend.run_info import RunInfo
 from backend.sim import bands, parallel
+from backend.sim.fitted import priced_profile, simulated_dtype, simulated_math
 from backend.sim.info import costs_of, deployment_info, simulated_info
 from backend.sim.model import check_memory, model_bytes, resolve_model, resolve_precision
 from backend.sim.parallel import Layout
@@ -54,11 +55,14 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
     validate(config)
     if config.mode == RunKind.BATCH and config.batch.prompt is not None:
         raise InputError("--simulate needs synthetic prompts (--prompt-len N), not --prompt text: it has no tokenizer")
-    profile = find_profile(config.profile)
+    # a fitted profile prices as its runs ran: their roofs, their precision at --dtype auto, their matrix unit
+    profile = priced_profile(find_profile(config.profile))
+    math = simulated_math(profile)
     shape = resolve_model(config.model.name)
     deployment = config.deployment
     parallel.validate(deployment, shape, config.model.name)
-    prec = resolve_precision(config.model.dtype, profile, deployment.kv_dtype)
+    prec = resolve_precision(simulated_dtype(profile, config.model.name, config.model.dtype), profile,
+                             deployment.kv_dtype)
     model = cost_model or CostModel.for_profile(profile, prec, deployment.engine)
     model.validate()
     layout = Layout.of(deployment, profile)
@@ -89,7 +93,9 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
         device = f"simulated {profile.key}" + (f" x {devices}" if devices > 1 else "")
         source_text = (f"simulated on {profile.key} ({profile.name})"
                        + (f", {describe(deployment, layout)}" if devices > 1 else "")
-                       + ": step times from a cost model, no weights loaded")
+                       + ": step times from a cost model, no weights loaded"
+                       + (f"; products of {math.min_rows}+ rows in bfloat16 on {math.unit}, as the fitted runs"
+                          if math is not None and math.bf16 else ""))
         weight_bytes = model_bytes(shape, prec)
         emit(ModelLoaded(config.model.name, device, profile.name, prec.name, source_text, False, shape.num_params(),
                          weight_bytes, kv_capacity * deployment.dp, shape, False, prec.weight_bits, prec.activation))
@@ -102,7 +108,7 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
                                                  prefix_caching=kv.prefix_caching))
 
         def make_runner() -> SimRunner:
-            return SimRunner(shape, prec, profile, model, clock, layout)
+            return SimRunner(shape, prec, profile, model, clock, layout, math)
 
         if kv.prefix_caching:   # the workload's own ceiling beside the measured hit rate (one replica's pool)
             from backend.targets.engine_run import ceiling_figures

@@ -250,7 +250,9 @@ def _point(config: RunConfig, x, medians: list[float], loaded: ModelLoaded, loca
     def simulated(new_tokens, contexts) -> float | None:
         if config.simulate or local is None or not local.has_peak(prec):
             return None
-        return CostModel.for_profile(local).step_seconds(shape, prec, local, new_tokens, contexts, math=math) * 1000
+        from backend.sim.fitted import priced_profile
+        roofs = priced_profile(local)   # a fitted profile's terms are fractions of the roofs it was fitted on
+        return CostModel.for_profile(roofs).step_seconds(shape, prec, roofs, new_tokens, contexts, math=math) * 1000
 
     if spec.kind is SweepKind.PRECISION:
         b, n, out = spec.batch, spec.prompt_len, spec.output_len

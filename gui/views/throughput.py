@@ -344,16 +344,19 @@ class ThroughputView(pg.PlotWidget):
         if not isinstance(dtype, Precision):
             self.profile_simulated.setData([], [])
             return []
+        from backend.sim.fitted import priced_profile, simulated_math
+        roofs = priced_profile(self.profile)   # a fitted profile's terms are fractions of the roofs it was fitted on
+        unit_math = simulated_math(self.profile)    # and its runs' matrix unit
         try:
-            model = CostModel.for_profile(self.profile)
+            model = CostModel.for_profile(roofs)
         except InputError as exc:
             self.profile_simulated.setData([], [])
             return [f"{self.profile.key}: no simulation ({exc})"]
         if self.kind == SweepKind.BATCH:
-            times = [model.step_seconds(self.shape, dtype, self.profile, [1] * int(b), [self.context] * int(b))
+            times = [model.step_seconds(self.shape, dtype, roofs, [1] * int(b), [self.context] * int(b), math=unit_math)
                      for b in xs]
         else:
-            times = [model.step_seconds(self.shape, dtype, self.profile, [int(n)], [int(n)]) for n in xs]
+            times = [model.step_seconds(self.shape, dtype, roofs, [int(n)], [int(n)], math=unit_math) for n in xs]
         self.profile_simulated.setData(np.log2(xs), xs / np.array(times))
         self._simulated_name = f"{self.profile.key} (simulated)"
         self.profile_simulated.setToolTip(f"{self.profile.key}'s cost model: {model.source}")

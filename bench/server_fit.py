@@ -1,0 +1,122 @@
+"""`calibrate --from` end to end against the real llama.cpp server on this CPU: fit on runs at three
+loads, predict two held-out loads' TTFT p50 and TPOT p50 with `load --simulate` on the fitted profile.
+
+The server is llama-cpp-python's (`python -m llama_cpp.server`, the bundled GGUF as stored, one thread,
+requests queued one at a time: `--max-batch 1`). Every step is the command line's, in a child process:
+
+  1. `load --endpoint URL` at each rate (Poisson, the same lengths), the fit's and the held-out ones
+     alternating so the machine's drift weighs on both;
+  2. `calibrate --from` the fit's three runs, `--profile cpu --model smollm2-135m --dtype q4_1`;
+  3. `load --simulate --profile fitted.toml` at each held-out rate, with the measured run's seed.
+
+    python -m bench.server_fit [--threads 1] [--readme]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.common import add_readme_flag, log, measured_line, publish
+
+ROOT = Path(__file__).resolve().parent.parent
+FIT_RATES = (0.25, 1.0, 2.0)
+HELD_RATES = (0.5, 1.5)
+LENGTHS = ["--prompt-len", "48:160", "--output-len", "12:32", "--requests", "14"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def llama_server(threads: int, log_path: Path):
+    """llama-cpp-python's server on the bundled GGUF, on loopback; its URL, killed after."""
+    from backend.loaders.catalog import bundled_gguf
+    port = free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
+           "--port", str(port), "--n_ctx", "2048", "--n_threads", str(threads), "--verbose", "false",
+           "--interrupt_requests", "false"]
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/v1"
+            for _ in range(240):
+                if proc.poll() is not None:
+                    raise SystemExit(f"the server exited: {log_path.read_text()[-1000:]}")
+                try:
+                    urllib.request.urlopen(f"{url}/models", timeout=2).read()
+                    break
+                except OSError:
+                    time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+
+def cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode:
+        raise SystemExit(f"main.py {' '.join(args)} failed:\n{(done.stdout + done.stderr)[-2000:]}")
+    return done.stdout
+
+
+def p50s(folder: Path) -> tuple[float, float]:
+    with open(folder / "summary.csv", newline="") as f:
+        rows = {r[0]: r[1] for r in csv.reader(f) if len(r) >= 2}
+    return float(rows["ttft_p50_ms"]), float(rows["tpot_p50_ms"])
+
+
+def workload(rate: float, seed: int) -> list[str]:
+    return ["--arrival", "poisson", "--rate", str(rate), "--seed", str(seed), *LENGTHS]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1, help="the server's threads")
+    parser.add_argument("--keep", metavar="DIR", help="keep the runs and the fitted profile here")
+    add_readme_flag(parser)
+    args = parser.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="server-fit-"))
+    work.mkdir(parents=True, exist_ok=True)
+    order = [x for pair in zip(FIT_RATES, (*HELD_RATES, None)) for x in pair if x is not None]
+    with llama_server(args.threads, work / "server.log") as url:
+        cli("load", "--endpoint", url, "--served-model", "smollm2", *workload(1.0, 99), "--requests", "2", "--ignore-eos",
+            "--out", str(work / "warmup"))
+        for i, rate in enumerate(order):
+            log(f"measuring at {rate}/s against the server")
+            cli("load", "--endpoint", url, "--served-model", "smollm2", *workload(rate, 10 + i), "--ignore-eos", "--out", str(work / f"rate-{rate}"))
+    profile = work / "fitted.toml"
+    fit_out = cli("calibrate", "--from", *(str(work / f"rate-{r}") for r in FIT_RATES), "--profile", "cpu",
+                  "--model", "smollm2-135m", "--dtype", "q4_1", "--max-batch", "1", "--out", str(profile))
+    print(fit_out)
+    rows = ["| held-out rate | TTFT p50 measured | simulated | error | TPOT p50 measured | simulated | error |",
+            "|---|---|---|---|---|---|---|"]
+    for rate in HELD_RATES:
+        seed = 10 + order.index(rate)
+        cli("load", "--simulate", "--profile", str(profile), "--model", "smollm2-135m", "--max-batch", "1",
+            *workload(rate, seed), "--out", str(work / f"sim-{rate}"))
+        (mt, mp), (st, sp) = p50s(work / f"rate-{rate}"), p50s(work / f"sim-{rate}")
+        rows.append(f"| {rate}/s | {mt:,.0f} ms | {st:,.0f} ms | {(st / mt - 1) * 100:+.0f}% | {mp:,.1f} ms | "
+                    f"{sp:,.1f} ms | {(sp / mp - 1) * 100:+.0f}% |")
+    band = next((line for line in fit_out.splitlines() if line.startswith("band ")), "")
+    lines = [measured_line(f"llama-cpp-python server, {args.threads} thread(s)"), "",
+             f"Fitted with `calibrate --from` on remote runs at {', '.join(f'{r}/s' for r in FIT_RATES)} (Poisson, "
+             "14 requests, prompts 48-160, outputs 12-32); predicted with `load --simulate` on the fitted profile.",
+             "", *rows, "", f"The fit's own {band}." if band else ""]
+    log(f"the runs and the fitted profile: {work}")
+    return publish("server_fit", lines, args.readme)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
