@@ -25,30 +25,10 @@ from backend.config import RunConfig
 from backend.engine.request import rejected_record, rejection
 from backend.errors import RunError
 from backend.events import Emit, Progress, RequestsArrived, RunFinished
-from backend.protocol import (
-    Cancel,
-    Channel,
-    Dispatch,
-    Done,
-    Failed,
-    Init,
-    Message,
-    Port,
-    Ready,
-    Side,
-    Start,
-    Stop,
-    WorkerFigures,
-    WorkerRecords,
-)
+from backend.protocol import (Cancel, Channel, Dispatch, Done, Failed, Init, Message, Port, Ready, Side, Start, Stop,
+                              WorkerFigures, WorkerRecords)
 from backend.records import RecordBatch, RequestRecord, RequestStatus
-from backend.run_info import (
-    DisaggregatedInfo,
-    LocalInfo,
-    RunInfo,
-    TargetKind,
-    now_created,
-)
+from backend.run_info import DisaggregatedInfo, LocalInfo, RunInfo, TargetKind, now_created
 
 READY_TIMEOUT_S = 300.0   # loading and warming up a model in every worker
 DONE_TIMEOUT_S = 5.0      # after "stop", how long a worker has to send its last records

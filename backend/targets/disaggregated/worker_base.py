@@ -9,19 +9,8 @@ from multiprocessing.connection import Connection, wait
 
 from backend.events import Throttle
 from backend.launcher import pin_to
-from backend.protocol import (
-    Cancel,
-    Channel,
-    Dispatch,
-    Done,
-    Port,
-    Ready,
-    Side,
-    Start,
-    Stop,
-    WorkerFigures,
-    WorkerRecords,
-)
+from backend.protocol import (Cancel, Channel, Dispatch, Done, Port, Ready, Side, Start, Stop, WorkerFigures,
+                              WorkerRecords)
 from backend.records import RecordBatch, StepRecord
 
 IDLE_S = 0.05        # longest wait for a message while idle, so Stop is honoured
