@@ -110,12 +110,7 @@ def run_disaggregated(config: RunConfig, emit: Emit, should_stop: Callable[[], b
                       retain_records: bool = True) -> RunFinished:
     """`load --policy disaggregated` on the real model."""
     from backend.results.recorder import RunRecorder
-    from backend.targets.engine_run import (
-        shared_settings,
-        validate,
-        validate_disaggregated,
-        with_kv_settings,
-    )
+    from backend.targets.engine_run import shared_settings, validate, validate_disaggregated, with_kv_settings
     validate_disaggregated(config)
     validate(shared_settings(config))
     config = with_kv_settings(config)   # the workers' layout (paged, prefix caching): one line here, before they start
@@ -178,7 +173,6 @@ class Coordinator:
     def start_workers(self, prefill_slots: int) -> None:
         import os
         import socket
-
         from backend.engine.kv_transfer import new_memfd
         from backend.launcher import start_child
         from backend.targets.disaggregated.worker_base import WorkerSpec
