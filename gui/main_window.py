@@ -40,6 +40,7 @@ from gui.views.load_sweep import LoadSweepView
 from gui.views.metrics import MetricsPanel
 from gui.views.precision import PrecisionView
 from gui.views.requests_table import RequestsTable
+from gui.views.speculation import SpeculationView
 from gui.state.references import ReferenceSet
 from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
@@ -65,6 +66,9 @@ SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); its plot com
 LIVE_TAB = "Live: steps and lanes"
 PRECISION_TAB, DISTRIBUTIONS_TAB, LOAD_SWEEP_TAB = "Precision", "Latency CDF", "Load sweep"
 KV_TAB = "KV cache"
+SPEC_TAB = "Speculation"
+SPEC_TITLE = ("Speculative decoding: guesses kept per verification, acceptance by guess position, and the step time "
+              "against the tokens verified beside the roofline's prediction")
 KV_TITLE = "The KV cache block by block: who holds each block, what stays cached, its occupancy and hit rate"
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
@@ -207,6 +211,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.metrics = MetricsPanel(self.store)
         self.distributions = DistributionsView(self.store, self.references)
         self.kv_view = KvMapView(self.store)
+        self.speculation = SpeculationView(self.store, self.throughput)   # priced on the why view's inputs
         self.throughput.set_references(self.references)
         self.precision.set_references(self.references)
         self.metrics.set_references(self.references)
@@ -257,6 +262,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
         self.view_tabs.add_view(plot_page(self.depth_sweep), DEPTH_TAB, DEPTH_TITLE)
         self.view_tabs.add_view(self.kv_view, KV_TAB, KV_TITLE)
+        self.view_tabs.add_view(self.speculation, SPEC_TAB, SPEC_TITLE)
         self.setCentralWidget(self.view_tabs)
         self.calibration_offer = CalibrationOffer()   # placed with the menus (_build_actions)
 
@@ -284,6 +290,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.notes.add_notes(self.load_sweep.parentWidget(), self.load_sweep.note)
         self.notes.add_notes(self.depth_sweep.parentWidget(), self.depth_sweep.note)
         self.notes.add_notes(self.kv_view, self.kv_view.note)
+        self.notes.add_notes(self.speculation, self.speculation.note)
         self.notes_dock = self._dock("About this view", self.notes, "notesDock")
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
         # in a scroll area, so its list and buttons do not set the least height of the tabbed group it joins
@@ -498,7 +505,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._show_worker_strip(bool(self.store.workers))
         self.server_view.setVisible(self.server_view.has_data())
         for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
-                     self.load_sweep, self.depth_sweep, self.text, self.kv_view) + \
+                     self.load_sweep, self.depth_sweep, self.text, self.kv_view, self.speculation) + \
                 self.reference_runs.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
             if view.isVisible():
                 view.refresh()
