@@ -19,7 +19,7 @@ from backend.roofline.cost import Bound, predict, step_cost
 from gui.state.run_store import PHASE_CODE, RunStore
 from backend.records import Phase
 
-MAX_TOKENS = 256   # the prediction's x range: one request's step of 1 .. MAX_TOKENS tokens
+MAX_TOKENS = 1024  # the prediction's x range: one request's step of 1 .. MAX_TOKENS tokens (a GPU's crossover is in the hundreds)
 
 
 @dataclass(slots=True)

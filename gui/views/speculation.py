@@ -15,7 +15,8 @@ from PySide6 import QtCore, QtWidgets
 from backend.roofline.roofs import math_from_info
 
 from gui.state.run_store import RunStore
-from gui.state.spec_state import (Acceptance, PredictedSteps, StepTimes, predicted_at, predicted_steps,
+from gui.state.spec_state import (MAX_TOKENS, Acceptance, PredictedSteps, StepTimes, predicted_at,
+                                  predicted_steps,
                                   store_acceptance, store_step_times)
 from gui.views.plot_style import (CROSSOVER_COLOR, PHASE_COLORS, PREDICTED_COLOR, VERIFY_COLOR, RateAxis,
                                   cosmetic_pen, set_title, style_plot, swatch_title)
@@ -199,7 +200,7 @@ class SpeculationView(QtWidgets.QWidget):
                             p.crossover is None or n < p.crossover else "(past the crossover: the tokens cost "
                             "arithmetic)")
                          + (f"; from {p.crossover} tokens a step is compute-bound and its time grows with them"
-                            if p.crossover is not None else "; no step up to 256 tokens turns compute-bound"))
+                            if p.crossover is not None else f"; no step up to {MAX_TOKENS} tokens turns compute-bound"))
         elif p.crossover is not None:
             notes.append(f"predicted on {i.profile.name}: a step of one request stays about one decode step's price "
                          f"up to {p.crossover - 1} tokens, then grows with them")
