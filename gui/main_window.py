@@ -217,7 +217,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.metrics.set_references(self.references)
         self.current_plot: pg.PlotWidget = self.timeline
         for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep, self.depth_sweep,
-                     self.distributions.plot):
+                     self.distributions.plot, self.speculation.histogram_plot, self.speculation.position_plot,
+                     self.speculation.steps_plot):
             plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
         self.lanes.requestClicked.connect(self.select_request)
         self.table.requestSelected.connect(self.select_request)
@@ -249,7 +250,8 @@ class MainWindow(QtWidgets.QMainWindow):
         layout.addLayout(header)
         layout.addWidget(splitter, 1)
         set_minimum_heights(self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep, self.depth_sweep,
-                            self.distributions.plot)
+                            self.distributions.plot, self.speculation.histogram_plot, self.speculation.position_plot,
+                            self.speculation.steps_plot)
         # the central area: one picture at a time, each with all the room (gui/layout.py says why)
         self.view_tabs = ViewTabs()
         self.view_tabs.add_view(self.live_page, LIVE_TAB, "The engine's steps and the requests' lanes, as they run")

@@ -45,18 +45,27 @@ class SpeculationView(QtWidgets.QWidget):
         self.prediction: PredictedSteps | None = None
         self.accept: Acceptance | None = None
         self.times: StepTimes | None = None
+        # three plot widgets (not one layout of plots), each keeping the window's least readable height
+        self.histogram_plot, self.position_plot = pg.PlotWidget(), pg.PlotWidget()
+        self.steps_plot = pg.PlotWidget(axisItems={"bottom": Log2Axis("bottom"), "left": RateAxis("left")})
+        for plot, name in ((self.histogram_plot, "specHistogramPlot"), (self.position_plot, "specPositionPlot"),
+                           (self.steps_plot, "specStepsPlot")):
+            plot.setObjectName(name)
+        top = QtWidgets.QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.histogram_plot, 1)
+        top.addWidget(self.position_plot, 1)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
-        self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setObjectName("speculationPlot")
-        layout.addWidget(self.plots, 1)
-        self.histogram = self.plots.addPlot(row=0, col=0)
+        layout.addLayout(top, 2)
+        layout.addWidget(self.steps_plot, 3)
+        self.histogram = self.histogram_plot.getPlotItem()
         style_plot(self.histogram, "Guesses kept per verification", "guesses kept", "verifications")
         self.histogram_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=VERIFY_COLOR,
                                               pen=cosmetic_pen(VERIFY_COLOR))
         self.histogram.addItem(self.histogram_bars)
         self.histogram.getAxis("bottom").setTickSpacing(1, 1)
-        self.position = self.plots.addPlot(row=0, col=1)
+        self.position = self.position_plot.getPlotItem()
         style_plot(self.position, "Acceptance by guess position", "guess position", "share kept")
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=VERIFY_COLOR,
                                              pen=cosmetic_pen(VERIFY_COLOR))
@@ -64,8 +73,7 @@ class SpeculationView(QtWidgets.QWidget):
         self.position.getAxis("bottom").setTickSpacing(1, 1)
         self.position.setYRange(0.0, 1.05, padding=0)
         self.position.getViewBox().setMouseEnabled(y=False)
-        self.steps = self.plots.addPlot(row=1, col=0, colspan=2,
-                                        axisItems={"bottom": Log2Axis("bottom"), "left": RateAxis("left")})
+        self.steps = self.steps_plot.getPlotItem()
         style_plot(self.steps, self._steps_title("profile"), "tokens computed in the step (log)",
                    "step time (ms, log)")
         self.steps.setLogMode(x=False, y=True)
@@ -82,10 +90,8 @@ class SpeculationView(QtWidgets.QWidget):
         self.steps.addItem(self.decode_line, ignoreBounds=True)
         self.crossover_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(CROSSOVER_COLOR, width=1))
         self.steps.addItem(self.crossover_line, ignoreBounds=True)
-        self.crossover_label = pg.TextItem("", color=CROSSOVER_COLOR, anchor=(0, 0), fill=(255, 255, 255, 210))
+        self.crossover_label = pg.TextItem("", color=CROSSOVER_COLOR, anchor=(1, 1), fill=(255, 255, 255, 210))
         self.steps.addItem(self.crossover_label, ignoreBounds=True)
-        self.plots.ci.layout.setRowStretchFactor(0, 2)
-        self.plots.ci.layout.setRowStretchFactor(1, 3)
         self.empty = pg.TextItem("", color="#777", anchor=(0.5, 0.5))
         self.empty.setParentItem(self.histogram.getViewBox())
         self.note = QtWidgets.QLabel()
