@@ -9,7 +9,7 @@ from backend.records import Phase, RunData
 
 from gui.tour.finding import DECODE, GREEN, RED, Curve, Figure, Finding, Mark, Outcome, faster, median, ms
 
-VERIFY = "#0e9f6e"   # the window's verification colour (gui/views/plot_style.VERIFY_COLOR), without importing Qt
+VERIFY = "#d63384"   # the window's verification colour (gui/views/plot_style.VERIFY_COLOR), without importing Qt
 TOKEN_TICKS = [(float(n), str(n)) for n in (1, 2, 4, 8)]
 
 

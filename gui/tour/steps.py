@@ -252,7 +252,7 @@ STEPS: list[TourStep] = [
         "the text is exactly what plain decoding gives.\n\nThe proposer here needs no second model: it looks for "
         "the last few tokens earlier in the prompt and guesses what followed them (n-gram, 4 guesses). This step "
         "asks the model to repeat a sentence, decoded plainly and then with guesses.",
-        "Blue dots are plain decode steps (one token), green diamonds verification steps (the last token and 4 "
+        "Blue dots are plain decode steps (one token), magenta diamonds verification steps (the last token and 4 "
         "guesses): how much higher is a diamond than a dot, and how many tokens did each emit? The Speculation "
         "tab shows the same run beside the roofline's prediction.",
         _runs_speculation, speculation.speculation),

@@ -77,6 +77,7 @@ class SpeculationView(QtWidgets.QWidget):
         style_plot(self.steps, self._steps_title("profile"), "tokens computed in the step (log)",
                    "step time (ms, log)")
         self.steps.setLogMode(x=False, y=True)
+        self.steps.getViewBox().setAutoVisible(y=True)   # the y range fits what is in view, not the line to 1,024
         self.predicted = self.steps.plot([], [], pen=pg.mkPen(PREDICTED_COLOR, width=1,
                                                               style=QtCore.Qt.PenStyle.DashLine))
         # the same prediction through the measured decode step: its shape where the measured points are
@@ -125,10 +126,9 @@ class SpeculationView(QtWidgets.QWidget):
         self.empty.setText("" if a.num_verifications else "no verification yet")
         self.empty.setPos(self.histogram.getViewBox().boundingRect().center())
         if a.num_verifications:
-            set_title(self.histogram, f"Guesses kept per verification: {a.num_verifications:,} verifications, "
+            set_title(self.histogram, f"Guesses kept: {a.num_verifications:,} verifications, "
                                       f"{a.mean_length:.2f} tokens each")
-            rates = ", ".join("—" if math.isnan(r) else f"{r:.0%}" for r in a.by_position)
-            set_title(self.position, f"Acceptance by guess position: {rates}")
+            set_title(self.position, "Acceptance by guess position")
             self.histogram.setXRange(-0.6, len(a.histogram) - 0.4, padding=0)
             self.position.setXRange(0.4, len(a.by_position) + 0.6, padding=0)
         else:
@@ -141,10 +141,11 @@ class SpeculationView(QtWidgets.QWidget):
         where = ("from the finished requests' records" if a.source == "requests" else
                  "live, from the steps that verified one request's guesses (the requests' records replace it as "
                  "they finish)")
+        rates = ", ".join("—" if math.isnan(r) else f"{r:.0%}" for r in a.by_position)
         return (f"{a.num_verifications:,} verifications ({where}) emitted {a.mean_length:.2f} tokens each: the "
                 "guesses kept and the model's own next token. The histogram counts them by guesses kept; beside "
-                "it, the share of verifications that reached each guess position and kept it (later positions "
-                "are reached only after the earlier ones are kept).")
+                f"it, the share kept at each guess position among the verifications that proposed one ({rates}): "
+                "a later guess counts only if every earlier one was kept.")
 
     def _paint_steps(self, t: StepTimes) -> list[str]:
         self.decode_points.setData(np.log2(np.maximum(t.decode_tokens, 1)), t.decode_ms)
