@@ -434,8 +434,8 @@ class MainWindow(QtWidgets.QMainWindow):
         and the side column's tab follows it: the generated text beside the live view, the notes beside
         a plot, unless the references are in front."""
         page = self.view_tabs.currentWidget()
-        if page is self.distributions:
-            self.distributions.refresh()
+        if page is self.distributions or page is self.speculation:
+            page.refresh()
         if not (len(self.references) and self.references_dock.isVisible()):   # the references, once in front, stay
             (self.text_dock if page is self.live_page else self.notes_dock).raise_()
 
@@ -507,8 +507,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self._show_worker_strip(bool(self.store.workers))
         self.server_view.setVisible(self.server_view.has_data())
         for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
-                     self.load_sweep, self.depth_sweep, self.text, self.kv_view, self.speculation) + \
-                self.reference_runs.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
+                     self.load_sweep, self.depth_sweep, self.text, self.kv_view) + \
+                self.reference_runs.aligned_views() + \
+                ((self.metrics, self.distributions, self.speculation) if numbers else ()):
             if view.isVisible():
                 view.refresh()
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backend.records import Phase
 from backend.roofline.cost import Bound, predict, step_cost
 
 from gui.state.run_store import PHASE_CODE, RunStore
-from backend.records import Phase
 
 MAX_TOKENS = 1024  # the prediction's x range: one request's step of 1 .. MAX_TOKENS tokens (a GPU's crossover is in the hundreds)
 

@@ -12,18 +12,18 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from backend.records import Phase
 from backend.roofline.roofs import math_from_info
 
 from gui.state.run_store import RunStore
-from gui.state.spec_state import (MAX_TOKENS, Acceptance, PredictedSteps, StepTimes, predicted_at,
-                                  predicted_steps,
+from gui.state.spec_state import (MAX_TOKENS, Acceptance, PredictedSteps, StepTimes, predicted_at, predicted_steps,
                                   store_acceptance, store_step_times)
 from gui.views.plot_style import (CROSSOVER_COLOR, PHASE_COLORS, PREDICTED_COLOR, VERIFY_COLOR, RateAxis,
                                   cosmetic_pen, set_title, style_plot, swatch_title)
 from gui.views.throughput import Log2Axis, prediction_dtype
-from backend.records import Phase
 
 DECODE_COLOR = PHASE_COLORS[Phase.DECODE]
+CONTEXT_STEP = 32   # tokens: the prediction is priced again when the steps' median context moves by this
 NO_SPEC = ("This run did not speculate: choose a proposer (ngram, or a draft model) in the run form's "
            "Speculative decoding box, or open a run folder that did.")
 
@@ -175,7 +175,9 @@ class SpeculationView(QtWidgets.QWidget):
             return ["the roofline's line appears once a model's shape is known (after a run starts)"]
         dtype, nbytes = prediction_dtype(i.profile, i.run_dtype)
         matmul = math_from_info(i._run_info())
-        context = max(t.context, 1)
+        # in steps of CONTEXT_STEP: a live run's context grows every step, and the line (a few ms to price) barely
+        # moves with it
+        context = max(CONTEXT_STEP * round(t.context / CONTEXT_STEP), 1)
         key = (id(i.shape), nbytes, i.profile, dtype, matmul, context)
         if key != self._predicted_key:
             self._predicted_key = key
