@@ -15,7 +15,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 # the least height each plot widget keeps (title with its legend lines, axes, and a data area of at
 # least MIN_PLOT_AREA): below it its axes, labels and legend could no longer be read
 MIN_HEIGHTS = {"timelinePlot": 200, "requestLanesPlot": 200, "throughputPlot": 360, "precisionPlot": 300,
-               "distributionsPlot": 260, "loadSweepPlot": 300, "depthSweepPlot": 300, "kvMapPlot": 200, "kvHistoryPlot": 190}
+               "distributionsPlot": 260, "loadSweepPlot": 300, "depthSweepPlot": 300, "kvMapPlot": 200, "kvHistoryPlot": 190,
+               "specHistogramPlot": 170, "specPositionPlot": 170, "specStepsPlot": 210}
 MIN_PLOT_AREA = 120   # px of a plot's data area (its ViewBox), the test's measure of "readable"
 
 SHORT_SCREEN = 900   # px of available height below which the side column holds the metrics alone

@@ -40,6 +40,7 @@ from gui.views.load_sweep import LoadSweepView
 from gui.views.metrics import MetricsPanel
 from gui.views.precision import PrecisionView
 from gui.views.requests_table import RequestsTable
+from gui.views.speculation import SpeculationView
 from gui.state.references import ReferenceSet
 from gui.state.run_store import RunStore
 from gui.panels.status import RunStatus
@@ -65,6 +66,9 @@ SWEEP_MESSAGE = "A sweep shows one bar per point (its median step); its plot com
 LIVE_TAB = "Live: steps and lanes"
 PRECISION_TAB, DISTRIBUTIONS_TAB, LOAD_SWEEP_TAB = "Precision", "Latency CDF", "Load sweep"
 KV_TAB = "KV cache"
+SPEC_TAB = "Speculation"
+SPEC_TITLE = ("Speculative decoding: guesses kept per verification, acceptance by guess position, and the step time "
+              "against the tokens verified beside the roofline's prediction")
 KV_TITLE = "The KV cache block by block: who holds each block, what stays cached, its occupancy and hit rate"
 PRECISION_TITLE = "TTFT and TPOT by weight precision"
 DISTRIBUTIONS_TITLE = "Latency distributions: this run and the references"
@@ -207,12 +211,14 @@ class MainWindow(QtWidgets.QMainWindow):
         self.metrics = MetricsPanel(self.store)
         self.distributions = DistributionsView(self.store, self.references)
         self.kv_view = KvMapView(self.store)
+        self.speculation = SpeculationView(self.store, self.throughput)   # priced on the why view's inputs
         self.throughput.set_references(self.references)
         self.precision.set_references(self.references)
         self.metrics.set_references(self.references)
         self.current_plot: pg.PlotWidget = self.timeline
         for plot in (self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep, self.depth_sweep,
-                     self.distributions.plot):
+                     self.distributions.plot, self.speculation.histogram_plot, self.speculation.position_plot,
+                     self.speculation.steps_plot):
             plot.scene().sigMouseClicked.connect(lambda _e, p=plot: setattr(self, "current_plot", p))
         self.lanes.requestClicked.connect(self.select_request)
         self.table.requestSelected.connect(self.select_request)
@@ -244,7 +250,8 @@ class MainWindow(QtWidgets.QMainWindow):
         layout.addLayout(header)
         layout.addWidget(splitter, 1)
         set_minimum_heights(self.timeline, self.lanes, self.throughput, self.precision, self.load_sweep, self.depth_sweep,
-                            self.distributions.plot)
+                            self.distributions.plot, self.speculation.histogram_plot, self.speculation.position_plot,
+                            self.speculation.steps_plot)
         # the central area: one picture at a time, each with all the room (gui/layout.py says why)
         self.view_tabs = ViewTabs()
         self.view_tabs.add_view(self.live_page, LIVE_TAB, "The engine's steps and the requests' lanes, as they run")
@@ -257,6 +264,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.view_tabs.add_view(plot_page(self.load_sweep), LOAD_SWEEP_TAB, LOAD_SWEEP_TITLE)
         self.view_tabs.add_view(plot_page(self.depth_sweep), DEPTH_TAB, DEPTH_TITLE)
         self.view_tabs.add_view(self.kv_view, KV_TAB, KV_TITLE)
+        self.view_tabs.add_view(self.speculation, SPEC_TAB, SPEC_TITLE)
         self.setCentralWidget(self.view_tabs)
         self.calibration_offer = CalibrationOffer()   # placed with the menus (_build_actions)
 
@@ -284,6 +292,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.notes.add_notes(self.load_sweep.parentWidget(), self.load_sweep.note)
         self.notes.add_notes(self.depth_sweep.parentWidget(), self.depth_sweep.note)
         self.notes.add_notes(self.kv_view, self.kv_view.note)
+        self.notes.add_notes(self.speculation, self.speculation.note)
         self.notes_dock = self._dock("About this view", self.notes, "notesDock")
         self.table_dock = self._dock("Requests", self.table, "requestsDock")
         # in a scroll area, so its list and buttons do not set the least height of the tabbed group it joins
@@ -425,8 +434,8 @@ class MainWindow(QtWidgets.QMainWindow):
         and the side column's tab follows it: the generated text beside the live view, the notes beside
         a plot, unless the references are in front."""
         page = self.view_tabs.currentWidget()
-        if page is self.distributions:
-            self.distributions.refresh()
+        if page is self.distributions or page is self.speculation:
+            page.refresh()
         if not (len(self.references) and self.references_dock.isVisible()):   # the references, once in front, stay
             (self.text_dock if page is self.live_page else self.notes_dock).raise_()
 
@@ -499,7 +508,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.server_view.setVisible(self.server_view.has_data())
         for view in (self.timeline, self.worker_strip, self.lanes, self.server_view, self.throughput, self.precision,
                      self.load_sweep, self.depth_sweep, self.text, self.kv_view) + \
-                self.reference_runs.aligned_views() + ((self.metrics, self.distributions) if numbers else ()):
+                self.reference_runs.aligned_views() + \
+                ((self.metrics, self.distributions, self.speculation) if numbers else ()):
             if view.isVisible():
                 view.refresh()
 

@@ -44,7 +44,9 @@ LANE_COLUMNS = ("request_id", "arrival_ms", "scheduled_ms", "first_token_ms", "l
                 "prompt_tokens", "output_tokens", "status", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms",
                 "prefill_ms", "kv_transfer_ms",   # the last two: a disaggregated run's hand-off, once finished
                 "cached_tokens", "computed_tokens")   # its prompt found in the prefix cache, and computed
-BAR_COLUMNS = ("start", "end", "tokens", "phase", "count")
+# "proposed": the guesses a verification step checked (backend/engine/spec/), 0 for any other step; merged bars
+# keep the most, so a stretch of verifications stays marked on the strip
+BAR_COLUMNS = ("start", "end", "tokens", "phase", "count", "proposed")
 # per step, at its end: the share of the KV cache held and the prefix hit rate of the whole run so far (NaN
 # before any prompt token): the strip's and the KV tab's curves, exact however many older steps are dropped
 KV_CURVE_COLUMNS = ("time_ms", "held", "hit")
@@ -59,7 +61,7 @@ class RunStore:
     def __init__(self, steps_kept: int = STEPS_KEPT, tokens_kept: int = TOKENS_KEPT, bars_kept: int = BARS_KEPT):
         self.steps = RecentBuffer(STEP_COLUMNS, limit=steps_kept)
         self.bars = BoundedBuffer(BAR_COLUMNS, {"start": "first", "end": "last", "tokens": "max",
-                                                "phase": _merge_phase, "count": "sum"},
+                                                "phase": _merge_phase, "count": "sum", "proposed": "max"},
                                   recent=bars_kept, history=bars_kept)
         self.tokens = RecentBuffer(TOKEN_COLUMNS, limit=tokens_kept)
         self.lanes = GrowableBuffer(LANE_COLUMNS, capacity=256)
@@ -187,7 +189,8 @@ class RunStore:
         start, duration, phase = col("start_ms"), col("duration_ms"), col("phase")
         self._add_kv_curve(start + duration, col("kv_tokens"), col("kv_capacity"), col("num_reused_tokens"),
                            col("num_prefill_tokens"))
-        self.bars.append(np.column_stack([start, start + duration, col("num_tokens"), phase, np.ones(len(rows))]))
+        self.bars.append(np.column_stack([start, start + duration, col("num_tokens"), phase, np.ones(len(rows)),
+                                          col("num_proposed_tokens")]))
         prefill, decode = phase == PHASE_CODE[Phase.PREFILL], phase == PHASE_CODE[Phase.DECODE]
         self.prefill_ms += float(duration[prefill].sum())
         self.prefill_tokens += float(col("num_prefill_tokens")[prefill].sum())

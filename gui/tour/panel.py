@@ -213,7 +213,8 @@ class TourPanel(QtWidgets.QWidget):
         w = self.window_
         w.runs.launch(config, f"tour step {self.running_step + 1}: {name}")
         # the view these runs feed gets the central area while they run: the sweep's plot for a sweep
-        views = {"live": w.live_page, "throughput": w.throughput_page, "precision": w.precision}
+        views = {"live": w.live_page, "throughput": w.throughput_page, "precision": w.precision,
+                 "speculation": w.speculation}
         w.view_tabs.show_view(views[self.steps[self.running_step].view])
 
     def _on_run_finished(self, result) -> None:

@@ -12,10 +12,11 @@ from functools import partial
 from typing import Callable
 
 from backend.results.example import OUTPUT_LEN as EXAMPLE_OUTPUT, PROMPT_LEN as EXAMPLE_PROMPT, SEED_ROW
-from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind, SamplingConfig, SweepKind, SweepSpec
+from backend.config import (BatchRun, EngineConfig, ModelChoice, RunConfig, RunKind, SamplingConfig, SpecConfig,
+                            SweepKind, SweepSpec)
 from backend.workload.spec import LengthDist, WorkloadSpec
 
-from gui.tour import batch, definitions, measure
+from gui.tour import batch, definitions, measure, speculation
 from gui.tour.finding import Finding, Outcome
 
 MODEL = "smollm2-135m"          # the bundled model
@@ -118,6 +119,21 @@ def _runs_disaggregated():
 
 def _runs_tpot():
     return [("continuous", _load("continuous", _mixed_lengths()))]
+
+
+# input-grounded: the answer copies the prompt, where prompt lookup's guesses hold (docs/speculative.md)
+SPEC_PROMPT = ("Repeat the following text exactly: The committee met on Tuesday to review the budget and agreed "
+               "to meet again next week.")
+
+
+def _spec_run(method: str) -> RunConfig:
+    return RunConfig(mode=RunKind.BATCH, model=_model(), sampling=_greedy(),
+                     batch=BatchRun(prompt=SPEC_PROMPT, chat=True, output_len=24, batch=1),
+                     spec=SpecConfig(method=method, num_tokens=4))
+
+
+def _runs_speculation():
+    return [("plain decode", _spec_run("")), ("ngram K=4", _spec_run("ngram"))]
 
 
 def _runs_example():
@@ -227,4 +243,17 @@ STEPS: list[TourStep] = [
         "lines are the two averages: the blue one weighs every request alike, the orange one every gap. The arrow "
         "marks the request whose mean a pause raised most.",
         _runs_tpot, definitions.tpot_definitions),
+    TourStep(
+        "speculation", "Speculative decoding: several tokens for one step",
+        "A decode step reads every weight to produce one token, and at batch 1 the arithmetic units mostly wait. "
+        "Speculative decoding gives them work: a cheap proposer guesses the next few tokens, and the model checks "
+        "the last token and all the guesses in one step, like a short prefill. Every guess the model agrees with "
+        "is a token that took no step of its own; the first it disagrees with is replaced by its own choice, so "
+        "the text is exactly what plain decoding gives.\n\nThe proposer here needs no second model: it looks for "
+        "the last few tokens earlier in the prompt and guesses what followed them (n-gram, 4 guesses). This step "
+        "asks the model to repeat a sentence, decoded plainly and then with guesses.",
+        "Blue dots are plain decode steps (one token), magenta diamonds verification steps (the last token and 4 "
+        "guesses): how much higher is a diamond than a dot, and how many tokens did each emit? The Speculation "
+        "tab shows the same run beside the roofline's prediction.",
+        _runs_speculation, speculation.speculation),
 ]

@@ -10,6 +10,7 @@ from backend.records import Phase
 pg.setConfigOptions(background="w", foreground="#222", antialias=False)
 
 PHASE_COLORS = {Phase.PREFILL: "#e6772e", Phase.DECODE: "#2f6fd6", Phase.MIXED: "#8e44ad"}
+VERIFY_COLOR = "#d63384"   # a verification step (speculative decoding): a decode step computing 1 + K tokens
 QUEUED_COLOR = "#b5b5b5"
 TICK_COLOR = (255, 255, 255, 190)   # light ticks keep the decode lane readable when they are dense
 HIGHLIGHT_COLOR = (255, 200, 0, 90)

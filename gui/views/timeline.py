@@ -8,8 +8,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from backend.records import Phase
 
-from gui.views.plot_style import (PHASE_COLORS, RateAxis, cosmetic_pen, outline_color, rect_path, style_plot, swatch_title,
-                                  tick_path)
+from gui.views.plot_style import (PHASE_COLORS, VERIFY_COLOR, RateAxis, cosmetic_pen, outline_color, rect_path,
+                                  set_title, style_plot, swatch_title, tick_path)
 from gui.state.run_store import PHASE_CODE, RunStore
 from gui.views.kv_overlay import KvOverlay
 
@@ -109,7 +109,17 @@ def describe_step(step: dict) -> str:
             f"context {int(step['context_tokens'])} tokens (longest {int(step['max_context_tokens'])})\n"
             f"KV cache {int(step['kv_tokens'])} / {int(step['kv_capacity'])} tokens\n"
             f"after it: {int(step['num_running'])} running, {int(step['num_waiting'])} waiting"
-            + _weights_read(step))
+            + _verified(step) + _weights_read(step))
+
+
+def _verified(step: dict) -> str:
+    """A verification step's guesses: how many it checked, how many the model kept, the proposer's time."""
+    proposed = int(step.get("num_proposed_tokens", 0))
+    if not proposed:
+        return ""
+    draft = float(step.get("draft_ms", 0.0))
+    return (f"\nverification: {proposed} guesses checked, {int(step['num_accepted_tokens'])} kept"
+            + (f" (drafted in {draft:.2f} ms before the step)" if draft > 0 else ""))
 
 
 def _weights_read(step: dict) -> str:
@@ -127,7 +137,14 @@ def describe_bar(bar: dict) -> str:
     what = f"{n:,} steps merged" if n > 1 else "1 step"
     return (f"{what} · {bar['phase'].value} (older history is summarized)\n"
             f"from {bar['start']:.1f} ms to {bar['end']:.1f} ms\n"
-            f"up to {int(bar['tokens'])} tokens in a step")
+            f"up to {int(bar['tokens'])} tokens in a step"
+            + (f", verifications of up to {int(bar['proposed'])} guesses" if bar.get("proposed", 0) else ""))
+
+
+def strip_title(verifies: bool) -> str:
+    """The strip's title and its colours' key; the verification colour only for a run that speculated."""
+    keys = [(p.value, c) for p, c in PHASE_COLORS.items()] + ([("verification", VERIFY_COLOR)] if verifies else [])
+    return swatch_title("Engine steps: one bar per forward pass", keys)
 
 
 class TimelineView(pg.PlotWidget):
@@ -146,15 +163,17 @@ class TimelineView(pg.PlotWidget):
         self._page: tuple[float, float] | None = None   # the x range last set to follow the live edge
         self.extent_ms = 0.0        # a reference's length drawn under this strip: a stopped strip fits it too
         plot = self.getPlotItem()
-        style_plot(plot, swatch_title("Engine steps: one bar per forward pass",
-                                      [(p.value, c) for p, c in PHASE_COLORS.items()]),
-                   "time since run start (ms)", "tokens in step (log)")
+        style_plot(plot, strip_title(False), "time since run start (ms)", "tokens in step (log)")
+        self._verifies = False      # the title names the verification colour once a step verified guesses
         plot.setLogMode(y=True)
         plot.ctrl.logYCheck.toggled.connect(self._log_toggled)
         self.bars: dict[Phase, PhaseBars] = {}
         for phase, color in PHASE_COLORS.items():
             self.bars[phase] = PhaseBars(color)
             plot.addItem(self.bars[phase])
+        # speculative decoding's verification steps (decode steps of 1 + K tokens a request) in a colour of their own
+        self.verify_bars = PhaseBars(VERIFY_COLOR)
+        plot.addItem(self.verify_bars)
         vb = plot.getViewBox()
         vb.setAutoVisible(y=True)
         vb.enableAutoRange(axis="y")
@@ -214,12 +233,16 @@ class TimelineView(pg.PlotWidget):
         if self._painted_bars != (self.store.generation, bars.num_appended, log):
             start, end = bars.column("start"), bars.column("end")
             tokens, phase = bars.column("tokens"), bars.column("phase")
+            verifies = bars.column("proposed") > 0
             base = np.log10(BASELINE) if log else BASELINE
-            for p, item in self.bars.items():
-                mask = phase == PHASE_CODE[p]
+            masks = [(item, (phase == PHASE_CODE[p]) & ~verifies) for p, item in self.bars.items()]
+            for item, mask in masks + [(self.verify_bars, verifies)]:
                 height = np.log10(np.maximum(tokens[mask], BASELINE)) if log else tokens[mask]
                 item.set_bars(start[mask], end[mask], height, base)
                 self.getPlotItem().getViewBox().itemBoundsChanged(item)
+            if bool(verifies.any()) != self._verifies:
+                self._verifies = bool(verifies.any())
+                set_title(self.getPlotItem(), strip_title(self._verifies))
             self._painted_bars = (self.store.generation, bars.num_appended, log)
             self._draw()
         self.empty_label.setVisible(len(bars) == 0 and bool(self.empty_label.toPlainText()))
@@ -231,7 +254,7 @@ class TimelineView(pg.PlotWidget):
         """Redraw the bars in view (after new data, a zoom, a pan or a resize)."""
         vb = self.getPlotItem().getViewBox()
         (lo, hi), px = vb.viewRange()[0], vb.viewPixelSize()[0]
-        for item in self.bars.values():
+        for item in (*self.bars.values(), self.verify_bars):
             item.draw(lo, hi, px)
 
     def _follow_edge(self) -> None:

@@ -21,10 +21,15 @@ from gui.tour.steps import STEPS
 
 
 def _simulated(config):
-    """The config run by the simulator: the same scheduler and engine settings, priced, in a moment."""
+    """The config run by the simulator: the same scheduler and engine settings, priced, in a moment. The
+    simulator refuses speculation and text prompts: such a run runs for real on the bundled model, one thread,
+    few tokens."""
     events = []
-    finished = execute(replace(config, simulate=True, profile=config.profile or "cpu", threads=None),
-                       events.append, lambda: False)
+    if config.spec.is_on or config.batch.prompt is not None:
+        config = replace(config, threads=1, batch=replace(config.batch, output_len=12))
+    else:
+        config = replace(config, simulate=True, profile=config.profile or "cpu", threads=None)
+    finished = execute(config, events.append, lambda: False)
     assert not finished.error and not finished.stopped
     return finished, events
 
@@ -48,9 +53,10 @@ def test_every_step_runs_settings_the_engine_accepts_and_measures_them(tour_step
     assert finding.rows and all(len(row) == len(finding.header) for row in finding.rows)
 
 
-def test_the_steps_are_the_nine_claims_in_order():
+def test_the_steps_are_the_ten_claims_in_order():
     assert [s.key for s in STEPS] == ["one-request", "prompt-length", "precision", "batch", "static-continuous",
-                                      "chunked", "disaggregated", "worked-example", "tpot-definitions"]
+                                      "chunked", "disaggregated", "worked-example", "tpot-definitions",
+                                      "speculation"]
     assert all(s.text and s.look and s.title for s in STEPS)
     # only the datacenter GPU is simulated
     assert [[c.simulate for _, c in s.runs()] for s in STEPS if s.key == "worked-example"] == [[True]]
