@@ -11,6 +11,11 @@ DIR`). Each round runs every side once, the order alternating by round, after a 
 each (the build, first-call costs); a child loads the bundled model at each dtype, prefills
 128 tokens and times 16 decode steps of one token (the median step). Figures are medians over
 rounds, ratios medians of the round-by-round ratios, so load that drifts hits both sides.
+With --before, a second table times the layer products alone, one process holding both builds
+(two libraries): a batch-1 product of every layer matrix of SmolLM2-135M's shapes (random
+weights in each format; the K-quants only where a row is whole super-blocks, the down matrices),
+one build then the other, 40 times alternating: finer-grained interleaving than whole processes,
+for a machine whose load moves.
 """
 from __future__ import annotations
 
@@ -57,6 +62,55 @@ def child(dtypes: list[str]) -> int:
     return 0
 
 
+KINDS = {"q8_0": 1, "q4_0": 2, "q4_1": 3, "q5_0": 4, "q5_1": 5, "q4_k": 6, "q5_k": 7, "q6_k": 8}
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # qkv, o, gate_up, down: (out, in)
+LAYERS = 30
+
+
+def products(libraries: dict[str, str], fmts: list[str], repeats: int = 40) -> list[str]:
+    """Table rows: each format's batch-1 products of every layer matrix, each library's median and the speed-up."""
+    import ctypes
+
+    import torch
+    from backend.kernels import ops
+    libs = {name: ctypes.CDLL(path) for name, path in libraries.items()}
+    torch.manual_seed(0)
+    xs = {i: torch.randn(1, i) for i in (576, 1536)}
+    ys = {o: torch.empty(1, o) for o in (960, 576, 3072)}
+    rows = []
+    for fmt in fmts:
+        mats = [(ops.quant_pack(ops.quantize_rows(torch.randn(o, i) * 0.05, fmt), fmt, i), o, i)
+                for _ in range(LAYERS) for o, i in SHAPES if i % (256 if fmt.endswith("_k") else 32) == 0]
+        weights = sum(o * i for _, o, i in mats)
+
+        def step(lib) -> float:
+            start = time.perf_counter()
+            for p, o, i in mats:
+                lib.psk_qlinear(KINDS[fmt], ctypes.c_void_p(p.data_ptr()), ctypes.c_void_p(xs[i].data_ptr()), None,
+                                None, ctypes.c_void_p(ys[o].data_ptr()), ctypes.c_int64(1), ctypes.c_int64(o),
+                                ctypes.c_int64(i))
+            return time.perf_counter() - start
+        times: dict[str, list[float]] = {name: [] for name in libs}
+        for rnd in range(-1, repeats):
+            for name in in_order(rnd, list(libs)):
+                t = step(libs[name])
+                if rnd >= 0:
+                    times[name].append(t)
+        before, after = times["before"], times["after"]
+        rows.append(f"| {fmt} | {len(mats)} | {statistics.median(before) * 1000:.1f} ms | "
+                    f"{statistics.median(after) * 1000:.1f} ms | {weights / statistics.median(after) / 1e9:.1f} | "
+                    f"{ratio_median(before, after):.2f}x |")
+    return rows
+
+
+def library(tree: Path, arch: str) -> str:
+    """The path of `tree`'s kernels built with `arch` (built now if not cached)."""
+    env = {**os.environ, "PHASESCOPE_KERNELS_ARCH": arch, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", "from backend import kernels; print(kernels.build())"], cwd=tree,
+                          env=env, capture_output=True, text=True, timeout=900, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
 def run_side(tree: Path, arch: str, dtypes: list[str]) -> dict[str, list]:
     env = {**os.environ, "PHASESCOPE_KERNELS_ARCH": arch, "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, "-m", "bench.avx2_decode", "--child", ",".join(dtypes)], cwd=tree,
@@ -72,6 +126,7 @@ def main() -> int:
     parser.add_argument("--before", type=Path, help="a copy of the sources before the change, to run beside these")
     parser.add_argument("--dtypes", default="q8_0,q4_0,q4_1")
     parser.add_argument("--arch", default="-march=x86-64-v3", help="PHASESCOPE_KERNELS_ARCH of both sides")
+    parser.add_argument("--formats", default=",".join(KINDS), help="the formats of the products' table")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     add_readme_flag(parser)
     args = parser.parse_args()
@@ -100,6 +155,12 @@ def main() -> int:
     else:
         lines += ["| dtype | decode step |", "|---|---|"]
         lines += [f"| {d} | {statistics.median(r[d][1] for r in runs['after']) * 1000:.1f} ms |" for d in dtypes]
+    if args.before:
+        libraries = {name: library(tree, args.arch) for name, tree in sides}
+        lines += ["", f"The layer products alone (batch 1, SmolLM2-135M's {LAYERS} layers' shapes, random weights), "
+                  "medians of 40 alternating runs in one process", "",
+                  "| format | products | before | after | after, G weights/s | speed-up |", "|---|---|---|---|---|---|"]
+        lines += products(libraries, args.formats.split(","))
     return publish("avx2_decode", lines, args.readme)
 
 
