@@ -25,7 +25,8 @@
    A thread takes a contiguous range of panels (of equal bytes, across segments) and reads them
    front to back (a decode step streams the weights once); up to XB rows of x share each
    widened weight vector. The register helpers are in qvec.h, the prefill path's dequantized
-   panels in qdequant.c.
+   panels in qdequant.c; AVX2 without AVX-512 runs qtile8.h's tile instead (8-lane registers,
+   half a panel at a time: qtile's 16-lane vectors do not fit its 16 registers).
 */
 #include <stdint.h>
 #include <string.h>
