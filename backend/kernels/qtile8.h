@@ -3,7 +3,12 @@
    rows (qvec8.h), one after the other, so that a half's weights, sums and accumulators fit in
    AVX2's 16 ymm registers; the second half reads the chunk from L1. The arithmetic is float32
    on the dequantized weights, as in qtile, so a product's rounding is that of the other paths
-   (tests/models/test_quant.py checks each instruction-set level against the float64 product). */
+   (tests/models/test_quant.py checks each instruction-set level against the float64 product).
+   This takes Q8_0 to the weight-read floor; the 4- and 5-bit formats stay compute-bound (about
+   4 weights a cycle a core). llama.cpp's integer dot products (x quantized to int8 per block,
+   vpmaddubsw / vpdpbusd) would do more a cycle, but change the rounding beyond that test's
+   bound, and qlinear.c's head records that int8 activations flip the bundled model's answer:
+   not built, a choice to make (e.g. an opt-in arithmetic, as the bfloat16 units are). */
 #pragma once
 
 #include "qvec8.h"
