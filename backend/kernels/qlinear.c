@@ -25,7 +25,8 @@
    A thread takes a contiguous range of panels (of equal bytes, across segments) and reads them
    front to back (a decode step streams the weights once); up to XB rows of x share each
    widened weight vector. The register helpers are in qvec.h, the prefill path's dequantized
-   panels in qdequant.c.
+   panels in qdequant.c; AVX2 without AVX-512 runs qtile8.h's tile instead (8-lane registers,
+   half a panel at a time: qtile's 16-lane vectors do not fit its 16 registers).
 */
 #include <stdint.h>
 #include <string.h>
@@ -192,7 +193,12 @@ qtile(const int kind, const uint8_t *panel, const float *xb, const float *xs, co
 typedef void tile_fn(const uint8_t *, const float *, const float *, const float *, const float *, float *,
                      int64_t, int64_t, int64_t, int64_t, int);
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#include "qtile8.h"   /* AVX2: the tile in 8-lane registers, half a panel at a time */
+#define TILE(KIND, NB) qtile8(KIND, panel, xb, xs, bias, rb, yb, out, in, o, width, NB)
+#else
 #define TILE(KIND, NB) qtile(KIND, panel, xb, xs, bias, rb, yb, out, in, o, width, NB)
+#endif
 #define DEFINE_TILES(NAME, KIND)                                                                            \
     static void tile_##NAME(const uint8_t *panel, const float *xb, const float *xs, const float *bias,    \
                             const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, \

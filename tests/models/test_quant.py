@@ -275,19 +275,21 @@ def test_each_instruction_set_level_builds_and_computes_the_float_reference(tmp_
               f"print(kernels.isa()[0])\n"
               f"w = torch.from_numpy(np.load(r'{tmp_path}/w.npy')); x = torch.from_numpy(np.load(r'{tmp_path}/x.npy'))\n"
               f"for fmt in {FORMATS!r}:\n"
-              f"    y = ops.qlinear(x, ops.quant_pack(ops.quantize_rows(w, fmt), fmt, 256), fmt, 48)\n"
-              f"    np.save(r'{tmp_path}/' + fmt + '.npy', y.numpy())\n"
+              f"    p = ops.quant_pack(ops.quantize_rows(w, fmt), fmt, 256)\n"
+              f"    for n in (1, 2, 5):\n"   # 1 and 2 rows: the decode tiles; 5: the dequantized panels
+              f"        np.save(r'{tmp_path}/' + fmt + str(n) + '.npy', ops.qlinear(x[:n], p, fmt, 48).numpy())\n"
               f"np.save(r'{tmp_path}/float32.npy', linear(x, Panels.pack(w, 32)).numpy())\n")
     env = {**os.environ, "PHASESCOPE_KERNELS_ARCH": arch, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     if path is not None:
         assert done.stdout.split("\n")[0] == path
-    for fmt in (*FORMATS, "float32"):
+    for fmt, n in [*((f, n) for f in FORMATS for n in (1, 2, 5)), ("float32", "")]:
         deq = w if fmt == "float32" else ops.dequantize_rows(ops.quantize_rows(w, fmt), fmt, 256)
-        built = torch.from_numpy(np.load(tmp_path / f"{fmt}.npy"))
-        reference = x.double() @ deq.double().T
-        assert ((built.double() - reference).abs() <= rounding_bound(x, deq)).all(), fmt
+        built = torch.from_numpy(np.load(tmp_path / f"{fmt}{n}.npy"))
+        rows = x[:n or None]
+        reference = rows.double() @ deq.double().T
+        assert ((built.double() - reference).abs() <= rounding_bound(rows, deq)).all(), (fmt, n)
 
 
 @needs_kernels
