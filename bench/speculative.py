@@ -34,7 +34,6 @@ from backend.engine.scheduler import Scheduler, SchedulerConfig  # noqa: E402
 from backend.engine.spec.draft import DraftProposer  # noqa: E402
 from backend.engine.spec.ngram import NgramProposer  # noqa: E402
 from backend.engine.spec.speculator import Speculator  # noqa: E402
-from backend.loaders.catalog import bundled_gguf  # noqa: E402
 from backend.loaders.weights import BUNDLED, load_model  # noqa: E402
 from backend.models import make_step_batch  # noqa: E402
 from backend.records import Phase  # noqa: E402
@@ -127,18 +126,24 @@ def speedup(runner: Runner, prompts: list[list[int]], make, repeats: int) -> tup
 # ---- 3. transformers' prompt lookup ---------------------------------------------------------------------
 
 def hf_acceptance(prompts: list[list[int]]) -> list[float] | None:
-    """Tokens per forward pass of transformers' greedy generate with prompt_lookup_num_tokens=K, per prompt
-    (None without transformers or the bundled GGUF)."""
+    """Tokens per verifying forward pass of transformers' greedy generate with prompt_lookup_num_tokens=K,
+    per prompt, on the bundled model's weights (None without transformers)."""
     try:
         import transformers
     except ImportError:
         return None
-    path = bundled_gguf()
-    if path is None:
-        return None
+    loaded = load_model(BUNDLED, "cpu", "float32")   # unpacked: its tensors are transformers' after the renames
+    s = loaded.shape
     transformers.logging.set_verbosity_error()
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                              dtype=torch.float32).eval()
+    config = transformers.LlamaConfig(
+        vocab_size=s.vocab_size, hidden_size=s.hidden_size, intermediate_size=s.intermediate_size,
+        num_hidden_layers=s.num_layers, num_attention_heads=s.num_heads, num_key_value_heads=s.num_kv_heads,
+        head_dim=s.head_dim, rms_norm_eps=s.norm_eps, rope_theta=s.rope_theta, max_position_embeddings=s.max_position,
+        tie_word_embeddings=s.tie_embeddings)
+    # from our loaded weights rather than from_pretrained(gguf_file=...), which needs the accelerate package
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.load_state_dict({k: v.clone() for k, v in loaded.model.hf_destinations().items()}, strict=False)
+    model.tie_weights()
     calls = [0]
     model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     out = []
@@ -160,9 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip-costs", action="store_true", help="leave out part 1 (the step costs)")
+    parser.add_argument("--hf-only", action="store_true", help="part 3 alone (transformers' acceptance)")
     add_readme_flag(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.hf_only:
+        loaded = load_model(BUNDLED, "cpu", "float32")
+        print(hf_acceptance([chat_prompt(loaded, GROUNDED), chat_prompt(loaded, OPEN_CHAT)]))
+        return 0
     lines = [measured_line(f"{args.threads} thread(s)") + " The machine was shared with other jobs: ratios are "
              "of sides interleaved round by round (medians of the rounds' ratios), absolute rates are loaded.", ""]
 
@@ -174,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"step costs at {dtype}")
             rows, segment = step_costs(dtype, args.repeats)
             lines.append(f"| {dtype} | {rows:.2f}x | {segment:.2f}x |")
+            log(lines[-1])
         lines.append("")
 
     loaded = load_model(BUNDLED, "cpu", "float32")
@@ -211,12 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         repeats = args.repeats if batch == 1 else max(1, args.repeats - 1)
         off, on, length, ratio = speedup(runner(batch), prompts, make, repeats)
         lines.append(f"| {batch} | {task} | {name} | {off:.1f} | {on:.1f} | {ratio:.2f}x | {length:.2f} |")
+        log(lines[-1])
     lines.append("")
 
     log("transformers' prompt lookup")
     theirs = hf_acceptance([grounded, chat])
     if theirs is None:
-        lines.append("transformers (or the bundled GGUF) is not installed here: no prompt-lookup comparison.")
+        lines.append("transformers is not installed here: no prompt-lookup comparison.")
     else:
         lines.append(f"transformers' `generate(prompt_lookup_num_tokens={K})`, same prompts, greedy: "
                      f"{theirs[0]:.2f} tokens per verifying forward pass on the paragraph, {theirs[1]:.2f} on open "
