@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         lines.append(f"transformers' `generate(prompt_lookup_num_tokens={K})`, same prompts, greedy: "
                      f"{theirs[0]:.2f} tokens per verifying forward pass on the paragraph, {theirs[1]:.2f} on open "
-                     "chat (its n-gram match is 2 tokens at most and it guesses at every step, no backoff).")
+                     "chat (its n-gram match is 2 tokens at most, and it guesses at every match: no backoff).")
     return publish("speculative", lines, args.readme)
 
 
