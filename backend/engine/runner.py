@@ -12,11 +12,17 @@ from backend.engine.memory_fit import aligned
 from backend.engine.spec.acceptance import accept_greedy, accept_sampled, target_probs
 from backend.engine.warmup import WarmupStep, warmup_steps
 from backend.errors import DoesNotFit, is_out_of_memory, one_line
-from backend.kernels import matmath
+from backend.kernels import matmath, ops
 from backend.loaders.device import device_scope, synchronize
 from backend.models import make_step_batch
 from backend.models.base import KVCache
 from backend.models.packed import pack_weights, step_weight_bytes
+
+
+# A verification of at most this many tokens (its last token and the guesses) runs as decode rows: each
+# row reads its request's keys itself, so a long one would read them once per guess (a prefill
+# segment's attention reads them once per block of queries).
+SHORT_VERIFICATION = 16
 
 
 def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -77,6 +83,9 @@ class Runner:
         self.static = None
         self.paged = paged
         self._rows: dict[int, list[int]] = {}   # paged: each table row's blocks as last set
+        # verifications run as decode rows where the C decode kernel serves them (not the static path's
+        # fixed-size batch, whose rows are one per slot)
+        self._verify_as_decode = ops.usable(self.device, loaded.dtype) and not self.use_cuda_graphs
         rows = num_slots + 1 if self.use_cuda_graphs else num_slots   # the graphs' padding rows write a scratch row
         if self.use_cuda_graphs:
             max_len = aligned(max_len)
@@ -119,9 +128,10 @@ class Runner:
     def run(self, out) -> dict[int, int]:
         """One forward pass over every token in the scheduler's output; samples where a sequence ends.
 
-        A decode with guesses (spec_ids) runs as a prefill segment of its last token and the guesses, with
-        logits at each position; out.accepted gets how many guesses it keeps, the returned token is the
-        one after them (acceptance.py)."""
+        A decode with guesses (spec_ids) runs its last token and the guesses with logits at each position:
+        on the C kernels as that many decode rows of its table row (a decode step's price), elsewhere as a
+        prefill segment; out.accepted gets how many guesses it keeps, the returned token is the one after
+        them (acceptance.py)."""
         if self.paged is not None:
             self.sync_rows(out)
         prefill, samplers = [], []
@@ -134,10 +144,20 @@ class Runner:
             samplers.append(req.request_id if start + chunk.num_tokens == len(ids) else None)
         verifying = [req for req in out.decode if req.spec_ids] if out.num_draft_tokens else []
         plain = [req for req in out.decode if not req.spec_ids] if verifying else out.decode
-        every_row = range(len(prefill), len(prefill) + len(verifying))
-        prefill += [(req.slot, req.num_computed, [req.all_ids[req.num_computed]] + req.spec_ids) for req in verifying]
         decode = [(req.slot, req.num_computed, req.output_ids[-1] if req.output_ids else req.prompt_ids[-1])
                   for req in plain]
+        every_row = ()
+        if verifying and self._verify_as_decode and all(len(req.spec_ids) < SHORT_VERIFICATION for req in verifying):
+            # K+1 decode rows of one table row, each at its own position: the fused decode kernel writes
+            # every row's key first, so each row sees the ones before it (causal within the segment), and
+            # the step pays a decode step's price, not the layer-by-layer prefill path's. The logits'
+            # rows come out in the same order as the segments' would (verifications, then plain decodes).
+            decode = [(req.slot, req.num_computed + i, token) for req in verifying
+                      for i, token in enumerate([req.all_ids[req.num_computed]] + req.spec_ids)] + decode
+        else:
+            every_row = range(len(prefill), len(prefill) + len(verifying))
+            prefill += [(req.slot, req.num_computed, [req.all_ids[req.num_computed]] + req.spec_ids)
+                        for req in verifying]
         # the logits' rows: one per chunk, 1 + guesses per verification, one per plain decode
         rows = [i for i, rid in enumerate(samplers) if rid is not None]
         spans, row = [], len(samplers)

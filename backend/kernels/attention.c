@@ -5,7 +5,8 @@
    request in table row r, in position order: position p of that request is at offset p % BS of
    block table[r][p / BS], in every head's pool. For decode token d (in table row s at position p)
    and kv head h: write its new key (rotated here when the caller passes the rotary tables) and
-   value into its block, then attend each query head that shares kv head h to keys 0..p of that
+   value into its block (every token's first, so several tokens of one row see each other causally),
+   then attend each query head that shares kv head h to keys 0..p of that
    row, read block by block in place (each block's BS keys of a head are one contiguous run; no
    gathering copy): softmax(q . K * scale) . V, scale 1 / sqrt(hd) unless the model says otherwise
    (Gemma's query_pre_attn_scalar). With a soft cap c > 0 (Gemma 2) each score s becomes
@@ -157,17 +158,29 @@ static void attend_head_any(const float *q, const paged_head *ph, int64_t first,
     for (int64_t c = 0; c < hd; c++) out[c] = acc[c] / total;
 }
 
-static void attend_one(const attention_job *j, int64_t t, int64_t h) {
-    const int64_t hd = j->hd, group = j->heads / j->kv_heads, slot = j->slots[t], pos = j->positions[t];
-    const int64_t bs = (int64_t)1 << j->block_shift, head = h * j->num_blocks * bs * hd;   /* the head's pool */
-    const paged_head ph = {j->cache_k + head, j->cache_v + head, j->table + slot * j->max_blocks, bs * hd,
-                           j->block_shift};
+/* Token t's place in kv head h's pool. */
+static paged_head head_of(const attention_job *j, int64_t t, int64_t h) {
+    const int64_t bs = (int64_t)1 << j->block_shift, head = h * j->num_blocks * bs * j->hd;   /* the head's pool */
+    return (paged_head){j->cache_k + head, j->cache_v + head, j->table + j->slots[t] * j->max_blocks, bs * j->hd,
+                        j->block_shift};
+}
+
+/* Token t's key (rotated) and value for kv head h into its block. Every token's are written before
+   any token attends: several tokens of one row (a speculative verification's K+1 positions) then
+   each see the ones before them, which is causal attention within the segment. */
+static void write_one(const attention_job *j, int64_t t, int64_t h) {
+    const int64_t hd = j->hd, pos = j->positions[t];
+    const paged_head ph = head_of(j, t, h);
     float *key = (float *)key_at(&ph, ph.keys, pos, hd), *value = (float *)key_at(&ph, ph.values, pos, hd);
     const float *k = j->k + t * j->k_stride + h * hd;
     if (j->cos) rotate(k, j->cos + t * hd, j->sin + t * hd, key, hd);
     else memcpy(key, k, hd * sizeof(float));
     memcpy(value, j->v + t * j->v_stride + h * hd, hd * sizeof(float));
+}
 
+static void attend_one(const attention_job *j, int64_t t, int64_t h) {
+    const int64_t hd = j->hd, group = j->heads / j->kv_heads, pos = j->positions[t];
+    const paged_head ph = head_of(j, t, h);
     const int64_t first = j->window > 0 && pos >= j->window ? pos - j->window + 1 : 0, n_keys = pos + 1 - first;
     for (int64_t g = 0; g < group; g++) {
         const int64_t qh = h * group + g;
@@ -211,6 +224,8 @@ int psk_decode_attention_scaled(const float *q, int64_t q_stride, const float *k
     attention_job job = {q, k, v, q_stride, k_stride, v_stride, cache_k, cache_v, table, num_blocks, max_blocks,
                          block_shift,
                          slots, positions, cos, sin, out, d, heads, kv_heads, hd, window, scale, softcap};
+    for (int64_t t = 0; t < d; t++)   /* a few hundred floats a token: cheap next to the reads below */
+        for (int64_t h = 0; h < kv_heads; h++) write_one(&job, t, h);
     pool_run(attention_part, &job);
     return 0;
 }

@@ -4,6 +4,7 @@ guesses were verified and kept (else the equality would prove nothing)."""
 import pytest
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig, SpecConfig
+from backend.engine.spec.speculator import Speculator
 from backend.errors import InputError
 from backend.loaders.cache import ModelCache
 from backend.records import RequestStatus
@@ -118,10 +119,13 @@ def test_bad_speculation_settings_are_one_line(models):
         execute(simulated, lambda e: None, lambda: False, models=models)
 
 
-def test_sampling_with_speculation_runs_seeded_and_reproducible(models):
+def test_sampling_with_speculation_runs_seeded_and_reproducible(models, monkeypatch):
     """Temperature 0.7, top-p 0.95, n-gram guesses on the copying task: every request finishes, the rejection
     rule keeps some guesses and rejects others, and the same seed gives the same tokens (the distribution
-    itself is tests/engine/test_spec_acceptance.py's)."""
+    itself is tests/engine/test_spec_acceptance.py's). The backoff's cost ratio is held fixed: measured, it
+    decides from step times which steps guess, and a sampled token depends on whether its step guessed
+    (with verification near a decode step's price, a request's mean sits near the ratio and flips)."""
+    monkeypatch.setattr(Speculator, "cost_ratio", property(lambda self: 1.5))
     config = batch_config(SpecConfig("ngram", num_tokens=4), "paged")
     config.sampling = SamplingConfig(temperature=0.7, top_p=0.95, seed=3)
     first, finished = tokens_of(config, models)

@@ -7,9 +7,10 @@ running request gets none.
 Guessing pays when a verification emits more tokens than it costs decode steps. Both sides are measured
 as the run goes: each request's tokens per verification (a running mean that halves the weight of the
 past each time), and the engine's verification step time over its plain decode step time (running means
-of the decode-only steps; on this CPU a 5-token verification costs 1.6x a decode step at float32 and 3x at
-q4_1, on a GPU near 1x). A request whose mean falls below that ratio sits out 2, 4, 8, ... steps (at most
-MAX_PAUSE) before it guesses again to probe; one that pays guesses every step. Open chat, where the
+of the decode-only steps; on this CPU, where a verification runs as decode rows, a 5-token one costs about
+1.2x a decode step at float32 and 2.2x at q4_1, whose in-register dequantizing is arithmetic that grows
+with the rows; on a GPU near 1x). A request whose mean falls below that ratio sits out 2, 4, 8, ... steps
+(at most MAX_PAUSE) before it guesses again to probe; one that pays guesses every step. Open chat, where the
 guesses rarely hold, so falls back to plain decodes instead of paying for guesses that miss.
 """
 from __future__ import annotations
