@@ -114,6 +114,7 @@ def main() -> int:
     steps = {"prefill 512": lambda rnd: "prefill",
              **{f"decode batch {b}": (lambda rnd, b=b: f"decode {b} {CACHED + rnd % 64}") for b in BATCHES}}
     results: dict[str, list[list[float]]] = {}
+    load = [os.getloadavg()[0]]   # the machine's other work, said beside the table (its ratios hold, its times not)
     try:   # one step of each side in turn, the order alternating, so the sides' samples are neighbours in time
         for name, step in steps.items():
             kept = results[name] = [[] for _ in sides]
@@ -125,10 +126,13 @@ def main() -> int:
     finally:
         for side in sides:
             side.close()
+    load.append(os.getloadavg()[0])
     lines = [measured_line(f"{sides[0].threads} torch threads"), "",
              f"SmolLM2-135M fp32 on the C kernels, one process per side, {args.rounds} rounds of one step per side "
              f"(the order alternating) after 2 warm-up rounds; decode steps with {CACHED}+ tokens cached; blocks of "
-             f"16 tokens; ratios are medians of the rounds' ratios", "",
+             f"16 tokens; ratios are medians of the rounds' ratios; the machine was shared with other work (load "
+             f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores): the times "
+             f"are inflated by it, the interleaved ratios much less", "",
              "| step | " + " | ".join(s.label for s in sides) + " | " +
              " | ".join(f"{s.label} / {sides[0].label}" for s in sides[1:]) + " |",
              "|---" * (2 * len(sides)) + "|"]
