@@ -116,8 +116,15 @@ def publish(name: str, lines: Sequence[str] | str, readme: bool) -> int:
 
 def in_order(rnd: int, sides: Sequence[T]) -> Sequence[T]:
     """The sides in round `rnd`'s order: as given in warm-up rounds (numbered below 0) and in even rounds,
-    reversed in odd ones (A B, B A, ...), so that load drifting on a shared machine falls on both alike."""
-    return sides[::-1] if rnd >= 0 and rnd % 2 else sides
+    reversed in odd ones (A B, B A, ...), so that load drifting on a shared machine falls on both alike.
+    Three or more sides also rotate every two rounds (A B C, C B A, B C A, A C B, ...): reversing alone
+    would keep the middle one always between the others, after another process's step every time."""
+    if rnd < 0:
+        return sides
+    if len(sides) > 2:
+        shift = (rnd // 2) % len(sides)
+        sides = list(sides[shift:]) + list(sides[:shift])
+    return sides[::-1] if rnd % 2 else sides
 
 
 def alternating(repeats: int, sides: Sequence[T], warmup: int = 1) -> Iterator[tuple[int, Sequence[T]]]:

@@ -4,7 +4,7 @@
 
 The bundled SmolLM2-135M in float32 on the C kernels, one process per side: a 512-token prefill
 and decode steps at batch 1 and 32 with CACHED tokens cached, one step of each side in turn
-(the order alternating round by round), so that the load of a shared machine, which drifts
+(the order alternating round by round, and rotating: bench.common.in_order), so that the load of a shared machine, which drifts
 within seconds, falls on the sides alike:
 
   * slots: the code at --baseline (a checkout from before the paged cache, e.g. a worktree of

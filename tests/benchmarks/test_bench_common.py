@@ -37,6 +37,14 @@ def test_rounds_alternate_after_a_warmup_in_the_given_order():
     assert [r for r, _ in common.alternating(2, "AB", warmup=0)] == [0, 1]
 
 
+def test_three_sides_take_every_position_in_turn():
+    """Reversing alone would leave B in the middle of A B C every round."""
+    orders = ["".join(order) for _, order in common.alternating(6, "ABC", warmup=0)]
+    assert orders == ["ABC", "CBA", "BCA", "ACB", "CAB", "BAC"]
+    for side in "ABC":
+        assert sorted(o.index(side) for o in orders) == [0, 0, 1, 1, 2, 2]
+
+
 def test_interleaved_keeps_each_sides_results_apart_and_drops_the_warmup():
     calls = []
 
