@@ -115,10 +115,19 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
             num_blocks = make_scheduler().config.num_blocks
             recorder.accumulator.prefix_ideal = ceiling_figures(source, kv.block_size, num_blocks,
                                                                 min(max_len, kv_capacity))
+        speculator = None
+        if config.spec.is_on:
+            if deployment.dp > 1:
+                raise InputError("--spec on the simulator: one replica only for now (the replicas' router "
+                                 "does not speculate); drop --dp")
+            from backend.sim.spec import build_sim_speculator
+            runner = make_runner()
+            speculator = build_sim_speculator(config, runner, shape, profile, model, layout, math)
         if deployment.dp > 1:
             engine = ReplicaSet(deployment.dp, make_scheduler, make_runner, deployment.router, recorder.run_id)
         else:
-            engine = Engine(make_scheduler(), make_runner(), recorder.run_id, clock=clock.now, sleep=clock.advance)
+            engine = Engine(make_scheduler(), runner if speculator is not None else make_runner(), recorder.run_id,
+                            clock=clock.now, sleep=clock.advance, speculator=speculator)
         emit(Progress("simulating", None))
         wall_start = time.perf_counter()
 

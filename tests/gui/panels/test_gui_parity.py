@@ -219,6 +219,12 @@ for command in ("load", "sweep rate", "sweep concurrency", "sweep pd-ratio"):
                                             lambda c, key=key: getattr(c.workload, key).describe())
 # deliberately not in the window, each with why
 NOT_REACHED = {
+    "--spec-acceptance": "the simulator's pricing of guesses, for scripted what-ifs; the window's simulated runs "
+                         "keep guesses at the default rate (docs/simulate.md)",
+    "--spec-draft-cost": "the simulator's pricing of a draft pass, for scripted what-ifs; the window prices a draft "
+                         "model by the cost model and n-gram lookups at zero",
+    "--spec-from": "takes a measured run folder's acceptance for the simulator; in the window a run folder is opened "
+                   "to be viewed, not to price another run",
     "--out": "the File menu's Export CSV… writes the run on screen as --out would (and compare's PNGs: "
              "File › Save plot as PNG…)",
     "(window) --install-desktop-entry": "it installs the applications-menu entry for a pipx install and exits: "
