@@ -95,7 +95,15 @@ class SimProposer:
         return [[SIM_TOKEN] * k for k in ks]
 
 
-def build_sim_speculator(config, runner, shape, profile, cost_model, layout, math_rule):
+def describe(spec: SpecConfig, sim: SimSpec) -> str:
+    """'speculation ngram K=4: guesses kept at alpha 0.70, a draft pass 0 of a decode step' (run.json's source)."""
+    cost = ("a draft pass priced on the draft model's shape" if sim.draft_cost is None
+            else f"a draft pass {sim.draft_cost:.3g} of a decode step")
+    origin = f" (measured in {spec.spec_from})" if spec.spec_from else ""
+    return f"speculation {spec.describe()}: guesses kept at alpha {sim.alpha:.2f}, {cost}{origin}"
+
+
+def build_sim_speculator(config, sim: SimSpec, runner, shape, profile, cost_model, layout, math_rule):
     """The engine's Speculator over a SimProposer, and the runner told how guesses are kept."""
     from backend.engine.spec.speculator import Speculator
     from backend.sim.model import resolve_model, resolve_precision
@@ -105,7 +113,6 @@ def build_sim_speculator(config, runner, shape, profile, cost_model, layout, mat
     if spec.num_tokens >= shape.max_position:
         raise InputError(f"--spec-tokens {spec.num_tokens}: beyond {config.model.name}'s context of "
                          f"{shape.max_position} tokens")
-    sim = sim_spec_of(spec, config.sampling.seed)
     draft_pricer = None
     if sim.draft_cost is None:   # a draft model: its own shape, priced as the target is
         draft_shape = resolve_model(spec.draft_model)
