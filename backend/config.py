@@ -137,15 +137,21 @@ class SpecConfig:
     num_tokens: int = 4          # K: guesses per verification step (a step verifies K+1 positions)
     ngram_min: int = 1           # ngram: the shortest suffix looked up
     ngram_max: int = 4           # ngram: the longest suffix looked up (tried first)
+    # the simulator's pricing (backend/sim/spec.py): None = the default or what spec_from measured
+    acceptance: float | None = None  # per-guess acceptance rate alpha (guesses kept independently)
+    draft_cost: float | None = None  # a draft pass's time as a fraction of the target's decode step
+    spec_from: str = ""              # a run folder whose measured spec_alpha and draft time are used
 
     @property
     def is_on(self) -> bool:
         return bool(self.method)
 
     @classmethod
-    def parse(cls, text: str | None, num_tokens: int = 4, ngram_min: int = 1, ngram_max: int = 4) -> SpecConfig:
+    def parse(cls, text: str | None, num_tokens: int = 4, ngram_min: int = 1, ngram_max: int = 4,
+              acceptance: float | None = None, draft_cost: float | None = None, spec_from: str = "") -> SpecConfig:
         """--spec ngram | draft:MODEL[@DTYPE] (None or "off": no speculation); one line for a bad value."""
-        spec = cls(num_tokens=num_tokens, ngram_min=ngram_min, ngram_max=ngram_max)
+        spec = cls(num_tokens=num_tokens, ngram_min=ngram_min, ngram_max=ngram_max, acceptance=acceptance,
+                   draft_cost=draft_cost, spec_from=spec_from)
         if text is None or text in ("", "off"):
             return spec
         if text == "ngram":
@@ -170,6 +176,11 @@ class SpecConfig:
                              "need 1 <= min <= max")
         if self.method == "draft" and not self.draft_model:
             raise InputError("--spec draft:MODEL needs a model name")
+        if self.acceptance is not None and not 0.0 <= self.acceptance < 1.0:
+            raise InputError(f"--spec-acceptance must be in [0, 1), got {self.acceptance!r}")
+        if self.draft_cost is not None and not 0.0 <= self.draft_cost <= 100.0:
+            raise InputError(f"--spec-draft-cost must be in [0, 100] (a fraction of a decode step), "
+                             f"got {self.draft_cost!r}")
 
     def describe(self) -> str:
         """e.g. 'ngram K=4' or 'draft smollm2-135m@q4_0 K=4'."""

@@ -210,11 +210,15 @@ def check_spec_target(config: RunConfig) -> None:
     if kind in STEP_SWEEPS:
         raise InputError(f"--spec: `{kind.command}` times fixed steps, which do not speculate; use `run` or `load`")
     if kind == RunKind.SWEEP_PD_RATIO:
-        raise InputError("--spec runs on the local engine only: the simulator does not price speculation yet")
+        raise InputError("--spec: the simulated disaggregated sweep does not price speculation yet")
     target = target_kind(replace(config, mode=RunKind.LOAD if kind.needs_workload else RunKind.BATCH))
-    if target is not TargetKind.LOCAL:
+    if target not in (TargetKind.LOCAL, TargetKind.SIMULATED):
         why = {TargetKind.REMOTE: "a server speculates by its own settings (its counters are read from /metrics)",
-               TargetKind.SIMULATED: "the simulator does not price speculation yet",
                TargetKind.DISAGGREGATED: "the disaggregated workers do not speculate yet",
-               TargetKind.SIMULATED_DISAGGREGATED: "the simulator does not price speculation yet"}[target]
-        raise InputError(f"--spec runs on the local engine only: {why}")
+               TargetKind.SIMULATED_DISAGGREGATED: "the simulated disaggregated run does not price speculation yet"
+               }[target]
+        raise InputError(f"--spec runs on the local engine and the simulator only: {why}")
+    spec = config.spec
+    if target is TargetKind.LOCAL and (spec.acceptance is not None or spec.draft_cost is not None or spec.spec_from):
+        raise InputError("--spec-acceptance, --spec-draft-cost and --spec-from price the simulator's guesses "
+                         "(--simulate); the local engine measures its own")

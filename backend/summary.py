@@ -213,6 +213,15 @@ class Summary:
     server_prefix_queries: float | None = None        # prompt tokens its prefix cache was asked for over the run
     server_prefix_hits: float | None = None           # and found there (each counter at the end less at the start)
     server_prefix_hit_rate: float | None = None       # hits / queries
+    # the server's speculative decoding over the run (backend.targets.remote.spec_counters): vLLM's counters
+    server_spec_drafts: float | None = None           # verifications
+    server_spec_draft_tokens: float | None = None     # guesses verified
+    server_spec_accepted_tokens: float | None = None  # of them kept
+    server_spec_acceptance_rate: float | None = None  # kept / verified
+    server_spec_mean_acceptance_length: float | None = None  # 1 + kept / verifications
+    server_spec_acceptance_by_position: str | None = None    # "0.87,0.77,...": kept at position j / verifications
+    server_spec_accept_length_max: float | None = None       # SGLang's accept-length gauge over the readings
+    server_spec_accept_length_mean: float | None = None
     # ... and the client's view of it (backend.targets.remote.prefix_cache): the answers' cached prompt tokens
     client_cached_requests: int | None = None         # finished requests whose answer said how many were cached
     client_cached_prompt_tokens: int | None = None    # their cached prompt tokens

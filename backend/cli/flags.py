@@ -70,13 +70,24 @@ def spec_flags(p: argparse.ArgumentParser) -> None:
                    help="ngram: the shortest suffix looked up")
     g.add_argument("--spec-ngram-max", type=int, default=SpecConfig().ngram_max,
                    help="ngram: the longest suffix looked up (tried first)")
+    g.add_argument("--spec-acceptance", type=float, default=None,
+                   help="--simulate: the per-guess acceptance rate alpha the simulated guesses are kept with "
+                        "(default 0.7, or --spec-from's)")
+    g.add_argument("--spec-draft-cost", type=float, default=None,
+                   help="--simulate: a draft pass's time as a fraction of the target's decode step (default: 0 "
+                        "for ngram, a draft model priced by the cost model, or --spec-from's)")
+    g.add_argument("--spec-from", default="",
+                   help="--simulate: a run folder that speculated; its measured spec_alpha and draft time")
 
 
 def spec_of(args) -> SpecConfig:
     """The SpecConfig the flags describe (off where a sub-command has none of them)."""
     return SpecConfig.parse(getattr(args, "spec", None), getattr(args, "spec_tokens", SpecConfig().num_tokens),
                             getattr(args, "spec_ngram_min", SpecConfig().ngram_min),
-                            getattr(args, "spec_ngram_max", SpecConfig().ngram_max))
+                            getattr(args, "spec_ngram_max", SpecConfig().ngram_max),
+                            acceptance=getattr(args, "spec_acceptance", None),
+                            draft_cost=getattr(args, "spec_draft_cost", None),
+                            spec_from=getattr(args, "spec_from", "") or "")
 
 
 def threads_flag(p: argparse.ArgumentParser) -> None:

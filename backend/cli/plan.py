@@ -45,6 +45,16 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--policies", default=",".join(POLICIES), help=f"default {','.join(POLICIES)}")
     p.add_argument("--max-batches", default="32,64,128,256", help="max_batch limits tried (default 32,64,128,256)")
     engine_flag(p)
+    g = p.add_argument_group("speculative decoding, searched as K (docs/plan.md)")
+    g.add_argument("--spec", help="ngram | draft:MODEL: the proposer of the candidates that speculate (default: off)")
+    g.add_argument("--spec-tokens", default="4",
+                   help="K values searched, comma-separated; 0 is off (e.g. 0,2,4,8; default 4)")
+    g.add_argument("--spec-acceptance", type=float, default=None,
+                   help="per-guess acceptance rate alpha the simulator keeps guesses with (default 0.7)")
+    g.add_argument("--spec-draft-cost", type=float, default=None,
+                   help="a draft pass as a fraction of a target decode step (default: 0 for ngram; a draft model "
+                        "priced by the cost model)")
+    g.add_argument("--spec-from", default="", help="a run folder that speculated: its measured alpha and draft time")
     p.add_argument("--budget", type=positive_int, default=DEFAULT_BUDGET,
                    help=f"candidates simulated, the most promising by a roofline estimate (default {DEFAULT_BUDGET})")
     p.add_argument("--workers", type=positive_int, help="simulating processes (default: the cores)")

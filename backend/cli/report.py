@@ -147,6 +147,9 @@ def print_run(config, finished: RunFinished, out=None, definitions: bool = False
         from backend.targets.remote.prefix_cache import prefix_line
         if (line := prefix_line(s, (remote.server_metrics or {}).get("engine"))) is not None:
             print(line, file=out)
+        from backend.targets.remote.spec_counters import server_spec_line
+        if (line := server_spec_line(s, (remote.server_metrics or {}).get("engine"))) is not None:
+            print(line, file=out)
         for line in remote.warnings:   # what the run knows is wrong with its own figures
             print(f"warning  {line}", file=out)
         if config.out_dir:

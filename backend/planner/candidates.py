@@ -32,6 +32,7 @@ class Candidate:
     decode_tp: int = 0          # disaggregated: the decode pool's groups' tp (0: tp)
     kv_dtype: str = "auto"      # the KV cache's dtype: auto (the activations') or fp8
     ep: int = 1                 # expert parallel (MoE): the experts spread over ep of the tp devices
+    spec_tokens: int = 0        # speculative decoding: K guesses a verification step (0: off; --spec)
 
     @property
     def pool_tps(self) -> tuple[int, int]:
@@ -55,7 +56,8 @@ class Candidate:
         if self.policy == "disaggregated":
             prefill_tp, decode_tp = self.pool_tps
             return f"P{self.prefill_workers}xtp{prefill_tp}:D{self.decode_workers}xtp{decode_tp}"
-        return f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" ep{self.ep}" if self.ep > 1 else "")
+        return (f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" ep{self.ep}" if self.ep > 1 else "")
+                + (f" K{self.spec_tokens}" if self.spec_tokens else ""))
 
     @property
     def numbers(self) -> str:
@@ -79,6 +81,9 @@ class SearchSpace:
     max_batches: tuple[int, ...] = (32, 64, 128, 256)
     disaggregated_batches: tuple[int, ...] = (64, 256)   # fewer: a split multiplies the count already
     kv_dtypes: tuple[str, ...] = ("auto", "fp8")          # fp8 where the GPU has an FP8 peak
+    # speculative decoding's K (plan --spec ... --spec-tokens 0,2,4): 0 is off; the simulator speculates on one
+    # replica of a colocated engine only, so K > 0 is tried at dp 1 and not disaggregated
+    spec_tokens: tuple[int, ...] = (0,)
 
 
 def runnable_precisions(profile, wanted: tuple[str, ...]) -> list[str]:
@@ -98,8 +103,9 @@ def enumerate_candidates(space: SearchSpace, profiles: dict, shape=None) -> list
         for prec in runnable_precisions(profiles[gpu], space.precisions):
             for kv in kv_dtypes:
                 for policy in space.policies:
-                    if policy == "disaggregated":
+                    if policy == "disaggregated" and 0 in space.spec_tokens:
                         out += _disaggregated(space, gpu, prec, kv)
+                    if policy == "disaggregated":
                         continue
                     for tp in space.tps:
                         eps = [1] + ([tp] if experts and tp > 1 and experts % tp == 0 else [])
@@ -107,8 +113,10 @@ def enumerate_candidates(space: SearchSpace, profiles: dict, shape=None) -> list
                             for dp in space.dps:
                                 if tp * pp * dp > space.max_gpus:
                                     continue
-                                out += [Candidate(gpu, prec, policy, b, tp, pp, dp, kv_dtype=kv, ep=ep)
-                                        for ep in eps for b in space.max_batches]
+                                ks = [k for k in space.spec_tokens if k == 0 or dp == 1]
+                                out += [Candidate(gpu, prec, policy, b, tp, pp, dp, kv_dtype=kv, ep=ep,
+                                                  spec_tokens=k)
+                                        for ep in eps for b in space.max_batches for k in ks]
     return out
 
 

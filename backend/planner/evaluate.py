@@ -44,6 +44,26 @@ class Problem:
     # the simulated figures' band (backend.sim.bands): None shows the 80% band's pessimistic edge beside the
     # centre and ranks by the centre; a level (--confidence 0.8) makes the bands at it and ranks by the edge
     confidence: float | None = None
+    # speculative decoding (backend/sim/spec.py): the proposer every candidate with spec_tokens > 0 uses, and the
+    # simulator's pricing of its guesses (None: its defaults)
+    spec_method: str = "ngram"
+    spec_draft_model: str = ""
+    spec_acceptance: float | None = None
+    spec_draft_cost: float | None = None
+    spec_from: str = ""
+
+    def spec(self, num_tokens: int):
+        """The SpecConfig of a candidate speculating with K = num_tokens (off at 0)."""
+        from backend.config import SpecConfig
+        if not num_tokens:
+            return SpecConfig()
+        return SpecConfig(self.spec_method, self.spec_draft_model, num_tokens=num_tokens,
+                          acceptance=self.spec_acceptance, draft_cost=self.spec_draft_cost, spec_from=self.spec_from)
+
+    def spec_alpha(self) -> float:
+        """The per-guess rate the screen assumes (the simulator's own choice of it, backend/sim/spec.py)."""
+        from backend.sim.spec import sim_spec_of
+        return sim_spec_of(self.spec(1), self.seed).alpha
 
     @property
     def band_level(self) -> float:
@@ -179,7 +199,8 @@ def run_config(candidate: Candidate, problem: Problem):
                             decode_tp=candidate.pool_tps[1] if disaggregated else None, engine=problem.engine)
     return RunConfig(mode=RunKind.LOAD, simulate=True, profile=candidate.gpu,
                      model=ModelChoice(name=problem.model, dtype=candidate.precision), workload=spec, engine=engine,
-                     deployment=deployment, slo_ttft_ms=problem.slo_ttft_ms, slo_tpot_ms=problem.slo_tpot_ms)
+                     deployment=deployment, slo_ttft_ms=problem.slo_ttft_ms, slo_tpot_ms=problem.slo_tpot_ms,
+                     spec=problem.spec(candidate.spec_tokens))
 
 
 def evaluate(candidate: Candidate, problem: Problem) -> Outcome:

@@ -51,6 +51,34 @@ def problem_and_space(args):
                       trace=args.trace, attainment=args.attainment, seed=args.seed,
                       confidence=getattr(args, "confidence", None),
                       engine=getattr(args, "engine", None) or DEFAULT_ENGINE.value)
+    spec_tokens = _spec(args, problem)
     space = SearchSpace(gpus=_names(args.gpus, "--gpus"), max_gpus=args.max_gpus, precisions=precisions,
-                        policies=policies, max_batches=_ints(args.max_batches, "--max-batches"), kv_dtypes=kv_dtypes)
+                        policies=policies, max_batches=_ints(args.max_batches, "--max-batches"), kv_dtypes=kv_dtypes,
+                        spec_tokens=spec_tokens)
     return problem, space
+
+
+def _spec(args, problem) -> tuple[int, ...]:
+    """--spec-tokens as the K values searched (0: off), with --spec's proposer and pricing set on the problem;
+    (0,) without --spec."""
+    from backend.config import SpecConfig
+    text = getattr(args, "spec", None)
+    if text is None or text in ("", "off"):
+        return (0,)
+    raw = str(getattr(args, "spec_tokens", "4"))
+    try:
+        ks = tuple(sorted({int(v) for v in _names(raw, "--spec-tokens")}))
+    except ValueError:
+        raise InputError(f"--spec-tokens: expected whole numbers separated by commas (0: off), got {raw!r}") from None
+    if any(k < 0 for k in ks):
+        raise InputError(f"--spec-tokens: every value must be 0 (off) or more, got {raw!r}")
+    spec = SpecConfig.parse(text, max(ks) or 1, acceptance=getattr(args, "spec_acceptance", None),
+                            draft_cost=getattr(args, "spec_draft_cost", None), spec_from=getattr(args, "spec_from", "") or "")
+    problem.spec_method, problem.spec_draft_model = spec.method, spec.draft_model
+    problem.spec_acceptance, problem.spec_draft_cost, problem.spec_from = spec.acceptance, spec.draft_cost, spec.spec_from
+    if spec.spec_from:   # read once here (a bad folder is one line before anything is simulated), then given
+        from backend.sim.spec import sim_spec_of
+        measured = sim_spec_of(spec, problem.seed)
+        problem.spec_acceptance, problem.spec_draft_cost = measured.alpha, measured.draft_cost
+        problem.spec_from = ""
+    return ks

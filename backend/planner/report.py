@@ -12,7 +12,7 @@ from pathlib import Path
 from backend.planner.search import PlanResult
 
 COLUMNS = ("gpu", "devices", "precision", "kv_dtype", "policy", "tp", "pp", "dp", "ep", "prefill_workers",
-           "decode_workers", "decode_tp", "max_batch", "meets_slo", "meets_slo_at_edge", "on_front", "goodput_rps", "attainment", "throughput_rps", "ttft_p90_ms",
+           "decode_workers", "decode_tp", "max_batch", "spec_tokens", "meets_slo", "meets_slo_at_edge", "on_front", "goodput_rps", "attainment", "throughput_rps", "ttft_p90_ms",
            "tpot_p90_ms", "usd_per_hour", "usd_per_m_tokens", "usd_per_m_input", "usd_per_m_output",
            "attainment_low", "goodput_rps_low", "ttft_p90_ms_high", "tpot_p90_ms_high", "usd_per_m_tokens_high",
            "screen_ttft_ms", "screen_tpot_ms", "error")
@@ -23,7 +23,7 @@ def row(outcome, on_front: bool) -> dict:
     return {"gpu": c.gpu, "devices": c.devices, "precision": c.precision, "kv_dtype": c.kv_dtype, "policy": c.policy,
             "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "prefill_workers": c.prefill_workers,
             "decode_workers": c.decode_workers, "decode_tp": c.pool_tps[1] if c.policy == "disaggregated" else 0,
-            "max_batch": c.max_batch, "meets_slo": int(outcome.meets), "meets_slo_at_edge": int(outcome.meets_at_edge),
+            "max_batch": c.max_batch, "spec_tokens": c.spec_tokens, "meets_slo": int(outcome.meets), "meets_slo_at_edge": int(outcome.meets_at_edge),
             "on_front": int(on_front),
             "goodput_rps": outcome.goodput, "attainment": outcome.attainment, "throughput_rps": outcome.throughput,
             "ttft_p90_ms": outcome.ttft_p90_ms, "tpot_p90_ms": outcome.tpot_p90_ms,

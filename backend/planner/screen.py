@@ -19,14 +19,16 @@ import math
 from functools import lru_cache
 
 from backend.planner.candidates import Candidate
+from backend.results.spec_figures import expected_length
 
 INFEASIBLE = math.inf
 
 
 @lru_cache(maxsize=4096)
 def _prices(gpu: str, precision: str, kv_dtype: str, model: str, prompt: int, context: int,
-            batch: int, engine: str = "vllm") -> tuple[float, float]:
-    """(one prompt's prefill seconds, one decode step of `batch` requests at `context` tokens) on one device."""
+            batch: int, engine: str = "vllm", rows: int = 1) -> tuple[float, float]:
+    """(one prompt's prefill seconds, one decode step of `batch` requests at `context` tokens) on one device;
+    rows: tokens each request's step carries (a verification of K guesses: K + 1)."""
     from backend.planner.evaluate import _profile, _shape
     from backend.sim.step_time import CostModel
     from backend.sim.model import resolve_precision
@@ -34,7 +36,7 @@ def _prices(gpu: str, precision: str, kv_dtype: str, model: str, prompt: int, co
     prec = resolve_precision(precision, profile, kv_dtype)
     cost = CostModel.for_profile(profile, prec, engine)
     prefill = cost.step_seconds(shape, prec, profile, [prompt], [prompt], 1)
-    decode = cost.step_seconds(shape, prec, profile, [1] * batch, [context] * batch, batch)
+    decode = cost.step_seconds(shape, prec, profile, [rows] * batch, [context] * batch, batch)
     return prefill, decode
 
 
@@ -70,10 +72,13 @@ def estimate(candidate: Candidate, problem) -> dict[str, float]:
     if rho_p >= 1 or busy_d >= 1:
         return {"ttft_ms": INFEASIBLE, "tpot_ms": INFEASIBLE, "load": max(rho_p, busy_d)}
     n, tpot = 1.0, 0.0
+    # speculation: a step verifies K + 1 rows a request and emits the expected accepted length of them
+    per_step = expected_length(problem.spec_alpha(), c.spec_tokens) if c.spec_tokens else 1.0
     for _ in range(30):   # fixed point of n = lam * O * tpot(n)
         batch = max(1, min(slots, math.ceil(n / c.pp)))
-        _, step = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, batch, problem.engine)
-        tpot = _split(step, decode_tp) / (1 - busy_d)
+        _, step = _prices(c.gpu, c.precision, c.kv_dtype, problem.model, prompt, context, batch, problem.engine,
+                          1 + c.spec_tokens)
+        tpot = _split(step, decode_tp) / (1 - busy_d) / per_step
         new_n = lam_d * output * tpot
         if abs(new_n - n) < 0.01 * max(n, 1):
             n = new_n

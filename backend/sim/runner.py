@@ -6,6 +6,8 @@ running a forward pass, and samples one fixed token wherever the real runner wou
 """
 from __future__ import annotations
 
+import random
+
 from backend.precision import Precision
 from backend.roofline.profiles import GpuProfile
 from backend.sim.parallel import Layout, StepPricer
@@ -43,20 +45,33 @@ class SimRunner:
         self.cost_model, self.clock = cost_model, clock
         # math: a CPU's matrix-unit rule (a fitted profile's, backend/sim/fitted.py); None: one roof
         self.pricer = StepPricer(shape, prec, profile, cost_model, layout, math)
+        self.spec = None   # speculation (backend/sim/spec.py): how many of a request's guesses are kept
+        self._rng: random.Random | None = None
+
+    def speculate(self, spec) -> None:
+        """Keep verified guesses by spec's per-guess rate, drawn from a generator seeded with spec.seed."""
+        self.spec, self._rng = spec, random.Random(spec.seed)
 
     def price(self, out) -> float:
         """Seconds the scheduler output `out` takes on the replica (before update() moves it on)."""
-        if not out.prefill:   # a decode step, most of a run's: one token a request, each sampled
+        if not out.prefill and not out.num_draft_tokens:   # a decode step, most of a run's: one token a request
             decode = out.decode
             return self.pricer.seconds([1] * len(decode), [r.num_computed + 1 for r in decode], [True] * len(decode))
-        new_tokens = [c.num_tokens for c in out.prefill] + [1] * len(out.decode)
+        # a verification: its last token and its guesses, k + 1 rows against the same one read of the weights
+        new_tokens = [c.num_tokens for c in out.prefill] + [1 + len(r.spec_ids) for r in out.decode]
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
-        contexts += [r.num_computed + 1 for r in out.decode]
+        contexts += [r.num_computed + 1 + len(r.spec_ids) for r in out.decode]
         logits = [c.samples for c in out.prefill] + [True] * len(out.decode)   # an intermediate chunk needs none
         return self.pricer.seconds(new_tokens, contexts, logits)
 
     def sample(self, out) -> dict[int, int]:
         samplers = [c.request.request_id for c in out.prefill if c.samples] + [r.request_id for r in out.decode]
+        if out.num_draft_tokens and self.spec is not None:
+            from backend.sim.spec import draw_kept
+            rng, alpha = self._rng, self.spec.alpha
+            for r in out.decode:
+                if r.spec_ids:
+                    out.accepted[r.request_id] = draw_kept(rng, alpha, len(r.spec_ids))
         return dict.fromkeys(samplers, SIM_TOKEN)
 
     def run(self, out) -> dict[int, int]:

@@ -96,6 +96,11 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
                        + ": step times from a cost model, no weights loaded"
                        + (f"; products of {math.min_rows}+ rows in bfloat16 on {math.unit}, as the fitted runs"
                           if math is not None and math.bf16 else ""))
+        sim_spec = None
+        if config.spec.is_on:   # how the guesses are priced, said where the run says what priced it
+            from backend.sim.spec import describe as describe_spec, sim_spec_of
+            sim_spec = sim_spec_of(config.spec, config.sampling.seed)
+            source_text += f"; {describe_spec(config.spec, sim_spec)}"
         weight_bytes = model_bytes(shape, prec)
         emit(ModelLoaded(config.model.name, device, profile.name, prec.name, source_text, False, shape.num_params(),
                          weight_bytes, kv_capacity * deployment.dp, shape, False, prec.weight_bits, prec.activation))
@@ -115,10 +120,19 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
             num_blocks = make_scheduler().config.num_blocks
             recorder.accumulator.prefix_ideal = ceiling_figures(source, kv.block_size, num_blocks,
                                                                 min(max_len, kv_capacity))
+        speculator = None
+        if config.spec.is_on:
+            if deployment.dp > 1:
+                raise InputError("--spec on the simulator: one replica only for now (the replicas' router "
+                                 "does not speculate); drop --dp")
+            from backend.sim.spec import build_sim_speculator
+            runner = make_runner()
+            speculator = build_sim_speculator(config, sim_spec, runner, shape, profile, model, layout, math)
         if deployment.dp > 1:
             engine = ReplicaSet(deployment.dp, make_scheduler, make_runner, deployment.router, recorder.run_id)
         else:
-            engine = Engine(make_scheduler(), make_runner(), recorder.run_id, clock=clock.now, sleep=clock.advance)
+            engine = Engine(make_scheduler(), runner if speculator is not None else make_runner(), recorder.run_id,
+                            clock=clock.now, sleep=clock.advance, speculator=speculator)
         emit(Progress("simulating", None))
         wall_start = time.perf_counter()
 

@@ -24,7 +24,8 @@ class SpecBox:
         self.spec_combo.addItems(PROPOSERS)
         self.spec_combo.setToolTip("ngram: guess what followed the last tokens' earlier occurrence in the prompt and "
                                    "output; draft: a model of the same vocabulary guesses. Each step verifies the "
-                                   "guesses in one pass; greedy output is unchanged (local engine only)")
+                                   "guesses in one pass; greedy output is unchanged (local engine; a simulated run "
+                                   "keeps guesses at a per-guess rate)")
         self.draft_edit = QtWidgets.QLineEdit()
         self.draft_edit.setObjectName("draftEdit")
         self.draft_edit.setPlaceholderText("MODEL[@DTYPE], e.g. smollm2-135m@q4_0")

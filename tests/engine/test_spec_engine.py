@@ -113,10 +113,9 @@ def test_bad_speculation_settings_are_one_line(models):
     with pytest.raises(InputError, match="vocabulary"):   # tiny: 512 tokens, SmolLM2 49,152
         execute(batch_config(SpecConfig("draft", "tiny", num_tokens=2), "slots"), lambda e: None, lambda: False,
                 models=models)
-    simulated = batch_config(SpecConfig("ngram"), "slots")
-    simulated.simulate = True
-    with pytest.raises(InputError, match="simulator"):
-        execute(simulated, lambda e: None, lambda: False, models=models)
+    priced = batch_config(SpecConfig("ngram", acceptance=0.5), "slots")   # the simulator's pricing, not the engine's
+    with pytest.raises(InputError, match="--simulate"):
+        execute(priced, lambda e: None, lambda: False, models=models)
 
 
 def test_sampling_with_speculation_runs_seeded_and_reproducible(models, monkeypatch):

@@ -14,6 +14,11 @@ under their names since v0.10 and their deprecated gpu_ names alike); SGLang eac
 request's prompt and cached tokens (a labelled counter shows once first incremented, so
 cached_tokens_total is absent until the first hit) and a gauge of the last prefill's hit rate;
 llama.cpp only the prompt tokens it computed (it publishes no cache figure).
+
+Speculative decoding (`Behaviour.spec_tokens`): each decode step of a stream is a verification of K
+guesses that kept all but one of the tokens it wrote; vLLM counts verifications, guesses, kept guesses
+and kept guesses per position (label `position`, published from the start); SGLang a gauge of the mean
+tokens a verification emitted.
 """
 from __future__ import annotations
 
@@ -78,6 +83,19 @@ class FakeMetrics:
         names = COUNTER_NAMES.get(behaviour.metrics, {})
         self.counts: dict[str, float] = {k: 0.0 for k in names} if behaviour.metrics in PUBLISHED_AT_START else {}
         self.hit_rate: float | None = None   # SGLang's gauge: the last prefill's cached share of its prompt
+        k = behaviour.spec_tokens
+        self.spec = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0} if k else {}
+        self.spec_pos = [0.0] * k
+        self.spec_emitted = 0.0   # SGLang's gauge: tokens the verifications emitted, over spec["drafts"]
+
+    def verified(self, k: int, kept: int) -> None:
+        """One verification of k guesses that kept `kept` of them."""
+        self.spec["drafts"] += 1
+        self.spec["draft_tokens"] += k
+        self.spec["accepted"] += kept
+        for j in range(kept):
+            self.spec_pos[j] += 1
+        self.spec_emitted += kept + 1
 
     def _count(self, key: str, n: float) -> None:
         if key in COUNTER_NAMES.get(self.behaviour.metrics, {}):
@@ -145,4 +163,23 @@ class FakeMetrics:
             for name in COUNTER_NAMES[self.behaviour.metrics][key]:
                 labels = LABELS + (',engine="0"' if self.behaviour.metrics == "vllm" else "")
                 lines += [f"# TYPE {name[:-len('_total')]} counter", f"{name}{{{labels}}} {value!r}"]
+        lines += self._spec_lines()
         return "\n".join(lines) + "\n"
+
+    def _spec_lines(self) -> list[str]:
+        if not self.spec:
+            return []
+        if self.behaviour.metrics == "vllm":
+            labels = LABELS + ',engine="0"'
+            out = []
+            for key, name in (("drafts", "vllm:spec_decode_num_drafts"), ("draft_tokens",
+                              "vllm:spec_decode_num_draft_tokens"), ("accepted", "vllm:spec_decode_num_accepted_tokens")):
+                out += [f"# TYPE {name} counter", f"{name}_total{{{labels}}} {self.spec[key]!r}"]
+            name = "vllm:spec_decode_num_accepted_tokens_per_pos"
+            out.append(f"# TYPE {name} counter")
+            out += [f'{name}_total{{{labels},position="{j}"}} {v!r}' for j, v in enumerate(self.spec_pos)]
+            return out
+        if self.behaviour.metrics == "sglang" and self.spec["drafts"]:
+            return ["# TYPE sglang:spec_accept_length gauge",
+                    f"sglang:spec_accept_length{{{LABELS}}} {self.spec_emitted / self.spec['drafts']!r}"]
+        return []

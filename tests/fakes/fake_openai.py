@@ -62,6 +62,8 @@ class Behaviour:
     prefix_block: int = 16           # the prefix cache's block, in tokens (vLLM's default)
     cached_usage: str = ""           # how answers report cached prompt tokens: "details", "timings", "both", ""
     chunk_tokens: int = 1            # tokens each step writes in one chunk (speculative decoding, MTP, parsers)
+    spec_tokens: int = 0             # K: each decode step is a verification of K guesses that keeps chunk - 1 of
+                                     # them; /metrics counts them as the engine does (fake_metrics.py)
     first_chunk: str = ""            # "role" or "empty": a chunk with no text first, at once, as vLLM's chat stream
                                      # opens with {"role": "assistant"}; "" none
 
@@ -303,6 +305,8 @@ class FakeOpenAI:
                     s.writer.write(_event(self._chunk_event(s, k, None)))
                 s.log.writes_s.append(now)
                 self.metrics.token(s, now)
+                if self.behaviour.spec_tokens and len(s.log.writes_s) > 1:   # a decode step: a verification
+                    self.metrics.verified(self.behaviour.spec_tokens, k - 1)
                 if last:
                     self.metrics.finished(s, now)
                     s.log.done_s = time.perf_counter()

@@ -3,8 +3,9 @@
 vLLM, SGLang, TGI and llama.cpp publish the same few quantities under names of their own
 (`SERIES`): how many requests run and wait, how full the KV cache is, and histograms of what each
 request spent in prefill, in decode, to its first token and between tokens; vLLM and SGLang also
-count the prompt tokens their prefix cache was asked for and found (`COUNTERS`), and SGLang keeps
-a hit-rate gauge (llama.cpp's /metrics has no cache figure: its responses carry their own, read by
+count the prompt tokens their prefix cache was asked for and found (`COUNTERS`; vLLM also its
+speculative verifications, guesses and kept guesses, per draft position), and SGLang keeps a hit-rate
+gauge and a speculative accept-length gauge (llama.cpp's /metrics has no cache figure: its responses carry their own, read by
 the client). A reading keeps the gauges as they are and the histograms and counters as the
 server's cumulative counts; backend.targets.remote.server_log turns a run's readings into its CSV
 and its summary (a counter's figure is its value at the end less its value at the start). A server that serves none of
@@ -19,6 +20,7 @@ from typing import Callable
 
 import httpx
 
+SPEC_POSITIONS = 16   # draft positions whose acceptance counters are read (vLLM's `position` label)
 POLL_S = 0.25   # 4 readings a second: a step of a busy server's queue shows, the coordinator hardly notices
 
 # quantity -> [(metric name, required labels)] in order of preference, per engine. Gauges with several
@@ -40,6 +42,13 @@ SERIES: dict[str, dict[str, Series]] = {
         # prometheus_client exposes with `_total`); the gpu_ names are the same counts before v0.10
         "prefix_queries": [("vllm:prefix_cache_queries_total", {}), ("vllm:gpu_prefix_cache_queries_total", {})],
         "prefix_hits": [("vllm:prefix_cache_hits_total", {}), ("vllm:gpu_prefix_cache_hits_total", {})],
+        # speculative decoding (vllm/v1/spec_decode/metrics.py; counters, exposed with `_total`): verifications,
+        # guesses verified, guesses kept, and kept at each draft position (label `position`)
+        "spec_drafts": [("vllm:spec_decode_num_drafts_total", {})],
+        "spec_draft_tokens": [("vllm:spec_decode_num_draft_tokens_total", {})],
+        "spec_accepted_tokens": [("vllm:spec_decode_num_accepted_tokens_total", {})],
+        **{f"spec_accepted_pos{j}": [("vllm:spec_decode_num_accepted_tokens_per_pos_total", {"position": str(j)})]
+           for j in range(SPEC_POSITIONS)},
     },
     "sglang": {
         "running": [("sglang:num_running_reqs", {})],
@@ -55,6 +64,8 @@ SERIES: dict[str, dict[str, Series]] = {
         # first hit (a labelled counter is published once it is first incremented)
         "prefix_queries": [("sglang:prompt_tokens_total", {})],
         "prefix_hits": [("sglang:cached_tokens_total", {})],
+        # speculative decoding: the mean tokens a verification emitted over its last logging interval (a gauge)
+        "spec_accept_length": [("sglang:spec_accept_length", {})],
     },
     "tgi": {
         "running": [("tgi_batch_current_size", {})],
@@ -72,10 +83,13 @@ SERIES: dict[str, dict[str, Series]] = {
         "kv_usage": [("llamacpp:kv_cache_usage_ratio", {})],
     },
 }
-GAUGES = ("running", "waiting", "kv_usage", "cache_hit_rate")
+GAUGES = ("running", "waiting", "kv_usage", "cache_hit_rate", "spec_accept_length")
 HISTOGRAMS = ("queue_s", "prefill_s", "decode_s", "ttft_s", "itl_s", "e2e_s")
-COUNTERS = ("prefix_queries", "prefix_hits")   # prompt tokens looked up in the prefix cache, and found there
-_MEAN_OVER_RANKS = ("kv_usage", "cache_hit_rate")   # fractions: each rank has its own cache
+# prompt tokens looked up in the prefix cache, and found there; speculative decoding's counts
+COUNTERS = ("prefix_queries", "prefix_hits", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens",
+            *(f"spec_accepted_pos{j}" for j in range(SPEC_POSITIONS)))
+# fractions and per-rank means: each rank has its own cache, its own verifications
+_MEAN_OVER_RANKS = ("kv_usage", "cache_hit_rate", "spec_accept_length")
 
 
 @dataclass(slots=True)
@@ -96,6 +110,7 @@ class ServerMetrics:
     waiting: float | None = None
     kv_usage: float | None = None    # fraction of the KV cache in use, 0..1
     cache_hit_rate: float | None = None   # SGLang's prefix-cache hit rate gauge, 0..1
+    spec_accept_length: float | None = None   # SGLang's mean tokens a verification emitted (its last interval)
     engine: str = ""                 # vllm | sglang | tgi | llamacpp
     histograms: dict[str, Histogram] = field(default_factory=dict)   # quantity ("prefill_s", ...) -> histogram
     counters: dict[str, float] = field(default_factory=dict)         # quantity ("prefix_hits", ...) -> total
@@ -197,8 +212,9 @@ def server_metrics(text: str, time_ms: float) -> ServerMetrics | None:
                             sum(values) / len(values) if quantity in _MEAN_OVER_RANKS else sum(values))
                     break
                 if quantity in COUNTERS:
-                    if name in names:   # ranks (engine="0", "1") each count their own tokens: they add up
-                        reading.counters[quantity] = sum(v for *_, v in _matching(samples, name, want))
+                    found = _matching(samples, name, want) if name in names else []
+                    if found:   # ranks (engine="0", "1") each count their own tokens: they add up
+                        reading.counters[quantity] = sum(v for *_, v in found)
                         break
                     continue
                 if name + "_count" in names:

@@ -136,6 +136,9 @@ class ServerLog:
             out["server_prefix_hits"] = hits or 0.0   # SGLang's hits counter is absent until the first one
             if queries > 0:
                 out["server_prefix_hit_rate"] = (hits or 0.0) / queries
+        if last is not None:
+            from backend.targets.remote.spec_counters import server_spec_figures
+            out.update(server_spec_figures(gains.get))
         return out
 
     def info(self) -> dict:

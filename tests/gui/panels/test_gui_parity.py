@@ -218,7 +218,21 @@ for command in ("load", "sweep rate", "sweep concurrency", "sweep pd-ratio"):
         REACHED_IN[(command, flag)] = Reach(f"{LOAD}[{key}]", "24:48",
                                             lambda c, key=key: getattr(c.workload, key).describe())
 # deliberately not in the window, each with why
+_PLAN_SPEC = ("the Plan dialog searches without speculation; a K search is "
+              "scripted with `plan --spec ... --spec-tokens 0,2,4,8` and its plan.csv opens in the window (docs/plan.md)")
+
 NOT_REACHED = {
+    "plan --spec": _PLAN_SPEC,
+    "plan --spec-tokens": _PLAN_SPEC,
+    "plan --spec-acceptance": _PLAN_SPEC,
+    "plan --spec-draft-cost": _PLAN_SPEC,
+    "plan --spec-from": _PLAN_SPEC,
+    "--spec-acceptance": "the simulator's pricing of guesses, for scripted what-ifs; the window's simulated runs "
+                         "keep guesses at the default rate (docs/simulate.md)",
+    "--spec-draft-cost": "the simulator's pricing of a draft pass, for scripted what-ifs; the window prices a draft "
+                         "model by the cost model and n-gram lookups at zero",
+    "--spec-from": "takes a measured run folder's acceptance for the simulator; in the window a run folder is opened "
+                   "to be viewed, not to price another run",
     "--out": "the File menu's Export CSV… writes the run on screen as --out would (and compare's PNGs: "
              "File › Save plot as PNG…)",
     "(window) --install-desktop-entry": "it installs the applications-menu entry for a pipx install and exits: "

@@ -70,3 +70,26 @@ def test_a_speculating_run_fills_the_strip_and_the_speculation_view(qtbot, windo
     _, again_x, again_y, _ = _view_points(window)
     assert np.allclose(sorted(again_y), sorted(verify_y)) and np.allclose(sorted(again_x), sorted(verify_x))
     assert window.speculation.histogram_bars.opts["height"].sum() == len(pairs)
+
+
+def test_a_simulated_speculating_run_opens_in_the_speculation_view(window, tmp_path):
+    """The simulator's verifications (kept guesses drawn at --spec-acceptance) are the engine's records, so
+    the Speculation view reads them as a local run's."""
+    from backend.cli.main import main
+    from backend.results.export import read_run
+    out = tmp_path / "sim"
+    assert main(["run", "--simulate", "--profile", "h100-sxm", "--model", "llama-8b", "--batch", "2",
+                 "--prompt-len", "128", "--output-len", "64", "--spec", "ngram", "--spec-tokens", "4",
+                 "--spec-acceptance", "0.6", "--out", str(out)], open_window=None) == 0
+    data = read_run(out)
+    pairs = [p for r in data.requests for p in r.acceptance_lengths]
+    assert pairs
+    assert window.files.open_run(str(out))
+    window.view_tabs.show_view(window.speculation)
+    window.repaint_views()
+    view = window.speculation
+    assert view.histogram_bars.opts["height"].sum() == len(pairs)
+    assert ",".join(f"{r:.3f}" for r in view.position_bars.opts["height"]) == \
+        data.summary.spec_acceptance_by_position
+    verify_x, _ = view.verify_points.getData()
+    assert len(verify_x) == sum(1 for s in data.steps if s.is_verification)
