@@ -257,6 +257,7 @@ NOT_REACHED = {
     "calibrate --runs": "Fit… measures its runs into the cache folder (gui/controllers/tools.calibration_runs_dir)",
     "calibrate --check": "Fit… leaves each of its runs out in turn for the held-out error",
     "calibrate --threads": "the engine process measures with the Threads spin's count",
+    "calibrate --from": "a server's profile is fitted from remote run folders, a command-line step; the TOML it writes opens in the window with the GPU profile's Open… button",
     "compare --resamples": "the References panel's comparisons use the CLI's default 1000 seeded resamples",
     "compare --seed": "as --resamples: the bootstrap's default seed",
     "run --kv-layout": "a batch run is one static batch of equal requests, admitted together: its cache's "
