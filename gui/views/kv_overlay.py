@@ -24,8 +24,9 @@ from gui.views.plot_style import cosmetic_pen
 
 HELD_COLOR, HIT_COLOR = "#1b9e77", "#b8860b"
 REDRAW_S = 0.25
-AXIS_LABEL = (f'<span style="color:{HELD_COLOR}">&#8212; KV held</span> &nbsp;'
-              f'<span style="color:{HIT_COLOR}">- - prefix hit so far</span> &nbsp;(%)')
+# short: the strip is about 150 pixels high on a 1,366x768 screen, and a longer label is cut
+AXIS_LABEL = (f'<span style="color:{HELD_COLOR}">&#8212; KV held</span> '
+              f'<span style="color:{HIT_COLOR}">- - hit</span> %')
 
 
 class KvOverlay:

@@ -406,7 +406,7 @@ def test_metrics_panel_names_each_figures_definition_and_shows_the_others_on_req
     qtbot.addWidget(panel)
     panel.show()
     titles = [panel.layout().itemAt(0).layout().labelForField(panel.values[k]).text() for k in ("ttft", "tpot")]
-    assert titles == ["TTFT to first token (mean / p99)", "TPOT, per-request mean (mean / p99)"]
+    assert titles == ["TTFT, first token (mean/p99)", "TPOT, request mean (mean/p99)"]
     assert "first chunk with text - sent" in panel.values["ttft"].toolTip()
     assert "GuideLLM's ITL" in panel.values["tpot"].toolTip()
     box = panel.definitions
