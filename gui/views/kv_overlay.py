@@ -26,7 +26,7 @@ HELD_COLOR, HIT_COLOR = "#1b9e77", "#b8860b"
 REDRAW_S = 0.25
 # short: the strip is about 150 pixels high on a 1,366x768 screen, and a longer label is cut
 AXIS_LABEL = (f'<span style="color:{HELD_COLOR}">&#8212; KV held</span> '
-              f'<span style="color:{HIT_COLOR}">- - hit</span> %')
+              f'<span style="color:{HIT_COLOR}">- - prefix hit</span> %')
 
 
 class KvOverlay:
