@@ -1,0 +1,258 @@
+/* Opt-in integer arithmetic for the decode products of Q8_0, Q4_0 and Q4_1 weights (--decode-math int8).
+
+   The float32 tiles (qlinear.c) widen every weight to a float and multiply it by a float
+   activation: on AVX2 that is several instructions a weight, and the 4- and 5-bit formats stay
+   above the weight-read floor. Here, as llama.cpp does, the activations are quantized too, per
+   block of 32 inputs, to int8 with one float scale (round(x / d), d = max |x| / 127), and each
+   block's dot product is integer:
+     Q8_0   d_w d_x (sum q_w q_x)
+     Q4_0   d_w d_x (sum q_w q_x - 8 S)        q_w the raw nibble 0..15, S = sum q_x
+     Q4_1   d_w d_x (sum q_w q_x) + m_w d_x S
+   exact in int32; only the scale products and the sum over blocks are float. The quantized
+   activations move a model's logits (bench/README.md: decode-math fidelity), so it is a
+   choice, never the default.
+
+   The panel layout (quant.h) puts the 16 rows' byte for one input side by side; the integer
+   dot products want 4 inputs of one row in one 32-bit lane, so each 64 bytes (4 inputs x 16
+   rows) are transposed in registers (a dword permute, then a byte shuffle in each 128-bit lane)
+   before vpdpbusd (AVX-512 VNNI, AVX-VNNI) or vpmaddubsw + vpmaddwd (AVX2). vpdpbusd takes
+   unsigned bytes times signed ones: the nibbles are unsigned already, Q8_0's weights are taken
+   as w + 128 (VNNI: the 128 S it adds is taken off) or as |w| against sign(x, w) (AVX2, whose
+   16-bit pair sums would saturate at 255 x 127 x 2). Other formats, and products of more than
+   the decode rows, keep the float32 path.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant.h"
+#include "qint8.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static int decode_int8 = 0;
+static int64_t decode_int8_rows = 0;
+
+int psk_set_decode_math(int mode, int64_t max_rows) {
+    if (mode != 0 && mode != 1) return -1;
+    decode_int8 = mode;
+    decode_int8_rows = max_rows;
+    return 0;
+}
+
+int psk_decode_int8_for(int64_t n) { return decode_int8 && n <= decode_int8_rows; }
+
+int psk_int8_kind(int kind) { return kind == PSK_Q8_0 || kind == PSK_Q4_0 || kind == PSK_Q4_1; }
+
+const char *psk_int8_isa(void) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    return "AVX-512 VNNI vpdpbusd";
+#elif defined(__AVX2__) && defined(__AVXVNNI__)
+    return "AVX-VNNI vpdpbusd";
+#elif defined(__AVX2__)
+    return "AVX2 vpmaddubsw";
+#else
+    return "portable C";
+#endif
+}
+
+void psk_quantize_acts(const float *x, int64_t n, int64_t in, int8_t *xq, float *xd, int32_t *xs) {
+    const int64_t blocks = n * (in / 32);
+    for (int64_t b = 0; b < blocks; b++) {
+        const float *v = x + 32 * b;
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(v[k]));
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            const int q = (int)lrintf(v[k] * id);
+            xq[32 * b + k] = (int8_t)q;
+            s += q;
+        }
+        xd[b] = d;
+        xs[b] = s;
+    }
+}
+
+/* The 16 rows' integer dot products of one block against one row of quantized activations
+   (isum), and what the float part needs: Q8_0 and Q4_0's offset times S is folded in here. */
+#define ROWS QR
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define INT8_PATH 512
+#elif defined(__AVX2__)
+#define INT8_PATH 256
+#else
+#define INT8_PATH 0
+#endif
+
+#if INT8_PATH
+/* in a 128-bit lane [A0 r0..3][A1 r0..3][A2 r0..3][A3 r0..3] -> [r0: A0..A3][r1: ...]... */
+#define TRANSPOSE_BYTES 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15
+#endif
+
+#if INT8_PATH == 512
+/* 64 bytes: inputs k..k+3, 16 rows each -> lane r holds row r's 4 inputs. */
+static inline __m512i transpose4x16(const uint8_t *p) {
+    const __m512i v = _mm512_loadu_si512(p);
+    const __m512i d = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
+    return _mm512_shuffle_epi8(d, _mm512_broadcast_i32x4(_mm_setr_epi8(TRANSPOSE_BYTES)));
+}
+static inline int32_t load4(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+#endif
+
+#if INT8_PATH == 256
+/* 64 bytes: inputs k..k+3, 16 rows each -> rows 0-7 (*z0) and 8-15 (*z1), a row's 4 inputs a lane. */
+static inline void transpose4x16(const uint8_t *p, __m256i *z0, __m256i *z1) {
+    const __m256i idx = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
+    const __m256i p0 = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)p), idx);
+    const __m256i p1 = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(p + 32)), idx);
+    const __m256i shuf = _mm256_broadcastsi128_si256(_mm_setr_epi8(TRANSPOSE_BYTES));
+    *z0 = _mm256_shuffle_epi8(_mm256_unpacklo_epi64(p0, p1), shuf);
+    *z1 = _mm256_shuffle_epi8(_mm256_unpackhi_epi64(p0, p1), shuf);
+}
+static inline int32_t load4(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+/* u unsigned bytes times s signed ones, summed in fours into acc */
+static inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+#endif
+
+/* isum[j][r] for the nb rows of x (quantized, row stride in, at this block's inputs) and one
+   block chunk c of a panel. */
+static inline void block_dots(int kind, const uint8_t *c, const int8_t *xq, int64_t in, const int32_t *xs,
+                              int64_t ns, int nb, int32_t isum[][ROWS]) {
+    const uint8_t *qs = c + (kind == PSK_Q4_1 ? 4 : 2) * ROWS;
+    const int off = kind == PSK_Q4_0 ? 8 : 0;
+#if INT8_PATH == 512
+    /* 8 groups of 4 inputs: Q8_0 inputs 4g.., the 4-bit formats' low nibbles (inputs 4g..) then high (16 + 4g..) */
+    __m512i w[8];
+    int at[8];
+    int adjust = off;
+    if (kind == PSK_Q8_0) {
+        for (int g = 0; g < 8; g++) {
+            w[g] = _mm512_xor_si512(transpose4x16(qs + 64 * g), _mm512_set1_epi8((char)0x80));
+            at[g] = 4 * g;
+        }
+        adjust = 128;
+    } else {
+        const __m512i m = _mm512_set1_epi8(0x0F);
+        for (int g = 0; g < 4; g++) {
+            const __m512i t = transpose4x16(qs + 64 * g);
+            w[g] = _mm512_and_si512(t, m);
+            w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(t, 4), m);
+            at[g] = 4 * g;
+            at[g + 4] = 16 + 4 * g;
+        }
+    }
+    for (int j = 0; j < nb; j++) {
+        const int8_t *x = xq + j * in;
+        __m512i a = _mm512_set1_epi32(-adjust * xs[j * ns]), b = _mm512_setzero_si512();
+        for (int g = 0; g < 8; g += 2) {
+            a = _mm512_dpbusd_epi32(a, w[g], _mm512_set1_epi32(load4(x + at[g])));
+            b = _mm512_dpbusd_epi32(b, w[g + 1], _mm512_set1_epi32(load4(x + at[g + 1])));
+        }
+        _mm512_storeu_si512(isum[j], _mm512_add_epi32(a, b));
+    }
+#elif INT8_PATH == 256
+    __m256i acc[8][2];
+    for (int j = 0; j < nb; j++) {
+        acc[j][0] = acc[j][1] = _mm256_set1_epi32(-off * xs[j * ns]);
+    }
+    if (kind == PSK_Q8_0) {
+        for (int g = 0; g < 8; g++) {
+            __m256i z[2];
+            transpose4x16(qs + 64 * g, &z[0], &z[1]);
+            const __m256i u0 = _mm256_abs_epi8(z[0]), u1 = _mm256_abs_epi8(z[1]);
+            for (int j = 0; j < nb; j++) {
+                const __m256i xb = _mm256_set1_epi32(load4(xq + j * in + 4 * g));
+                acc[j][0] = dot4(acc[j][0], u0, _mm256_sign_epi8(xb, z[0]));
+                acc[j][1] = dot4(acc[j][1], u1, _mm256_sign_epi8(xb, z[1]));
+            }
+        }
+    } else {
+        const __m256i m = _mm256_set1_epi8(0x0F);
+        for (int g = 0; g < 4; g++) {
+            __m256i z[2];
+            transpose4x16(qs + 64 * g, &z[0], &z[1]);
+            const __m256i l0 = _mm256_and_si256(z[0], m), l1 = _mm256_and_si256(z[1], m);
+            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(z[0], 4), m);
+            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(z[1], 4), m);
+            for (int j = 0; j < nb; j++) {
+                const __m256i xl = _mm256_set1_epi32(load4(xq + j * in + 4 * g));
+                const __m256i xh = _mm256_set1_epi32(load4(xq + j * in + 16 + 4 * g));
+                acc[j][0] = dot4(dot4(acc[j][0], l0, xl), h0, xh);
+                acc[j][1] = dot4(dot4(acc[j][1], l1, xl), h1, xh);
+            }
+        }
+    }
+    for (int j = 0; j < nb; j++) {
+        _mm256_storeu_si256((__m256i *)isum[j], acc[j][0]);
+        _mm256_storeu_si256((__m256i *)(isum[j] + 8), acc[j][1]);
+    }
+#else
+    for (int j = 0; j < nb; j++) {
+        const int8_t *x = xq + j * in;
+        int32_t s[ROWS];
+        for (int r = 0; r < ROWS; r++) s[r] = -off * xs[j * ns];
+        if (kind == PSK_Q8_0) {
+            for (int k = 0; k < 32; k++)
+                for (int r = 0; r < ROWS; r++) s[r] += (int8_t)qs[ROWS * k + r] * x[k];
+        } else {
+            for (int k = 0; k < 16; k++)
+                for (int r = 0; r < ROWS; r++) {
+                    const int q = qs[ROWS * k + r];
+                    s[r] += (q & 15) * x[k] + (q >> 4) * x[k + 16];
+                }
+        }
+        memcpy(isum[j], s, sizeof s);
+    }
+#endif
+}
+
+/* 16 fp16 scales -> floats */
+static inline void halves16(const uint8_t *c, float *f) {
+#if defined(__AVX512F__)
+    _mm512_storeu_ps(f, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c)));
+#elif defined(__F16C__)
+    _mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)c)));
+    _mm256_storeu_ps(f + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(c + 16))));
+#else
+    for (int r = 0; r < ROWS; r++) {
+        uint16_t h;
+        memcpy(&h, c + 2 * r, 2);
+        f[r] = quant_half_to_float(h);
+    }
+#endif
+}
+
+void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,
+                   const float *bias, const float *rb, float *yb, int64_t out, int64_t in, int64_t o,
+                   int64_t width, int nb) {
+    const int64_t blocks = in / 32, chunk = quant_chunk_bytes(kind);
+    float acc[INT8_ROWS][ROWS];
+    int32_t isum[INT8_ROWS][ROWS];
+    memset(acc, 0, sizeof acc);
+    for (int64_t kb = 0; kb < blocks; kb++) {
+        const uint8_t *c = panel + kb * chunk;
+        for (int64_t at = 0; at < chunk; at += 64) __builtin_prefetch(c + 4096 + at);
+        block_dots(kind, c, xq + 32 * kb, in, xs + kb, blocks, nb, isum);
+        float dw[ROWS], mw[ROWS] = {0};
+        halves16(c, dw);
+        if (kind == PSK_Q4_1) halves16(c + 2 * ROWS, mw);
+        for (int j = 0; j < nb; j++) {
+            const float d = xd[j * blocks + kb], ms = d * (float)xs[j * blocks + kb];
+            for (int r = 0; r < ROWS; r++) acc[j][r] += dw[r] * d * (float)isum[j][r] + mw[r] * ms;
+        }
+    }
+    for (int j = 0; j < nb; j++) {
+        float *yr = yb + j * out + o;
+        const float *rr = rb ? rb + j * out + o : NULL;   /* may be yr itself: read before written */
+        for (int r = 0; r < width; r++) yr[r] = acc[j][r] + (bias ? bias[o + r] : 0.0f) + (rr ? rr[r] : 0.0f);
+    }
+}
