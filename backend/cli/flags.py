@@ -163,7 +163,7 @@ def common_config(args, mode: RunKind) -> RunConfig:
         raise InputError("--tp, --pp, --dp, --ep, --router, --link, --kv-dtype, --engine, --prefill-tp and --decode-tp describe "
                          "a simulated deployment: add --simulate --profile NAME")
     return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype, args.prefill_math,
-                                                                 args.decode_math),
+                                                   args.decode_math),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
                      profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats,
                      simulate=getattr(args, "simulate", False), deployment=deployment, spec=spec_of(args))
