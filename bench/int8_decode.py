@@ -1,10 +1,10 @@
 """Batch-1 decode with float32 and with int8 decode products (--decode-math), against the weight-read floor.
 
-    python -m bench.int8_decode [--rounds 3] [--dtypes q8_0,q4_0,q4_1] [--arches native,-march=x86-64-v3] [--readme]
+    python -m bench.int8_decode [--rounds 3] [--dtypes q8_0,q4_0,q4_1] [--arches native,-march=x86-64-v3] [--threads 1] [--readme]
 
 For each build of the kernels (--arches: "native" is -march=native, anything else is
 PHASESCOPE_KERNELS_ARCH, -march=x86-64-v3 the AVX2 paths on any x86-64 CPU that has them), a child
-process loads the bundled model at each dtype, prefills 128 tokens and times 24 decode steps of
+process loads the bundled model at each dtype, prefills 128 tokens and times 40 decode steps of
 one token, float32 and int8 alternating step by step (so that load which drifts hits both), and
 probes the read bandwidth (backend.roofline.calibrate) beside them: the floor is the weight bytes
 a step reads over that bandwidth. Figures are medians over steps and rounds; the int8/fp32 ratio
@@ -28,12 +28,13 @@ from bench.common import add_readme_flag, measured_line, publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHED = 128
-STEPS = 24
+STEPS = 40
 
 
-def child(dtypes: list[str]) -> int:
+def child(dtypes: list[str], threads: int) -> int:
     """Prints {dtype: {isa, fp32: [s], int8: [s], floor: s}} as one JSON line."""
     import torch
+    torch.set_num_threads(threads)   # the kernels' pool follows torch's count
     from backend import kernels
     from backend.kernels import decodemath, matmath
     from backend.loaders.weights import BUNDLED, load_model
@@ -61,12 +62,12 @@ def child(dtypes: list[str]) -> int:
     return 0
 
 
-def run_child(arch: str, dtypes: list[str]) -> dict:
+def run_child(arch: str, dtypes: list[str], threads: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PHASESCOPE_KERNELS_ARCH", None)
     if arch != "native":
         env["PHASESCOPE_KERNELS_ARCH"] = arch
-    done = subprocess.run([sys.executable, "-m", "bench.int8_decode", "--child", ",".join(dtypes)], env=env,
+    done = subprocess.run([sys.executable, "-m", "bench.int8_decode", "--child", ",".join(dtypes), "--threads", str(threads)], env=env,
                           cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -76,16 +77,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtypes", default="q8_0,q4_0,q4_1")
     parser.add_argument("--arches", default="native,-march=x86-64-v3")
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     add_readme_flag(parser)
     args = parser.parse_args()
     if args.child:
-        return child(args.child.split(","))
+        return child(args.child.split(","), args.threads)
     dtypes, arches = args.dtypes.split(","), args.arches.split(",")
     got: dict = {}
     for r in range(args.rounds):
         for arch in arches if r % 2 == 0 else arches[::-1]:
-            for dtype, fig in run_child(arch, dtypes).items():
+            for dtype, fig in run_child(arch, dtypes, args.threads).items():
                 got.setdefault((arch, dtype), []).append(fig)
                 print(arch, dtype, round(statistics.median(fig["fp32"]) * 1e3, 2),
                       round(statistics.median(fig["int8"]) * 1e3, 2), round(fig["floor"] * 1e3, 2), file=sys.stderr)
@@ -97,8 +99,8 @@ def main() -> int:
         floor = statistics.median(f["floor"] for f in figs)
         rows.append(f"| {arch} ({figs[0]['isa']}; {figs[0]['int8_unit']}) | {dtype} | {fp32 * 1e3:.2f} | "
                     f"{int8 * 1e3:.2f} | {ratio:.2f}x | {floor * 1e3:.2f} | {fp32 / floor:.2f}x | {int8 / floor:.2f}x |")
-    lines = [measured_line(), "",
-             f"Batch-1 decode of the bundled model, 128 tokens cached, default threads, medians of {args.rounds} "
+    lines = [measured_line(f"{args.threads} thread(s)"), "",
+             f"Batch-1 decode of the bundled model, 128 tokens cached, medians of {args.rounds} "
              f"rounds x {STEPS} steps, float32 and int8 decode products alternating step by step. The machine was "
              "shared with other jobs: absolute times are inflated and noisy, read the ratios (measured side by "
              "side). The floor: the weight bytes a step reads over the read bandwidth probed in the same process.",
