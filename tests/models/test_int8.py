@@ -92,3 +92,27 @@ def test_the_activations_round_to_the_nearest_of_127_steps():
 def test_an_unknown_mode_is_one_line():
     with pytest.raises(InputError, match="--decode-math 'int4': use one of fp32, int8"):
         decodemath.check("int4")
+
+
+def test_the_choice_carries_decode_math_to_the_kernels():
+    from backend.kernels import matmath
+    from backend.models import fidelity
+    choice = fidelity.MathChoice("fp32", matmath.FP32, "float32 products, as asked")
+    assert fidelity.with_decode(choice, "fp32") is choice
+    int8 = fidelity.with_decode(choice, "int8")
+    assert int8.math.decode == "int8" and "int8 activations" in int8.note
+    assert int8.as_dict()["decode"] == "int8"
+    with matmath.using(int8.math):
+        assert decodemath.selected() == "int8"
+    assert decodemath.selected() == "fp32"
+    on_torch = fidelity.MathChoice("fp32", matmath.FP32, "torch", on_kernels=False)
+    with pytest.raises(InputError, match="--decode-math int8 is the CPU kernels'"):
+        fidelity.with_decode(on_torch, "int8")
+
+
+def test_the_flag_reaches_the_run_config():
+    from backend.cli.main import build_parser
+    from backend.cli.flags import common_config
+    from backend.config import RunKind
+    args = build_parser().parse_args(["run", "--dtype", "q4_0", "--decode-math", "int8"])
+    assert common_config(args, RunKind.BATCH).model.decode_math == "int8"
