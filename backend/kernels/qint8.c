@@ -125,7 +125,7 @@ static inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
 
 /* isum[j][r] for the nb rows of x (quantized, row stride in, at this block's inputs) and one
    block chunk c of a panel. */
-static inline void block_dots(int kind, const uint8_t *c, const int8_t *xq, int64_t in, const int32_t *xs,
+static inline __attribute__((always_inline)) void block_dots(int kind, const uint8_t *c, const int8_t *xq, int64_t in, const int32_t *xs,
                               int64_t ns, int nb, int32_t isum[][ROWS]) {
     const uint8_t *qs = c + (kind == PSK_Q4_1 ? 4 : 2) * ROWS;
     const int off = kind == PSK_Q4_0 ? 8 : 0;
@@ -231,9 +231,10 @@ static inline void halves16(const uint8_t *c, float *f) {
 #endif
 }
 
-void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,
-                   const float *bias, const float *rb, float *yb, int64_t out, int64_t in, int64_t o,
-                   int64_t width, int nb) {
+/* nb and kind are constants at every call (psk_int8_tile's switch), so the loops over rows of x unroll */
+static inline __attribute__((always_inline)) void
+tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs, const float *bias,
+     const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, const int nb) {
     const int64_t blocks = in / 32, chunk = quant_chunk_bytes(kind);
     float acc[INT8_ROWS][ROWS];
     int32_t isum[INT8_ROWS][ROWS];
@@ -255,4 +256,21 @@ void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float
         const float *rr = rb ? rb + j * out + o : NULL;   /* may be yr itself: read before written */
         for (int r = 0; r < width; r++) yr[r] = acc[j][r] + (bias ? bias[o + r] : 0.0f) + (rr ? rr[r] : 0.0f);
     }
+}
+
+#define NB_CASES(KIND)                                                                                    \
+    switch (nb) {                                                                                         \
+    case 1: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 1); break;                     \
+    case 2: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 2); break;                     \
+    case 3: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 3); break;                     \
+    case 4: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 4); break;                     \
+    default: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, nb); break;                   \
+    }
+
+void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,
+                   const float *bias, const float *rb, float *yb, int64_t out, int64_t in, int64_t o,
+                   int64_t width, int nb) {
+    if (kind == PSK_Q8_0) NB_CASES(PSK_Q8_0)
+    else if (kind == PSK_Q4_0) NB_CASES(PSK_Q4_0)
+    else NB_CASES(PSK_Q4_1)
 }
