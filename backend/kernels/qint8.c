@@ -96,6 +96,13 @@ void psk_quantize_acts(const float *x, int64_t n, int64_t in, int8_t *xq, float 
 /* 64 bytes: inputs k..k+3, 16 rows each -> lane r holds row r's 4 inputs. */
 static inline __m512i transpose4x16(const uint8_t *p) {
     const __m512i v = _mm512_loadu_si512(p);
+#if defined(__AVX512VBMI__)   /* one byte permute: output byte 4 r + i is input byte 16 i + r */
+    const __m512i idx = _mm512_set_epi8(63, 47, 31, 15, 62, 46, 30, 14, 61, 45, 29, 13, 60, 44, 28, 12,
+                                        59, 43, 27, 11, 58, 42, 26, 10, 57, 41, 25, 9, 56, 40, 24, 8,
+                                        55, 39, 23, 7, 54, 38, 22, 6, 53, 37, 21, 5, 52, 36, 20, 4,
+                                        51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0);
+    return _mm512_permutexvar_epi8(idx, v);
+#endif
     const __m512i d = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
     return _mm512_shuffle_epi8(d, _mm512_broadcast_i32x4(_mm_setr_epi8(TRANSPOSE_BYTES)));
 }
@@ -215,6 +222,10 @@ static inline __attribute__((always_inline)) void block_dots(int kind, const uin
 #endif
 }
 
+/* 16 lanes, one an output row (GCC vectors: one zmm, two ymm or four xmm, whatever the target has) */
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+
 /* 16 fp16 scales -> floats */
 static inline void halves16(const uint8_t *c, float *f) {
 #if defined(__AVX512F__)
@@ -236,9 +247,9 @@ static inline __attribute__((always_inline)) void
 tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs, const float *bias,
      const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, const int nb) {
     const int64_t blocks = in / 32, chunk = quant_chunk_bytes(kind);
-    float acc[INT8_ROWS][ROWS];
+    vf acc[INT8_ROWS];
     int32_t isum[INT8_ROWS][ROWS];
-    memset(acc, 0, sizeof acc);
+    for (int j = 0; j < nb; j++) acc[j] = (vf){0};
     for (int64_t kb = 0; kb < blocks; kb++) {
         const uint8_t *c = panel + kb * chunk;
         for (int64_t at = 0; at < chunk; at += 64) __builtin_prefetch(c + 4096 + at);
@@ -246,15 +257,22 @@ tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, co
         float dw[ROWS], mw[ROWS] = {0};
         halves16(c, dw);
         if (kind == PSK_Q4_1) halves16(c + 2 * ROWS, mw);
+        vf dv, mv;
+        memcpy(&dv, dw, sizeof dv);
+        memcpy(&mv, mw, sizeof mv);
         for (int j = 0; j < nb; j++) {
             const float d = xd[j * blocks + kb], ms = d * (float)xs[j * blocks + kb];
-            for (int r = 0; r < ROWS; r++) acc[j][r] += dw[r] * d * (float)isum[j][r] + mw[r] * ms;
+            vi is;
+            memcpy(&is, isum[j], sizeof is);
+            acc[j] += dv * d * __builtin_convertvector(is, vf) + mv * ms;
         }
     }
     for (int j = 0; j < nb; j++) {
+        float a[ROWS];
+        memcpy(a, &acc[j], sizeof a);
         float *yr = yb + j * out + o;
         const float *rr = rb ? rb + j * out + o : NULL;   /* may be yr itself: read before written */
-        for (int r = 0; r < width; r++) yr[r] = acc[j][r] + (bias ? bias[o + r] : 0.0f) + (rr ? rr[r] : 0.0f);
+        for (int r = 0; r < width; r++) yr[r] = a[r] + (bias ? bias[o + r] : 0.0f) + (rr ? rr[r] : 0.0f);
     }
 }
 
