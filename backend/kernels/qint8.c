@@ -14,8 +14,10 @@
 
    The panel layout (quant.h) puts the 16 rows' byte for one input side by side; the integer
    dot products want 4 inputs of one row in one 32-bit lane, so each 64 bytes (4 inputs x 16
-   rows) are transposed in registers (a dword permute, then a byte shuffle in each 128-bit lane)
-   before vpdpbusd (AVX-512 VNNI, AVX-VNNI) or vpmaddubsw + vpmaddwd (AVX2). vpdpbusd takes
+   rows) are transposed in registers (a dword permute, then a byte shuffle in each 128-bit lane;
+   one vpermb with VBMI; four table lookups on NEON) before vpdpbusd (AVX-512 VNNI, AVX-VNNI),
+   vpmaddubsw + vpmaddwd (AVX2) or vdotq_s32 (aarch64 with the dot-product extension, signed
+   bytes both sides; plain C on NEON without it). vpdpbusd takes
    unsigned bytes times signed ones: the nibbles are unsigned already, Q8_0's weights are taken
    as w + 128 (VNNI: the 128 S it adds is taken off) or as |w| against sign(x, w) (AVX2, whose
    16-bit pair sums would saturate at 255 x 127 x 2). Other formats, and products of more than
@@ -30,6 +32,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+#include <arm_neon.h>
 #endif
 
 static int decode_int8 = 0;
@@ -53,6 +58,8 @@ const char *psk_int8_isa(void) {
     return "AVX-VNNI vpdpbusd";
 #elif defined(__AVX2__)
     return "AVX2 vpmaddubsw";
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+    return "NEON vdotq_s32";
 #else
     return "portable C";
 #endif
@@ -83,6 +90,8 @@ void psk_quantize_acts(const float *x, int64_t n, int64_t in, int8_t *xq, float 
 #define INT8_PATH 512
 #elif defined(__AVX2__)
 #define INT8_PATH 256
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+#define INT8_PATH 128
 #else
 #define INT8_PATH 0
 #endif
@@ -127,6 +136,25 @@ static inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
+}
+#endif
+
+#if INT8_PATH == 128
+/* 64 bytes: inputs k..k+3, 16 rows each -> z[q] holds rows 4q..4q+3, a row's 4 inputs a lane
+   (byte 4 r + i of z[q] is table byte 16 i + 4 q + r) */
+static inline void transpose4x16(const uint8_t *p, int8x16_t z[4]) {
+    static const uint8_t idx[4][16] = {
+        {0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51},
+        {4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55},
+        {8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59},
+        {12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63}};
+    const uint8x16x4_t t = {{vld1q_u8(p), vld1q_u8(p + 16), vld1q_u8(p + 32), vld1q_u8(p + 48)}};
+    for (int q = 0; q < 4; q++) z[q] = vreinterpretq_s8_u8(vqtbl4q_u8(t, vld1q_u8(idx[q])));
+}
+static inline int8x16_t bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return vreinterpretq_s8_s32(vdupq_n_s32(v));
 }
 #endif
 
@@ -202,6 +230,36 @@ static inline __attribute__((always_inline)) void block_dots(int kind, const uin
         _mm256_storeu_si256((__m256i *)isum[j], acc[j][0]);
         _mm256_storeu_si256((__m256i *)(isum[j] + 8), acc[j][1]);
     }
+#elif INT8_PATH == 128
+    /* vdotq_s32: signed bytes times signed bytes, so Q8_0's weights go in as they are */
+    int32x4_t acc[INT8_ROWS][4];
+    for (int j = 0; j < nb; j++)
+        for (int q = 0; q < 4; q++) acc[j][q] = vdupq_n_s32(-off * xs[j * ns]);
+    if (kind == PSK_Q8_0) {
+        for (int g = 0; g < 8; g++) {
+            int8x16_t z[4];
+            transpose4x16(qs + 64 * g, z);
+            for (int j = 0; j < nb; j++) {
+                const int8x16_t xb = bcast4(xq + j * in + 4 * g);
+                for (int q = 0; q < 4; q++) acc[j][q] = vdotq_s32(acc[j][q], z[q], xb);
+            }
+        }
+    } else {
+        for (int g = 0; g < 4; g++) {
+            int8x16_t z[4], lo[4], hi[4];
+            transpose4x16(qs + 64 * g, z);
+            for (int q = 0; q < 4; q++) {
+                lo[q] = vandq_s8(z[q], vdupq_n_s8(0x0F));
+                hi[q] = vreinterpretq_s8_u8(vshrq_n_u8(vreinterpretq_u8_s8(z[q]), 4));
+            }
+            for (int j = 0; j < nb; j++) {
+                const int8x16_t xl = bcast4(xq + j * in + 4 * g), xh = bcast4(xq + j * in + 16 + 4 * g);
+                for (int q = 0; q < 4; q++) acc[j][q] = vdotq_s32(vdotq_s32(acc[j][q], lo[q], xl), hi[q], xh);
+            }
+        }
+    }
+    for (int j = 0; j < nb; j++)
+        for (int q = 0; q < 4; q++) vst1q_s32(isum[j] + 4 * q, acc[j][q]);
 #else
     for (int j = 0; j < nb; j++) {
         const int8_t *x = xq + j * in;
