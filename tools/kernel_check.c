@@ -142,7 +142,7 @@ static void check_qlinear(int kind) {
     free(w), free(bias), free(rows), free(packed), free(bytes);
 }
 
-/* --decode-math int8 (qint8.c): Q8_0, Q4_0 and Q4_1 against the integer block dots computed here in
+/* --decode-math int8 (qint8.c): Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 against the integer block dots computed here in
    int64 from the GGUF bytes and the same quantized activations, scaled in double. */
 static void check_int8(int kind) {
     const int64_t out = 40, in = 256, nb = in / 32, bb = quant_block_bytes(kind);
@@ -171,13 +171,17 @@ static void check_int8(int kind) {
                     memcpy(&h, blk, 2);
                     const double d = quant_half_to_float(h);
                     double m = 0.0;
-                    if (kind == PSK_Q4_1) memcpy(&h, blk + 2, 2), m = quant_half_to_float(h);
+                    const int has_min = kind == PSK_Q4_1 || kind == PSK_Q5_1, q5 = kind == PSK_Q5_0 || kind == PSK_Q5_1;
+                    if (has_min) memcpy(&h, blk + 2, 2), m = quant_half_to_float(h);
+                    uint32_t qh = 0;
+                    if (q5) memcpy(&qh, blk + (has_min ? 4 : 2), 4);
+                    const uint8_t *nib = blk + 2 + 2 * has_min + 4 * q5;
                     const int8_t *q = xq + i * in + 32 * b;
                     int64_t dot = 0;
                     for (int k = 0; k < 32; k++) {
                         const int wq = kind == PSK_Q8_0 ? (int8_t)blk[2 + k]
-                                     : (blk[(kind == PSK_Q4_1 ? 4 : 2) + k % 16] >> (k < 16 ? 0 : 4) & 15)
-                                       - (kind == PSK_Q4_0 ? 8 : 0);
+                                     : ((nib[k % 16] >> (k < 16 ? 0 : 4) & 15) | (int)(qh >> k & 1) << 4)
+                                       - (kind == PSK_Q4_0 ? 8 : kind == PSK_Q5_0 ? 16 : 0);
                         dot += (int64_t)wq * q[k];
                     }
                     s += d * xd[i * nb + b] * (double)dot + m * xd[i * nb + b] * xs[i * nb + b];
@@ -329,7 +333,7 @@ int main(int argc, char **argv) {
     psk_set_threads(3);   /* more parts than one, so the pool's splits are checked too */
     check_linear();
     for (int kind = PSK_Q8_0; kind < PSK_KINDS; kind++) check_qlinear(kind);
-    for (int kind = PSK_Q8_0; kind <= PSK_Q4_1; kind++) check_int8(kind);
+    for (int kind = PSK_Q8_0; kind <= PSK_Q5_1; kind++) check_int8(kind);
     check_segments();
     check_elementwise();
     check_attention();

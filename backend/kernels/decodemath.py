@@ -3,7 +3,7 @@
 fp32 (the default): the weights are dequantized in registers and multiplied by the float32
 activations, equal to the float32 product on the dequantized weights up to the order of its
 additions. int8: for the products of at most MAX_ROWS rows (batch-1 decode, small batches, a
-speculative verification) whose weights are Q8_0, Q4_0 or Q4_1, the activations are quantized
+speculative verification) whose weights are Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1, the activations are quantized
 per block of 32 to int8 with a float scale and each block's dot product is integer, as
 llama.cpp does (qint8.c): fewer instructions a weight, at the price of rounding the
 activations, which moves the logits (fidelity measured in bench/README.md). Other formats and
@@ -20,7 +20,7 @@ from backend.errors import InputError
 
 MODES = ("fp32", "int8")
 MAX_ROWS = 8           # the integer tile's rows of x (qint8.h INT8_ROWS): decode batches and verifications
-FORMATS = ("q8_0", "q4_0", "q4_1")
+FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 
 _selected = ["fp32"]
 

@@ -1,4 +1,5 @@
-/* Opt-in integer arithmetic for the decode products of Q8_0, Q4_0 and Q4_1 weights (--decode-math int8).
+/* Opt-in integer arithmetic for the decode products of Q8_0, Q4_0/Q4_1 and Q5_0/Q5_1 weights
+   (--decode-math int8).
 
    The float32 tiles (qlinear.c) widen every weight to a float and multiply it by a float
    activation: on AVX2 that is several instructions a weight, and the 4- and 5-bit formats stay
@@ -8,6 +9,7 @@
      Q8_0   d_w d_x (sum q_w q_x)
      Q4_0   d_w d_x (sum q_w q_x - 8 S)        q_w the raw nibble 0..15, S = sum q_x
      Q4_1   d_w d_x (sum q_w q_x) + m_w d_x S
+     Q5_0, Q5_1 as Q4_0 (offset 16), Q4_1, q_w the nibble with its fifth bit from qh
    exact in int32; only the scale products and the sum over blocks are float. The quantized
    activations move a model's logits (bench/README.md: decode-math fidelity), so it is a
    choice, never the default.
@@ -49,7 +51,14 @@ int psk_set_decode_math(int mode, int64_t max_rows) {
 
 int psk_decode_int8_for(int64_t n) { return decode_int8 && n <= decode_int8_rows; }
 
-int psk_int8_kind(int kind) { return kind == PSK_Q8_0 || kind == PSK_Q4_0 || kind == PSK_Q4_1; }
+int psk_int8_kind(int kind) { return kind >= PSK_Q8_0 && kind <= PSK_Q5_1; }
+
+/* Q5's fifth bits: bits 0-3 of a 32-bit lane to bit 0 of its bytes 0-3 (x * 0x204081 adds x
+   shifted by 0, 7, 14 and 21: bit i lands on bit 8 i, and no two shifted copies overlap), then to
+   bit 4, beside the nibble. */
+#define SPREAD_MUL 0x00204081u
+#define IS_Q5(kind) ((kind) == PSK_Q5_0 || (kind) == PSK_Q5_1)
+#define HAS_MIN(kind) ((kind) == PSK_Q4_1 || (kind) == PSK_Q5_1)
 
 const char *psk_int8_isa(void) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -162,8 +171,10 @@ static inline int8x16_t bcast4(const int8_t *p) {
    block chunk c of a panel. */
 static inline __attribute__((always_inline)) void block_dots(int kind, const uint8_t *c, const int8_t *xq, int64_t in, const int32_t *xs,
                               int64_t ns, int nb, int32_t isum[][ROWS]) {
-    const uint8_t *qs = c + (kind == PSK_Q4_1 ? 4 : 2) * ROWS;
-    const int off = kind == PSK_Q4_0 ? 8 : 0;
+    /* the chunk's fields (quant.h): d, [m], [qh: 16 uint32], qs */
+    const uint8_t *qs = c + (kind == PSK_Q5_1 ? 8 : kind == PSK_Q5_0 ? 6 : kind == PSK_Q4_1 ? 4 : 2) * ROWS;
+    const uint8_t *qh = qs - 4 * ROWS;
+    const int off = kind == PSK_Q4_0 ? 8 : kind == PSK_Q5_0 ? 16 : 0;
 #if INT8_PATH == 512
     /* 8 groups of 4 inputs: Q8_0 inputs 4g.., the 4-bit formats' low nibbles (inputs 4g..) then high (16 + 4g..) */
     __m512i w[8];
@@ -181,6 +192,14 @@ static inline __attribute__((always_inline)) void block_dots(int kind, const uin
             const __m512i t = transpose4x16(qs + 64 * g);
             w[g] = _mm512_and_si512(t, m);
             w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(t, 4), m);
+            if (IS_Q5(kind)) {   /* lane r's qh: bits 4g.. for the low quants, 16 + 4g.. for the high */
+                const __m512i h = _mm512_loadu_si512(qh), f = _mm512_set1_epi32(15), s = _mm512_set1_epi32(SPREAD_MUL);
+                const __m512i one = _mm512_set1_epi32(0x01010101);
+                w[g] = _mm512_or_si512(w[g], _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(
+                    _mm512_and_si512(_mm512_srli_epi32(h, 4 * g), f), s), one), 4));
+                w[g + 4] = _mm512_or_si512(w[g + 4], _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(
+                    _mm512_and_si512(_mm512_srli_epi32(h, 16 + 4 * g), f), s), one), 4));
+            }
             at[g] = 4 * g;
             at[g + 4] = 16 + 4 * g;
         }
@@ -215,9 +234,21 @@ static inline __attribute__((always_inline)) void block_dots(int kind, const uin
         for (int g = 0; g < 4; g++) {
             __m256i z[2];
             transpose4x16(qs + 64 * g, &z[0], &z[1]);
-            const __m256i l0 = _mm256_and_si256(z[0], m), l1 = _mm256_and_si256(z[1], m);
-            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(z[0], 4), m);
-            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(z[1], 4), m);
+            __m256i l0 = _mm256_and_si256(z[0], m), l1 = _mm256_and_si256(z[1], m);
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(z[0], 4), m);
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(z[1], 4), m);
+            if (IS_Q5(kind)) {
+                const __m256i f = _mm256_set1_epi32(15), s = _mm256_set1_epi32(SPREAD_MUL);
+                const __m256i one = _mm256_set1_epi32(0x01010101);
+                const __m256i q0 = _mm256_loadu_si256((const __m256i *)qh), q1 = _mm256_loadu_si256((const __m256i *)(qh + 32));
+#define FIFTH(Q, SHIFT) _mm256_slli_epi32(_mm256_and_si256(_mm256_mullo_epi32(_mm256_and_si256( \
+                            _mm256_srli_epi32(Q, SHIFT), f), s), one), 4)
+                l0 = _mm256_or_si256(l0, FIFTH(q0, 4 * g));
+                l1 = _mm256_or_si256(l1, FIFTH(q1, 4 * g));
+                h0 = _mm256_or_si256(h0, FIFTH(q0, 16 + 4 * g));
+                h1 = _mm256_or_si256(h1, FIFTH(q1, 16 + 4 * g));
+#undef FIFTH
+            }
             for (int j = 0; j < nb; j++) {
                 const __m256i xl = _mm256_set1_epi32(load4(xq + j * in + 4 * g));
                 const __m256i xh = _mm256_set1_epi32(load4(xq + j * in + 16 + 4 * g));
@@ -251,6 +282,16 @@ static inline __attribute__((always_inline)) void block_dots(int kind, const uin
             for (int q = 0; q < 4; q++) {
                 lo[q] = vandq_s8(z[q], vdupq_n_s8(0x0F));
                 hi[q] = vreinterpretq_s8_u8(vshrq_n_u8(vreinterpretq_u8_s8(z[q]), 4));
+                if (IS_Q5(kind)) {
+                    const uint32x4_t h = vld1q_u32((const uint32_t *)(qh + 16 * q)), f = vdupq_n_u32(15);
+                    const uint32x4_t one = vdupq_n_u32(0x01010101), sm = vdupq_n_u32(SPREAD_MUL);
+                    const uint32x4_t bl = vshlq_n_u32(vandq_u32(vmulq_u32(vandq_u32(
+                        vshlq_u32(h, vdupq_n_s32(-4 * g)), f), sm), one), 4);
+                    const uint32x4_t bh = vshlq_n_u32(vandq_u32(vmulq_u32(vandq_u32(
+                        vshlq_u32(h, vdupq_n_s32(-16 - 4 * g)), f), sm), one), 4);
+                    lo[q] = vorrq_s8(lo[q], vreinterpretq_s8_u32(bl));
+                    hi[q] = vorrq_s8(hi[q], vreinterpretq_s8_u32(bh));
+                }
             }
             for (int j = 0; j < nb; j++) {
                 const int8x16_t xl = bcast4(xq + j * in + 4 * g), xh = bcast4(xq + j * in + 16 + 4 * g);
@@ -272,7 +313,9 @@ static inline __attribute__((always_inline)) void block_dots(int kind, const uin
             for (int k = 0; k < 16; k++)
                 for (int r = 0; r < ROWS; r++) {
                     const int q = qs[ROWS * k + r];
-                    s[r] += (q & 15) * x[k] + (q >> 4) * x[k + 16];
+                    uint32_t h = 0;
+                    if (IS_Q5(kind)) memcpy(&h, qh + 4 * r, 4);
+                    s[r] += ((q & 15) | (h >> k & 1) << 4) * x[k] + ((q >> 4) | (h >> (k + 16) & 1) << 4) * x[k + 16];
                 }
         }
         memcpy(isum[j], s, sizeof s);
@@ -314,7 +357,7 @@ tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, co
         block_dots(kind, c, xq + 32 * kb, in, xs + kb, blocks, nb, isum);
         float dw[ROWS], mw[ROWS] = {0};
         halves16(c, dw);
-        if (kind == PSK_Q4_1) halves16(c + 2 * ROWS, mw);
+        if (HAS_MIN(kind)) halves16(c + 2 * ROWS, mw);
         vf dv, mv;
         memcpy(&dv, dw, sizeof dv);
         memcpy(&mv, mw, sizeof mv);
@@ -348,5 +391,7 @@ void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float
                    int64_t width, int nb) {
     if (kind == PSK_Q8_0) NB_CASES(PSK_Q8_0)
     else if (kind == PSK_Q4_0) NB_CASES(PSK_Q4_0)
-    else NB_CASES(PSK_Q4_1)
+    else if (kind == PSK_Q4_1) NB_CASES(PSK_Q4_1)
+    else if (kind == PSK_Q5_0) NB_CASES(PSK_Q5_0)
+    else NB_CASES(PSK_Q5_1)
 }

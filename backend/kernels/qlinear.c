@@ -9,7 +9,7 @@
    of 32 outputs is dequantized to floats, rounded to bfloat16 and multiplied there (bf16.c).
    (llama.cpp quantizes the activations to int8 as well and multiplies integers; that flips the
    bundled Q4_1 model's answer to the Paris question, so here it is the opt-in --decode-math int8:
-   qint8.c, for Q8_0/Q4_0/Q4_1 products of a few rows.)
+   qint8.c, for Q8_0/Q4_x/Q5_x products of a few rows.)
 
    Per sub-block of inputs sharing a scale, and per row of x, the formats leave one scale and
    one offset:

@@ -17,16 +17,20 @@ pytestmark = pytest.mark.skipif(lib is None, reason=f"no C kernels: {kernels.rea
 
 
 def fields(blocks: torch.Tensor, fmt: str, inp: int):
-    """GGUF blocks (rows, bytes) -> scale d, min m (0 for Q8_0/Q4_0), quants (rows, in) as ints, offset."""
+    """GGUF blocks (rows, bytes) -> scale d, min m (0 without one), raw quants (rows, in) as ints, offset."""
     b = blocks.numpy().reshape(blocks.shape[0], inp // 32, -1)
     d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)
     if fmt == "q8_0":
         return d, np.zeros_like(d), b[..., 2:34].view(np.int8).astype(np.int64).reshape(len(b), inp), 0
-    start = 4 if fmt == "q4_1" else 2
-    m = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64) if fmt == "q4_1" else np.zeros_like(d)
+    has_min, q5 = fmt in ("q4_1", "q5_1"), fmt in ("q5_0", "q5_1")
+    start = 2 + 2 * has_min + 4 * q5
+    m = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64) if has_min else np.zeros_like(d)
     nib = b[..., start:start + 16].astype(np.int64)
-    q = np.concatenate([nib & 15, nib >> 4], axis=-1).reshape(len(b), inp)
-    return d, m, q, 8 if fmt == "q4_0" else 0
+    q = np.concatenate([nib & 15, nib >> 4], axis=-1)
+    if q5:   # bit k of the block's 32-bit qh is element k's fifth bit
+        qh = b[..., start - 4:start].copy().view(np.uint32)[..., 0].astype(np.int64)
+        q = q | ((qh[..., None] >> np.arange(32)) & 1) << 4
+    return d, m, q.reshape(len(b), inp), {"q4_0": 8, "q5_0": 16}.get(fmt, 0)
 
 
 def reference(x: torch.Tensor, blocks: torch.Tensor, fmt: str, inp: int):
@@ -72,8 +76,8 @@ def test_int8_products_equal_the_integer_reference(int8, fmt, n):
 def test_more_rows_and_other_formats_keep_float32(int8):
     g = torch.Generator().manual_seed(1)
     w, inp = torch.randn(40, 64, generator=g), 64
-    for fmt, n in [("q8_0", decodemath.MAX_ROWS + 1), ("q5_0", 1), ("q6_k", 2)]:
-        inp = 256 if fmt == "q6_k" else 64
+    for fmt, n in [("q8_0", decodemath.MAX_ROWS + 1), ("q4_k", 1), ("q6_k", 2)]:
+        inp = 256 if fmt in ("q4_k", "q6_k") else 64
         w = torch.randn(40, inp, generator=g)
         x = torch.randn(n, inp, generator=g)
         packed = ops.quant_pack(ops.quantize_rows(w, fmt), fmt, inp)
