@@ -2,7 +2,7 @@
 
     python -m bench.int8_fidelity [--tokens 200] [--readme]
 
-For Q8_0, Q4_0 and Q4_1 (each quantized from the bundled model's floats) and the bundled Q4_1
+For Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (each quantized from the bundled model's floats) and the bundled Q4_1
 GGUF as stored, on the CPU:
   1. the first --tokens tokens of real English text (the workloads' shipped prompts, joined)
      decoded one token a step, teacher-forced (every step a 1-row product, the int8 path's
@@ -29,7 +29,7 @@ from backend.models.base import KVCache
 from backend.models.packed import pack_weights
 from bench.common import add_readme_flag, measured_line, publish
 
-PRECISIONS = ["q8_0", "q4_0", "q4_1"]
+PRECISIONS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
 QUESTION = "What is the capital of France?"
 INT8 = matmath.MatMath(decode="int8")
 
