@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "qint8.h"
 #include "quant.h"
 
 int psk_set_threads(int n);
@@ -139,6 +140,61 @@ static void check_qlinear(int kind) {
         free(x), free(res), free(y), free(want);
     }
     free(w), free(bias), free(rows), free(packed), free(bytes);
+}
+
+/* --decode-math int8 (qint8.c): Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 against the integer block dots computed here in
+   int64 from the GGUF bytes and the same quantized activations, scaled in double. */
+static void check_int8(int kind) {
+    const int64_t out = 40, in = 256, nb = in / 32, bb = quant_block_bytes(kind);
+    float *w = randoms(out * in, 1.0f), *bias = randoms(out, 1.0f);
+    uint8_t *rows = malloc((size_t)(out * nb * bb)), *packed = malloc((size_t)psk_quant_packed_bytes(kind, out, in));
+    psk_quantize_rows(kind, w, out, in, rows);
+    psk_quant_pack(kind, rows, out, in, packed);
+    psk_set_decode_math(1, INT8_ROWS);
+    const int64_t ns[] = {1, 3, INT8_ROWS};
+    for (int c = 0; c < 3; c++) {
+        const int64_t n = ns[c];
+        float *x = randoms(n * in, 2.0f), *res = randoms(n * out, 1.0f), *y = malloc((size_t)(n * out) * 4);
+        int8_t *xq = malloc((size_t)(n * in));
+        float *xd = malloc((size_t)(n * nb) * sizeof *xd);
+        int32_t *xs = malloc((size_t)(n * nb) * sizeof *xs);
+        psk_quantize_acts(x, n, in, xq, xd, xs);
+        const int rc = psk_qlinear(kind, packed, x, bias, res, y, n, out, in);
+        if (rc) printf("int8 %s returned %d\n", KIND_NAMES[kind], rc), failures++;
+        double *want = malloc((size_t)(n * out) * sizeof *want);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t o = 0; o < out; o++) {
+                double s = bias[o] + res[i * out + o];
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = rows + (o * nb + b) * bb;
+                    uint16_t h;
+                    memcpy(&h, blk, 2);
+                    const double d = quant_half_to_float(h);
+                    double m = 0.0;
+                    const int has_min = kind == PSK_Q4_1 || kind == PSK_Q5_1, q5 = kind == PSK_Q5_0 || kind == PSK_Q5_1;
+                    if (has_min) memcpy(&h, blk + 2, 2), m = quant_half_to_float(h);
+                    uint32_t qh = 0;
+                    if (q5) memcpy(&qh, blk + (has_min ? 4 : 2), 4);
+                    const uint8_t *nib = blk + 2 + 2 * has_min + 4 * q5;
+                    const int8_t *q = xq + i * in + 32 * b;
+                    int64_t dot = 0;
+                    for (int k = 0; k < 32; k++) {
+                        const int wq = kind == PSK_Q8_0 ? (int8_t)blk[2 + k]
+                                     : ((nib[k % 16] >> (k < 16 ? 0 : 4) & 15) | (int)(qh >> k & 1) << 4)
+                                       - (kind == PSK_Q4_0 ? 8 : kind == PSK_Q5_0 ? 16 : 0);
+                        dot += (int64_t)wq * q[k];
+                    }
+                    s += d * xd[i * nb + b] * (double)dot + m * xd[i * nb + b] * xs[i * nb + b];
+                }
+                want[i * out + o] = s;
+            }
+        char name[32];
+        snprintf(name, sizeof name, "int8 %s n=%lld", KIND_NAMES[kind], (long long)n);
+        report(name, y, want, n * out, 2e-6);
+        free(x), free(res), free(y), free(xq), free(xd), free(xs), free(want);
+    }
+    psk_set_decode_math(0, 0);
+    free(w), free(bias), free(rows), free(packed);
 }
 
 /* A fused matrix of two formats (PSK_SEGMENTS): 32 rows of Q5_0 then 16 of Q8_0. */
@@ -277,6 +333,7 @@ int main(int argc, char **argv) {
     psk_set_threads(3);   /* more parts than one, so the pool's splits are checked too */
     check_linear();
     for (int kind = PSK_Q8_0; kind < PSK_KINDS; kind++) check_qlinear(kind);
+    for (int kind = PSK_Q8_0; kind <= PSK_Q5_1; kind++) check_int8(kind);
     check_segments();
     check_elementwise();
     check_attention();

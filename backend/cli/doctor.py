@@ -174,7 +174,9 @@ def _matrix_item(torch) -> Item:
             if unit else "no bfloat16 unit: every product runs in float32 (--prefill-math bf16 is refused)")
     states = ", ".join(f"{name} usable" if state == "usable" else f"{name} no ({state})"
                        for name, state in matmath.units_report().items())
-    return Item("matrix", f"{used}; units: {states}; AMX tile permission: {matmath.amx_permission()[1]}")
+    from backend.kernels import decodemath
+    return Item("matrix", f"{used}; units: {states}; AMX tile permission: {matmath.amx_permission()[1]}; "
+                          f"--decode-math int8 dot products: {decodemath.unit()}")
 
 
 def _version(*distributions: str) -> str:

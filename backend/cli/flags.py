@@ -6,6 +6,7 @@ import argparse
 from backend.errors import InputError
 from backend.config import ROUTERS, Deployment, ModelChoice, RunConfig, RunKind, SamplingConfig, SpecConfig
 from backend.kernels.matmath import MIN_ROWS, MODES
+from backend.kernels import decodemath
 
 
 def positive_int(text: str) -> int:
@@ -46,6 +47,12 @@ def model_flags(p: argparse.ArgumentParser) -> None:
                         "AVX512-BF16 or AMX unit (fewer rows stay float32); fp32 = float32 FMAs throughout; auto (the "
                         "default) = bf16 where the CPU has such a unit and the model's logits stay within the fidelity "
                         "bound (mean KL and top-1 agreement against float32, measured at load), else fp32. See `doctor`")
+    p.add_argument("--decode-math", default="fp32", choices=decodemath.MODES,
+                   help=f"the CPU kernels' arithmetic for products of up to {decodemath.MAX_ROWS} rows (decode, "
+                        "verification) of Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights: fp32 (the default) = the weights dequantized "
+                        "and multiplied by float32 activations; int8 = the activations quantized per block of 32 "
+                        "to int8 and integer dot products (as llama.cpp does): fewer instructions a weight, "
+                        "logits moved a little (bench/README.md)")
     p.add_argument("--seed", type=int, help="seeds sampling and synthetic prompts (default 0; for load, the workload's)")
     p.add_argument("--temperature", type=number, default=0.0, help="0 (the default) is greedy")
     p.add_argument("--top-p", type=number, default=1.0)
@@ -166,7 +173,8 @@ def common_config(args, mode: RunKind) -> RunConfig:
     if deployment != Deployment() and not getattr(args, "simulate", False):
         raise InputError("--tp, --pp, --dp, --ep, --router, --link, --kv-dtype, --engine, --prefill-tp and --decode-tp describe "
                          "a simulated deployment: add --simulate --profile NAME")
-    return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype, args.prefill_math),
+    return RunConfig(mode=mode, model=ModelChoice(args.model, args.device, args.dtype, args.prefill_math,
+                                                   args.decode_math),
                      sampling=SamplingConfig(args.temperature, args.top_p, args.seed or 0, args.ignore_eos),
                      profile=args.profile, out_dir=args.out, threads=args.threads, repeats=args.repeats,
                      simulate=getattr(args, "simulate", False), deployment=deployment, spec=spec_of(args))

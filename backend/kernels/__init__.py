@@ -261,6 +261,13 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_set_math.restype = c_int
     lib.psk_amx_request.argtypes = []
     lib.psk_amx_request.restype = c_int
+    # the integer decode products (qint8.c)
+    lib.psk_set_decode_math.argtypes = [c_int, i64]
+    lib.psk_set_decode_math.restype = c_int
+    lib.psk_int8_isa.argtypes = []
+    lib.psk_int8_isa.restype = ctypes.c_char_p
+    lib.psk_quantize_acts.argtypes = [ptr, i64, i64, ptr, ptr, ptr]
+    lib.psk_quantize_acts.restype = None
     # mixture-of-experts feed-forward (moe.c)
     lib.psk_moe.argtypes = [ptr, ptr, ptr, i64, i64, ptr, i64, ptr, i64, i64, i64, i64, ptr]
     lib.psk_moe.restype = i64

@@ -32,6 +32,7 @@ from functools import lru_cache
 
 from backend import kernels
 from backend.errors import InputError
+from backend.kernels import decodemath
 
 MODES = ("auto", "fp32", "bf16")
 CODES = {"fp32": 0, "AVX512-BF16": 1, "AMX": 2}   # bf16.h's PSK_MATH_*
@@ -44,6 +45,7 @@ class MatMath:
 
     unit: str = "fp32"       # "fp32", "AVX512-BF16" or "AMX"
     min_rows: int = 0
+    decode: str = "fp32"     # --decode-math: "int8" runs the decode products of Q8_0/Q4_x/Q5_x on int8 (decodemath.py)
 
     @property
     def bf16(self) -> bool:
@@ -64,7 +66,7 @@ class MatMath:
                 f"{self.min_rows}+), float32 ({fp32_unit()}) below")
 
     def as_dict(self) -> dict:
-        return {"unit": self.unit, "min_rows": self.min_rows, "fp32_unit": fp32_unit()}
+        return {"unit": self.unit, "min_rows": self.min_rows, "fp32_unit": fp32_unit(), "decode": self.decode}
 
 
 FP32 = MatMath()
@@ -148,6 +150,7 @@ def select(math: MatMath) -> None:
     lib = kernels.load()
     if lib is not None and lib.psk_set_math(CODES[math.unit], math.min_rows):
         raise RuntimeError(f"the kernels cannot run {math.unit} products")
+    decodemath.select(math.decode)
     _selected[0] = math
 
 

@@ -11,5 +11,5 @@ void pool_run(pool_fn fn, void *job);
    (NULL without memory). Each use has its own slot, so a caller's buffer held across pool_run
    (the activations' sums, say) is never the one its part 0 uses inside the job. */
 enum { SCRATCH_PANEL, SCRATCH_BF16_PANEL, SCRATCH_SUMS, SCRATCH_ROUNDED, SCRATCH_ATTENTION, SCRATCH_PACKED,
-       SCRATCH_SLOTS };
+       SCRATCH_INT8, SCRATCH_SLOTS };
 void *pool_scratch(int slot, long long bytes);

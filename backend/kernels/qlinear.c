@@ -7,8 +7,9 @@
    equals the float32 one on the same dequantized weights up to the order of its additions --
    unless the rows are many and a bfloat16 unit was chosen (bf16.h: psk_set_math): then each unit
    of 32 outputs is dequantized to floats, rounded to bfloat16 and multiplied there (bf16.c).
-   (llama.cpp quantizes the activations to int8 as well and multiplies integers; tried here,
-   that flips the bundled model's answer to the Paris question, as it does in llama.cpp.)
+   (llama.cpp quantizes the activations to int8 as well and multiplies integers; that flips the
+   bundled Q4_1 model's answer to the Paris question, so here it is the opt-in --decode-math int8:
+   qint8.c, for Q8_0/Q4_x/Q5_x products of a few rows.)
 
    Per sub-block of inputs sharing a scale, and per row of x, the formats leave one scale and
    one offset:
@@ -34,6 +35,7 @@
 #include "bf16.h"
 #include "kernels.h"
 #include "pool.h"
+#include "qint8.h"
 #include "quant.h"
 #include "qvec.h"
 
@@ -246,6 +248,9 @@ typedef struct {
     int unit;               /* PSK_MATH_FP32, or the bfloat16 unit (bf16.h) that runs this product */
     const uint16_t *xh;     /* unit != FP32: x in bfloat16, (n rounded up to 16, in_pad) */
     int64_t in_pad;         /* in rounded up to 32 */
+    const int8_t *xq;       /* --decode-math int8 (qint8.c): x quantized per 32, else NULL */
+    const float *xd;        /* its scales, (n, in / 32) */
+    const int32_t *xqs;     /* its sums of quants, (n, in / 32) */
 } qlinear_job;
 
 /* A segment's units of work, and the bytes of each: pairs of 16-row panels (the prefill path
@@ -295,6 +300,19 @@ static void run_unit(const qlinear_job *job, int kind, const uint8_t *w, int64_t
     }
     const int64_t panels = (rows + QR - 1) / QR, panel_bytes = in / quant_block_size(kind) * quant_chunk_bytes(kind);
     const int64_t p = 2 * u;
+    if (job->xq && psk_int8_kind(kind)) {   /* integer products on the quantized activations */
+        const int64_t nb = in / QK;
+        for (int64_t q = p; q < p + 2 && q < panels; q++) {
+            const int64_t o = q * QR, width = rows - o < QR ? rows - o : QR;
+            for (int64_t b = 0; b < n; b += INT8_ROWS) {
+                const float *rb = job->residual ? job->residual + b * out : NULL;
+                const int nrows = n - b < INT8_ROWS ? (int)(n - b) : INT8_ROWS;
+                psk_int8_tile(kind, w + q * panel_bytes, job->xq + b * in, job->xd + b * nb, job->xqs + b * nb,
+                              job->bias, rb, job->y + b * out, out, in, o0 + o, width, nrows);
+            }
+        }
+        return;
+    }
     float *wf = n > XB ? pool_scratch(SCRATCH_PANEL, in * 2 * QR * 4) : NULL;
     if (wf) {   /* a prefill: the pair of panels dequantized once, then float products */
         psk_dequantize_panel(kind, w + p * panel_bytes, in, wf, 0);
@@ -349,11 +367,12 @@ int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, 
     const int64_t *segs = kind == PSK_SEGMENTS ? (const int64_t *)wp + 1 : one;
     const int64_t count = kind == PSK_SEGMENTS ? ((const int64_t *)wp)[0] : 1;
     int64_t rows = 0;
-    int sums_needed = 0;
+    int sums_needed = 0, int8_kinds = 0;
     for (int64_t s = 0; s < count; s++) {
         if (segs[3 * s] != PSK_F32 && !quant_is_kind((int)segs[3 * s])) return -3;
         rows += segs[3 * s + 1];
         sums_needed |= needs_sums((int)segs[3 * s]);
+        int8_kinds |= psk_int8_kind((int)segs[3 * s]);
     }
     if (rows != out) return -3;
     const int64_t nb = in / QK;
@@ -373,7 +392,17 @@ int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, 
             for (int k = 0; k < QK; k++) s += x[i * QK + k];
             sums[i] = s;
         }
-    qlinear_job job = {count, segs, x, sums, bias, residual, y, n, out, in, unit, xh, in_pad};
+    int8_t *xq = NULL;
+    float *xd = NULL;
+    int32_t *xqs = NULL;
+    if (unit == PSK_MATH_FP32 && int8_kinds && psk_decode_int8_for(n) && n * nb > 0) {   /* --decode-math int8 */
+        xq = pool_scratch(SCRATCH_INT8, n * in + 8 * n * nb);
+        if (!xq) return -1;
+        xd = (float *)(xq + n * in);   /* in is a multiple of 32: aligned for floats */
+        xqs = (int32_t *)(xd + n * nb);
+        psk_quantize_acts(x, n, in, xq, xd, xqs);
+    }
+    qlinear_job job = {count, segs, x, sums, bias, residual, y, n, out, in, unit, xh, in_pad, xq, xd, xqs};
     pool_run(qlinear_part, &job);
     return 0;
 }

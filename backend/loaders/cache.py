@@ -33,6 +33,7 @@ def load(config: RunConfig, emit: Emit):
     loaded = load_model(config.model.name, config.model.device, config.model.dtype)
     loaded.math = fidelity.choose(loaded, config.model.prefill_math, weights_identity(config.model.name, loaded),
                                   lambda line: emit(Progress(line, None)))
+    loaded.math = fidelity.with_decode(loaded.math, config.model.decode_math)
     # Everything loaded so far (the model's modules, the tokenizer's tables: about 200,000
     # objects) leaves the cyclic collector's sight, so that its collections during the run's
     # steps do not walk it: they were about 5% of a batch-1 decode step's samples (perf).
@@ -74,7 +75,7 @@ class ModelCache:
     @staticmethod
     def _key_of(config: RunConfig) -> tuple:
         choice = config.model
-        return choice.name, choice.device, choice.dtype, choice.prefill_math
+        return choice.name, choice.device, choice.dtype, choice.prefill_math, choice.decode_math
 
     def holds(self, config: RunConfig) -> bool:
         """Whether the model a run of `config` needs is the one kept here (a local run's: loaded)."""

@@ -123,6 +123,20 @@ def choose(loaded, mode: str, weights: str | None = None, say: Callable[[str], N
                       found)
 
 
+def with_decode(choice: MathChoice, mode: str) -> MathChoice:
+    """The choice with --decode-math applied: int8 only where the products run on the C kernels."""
+    from backend.kernels import decodemath
+    decodemath.check(mode)
+    if mode == "fp32":
+        return choice
+    if not choice.on_kernels:
+        raise InputError("--decode-math int8 is the CPU kernels' integer products, for GGUF or quantized weights "
+                         "on the CPU; this model's products run on torch")
+    return dataclasses.replace(choice, math=dataclasses.replace(choice.math, decode=mode),
+                               note=f"{choice.note}; decode products of {'/'.join(decodemath.FORMATS)} on int8 "
+                                    f"activations ({decodemath.unit()})")
+
+
 def _probe(loaded, math: MatMath, weights: str | None, say: Callable[[str], None]) -> Fidelity:
     """The probe's figures: kept from an earlier start of the same model file, or measured now."""
     from backend import kernels

@@ -48,6 +48,8 @@ def test_doctor_lists_every_item_and_exits_0_when_the_window_can_run():
     assert lines["matrix"].startswith(f"--prefill-math auto|bf16 runs products of 16+ rows in bfloat16 on {unit};"
                                       if unit else "no bfloat16 unit: every product runs in float32"), lines["matrix"]
     assert f"AMX tile permission: {matmath.amx_permission()[1]}" in lines["matrix"]
+    from backend.kernels import decodemath
+    assert lines["matrix"].endswith(f"; --decode-math int8 dot products: {decodemath.unit()}"), lines["matrix"]
     assert lines["qt"].startswith("PySide6 6.") and "offscreen (QT_QPA_PLATFORM): needs no display" in lines["qt"]
     assert lines["model"].startswith("smollm2-135m: SmolLM2-135M-Instruct.Q4_1.gguf, ")
     assert lines["profile"]

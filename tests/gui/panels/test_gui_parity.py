@@ -247,6 +247,8 @@ NOT_REACHED = {
     "--kv-link": "simulated disaggregation's KV link: the deployment box's Link is the replica's; the hand-off "
                  "takes the profile's own link",
     "--kv-link-gbs": "as --kv-link: a what-if for the CLI",
+    "--decode-math": "an opt-in that moves the logits (int8 activations in the decode products of Q8_0/Q4_x/Q5_x): "
+                     "the CLI's, beside bench/int8_fidelity.py's figures, until the window's run form has room",
     "--kv-link-us": "as --kv-link: a what-if for the CLI",
     "--no-server-metrics": "the window always reads a server's /metrics: the live metrics panel shows them",
     "--tokenizer": "the window uses the bundled tokenizer for SmolLM2 servers and estimates otherwise, as the "
