@@ -39,6 +39,8 @@ class SimRunner:
     """The runner's contract (`run(out) -> {request_id: token}`) without a model: prices the step,
     advances the clock by the price, and samples SIM_TOKEN wherever the real runner would sample."""
 
+    token = SIM_TOKEN   # what it samples, for the simulated proposer's guesses (backend/sim/spec.py sits below it)
+
     def __init__(self, shape, prec: Precision, profile: GpuProfile, cost_model: CostModel, clock: VirtualClock,
                  layout: Layout | None = None, math=None):
         self.shape, self.precision, self.profile = shape, prec, profile

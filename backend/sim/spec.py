@@ -84,7 +84,6 @@ class SimProposer:
         self.runner, self.draft_cost, self.draft_pricer = runner, draft_cost, draft_pricer
 
     def guesses(self, requests, ks) -> list[list[int]]:
-        from backend.sim.runner import SIM_TOKEN
         passes = max(ks) if ks else 0
         if passes and (self.draft_cost or self.draft_pricer is not None):
             contexts = [r.num_computed + 1 for r in requests]
@@ -92,7 +91,7 @@ class SimProposer:
             pricer = self.draft_pricer if self.draft_cost is None else self.runner.pricer
             step = pricer.seconds(ones, contexts, [True] * len(requests))
             self.runner.clock.advance(passes * step * (1.0 if self.draft_cost is None else self.draft_cost))
-        return [[SIM_TOKEN] * k for k in ks]
+        return [[self.runner.token] * k for k in ks]
 
 
 def describe(spec: SpecConfig, sim: SimSpec) -> str:
