@@ -62,6 +62,7 @@ def main() -> int:
     add_readme_flag(parser)
     args = parser.parse_args()
     rows = []
+    load_before = os.getloadavg()[0]
     counts = [int(n) for n in args.streams.split(",")]
     for tick in (float(t) for t in args.ticks.split(",")):
         server = Server(tick)
@@ -73,8 +74,9 @@ def main() -> int:
         finally:
             server.close()
     lines = [measured_line(*machine_extras()), "",
-             f"`python -m bench.closed_loop_flag` on a machine SHARED with other work (other sessions' tests and "
-             f"builds ran on the same cores, so lags are inflated): the fake server pinned to core 0, one client "
+             f"`python -m bench.closed_loop_flag` (load average {load_before:.1f} on the machine's cores before the "
+             f"runs, {os.getloadavg()[0]:.1f} after: above about 1, other work shared them and lags are inflated): "
+             f"the fake server pinned to core 0, one client "
              f"worker on core {','.join(map(str, client_cores()))}; closed loops of {args.streams} streams, "
              f"{args.requests_per_stream} requests per stream, {PROMPT_LEN}-token prompts, {args.output_len}-token "
              "answers. Client / true; exact as in bench.remote_client (ITL p50 within 0.2 ms, p99 within 2x, TTFT "
