@@ -35,9 +35,9 @@ PRECISIONS = ["float32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
 QUESTION = "What is the capital of France?"
 
 
-def answer(loaded, math, new_tokens: int = 12) -> str:
-    """The greedy answer to QUESTION through the runner, in `math`."""
-    loaded.math = fidelity.MathChoice("bf16", math, "bench")
+def answer(loaded, math, new_tokens: int = 12, mode: str = "bf16") -> str:
+    """The greedy answer to QUESTION through the runner, in `math` (bench.int8_fidelity's too: `mode` names it)."""
+    loaded.math = fidelity.MathChoice(mode, math, "bench")
     ids = loaded.tokenizer.apply_chat_template(QUESTION)
     runner = Runner(loaded, 1, len(ids) + new_tokens, SamplingConfig())
     out = []

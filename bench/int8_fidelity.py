@@ -20,17 +20,15 @@ import sys
 
 import torch
 
-from backend.config import SamplingConfig
-from backend.engine.runner import Runner
 from backend.kernels import decodemath, matmath
 from backend.loaders.weights import bundled_gguf, load_model
 from backend.models import fidelity, make_step_batch
 from backend.models.base import KVCache
 from backend.models.packed import pack_weights
+from bench.bf16_fidelity import answer
 from bench.common import add_readme_flag, measured_line, publish
 
 PRECISIONS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
-QUESTION = "What is the capital of France?"
 INT8 = matmath.MatMath(decode="int8")
 
 
@@ -43,21 +41,6 @@ def decoded_log_probs(model, ids: list[int], math: matmath.MatMath) -> torch.Ten
             logits = model(make_step_batch([], [(0, i, token)], torch.device("cpu")), cache)
             rows.append(torch.log_softmax(logits[-1].float(), dim=-1))
     return torch.stack(rows)
-
-
-def answer(loaded, math: matmath.MatMath, new_tokens: int = 12) -> str:
-    """The greedy answer to QUESTION: the prompt prefilled in float32, the decode steps in `math`."""
-    loaded.math = fidelity.MathChoice("fp32", math, "bench")
-    ids = loaded.tokenizer.apply_chat_template(QUESTION)
-    runner = Runner(loaded, 1, len(ids) + new_tokens, SamplingConfig())
-    out = []
-    with torch.inference_mode(), matmath.using(math):
-        logits = loaded.model(make_step_batch([(0, 0, ids)], [], loaded.device), runner.cache)
-        for i in range(new_tokens):
-            token = int(logits[-1].argmax())
-            out.append(token)
-            logits = loaded.model(make_step_batch([], [(0, len(ids) + i, token)], loaded.device), runner.cache)
-    return loaded.tokenizer.decode(out).strip()
 
 
 def main() -> int:
@@ -74,7 +57,7 @@ def main() -> int:
         ref, got = decoded_log_probs(loaded.model, ids, matmath.FP32), decoded_log_probs(loaded.model, ids, INT8)
         kl = (ref.exp() * (ref - got)).sum(dim=-1)
         top1 = float((ref.argmax(-1) == got.argmax(-1)).float().mean())
-        said, said32 = answer(loaded, INT8), answer(loaded, matmath.FP32)
+        said, said32 = answer(loaded, INT8, mode="fp32"), answer(loaded, matmath.FP32, mode="fp32")
         label = f"bundled GGUF as stored ({'/'.join(loaded.precision.formats or (loaded.precision.name,))})" \
             if name == "gguf" else name
         rows.append(f"| {label} | {float(kl.mean()):.5f} | {float(kl.max()):.4f} | {top1:.1%} | "
