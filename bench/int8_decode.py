@@ -25,7 +25,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench.common import add_readme_flag, measured_line, publish  # noqa: E402
+from bench.common import add_readme_flag, in_order, measured_line, publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHED = 128
@@ -100,6 +100,17 @@ def run_child(arch: str, dtypes: list[str], threads: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def cells(figs: list[dict], prefix: str) -> str:
+    """A table row's figures from the rounds' (`prefix`: "" for whole decode steps, "products_" for the
+    layer products alone): float32 and int8 medians, their median ratio, the floor and both against it."""
+    fp32 = statistics.median(t for f in figs for t in f[prefix + "fp32"])
+    int8 = statistics.median(t for f in figs for t in f[prefix + "int8"])
+    ratio = statistics.median(b / a for f in figs for a, b in zip(f[prefix + "fp32"], f[prefix + "int8"]))
+    floor = statistics.median(f[prefix + "floor"] for f in figs)
+    return (f"{fp32 * 1e3:.2f} | {int8 * 1e3:.2f} | {ratio:.2f}x | {floor * 1e3:.2f} | {fp32 / floor:.2f}x | "
+            f"{int8 / floor:.2f}x |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
@@ -114,27 +125,16 @@ def main() -> int:
     dtypes, arches = args.dtypes.split(","), args.arches.split(",")
     got: dict = {}
     for r in range(args.rounds):
-        for arch in arches if r % 2 == 0 else arches[::-1]:
+        for arch in in_order(r, arches):
             for dtype, fig in run_child(arch, dtypes, args.threads).items():
                 got.setdefault((arch, dtype), []).append(fig)
                 print(arch, dtype, round(statistics.median(fig["fp32"]) * 1e3, 2),
                       round(statistics.median(fig["int8"]) * 1e3, 2), round(fig["floor"] * 1e3, 2), file=sys.stderr)
-    rows = []
+    rows, product_rows = [], []
     for (arch, dtype), figs in got.items():
-        fp32 = statistics.median(t for f in figs for t in f["fp32"])
-        int8 = statistics.median(t for f in figs for t in f["int8"])
-        ratio = statistics.median(b / a for f in figs for a, b in zip(f["fp32"], f["int8"]))
-        floor = statistics.median(f["floor"] for f in figs)
-        rows.append(f"| {arch} ({figs[0]['isa']}; {figs[0]['int8_unit']}) | {dtype} | {fp32 * 1e3:.2f} | "
-                    f"{int8 * 1e3:.2f} | {ratio:.2f}x | {floor * 1e3:.2f} | {fp32 / floor:.2f}x | {int8 / floor:.2f}x |")
-    product_rows = []
-    for (arch, dtype), figs in got.items():
-        fp32 = statistics.median(t for f in figs for t in f["products_fp32"])
-        int8 = statistics.median(t for f in figs for t in f["products_int8"])
-        ratio = statistics.median(b / a for f in figs for a, b in zip(f["products_fp32"], f["products_int8"]))
-        floor = statistics.median(f["products_floor"] for f in figs)
-        product_rows.append(f"| {arch} | {dtype} | {fp32 * 1e3:.2f} | {int8 * 1e3:.2f} | {ratio:.2f}x | "
-                            f"{floor * 1e3:.2f} | {fp32 / floor:.2f}x | {int8 / floor:.2f}x |")
+        label = f"{arch} ({figs[0]['isa']}; {figs[0]['int8_unit']})"
+        rows.append(f"| {label} | {dtype} | " + cells(figs, ""))
+        product_rows.append(f"| {arch} | {dtype} | " + cells(figs, "products_"))
     lines = [measured_line(f"{args.threads} thread(s)"), "",
              f"Batch-1 decode of the bundled model, 128 tokens cached, medians of {args.rounds} "
              f"rounds x {STEPS} steps, float32 and int8 decode products alternating step by step. The machine was "
