@@ -20,8 +20,9 @@ def load_config(policy: str, layout: str, kv_tokens: int | None = None, prompt_l
                                          prefix_caching=caching if layout == "paged" else None), workload=spec)
 
 
-def tokens_of(config: RunConfig) -> tuple[dict[int, list[int]], object]:
-    finished = execute(config, lambda e: None, lambda: False)
+def tokens_of(config: RunConfig, models=None) -> tuple[dict[int, list[int]], object]:
+    """Each request's output tokens in order, and the finished run (every request must have finished)."""
+    finished = execute(config, lambda e: None, lambda: False, models=models)
     assert finished.error is None
     data = finished.data
     assert all(r.status is RequestStatus.FINISHED for r in data.requests)

@@ -7,9 +7,9 @@ from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, Sampl
 from backend.engine.spec.speculator import Speculator
 from backend.errors import InputError
 from backend.loaders.cache import ModelCache
-from backend.records import RequestStatus
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
+from tests.engine.test_engine_paged import tokens_of as finished_tokens
 
 GROUNDED = ("Repeat the following text exactly: The committee met on Tuesday to review the budget for the new "
             "library. After a long discussion, the members agreed to fund the children's reading room, to repair "
@@ -34,15 +34,9 @@ def tokens_of(config: RunConfig, models) -> tuple[dict[int, list[int]], object]:
 
 
 def _tokens_of(config: RunConfig, models) -> tuple[dict[int, list[int]], object]:
-    finished = execute(config, lambda e: None, lambda: False, models=models)
-    assert finished.error is None
-    data = finished.data
-    assert all(r.status is RequestStatus.FINISHED for r in data.requests)
-    out: dict[int, list[int]] = {}
-    for t in sorted(data.tokens, key=lambda t: (t.request_id, t.index)):
-        out.setdefault(t.request_id, []).append(t.token_id)
+    out, finished = finished_tokens(config, models)
     for rid, ids in out.items():   # every token recorded once, in order
-        assert len(ids) == next(r.output_tokens for r in data.requests if r.request_id == rid)
+        assert len(ids) == next(r.output_tokens for r in finished.data.requests if r.request_id == rid)
     return out, finished
 
 
