@@ -2,12 +2,17 @@
 
     python -m bench.sim_bands --write     # regenerate profiles/bands.csv: the fitted set's figures, each predicted
                                           # by a 5-fold cross-validated fit that did not see it (the shipped
-                                          # structure; each fold's terms run through the full simulator)
+                                          # structure; each fold's terms run through the full simulator), then
+                                          # choose the band's rule on them (what --select does)
+    python -m bench.sim_bands --select    # choose the band's rule again on the table's residuals (seconds): the
+                                          # candidates of backend/sim/band_rules.py by leave-one-out, the choice
+                                          # itself checked by nested cross-validation; the rule goes in the table
     python -m bench.sim_bands [--readme]  # the held-out figures at the profiles' terms: how many fall inside
                                           # their 80% band, and how wide the bands are
 
-The held-out figures play no part in --write (backend/sim/bands.py says how a band is made from the table);
-the second command only reads them. The simulated figures are this machine's simulator, not a GPU.
+The held-out figures play no part in --write or --select (select_rule is handed the table's residuals, which are
+the fitted set's alone); the third command only reads them. The simulated figures are this machine's simulator,
+not a GPU.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import math
 import statistics
 import sys
 
-from backend.sim import bands
+from backend.sim import band_rules, bands
 from backend.sim.published_figures import FIGURES, is_held_out
 from bench.common import add_readme_flag, measured_line, write_table
 from bench.sim_vs_published import Result, simulate
@@ -52,7 +57,9 @@ def write(structure: str) -> int:
         "residual = log(measured time / predicted time); a rate's (tok_s*) is the inverse ratio's. The held-out set "
         "(every third figure) is not in this table.",
     ]
-    bands.write_table(bands.TABLE, residuals, provenance)
+    rule, lines = select_rule(residuals, bands.DEFAULT_LEVEL)
+    bands.write_table(bands.TABLE, residuals, provenance + [rule_provenance(rule)], rule)
+    print("\n".join(lines))
     errors = [abs(math.expm1(r.residual)) * 100 for r in residuals]
     print(f"wrote {bands.TABLE}: {len(residuals)} residuals, cross-validated median |error| "
           f"{statistics.median(errors):.1f}%, worst {max(errors):.1f}%")
@@ -86,41 +93,66 @@ def coverage_lines(results: list[Result], table: bands.BandTable, level: float) 
     return head + rows
 
 
-def regime_lines(table: bands.BandTable, level: float) -> list[str]:
-    lines = [f"| regime | residuals | {level:.0%} band (time ratio) |", "|---|---|---|"]
-    for regime in bands.Regime:
-        values = table.of(regime)
-        edges = bands.conformal_edges(values, level)
-        text = f"x{math.exp(edges[0]):.2f} to x{math.exp(edges[1]):.2f}" if edges else "too few: not used"
-        lines.append(f"| {regime.value} | {len(values)} | {text} |")
+def select_rule(residuals: list[bands.Residual], level: float) -> tuple[band_rules.Rule, list[str]]:
+    """The band's rule chosen on `residuals` (the fitted set's: the table's rows), and the report of the choice:
+    the candidates closest to `level` by leave-one-out, the first rule, and the nested cross-validation."""
+    rule, scores = band_rules.select(residuals, level)
+    outer, chosen = band_rules.nested(residuals, level)
+    ranked = sorted(scores, key=lambda r: (abs(scores[r].coverage - level), scores[r].median_width))
+    shown = list(dict.fromkeys(ranked[:8] + [band_rules.FIRST]))
+    lines = [f"| rule (grouping, pooling, quantile, shape) | left-out residuals inside the {level:.0%} band | "
+             f"median width |", "|---|---|---|"]
+    for r in shown:
+        s = scores[r]
+        mark = " (chosen)" if r == rule else " (the first rule)" if r == band_rules.FIRST else ""
+        lines.append(f"| {r.text}{mark} | {s.inside} of {s.n} ({s.coverage:.0%}) | {s.median_width:.0%} |")
+    folds = ", ".join(r.text for r in chosen)
+    return rule, [
+        f"The band's rule, chosen on the {len(residuals)} fitted residuals alone among {len(scores)} candidates "
+        f"(backend/sim/band_rules.py): each residual left out of the band the others make, the rule whose coverage is "
+        f"closest to {level:.0%} and the narrowest of equally close ones. The {len(shown) - 1} closest, and the "
+        f"first rule:", "", *lines, "",
+        f"The choice itself, checked by nested cross-validation on the fitted set (the selection run on four fifths, "
+        f"its rule's band scored on the fifth it did not see): {outer.inside} of {outer.n} inside "
+        f"({outer.coverage:.0%}), median width {outer.median_width:.0%}; the folds chose {folds}."]
+
+
+def rule_provenance(rule: band_rules.Rule) -> str:
+    return (f"Rule chosen {datetime.date.today()} by `python -m bench.sim_bands --select` on these residuals alone "
+            f"(leave-one-out coverage closest to 80%, then the narrowest): {rule.text}.")
+
+
+def select(level: float) -> int:
+    table = bands.shipped()
+    rule, lines = select_rule(table.residuals, level)
+    provenance = [p for p in table.provenance if not p.startswith("Rule chosen")] + [rule_provenance(rule)]
+    bands.write_table(bands.TABLE, table.residuals, provenance, rule)
+    print("\n".join(lines) + f"\n\nwrote the rule into {bands.TABLE}: {rule.text}")
+    return 0
+
+
+def cell_lines(table: bands.BandTable, level: float) -> list[str]:
+    """Each combination of regimes in the table: its residuals and the band a figure of it gets by the rule."""
+    cells = sorted({r.regimes for r in table.residuals}, key=lambda c: [x.value for x in c])
+    lines = [f"| regimes | residuals | {level:.0%} band (time ratio) | made of |", "|---|---|---|---|"]
+    for cell in cells:
+        n = sum(r.regimes == cell for r in table.residuals)
+        e = table.edges(cell, level)
+        lines.append(f"| {', '.join(x.value for x in cell)} | {n} | x{math.exp(e.low):.2f} to x{math.exp(e.high):.2f} "
+                     f"| {', '.join(x.value for x in e.regimes)} |")
     return lines
-
-
-def leave_one_out(table: bands.BandTable, level: float) -> tuple[int, int, float]:
-    """The rule on the table itself: each fitted figure's residual against the band the other residuals make
-    (inside, of how many, median width as a fraction of the centre): the rule's own conservatism, seen
-    without the held-out figures."""
-    inside, widths = 0, []
-    for i, r in enumerate(table.residuals):
-        others = bands.BandTable(table.residuals[:i] + table.residuals[i + 1:], [])
-        edges = others.edges(r.regimes, level)
-        inside += edges.low <= r.residual <= edges.high
-        widths.append(math.exp(edges.high) - math.exp(edges.low))
-    return inside, len(table.residuals), statistics.median(widths)
 
 
 def measure(level: float, readme: bool) -> int:
     table = bands.shipped()
+    rule = table.rule or band_rules.FIRST
+    _, selection = select_rule(table.residuals, level)
     results = [simulate(f) for f in FIGURES if is_held_out(f)]
-    lines = [measured_line(), "",
-             f"Bands from profiles/bands.csv ({len(table.residuals)} cross-validated residuals of the fitted set); "
-             f"the held-out figures at the profiles' terms. The held-out coverage is read only here, and was first "
-             f"read after the band's rule (split-conformal per regime, the widest edge over a figure's regimes) "
-             f"was fixed; nothing was tuned on it.", "", *coverage_lines(results, table, level), ""]
-    inside, n, width = leave_one_out(table, level)
-    lines += [f"The rule on the fitted set's own residuals, each left out of the band it is checked against: "
-              f"{inside} of {n} inside ({inside / n:.0%}), median width {width:.0%} of the centre.", "",
-              *regime_lines(table, level)]
+    lines = [measured_line(), "", *selection, "",
+             f"The held-out figures at the profiles' terms, each in the band the table's rule ({rule.text}) makes of "
+             f"profiles/bands.csv ({len(table.residuals)} cross-validated residuals of the fitted set). The held-out "
+             f"coverage is read only here, once, after the rule was chosen; nothing was tuned on it.", "",
+             *coverage_lines(results, table, level), "", *cell_lines(table, level)]
     text = "\n".join(lines)
     print(text)
     if readme:
@@ -131,12 +163,15 @@ def measure(level: float, readme: bool) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="regenerate profiles/bands.csv from the fitted set")
+    parser.add_argument("--select", action="store_true", help="choose the band's rule again on profiles/bands.csv")
     parser.add_argument("--structure", default=STRUCTURE, help="the fit's structure (bench/sim_vs_published.py)")
     parser.add_argument("--level", type=float, default=bands.DEFAULT_LEVEL, help="the bands' level (default 0.8)")
     add_readme_flag(parser)
     args = parser.parse_args()
     if args.write:
         return write(args.structure)
+    if args.select:
+        return select(args.level)
     return measure(args.level, args.readme)
 
 

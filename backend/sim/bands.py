@@ -27,9 +27,13 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backend.summary import Band, Summary
 from profiles import HERE as PROFILES
+
+if TYPE_CHECKING:   # band_rules imports this module's Regime and Residual
+    from backend.sim.band_rules import Rule
 
 TABLE = PROFILES / "bands.csv"
 DEFAULT_LEVEL = 0.8
@@ -94,43 +98,33 @@ class Edges:
         return Band(value * math.exp(-self.high), value * math.exp(-self.low))
 
 
-def conformal_edges(residuals: list[float], level: float) -> tuple[float, float] | None:
-    """The split-conformal interval of `residuals` at `level` (None: too few for both order statistics)."""
-    n = len(residuals)
-    ordered = sorted(residuals)
-    # rounded before floor and ceil: (1 - 0.8) / 2 x 20 is 1.9999999999999996 in floating point, not 2
-    lower = math.floor(round((n + 1) * (1 - level) / 2, 9))
-    upper = math.ceil(round((n + 1) * (1 + level) / 2, 9))
-    if lower < 1 or upper > n:
-        return None
-    return ordered[lower - 1], ordered[upper - 1]
-
-
 @dataclass(slots=True)
 class BandTable:
     residuals: list[Residual]
     provenance: list[str]                 # the table's comment lines: how and when it was made
+    rule: Rule | None = None              # how a band is made of the residuals (None: band_rules.FIRST)
 
     def of(self, regime: Regime) -> list[float]:
         return [r.residual for r in self.residuals if regime is Regime.ALL or regime in r.regimes]
 
     def edges(self, regimes: tuple[Regime, ...], level: float = DEFAULT_LEVEL) -> Edges:
-        """The widest edges over `regimes` that have a band at `level`; the pooled band when none has."""
+        """A figure of `regimes` at `level`, by the table's rule (backend/sim/band_rules.py)."""
+        from backend.errors import InputError
+        from backend.sim.band_rules import FIRST, edges_of
         if not 0 < level < 1:
-            from backend.errors import InputError
             raise InputError(f"a band's confidence must lie between 0 and 1, not {level}")
-        found = [(r, e) for r in regimes if r is not Regime.ALL and (e := conformal_edges(self.of(r), level))]
-        if not found:
-            pooled = conformal_edges(self.of(Regime.ALL), level)
-            if pooled is None:
-                from backend.errors import InputError
-                raise InputError(f"profiles/bands.csv holds too few residuals for a {level:.0%} band")
-            return Edges(*pooled, (Regime.ALL,))
-        return Edges(min(e[0] for _, e in found), max(e[1] for _, e in found), tuple(r for r, _ in found))
+        found = edges_of(self.rule or FIRST, self.residuals, regimes, level)
+        if found is None:
+            raise InputError(f"profiles/bands.csv holds too few residuals for a {level:.0%} band")
+        return Edges(*found)
+
+
+RULE_LINE = "rule: "    # the comment line that names the table's rule: '# rule: cell shrink=10 empirical asymmetric'
 
 
 def read_table(path: Path) -> BandTable:
     from backend.errors import InputError
+    from backend.sim.band_rules import Rule
     provenance, rows = [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -139,12 +133,13 @@ def read_table(path: Path) -> BandTable:
     provenance = [line[1:].strip() for line in lines if line.startswith("#")]
     reader = csv.DictReader(line for line in lines if line and not line.startswith("#"))
     try:
+        rules = [Rule.parse(line[len(RULE_LINE):]) for line in provenance if line.startswith(RULE_LINE)]
         for row in reader:
             rows.append(Residual(row["figure"], row["metric"], tuple(Regime(x) for x in row["regimes"].split(";") if x),
                                  float(row["measured"]), float(row["predicted"]), float(row["residual"])))
     except (KeyError, ValueError) as exc:
         raise InputError(f"{path}: not a band table ({exc})") from None
-    return BandTable(rows, provenance)
+    return BandTable(rows, [line for line in provenance if not line.startswith(RULE_LINE)], rules[0] if rules else None)
 
 
 @lru_cache(maxsize=1)
@@ -152,8 +147,8 @@ def shipped() -> BandTable:
     return read_table(TABLE)
 
 
-def write_table(path: Path, residuals: list[Residual], provenance: list[str]) -> None:
-    lines = [f"# {line}" for line in provenance] + [",".join(COLUMNS)]
+def write_table(path: Path, residuals: list[Residual], provenance: list[str], rule: Rule | None = None) -> None:
+    lines = [f"# {line}" for line in provenance] + ([f"# {RULE_LINE}{rule.text}"] if rule else []) + [",".join(COLUMNS)]
     for r in residuals:
         lines.append(",".join([r.figure, r.metric, ";".join(x.value for x in r.regimes), f"{r.measured:.6g}",
                                f"{r.predicted:.6g}", f"{r.residual:.6f}"]))

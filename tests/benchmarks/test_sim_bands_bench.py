@@ -1,5 +1,6 @@
-"""bench/sim_bands.py's measures, on a made-up table: the leave-one-out check counts a residual inside the band
-the others make, and a published figure's band is its simulated value's, inverted for a rate."""
+"""bench/sim_bands.py's measures, on a made-up table: the leave-one-out check (backend/sim/band_rules.py) counts
+a residual inside the band the others make, and a published figure's band is its simulated value's, inverted for a
+rate."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,8 @@ import pytest
 from backend.sim import bands
 from backend.sim.bands import Regime, Residual
 from backend.sim.published_figures import FIGURES
-from bench.sim_bands import band_of, leave_one_out
+from backend.sim.band_rules import FIRST, leave_one_out
+from bench.sim_bands import band_of
 from bench.sim_vs_published import Result
 
 
@@ -17,7 +19,8 @@ def test_leave_one_out_counts_what_falls_inside_the_others_band():
     values = [0.01 * i for i in range(-10, 11)] + [5.0]   # 21 ordinary residuals and one far out
     table = bands.BandTable([Residual(f"X{i}", "ttft_ms", (Regime.PREFILL,), 1.0, 1.0, r)
                              for i, r in enumerate(values)], [])
-    inside, n, width = leave_one_out(table, 0.8)
+    score = leave_one_out(FIRST, table.residuals, 0.8)
+    inside, n, width = score.inside, score.n, score.median_width
     assert n == 22 and inside < n   # the far one is outside the band the others make
     # of 21 others the band is the 2nd smallest to the 20th: the two lowest and the highest ordinary one fall out too
     assert n - inside == 4

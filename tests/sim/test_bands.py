@@ -1,5 +1,6 @@
-"""backend/sim/bands.py: the split-conformal edges, the widest edge over a figure's regimes, the published figures'
-regimes, the shipped table's provenance (fitted set only), and a simulated run's summary carrying its bands."""
+"""backend/sim/bands.py: the split-conformal edges, the first rule's widest edge over a figure's regimes, the
+published figures' regimes, the shipped table's provenance and rule (fitted set only), and a simulated run's summary
+carrying its bands."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ import math
 import pytest
 
 from backend.sim import bands
+from backend.sim.band_rules import Quantile, own_edges
 from backend.sim.bands import Regime, Residual
 from backend.sim.published_figures import FIGURES, is_held_out
 from backend.summary import Band, Summary
@@ -18,13 +20,17 @@ def table(by_regime: dict[Regime, list[float]]) -> bands.BandTable:
     return bands.BandTable(rows, [])
 
 
+def conformal(values: list[float], level: float):
+    return own_edges(values, level, Quantile.CONFORMAL, symmetric=False)
+
+
 def test_the_conformal_edges_are_the_finite_sample_order_statistics():
     values = [float(i) for i in range(1, 20)]   # 19 residuals: (n + 1) x 0.1 = 2, (n + 1) x 0.9 = 18
-    assert bands.conformal_edges(values, 0.8) == (2.0, 18.0)
-    assert bands.conformal_edges(values[:8], 0.8) is None   # too few for an 80% band: no band, never a guess
+    assert conformal(values, 0.8) == (2.0, 18.0)
+    assert conformal(values[:8], 0.8) is None   # too few for an 80% band: no band, never a guess
 
 
-def test_a_figure_takes_the_widest_edge_of_its_regimes_and_the_pool_when_none_has_a_band():
+def test_under_the_first_rule_a_figure_takes_the_widest_edge_of_its_regimes_and_the_pool_when_none_has_a_band():
     narrow, wide = [0.01 * i for i in range(-9, 10)], [0.05 * i for i in range(-9, 10)]
     t = table({Regime.PREFILL: narrow, Regime.TP: [x + 0.5 for x in wide], Regime.MOE: [0.0, 0.1]})
     edges = t.edges((Regime.PREFILL, Regime.TP, Regime.MOE), 0.8)
@@ -32,7 +38,7 @@ def test_a_figure_takes_the_widest_edge_of_its_regimes_and_the_pool_when_none_ha
     assert edges.low == pytest.approx(-0.08) and edges.high == pytest.approx(0.9)   # prefill's low, TP's high
     alone = t.edges((Regime.BATCH1_DECODE,), 0.8)
     assert alone.regimes == (Regime.ALL,)
-    pooled = bands.conformal_edges(t.of(Regime.ALL), 0.8)
+    pooled = conformal(t.of(Regime.ALL), 0.8)
     assert (alone.low, alone.high) == pooled
 
 
@@ -56,7 +62,7 @@ def test_the_published_figures_regimes():
 def test_the_shipped_table_holds_the_fitted_figures_only_with_their_regimes():
     shipped = bands.shipped()
     by_id = {f.id: f for f in FIGURES}
-    assert shipped.residuals and shipped.provenance
+    assert shipped.residuals and shipped.provenance and shipped.rule is not None   # --select wrote its rule
     assert not [r.figure for r in shipped.residuals if is_held_out(by_id[r.figure])]
     for r in shipped.residuals:
         fig = by_id[r.figure]
