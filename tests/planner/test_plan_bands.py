@@ -17,7 +17,9 @@ SPACE = SearchSpace(gpus=("h100-sxm", "a100-80gb-sxm"), max_gpus=2, precisions=(
                     policies=("continuous",), tps=(1, 2), pps=(1,), dps=(1,), max_batches=(32,), kv_dtypes=("auto",))
 
 
-def problem(confidence=None, tpot=14.0) -> Problem:
+# 13 ms: an A100 pair's TPOT p90 (11.5 ms) meets it at the centre and not at the 80% band's edge (14.0 ms, the bands
+# of 2026-12-05's chosen rule), so the two rankings differ
+def problem(confidence=None, tpot=13.0) -> Problem:
     return Problem(model="llama-8b", slo_ttft_ms=300, slo_tpot_ms=tpot, rate=8, num_requests=40,
                    prompt_len=LengthDist("fixed", 256), output_len=LengthDist("fixed", 32), confidence=confidence)
 
