@@ -8,12 +8,11 @@ log(measured time / predicted time) -- a rate (tokens/s) enters as its inverse, 
 
 Each residual belongs to its figure's regimes (Regime below): one by what the figure measures (prefill,
 batch-1 decode, batched decode, throughput at saturation) and any of MoE, TP > 1 and FP8/FP4 that
-describe its setup. A regime's band at level L is the split-conformal interval of its residuals: with n
-of them sorted, the floor((n + 1)(1 - L)/2)-th and the ceil((n + 1)(1 + L)/2)-th (the finite-sample rule:
-chosen before any held-out figure was compared, never tuned on them); a regime with too few residuals for
-both order statistics at L gives no band. A simulated figure takes the widest edge on each side over the
-regimes that describe it and have a band (a TP 2 fp8 prefill is as uncertain as the worst of the three),
-and the pooled residuals' band when none has one.
+describe its setup. How a figure's band is made of the residuals is the table's rule (its `# rule:` line,
+backend/sim/band_rules.py), chosen on the fitted residuals alone by `python -m bench.sim_bands --select`
+(2026-12-05: the residuals of exactly the figure's combination of regimes, shrunk toward its phase's and
+those toward every residual's, plus or minus the empirical 80% quantile of |log ratio|). A table without a
+rule line takes the first rule: each regime's split-conformal band, the widest edge over the figure's regimes.
 
 No torch and no simulator here: the table, the regimes and the arithmetic.
 """
