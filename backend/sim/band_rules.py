@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 from enum import Enum
 
-from backend.sim.bands import PHASES, RATE_METRICS, Regime, Residual
+from backend.sim.band_regimes import PHASES, RATE_METRICS, Regime, Residual
 
 
 class Grouping(Enum):

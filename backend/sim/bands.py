@@ -6,7 +6,7 @@ cross-validation, the shipped structure, each fold's terms run through the full 
 log(measured time / predicted time) -- a rate (tokens/s) enters as its inverse, so every residual says
 "the real step took e^r times the simulated one". `python -m bench.sim_bands --write` regenerates it.
 
-Each residual belongs to its figure's regimes (Regime below): one by what the figure measures (prefill,
+Each residual belongs to its figure's regimes (Regime, in band_regimes): one by what the figure measures (prefill,
 batch-1 decode, batched decode, throughput at saturation) and any of MoE, TP > 1 and FP8/FP4 that
 describe its setup. How a figure's band is made of the residuals is the table's rule (its `# rule:` line,
 backend/sim/band_rules.py), chosen on the fitted residuals alone by `python -m bench.sim_bands --select`
@@ -23,16 +23,14 @@ import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from backend.summary import Band, Summary
+# the regimes and the residual row live in band_regimes, which band_rules shares; they are this module's names too
+from backend.sim.band_regimes import PHASES, RATE_METRICS, Regime, Residual  # noqa: F401
+from backend.sim.band_rules import FIRST, Rule, edges_of
 from profiles import HERE as PROFILES
-
-if TYPE_CHECKING:   # band_rules imports this module's Regime and Residual
-    from backend.sim.band_rules import Rule
 
 TABLE = PROFILES / "bands.csv"
 DEFAULT_LEVEL = 0.8
@@ -57,30 +55,6 @@ def current_level() -> float:
     return _LEVEL.get()
 
 
-class Regime(Enum):
-    PREFILL = "prefill"                   # TTFT: the prompt's prefill
-    BATCH1_DECODE = "batch-1 decode"      # one request decoding (TPOT, ITL, a batch-1 latency)
-    BATCHED_DECODE = "batched decode"     # several decoding together
-    SATURATION = "saturation"             # throughput of a full batch or a saturated server; cost per token
-    MOE = "moe"
-    TP = "tp>1"
-    LOW_PRECISION = "fp8/fp4"
-    ALL = "all"                           # every residual: the fallback
-
-
-PHASES = (Regime.PREFILL, Regime.BATCH1_DECODE, Regime.BATCHED_DECODE, Regime.SATURATION)
-
-
-@dataclass(slots=True, frozen=True)
-class Residual:
-    figure: str
-    metric: str
-    regimes: tuple[Regime, ...]
-    measured: float
-    predicted: float
-    residual: float                       # log(measured time / predicted time)
-
-
 @dataclass(slots=True, frozen=True)
 class Edges:
     """A time ratio's interval: the real time lies in [centre x e^low, centre x e^high] at the table's level."""
@@ -101,7 +75,7 @@ class Edges:
 class BandTable:
     residuals: list[Residual]
     provenance: list[str]                 # the table's comment lines: how and when it was made
-    rule: Rule | None = None              # how a band is made of the residuals (None: band_rules.FIRST)
+    rule: Rule | None = None              # how a band is made of the residuals (None: FIRST)
 
     def of(self, regime: Regime) -> list[float]:
         return [r.residual for r in self.residuals if regime is Regime.ALL or regime in r.regimes]
@@ -109,7 +83,6 @@ class BandTable:
     def edges(self, regimes: tuple[Regime, ...], level: float = DEFAULT_LEVEL) -> Edges:
         """A figure of `regimes` at `level`, by the table's rule (backend/sim/band_rules.py)."""
         from backend.errors import InputError
-        from backend.sim.band_rules import FIRST, edges_of
         if not 0 < level < 1:
             raise InputError(f"a band's confidence must lie between 0 and 1, not {level}")
         found = edges_of(self.rule or FIRST, self.residuals, regimes, level)
@@ -123,7 +96,6 @@ RULE_LINE = "rule: "    # the comment line that names the table's rule: '# rule:
 
 def read_table(path: Path) -> BandTable:
     from backend.errors import InputError
-    from backend.sim.band_rules import Rule
     provenance, rows = [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -156,7 +128,6 @@ def write_table(path: Path, residuals: list[Residual], provenance: list[str], ru
 
 # ---- the published figures' regimes -------------------------------------------------------------------------------
 
-RATE_METRICS = ("tok_s_per_gpu", "tok_s")
 
 
 def time_residual(metric: str, measured: float, predicted: float) -> float:
