@@ -58,7 +58,7 @@ def write(structure: str) -> int:
         "(every third figure) is not in this table.",
     ]
     rule, lines = select_rule(residuals, bands.DEFAULT_LEVEL)
-    bands.write_table(bands.TABLE, residuals, provenance + [rule_provenance(rule)], rule)
+    bands.write_table(bands.TABLE, residuals, provenance + [rule_provenance(rule, bands.DEFAULT_LEVEL)], rule)
     print("\n".join(lines))
     errors = [abs(math.expm1(r.residual)) * 100 for r in residuals]
     print(f"wrote {bands.TABLE}: {len(residuals)} residuals, cross-validated median |error| "
@@ -117,15 +117,15 @@ def select_rule(residuals: list[bands.Residual], level: float) -> tuple[band_rul
         f"({outer.coverage:.0%}), median width {outer.median_width:.0%}; the folds chose {folds}."]
 
 
-def rule_provenance(rule: band_rules.Rule) -> str:
+def rule_provenance(rule: band_rules.Rule, level: float) -> str:
     return (f"Rule chosen {datetime.date.today()} by `python -m bench.sim_bands --select` on these residuals alone "
-            f"(leave-one-out coverage closest to 80%, then the narrowest): {rule.text}.")
+            f"(leave-one-out coverage closest to {level:.0%}, then the narrowest): {rule.text}.")
 
 
 def select(level: float) -> int:
     table = bands.shipped()
     rule, lines = select_rule(table.residuals, level)
-    provenance = [p for p in table.provenance if not p.startswith("Rule chosen")] + [rule_provenance(rule)]
+    provenance = [p for p in table.provenance if not p.startswith("Rule chosen")] + [rule_provenance(rule, level)]
     bands.write_table(bands.TABLE, table.residuals, provenance, rule)
     print("\n".join(lines) + f"\n\nwrote the rule into {bands.TABLE}: {rule.text}")
     return 0

@@ -20,7 +20,7 @@ narrowest (median width) among equally close ones. `nested` checks that choice i
 each of five outer folds and the chosen rule's band is scored on the fold it did not see (choosing among many rules
 by one noisy coverage flatters the winner; the outer folds say by how much). A looser criterion (any rule within
 one binomial standard error of L, the narrowest of them) was tried too: on the fitted set its nested coverage was
-74% against 76% for this one, so this one stays. No torch and no simulator here.
+74% against 76% for this one (2026-12-05), so this one stays. No torch and no simulator here.
 """
 from __future__ import annotations
 

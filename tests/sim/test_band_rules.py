@@ -95,3 +95,11 @@ def test_the_rule_is_chosen_on_the_fitted_figures_alone(monkeypatch):
     held_out = {f.id for f in FIGURES if is_held_out(f)}
     assert seen and not seen & held_out and seen == {r.figure for r in bands.shipped().residuals}
     assert written and written[0][3] == band_rules.Rule.parse(written[0][3].text)
+
+
+def test_the_shipped_rule_is_what_select_chooses_on_the_shipped_residuals_and_it_is_calibrated_there():
+    table = bands.shipped()
+    chosen, scores = band_rules.select(table.residuals, bands.DEFAULT_LEVEL)
+    assert table.rule == chosen   # `python -m bench.sim_bands --select` after the residuals last changed
+    assert 0.7 <= scores[chosen].coverage <= 0.9
+    assert scores[chosen].median_width < scores[band_rules.FIRST].median_width   # narrower than the first rule's
