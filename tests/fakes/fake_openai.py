@@ -77,6 +77,8 @@ class RequestLog:
     finish_reason: str = ""
     prompt_tokens: int = 0
     cached_tokens: int = 0                                   # found in the prefix cache
+    client_port: int = 0                                     # the client's end of the connection: a benchmark
+                                                             # matches its own requests to these by it, in order
 
 
 @dataclass(slots=True)
@@ -203,6 +205,8 @@ class FakeOpenAI:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.num_connections += 1
+        peer = writer.get_extra_info("peername")
+        port = peer[1] if isinstance(peer, tuple) and len(peer) > 1 else 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -221,7 +225,8 @@ class FakeOpenAI:
                     self.reset()
                     self._reply(writer, 200, b"{}")
                 elif method == "POST" and path.endswith("/completions"):
-                    await self._completion(writer, json.loads(body), read_s, chat=path.endswith("/chat/completions"))
+                    await self._completion(writer, json.loads(body), read_s, chat=path.endswith("/chat/completions"),
+                                           port=port)
                 else:
                     self._reply(writer, 404, b'{"detail":"Not Found"}')
                 await writer.drain()
@@ -236,7 +241,8 @@ class FakeOpenAI:
         writer.write(b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
                      % (status, kind.encode(), len(data), data))
 
-    async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool) -> None:
+    async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool,
+                          port: int = 0) -> None:
         self.bodies.append(body)
         self._count += 1
         self._read += 1
@@ -256,7 +262,7 @@ class FakeOpenAI:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         tokens = list(prompt) if isinstance(prompt, list) else str(prompt).split()
         prompt_tokens, cached = len(tokens), self.prefix_hits(tokens)
-        log = RequestLog(read_s, prompt_tokens=prompt_tokens, cached_tokens=cached)
+        log = RequestLog(read_s, prompt_tokens=prompt_tokens, cached_tokens=cached, client_port=port)
         self.metrics.admitted(prompt_tokens, cached)
         options = body.get("stream_options") or {}
         include_usage = b.usage and bool(options.get("include_usage"))
@@ -303,7 +309,9 @@ class FakeOpenAI:
                     s.writer.write(self._last_bytes(s, k))
                 else:
                     s.writer.write(_event(self._chunk_event(s, k, None)))
-                s.log.writes_s.append(now)
+                # when this stream's bytes went to its socket: a step writes hundreds of streams one after another,
+                # so the last goes out well after the step began (its truth, not the step's start)
+                s.log.writes_s.append(time.perf_counter())
                 self.metrics.token(s, now)
                 if self.behaviour.spec_tokens and len(s.log.writes_s) > 1:   # a decode step: a verification
                     self.metrics.verified(self.behaviour.spec_tokens, k - 1)

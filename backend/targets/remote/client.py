@@ -175,6 +175,9 @@ class Streamer:
             except (OSError, ProxyRefused) as exc:   # refused, DNS, TLS (ssl.SSLError is an OSError), timeout
                 raise connect_failure(exc, self.shown_url, self.proxy) from None
             response = StreamedResponse(conn, reused, state, on_token, self.api == "chat", self.timeout_s)
+            # TTFT counts from here, as the request's bytes go to the socket: not from before the body was built or
+            # a new connection's handshake, which in a burst of hundreds of requests wait behind each other
+            state.arrival_ms = self.pool.clock()
             conn.send(request, response)
             try:
                 await response.future
