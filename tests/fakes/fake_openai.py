@@ -70,7 +70,7 @@ class Behaviour:
 
 @dataclass(slots=True)
 class RequestLog:
-    read_s: float                                            # perf_counter when the request was read
+    read_s: float                                            # perf_counter when the request's last bytes came
     writes_s: list[float] = field(default_factory=list)      # when each token's event was written
     done_s: float | None = None
     num_tokens: int = 0
@@ -207,6 +207,16 @@ class FakeOpenAI:
         self.num_connections += 1
         peer = writer.get_extra_info("peername")
         port = peer[1] if isinstance(peer, tuple) and len(peer) > 1 else 0
+        # when the request's bytes came in, read as the loop hands them over: a burst of hundreds of requests is
+        # parsed one after another, and the last would otherwise be logged as read long after it arrived (that
+        # wait is this server's queue, part of a true TTFT)
+        arrived = [0.0]
+        feed = reader.feed_data
+
+        def feed_stamped(data: bytes) -> None:
+            arrived[0] = time.perf_counter()
+            feed(data)
+        reader.feed_data = feed_stamped
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -214,7 +224,7 @@ class FakeOpenAI:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                read_s = time.perf_counter()
+                read_s = arrived[0] or time.perf_counter()
                 if method == "GET" and path == "/fake/log":
                     self._reply(writer, 200, json.dumps(self.log_json()).encode())
                 elif method == "GET" and path == "/fake/count":   # cheap enough to poll during a run

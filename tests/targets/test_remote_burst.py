@@ -221,3 +221,34 @@ def test_the_fake_servers_truth_is_each_streams_own_write():
         writes = [w for r in fake.log for w in r.writes_s]
     assert len(writes) == 24 and len(set(writes)) == len(writes)   # no two streams share the step's one reading
 
+
+
+
+def test_the_fake_servers_read_time_is_when_the_requests_bytes_came_not_when_it_got_to_them():
+    # n requests come in while the server's loop is held, so one turn reads them all and then handles them one by
+    # one: each logged read is from that turn, before the first of them was handled
+    import time
+    from tests.fakes.fake_openai import Behaviour, FakeOpenAI
+    n = 8
+
+    async def main(fake, handled):
+        streamer = Streamer(fake.url, "m", "completions", {}, SamplingConfig(), 10.0, lambda: 0.0)
+        send = lambda: asyncio.gather(*(streamer.send("a b", 1, StreamState(i, 0.0), lambda s, t, now: None)
+                                        for i in range(n)))
+        await send()   # n connections, open and idle in the pool
+        completion = fake._completion
+
+        async def counted(*args, **kwargs):
+            handled.append(time.perf_counter())
+            return await completion(*args, **kwargs)
+        fake._completion = counted
+        fake._loop.call_soon_threadsafe(time.sleep, 0.3)   # hold the server's loop (a blocking sleep)
+        await asyncio.sleep(0.05)
+        await send()   # written while it is held
+        streamer.close()
+
+    with FakeOpenAI(Behaviour(gap_ms=1.0)) as fake:
+        handled = []
+        asyncio.run(main(fake, handled))
+        reads = sorted(r.read_s for r in fake.log)[n:]
+    assert len(handled) == n and max(reads) < min(handled)
