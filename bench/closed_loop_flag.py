@@ -85,7 +85,9 @@ def main() -> int:
              "is the time between those two, the loop's own round trip (the old measure counted it as lag). The flag "
              "(backend.targets.remote.honesty): send lag p99 more than 5 ms beyond the loop lag p99 (a request waits "
              "on a timer, so it goes out as late as the loop wakes); loop lag p99 over 1 ms with more than 25% of "
-             "tokens clumped, or longer than both the run's ITL p50 and 5 ms; a worker over 90% of a core.", "",
+             "tokens clumped, or longer than two of the run's ITL p50, or with a p50 over 5 ms; a worker over 90% of "
+             "a core. Each read is stamped as it is read, before the loop turn's parsing; TTFT counts from the "
+             "request's write to the socket; the fake server logs each stream's own write.", "",
              "| tick ms | streams | ITL p50 ms | ITL p99 ms | TTFT p50 ms | exact | send lag p99 ms | refill wait p99 ms | "
              "loop lag p99 ms | clumped | busiest worker | CPU ms per request | flagged |",
              "|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]

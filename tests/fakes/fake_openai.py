@@ -70,13 +70,15 @@ class Behaviour:
 
 @dataclass(slots=True)
 class RequestLog:
-    read_s: float                                            # perf_counter when the request was read
+    read_s: float                                            # perf_counter when the request's last bytes came
     writes_s: list[float] = field(default_factory=list)      # when each token's event was written
     done_s: float | None = None
     num_tokens: int = 0
     finish_reason: str = ""
     prompt_tokens: int = 0
     cached_tokens: int = 0                                   # found in the prefix cache
+    client_port: int = 0                                     # the client's end of the connection: a benchmark
+                                                             # matches its own requests to these by it, in order
 
 
 @dataclass(slots=True)
@@ -203,6 +205,18 @@ class FakeOpenAI:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.num_connections += 1
+        peer = writer.get_extra_info("peername")
+        port = peer[1] if isinstance(peer, tuple) and len(peer) > 1 else 0
+        # when the request's bytes came in, read as the loop hands them over: a burst of hundreds of requests is
+        # parsed one after another, and the last would otherwise be logged as read long after it arrived (that
+        # wait is this server's queue, part of a true TTFT)
+        arrived = [0.0]
+        feed = reader.feed_data
+
+        def feed_stamped(data: bytes) -> None:
+            arrived[0] = time.perf_counter()
+            feed(data)
+        reader.feed_data = feed_stamped
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -210,7 +224,7 @@ class FakeOpenAI:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                read_s = time.perf_counter()
+                read_s = arrived[0] or time.perf_counter()
                 if method == "GET" and path == "/fake/log":
                     self._reply(writer, 200, json.dumps(self.log_json()).encode())
                 elif method == "GET" and path == "/fake/count":   # cheap enough to poll during a run
@@ -221,7 +235,8 @@ class FakeOpenAI:
                     self.reset()
                     self._reply(writer, 200, b"{}")
                 elif method == "POST" and path.endswith("/completions"):
-                    await self._completion(writer, json.loads(body), read_s, chat=path.endswith("/chat/completions"))
+                    await self._completion(writer, json.loads(body), read_s, chat=path.endswith("/chat/completions"),
+                                           port=port)
                 else:
                     self._reply(writer, 404, b'{"detail":"Not Found"}')
                 await writer.drain()
@@ -236,7 +251,8 @@ class FakeOpenAI:
         writer.write(b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
                      % (status, kind.encode(), len(data), data))
 
-    async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool) -> None:
+    async def _completion(self, writer: asyncio.StreamWriter, body: dict, read_s: float, chat: bool,
+                          port: int = 0) -> None:
         self.bodies.append(body)
         self._count += 1
         self._read += 1
@@ -256,7 +272,7 @@ class FakeOpenAI:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         tokens = list(prompt) if isinstance(prompt, list) else str(prompt).split()
         prompt_tokens, cached = len(tokens), self.prefix_hits(tokens)
-        log = RequestLog(read_s, prompt_tokens=prompt_tokens, cached_tokens=cached)
+        log = RequestLog(read_s, prompt_tokens=prompt_tokens, cached_tokens=cached, client_port=port)
         self.metrics.admitted(prompt_tokens, cached)
         options = body.get("stream_options") or {}
         include_usage = b.usage and bool(options.get("include_usage"))
@@ -303,7 +319,9 @@ class FakeOpenAI:
                     s.writer.write(self._last_bytes(s, k))
                 else:
                     s.writer.write(_event(self._chunk_event(s, k, None)))
-                s.log.writes_s.append(now)
+                # when this stream's bytes went to its socket: a step writes hundreds of streams one after another,
+                # so the last goes out well after the step began (its truth, not the step's start)
+                s.log.writes_s.append(time.perf_counter())
                 self.metrics.token(s, now)
                 if self.behaviour.spec_tokens and len(s.log.writes_s) > 1:   # a decode step: a verification
                     self.metrics.verified(self.behaviour.spec_tokens, k - 1)

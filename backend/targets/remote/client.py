@@ -3,7 +3,7 @@
 This runs inside the client's worker processes (backend.targets.remote.worker), so its hot path is
 lean: HTTP/1.1 on keep-alive connections of its own (backend.targets.remote.http11, over
 backend.targets.remote.connect for TLS and proxies), each response read from raw bytes by a
-backend.targets.remote.response.StreamedResponse inside the event loop's read callback. httpx,
+backend.targets.remote.response.StreamedResponse once the loop turn's reads are all stamped. httpx,
 used for the few non-streamed calls elsewhere, is not on this path: its per-chunk machinery cost
 12.6-13.3 ms of CPU per 64-token request.
 """
@@ -175,6 +175,9 @@ class Streamer:
             except (OSError, ProxyRefused) as exc:   # refused, DNS, TLS (ssl.SSLError is an OSError), timeout
                 raise connect_failure(exc, self.shown_url, self.proxy) from None
             response = StreamedResponse(conn, reused, state, on_token, self.api == "chat", self.timeout_s)
+            # TTFT counts from here, as the request's bytes go to the socket: not from before the body was built or
+            # a new connection's handshake, which in a burst of hundreds of requests wait behind each other
+            state.arrival_ms = self.pool.clock()
             conn.send(request, response)
             try:
                 await response.future

@@ -1,10 +1,14 @@
 """HTTP/1.1 on asyncio for the streaming hot path: keep-alive connections that hand each response to a callback object.
 
 A streamed completion is dozens of small chunks a second on each of hundreds of connections, so
-nothing here runs a coroutine per chunk: the event loop calls `Connection.data_received`, which
-reads the clock once, feeds the bytes to llhttp (httptools: status, headers, chunked framing)
-and passes each piece of body straight to the response's `Handler`. Connecting (TLS, proxies)
-is backend.targets.remote.connect's; what the body means is the caller's.
+nothing here runs a coroutine per chunk. A batched server writes a chunk to every stream in the
+same step, so one turn of the event loop finds hundreds of sockets readable and reads them in
+turn. `Connection.data_received` therefore only reads the clock and queues the bytes with that
+reading (the pool's `pending`); one callback per turn (`Pool.drain`) then feeds them, in the
+order they came, to llhttp (httptools: status, headers, chunked framing) and each piece of body
+to the response's `Handler`. Parsing in the read callback instead stamped the last socket of a
+burst after every other socket's parsing and bookkeeping: hundreds of streams' parse costs late.
+Connecting (TLS, proxies) is backend.targets.remote.connect's; what the body means is the caller's.
 """
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ import httptools
 
 
 class Handler:
-    """What a connection tells the one response it reads; `now` is set (clock ms) as each read arrives."""
+    """What a connection tells the one response it reads; `now` is the clock (ms) of the read whose bytes
+    are being parsed: when they arrived, not when they are parsed."""
 
     now: float = 0.0
 
@@ -52,11 +57,17 @@ class Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        # one reading per read, before anything else: every event in these bytes arrived then. Parsing waits
+        # for the pool's drain, after every other socket of this loop turn has been read and stamped.
+        self.pool.received(self, data, self.clock())
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Parse one read's bytes, stamped `now` when they arrived (Pool.drain calls this in arrival order)."""
         h = self.handler
         if h is None:   # bytes nobody asked for: this connection cannot be trusted with the next request
             self.close()
             return
-        h.now = self.clock()   # one reading per read: every event in these bytes arrived then
+        h.now = now
         self._answered = True
         try:
             self.parser.feed_data(data)
@@ -71,6 +82,7 @@ class Connection(asyncio.Protocol):
         return False   # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.pool.drain()   # the bytes that came before the end are read first
         self.closed = True
         h, self.handler = self.handler, None
         if h is None:
@@ -141,6 +153,31 @@ class Pool:
         self.clock = clock
         self.idle: list[Connection] = []
         self.num_opened = 0
+        self.pending: list[tuple[Connection, bytes, float]] = []   # reads stamped but not yet parsed
+        self._drain_soon = False
+
+    def received(self, conn: Connection, data: bytes, now: float) -> None:
+        self.pending.append((conn, data, now))
+        if not self._drain_soon:
+            self._drain_soon = True
+            asyncio.get_running_loop().call_soon(self.drain)
+
+    def drain(self) -> None:
+        """Parse every read queued since the last drain, in the order they came, each with its own stamp."""
+        self._drain_soon = False
+        while self.pending:   # a handler that closes a connection may end in connection_lost, which drains too
+            batch, self.pending = self.pending, []
+            done = 0
+            try:
+                for conn, data, now in batch:
+                    done += 1
+                    conn.feed(data, now)
+            finally:
+                if done < len(batch):   # a handler raised (a bug, raised as it is): the other reads are still read
+                    self.pending[:0] = batch[done:]
+                    if not self._drain_soon:
+                        self._drain_soon = True
+                        asyncio.get_running_loop().call_soon(self.drain)
 
     async def acquire(self) -> tuple[Connection, bool]:
         """A connection and whether it was reused (a reused one may have been closed by the server in between)."""

@@ -1,9 +1,9 @@
 """One streamed completion's response, read from raw bytes as they arrive: status, SSE events, the end.
 
 `StreamedResponse` is the http11.Handler of one request. Its `on_body` is the hot path: it runs
-inside the event loop's read callback for every chunk of every stream, so it finds `data:` lines
-with bytes.find, parses each with json.loads on the bytes, and hands text to `on_token` with the
-time the chunk's read arrived, without a coroutine, a queue or a copy per event. The request's
+for every chunk of every stream (in the pool's drain, once the loop turn's reads are stamped), so
+it finds `data:` lines with bytes.find, parses each with json.loads on the bytes, and hands text
+to `on_token` with the time the chunk's read arrived, without a coroutine or a copy per event. The request's
 coroutine waits on one future, set when the response ends or fails.
 
 A request either ends with the server's finish reason or fails with RemoteFailure, whose `kind`

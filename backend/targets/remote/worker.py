@@ -153,6 +153,8 @@ class Worker:
             # never before its moment: uvloop's timers have whole-millisecond ticks and can wake early
             while (delay := (at - self.now_ms()) / 1000.0) > 0:
                 await asyncio.sleep(delay)
+            # when the worker started it (its lateness counts to here); the streamer moves the arrival, which TTFT
+            # counts from, to the request's write to the socket
             sent = state.arrival_ms = self.now_ms()
             self._sent.append([rid, sent])
             await self.streamer.send(msg.prompt, msg.max_tokens, state, self._on_token)
