@@ -202,7 +202,8 @@ def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> T
 
 
 def check_spec_target(config: RunConfig) -> None:
-    """Speculative decoding runs on the local engine, in `run`, `load` and the load sweeps; one line elsewhere."""
+    """Speculative decoding runs on the local engine (and the disaggregated policy's decode workers), in `run`,
+    `load` and the load sweeps, and on the simulator; one line elsewhere."""
     if not config.spec.is_on:
         return
     config.spec.validate()
@@ -212,13 +213,12 @@ def check_spec_target(config: RunConfig) -> None:
     if kind == RunKind.SWEEP_PD_RATIO:
         raise InputError("--spec: the simulated disaggregated sweep does not price speculation yet")
     target = target_kind(replace(config, mode=RunKind.LOAD if kind.needs_workload else RunKind.BATCH))
-    if target not in (TargetKind.LOCAL, TargetKind.SIMULATED):
+    if target not in (TargetKind.LOCAL, TargetKind.DISAGGREGATED, TargetKind.SIMULATED):
         why = {TargetKind.REMOTE: "a server speculates by its own settings (its counters are read from /metrics)",
-               TargetKind.DISAGGREGATED: "the disaggregated workers do not speculate yet",
                TargetKind.SIMULATED_DISAGGREGATED: "the simulated disaggregated run does not price speculation yet"
                }[target]
         raise InputError(f"--spec runs on the local engine and the simulator only: {why}")
     spec = config.spec
-    if target is TargetKind.LOCAL and (spec.acceptance is not None or spec.draft_cost is not None or spec.spec_from):
+    if target in (TargetKind.LOCAL, TargetKind.DISAGGREGATED) and (spec.acceptance is not None or spec.draft_cost is not None or spec.spec_from):
         raise InputError("--spec-acceptance, --spec-draft-cost and --spec-from price the simulator's guesses "
                          "(--simulate); the local engine measures its own")
