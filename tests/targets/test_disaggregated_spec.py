@@ -55,3 +55,24 @@ def test_a_draft_model_on_the_decode_worker_keeps_its_guesses_and_changes_no_tok
     def decode_steps(run) -> int:
         return sum(s.worker.startswith("decode") for s in run.data.steps)
     assert decode_steps(finished) < decode_steps(alone)
+
+
+def test_sampled_tokens_are_the_seeds_on_the_decode_worker_with_or_without_guesses():
+    """Temperature 0.1 (the tiny random model is near uniform at 1): each position's draw is keyed by (seed,
+    request, position), so the decode worker verifying a draft's guesses emits the tokens a single engine
+    samples without any (docs/speculative.md). float32 products throughout: the single engine computes a
+    prompt's last token inside its prefill, where `auto` may take bfloat16, and sampling, unlike the argmax,
+    feels that."""
+    lengths = {"prompt_len": "8:30", "output_len": "12:24"}
+    sampled = SamplingConfig(temperature=0.1, top_p=0.95, seed=5, ignore_eos=True)
+    single = config("tiny", SpecConfig(), **lengths)
+    single.engine.policy, single.sampling = "continuous", sampled
+    single.model.prefill_math = "fp32"
+    alone, _ = tokens_of(single)
+    pooled = config("tiny", SpecConfig("draft", "tiny", "float32", num_tokens=3), **lengths)
+    pooled.sampling = sampled
+    pooled.model.prefill_math = "fp32"
+    guessed, finished = tokens_of(pooled)
+    assert guessed == alone
+    proposed, accepted = verified(finished)
+    assert 0 < accepted < proposed   # greedy guesses against sampled tokens: some kept, some rejected
