@@ -131,7 +131,6 @@ class Runner:
         if self.paged is not None:
             self.sync_rows(out)
         prefill, samplers = [], []
-        emitted = {}   # request id -> output tokens so far: where a sampled token lands (its draw's key)
         for chunk in out.prefill:
             req = chunk.request
             ids = req.all_ids
@@ -139,7 +138,6 @@ class Runner:
             prefill.append((req.slot, start, ids[start:start + chunk.num_tokens]))
             # a chunk that does not reach the end of the known tokens samples nothing
             samplers.append(req.request_id if start + chunk.num_tokens == len(ids) else None)
-            emitted[req.request_id] = len(req.output_ids)
         verifying = [req for req in out.decode if req.spec_ids] if out.num_draft_tokens else []
         plain = [req for req in out.decode if not req.spec_ids] if verifying else out.decode
         decode = [(req.slot, req.num_computed, req.output_ids[-1] if req.output_ids else req.prompt_ids[-1])
@@ -164,8 +162,6 @@ class Runner:
             row += 1 + len(req.spec_ids)
         rows += range(row, row + len(plain))
         samplers += [None] * (row - len(samplers)) + [req.request_id for req in plain]
-        for req in out.decode:
-            emitted[req.request_id] = len(req.output_ids)
         with device_scope(self.device), torch.inference_mode(), kernel_math(self.device, self.math):
             if self.static is not None and not prefill:
                 slots, positions, ids = (list(column) for column in zip(*decode))
@@ -177,23 +173,26 @@ class Runner:
             if rows:
                 picked = logits if len(rows) == len(samplers) else logits[rows]
                 ids = [samplers[i] for i in rows]
-                result = dict(zip(ids, self._sample(picked, [(rid, emitted[rid]) for rid in ids])))
+                result = dict(zip(ids, self._sample(picked, ids, out)))
             if verifying:
                 self._verify(logits, verifying, spans, out.accepted, result)
             if not result:
                 synchronize(self.device)
         return result
 
-    def _sample(self, logits: torch.Tensor, keys: list[tuple[int, int]]) -> list[int]:
-        """Next token per row of (R, vocab) logits: greedy at temperature 0, else from the same distribution
-        as sample()'s at the uniform keyed by (seed, request, output position) (spec/acceptance.py), so a
-        request's tokens do not depend on what shared its steps or whether they verified guesses."""
+    def _sample(self, logits: torch.Tensor, request_ids: list[int], out) -> list[int]:
+        """Next token per row of (R, vocab) logits (request_ids[i]'s): greedy at temperature 0, else from the
+        same distribution as sample()'s at the uniform keyed by (seed, request, output position)
+        (spec/acceptance.py), so a request's tokens do not depend on what shared its steps or whether they
+        verified guesses."""
         temperature, top_p = self.sampling.temperature, self.sampling.top_p
         if temperature <= 0:
             return logits.argmax(dim=-1).tolist()
+        # where each sampled token lands: the request's output so far
+        done = {r.request_id: len(r.output_ids) for r in [c.request for c in out.prefill] + out.decode}
         seed = self.sampling.seed
         return inverse_cdf(target_probs(logits, temperature, top_p),
-                           [keyed_uniform(seed, rid, position) for rid, position in keys])
+                           [keyed_uniform(seed, rid, done[rid]) for rid in request_ids])
 
     def _verify(self, logits: torch.Tensor, verifying, spans: list[int], accepted: dict[int, int],
                 result: dict[int, int]) -> None:
