@@ -202,23 +202,20 @@ def target_for(config: RunConfig, models: ModelCache, retain_records: bool) -> T
 
 
 def check_spec_target(config: RunConfig) -> None:
-    """Speculative decoding runs on the local engine, in `run`, `load` and the load sweeps; one line elsewhere."""
+    """Speculative decoding runs on the local engine (and the disaggregated policy's decode workers), in `run`,
+    `load` and the load sweeps, and on the simulator (its replicas and disaggregated pools too); one line elsewhere."""
     if not config.spec.is_on:
         return
     config.spec.validate()
     kind = RunKind.parse(config.mode)
     if kind in STEP_SWEEPS:
         raise InputError(f"--spec: `{kind.command}` times fixed steps, which do not speculate; use `run` or `load`")
-    if kind == RunKind.SWEEP_PD_RATIO:
-        raise InputError("--spec: the simulated disaggregated sweep does not price speculation yet")
     target = target_kind(replace(config, mode=RunKind.LOAD if kind.needs_workload else RunKind.BATCH))
-    if target not in (TargetKind.LOCAL, TargetKind.SIMULATED):
-        why = {TargetKind.REMOTE: "a server speculates by its own settings (its counters are read from /metrics)",
-               TargetKind.DISAGGREGATED: "the disaggregated workers do not speculate yet",
-               TargetKind.SIMULATED_DISAGGREGATED: "the simulated disaggregated run does not price speculation yet"
-               }[target]
-        raise InputError(f"--spec runs on the local engine and the simulator only: {why}")
+    if target is TargetKind.REMOTE:
+        raise InputError("--spec runs on the local engine and the simulator only: a server speculates by its own "
+                         "settings (its counters are read from /metrics)")
     spec = config.spec
-    if target is TargetKind.LOCAL and (spec.acceptance is not None or spec.draft_cost is not None or spec.spec_from):
+    if target in (TargetKind.LOCAL, TargetKind.DISAGGREGATED) and (
+            spec.acceptance is not None or spec.draft_cost is not None or spec.spec_from):
         raise InputError("--spec-acceptance, --spec-draft-cost and --spec-from price the simulator's guesses "
                          "(--simulate); the local engine measures its own")

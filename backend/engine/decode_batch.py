@@ -13,6 +13,12 @@ request finishes.
 Under the paged layout the reservation counts blocks (ceil(sequence / block_size) each) and a
 request's table takes its blocks as tokens arrive: the hand-off's blocks at admission, then one
 more each time a decode starts a block. A decode worker caches no prefixes: its KV arrives whole.
+
+Speculation (backend/engine/spec/): a running request may carry guesses (`spec_ids`, set before the
+step); its decode then computes 1 + len(spec_ids) tokens. They always fit: a speculator asks for at most
+what the request may still emit less one, inside the whole sequence its admission reserved (trimmed here
+all the same). After the step the kept guesses and the sampled token are appended, as the scheduler's
+update does (scheduler.take_verified), and under the paged layout the rejected positions' blocks go back.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from operator import attrgetter
 
 from backend.engine.kv_blocks import BlockPool, blocks_for
 from backend.engine.request import Request
-from backend.engine.scheduler import SchedulerOutput
+from backend.engine.scheduler import SchedulerOutput, take_verified
 from backend.records import RequestStatus
 
 _num_computed = attrgetter("num_computed")
@@ -107,11 +113,18 @@ class DecodeBatch:
         return None
 
     def schedule(self) -> SchedulerOutput:
-        """One decode token for every running request, the oldest first."""
+        """One decode token for every running request (and its guesses), the oldest first."""
+        out = SchedulerOutput(decode=list(self._running))
+        for request in self._running:
+            if request.spec_ids:   # within the reservation: what it may still emit less one, and its row
+                k = min(len(request.spec_ids), request.max_new_tokens - len(request.output_ids) - 1,
+                        self.max_len - request.num_tokens)
+                request.spec_ids = request.spec_ids[:max(k, 0)]
+                out.num_draft_tokens += len(request.spec_ids)
         if self.pool is not None:
-            for request in self._running:   # a block for the token each computes (within its reservation)
-                self.pool.allocate(request.block_ids, request.num_tokens)
-        return SchedulerOutput(decode=list(self._running))
+            for request in self._running:   # blocks for the tokens each computes (within its reservation)
+                self.pool.allocate(request.block_ids, request.num_tokens + len(request.spec_ids))
+        return out
 
     def update(self, output: SchedulerOutput, sampled: dict[int, int], now_ms: float) -> list[Request]:
         """Apply a computed step; the requests that finished in it (their slots are free again)."""
@@ -119,8 +132,14 @@ class DecodeBatch:
         for request in output.decode:
             if request.request_id not in sampled:
                 raise ValueError(f"no sampled token for request {request.request_id}")
-            request.num_computed += 1
-            if request.append_token(sampled[request.request_id], now_ms):
+            if request.spec_ids:
+                done = take_verified(request, output, sampled[request.request_id], now_ms)
+                if not done and self.pool is not None:   # the rejected guesses' blocks go back
+                    self.pool.shrink(request.block_ids, request.num_computed)
+            else:
+                request.num_computed += 1
+                done = request.append_token(sampled[request.request_id], now_ms)
+            if done:
                 self._release(request)
                 finished.append(request)
         return finished

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from backend.engine.kv_blocks import BlockPool
 from backend.engine.request import Request, rejection
-from backend.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
+from backend.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput, take_verified
 from backend.events import KV_CACHED_FREE, KV_FREE
 from backend.records import RequestStatus
 
@@ -83,7 +83,7 @@ class PagedScheduler(Scheduler):
             if token is None:
                 raise ValueError(f"no sampled token for request {request.request_id}")
             if request.spec_ids:
-                done = self._take_verified(request, output, token, now_ms)
+                done = take_verified(request, output, token, now_ms)
                 if not done:   # the rejected guesses' blocks go back
                     pool.shrink(request.block_ids, request.num_computed)
                     if caching and request.num_computed // bs > len(request.block_hashes):

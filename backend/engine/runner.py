@@ -9,7 +9,7 @@ import torch
 from backend.config import SamplingConfig
 from backend.engine.cuda_graphs import StaticDecoder
 from backend.engine.memory_fit import aligned
-from backend.engine.spec.acceptance import accept_greedy, accept_sampled, target_probs
+from backend.engine.spec.acceptance import accept_greedy, accept_sampled, inverse_cdf, keyed_uniform, target_probs
 from backend.engine.warmup import WarmupStep, warmup_steps
 from backend.errors import DoesNotFit, is_out_of_memory, one_line
 from backend.kernels import matmath, ops
@@ -102,10 +102,6 @@ class Runner:
         if self.use_cuda_graphs:
             self.static = StaticDecoder(self.model, self.cache, scratch_slot=num_slots, max_batch=num_slots,
                                         capture=self.device.type == "cuda")
-        self.generator = None
-        if sampling.temperature > 0:
-            self.generator = torch.Generator(device=loaded.device)
-            self.generator.manual_seed(sampling.seed)
 
     def _rows_for_warmup(self, num_slots: int) -> None:
         """Paged: every row a full table of the pool's blocks (wrapping round a pool smaller than the rows'
@@ -176,13 +172,27 @@ class Runner:
             result = {}
             if rows:
                 picked = logits if len(rows) == len(samplers) else logits[rows]
-                tokens = sample(picked, self.sampling.temperature, self.sampling.top_p, self.generator).tolist()
-                result = dict(zip((samplers[i] for i in rows), tokens))
+                ids = [samplers[i] for i in rows]
+                result = dict(zip(ids, self._sample(picked, ids, out)))
             if verifying:
                 self._verify(logits, verifying, spans, out.accepted, result)
             if not result:
                 synchronize(self.device)
         return result
+
+    def _sample(self, logits: torch.Tensor, request_ids: list[int], out) -> list[int]:
+        """Next token per row of (R, vocab) logits (request_ids[i]'s): greedy at temperature 0, else from the
+        same distribution as sample()'s at the uniform keyed by (seed, request, output position)
+        (spec/acceptance.py), so a request's tokens do not depend on what shared its steps or whether they
+        verified guesses."""
+        temperature, top_p = self.sampling.temperature, self.sampling.top_p
+        if temperature <= 0:
+            return logits.argmax(dim=-1).tolist()
+        # where each sampled token lands: the request's output so far
+        done = {r.request_id: len(r.output_ids) for r in [c.request for c in out.prefill] + out.decode}
+        seed = self.sampling.seed
+        return inverse_cdf(target_probs(logits, temperature, top_p),
+                           [keyed_uniform(seed, rid, done[rid]) for rid in request_ids])
 
     def _verify(self, logits: torch.Tensor, verifying, spans: list[int], accepted: dict[int, int],
                 result: dict[int, int]) -> None:
@@ -197,10 +207,12 @@ class Runner:
                     best[at:at + 1 + len(req.spec_ids)], req.spec_ids)
             return
         probs = target_probs(logits[first:last], temperature, self.sampling.top_p)   # (rows, vocab)
+        seed = self.sampling.seed
         for req, start in zip(verifying, spans):
-            at = start - first
+            at, done = start - first, len(req.output_ids)
             accepted[req.request_id], result[req.request_id] = accept_sampled(
-                probs[at:at + 1 + len(req.spec_ids)], req.spec_ids, self.generator)
+                probs[at:at + 1 + len(req.spec_ids)], req.spec_ids,
+                [keyed_uniform(seed, req.request_id, done + i) for i in range(1 + len(req.spec_ids))])
 
     def step_reads(self) -> tuple[int, int]:
         """What the last step read: (distinct experts touched, summed over layers; bytes of weights).
@@ -216,7 +228,7 @@ class Runner:
         """Untimed passes through every step shape the run will time (engine/warmup.py; None: those of a
         continuous run with this runner's slots, cache, sampling and window) and, on a GPU, the graph
         captures, so one-time costs stay out of the figures. Writes slots 0 and 1 and the scratch slot;
-        samples with a generator of its own, so the run's seeded draws are untouched."""
+        samples with a generator of its own (the run's draws are keyed by request and position, not streamed)."""
         if steps is None:
             steps = warmup_steps("continuous", self.cache.num_slots - (self.static is not None), self.cache.max_len,
                                  temperature=self.sampling.temperature, window=self.loaded.shape.sliding_window)

@@ -228,7 +228,7 @@ class Scheduler:
             if token is None:
                 raise ValueError(f"no sampled token for request {request.request_id}")
             if request.spec_ids:
-                if self._take_verified(request, output, token, now_ms):
+                if take_verified(request, output, token, now_ms):
                     self._release(request)
                     finished.append(request)
                 continue
@@ -237,26 +237,6 @@ class Scheduler:
                 self._release(request)
                 finished.append(request)
         return finished
-
-    @staticmethod
-    def _take_verified(request: Request, output: SchedulerOutput, token: int, now_ms: float) -> bool:
-        """A verification's outcome: the guesses kept, then the token sampled after them; num_computed
-        covers the last token and the kept guesses (the rejected ones' K/V is overwritten later). Stops
-        apply token by token, so nothing is emitted past a stop token or max_new_tokens. True when finished."""
-        drafts, rid = request.spec_ids, request.request_id
-        kept = output.accepted.get(rid, 0)
-        request.spec_ids = []
-        request.spec_proposed.append(len(drafts))
-        request.spec_accepted.append(kept)
-        request.num_computed += kept + 1
-        emitted = 0
-        for t in drafts[:kept] + [token]:
-            emitted += 1
-            if request.append_token(t, now_ms):
-                output.emitted[rid] = emitted
-                return True
-        output.emitted[rid] = emitted
-        return False
 
     def _fit_drafts(self, out: SchedulerOutput, decoding: list[Request], budget: int | None, room: int) -> None:
         """Trim the decodes' guesses, oldest request first, to the step's token budget left and the cache's
@@ -366,3 +346,23 @@ class Scheduler:
         self._running.remove(request)
         heapq.heappush(self._free_slots, request.slot)
         request.slot = None
+
+
+def take_verified(request: Request, output: SchedulerOutput, token: int, now_ms: float) -> bool:
+    """A verification's outcome: the guesses kept, then the token sampled after them; num_computed
+    covers the last token and the kept guesses (the rejected ones' K/V is overwritten later). Stops
+    apply token by token, so nothing is emitted past a stop token or max_new_tokens. True when finished."""
+    drafts, rid = request.spec_ids, request.request_id
+    kept = output.accepted.get(rid, 0)
+    request.spec_ids = []
+    request.spec_proposed.append(len(drafts))
+    request.spec_accepted.append(kept)
+    request.num_computed += kept + 1
+    emitted = 0
+    for t in drafts[:kept] + [token]:
+        emitted += 1
+        if request.append_token(t, now_ms):
+            output.emitted[rid] = emitted
+            return True
+    output.emitted[rid] = emitted
+    return False

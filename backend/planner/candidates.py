@@ -113,10 +113,9 @@ def enumerate_candidates(space: SearchSpace, profiles: dict, shape=None) -> list
                             for dp in space.dps:
                                 if tp * pp * dp > space.max_gpus:
                                     continue
-                                ks = [k for k in space.spec_tokens if k == 0 or dp == 1]
                                 out += [Candidate(gpu, prec, policy, b, tp, pp, dp, kv_dtype=kv, ep=ep,
                                                   spec_tokens=k)
-                                        for ep in eps for b in space.max_batches for k in ks]
+                                        for ep in eps for b in space.max_batches for k in space.spec_tokens]
     return out
 
 

@@ -14,6 +14,10 @@ Discrete events in time order: an arrival, or the next step of the device whose 
 first (ties: arrivals, then prefill devices, then decode devices, each in index order), so a run
 is deterministic from its seed. The records are the real target's: steps with their `worker`,
 requests with the TTFT split (kv_transfer_ms here is the link's time, queueing on it included).
+
+Speculation (backend/sim/spec.py) happens on the decode devices, as on the real policy's decode workers:
+each has its own speculator and runner (its kept-guess draws seeded with the run's seed + its index), the
+guessing moves its step start on by the draft's priced time, and a verification is priced as its rows.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from backend.config import RunConfig
 from backend.errors import InputError
 from backend.events import Emit, ModelLoaded, Progress, RequestsArrived, RunFinished
 from backend.targets.disaggregated.summary import fill_split
-from backend.records import RecordBatch, RequestRecord, StepRecord, TokenRecord
+from backend.records import RecordBatch, RequestRecord, StepRecord
 from backend.run_info import DisaggregatedInfo
 from backend.sim.links import KVLink, resolve_link
 
@@ -78,7 +82,16 @@ class DisaggregatedSim:
         self.kv_per_token = int(kv_bytes_per_token(shape, prec))
         self.layouts = pool_layouts(config, profile)   # (prefill, decode): each pool's devices' tp and link
         self.prefill_pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock(), self.layouts[0])
-        self.decode_pricer = SimRunner(shape, prec, profile, cost_model, VirtualClock(), self.layouts[1])
+        # a decode device's runner: its own clock, which only its proposer's guessing moves (steps are timed here)
+        self.decode_runners = [SimRunner(shape, prec, profile, cost_model, VirtualClock(), self.layouts[1])
+                               for _ in range(e.decode_workers)]
+        self.speculators = [None] * e.decode_workers
+        if config.spec.is_on:
+            from backend.sim.spec import build_sim_speculator, sim_spec_of
+            sim = self.sim_spec = sim_spec_of(config.spec, config.sampling.seed)
+            self.speculators = [build_sim_speculator(config, replace(sim, seed=sim.seed + d), runner, shape, profile,
+                                                     cost_model, self.layouts[1], None)
+                                for d, runner in enumerate(self.decode_runners)]
         self.prefill = [_Device(f"prefill-{i}", i) for i in range(e.prefill_workers)]
         self.decode = [_Device(f"decode-{i}", i) for i in range(e.decode_workers)]
         self.schedulers = [scheduler_for(SchedulerConfig(policy="chunked", max_batch=e.max_batch,
@@ -189,9 +202,10 @@ class DisaggregatedSim:
         heapq.heappush(self.decode[d].pending, (ready, rid, handoff))
 
     def decode_step(self, d: int, start: float) -> None:
+        from backend.engine.loop import token_records
         from backend.engine.request import Request
-        from backend.sim.runner import SIM_TOKEN
         device, batch_state = self.decode[d], self.batches[d]
+        runner, speculator = self.decode_runners[d], self.speculators[d]
         while device.pending and device.pending[0][0] <= start:
             handoff = device.pending[0][2]
             request = Request.from_spec(handoff.spec)
@@ -203,19 +217,29 @@ class DisaggregatedSim:
             request.num_cached_tokens = handoff.cached_tokens
             self.live[handoff.request_id] = request
             self.meta[handoff.request_id] = handoff
+        draft_ms = 0.0
+        if speculator is not None and batch_state.num_running:
+            begun = runner.clock.seconds   # the guesses come before the step: it starts after their priced time
+            speculator.propose(batch_state.running)
+            draft_ms = (runner.clock.seconds - begun) * 1000.0
+            start += draft_ms
         out = batch_state.schedule()
         if out.is_empty:   # nothing running: what is pending lands later (an idle device has room for any request)
             device.free_ms = device.pending[0][0] if device.pending else start
             return
-        contexts = [r.num_computed + 1 for r in out.decode]
+        contexts = [r.num_computed + 1 + len(r.spec_ids) for r in out.decode]
         kv_tokens = batch_state.kv_tokens_after(out)
-        end = start + self.decode_pricer.price(out) * 1000.0
-        finished = batch_state.update(out, {r.request_id: SIM_TOKEN for r in out.decode}, end)
+        end = start + runner.price(out) * 1000.0
+        sampled = runner.sample(out)   # with guesses: how many each verification keeps, into out.accepted
+        finished = batch_state.update(out, sampled, end)
         device.free_ms = end
         batch = RecordBatch()
-        batch.steps.append(self.step_record(device.name, out, contexts, kv_tokens, start, end, len(device.pending),
-                                            batch_state.num_running))
-        batch.tokens = [TokenRecord(r.request_id, len(r.output_ids) - 1, end, SIM_TOKEN) for r in out.decode]
+        record = self.step_record(device.name, out, contexts, kv_tokens, start, end, len(device.pending),
+                                  batch_state.num_running, draft_ms)
+        batch.steps.append(record)
+        if speculator is not None:
+            speculator.observe(record)   # its cost ratio: when guessing pays
+        batch.tokens = token_records(sampled, self.live, end, out.emitted)
         for request in finished:
             batch.requests.append(self.record_of(request))
             device.assigned -= 1
@@ -241,12 +265,15 @@ class DisaggregatedSim:
         if batch.requests:
             self.emit(batch)
 
-    def step_record(self, worker: str, out, contexts, kv_tokens, start, end, waiting, running) -> StepRecord:
+    def step_record(self, worker: str, out, contexts, kv_tokens, start, end, waiting, running,
+                    draft_ms: float = 0.0) -> StepRecord:
         record = StepRecord.measured(
             run_id=self.run_id, step=self.step_index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start, kv_tokens=kv_tokens,
             kv_capacity=self.kv_capacity, num_waiting=waiting, num_running=running, worker=worker,
-            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions)
+            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions,
+            num_proposed_tokens=out.num_draft_tokens, num_accepted_tokens=sum(out.accepted.values()),
+            draft_ms=draft_ms)
         self.step_index += 1
         return record
 
@@ -314,6 +341,9 @@ def run_simulated_disaggregated(config: RunConfig, emit: Emit, should_stop: Call
         device = f"simulated {e.prefill_workers}+{e.decode_workers} x {profile.key}{tps}"
         source_text = (f"simulated on {e.prefill_workers} prefill + {e.decode_workers} decode {profile.key} "
                        f"({profile.name}){tps}, KV over {link.describe()}: step times from a cost model, no weights loaded")
+        if config.spec.is_on:   # how the decode devices' guesses are priced
+            from backend.sim.spec import describe as describe_spec
+            source_text += f"; {describe_spec(config.spec, sim.sim_spec)}"
         emit(ModelLoaded(config.model.name, device, profile.name, prec.name, source_text, False, shape.num_params(),
                          model_bytes(shape, prec), sim.kv_capacity * e.decode_workers, shape, False, prec.weight_bits,
                          prec.activation))

@@ -9,6 +9,10 @@ Discrete events in time order: an arrival, or the next step of the replica whose
 (ties: arrivals, then replicas in index order), so a run is deterministic from its seed. Each step
 is priced by its replica's SimRunner; its record carries the replica in `worker`.
 
+Speculation (backend/sim/spec.py): each replica has its own speculator (its backoff state, its proposer
+and its runner's draws of kept guesses); the guessing moves the replica's step start on by the draft's
+priced time, as the engine loop's clock does for one replica.
+
 `ReplicaSet.run` has the engine loop's contract (source, emit, should_stop -> EngineResult), so the
 simulated target ends a data-parallel run as it ends any other (backend/targets/local.py drive).
 """
@@ -31,6 +35,7 @@ class _Replica:
     scheduler: object
     runner: object
     free_ms: float = 0.0     # when its current step ends
+    speculator: object = None   # backend/engine/spec/speculator.py over the replica's SimProposer, or None
 
     @property
     def load(self) -> int:
@@ -54,11 +59,16 @@ class Router:
 
 
 class ReplicaSet:
-    """N replicas: make_scheduler() and make_runner() build each one's (a runner has `price(out)` in seconds)."""
+    """N replicas: make_scheduler() and make_runner() build each one's (a runner has `price(out)` in seconds,
+    and a clock its proposer's guessing advances); make_speculator(runner, index), when given, its speculator."""
 
     def __init__(self, num_replicas: int, make_scheduler: Callable[[], object], make_runner: Callable[[], object],
-                 router: str, run_id: str, stop_check_every: int = 64):
+                 router: str, run_id: str, stop_check_every: int = 64,
+                 make_speculator: Callable[[object, int], object] | None = None):
         self.replicas = [_Replica(i, make_scheduler(), make_runner()) for i in range(num_replicas)]
+        if make_speculator is not None:
+            for replica in self.replicas:
+                replica.speculator = make_speculator(replica.runner, replica.index)
         self.router = Router(router, self.replicas)
         self.run_id, self.stop_check_every = run_id, stop_check_every
         self.now_ms = 0.0
@@ -110,7 +120,14 @@ class ReplicaSet:
             replica.scheduler.add(request)
 
     def _step_replica(self, replica: _Replica, source, emit, start: float) -> None:
-        scheduler = replica.scheduler
+        scheduler, speculator = replica.scheduler, replica.speculator
+        draft_ms = 0.0
+        if speculator is not None and scheduler.num_running:
+            # the guesses come before the step, priced on the replica's own clock: the step starts after them
+            begun = replica.runner.clock.seconds
+            speculator.propose(scheduler.running_requests)
+            draft_ms = (replica.runner.clock.seconds - begun) * 1000.0
+            start += draft_ms
         out = scheduler.schedule(start)
         batch = RecordBatch()
         for chunk in out.prefill:
@@ -124,20 +141,25 @@ class ReplicaSet:
             emit(batch)
             return
         contexts = [c.request.num_computed + c.num_tokens for c in out.prefill]
-        contexts += [r.num_computed + 1 for r in out.decode]
+        contexts += [r.num_computed + 1 + len(r.spec_ids) for r in out.decode]
         kv_tokens = scheduler.kv_tokens_after(out)
         sampled = replica.runner.sample(out)
         end = start + replica.runner.price(out) * 1000.0
         finished = scheduler.update(out, sampled, end)
         replica.free_ms = end
-        batch.steps.append(StepRecord.measured(
+        record = StepRecord.measured(
             run_id=self.run_id, step=self._step, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=scheduler.config.kv_capacity, num_waiting=scheduler.num_waiting,
             num_running=scheduler.num_running, worker=f"replica-{replica.index}",
-            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions))
+            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions,
+            num_proposed_tokens=out.num_draft_tokens, num_accepted_tokens=sum(out.accepted.values()),
+            draft_ms=draft_ms)
+        batch.steps.append(record)
+        if speculator is not None:
+            speculator.observe(record)   # its cost ratio: when guessing pays
         self._step += 1
-        batch.tokens = token_records(sampled, self._requests, end)
+        batch.tokens = token_records(sampled, self._requests, end, out.emitted)
         self._retire(finished, batch, source, end)
         emit(batch)
 

@@ -120,19 +120,26 @@ def run_simulated(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]
             num_blocks = make_scheduler().config.num_blocks
             recorder.accumulator.prefix_ideal = ceiling_figures(source, kv.block_size, num_blocks,
                                                                 min(max_len, kv_capacity))
-        speculator = None
+        speculator = make_speculator = None
         if config.spec.is_on:
-            if deployment.dp > 1:
-                raise InputError("--spec on the simulator: one replica only for now (the replicas' router "
-                                 "does not speculate); drop --dp")
             from backend.sim.spec import build_sim_speculator
-            runner = make_runner()
-            speculator = build_sim_speculator(config, sim_spec, runner, shape, profile, model, layout, math)
+
+            def make_speculator(runner: SimRunner, index: int = 0):
+                # each replica draws its kept guesses from its own stream (seed + its index)
+                return build_sim_speculator(config, replace(sim_spec, seed=sim_spec.seed + index), runner, shape,
+                                            profile, model, layout, math)
         if deployment.dp > 1:
-            engine = ReplicaSet(deployment.dp, make_scheduler, make_runner, deployment.router, recorder.run_id)
+            # a replica's runner has a clock of its own, which only its proposer's guessing moves (ReplicaSet
+            # times the steps): the guesses' priced time
+            engine = ReplicaSet(deployment.dp, make_scheduler,
+                                lambda: SimRunner(shape, prec, profile, model, VirtualClock(), layout, math),
+                                deployment.router, recorder.run_id, make_speculator=make_speculator)
         else:
-            engine = Engine(make_scheduler(), runner if speculator is not None else make_runner(), recorder.run_id,
-                            clock=clock.now, sleep=clock.advance, speculator=speculator)
+            runner = make_runner()
+            if make_speculator is not None:
+                speculator = make_speculator(runner)
+            engine = Engine(make_scheduler(), runner, recorder.run_id, clock=clock.now, sleep=clock.advance,
+                            speculator=speculator)
         emit(Progress("simulating", None))
         wall_start = time.perf_counter()
 

@@ -21,6 +21,7 @@ from gui.panels.remote_box import REMOTE, REMOTE_TITLE, RemoteBox
 from gui.panels.run_form import RunForm
 from gui.panels.sim_choices import check_deployment, check_sim_model, is_moe, sim_dtypes
 from gui.panels.sim_models import CONFIG_FILE, SimModels
+from gui.panels.sim_spec import SimSpecPricing
 
 OPEN_FOLDER = "Open folder…"
 PREFILL_MATH_TIP = (f"The CPU kernels' arithmetic for products of {min(MIN_ROWS.values())}+ rows (prefill, mixed steps, "
@@ -58,6 +59,8 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         layout.addWidget(self._model_group())
         self.deployment_box = DeploymentBox()
         layout.addWidget(self.deployment_box)
+        self.sim_spec_box = SimSpecPricing()   # under Simulate, while the run form's proposer is on
+        layout.addWidget(self.sim_spec_box)
         layout.addWidget(self._run_group())
         self.run_button = QtWidgets.QPushButton("Run")
         self.run_button.setObjectName("runButton")
@@ -83,6 +86,8 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         self.form.kind_combo.currentIndexChanged.connect(self._kind_chosen)
         self.deployment_box.changed.connect(self._update)
         self.deployment_box.changed.connect(self.choicesChanged)
+        self.form.changed.connect(self._show_sim_spec)
+        self.sim_spec_box.changed.connect(self.choicesChanged)
         self._show_model_kind()
 
     # ---- building ----------------------------------------------------------------------------
@@ -213,9 +218,14 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         self._show_sim_models(simulated)
         self._fill_dtypes()
         self.deployment_box.setVisible(simulated)
+        self._show_sim_spec()
         self.form.set_remote(remote)
         self._sync_deployment()
         self._update()
+
+    def _show_sim_spec(self) -> None:
+        """The simulator's pricing of guesses takes part in a simulated run that speculates."""
+        self.sim_spec_box.setVisible(self.is_simulated() and self.form.spec_combo.currentText() != "off")
 
     def _kind_chosen(self) -> None:
         """A prefill:decode split sweep is simulated (as `sweep pd-ratio` is): choosing it ticks Simulate."""
@@ -301,7 +311,7 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
         self._running = running
         for widget in (self.model_combo, self.hub_field, self.remote_box, self.device_combo, self.dtype_combo,
                        self.math_combo, self.threads_spin, self.profile_combo, self.open_profile_button, self.calibrate_button,
-                       self.fit_button, self.simulate_check, self.deployment_box, self.form):
+                       self.fit_button, self.simulate_check, self.deployment_box, self.sim_spec_box, self.form):
             widget.setEnabled(not running)
         self._update()
 
@@ -361,6 +371,8 @@ class ControlsPanel(SimModels, RemoteBox, ProfileList, FoundModels, QtWidgets.QW
             config.model = ModelChoice(self.model_name(), "auto", self.dtype_combo.currentText())
             config.threads = None   # nothing runs on this machine's cores but the scheduler
             config.deployment = self.deployment_box.deployment()
+            if config.spec.is_on:
+                config.spec = self.sim_spec_box.priced(config.spec)
         if self.is_remote():
             # the backend's execute sends the workload to the server when the config names one
             config.model = ModelChoice(self.model_name())

@@ -107,6 +107,19 @@ class PlanView(QtWidgets.QWidget):
                                         "level (the simulator's cross-validated errors on published figures)")
         self.top_spin = self._int(1, 1000, 5)
         self.top_spin.setToolTip("the cheapest configurations listed above the Pareto front")
+        # speculative decoding searched as K (plan --spec, --spec-tokens; the pricing's flags in the box below)
+        self.spec_edit = QtWidgets.QLineEdit()
+        self.spec_edit.setPlaceholderText("off: ngram | draft:MODEL")
+        self.spec_edit.setToolTip("--spec: the proposer of the candidates that speculate; empty: none speculate")
+        self.spec_tokens_edit = QtWidgets.QLineEdit("0,2,4,8")
+        self.spec_tokens_edit.setToolTip("--spec-tokens: the guesses K searched, beside the rest (0: off)")
+        spec_row = QtWidgets.QHBoxLayout()
+        spec_row.setContentsMargins(0, 0, 0, 0)
+        spec_row.addWidget(self.spec_edit, 2)
+        spec_row.addWidget(QtWidgets.QLabel("K"))
+        spec_row.addWidget(self.spec_tokens_edit, 1)
+        from gui.panels.sim_spec import SimSpecPricing
+        self.spec_pricing = SimSpecPricing("Guesses priced")
         for label, widget in (("Model", self.model_edit), ("TTFT SLO", self.ttft_spin), ("TPOT SLO", self.tpot_spin),
                               ("Met by", self.attainment_spin), ("Rank at band edge", self.confidence_spin),
                               ("Rate", self.rate_spin), ("Trace", trace_row),
@@ -116,8 +129,12 @@ class PlanView(QtWidgets.QWidget):
                               ("Engine", self.engine_combo),
                               ("Policies", self.policies_edit), ("Max batches", self.max_batches_edit),
                               ("Requests / candidate", self.requests_spin), ("Candidates simulated", self.budget_spin),
-                              ("Processes", self.workers_spin), ("Cheapest shown", self.top_spin)):
+                              ("Processes", self.workers_spin), ("Cheapest shown", self.top_spin),
+                              ("Speculation", spec_row)):
             form.addRow(label, widget)
+        form.addRow(self.spec_pricing)
+        self.spec_edit.textChanged.connect(self._spec_shown)
+        self._spec_shown()
         self.plan_button = QtWidgets.QPushButton("Plan")
         self.stop_button = QtWidgets.QPushButton("Stop")
         self.stop_button.setEnabled(False)
@@ -186,8 +203,17 @@ class PlanView(QtWidgets.QWidget):
                          precisions=self.precisions_edit.text(), kv_dtypes=self.kv_dtypes_edit.text(),
                          policies=self.policies_edit.text(), max_batches=self.max_batches_edit.text(),
                          confidence=self.confidence_spin.value() / 100 or None,
-                         engine=self.engine_combo.currentText())
+                         engine=self.engine_combo.currentText(), spec=self.spec_edit.text().strip() or None,
+                         spec_tokens=self.spec_tokens_edit.text().strip() or "4",
+                         spec_acceptance=self.spec_pricing.acceptance(), spec_draft_cost=self.spec_pricing.draft_cost(),
+                         spec_from=self.spec_pricing.spec_from())
         return problem_and_space(args)
+
+    def _spec_shown(self) -> None:
+        """K and the guesses' pricing take part once a proposer is named."""
+        on = bool(self.spec_edit.text().strip())
+        self.spec_tokens_edit.setEnabled(on)
+        self.spec_pricing.setVisible(on)
 
     def _choose_trace(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Trace to plan for", "",

@@ -1,9 +1,12 @@
 """The acceptance rule of speculative decoding (backend/engine/spec/acceptance.py): greedy keeps exactly the
-argmax run; sampling leaves the target's distribution unchanged, counted over many seeded draws."""
+argmax run; sampling leaves the target's distribution unchanged, counted over many seeded draws; the draws
+are keyed by (seed, request, position), so plain sampling and verification emit the same token at a position."""
+import random
+
 import torch
 
 from backend.engine.runner import sample
-from backend.engine.spec.acceptance import accept_greedy, accept_sampled, target_probs
+from backend.engine.spec.acceptance import accept_greedy, accept_sampled, inverse_cdf, keyed_uniform, target_probs
 
 
 def test_greedy_keeps_the_agreeing_prefix_and_replaces_the_first_disagreement():
@@ -28,11 +31,11 @@ def test_target_probs_are_the_distribution_sample_draws_from():
 def _frequencies(probs: torch.Tensor, drafts: list[int], draws: int, seed: int) -> torch.Tensor:
     """Over `draws` verifications: how often each token came out first (the kept first guess, else the
     replacement), and how often each token came out second where the first guess was kept."""
-    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
     vocab = probs.shape[-1]
     first = torch.zeros(vocab)
     for _ in range(draws):
-        kept, token = accept_sampled(probs, drafts, gen)
+        kept, token = accept_sampled(probs, drafts, [rng.random() for _ in range(len(drafts) + 1)])
         first[drafts[0] if kept >= 1 else token] += 1
     return first / draws
 
@@ -53,12 +56,12 @@ def test_sampling_keeps_the_joint_distribution_of_two_positions():
     p1 = torch.tensor([0.6, 0.3, 0.1])
     p2 = torch.tensor([0.2, 0.5, 0.3])
     probs = torch.stack([p1, p2, torch.tensor([1 / 3, 1 / 3, 1 / 3])])
-    gen = torch.Generator().manual_seed(7)
+    rng = random.Random(7)
     counts = torch.zeros(3, 3)
     n = 0
     drafts = [0, 2]
     for _ in range(30_000):
-        kept, token = accept_sampled(probs, drafts, gen)
+        kept, token = accept_sampled(probs, drafts, [rng.random() for _ in range(3)])
         if kept == 0:
             continue   # the second position then comes from another step: the first alone is tested above
         second = drafts[1] if kept == 2 else token
@@ -72,5 +75,30 @@ def test_sampling_keeps_the_joint_distribution_of_two_positions():
 
 def test_a_guess_holding_all_the_mass_is_always_kept():
     probs = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
-    gen = torch.Generator().manual_seed(0)
-    assert all(accept_sampled(probs, [1], gen) == (1, 2) for _ in range(50))
+    rng = random.Random(0)
+    assert all(accept_sampled(probs, [1], [rng.random(), rng.random()]) == (1, 2) for _ in range(50))
+    assert accept_sampled(probs, [1], [0.0, 0.0]) == (1, 2)   # the ends of the interval too
+    assert accept_sampled(probs, [1], [1 - 2 ** -53, 1 - 2 ** -53]) == (1, 2)
+
+
+def test_keyed_draws_depend_on_seed_request_and_position_only():
+    assert keyed_uniform(3, 7, 11) == keyed_uniform(3, 7, 11)
+    draws = [keyed_uniform(seed, rid, pos) for seed in range(3) for rid in range(20) for pos in range(50)]
+    assert len(set(draws)) == len(draws) and all(0 <= u < 1 for u in draws)
+    assert abs(sum(draws) / len(draws) - 0.5) < 0.02   # spread over the interval
+    p = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    tokens = inverse_cdf(p.expand(20_000, -1), [keyed_uniform(1, 0, i) for i in range(20_000)])
+    freq = torch.bincount(torch.tensor(tokens), minlength=4).float() / 20_000
+    assert freq[1] == 0 and (freq - p).abs().max() < 0.02
+
+
+def test_a_verification_emits_what_plain_sampling_draws_at_each_position():
+    """The same keyed uniforms: plain sampling position by position and a verification of any guesses emit
+    the same tokens, up to the first rejected guess and the token that replaces it."""
+    logits = torch.randn(5, 12, generator=torch.Generator().manual_seed(4))
+    probs = target_probs(logits, 0.9, 0.95)
+    uniforms = [keyed_uniform(9, 2, i) for i in range(5)]
+    plain = inverse_cdf(probs, uniforms)
+    for drafts in (plain[:4], plain[:2] + [(plain[2] + 1) % 12, plain[3]], [(plain[0] + 1) % 12], []):
+        kept, token = accept_sampled(probs[:len(drafts) + 1], drafts, uniforms)
+        assert drafts[:kept] + [token] == plain[:kept + 1]

@@ -1,6 +1,8 @@
 """Speculative decoding end to end on real models: greedy runs with speculation give exactly the tokens of
 runs without it, for both proposers, with the slot and the paged layout, under every policy; and the
 guesses were verified and kept (else the equality would prove nothing)."""
+from dataclasses import replace
+
 import pytest
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig, SpecConfig
@@ -112,21 +114,28 @@ def test_bad_speculation_settings_are_one_line(models):
         execute(priced, lambda e: None, lambda: False, models=models)
 
 
-def test_sampling_with_speculation_runs_seeded_and_reproducible(models, monkeypatch):
-    """Temperature 0.7, top-p 0.95, n-gram guesses on the copying task: every request finishes, the rejection
-    rule keeps some guesses and rejects others, and the same seed gives the same tokens (the distribution
-    itself is tests/engine/test_spec_acceptance.py's). The backoff's cost ratio is held fixed: measured, it
-    decides from step times which steps guess, and a sampled token depends on whether its step guessed
-    (with verification near a decode step's price, a request's mean sits near the ratio and flips)."""
-    monkeypatch.setattr(Speculator, "cost_ratio", property(lambda self: 1.5))
+def test_sampled_tokens_depend_on_the_seed_not_on_when_the_backoff_lets_requests_guess(models, monkeypatch):
+    """Temperature 0.7, top-p 0.95, n-gram guesses on the copying task. The backoff decides from measured step
+    times which steps guess; here it is forced both ways (a cost ratio of 1: guess whenever it pays at all; of
+    50: sit out after every verification), and a run without speculation beside them. Each position's draw is
+    keyed by (seed, request, position), so all three give the same tokens, and the rejection rule still keeps
+    some guesses and rejects others. Another seed gives other tokens."""
     config = batch_config(SpecConfig("ngram", num_tokens=4), "paged")
     config.sampling = SamplingConfig(temperature=0.7, top_p=0.95, seed=3)
-    first, finished = tokens_of(config, models)
-    again, _ = tokens_of(config, models)
-    assert first == again
+    runs = {}
+    for ratio in (1.0, 50.0):
+        monkeypatch.setattr(Speculator, "cost_ratio", property(lambda self, ratio=ratio: ratio))
+        runs[ratio] = tokens_of(config, models)
+    eager, finished = runs[1.0]
+    shy, shy_finished = runs[50.0]
+    plain, _ = tokens_of(replace(config, spec=SpecConfig()), models)
+    assert eager == shy == plain
     proposed, accepted = spec_figures(finished)
     assert 0 < accepted < proposed
+    assert spec_figures(shy_finished)[0] < proposed   # the shy run guessed less: the timing did differ
     assert finished.summary.spec_verifications == sum(len(r.acceptance_lengths) for r in finished.data.requests)
+    other = replace(config, sampling=SamplingConfig(temperature=0.7, top_p=0.95, seed=4))
+    assert tokens_of(other, models)[0] != eager
 
 
 @pytest.mark.parametrize("layout", ["slots", "paged"])

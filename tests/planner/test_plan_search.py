@@ -54,17 +54,18 @@ def test_no_candidate_fits_is_one_line():
 
 
 def test_speculation_is_searched_as_k():
-    """--spec-tokens 0,4: each colocated dp-1 layout once without speculation and once with K = 4; the
-    K = 4 ones verify guesses (their TPOT lower at this memory-bound load) and plan.csv says their K."""
+    """--spec-tokens 0,4: each colocated layout (replicas too) once without speculation and once with K = 4;
+    the K = 4 ones verify guesses (their TPOT lower at this memory-bound load) and plan.csv says their K."""
     space = SearchSpace(gpus=("h100-sxm",), max_gpus=2, precisions=("bfloat16",), policies=("continuous",),
                         tps=(1,), pps=(1,), dps=(1, 2), max_batches=(64,), kv_dtypes=("auto",), spec_tokens=(0, 4))
     result = search(problem(spec_acceptance=0.8), space, workers=1, budget=10)
     ks = sorted((o.candidate.dp, o.candidate.spec_tokens) for o in result.outcomes)
-    assert ks == [(1, 0), (1, 4), (2, 0)]   # the simulator speculates on one replica only
+    assert ks == [(1, 0), (1, 4), (2, 0), (2, 4)]
     assert not [o.error for o in result.outcomes if o.error]
-    by_k = {o.candidate.spec_tokens: o for o in result.outcomes if o.candidate.dp == 1}
-    assert by_k[4].tpot_p90_ms < 0.7 * by_k[0].tpot_p90_ms
-    assert by_k[4].screen["tpot_ms"] < by_k[0].screen["tpot_ms"]
+    for dp in (1, 2):
+        by_k = {o.candidate.spec_tokens: o for o in result.outcomes if o.candidate.dp == dp}
+        assert by_k[4].tpot_p90_ms < 0.7 * by_k[0].tpot_p90_ms
+        assert by_k[4].screen["tpot_ms"] < by_k[0].screen["tpot_ms"]
     assert " K4 " in report.text(result) or " K4" in by_k[4].candidate.layout
     assert {r["spec_tokens"] for r in map(lambda o: report.row(o, False), result.outcomes)} == {0, 4}
 

@@ -84,10 +84,3 @@ def test_bad_simulated_speculation_is_one_line(flags, message, capsys):
 def test_the_local_engine_refuses_the_simulators_pricing(capsys):
     assert main(["run", "--model", "tiny", "--spec", "ngram", "--spec-acceptance", "0.5"], open_window=None) != 0
     assert "--simulate" in capsys.readouterr().err
-
-
-def test_replicas_do_not_speculate_yet(capsys):
-    assert main(["load", "--simulate", "--profile", "h100-sxm", "--model", "llama-8b", "--dp", "2", "--requests", "4",
-                 "--spec", "ngram"], open_window=None) != 0
-    err = capsys.readouterr().err
-    assert "one replica only" in err and "Traceback" not in err

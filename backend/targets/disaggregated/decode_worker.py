@@ -1,13 +1,15 @@
 """The decode role: hand-offs copied into its cache, joined to one continuous decode batch
-(backend/targets/disaggregated/worker.py)."""
+(backend/targets/disaggregated/worker.py). With --spec it speculates as the local engine does: its own
+speculator (an n-gram proposer, or a draft model with its own cache rows beside the worker's) guesses
+before each step, the runner verifies the guesses as decode rows, and the batch keeps what it accepts."""
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+from backend.engine.loop import token_records
 from backend.protocol import Freed, KVHandoff, Port
-from backend.records import TokenRecord
 from backend.targets.disaggregated.summary import fill_split
 from backend.targets.disaggregated.worker_base import Worker, WorkerSpec
 
@@ -26,6 +28,11 @@ class DecodeWorker(Worker):
         self.tokenizer = self.loaded.tokenizer
         self.stop_ids = self.tokenizer.eos_ids
         self.ignore_eos = spec.config.sampling.ignore_eos
+        self.speculator = None
+        if spec.config.spec.is_on:
+            from backend.targets.spec_setup import build_speculator
+            self.speculator = build_speculator(spec.config, self.loaded, spec.num_slots, spec.max_len, self.warmup,
+                                               lambda event: None)
 
     def on_link(self, conn) -> None:
         peer = self.peer_of(conn)
@@ -97,21 +104,25 @@ class DecodeWorker(Worker):
         for conn in wait(list(self.links.values()), 0) if self.links else []:
             self.on_link(conn)
         self.admit_pending()
+        draft_ms = 0.0
+        if self.speculator is not None and self.decode.num_running:
+            begun = self.now_ms()   # the guesses come before the step; their time is the draft's own
+            self.speculator.propose(self.decode.running)
+            draft_ms = self.now_ms() - begun
         out = self.decode.schedule()
         if out.is_empty:
             return False
         start = self.now_ms()
-        contexts = [r.num_computed + 1 for r in out.decode]
+        contexts = [r.num_computed + 1 + len(r.spec_ids) for r in out.decode]
         kv_tokens = self.decode.kv_tokens_after(out)
         sampled = self.runner.run(out)
         end = self.now_ms()
         finished = self.decode.update(out, sampled, end)
-        self.record_step(out, contexts, kv_tokens, self.decode.kv_capacity, start, end, len(self.pending),
-                         self.decode.num_running)
-        for rid in sampled:
-            request = self.requests[rid]
-            self.batch.tokens.append(TokenRecord(request_id=rid, index=len(request.output_ids) - 1, time_ms=end,
-                                                 token_id=request.output_ids[-1]))
+        record = self.record_step(out, contexts, kv_tokens, self.decode.kv_capacity, start, end, len(self.pending),
+                                  self.decode.num_running, draft_ms)
+        if self.speculator is not None:
+            self.speculator.observe(record)   # its cost ratio: when guessing pays
+        self.batch.tokens += token_records(sampled, self.requests, end, out.emitted)
         self.stream_text(sampled)
         for request in finished:
             self.batch.requests.append(self.record_of(request))

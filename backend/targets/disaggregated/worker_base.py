@@ -50,7 +50,7 @@ class Worker:
         self.loaded, device_name = load(config, lambda event: None)
         from backend.engine.warmup import warmup_steps
         # a prefill worker runs the chunked scheduler's prefill-only steps, a decode worker a continuous decode batch
-        steps = warmup_steps("chunked" if spec.role == "prefill" else "continuous", spec.num_slots, spec.max_len,
+        self.warmup = steps = warmup_steps("chunked" if spec.role == "prefill" else "continuous", spec.num_slots, spec.max_len,
                              config.engine.chunk_tokens, config.sampling.temperature, self.loaded.shape.sliding_window)
         from backend.engine.runner import PagedPool
         from backend.targets.engine_run import kv_settings
@@ -122,15 +122,19 @@ class Worker:
                 self.on_link(conn)
 
     def record_step(self, out, contexts: list[int], kv_tokens: int, kv_capacity: int, start: float, end: float,
-                    num_waiting: int, num_running: int) -> None:
+                    num_waiting: int, num_running: int, draft_ms: float = 0.0) -> StepRecord:
         experts_touched, weight_bytes = self.runner.step_reads()
-        self.batch.steps.append(StepRecord.measured(
+        record = StepRecord.measured(
             run_id="", step=self.step_index, phase=out.phase, prefill_tokens=[c.num_tokens for c in out.prefill],
             num_decode=len(out.decode), contexts=contexts, start_ms=start, duration_ms=end - start,
             kv_tokens=kv_tokens, kv_capacity=kv_capacity, num_waiting=num_waiting, num_running=num_running,
             worker=self.name, experts_touched=experts_touched, weight_bytes=weight_bytes,
-            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions))
+            num_reused_tokens=out.num_reused_tokens, num_evictions=out.num_evictions,
+            num_proposed_tokens=out.num_draft_tokens, num_accepted_tokens=sum(out.accepted.values()),
+            draft_ms=draft_ms)
+        self.batch.steps.append(record)
         self.step_index += 1
+        return record
 
     def flush(self, force: bool = False) -> None:
         b = self.batch

@@ -65,6 +65,11 @@ def remote(w) -> None:
     w.controls.select_remote("http://127.0.0.1:9/v1", "served")
 
 
+def simulated_spec(w) -> None:
+    w.controls.simulate_check.setChecked(True)
+    w.controls.form.spec_combo.setCurrentText("ngram")
+
+
 def disaggregated(w) -> None:
     w.controls.form.policy_combo.setCurrentText("disaggregated")
     w.controls.simulate_check.setChecked(True)
@@ -122,6 +127,13 @@ REACHED = {
                               ("--spec", "ngram"), lambda w: w.controls.form.spec_combo.setCurrentText("ngram")),
     "--spec-ngram-max": Reach("controls.form.fields[spec][ngram_max]", "6", lambda c: c.spec.ngram_max,
                               ("--spec", "ngram"), lambda w: w.controls.form.spec_combo.setCurrentText("ngram")),
+    # the simulator's pricing of the guesses, under Simulate while a proposer is chosen
+    "--spec-acceptance": Reach("controls.sim_spec_box.acceptance_spin", "0.55", lambda c: c.spec.acceptance,
+                               ("--simulate", "--spec", "ngram"), simulated_spec),
+    "--spec-draft-cost": Reach("controls.sim_spec_box.draft_cost_spin", "0.25", lambda c: c.spec.draft_cost,
+                               ("--simulate", "--spec", "ngram"), simulated_spec),
+    "--spec-from": Reach("controls.sim_spec_box.from_edit", "runs/measured", lambda c: c.spec.spec_from,
+                         ("--simulate", "--spec", "ngram"), simulated_spec),
     "--requests": Reach(f"{LOAD}[requests]", "5", lambda c: c.workload.num_requests),
     "--arrival": Reach("controls.form.arrival_combo", "constant", lambda c: c.workload.arrival),
     "--rate": Reach(f"{LOAD}[rate]", "3", lambda c: c.workload.rate, ("--arrival", "poisson"),
@@ -189,6 +201,11 @@ REACHED = {
     "plan --max-gpus": Reach("tools.plan_dialog.view.max_gpus_spin"),
     "plan --budget": Reach("tools.plan_dialog.view.budget_spin"),
     "plan --workers": Reach("tools.plan_dialog.view.workers_spin"),
+    "plan --spec": Reach("tools.plan_dialog.view.spec_edit"),
+    "plan --spec-tokens": Reach("tools.plan_dialog.view.spec_tokens_edit"),
+    "plan --spec-acceptance": Reach("tools.plan_dialog.view.spec_pricing.acceptance_spin"),
+    "plan --spec-draft-cost": Reach("tools.plan_dialog.view.spec_pricing.draft_cost_spin"),
+    "plan --spec-from": Reach("tools.plan_dialog.view.spec_pricing.from_edit"),
     "compare RUN": Reach("add_reference_action"),   # each run added as a reference: every view overlays them
 }
 # per sub-command, where a flag means something else than the shared table says
@@ -218,21 +235,7 @@ for command in ("load", "sweep rate", "sweep concurrency", "sweep pd-ratio"):
         REACHED_IN[(command, flag)] = Reach(f"{LOAD}[{key}]", "24:48",
                                             lambda c, key=key: getattr(c.workload, key).describe())
 # deliberately not in the window, each with why
-_PLAN_SPEC = ("the Plan dialog searches without speculation; a K search is "
-              "scripted with `plan --spec ... --spec-tokens 0,2,4,8` and its plan.csv opens in the window (docs/plan.md)")
-
 NOT_REACHED = {
-    "plan --spec": _PLAN_SPEC,
-    "plan --spec-tokens": _PLAN_SPEC,
-    "plan --spec-acceptance": _PLAN_SPEC,
-    "plan --spec-draft-cost": _PLAN_SPEC,
-    "plan --spec-from": _PLAN_SPEC,
-    "--spec-acceptance": "the simulator's pricing of guesses, for scripted what-ifs; the window's simulated runs "
-                         "keep guesses at the default rate (docs/simulate.md)",
-    "--spec-draft-cost": "the simulator's pricing of a draft pass, for scripted what-ifs; the window prices a draft "
-                         "model by the cost model and n-gram lookups at zero",
-    "--spec-from": "takes a measured run folder's acceptance for the simulator; in the window a run folder is opened "
-                   "to be viewed, not to price another run",
     "--out": "the File menu's Export CSV… writes the run on screen as --out would (and compare's PNGs: "
              "File › Save plot as PNG…)",
     "(window) --install-desktop-entry": "it installs the applications-menu entry for a pipx install and exits: "
