@@ -5,7 +5,7 @@
 On the bundled model (SmolLM2-135M), greedy, in one process, the sides interleaved round by round (A B,
 B A) at the same thread count:
   1. the step costs: a verification of K+1 = 5 tokens of one request (its cache 128 tokens deep) over a
-     one-token decode step, at float32, q8_0 and q4_1, both ways a verification can run: as 5 decode rows
+     one-token decode step, at float32, q8_0, q4_0 and q4_1, both ways a verification can run: as 5 decode rows
      of the request's table row (the runner's route on the C kernels) and as a 5-token prefill segment
      with logits at every position (the route before it, and the one off the C kernels);
   2. decode tokens/s with `--spec ngram --spec-tokens 4` against without, at batch 1, on an
@@ -49,7 +49,7 @@ GROUNDED = "Repeat the following text exactly, word for word:\n\n" + PARAGRAPH
 OPEN_CHAT = "Tell me a story about a dragon who learns to bake bread."
 OUTPUT_LEN, K, DRAFT_K = 64, 4, 3
 COST_DEPTH = 128                   # the verified request's cache depth in the step-cost rounds
-COST_DTYPES = ("float32", "q8_0", "q4_1")
+COST_DTYPES = ("float32", "q8_0", "q4_0", "q4_1")
 CALLS = 5                          # forward passes per side and round in the step-cost rounds
 COST_ROUNDS = 9                    # rounds of them: many short rounds, as load on a shared machine drifts
 

@@ -151,8 +151,8 @@ static void check_int8(int kind) {
     psk_quantize_rows(kind, w, out, in, rows);
     psk_quant_pack(kind, rows, out, in, packed);
     psk_set_decode_math(1, INT8_ROWS);
-    const int64_t ns[] = {1, 3, INT8_ROWS};
-    for (int c = 0; c < 3; c++) {
+    const int64_t ns[] = {1, 3, 5, INT8_ROWS};   /* 5: a K+1 = 5 verification, a tile case of its own */
+    for (int c = 0; c < 4; c++) {
         const int64_t n = ns[c];
         float *x = randoms(n * in, 2.0f), *res = randoms(n * out, 1.0f), *y = malloc((size_t)(n * out) * 4);
         int8_t *xq = malloc((size_t)(n * in));

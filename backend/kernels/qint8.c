@@ -343,7 +343,9 @@ static inline void halves16(const uint8_t *c, float *f) {
 #endif
 }
 
-/* nb and kind are constants at every call (psk_int8_tile's switch), so the loops over rows of x unroll */
+/* nb and kind are constants at every call (psk_int8_tile's switch, one case for each nb up to INT8_ROWS),
+   so the loops over rows of x unroll and the sums stay in registers. (Until the cases went past 4, a
+   K+1 = 5 verification ran the loops with nb unknown: 5 rows cost about as much as 8.) */
 static inline __attribute__((always_inline)) void
 tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs, const float *bias,
      const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, const int nb) {
@@ -383,7 +385,10 @@ tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, co
     case 2: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 2); break;                     \
     case 3: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 3); break;                     \
     case 4: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 4); break;                     \
-    default: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, nb); break;                   \
+    case 5: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 5); break;                     \
+    case 6: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 6); break;                     \
+    case 7: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, 7); break;                     \
+    default: tile(KIND, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, INT8_ROWS); break;            \
     }
 
 void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,

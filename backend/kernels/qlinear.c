@@ -57,9 +57,13 @@ INLINE void
 qtile(const int kind, const uint8_t *panel, const float *xb, const float *xs, const float *bias,
       const float *rb, float *yb, int64_t out, int64_t in, int64_t o, int64_t width, const int NB) {
     const int64_t bs = quant_block_size(kind), nb = in / bs, chunk = quant_chunk_bytes(kind), ns = in / QK;
-    /* C independent sums per row of x: a fused multiply-add takes several cycles, so a tile of
-       one or two rows would otherwise wait on one chain of 32 of them per block. */
-    const int C = NB <= 2 ? 4 : NB <= 4 ? 2 : 1, C2 = C >= 2 ? 2 : 1;
+    /* C independent sums per row of x: a fused multiply-add takes 4 cycles and two issue per cycle,
+       so the tile needs at least 8 chains of them in flight. One sum per row left a tile of 5 to 7
+       rows (a speculative verification of K+1 = 5 tokens) waiting on its chains: about 72 GFMA/s
+       there against 96 at 8 rows on an AMD EPYC (Zen 5). Two sums per row from
+       3 rows up (at most 16 registers of sums), four for one or two rows. A K-quant's tile has two
+       sums per row already (its low and high halves), and C2 of each for up to 4 rows. */
+    const int C = NB <= 2 ? 4 : 2, C2 = NB <= 4 ? 2 : 1;
     v16f acc[XB];
     for (int j = 0; j < NB; j++) acc[j] = (v16f){0};
     for (int64_t kb = 0; kb < nb; kb++) {

@@ -54,7 +54,7 @@ def int8():
 
 
 @pytest.mark.parametrize("fmt", decodemath.FORMATS)
-@pytest.mark.parametrize("n", [1, 3, decodemath.MAX_ROWS])
+@pytest.mark.parametrize("n", [1, 3, 5, decodemath.MAX_ROWS])   # 5: a K+1 = 5 verification
 def test_int8_products_equal_the_integer_reference(int8, fmt, n):
     g = torch.Generator().manual_seed(n)
     out, inp = 70, 256                          # 70 outputs: a partial last panel

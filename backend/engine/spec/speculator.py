@@ -8,8 +8,8 @@ Guessing pays when a verification emits more tokens than it costs decode steps. 
 as the run goes: each request's tokens per verification (a running mean that halves the weight of the
 past each time), and the engine's verification step time over its plain decode step time (running means
 of the decode-only steps; on this CPU, where a verification runs as decode rows, a 5-token one costs about
-1.2x a decode step at float32 and 2.2x at q4_1, whose in-register dequantizing is arithmetic that grows
-with the rows; on a GPU near 1x). A request whose mean falls below that ratio sits out 2, 4, 8, ... steps
+1.1x a decode step at float32 and 2.2x at q4_1, whose float32 multiply-adds (one a weight a row, the
+weights widened in registers) outweigh its 4-bit read from a few rows up; on a GPU near 1x). A request whose mean falls below that ratio sits out 2, 4, 8, ... steps
 (at most MAX_PAUSE) before it guesses again to probe; one that pays guesses every step. Open chat, where the
 guesses rarely hold, so falls back to plain decodes instead of paying for guesses that miss.
 """
