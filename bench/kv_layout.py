@@ -18,8 +18,8 @@ that differs between them. The slot side is another process (the kernels of two 
 cannot share one), waiting on its stdin while the other runs, so they never share the cores.
 A process's own memory placement moves a batch-1 decode step, which is the weights' stream, by
 several per cent from one process to the next with the same code and table, for as long as the
-process lives (measured: the same paged side in two processes 0.92-1.10x apart), so
-rounds alone do not average it out: the rounds are split over --processes pairs of fresh processes.
+process lives (measured: four processes of the identity side 0.94-1.01x of the first, bench/README.md),
+so alternating rounds do not average it out: the rounds are split over --processes fresh sets of workers.
 Without --baseline only the paged sides run. Prints medians and the medians of the round-by-round
 ratios to the first side.
 """
