@@ -110,13 +110,19 @@ class Worker:
 LABELS = {"slots": "slots (before paging)", "identity": "paged, identity table", "scrambled": "paged, scrambled table"}
 
 
-def _measure(steps: dict, baseline: Path | None, rounds: int, results: dict[str, list[list[float]]]) -> int:
+def _measure(steps: dict, baseline: Path | None, rounds: int, results: dict[str, list[list[float]]],
+             slots_first: bool) -> int:
     """`rounds` rounds of every step in one fresh set of workers, appended to `results` (one list a
-    side, in LABELS' order); the workers' torch threads."""
+    side, in LABELS' order); the workers' torch threads. slots_first: start the slots worker before
+    the paged one, not after (the sets take turns: with one process a side, the side started first,
+    the identity table, came out slower at batch 1 than the one started second, the scrambled table,
+    in all five runs of the README's notes; which process starts first may matter)."""
     from bench.common import alternating
-    workers = [Worker(["identity", "scrambled"], HERE.parent)]
-    if baseline:
-        workers.insert(0, Worker(["slots"], baseline))
+    kinds = (["slots"] if baseline else []) + ["paged"]
+    trees = {"slots": baseline, "paged": HERE.parent}
+    started = {kind: Worker(["slots"] if kind == "slots" else ["identity", "scrambled"], trees[kind])
+               for kind in (kinds if slots_first else kinds[::-1])}
+    workers = [started[kind] for kind in kinds]   # LABELS' order
     sides = [(worker, layout) for worker in workers for layout in worker.layouts]
     try:   # one step of each side in turn, the order alternating, so the sides' samples are neighbours in time
         for name, step in steps.items():
@@ -152,7 +158,8 @@ def main() -> int:
     load = [os.getloadavg()[0]]   # the machine's other work, said beside the table (its ratios hold, its times not)
     processes = max(1, min(args.processes, args.rounds))
     for p in range(processes):   # the rounds split as evenly as they go
-        threads = _measure(steps, baseline, args.rounds * (p + 1) // processes - args.rounds * p // processes, results)
+        rounds = args.rounds * (p + 1) // processes - args.rounds * p // processes
+        threads = _measure(steps, baseline, rounds, results, slots_first=p % 2 == 1)
     load.append(os.getloadavg()[0])
     lines = [measured_line(f"{threads} torch threads"), "",
              f"SmolLM2-135M fp32 on the C kernels, {args.rounds} rounds of one step per side (the order alternating "
