@@ -14,9 +14,6 @@ from backend.config import config_dict
 from backend.run_info import RunInfo
 from backend.kernels import matmath
 from backend.results.matmul import math_lines, products_text, steps_text
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT, WHY_NO_UNIT = matmath.bf16_unit()

@@ -7,9 +7,6 @@ from backend.results.export import read_run
 from backend.records import Phase, RecordBatch, RequestStatus
 from backend.session import execute
 from backend.workload.spec import LengthDist, load_workload, apply_overrides
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 
 def batch_config(tmp_path=None, **batch) -> RunConfig:

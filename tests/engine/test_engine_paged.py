@@ -7,9 +7,6 @@ from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
 from backend.records import RequestStatus
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 
 def load_config(policy: str, layout: str, kv_tokens: int | None = None, prompt_len: str = "8:40",

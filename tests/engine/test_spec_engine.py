@@ -12,9 +12,6 @@ from backend.loaders.cache import ModelCache
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
 from tests.engine.test_engine_paged import tokens_of as finished_tokens
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 GROUNDED = ("Repeat the following text exactly: The committee met on Tuesday to review the budget for the new "
             "library. After a long discussion, the members agreed to fund the children's reading room, to repair "

@@ -10,9 +10,6 @@ from backend.events import SweepPoint
 from backend.session import execute
 from backend.workload.spec import LengthDist, WorkloadSpec
 from tests.models.test_models import VARIANTS, reference_pair
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 transformers = pytest.importorskip("transformers")
 

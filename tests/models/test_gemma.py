@@ -19,9 +19,6 @@ import torch
 from backend.loaders.hf import copy_weights, shape_from_config
 from backend.models import KVCache, build_model
 from tests.models.test_models import greedy_pair, run, tokens
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 transformers = pytest.importorskip("transformers")
 

@@ -14,9 +14,6 @@ from backend.models.packed import Panels, pack_weights
 from backend.roofline.moe import expected_experts
 from tests.models import test_models
 from tests.models.test_models import greedy_pair, run
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 transformers = pytest.importorskip("transformers")
 

@@ -25,9 +25,6 @@ from backend.records import Phase, RecordBatch, RequestStatus
 from backend.session import execute
 from backend.workload.arrivals import RequestSpec
 from backend.workload.spec import apply_overrides, load_workload
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 
 def workload(**overrides):

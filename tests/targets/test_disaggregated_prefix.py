@@ -11,9 +11,6 @@ from backend.records import RequestStatus
 from backend.results.export import read_run
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 MODEL = "smollm2-135m"
 BLOCK = 16

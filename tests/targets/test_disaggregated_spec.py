@@ -8,9 +8,6 @@ from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig,
 from backend.records import Phase
 from tests.engine.test_engine_paged import tokens_of
 from backend.workload.spec import apply_overrides, load_workload
-from tests.fakes.frozen_heap import frozen_heap  # noqa: F401 (the fixture pytestmark names)
-
-pytestmark = pytest.mark.usefixtures("frozen_heap")   # the engine's gc.collect() skips the imports' objects
 
 
 def config(model: str, spec: SpecConfig, layout: str = "slots", **overrides) -> RunConfig:
