@@ -162,11 +162,11 @@ def check_arm(cache: Path) -> dict[str, list[str]]:
         if reference.returncode:
             raise RuntimeError(f"the portable build fails its own checks:\n{reference.text}")
         binaries = {name: job.result() for name, job in arm.items()}
-    results = {}
-    for i, (name, binary) in enumerate(binaries.items()):
-        outcome = run(name, binary, prefix, cache / f"arm-{i}.out")
-        results[f"{name}: {outcome.isa}"] = differences(outcome, reference)
-    return results
+        # each emulated run is its own qemu process writing its own file: side by side too
+        runs = {name: pool.submit(run, name, binary, prefix, cache / f"arm-{i}.out")
+                for i, (name, binary) in enumerate(binaries.items())}
+        outcomes = {name: job.result() for name, job in runs.items()}
+    return {f"{name}: {outcome.isa}": differences(outcome, reference) for name, outcome in outcomes.items()}
 
 
 def main() -> int:

@@ -77,10 +77,12 @@ def test_prefix_caching_is_the_local_default_and_a_preempting_small_cache_still_
 def test_a_conversation_on_the_bundled_model_reads_its_earlier_turns_from_the_cache():
     """SmolLM2 (a real checkpoint): 2 users x 3 turns, each turn's prompt the conversation so far; the
     paged, prefix-cached run gives the slot cache's greedy tokens while computing only the new part."""
+    from backend.loaders.cache import ModelCache
+    models = ModelCache()   # both runs on one load of the model: the caches differ, the weights do not
     slots, _ = tokens_of(load_config("continuous", "slots", model="smollm2-135m", requests=2, turns=3,
-                                     prompt_len="20:30", output_len="4"))
+                                     prompt_len="20:30", output_len="4"), models)
     cached, finished = tokens_of(load_config("continuous", "paged", caching=True, model="smollm2-135m", requests=2,
-                                             turns=3, prompt_len="20:30", output_len="4"))
+                                             turns=3, prompt_len="20:30", output_len="4"), models)
     assert cached == slots
     later = [r for r in finished.data.requests if r.turn > 0]
     assert later and all(r.cached_prompt_tokens >= 16 for r in later)

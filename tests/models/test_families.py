@@ -7,6 +7,7 @@ import pytest
 
 from backend.config import BatchRun, EngineConfig, ModelChoice, RunConfig, SamplingConfig, SweepSpec
 from backend.events import SweepPoint
+from backend.loaders.cache import ModelCache
 from backend.session import execute
 from backend.workload.spec import LengthDist, WorkloadSpec
 from tests.models.test_models import VARIANTS, reference_pair
@@ -43,18 +44,21 @@ def config(folder, mode: str, **parts) -> RunConfig:
 
 
 def test_each_family_runs_a_batch_a_load_and_a_sweep(folder, tmp_path):
+    models = ModelCache()   # the three runs on one load, as the window's engine process keeps its model
     batch = execute(config(folder, "batch", engine=EngineConfig(policy="static"),
-                           batch=BatchRun(prompt_len=12, output_len=4, batch=2)), lambda e: None, lambda: False)
+                           batch=BatchRun(prompt_len=12, output_len=4, batch=2)), lambda e: None, lambda: False,
+                    models=models)
     assert batch.error is None and batch.summary.num_finished == 2
     assert len(batch.data.steps) == 4                      # one prefill, then three decode steps
     workload = WorkloadSpec("mix", num_requests=4, arrival="burst", prompt_len=LengthDist("uniform", low=6, high=20),
                             output_len=LengthDist("fixed", 3))
     load = execute(config(folder, "load", engine=EngineConfig(policy="chunked", chunk_tokens=16, max_batch=4),
-                          workload=workload), lambda e: None, lambda: False)
+                          workload=workload), lambda e: None, lambda: False, models=models)
     assert load.error is None and load.summary.num_finished == 4
     events = []
     sweep = execute(config(folder, "sweep-batch", sweep=SweepSpec(kind="batch", batches=[1, 4], context=16, steps=2,
-                                                                  warmup=1)), events.append, lambda: False)
+                                                                  warmup=1)), events.append, lambda: False,
+                    models=models)
     assert sweep.error is None
     assert [e.x for e in events if isinstance(e, SweepPoint)] == [1, 4]
 
@@ -67,11 +71,13 @@ def test_each_family_gives_the_same_greedy_tokens_drafting_for_itself(folder):
     workload = WorkloadSpec("mix", num_requests=4, arrival="burst", prompt_len=LengthDist("uniform", low=6, high=20),
                             output_len=LengthDist("fixed", 8))
 
+    models = ModelCache()   # the plain and the speculating run on one load of the target model
+
     def tokens(spec: SpecConfig):
         run = RunConfig(mode="load", model=ModelChoice(str(folder), "cpu", "auto", "fp32"),
                         sampling=SamplingConfig(ignore_eos=True), spec=spec, workload=workload,
                         engine=EngineConfig(policy="chunked", chunk_tokens=16, max_batch=4))
-        finished = execute(run, lambda e: None, lambda: False)
+        finished = execute(run, lambda e: None, lambda: False, models=models)
         assert finished.error is None and finished.summary.num_finished == 4
         ordered = sorted(finished.data.tokens, key=lambda t: (t.request_id, t.index))
         return [(t.request_id, t.token_id) for t in ordered], finished.summary

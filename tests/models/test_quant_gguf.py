@@ -9,12 +9,16 @@ KL from the F32 model over real text) is at least llama.cpp's own. Tolerances as
 """
 from __future__ import annotations
 
+import hashlib
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from backend.errors import InputError
-from backend.kernels import ops
+from backend.kernels import cache_folder, ops
 from backend.models.base import KVCache
 from backend.precision import GGUF_FORMATS
 from backend.workload.prompts import PROMPTS
@@ -24,7 +28,7 @@ LLAMA_MIXES = ("Q4_K_M", "Q5_K_M", "Q6_K")
 
 
 @pytest.fixture(scope="session")
-def llama_files(tmp_path_factory):
+def llama_files():
     """The bundled SmolLM2-135M written by llama.cpp's quantizer (llama_model_quantize, default
     params, no importance matrix) as F32 -- from the bundled Q4_1, allow_requantize -- and then
     Q4_K_M, Q5_K_M and Q6_K from that F32 file, as bench/engine_vs_llamacpp.py writes them. As
@@ -35,14 +39,25 @@ def llama_files(tmp_path_factory):
     from backend.loaders.weights import bundled_gguf
     if bundled_gguf() is None or lib is None:
         pytest.skip("needs the bundled model and the C kernels")
-    folder = tmp_path_factory.mktemp("llama-cpp-quantized")
+    # Kept in the user's cache folder, keyed by llama.cpp's version and the bundled file's bytes: these
+    # tests read what llama.cpp writes, they are not about writing it (a new version writes anew).
+    digest = hashlib.sha256(f"{getattr(lc, '__version__', '?')} {LLAMA_MIXES}".encode())
+    digest.update(bundled_gguf().read_bytes())
+    folder = cache_folder() / "llama-cpp-quantized" / digest.hexdigest()[:16]
     files = {"F32": folder / "smollm2.F32.gguf", **{m: folder / f"smollm2.{m}.gguf" for m in LLAMA_MIXES}}
-    for name, path in files.items():
-        params = lc.llama_model_quantize_default_params()
-        params.ftype = getattr(lc, "LLAMA_FTYPE_ALL_F32" if name == "F32" else f"LLAMA_FTYPE_MOSTLY_{name}")
-        params.nthread, params.allow_requantize = torch.get_num_threads(), name == "F32"
-        source = bundled_gguf() if name == "F32" else files["F32"]
-        assert lc.llama_model_quantize(str(source).encode(), str(path).encode(), ctypes.byref(params)) == 0
+    if all(path.exists() for path in files.values()):
+        return files
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:   # written aside, renamed: another worker may read
+        written = {name: Path(tmp) / path.name for name, path in files.items()}
+        for name, path in written.items():
+            params = lc.llama_model_quantize_default_params()
+            params.ftype = getattr(lc, "LLAMA_FTYPE_ALL_F32" if name == "F32" else f"LLAMA_FTYPE_MOSTLY_{name}")
+            params.nthread, params.allow_requantize = torch.get_num_threads(), name == "F32"
+            source = bundled_gguf() if name == "F32" else written["F32"]
+            assert lc.llama_model_quantize(str(source).encode(), str(path).encode(), ctypes.byref(params)) == 0
+        for name, path in written.items():
+            path.replace(files[name])
     return files
 
 
