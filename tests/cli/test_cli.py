@@ -1,5 +1,11 @@
-"""The command line as a user meets it: real processes, exit codes, one-line errors, files written."""
+"""The command line as a user meets it: exit codes, one-line errors, files written.
+
+One real process per command (run, load, sweep, an argument error, Ctrl+C) checks what only a process
+shows (its exit status, its streams); the other cases call the same entry point in this process,
+which skips a torch import per case and asserts the same status and lines."""
+import contextlib
 import csv
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli(*args, timeout=300):
     return subprocess.run([sys.executable, "main.py", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def main_in_process(*args, entry=None) -> subprocess.CompletedProcess:
+    """`python main.py ARGS` without the process: `entry` (backend.cli.main.main unless given, e.g.
+    gui.app.main) with stdout and stderr captured; argparse's usage errors (SystemExit) become the
+    status a process would exit with."""
+    from backend.cli.main import main
+    main = entry or main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(["main.py", *args], code, out.getvalue(), err.getvalue())
 
 
 def assert_clean_error(proc, code: int, text: str):
@@ -68,8 +89,8 @@ def test_load_and_sweep_and_listings(tmp_path):
     assert [r["batch"] for r in rows] == ["1", "2"]
     assert {"step_ms", "tokens_per_s", "flops", "bytes", "mfu", "mbu", "predicted_ms", "predicted_local_ms",
             "bound"} <= set(rows[0])
-    assert "h100-sxm" in cli("profiles").stdout
-    assert "smollm2-135m" in cli("models").stdout
+    assert "h100-sxm" in main_in_process("profiles").stdout
+    assert "smollm2-135m" in main_in_process("models").stdout
 
 
 @pytest.mark.parametrize("args, text", [
@@ -92,7 +113,11 @@ def test_load_and_sweep_and_listings(tmp_path):
     (["run", "--model", "tiny", "--dtype", "fp8"], "the simulator prices"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(args, text):
-    assert_clean_error(cli(*args), 2, text)
+    assert_clean_error(main_in_process(*args), 2, text)
+
+
+def test_bad_input_in_a_real_process_is_one_line_and_exit_2():
+    assert_clean_error(cli("load", "--model", "tiny", "--rate", "0"), 2, "--rate")
 
 
 def test_argument_errors_exit_2_without_traceback():
@@ -103,14 +128,14 @@ def test_argument_errors_exit_2_without_traceback():
 def test_unwritable_output_folder_is_refused_and_nothing_is_left(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("keep me")
-    assert_clean_error(cli("run", "--model", "tiny", "--out", str(blocker / "run")), 2, "cannot write to output folder")
+    assert_clean_error(main_in_process("run", "--model", "tiny", "--out", str(blocker / "run")), 2, "cannot write to output folder")
     assert blocker.read_text() == "keep me" and [p.name for p in tmp_path.iterdir()] == ["a-file"]
 
 
 def test_malformed_workload_file_names_the_field(tmp_path):
     path = tmp_path / "w.toml"
     path.write_text('arrival = "poisson"\nrate = -2\nnum_requests = 4\n')
-    proc = cli("load", "--model", "tiny", "--workload", str(path))
+    proc = main_in_process("load", "--model", "tiny", "--workload", str(path))
     assert_clean_error(proc, 2, "rate")
     assert "w.toml" in proc.stderr
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from gui import desktop_entry
+from gui.app import main as app_main
 from gui.desktop_entry import entry_path, installed_icon_path, launch_command
+from tests.cli.test_cli import main_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="freedesktop entries are Linux's")
@@ -20,7 +22,13 @@ def main_py(*args, env):
                           text=True, timeout=120)
 
 
-def test_install_then_uninstall_from_main_py(tmp_path):
+def in_process(*args, monkeypatch, data_home):
+    """main.py's entry point (gui.app.main) in this process: spares an interpreter start and its imports per call."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+    return main_in_process(*args, entry=app_main)
+
+
+def test_install_then_uninstall_from_main_py(tmp_path, monkeypatch):
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "share"))
     done = main_py("--install-desktop-entry", env=env)
     assert done.returncode == 0, done.stderr
@@ -40,23 +48,24 @@ def test_install_then_uninstall_from_main_py(tmp_path):
 
     done = main_py("--uninstall-desktop-entry", env=env)
     assert done.returncode == 0 and not entry.exists() and not icon.exists()
-    done = main_py("--uninstall-desktop-entry", env=env)   # nothing left: said, not an error
+    done = in_process("--uninstall-desktop-entry", monkeypatch=monkeypatch, data_home=tmp_path / "share")
+    assert done.returncode == 0 and "no desktop entry to remove" in done.stdout   # nothing left: said, not an error
     assert done.returncode == 0 and "no desktop entry to remove" in done.stdout
 
 
-def test_the_flags_stand_alone(tmp_path):
-    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "share"))
-    done = main_py("--install-desktop-entry", "models", env=env)
+def test_the_flags_stand_alone(tmp_path, monkeypatch):
+    share = tmp_path / "share"
+    done = in_process("--install-desktop-entry", "models", monkeypatch=monkeypatch, data_home=share)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") <= 3
-    done = main_py("--install-desktop-entry", "--uninstall-desktop-entry", env=env)
+    done = in_process("--install-desktop-entry", "--uninstall-desktop-entry", monkeypatch=monkeypatch, data_home=share)
     assert done.returncode == 2 and "not allowed with" in done.stderr
     assert not (tmp_path / "share").exists()
 
 
-def test_an_unwritable_place_is_one_line(tmp_path):
+def test_an_unwritable_place_is_one_line(tmp_path, monkeypatch):
     blocker = tmp_path / "share"
     blocker.write_text("a file where the folder should be")
-    done = main_py("--install-desktop-entry", env=dict(os.environ, XDG_DATA_HOME=str(blocker)))
+    done = in_process("--install-desktop-entry", monkeypatch=monkeypatch, data_home=blocker)
     assert done.returncode == 2 and done.stderr.startswith("error: cannot install the desktop entry")
     assert "Traceback" not in done.stderr
 

@@ -1,7 +1,9 @@
 """Reliability from the command line and the backend: bad input gets one line, faults keep what was measured.
 
-Each bad-input case runs the real CLI in a process: one line on stderr, exit 2 (bad input)
-or 1 (a failure during the run), never a traceback, and nothing already saved touched.
+Each bad-input case runs the CLI's entry point (backend.cli.main.main, in this process, which spares a
+torch import per case): one line on stderr, exit 2 (bad input) or 1 (a failure during the run), never a
+traceback, and nothing already saved touched. A real process per command (run, load, sweep, profiles)
+checks the same from outside, and so do the cases that set the environment or a real full disk.
 docs/reliability.md lists every case and the test that covers it.
 """
 import csv
@@ -24,6 +26,7 @@ from backend.summary import Summary
 from backend.records import RecordBatch, RequestStatus, RunData
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
+from tests.cli.test_cli import main_in_process
 from tests.fakes.faults import fill_disk, start_load_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,14 +77,14 @@ def test_a_malformed_profile_file_is_refused_naming_file_and_field(tmp_path, cas
     path = tmp_path / f"{case}.toml"
     path.write_text(text)
     # `run` takes --profile too: it is checked before the model loads, not silently ignored
-    assert_one_line(cli("run", "--model", "tiny", "--profile", str(path)), 2, str(path), field)
+    assert_one_line(main_in_process("run", "--model", "tiny", "--profile", str(path)), 2, str(path), field)
 
 
 def test_a_profile_file_that_is_fine_is_taken_by_a_sweep(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(PROFILE)
-    proc = cli("sweep", "batch", "--model", "tiny", "--batches", "1", "--context", "8", "--steps", "1",
-               "--profile", str(path), "--out", str(tmp_path / "out"))
+    proc = main_in_process("sweep", "batch", "--model", "tiny", "--batches", "1", "--context", "8", "--steps", "1",
+                           "--profile", str(path), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "out" / "run.json").read_text())["info"]["profile"] == "mine"
 
@@ -110,7 +113,7 @@ BAD_WORKLOADS = [
 def test_a_malformed_workload_file_is_refused_naming_file_and_field(tmp_path, case, text, field):
     path = tmp_path / f"{case}.toml"
     path.write_text(text)
-    assert_one_line(cli("load", "--model", "tiny", "--workload", str(path)), 2, str(path), field)
+    assert_one_line(main_in_process("load", "--model", "tiny", "--workload", str(path)), 2, str(path), field)
 
 
 # ---- models -------------------------------------------------------------------------------------
@@ -169,7 +172,7 @@ MODEL_CASES = [
 @pytest.mark.parametrize("case, words", MODEL_CASES, ids=[c[0] for c in MODEL_CASES])
 def test_a_model_that_cannot_load_says_why(tmp_path, case, words):
     name = bad_model(tmp_path, case)
-    assert_one_line(cli("run", "--model", name, "--output-len", "2"), 2, words)
+    assert_one_line(main_in_process("run", "--model", name, "--output-len", "2"), 2, words)
 
 
 @pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],
@@ -217,19 +220,26 @@ NUMBERS = [
 
 @pytest.mark.parametrize("args, words", NUMBERS, ids=[" ".join(a) for a, _ in NUMBERS])
 def test_a_bad_number_is_refused_with_one_line(args, words):
+    assert_one_line(main_in_process(*args, "--model", "tiny"), 2, *words)
+
+
+@pytest.mark.parametrize("case", [0, 9, 23], ids=["run", "load", "sweep"])
+def test_a_bad_number_in_a_real_process_is_one_line_and_exit_2(case):
+    args, words = NUMBERS[case]
     assert_one_line(cli(*args, "--model", "tiny"), 2, *words)
 
 
 @pytest.mark.parametrize("args", [["run", "--batch", "100000000"], ["load", "--max-batch", "100000000"]])
 def test_a_batch_that_cannot_fit_says_what_it_needs_and_what_there_is(args):
-    line = assert_one_line(cli(*args, "--model", "tiny"), 2, "needs", "GiB is free")
+    line = assert_one_line(main_in_process(*args, "--model", "tiny"), 2, "needs", "GiB is free")
     needs = float(line.split(" needs ")[1].split(" GiB")[0].replace(",", ""))
     free = float(line.split("; ")[1].split(" GiB")[0].replace(",", ""))
     assert needs > free > 0
 
 
 def test_a_sweep_stops_at_the_first_batch_that_cannot_fit_and_says_why():
-    proc = cli("sweep", "batch", "--model", "tiny", "--batches", "100000000", "--context", "8", "--steps", "1")
+    proc = main_in_process("sweep", "batch", "--model", "tiny", "--batches", "100000000", "--context", "8",
+                           "--steps", "1")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
     assert "stopped at batch 100000000: it does not fit in memory" in proc.stdout
     assert "the KV cache for 100,000,000 sequences" in proc.stdout and "GiB is free" in proc.stdout
@@ -238,8 +248,8 @@ def test_a_sweep_stops_at_the_first_batch_that_cannot_fit_and_says_why():
 # ---- prompts ------------------------------------------------------------------------------------
 
 def test_prompts_longer_than_the_context_are_rejected_with_the_reason_in_a_load():
-    proc = cli("load", "--model", "tiny", "--prompt-len", "5000", "--requests", "3", "--arrival", "burst",
-               "--output-len", "4")
+    proc = main_in_process("load", "--model", "tiny", "--prompt-len", "5000", "--requests", "3", "--arrival",
+                           "burst", "--output-len", "4")
     assert proc.returncode == 0, proc.stderr
     assert "3 rejected" in proc.stdout
     assert "rejected 3: prompt of 2048 tokens + 4 output tokens exceeds the 2048-token slot" in proc.stdout
@@ -282,7 +292,7 @@ def test_text_the_tokenizer_cannot_round_trip_gets_a_note_and_still_runs(tmp_pat
     execute(batch_config(str(folder), prompt="the capital of france"), events.append, lambda: False)
     assert not [e for e in events if isinstance(e, Progress) and e.message.startswith("note:")]
     # the CLI prints the note on stderr and runs to the end
-    proc = cli("run", "--model", str(folder), "--prompt", "the capital of Zanzibar", "--output-len", "2")
+    proc = main_in_process("run", "--model", str(folder), "--prompt", "the capital of Zanzibar", "--output-len", "2")
     assert proc.returncode == 0 and "does not round-trip this prompt exactly" in proc.stderr
 
 
@@ -290,7 +300,7 @@ def test_text_the_tokenizer_cannot_round_trip_gets_a_note_and_still_runs(tmp_pat
 
 def test_an_output_folder_that_does_not_exist_is_created(tmp_path):
     out = tmp_path / "a" / "b" / "c"
-    proc = cli("run", "--model", "tiny", "--prompt-len", "4", "--output-len", "3", "--out", str(out))
+    proc = main_in_process("run", "--model", "tiny", "--prompt-len", "4", "--output-len", "3", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert len(read_run(out).steps) == 3
     assert not list(out.glob("*.partial")) and not list(out.glob(".*.tmp"))
@@ -305,7 +315,8 @@ def test_an_output_folder_without_write_permission_is_refused(tmp_path):
     (locked / "steps.csv").write_text("old run")
     locked.chmod(0o500)
     try:
-        assert_one_line(cli("run", "--model", "tiny", "--out", str(locked)), 2, "cannot write to output folder")
+        assert_one_line(main_in_process("run", "--model", "tiny", "--out", str(locked)), 2,
+                        "cannot write to output folder")
     finally:
         locked.chmod(0o700)
     assert [p.name for p in locked.iterdir()] == ["steps.csv"] and (locked / "steps.csv").read_text() == "old run"

@@ -119,11 +119,39 @@ def test_a_job_is_handed_the_stage_of_a_warm_still_under_way_only(sent, stage):
     assert (found.message if found else None) == stage and not engine._port.messages
 
 
-def test_another_model_starts_a_fresh_process(engine):
-    engine.execute(batch_config(), lambda e: None, lambda: False)
-    pid = engine.pid
-    engine.execute(batch_config(model="gpt2-124m", prompt_len=4, output_len=2, batch=1), lambda e: None, lambda: False)
-    assert engine.pid is not None and engine.pid != pid
+@pytest.fixture(scope="module")
+def stopped_after_tiny(tmp_path_factory):
+    """A run on tiny, then one on smollm2-135m stopped inside its prefill, on one EngineProcess: the
+    second model's start and the stop are both asserted on the one (slow) smollm2 child."""
+    events, running, pids = [], [], []
+
+    def emit(event):
+        events.append(event)
+        if isinstance(event, Progress) and event.message == "running":
+            running.append(time.monotonic())
+            pids.append(engine.pid)
+
+    def should_stop():   # Stop once the prefill is under way
+        return bool(running) and time.monotonic() - running[0] > 0.3
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PHASESCOPE_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
+        engine = EngineProcess()
+        try:
+            engine.execute(batch_config(), lambda e: None, lambda: False)
+            tiny_pid = engine.pid
+            # A prefill of 4 x 2,000 tokens on one thread takes far longer than the grace period.
+            result = engine.execute(batch_config(model="smollm2-135m", prompt_len=2000, output_len=4, batch=4),
+                                    emit, should_stop)
+            ended = time.monotonic()
+            alive = engine.is_alive()
+        finally:
+            engine.close()
+    return tiny_pid, pids, result, events, running, ended, alive
+
+
+def test_another_model_starts_a_fresh_process(stopped_after_tiny):
+    tiny_pid, pids, *_ = stopped_after_tiny
+    assert pids and pids[0] is not None and pids[0] != tiny_pid
 
 
 @pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
@@ -146,25 +174,14 @@ def test_a_crashed_engine_is_reported_in_one_line_with_the_records_so_far(engine
     assert again.error is None and again.summary.num_finished == 2
 
 
-def test_stop_ends_an_engine_that_does_not_reach_a_step_boundary(engine):
+def test_stop_ends_an_engine_that_does_not_reach_a_step_boundary(stopped_after_tiny):
     """A prefill of 4 x 2,000 tokens on one thread takes far longer than the grace period."""
-    events = []
-    running = []
-
-    def emit(event):
-        events.append(event)
-        if isinstance(event, Progress) and event.message == "running":
-            running.append(time.monotonic())
-
-    def should_stop():   # Stop once the prefill is under way
-        return bool(running) and time.monotonic() - running[0] > 0.3
-    result = engine.execute(batch_config(model="smollm2-135m", prompt_len=2000, output_len=4, batch=4),
-                            emit, should_stop)
+    _, _, result, events, running, ended, alive = stopped_after_tiny
     assert running and result.stopped and result.error is None
-    assert time.monotonic() - running[0] < 0.3 + STOP_GRACE_S + 1.0
+    assert ended - running[0] < 0.3 + STOP_GRACE_S + 1.0
     assert any(isinstance(e, Progress) and "did not stop" in e.message for e in events)
     assert not steps_of(events)   # the prefill never finished
-    assert not engine.is_alive()
+    assert not alive
 
 
 def refusing_target(config, emit, should_stop):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from backend.results.stats import bootstrap_difference
-from tests.cli.test_cli import assert_clean_error, cli
+from tests.cli.test_cli import assert_clean_error, cli, main_in_process
 
 BURST = ["load", "--model", "tiny", "--arrival", "burst", "--requests", "16", "--prompt-len", "16",
          "--output-len", "8:64", "--seed", "1", "--max-batch", "4", "--ignore-eos"]
@@ -14,10 +14,11 @@ BURST = ["load", "--model", "tiny", "--arrival", "burst", "--requests", "16", "-
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The same burst of mixed output lengths under static and continuous batching, saved."""
+    """The same burst of mixed output lengths under static and continuous batching, saved (in this
+    process: the runs are the input here; `compare` itself is run as a process below)."""
     root = tmp_path_factory.mktemp("runs")
     for policy in ("static", "continuous"):
-        proc = cli(*BURST, "--policy", policy, "--out", str(root / policy))
+        proc = main_in_process(*BURST, "--policy", policy, "--out", str(root / policy))
         assert proc.returncode == 0, proc.stderr
     return root
 
@@ -71,10 +72,11 @@ def test_a_remote_run_has_no_step_metrics(runs, tmp_path):
     from tests.fakes.llama_server import llama_server
     with llama_server(log_path=tmp_path / "server.log") as server:
         url = server.url
-        proc = cli("load", "--endpoint", url, "--served-model", "smollm2", "--arrival", "burst", "--requests", "4",
+        proc = main_in_process("load", "--endpoint", url, "--served-model", "smollm2", "--arrival", "burst", "--requests", "4",
                    "--prompt-len", "16", "--output-len", "4", "--out", str(tmp_path / "remote"))
     assert proc.returncode == 0, proc.stderr
-    proc = cli("compare", str(runs / "continuous"), str(tmp_path / "remote"), "--out", str(tmp_path / "cmp"))
+    proc = main_in_process("compare", str(runs / "continuous"), str(tmp_path / "remote"), "--out",
+                           str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr
     assert f"remote {url}" in proc.stdout
     step_line = next(line for line in proc.stdout.splitlines() if line.startswith("decode step p50"))
@@ -90,8 +92,8 @@ def test_a_remote_run_has_no_step_metrics(runs, tmp_path):
 def test_sweeps_and_repeats_compare_with_their_own_rows_and_plots(runs, tmp_path):
     from backend.cli.main import main
     for name in ("s1", "s2"):
-        proc = cli("sweep", "batch", "--model", "tiny", "--batches", "1,2", "--context", "16", "--steps", "2",
-                   "--repeats", "2", "--out", str(tmp_path / name))
+        proc = main_in_process("sweep", "batch", "--model", "tiny", "--batches", "1,2", "--context", "16",
+                               "--steps", "2", "--repeats", "2", "--out", str(tmp_path / name))
         assert proc.returncode == 0, proc.stderr
     drawn = []
 
@@ -116,16 +118,17 @@ def test_sweeps_and_repeats_compare_with_their_own_rows_and_plots(runs, tmp_path
 def test_a_folder_that_is_not_a_run_is_refused_in_one_line(runs, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = cli("compare", str(runs / "static"), str(empty))
+    proc = main_in_process("compare", str(runs / "static"), str(empty))
     assert_clean_error(proc, 2, f"{empty} is not a run folder")
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     for name in ("steps.csv", "requests.csv", "tokens.csv"):
         (corrupt / name).write_text((runs / "static" / name).read_text())
     (corrupt / "run.json").write_text("{not json")
-    proc = cli("compare", str(runs / "static"), str(runs / "continuous"), str(corrupt))
+    proc = main_in_process("compare", str(runs / "static"), str(runs / "continuous"), str(corrupt))
     assert_clean_error(proc, 2, "(run 3 of 3)")
     assert str(corrupt) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert_clean_error(cli("compare", str(runs / "static"), str(tmp_path / "nowhere")), 2, "is not a folder")
-    assert_clean_error(cli("compare", str(runs / "static")), 2, "at least two run folders")
+    assert_clean_error(main_in_process("compare", str(runs / "static"), str(tmp_path / "nowhere")), 2,
+                       "is not a folder")
+    assert_clean_error(main_in_process("compare", str(runs / "static")), 2, "at least two run folders")
 

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from backend.results.stats import interval_of, t_quantile
-from tests.cli.test_cli import assert_clean_error, cli
+from tests.cli.test_cli import assert_clean_error, cli, main_in_process
 
 
 @pytest.mark.parametrize("p, df, table", [
@@ -82,8 +82,8 @@ def test_one_repeat_is_a_plain_run(tmp_path):
 
 def test_sweep_repeats_give_each_point_an_interval(tmp_path):
     out = tmp_path / "sweep"
-    proc = cli("sweep", "batch", "--model", "tiny", "--batches", "1,2", "--context", "16", "--steps", "2",
-               "--repeats", "2", "--out", str(out))
+    proc = main_in_process("sweep", "batch", "--model", "tiny", "--batches", "1,2", "--context", "16", "--steps",
+                           "2", "--repeats", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert (out / "repeat-1" / "sweep.csv").is_file() and (out / "repeat-2" / "sweep.csv").is_file()
     table = _repeats_table(out)
@@ -95,7 +95,7 @@ def test_sweep_repeats_give_each_point_an_interval(tmp_path):
 
 @pytest.mark.parametrize("value", ["0", "-2", "two"])
 def test_bad_repeats_is_one_line_and_exit_2(value):
-    proc = cli("run", "--model", "tiny", "--repeats", value)
+    proc = main_in_process("run", "--model", "tiny", "--repeats", value)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "--repeats" in proc.stderr
 
@@ -109,13 +109,13 @@ def test_bad_repeats_in_the_settings_is_an_input_error():
 
 
 def test_repeats_on_load(tmp_path):
-    proc = cli("load", "--model", "tiny", "--requests", "4", "--arrival", "burst", "--prompt-len", "8",
-               "--output-len", "4", "--ignore-eos", "--repeats", "2", "--out", str(tmp_path))
+    proc = main_in_process("load", "--model", "tiny", "--requests", "4", "--arrival", "burst", "--prompt-len", "8",
+                           "--output-len", "4", "--ignore-eos", "--repeats", "2", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "4 finished" in proc.stdout and "repeats  2 of 2" in proc.stdout
     table = _repeats_table(tmp_path)
     assert table["num_finished"]["mean"] == "4.0" and table["ttft_p50_ms"]["n"] == "2"
-    assert_clean_error(cli("load", "--model", "tiny", "--repeats", "0"), 2, "--repeats")
+    assert_clean_error(main_in_process("load", "--model", "tiny", "--repeats", "0"), 2, "--repeats")
 
 
 def test_each_repeat_is_announced_before_its_events():
