@@ -1,5 +1,5 @@
 /* Opt-in integer arithmetic for the decode products of Q8_0, Q4_0/Q4_1 and Q5_0/Q5_1 weights
-   (--decode-math int8).
+   (--decode-math int8), and of the K-quants where AVX2 is (qint8k.c).
 
    The float32 tiles (qlinear.c) widen every weight to a float and multiply it by a float
    activation: on AVX2 that is several instructions a weight, and the 4- and 5-bit formats stay
@@ -51,7 +51,9 @@ int psk_set_decode_math(int mode, int64_t max_rows) {
 
 int psk_decode_int8_for(int64_t n) { return decode_int8 && n <= decode_int8_rows; }
 
-int psk_int8_kind(int kind) { return kind >= PSK_Q8_0 && kind <= PSK_Q5_1; }
+int psk_int8_kind(int kind) {
+    return (kind >= PSK_Q8_0 && kind <= PSK_Q5_1) || (psk_int8k_built() && kind >= PSK_Q4_K && kind <= PSK_Q6_K);
+}
 
 /* Q5's fifth bits: bits 0-3 of a 32-bit lane to bit 0 of its bytes 0-3 (x * 0x204081 adds x
    shifted by 0, 7, 14 and 21: bit i lands on bit 8 i, and no two shifted copies overlap), then to
@@ -389,7 +391,8 @@ tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, co
 void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,
                    const float *bias, const float *rb, float *yb, int64_t out, int64_t in, int64_t o,
                    int64_t width, int nb) {
-    if (kind == PSK_Q8_0) NB_CASES(PSK_Q8_0)
+    if (kind >= PSK_Q4_K && kind <= PSK_Q6_K) psk_int8k_tile(kind, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, nb);
+    else if (kind == PSK_Q8_0) NB_CASES(PSK_Q8_0)
     else if (kind == PSK_Q4_0) NB_CASES(PSK_Q4_0)
     else if (kind == PSK_Q4_1) NB_CASES(PSK_Q4_1)
     else if (kind == PSK_Q5_0) NB_CASES(PSK_Q5_0)
