@@ -93,7 +93,7 @@ class ModelChoice:
     device: str = "auto"         # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"          # auto | float32 | bfloat16 | float16
     prefill_math: str = "auto"   # auto | fp32 | bf16: the CPU kernels' products of many rows (kernels/matmath.py)
-    decode_math: str = "fp32"    # fp32 | int8: the CPU kernels' decode products of Q8_0/Q4_x/Q5_x (kernels/decodemath.py)
+    decode_math: str = "fp32"    # fp32 | int8: the CPU kernels' decode products of Q8_0/Q4_x/Q5_x/K-quants (kernels/decodemath.py)
 
 
 @dataclass(slots=True)

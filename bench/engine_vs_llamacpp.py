@@ -291,7 +291,10 @@ class OursEngine:
     def __init__(self, path: Path, math: str):
         self.name = f"ours {math}"
         self.loaded = load_model(str(path), "cpu", "auto")
-        self.loaded.math = fidelity.choose(self.loaded, math)
+        prefill, _, decode = math.partition("+")   # e.g. "fp32+int8": --decode-math int8 on top
+        self.loaded.math = fidelity.choose(self.loaded, prefill)
+        if decode:
+            self.loaded.math = fidelity.with_decode(self.loaded.math, decode)
         self.ours = Ours(self.loaded)
         self.vocab = self.loaded.shape.vocab_size
 
@@ -474,7 +477,8 @@ def main() -> int:
     parser.add_argument("--precisions", default=",".join(PRECISIONS),
                         help=f"comma-separated, of {', '.join(PRECISIONS)} (all by default)")
     parser.add_argument("--maths", default="fp32,bf16",
-                        help="ours' --prefill-math values, comma-separated (bf16 is left out where no unit runs it)")
+                        help="ours' --prefill-math values, comma-separated (bf16 is left out where no unit runs it); "
+                             "a value with +int8 (fp32+int8) runs --decode-math int8 as well")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: 1 repeat, {QUICK_NEW_TOKENS} new tokens")
     add_readme_flag(parser)
     args = parser.parse_args()

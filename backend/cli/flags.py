@@ -49,7 +49,7 @@ def model_flags(p: argparse.ArgumentParser) -> None:
                         "bound (mean KL and top-1 agreement against float32, measured at load), else fp32. See `doctor`")
     p.add_argument("--decode-math", default="fp32", choices=decodemath.MODES,
                    help=f"the CPU kernels' arithmetic for products of up to {decodemath.MAX_ROWS} rows (decode, "
-                        "verification) of Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights: fp32 (the default) = the weights dequantized "
+                        "verification) of Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights (and the K-quants where the kernels have AVX2): fp32 (the default) = the weights dequantized "
                         "and multiplied by float32 activations; int8 = the activations quantized per block of 32 "
                         "to int8 and integer dot products (as llama.cpp does): fewer instructions a weight, "
                         "logits moved a little (bench/README.md)")

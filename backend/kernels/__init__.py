@@ -266,6 +266,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_set_decode_math.restype = c_int
     lib.psk_int8_isa.argtypes = []
     lib.psk_int8_isa.restype = ctypes.c_char_p
+    lib.psk_int8_kind.argtypes = [c_int]
+    lib.psk_int8_kind.restype = c_int
     lib.psk_quantize_acts.argtypes = [ptr, i64, i64, ptr, ptr, ptr]
     lib.psk_quantize_acts.restype = None
     # mixture-of-experts feed-forward (moe.c)

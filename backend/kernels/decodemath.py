@@ -3,7 +3,8 @@
 fp32 (the default): the weights are dequantized in registers and multiplied by the float32
 activations, equal to the float32 product on the dequantized weights up to the order of its
 additions. int8: for the products of at most MAX_ROWS rows (batch-1 decode, small batches, a
-speculative verification) whose weights are Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1, the activations are quantized
+speculative verification) whose weights are Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 (and Q4_K, Q5_K, Q6_K in
+builds with AVX2: formats()), the activations are quantized
 per block of 32 to int8 with a float scale and each block's dot product is integer, as
 llama.cpp does (qint8.c): fewer instructions a weight, at the price of rounding the
 activations, which moves the logits (fidelity measured in bench/README.md). Other formats and
@@ -20,7 +21,8 @@ from backend.errors import InputError
 
 MODES = ("fp32", "int8")
 MAX_ROWS = 8           # the integer tile's rows of x (qint8.h INT8_ROWS): decode batches and verifications
-FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")   # on every build
+K_FORMATS = ("q4_k", "q5_k", "q6_k")                   # where the kernels have AVX2 (qint8k.c)
 
 _selected = ["fp32"]
 
@@ -36,6 +38,15 @@ def unit() -> str:
     """The integer dot product this build runs, in words ('AVX-512 VNNI vpdpbusd', ...)."""
     lib = kernels.load()
     return "unavailable" if lib is None else lib.psk_int8_isa().decode()
+
+
+def formats() -> tuple[str, ...]:
+    """The formats whose decode products this build of the kernels runs on int8 activations."""
+    from backend.kernels.ops import KINDS
+    lib = kernels.load()
+    if lib is None:
+        return FORMATS
+    return FORMATS + tuple(f for f in K_FORMATS if lib.psk_int8_kind(KINDS[f]))
 
 
 def select(mode: str) -> None:

@@ -45,7 +45,7 @@ class MatMath:
 
     unit: str = "fp32"       # "fp32", "AVX512-BF16" or "AMX"
     min_rows: int = 0
-    decode: str = "fp32"     # --decode-math: "int8" runs the decode products of Q8_0/Q4_x/Q5_x on int8 (decodemath.py)
+    decode: str = "fp32"     # --decode-math: "int8" runs the decode products of Q8_0/Q4_x/Q5_x/K-quants on int8 (decodemath.py)
 
     @property
     def bf16(self) -> bool:

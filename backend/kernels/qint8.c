@@ -1,5 +1,5 @@
 /* Opt-in integer arithmetic for the decode products of Q8_0, Q4_0/Q4_1 and Q5_0/Q5_1 weights
-   (--decode-math int8).
+   (--decode-math int8), and of the K-quants where AVX2 is (qint8k.c).
 
    The float32 tiles (qlinear.c) widen every weight to a float and multiply it by a float
    activation: on AVX2 that is several instructions a weight, and the 4- and 5-bit formats stay
@@ -51,7 +51,9 @@ int psk_set_decode_math(int mode, int64_t max_rows) {
 
 int psk_decode_int8_for(int64_t n) { return decode_int8 && n <= decode_int8_rows; }
 
-int psk_int8_kind(int kind) { return kind >= PSK_Q8_0 && kind <= PSK_Q5_1; }
+int psk_int8_kind(int kind) {
+    return (kind >= PSK_Q8_0 && kind <= PSK_Q5_1) || (psk_int8k_built() && kind >= PSK_Q4_K && kind <= PSK_Q6_K);
+}
 
 /* Q5's fifth bits: bits 0-3 of a 32-bit lane to bit 0 of its bytes 0-3 (x * 0x204081 adds x
    shifted by 0, 7, 14 and 21: bit i lands on bit 8 i, and no two shifted copies overlap), then to
@@ -146,6 +148,27 @@ static inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
+/* two of those, u at most 31 (the 4- and 5-bit quants): without VNNI the 16-bit pair sums are
+   added before widening (4 x 31 x 128 fits in int16), one vpmaddwd for both */
+static inline __m256i dot4x2(__m256i acc, __m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, u0, s0), u1, s1);
+#else
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+/* Q5's fifth bits of inputs b..b+3 (b a multiple of 4) of each lane's 32-bit qh, to bit 4 of the
+   lane's bytes 0-3: the qh byte holding them copied to the 4 bytes (vpshufb), each byte's own
+   bit picked and compared (no 32-bit multiply) */
+static inline __m256i fifth4(__m256i qh, int b) {
+    const __m256i idx = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                                         0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12),
+                                        _mm256_set1_epi8((char)(b / 8)));
+    const __m256i m = _mm256_set1_epi32((int)(0x08040201u << (b % 8)));
+    const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(qh, idx), m);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(bits, m), _mm256_set1_epi8(0x10));
+}
 #endif
 
 #if INT8_PATH == 128
@@ -238,22 +261,17 @@ static inline __attribute__((always_inline)) void block_dots(int kind, const uin
             __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(z[0], 4), m);
             __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(z[1], 4), m);
             if (IS_Q5(kind)) {
-                const __m256i f = _mm256_set1_epi32(15), s = _mm256_set1_epi32(SPREAD_MUL);
-                const __m256i one = _mm256_set1_epi32(0x01010101);
                 const __m256i q0 = _mm256_loadu_si256((const __m256i *)qh), q1 = _mm256_loadu_si256((const __m256i *)(qh + 32));
-#define FIFTH(Q, SHIFT) _mm256_slli_epi32(_mm256_and_si256(_mm256_mullo_epi32(_mm256_and_si256( \
-                            _mm256_srli_epi32(Q, SHIFT), f), s), one), 4)
-                l0 = _mm256_or_si256(l0, FIFTH(q0, 4 * g));
-                l1 = _mm256_or_si256(l1, FIFTH(q1, 4 * g));
-                h0 = _mm256_or_si256(h0, FIFTH(q0, 16 + 4 * g));
-                h1 = _mm256_or_si256(h1, FIFTH(q1, 16 + 4 * g));
-#undef FIFTH
+                l0 = _mm256_or_si256(l0, fifth4(q0, 4 * g));
+                l1 = _mm256_or_si256(l1, fifth4(q1, 4 * g));
+                h0 = _mm256_or_si256(h0, fifth4(q0, 16 + 4 * g));
+                h1 = _mm256_or_si256(h1, fifth4(q1, 16 + 4 * g));
             }
             for (int j = 0; j < nb; j++) {
                 const __m256i xl = _mm256_set1_epi32(load4(xq + j * in + 4 * g));
                 const __m256i xh = _mm256_set1_epi32(load4(xq + j * in + 16 + 4 * g));
-                acc[j][0] = dot4(dot4(acc[j][0], l0, xl), h0, xh);
-                acc[j][1] = dot4(dot4(acc[j][1], l1, xl), h1, xh);
+                acc[j][0] = dot4x2(acc[j][0], l0, xl, h0, xh);
+                acc[j][1] = dot4x2(acc[j][1], l1, xl, h1, xh);
             }
         }
     }
@@ -394,7 +412,8 @@ tile(const int kind, const uint8_t *panel, const int8_t *xq, const float *xd, co
 void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,
                    const float *bias, const float *rb, float *yb, int64_t out, int64_t in, int64_t o,
                    int64_t width, int nb) {
-    if (kind == PSK_Q8_0) NB_CASES(PSK_Q8_0)
+    if (kind >= PSK_Q4_K && kind <= PSK_Q6_K) psk_int8k_tile(kind, panel, xq, xd, xs, bias, rb, yb, out, in, o, width, nb);
+    else if (kind == PSK_Q8_0) NB_CASES(PSK_Q8_0)
     else if (kind == PSK_Q4_0) NB_CASES(PSK_Q4_0)
     else if (kind == PSK_Q4_1) NB_CASES(PSK_Q4_1)
     else if (kind == PSK_Q5_0) NB_CASES(PSK_Q5_0)

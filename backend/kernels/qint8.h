@@ -16,3 +16,8 @@ void psk_quantize_acts(const float *x, int64_t n, int64_t in, int8_t *xq, float 
 void psk_int8_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,
                    const float *bias, const float *rb, float *yb, int64_t out, int64_t in, int64_t o,
                    int64_t width, int nb);
+/* The K-quants' tile (qint8k.c), built where AVX2 is; psk_int8k_built() says whether it was. */
+int psk_int8k_built(void);
+void psk_int8k_tile(int kind, const uint8_t *panel, const int8_t *xq, const float *xd, const int32_t *xs,
+                    const float *bias, const float *rb, float *yb, int64_t out, int64_t in, int64_t o,
+                    int64_t width, int nb);

@@ -8,7 +8,9 @@
    4 weights a cycle a core). llama.cpp's integer dot products (x quantized to int8 per block,
    vpmaddubsw / vpdpbusd) would do more a cycle, but change the rounding beyond that test's
    bound, and qlinear.c's head records that int8 activations flip the bundled model's answer:
-   not built, a choice to make (e.g. an opt-in arithmetic, as the bfloat16 units are). */
+   they are the opt-in --decode-math int8 (qint8.c, the K-quants in qint8k.c). Measured
+   (bench.int8_compute): float32 on 8 lanes stays 1.1-1.7x short of the read floor's rate at
+   4-6 bits, the int8 route computes faster than the reads at every block format. */
 #pragma once
 
 #include "qvec8.h"

@@ -133,7 +133,7 @@ def with_decode(choice: MathChoice, mode: str) -> MathChoice:
         raise InputError("--decode-math int8 is the CPU kernels' integer products, for GGUF or quantized weights "
                          "on the CPU; this model's products run on torch")
     return dataclasses.replace(choice, math=dataclasses.replace(choice.math, decode=mode),
-                               note=f"{choice.note}; decode products of {'/'.join(decodemath.FORMATS)} on int8 "
+                               note=f"{choice.note}; decode products of {'/'.join(decodemath.formats())} on int8 "
                                     f"activations ({decodemath.unit()})")
 
 

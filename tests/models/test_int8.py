@@ -73,10 +73,42 @@ def test_int8_products_equal_the_integer_reference(int8, fmt, n):
     assert np.abs(fp32 - got).max() > 1e-5
 
 
+@pytest.mark.parametrize("fmt", decodemath.K_FORMATS)
+@pytest.mark.parametrize("n", [1, 3, decodemath.MAX_ROWS])
+def test_k_quant_int8_products_equal_the_block_reference(int8, fmt, n):
+    """The K-quants' integer products (qint8k.c) against float64 sums over blocks of 32 of the
+    dequantized weights times the int8 activations, times the block's activation scale: what the
+    integer sums compute exactly, up to the float32 rounding of the scale products."""
+    if fmt not in decodemath.formats():
+        pytest.skip(f"{fmt}: this build's products keep float32 (qint8k.c needs AVX2)")
+    g = torch.Generator().manual_seed(n)
+    out, inp = 70, 512                          # 70 outputs: a partial last panel; 2 super-blocks
+    w = torch.randn(out, inp, generator=g)
+    x = torch.randn(n, inp, generator=g) * torch.linspace(0.1, 4, inp)
+    blocks = ops.quantize_rows(w, fmt)
+    packed = ops.quant_pack(blocks, fmt, inp)
+    bias, residual = torch.randn(out, generator=g), torch.randn(n, out, generator=g)
+    got = ops.qlinear(x, packed, fmt, out, bias, residual).double().numpy()
+    xq, xd, _ = decodemath.quantize_acts(x)
+    wd = ops.dequantize_rows(blocks, fmt, inp).double().numpy().reshape(out, inp // 32, 32)
+    xq = xq.numpy().astype(np.float64).reshape(n, inp // 32, 32)
+    xd = xd.numpy().astype(np.float64)
+    want = (np.einsum("nbk,obk->nob", xq, wd) * xd[:, None, :]).sum(-1)
+    want += (bias.double()[None] + residual.double()).numpy()
+    # the kernel's terms (scale x sum, min x sum) can each be ~3x a block's largest weight
+    big = 3 * np.abs(wd).max(-1, keepdims=True)
+    tol = 1e-6 * 8 * (np.einsum("nbk,obk->nob", np.abs(xq), np.broadcast_to(big, wd.shape)) * xd[:, None, :]).sum(-1)
+    assert np.all(np.abs(got - want) <= tol + 1e-5), float(np.abs(got - want).max())
+    with decodemath.using("fp32"):
+        fp32 = ops.qlinear(x, packed, fmt, out, bias, residual).double().numpy()
+    assert np.abs(fp32 - got).max() > 1e-5
+
+
 def test_more_rows_and_other_formats_keep_float32(int8):
     g = torch.Generator().manual_seed(1)
     w, inp = torch.randn(40, 64, generator=g), 64
-    for fmt, n in [("q8_0", decodemath.MAX_ROWS + 1), ("q4_k", 1), ("q6_k", 2)]:
+    others = [(f, n) for f, n in [("q4_k", 1), ("q6_k", 2)] if f not in decodemath.formats()]
+    for fmt, n in [("q8_0", decodemath.MAX_ROWS + 1), ("q4_k", decodemath.MAX_ROWS + 1), *others]:
         inp = 256 if fmt in ("q4_k", "q6_k") else 64
         w = torch.randn(40, inp, generator=g)
         x = torch.randn(n, inp, generator=g)
