@@ -389,13 +389,17 @@ def test_the_api_key_comes_from_the_environment_and_is_masked(qtbot, monkeypatch
     assert not w.controls.run_button.isEnabled() and "http(s) URL" in w.controls.url_field.error
 
 
-def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(qtbot, tmp_path):
-    n = 100_000
+def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(qtbot, tmp_path, monkeypatch):
+    # the window's store keeps its newest 4,096 steps and tokens here (65,536 and 262,144 in the app): the
+    # same dropping, past a tenth of the rows the app's limits would need
+    from gui.state.run_store import BARS_KEPT, RunStore
+    monkeypatch.setattr(RunStore.__init__, "__defaults__", (4096, 4096, BARS_KEPT))
+    n = 10_000
 
     def long_run(config, emit, should_stop):
         emit(RequestsArrived([0], [0.0], [8]))
-        for start in range(0, n, 1000):
-            steps = range(start, start + 1000)
+        for start in range(0, n, 500):
+            steps = range(start, start + 500)
             emit(RecordBatch(steps=[step(i, Phase.DECODE, i * 0.2, 0.2, decode=1) for i in steps],
                              tokens=[TokenRecord(0, i, i * 0.2 + 0.2) for i in steps]))
         return RunFinished("long", Summary(num_steps=n))
