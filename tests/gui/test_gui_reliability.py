@@ -125,14 +125,21 @@ def test_a_broken_measured_profile_is_named_when_the_window_opens_and_the_rest_w
 
 # ---- models ---------------------------------------------------------------------------------
 
-def test_each_model_that_cannot_load_shows_why_and_the_next_run_works(qtbot, window, tmp_path, monkeypatch):
+BAD_MODELS = [("no-config", "no config.json"), ("unsupported-arch", "BertModel is not supported"),
+              ("truncated-gguf", "not a readable GGUF file"), ("corrupt-gguf", "not a readable GGUF file"),
+              ("truncated-safetensors", "cannot read safetensors file"),
+              ("corrupt-safetensors", "cannot read safetensors file")]
+
+
+def test_each_model_that_cannot_load_shows_why_and_the_next_run_works(qtbot, inprocess_window, tmp_path,
+                                                                       monkeypatch):
+    """Every case, with the runs in this process: the window's engine process starts afresh for each
+    other model (a Python start and torch's import each time); the test below checks that the message
+    comes through that process the same and that its next run works."""
+    window = inprocess_window
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # the hub id case: never the network
     use_tiny(window)
-    cases = [("no-config", "no config.json"), ("unsupported-arch", "BertModel is not supported"),
-             ("truncated-gguf", "not a readable GGUF file"), ("corrupt-gguf", "not a readable GGUF file"),
-             ("truncated-safetensors", "cannot read safetensors file"),
-             ("corrupt-safetensors", "cannot read safetensors file")]
-    for case, words in cases:
+    for case, words in BAD_MODELS:
         window.controls.select_model(bad_model(tmp_path, case))
         assert words in run_to_failure(qtbot, window), case
         assert words in window.statusBar().currentMessage()
@@ -143,6 +150,21 @@ def test_each_model_that_cannot_load_shows_why_and_the_next_run_works(qtbot, win
         window.controls.select_model(name)
         assert not window.controls.run_button.isEnabled()
         assert "neither a hub id" in window.controls.problem_label.text()
+    window.controls.select_model("tiny")
+    result = run_to_end(qtbot, window)
+    assert not result.error and window.table.model().rowCount() == 2
+
+
+def test_a_model_that_cannot_load_in_the_engine_process_shows_why_and_the_next_run_works(qtbot, window, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # the engine process inherits it: never the network
+    use_tiny(window)
+    for case, words in (BAD_MODELS[1], BAD_MODELS[3]):   # a folder the loader refuses, a file it cannot read
+        window.controls.select_model(bad_model(tmp_path, case))
+        assert words in run_to_failure(qtbot, window), case
+        assert words in window.statusBar().currentMessage()
+    window.controls.select_model("phasescope-test/does-not-exist")
+    assert "cannot download phasescope-test/does-not-exist: offline" in run_to_failure(qtbot, window)
     window.controls.select_model("tiny")
     result = run_to_end(qtbot, window)
     assert not result.error and window.table.model().rowCount() == 2

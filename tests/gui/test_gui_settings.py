@@ -5,12 +5,18 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 
 from gui.main_window import MainWindow
+from gui.worker import RunWorker
 from gui.settings import open_settings, remember_folder, settings_path, start_folder
 
 
+def no_run(config, emit, should_stop):
+    raise AssertionError("these tests start no run")
+
+
 def new_window(qtbot) -> MainWindow:
-    """The app's window: it remembers (a window made by code does not, below)."""
-    w = MainWindow(remember=True)
+    """The app's window: it remembers (a window made by code does not, below). Its worker has no engine
+    process: nothing runs here, and one started ahead for the model would only be ended at the close."""
+    w = MainWindow(worker=RunWorker(run=no_run), remember=True)
     qtbot.addWidget(w)
     w.show()
     return w
@@ -129,7 +135,7 @@ def test_a_window_made_by_code_neither_reads_nor_writes_the_settings(qtbot):
     first.controls.form.fields["batch"]["output_len"].setText("99")
     first.close()
     saved = settings_path().read_text()
-    plain = MainWindow()   # a test's or a benchmark's window: the defaults, whatever was saved
+    plain = MainWindow(worker=RunWorker(run=no_run))   # a test's or a benchmark's window: the defaults, whatever was saved
     qtbot.addWidget(plain)
     assert plain.controls.form.fields["batch"]["output_len"].text() == "64"
     plain.controls.form.fields["batch"]["output_len"].setText("5")

@@ -22,6 +22,20 @@ from gui.worker import RunWorker
 
 
 
+def no_run(config, emit, should_stop):
+    raise AssertionError("this test starts no run")
+
+
+@pytest.fixture
+def idle_window(qtbot):
+    """A window for a test that starts no run: a worker without an engine process, so none is started
+    ahead for the bundled model (torch's import and the model's load) only to be ended at the close."""
+    w = MainWindow(worker=RunWorker(run=no_run))
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
 def test_a_run_fills_the_timeline_lanes_table_and_metrics(qtbot, window):
     use_tiny(window)
     result = run_to_end(qtbot, window)
@@ -72,7 +86,8 @@ def test_export_csv_writes_what_the_cli_reader_accepts(qtbot, window, tmp_path):
     assert (tmp_path / "out" / "trace.json").is_file()
 
 
-def test_export_with_nothing_to_export_says_so(window, tmp_path):
+def test_export_with_nothing_to_export_says_so(idle_window, tmp_path):
+    window = idle_window
     assert not window.files.export_csv(str(tmp_path / "empty"))
     assert "nothing to export" in window.last_error
     assert not (tmp_path / "empty").exists()
@@ -92,7 +107,8 @@ def test_open_run_shows_a_folder_written_by_the_cli(qtbot, window, tmp_path):
     assert window.throughput.shape is not None     # the run's shape drives the prediction
 
 
-def test_open_run_of_an_incomplete_folder_names_what_is_missing(window, tmp_path):
+def test_open_run_of_an_incomplete_folder_names_what_is_missing(idle_window, tmp_path):
+    window = idle_window
     (tmp_path / "half").mkdir()
     assert not window.files.open_run(str(tmp_path / "half"))
     assert "missing" in window.last_error and "steps.csv" in window.last_error
@@ -129,7 +145,8 @@ def test_fields_are_checked_as_typed(qtbot, window):
     assert "hub id" in window.controls.problem_label.text()
 
 
-def test_workload_fields_are_checked_together(window):
+def test_workload_fields_are_checked_together(idle_window):
+    window = idle_window
     form = window.controls.form
     form.set_kind("load")
     form.preset_combo.setCurrentText("custom")
@@ -305,12 +322,14 @@ def test_stop_and_run_shortcuts_drive_the_window(qtbot, window):
     assert done.args[0].stopped
 
 
-def test_saving_a_plot_into_a_missing_folder_says_so(window, tmp_path):
+def test_saving_a_plot_into_a_missing_folder_says_so(idle_window, tmp_path):
+    window = idle_window
     assert not window.files.save_plot(str(tmp_path / "missing" / "plot.png"))
     assert "could not save" in window.last_error
 
 
-def test_progress_shows_long_work_in_the_status_bar(window):
+def test_progress_shows_long_work_in_the_status_bar(idle_window):
+    window = idle_window
     bar = window.status.progress
     window.runs.take_event(Progress("loading smollm2-135m", None))
     assert not bar.isHidden() and (bar.minimum(), bar.maximum()) == (0, 0)   # busy
@@ -389,13 +408,17 @@ def test_the_api_key_comes_from_the_environment_and_is_masked(qtbot, monkeypatch
     assert not w.controls.run_button.isEnabled() and "http(s) URL" in w.controls.url_field.error
 
 
-def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(qtbot, tmp_path):
-    n = 100_000
+def test_a_long_run_exports_every_step_though_the_window_keeps_only_the_newest(qtbot, tmp_path, monkeypatch):
+    # the window's store keeps its newest 4,096 steps and tokens here (65,536 and 262,144 in the app): the
+    # same dropping, past a tenth of the rows the app's limits would need
+    from gui.state.run_store import BARS_KEPT, RunStore
+    monkeypatch.setattr(RunStore.__init__, "__defaults__", (4096, 4096, BARS_KEPT))
+    n = 10_000
 
     def long_run(config, emit, should_stop):
         emit(RequestsArrived([0], [0.0], [8]))
-        for start in range(0, n, 1000):
-            steps = range(start, start + 1000)
+        for start in range(0, n, 500):
+            steps = range(start, start + 500)
             emit(RecordBatch(steps=[step(i, Phase.DECODE, i * 0.2, 0.2, decode=1) for i in steps],
                              tokens=[TokenRecord(0, i, i * 0.2 + 0.2) for i in steps]))
         return RunFinished("long", Summary(num_steps=n))
@@ -428,9 +451,10 @@ def test_open_run_of_a_sweep_folder_restores_its_points(qtbot, window, tmp_path)
     assert [p.x for p in read_points(tmp_path / "again")[1]] == [8, 16]
 
 
-def test_the_model_list_shows_the_models_on_the_disk_and_greys_what_cannot_run(homes, qtbot, window):
+def test_the_model_list_shows_the_models_on_the_disk_and_greys_what_cannot_run(homes, qtbot, idle_window):
     """The models in the fake home's caches (tests/fakes/model_homes.py) are in the model list, each
     with where it is and its size; the ones this engine cannot run are there but disabled, with why."""
+    window = idle_window
     combo = window.controls.model_combo
     items = {combo.itemText(i): i for i in range(combo.count())}
     ollama = next(t for t in items if t.startswith("qwen3-tiny:latest (Ollama, "))

@@ -17,6 +17,14 @@ def cache_dir(tmp_path, monkeypatch):
     return private_cache_home(monkeypatch, tmp_path / "cache")
 
 
+@pytest.fixture
+def window(inprocess_window):
+    """The window with its runs in this process: the series, its references and its Stop are the
+    window's (tests/gui/test_gui_engine_process.py checks runs through the engine process), and each
+    test is spared that process's start (a Python start and torch's import)."""
+    return inprocess_window
+
+
 def use_burst(w, requests="4", prompt_len="8", output_len="4") -> None:
     use_tiny(w)
     form = w.controls.form

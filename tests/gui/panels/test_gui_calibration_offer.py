@@ -14,8 +14,14 @@ from gui.main_window import MainWindow
 from gui.worker import RunWorker
 
 
+def no_run(config, emit, should_stop):
+    raise AssertionError("these tests start no run")
+
+
 def open_window(qtbot, worker=None) -> MainWindow:
-    w = MainWindow(worker=worker)
+    # by default a worker without an engine process: the offer is the window's, and an engine process
+    # started ahead for the bundled model would only be ended again as the window closes
+    w = MainWindow(worker=worker or RunWorker(run=no_run))
     qtbot.addWidget(w)
     w.show()
     return w

@@ -346,6 +346,21 @@ def test_a_new_flag_without_a_mapping_fails(monkeypatch):
         test_every_cli_flag_is_reached_by_the_window_or_named_with_why()
 
 
+@pytest.fixture(autouse=True)
+def no_thread_left():
+    """The GUI tests' leak check (tests/fakes/gui_fixtures.py) without its full collection before each
+    test (about half a second each on a loaded machine, most of this file's time): these tests build
+    controls and a window whose worker never runs, so no thread but the main one allocates, and the
+    automatic collector frees what earlier tests left on that thread as before."""
+    from backend.engine.process import live_engines
+    from gui.worker import running_threads
+    yield
+    leaked = running_threads()
+    assert not leaked, f"{len(leaked)} worker thread(s) still running after the test"
+    engines = live_engines()
+    assert not engines, f"engine process(es) {engines} still running after the test"
+
+
 @pytest.fixture
 def parity_window(qtbot):
     from gui.main_window import MainWindow

@@ -20,6 +20,14 @@ from gui.tour.finding import Outcome, ms
 from gui.tour.steps import STEPS
 
 
+@pytest.fixture
+def window(inprocess_window):
+    """The window with its runs in this process: the tour's steps go through the window's own run path
+    either way (tests/gui/test_gui_engine_process.py checks runs through the engine process), and each
+    test is spared that process's start (a Python start and torch's import)."""
+    return inprocess_window
+
+
 def _simulated(config):
     """The config run by the simulator: the same scheduler and engine settings, priced, in a moment. The
     simulator refuses speculation and text prompts: such a run runs for real on the bundled model, one thread,

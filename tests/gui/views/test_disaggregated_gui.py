@@ -92,9 +92,12 @@ def test_a_single_engine_run_has_no_worker_rows():
     assert len(lane_segments(store, running=False)["KV transfer"][0]) == 0
 
 
-def test_disaggregated_run_from_the_window(qtbot, window):
+def test_disaggregated_run_from_the_window(qtbot, inprocess_window):
     """Policy disaggregated with 1 prefill + 1 decode worker on the tiny model: the per-worker rows replace
-    the strip, decode rows hold decode steps only, and the metrics split the TTFT."""
+    the strip, decode rows hold decode steps only, and the metrics split the TTFT. The run in this
+    process: what is checked is the window's, not the engine process's (a Python start and torch's
+    import saved; tests/gui/test_gui_engine_process.py checks runs through that process)."""
+    window = inprocess_window
     use_tiny(window)
     form = window.controls.form
     form.set_kind("load")

@@ -15,6 +15,14 @@ from gui.views.requests_table import COLUMNS
 from tests.fakes.gui_fixtures import RUN_TIMEOUT_MS
 
 
+@pytest.fixture
+def window(inprocess_window):
+    """The window with its runs in this process: these runs are simulated (no model, no device), and
+    an engine process would cost a Python start and torch's import per test for the same events
+    (tests/gui/test_gui_engine_process.py checks the window's runs through that process)."""
+    return inprocess_window
+
+
 def simulated_chat(w, requests: str = "3"):
     c = w.controls
     c.select_model("llama-8b")

@@ -51,7 +51,8 @@ def precision_form(w: MainWindow, model="tiny", dtypes="float32,q8_0", prompt_le
     return f
 
 
-def test_the_form_builds_the_clis_precision_sweep_and_refuses_bad_precisions(window):
+def test_the_form_builds_the_clis_precision_sweep_and_refuses_bad_precisions(fake_window):
+    window = fake_window   # nothing runs here: a window without an engine process
     f = precision_form(window, dtypes="fp32, q8_0,bf16,q8_0", prompt_len="48", output_len="6", batch="2",
                        steps="2")
     config = window.controls.build_config()
@@ -167,7 +168,8 @@ def write_sweep_folder(folder, points=POINTS):
     write_points(folder, "precision", points, data)
 
 
-def test_opening_a_saved_precision_sweep_shows_its_points_and_export_keeps_them(qtbot, window, tmp_path):
+def test_opening_a_saved_precision_sweep_shows_its_points_and_export_keeps_them(qtbot, fake_window, tmp_path):
+    window = fake_window   # nothing runs here: a window without an engine process
     write_sweep_folder(tmp_path / "saved")
     assert window.files.open_run(str(tmp_path / "saved")), window.last_error
     window.repaint_views()
@@ -209,9 +211,10 @@ def test_a_real_precision_sweep_of_the_bundled_model_from_the_window(qtbot, wind
     assert window.statusBar().currentMessage().startswith("Precision sweep finished: 2 precisions measured")
 
 
-def test_a_reference_precision_sweep_is_drawn_over_the_run_at_the_same_precisions(qtbot, window, tmp_path):
+def test_a_reference_precision_sweep_is_drawn_over_the_run_at_the_same_precisions(qtbot, fake_window, tmp_path):
     """Another machine's (or build's) precision sweep as a reference: its TPOT and TTFT ratios, each over
     its own first precision, dotted in its colour at the x of the same precision; one this run lacks is left out."""
+    window = fake_window   # nothing runs here: a window without an engine process
     write_sweep_folder(tmp_path / "current")
     other = [dataclasses.replace(POINTS[0], tpot_ms=50.0, ttft_ms=100.0),
              dataclasses.replace(POINTS[2], tpot_ms=25.0, ttft_ms=120.0),          # q4_1 only: no q8_0

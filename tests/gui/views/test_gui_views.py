@@ -21,6 +21,20 @@ from gui.views.throughput import ThroughputView
 from gui.views.timeline import TimelineView, follow_page, peak_bars
 
 
+@pytest.fixture(autouse=True)
+def no_thread_left():
+    """The GUI tests' leak check (tests/fakes/gui_fixtures.py) without its full collection before each
+    test (about half a second each on a loaded machine): these tests build views alone, with no worker
+    thread, so the automatic collector frees what earlier tests left on this, the only, thread."""
+    from backend.engine.process import live_engines
+    from gui.worker import running_threads
+    yield
+    leaked = running_threads()
+    assert not leaked, f"{len(leaked)} worker thread(s) still running after the test"
+    engines = live_engines()
+    assert not engines, f"engine process(es) {engines} still running after the test"
+
+
 @pytest.fixture
 def store():
     s = RunStore()
