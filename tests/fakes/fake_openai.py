@@ -169,6 +169,14 @@ class FakeOpenAI:
 
     # ---- the log ---------------------------------------------------------------------------
 
+    def logged(self, n: int, timeout_s: float = 5.0) -> list[RequestLog]:
+        """The log once it holds n requests (or timeout_s passed): a request is logged on the server's loop just
+        after its last bytes went out, so a client that has already read them can look before it is there."""
+        end = time.monotonic() + timeout_s
+        while len(self.log) < n and time.monotonic() < end:
+            time.sleep(0.005)
+        return self.log
+
     def true_gaps_ms(self) -> list[float]:
         """The gaps between consecutive token writes of each finished request, in ms."""
         return [(b - a) * 1000.0 for r in self.log for a, b in zip(r.writes_s, r.writes_s[1:])]

@@ -218,7 +218,7 @@ def test_the_fake_servers_truth_is_each_streams_own_write():
 
     with FakeOpenAI(Behaviour(gap_ms=20.0)) as fake:
         asyncio.run(main(fake.url, 8))
-        writes = [w for r in fake.log for w in r.writes_s]
+        writes = [w for r in fake.logged(8) for w in r.writes_s]
     assert len(writes) == 24 and len(set(writes)) == len(writes)   # no two streams share the step's one reading
 
 
@@ -250,5 +250,5 @@ def test_the_fake_servers_read_time_is_when_the_requests_bytes_came_not_when_it_
     with FakeOpenAI(Behaviour(gap_ms=1.0)) as fake:
         handled = []
         asyncio.run(main(fake, handled))
-        reads = sorted(r.read_s for r in fake.log)[n:]
+        reads = sorted(r.read_s for r in fake.logged(2 * n))[n:]
     assert len(handled) == n and max(reads) < min(handled)
