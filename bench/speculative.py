@@ -173,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_model(BUNDLED, "cpu", "float32")
         print(hf_acceptance([chat_prompt(loaded, GROUNDED), chat_prompt(loaded, OPEN_CHAT)]))
         return 0
-    lines = [measured_line(f"{args.threads} thread(s)") + " The machine was shared with other jobs: ratios are "
-             "of sides interleaved round by round (medians of the rounds' ratios), absolute rates are loaded.", ""]
+    load = os.getloadavg()[0]   # the machine's other work, said beside the tables (their ratios hold, rates not)
+    lines = [measured_line(f"{args.threads} thread(s)") + f" Load average {load:.1f} before the runs (above about "
+             "1, other work shared the cores: the ratios are of sides interleaved round by round, medians of the "
+             "rounds' ratios, and hold; the absolute rates are then loaded).", ""]
 
     if not args.skip_costs:
         lines += ["A verification of K+1 = 5 tokens (one request, 128 tokens cached) over a one-token decode step:", "",

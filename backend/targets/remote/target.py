@@ -107,7 +107,21 @@ def run_remote(config: RunConfig, emit: Emit, should_stop: Callable[[], bool]) -
             return _run(config, emit, should_stop, spec, builder, endpoint.client_workers or cpus)
         finally:
             ray_pool.disconnect()
+    _freeze_heap()
     return _run(config, emit, should_stop, spec, builder, endpoint.client_workers or default_workers())
+
+
+def _freeze_heap() -> None:
+    """What this process holds before the run (its imports, a window's or an earlier run's objects) leaves the
+    cyclic collector's sight, as backend.loaders.cache does after a model load. The coordinator shares the cores
+    with the client workers: on a 2-core machine, with one worker on the other core, its full collections walked
+    the earlier runs' records in the same process and held that core for tens of ms, late enough to stretch a
+    256-stream closed loop's ITL p99 past twice the server's (bench.closed_loop_flag run after a 1 ms one).
+    Where the automatic collector is off (a window's thread collects, gui/collector.py) nothing is touched."""
+    import gc
+    if gc.isenabled():
+        gc.collect()
+        gc.freeze()
 
 
 def _run(config: RunConfig, emit: Emit, should_stop: Callable[[], bool], spec, builder: PromptBuilder,
