@@ -18,15 +18,17 @@ def smollm2():
 
 
 # `make test` hands whole files to two workers (pytest-xdist, --dist loadfile --no-loadscope-reorder), in
-# the order collected. The files that take longest go first (ranked with --durations on a 2-core
-# machine), so neither worker is left finishing a long file alone at the end; the rest keep their order.
-# A stale list costs only balance, never a test.
+# the order collected. The files that take longest go first (ranked by tools/test_order.py from a whole
+# run's JUnit report on a 2-core machine), so neither worker is left finishing a long file alone at the
+# end; the rest keep their order. A stale list costs only balance, never a test.
 RUN_FIRST = [
-    "tests/models/test_quant.py", "tests/cli/test_reliability.py", "tests/gui/test_gui_window.py",
-    "tests/models/test_moe.py", "tests/models/test_gemma.py", "tests/targets/test_remote.py",
-    "tests/cli/test_prefill_math.py", "tests/models/test_models.py", "tests/models/test_kernels.py",
-    "tests/cli/test_wheel.py", "tests/targets/test_server_watch.py", "tests/targets/test_remote_honest.py",
-    "tests/targets/test_remote_ray.py",
+    "tests/models/test_quant.py", "tests/models/test_families.py", "tests/gui/test_gui_window.py",
+    "tests/gui/test_gui_reliability.py", "tests/models/test_kernels_arm.py", "tests/models/test_quant_gguf.py",
+    "tests/engine/test_spec_engine.py", "tests/cli/test_reliability.py", "tests/cli/test_prefill_math.py",
+    "tests/gui/test_gui_engine_process.py", "tests/gui/controllers/test_gui_shutdown.py",
+    "tests/gui/tour/test_tour.py", "tests/targets/test_disaggregated.py", "tests/targets/test_remote.py",
+    "tests/models/test_moe.py", "tests/targets/test_disaggregated_spec.py", "tests/engine/test_engine_process.py",
+    "tests/gui/views/test_gui_precision.py", "tests/engine/test_engine_paged.py", "tests/models/test_gemma.py",
 ]
 
 
