@@ -12,6 +12,7 @@ separate LM head, the soft caps, the sliding window and Gemma 3's two rotary bas
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -80,10 +81,19 @@ def _stacked_experts(name: str, tensor):
     return [(f"blk.{layer}.ffn_gate_exps.weight", gate), (f"blk.{layer}.ffn_up_exps.weight", up)]
 
 
+@functools.lru_cache(maxsize=None)
+def _reader(path: Path):
+    """A GGUF file read once per process: gguf's reader parses every metadata field (the bundled model's
+    49,152-token vocabulary and merges), about 2.5 s a file, and the families' tests write several GGUFs
+    with its tokenizer."""
+    import gguf
+    return gguf.GGUFReader(path)
+
+
 def write_gguf(path: Path, arch: str, hf_model, tokenizer_from: Path) -> Path:
     import gguf
     c = hf_model.config
-    source = gguf.GGUFReader(tokenizer_from)
+    source = _reader(tokenizer_from)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(c.num_hidden_layers)
     w.add_context_length(c.max_position_embeddings)
