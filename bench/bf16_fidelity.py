@@ -35,6 +35,15 @@ PRECISIONS = ["float32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
 QUESTION = "What is the capital of France?"
 
 
+def weights(name: str):
+    """The bundled model at one of the tables' rows ("gguf": its file as stored, else a dtype of it), and the
+    row's label."""
+    if name != "gguf":
+        return load_model("smollm2-135m", "cpu", name), name
+    loaded = load_model(str(bundled_gguf()), "cpu", "auto")
+    return loaded, f"bundled GGUF as stored ({'/'.join(loaded.precision.formats or (loaded.precision.name,))})"
+
+
 def answer(loaded, math, new_tokens: int = 12, mode: str = "bf16") -> str:
     """The greedy answer to QUESTION through the runner, in `math` (bench.int8_fidelity's too: `mode` names it)."""
     loaded.math = fidelity.MathChoice(mode, math, "bench")
@@ -61,14 +70,11 @@ def main() -> int:
     math = matmath.MatMath(unit, matmath.MIN_ROWS[unit])
     rows = []
     for name in [*PRECISIONS, "gguf"]:
-        loaded = load_model(str(bundled_gguf()) if name == "gguf" else "smollm2-135m", "cpu",
-                            "auto" if name == "gguf" else name)
+        loaded, label = weights(name)
         pack_weights(loaded.model)
         found = fidelity.compare(loaded.model, fidelity.english_tokens(loaded.tokenizer, args.tokens), math,
                                  loaded.device)
         said, said32 = answer(loaded, math), answer(loaded, matmath.FP32)
-        label = f"bundled GGUF as stored ({'/'.join(loaded.precision.formats or (loaded.precision.name,))})" \
-            if name == "gguf" else name
         first = said.splitlines()[0] if said else ""
         rows.append(f"| {label} | {found.kl_mean:.5f} | {found.kl_max:.4f} | {found.top1:.1%} | "
                     f"{'yes' if 'Paris' in said else 'no'}: “{first}” | "

@@ -21,11 +21,10 @@ import sys
 import torch
 
 from backend.kernels import decodemath, matmath
-from backend.loaders.weights import bundled_gguf, load_model
 from backend.models import fidelity, make_step_batch
 from backend.models.base import KVCache
 from backend.models.packed import pack_weights
-from bench.bf16_fidelity import answer
+from bench.bf16_fidelity import answer, weights
 from bench.common import add_readme_flag, measured_line, publish
 
 PRECISIONS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
@@ -50,16 +49,13 @@ def main() -> int:
     args = parser.parse_args()
     rows = []
     for name in [*PRECISIONS, "gguf"]:
-        loaded = load_model(str(bundled_gguf()) if name == "gguf" else "smollm2-135m", "cpu",
-                            "auto" if name == "gguf" else name)
+        loaded, label = weights(name)
         pack_weights(loaded.model)
         ids = fidelity.english_tokens(loaded.tokenizer, args.tokens)
         ref, got = decoded_log_probs(loaded.model, ids, matmath.FP32), decoded_log_probs(loaded.model, ids, INT8)
         kl = (ref.exp() * (ref - got)).sum(dim=-1)
         top1 = float((ref.argmax(-1) == got.argmax(-1)).float().mean())
         said, said32 = answer(loaded, INT8, mode="fp32"), answer(loaded, matmath.FP32, mode="fp32")
-        label = f"bundled GGUF as stored ({'/'.join(loaded.precision.formats or (loaded.precision.name,))})" \
-            if name == "gguf" else name
         rows.append(f"| {label} | {float(kl.mean()):.5f} | {float(kl.max()):.4f} | {top1:.1%} | "
                     f"{'yes' if 'Paris' in said else 'no'}: “{said.splitlines()[0] if said else ''}” | "
                     f"{'yes' if 'Paris' in said32 else 'no'}: “{said32.splitlines()[0] if said32 else ''}” |")
