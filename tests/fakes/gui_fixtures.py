@@ -14,18 +14,14 @@ from backend.events import RequestsArrived  # noqa: E402
 from backend.records import Phase, RecordBatch, RequestRecord, RequestStatus, StepRecord, TokenRecord  # noqa: E402
 
 
-_frozen: list[bool] = []   # whether the session's first test froze the heap the imports made
-
-
 @pytest.fixture(autouse=True)
 def no_thread_left():
     """Fails a test that leaves a worker QThread or an engine process running."""
     from backend.engine.process import live_engines
     from gui.worker import running_threads
     gc.collect()   # what earlier tests left in cycles is freed here, on the main thread (gui/collector.py)
-    if not _frozen:   # once: what the imports made (Qt, torch, pyqtgraph) is never scanned again (130 ms a collect)
+    if not gc.get_freeze_count():   # what lives now (Qt, torch, pyqtgraph) is never scanned again (130 ms a collect)
         gc.freeze()
-        _frozen.append(True)
     yield
     leaked = running_threads()
     assert not leaked, f"{len(leaked)} worker thread(s) still running after the test"
