@@ -470,7 +470,8 @@ def floor_table(samples: dict, llama_bytes: dict[str, int], ours_bytes: dict[str
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes after the warm-up pass")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed passes after the warm-up pass (3; 1 with --quick)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads, for both engines")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "phasescope-engine-vs-llamacpp",
                         help="where the GGUFs are written (and reused)")
@@ -479,10 +480,11 @@ def main() -> int:
     parser.add_argument("--maths", default="fp32,bf16",
                         help="ours' --prefill-math values, comma-separated (bf16 is left out where no unit runs it); "
                              "a value with +int8 (fp32+int8) runs --decode-math int8 as well")
-    parser.add_argument("--quick", action="store_true", help=f"a smoke run: 1 repeat, {QUICK_NEW_TOKENS} new tokens")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_NEW_TOKENS} new tokens a decode, and 1 repeat unless --repeats is given")
     add_readme_flag(parser)
     args = parser.parse_args()
-    repeats, new_tokens = (1, QUICK_NEW_TOKENS) if args.quick else (args.repeats, NEW_TOKENS)
+    new_tokens = QUICK_NEW_TOKENS if args.quick else NEW_TOKENS
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     if lc is None:
         raise SystemExit("llama.cpp is the peer here: `python tools/llama_cpp_peer.py` builds and installs it")
     torch.set_num_threads(args.threads)
