@@ -171,11 +171,11 @@ def test_the_strips_kv_lines_stay_away_from_a_run_without_a_cache_and_keep_the_r
     qtbot.addWidget(strip)
     store.add_batch(RecordBatch(steps=[step(0, 0, 8, 0, 0)]))
     strip.refresh()
-    assert not strip.kv.shown and not strip.kv.view.isVisible() and not strip.kv.axis.labelText
+    assert not strip.kv.shown and not strip.kv.view.isVisible() and not strip.kv.axis.labelText and not strip.kv.axis.toolTip()
     store.reset()
     store.add_batch(RecordBatch(steps=[step(i, 16 * (i % 2), 16, 32 * (i + 1), 1024) for i in range(10)]))
     strip.refresh()
-    assert strip.kv.shown and "prefix hit" in strip.kv.axis.labelText
+    assert strip.kv.shown and "hit" in strip.kv.axis.labelText and "prefix hit rate" in strip.kv.axis.toolTip()
     assert len(store.steps) < 10   # older steps dropped ...
     assert strip.kv.hit.yData[-1] == pytest.approx(100 * 80 / 240)   # ... the hit rate still the run's: 5 x 16 of 240
     assert strip.kv.held.yData[-1] == pytest.approx(100 * 320 / 1024)
