@@ -16,7 +16,8 @@ check as skipped, so the script itself is tested on the CPU.
     spec-greedy        the bundled model's greedy tokens with `--spec ngram --spec-tokens 4` are those without
                        (3 prompts alone and together, CUDA graphs on); tokens per verification
     spec-verify        a K+1 = 5 verification over a one-token decode step, batch 1, 128 cached: at most 1.25x
-                       at float32 and bfloat16 (bench/speculative.py's step_costs on CUDA)
+                       (the bundled model at float32 and bfloat16, llama-8b at bfloat16; bench.speculative's
+                       step_costs on CUDA)
 
 The engine-level checks run in this process, each caught on its own (a failure is a row, not a
 traceback); the CLI and the tests run as children.
