@@ -111,7 +111,7 @@ def verification_costs(device: str, cases: list[tuple[str, str, bool]]) -> tuple
     not fit the device is said in the row, not failed (the tests run it on the CPU with the tiny shape)."""
     import torch
     from backend.errors import InputError
-    from bench.speculative import K, step_costs
+    from bench.speculative import COST_DEPTH, K, step_costs
     measured = []
     for model, dtype, required in cases:
         try:
@@ -126,6 +126,6 @@ def verification_costs(device: str, cases: list[tuple[str, str, bool]]) -> tuple
     done = [(name, c) for name, c in measured if c is not None]
     parts = [f"{name} {c.segment:.2f}x (as rows {c.rows:.2f}x; decode {c.decode_ms:.2f} ms)" if c is not None
              else name for name, c in measured]
-    detail = (f"K+1 = {K + 1} tokens / 1, batch 1, 128 cached, eager, as a segment (the GPU runner's route): "
+    detail = (f"K+1 = {K + 1} tokens / 1, batch 1, {COST_DEPTH} cached, eager, as a segment (the GPU runner's route): "
               + "; ".join(parts) + f"; passes at <= {VERIFY_LIMIT}x")
     return ("pass" if verify_within([c.segment for _, c in done]) else "fail"), detail
