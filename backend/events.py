@@ -201,6 +201,8 @@ class PDPoint:
     itl_p99_ms: float
     kv_transfer_mean_ms: float
     best: bool = False
+    # speculative decoding on the decode devices (--spec): tokens a verification emitted; None without
+    spec_mean_acceptance_length: float | None = None
 
     @property
     def split(self) -> str:

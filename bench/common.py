@@ -155,9 +155,10 @@ def ratio_median(numerators: Sequence[float], denominators: Sequence[float]) -> 
     return statistics.median(n / d for n, d in zip(numerators, denominators))
 
 
-def drive_engine(runner, specs, policy: str, max_batch: int, max_len: int, run_id: str = "bench"):
+def drive_engine(runner, specs, policy: str, max_batch: int, max_len: int, run_id: str = "bench", speculator=None):
     """`specs` through the scheduler (`policy`, `max_batch` slots of `max_len` tokens, --ignore-eos) and
-    the engine loop on `runner`: the recorder, with the run's steps and tokens. A run's error raises."""
+    the engine loop on `runner` (guessing with `speculator` where one is given): the recorder, with the
+    run's steps and tokens. A run's error raises."""
     from backend.config import RunConfig
     from backend.engine.loop import Engine
     from backend.engine.scheduler import Scheduler, SchedulerConfig
@@ -166,7 +167,7 @@ def drive_engine(runner, specs, policy: str, max_batch: int, max_len: int, run_i
     scheduler = Scheduler(SchedulerConfig(policy=policy, max_batch=max_batch, kv_capacity=max_batch * max_len,
                                           max_len=max_len))
     records = RunRecorder(RunConfig(), lambda event: None)
-    result = Engine(scheduler, runner, run_id, ignore_eos=True).run(FixedSource(specs), records.emit, lambda: False)
+    result = Engine(scheduler, runner, run_id, ignore_eos=True, speculator=speculator).run(FixedSource(specs), records.emit, lambda: False)
     if result.error:
         raise RuntimeError(result.error)
     return records

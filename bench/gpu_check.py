@@ -13,6 +13,11 @@ check as skipped, so the script itself is tested on the CPU.
     run-device-cuda    `run --device cuda` on the synthetic llama-1b in bfloat16, and its run.json
     oversized-batch    refused in one line (exit status 2) before anything is allocated
     calibrate          the measured bandwidth 60-100% and bf16 rate 40-100% of the shipped profile's datasheet
+    spec-greedy        the bundled model's greedy tokens with `--spec ngram --spec-tokens 4` are those without
+                       (3 prompts alone and together, CUDA graphs on); tokens per verification
+    spec-verify        a K+1 = 5 verification over a one-token decode step, batch 1, 128 cached: at most 1.25x
+                       (the bundled model at float32 and bfloat16, llama-8b at bfloat16; bench.speculative's
+                       step_costs on CUDA)
 
 The engine-level checks run in this process, each caught on its own (a failure is a row, not a
 traceback); the CLI and the tests run as children.
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.common import ROOT, add_readme_flag, drive_engine, log, measured_line, publish
+from bench.gpu_check_spec import SPEC_DTYPES, SPEC_LARGE, VERIFY_LIMIT, check_spec_greedy, check_spec_verify
 
 CLOCK_TOLERANCE_MS = 0.5
 GROWTH_LIMIT = 1.15                 # decode at max_len 4,096 over 256: "does not grow", with noise
@@ -256,7 +262,8 @@ CHECKS = [Check("gpu", True, check_gpu), Check("torch", False, check_torch), Che
           Check("graphs-vs-eager", True, check_graphs), Check("step-clock", True, check_clock),
           Check("decode-vs-max-len", True, check_max_len), Check("second-runner", True, check_second_runner),
           Check("run-device-cuda", True, check_cli_run), Check("oversized-batch", True, check_oversized),
-          Check("calibrate", True, check_calibrate)]
+          Check("calibrate", True, check_calibrate), Check("spec-greedy", True, check_spec_greedy),
+          Check("spec-verify", True, check_spec_verify)]
 
 
 def dry_run_detail(check: Check) -> str:
@@ -267,6 +274,9 @@ def dry_run_detail(check: Check) -> str:
         b = OVERSIZED
         need = runner_memory(SHAPES[MODEL], b["batch"], b["prompt_len"] + b["output_len"], 2, "cuda", True, 512)
         return f"dry run (needs a GPU): batch {b['batch']:,} would need {need.total / 2**30:,.0f} GiB"
+    if check.name == "spec-verify":
+        return (f"dry run (needs a GPU): passes at <= {VERIFY_LIMIT}x at {', '.join(SPEC_DTYPES)} "
+                f"({SPEC_LARGE} at bfloat16 beside); no quantized row, CUDA loads none")
     return "dry run (needs a GPU)"
 
 

@@ -24,22 +24,22 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import torch  # noqa: E402
 
-from backend.config import RunConfig, SamplingConfig  # noqa: E402
-from backend.engine.loop import Engine  # noqa: E402
+from backend.config import SamplingConfig  # noqa: E402
 from backend.engine.runner import Runner, kernel_math  # noqa: E402
-from backend.engine.scheduler import Scheduler, SchedulerConfig  # noqa: E402
 from backend.engine.spec.draft import DraftProposer  # noqa: E402
 from backend.engine.spec.ngram import NgramProposer  # noqa: E402
 from backend.engine.spec.speculator import Speculator  # noqa: E402
+from backend.loaders.device import device_scope, synchronize  # noqa: E402
 from backend.loaders.weights import BUNDLED, load_model  # noqa: E402
 from backend.models import make_step_batch  # noqa: E402
 from backend.records import Phase  # noqa: E402
-from backend.results.recorder import RunRecorder  # noqa: E402
-from backend.workload.arrivals import FixedSource, RequestSpec  # noqa: E402
-from bench.common import add_readme_flag, interleaved, log, measured_line, publish, ratio_median  # noqa: E402
+from backend.workload.arrivals import RequestSpec  # noqa: E402
+from bench.common import (add_readme_flag, drive_engine, interleaved, log, measured_line, publish,  # noqa: E402
+                          ratio_median)
 
 PARAGRAPH = ("The committee met on Tuesday to review the budget for the coming year. After a long discussion, "
              "the members agreed to increase funding for the library and the community garden, while reducing "
@@ -56,29 +56,44 @@ COST_ROUNDS = 9                    # rounds of them: many short rounds, as load 
 
 # ---- 1. the step costs ------------------------------------------------------------------------------
 
-def step_costs(dtype: str, repeats: int) -> tuple[float, float]:
-    """(5 decode rows / 1 decode row, 5-token segment / 1 decode row): medians of round ratios."""
-    loaded = load_model(BUNDLED, "cpu", dtype)
-    runner = Runner(loaded, 1, COST_DEPTH + 2 * (K + 1), SamplingConfig())
-    model, cache = runner.model, runner.cache
+@dataclass(frozen=True, slots=True)
+class StepCosts:
+    """A verification of K+1 tokens over a one-token decode step, both ways it can run: medians of the
+    rounds' ratios."""
+
+    rows: float        # as K+1 decode rows of the request's table row (the C kernels' route)
+    segment: float     # as a (K+1)-token prefill segment with logits at every position (the route elsewhere)
+    decode_ms: float   # the one-token decode step itself, median of the rounds (the ratios' scale)
+
+
+def step_costs(dtype: str, repeats: int, device: str = "cpu", model: str = BUNDLED) -> StepCosts:
+    """The verification's cost on `device` (bench/gpu_check.py's spec-verify row asks on CUDA): the model
+    called directly on each step's tensors, eagerly on every device (no CUDA graph), so the sides differ
+    only in their rows; each side's calls end with a synchronize, so a GPU's queued work is in its time."""
+    loaded = load_model(model, device, dtype)
+    runner = Runner(loaded, 1, COST_DEPTH + 2 * (K + 1), SamplingConfig(), use_cuda_graphs=False)
+    model_, cache, dev = runner.model, runner.cache, runner.device
     tokens = [(7 * i + 3) % loaded.shape.vocab_size for i in range(COST_DEPTH + K + 1)]
-    with torch.inference_mode(), kernel_math(runner.device, runner.math):
-        model(make_step_batch([(0, 0, tokens[:COST_DEPTH])], [], "cpu"), cache)
+    with device_scope(dev), torch.inference_mode(), kernel_math(dev, runner.math):
+        model_(make_step_batch([(0, 0, tokens[:COST_DEPTH])], [], dev), cache)
         tail = tokens[COST_DEPTH:]
-        one = make_step_batch([], [(0, COST_DEPTH, tail[0])], "cpu")
-        rows = make_step_batch([], [(0, COST_DEPTH + i, t) for i, t in enumerate(tail)], "cpu")
-        segment = make_step_batch([(0, COST_DEPTH, tail)], [], "cpu", every_row=[0])
+        one = make_step_batch([], [(0, COST_DEPTH, tail[0])], dev)
+        rows = make_step_batch([], [(0, COST_DEPTH + i, t) for i, t in enumerate(tail)], dev)
+        segment = make_step_batch([(0, COST_DEPTH, tail)], [], dev, every_row=[0])
 
         def timed(batch):
             def run(_warm: bool) -> float:
+                synchronize(dev)
                 start = time.perf_counter()
                 for _ in range(CALLS):
-                    model(batch, cache)
+                    model_(batch, cache)
+                synchronize(dev)   # a GPU has only queued the calls until here
                 return time.perf_counter() - start
             return run
 
         decode, as_rows, as_segment = interleaved(max(COST_ROUNDS, repeats), timed(one), timed(rows), timed(segment))
-    return ratio_median(as_rows, decode), ratio_median(as_segment, decode)
+    return StepCosts(ratio_median(as_rows, decode), ratio_median(as_segment, decode),
+                     statistics.median(decode) / CALLS * 1000)
 
 
 # ---- 2. the engine with and without speculation -----------------------------------------------------
@@ -89,15 +104,8 @@ def chat_prompt(loaded, text: str) -> list[int]:
 
 def engine_run(runner: Runner, prompts: list[list[int]], speculator: Speculator | None) -> tuple[float, float | None]:
     """(decode tokens/s, tokens per verification or None) of one batch arriving together."""
-    scheduler = Scheduler(SchedulerConfig(policy="continuous", max_batch=len(prompts),
-                                          kv_capacity=len(prompts) * runner.cache.max_len,
-                                          max_len=runner.cache.max_len))
-    records = RunRecorder(RunConfig(), lambda event: None)
     specs = [RequestSpec(i, 0.0, p, "", OUTPUT_LEN) for i, p in enumerate(prompts)]
-    engine = Engine(scheduler, runner, "bench", ignore_eos=True, speculator=speculator)
-    result = engine.run(FixedSource(specs), records.emit, lambda: False)
-    if result.error:
-        raise RuntimeError(result.error)
+    records = drive_engine(runner, specs, "continuous", len(prompts), runner.cache.max_len, speculator=speculator)
     steps = [s for s in records.steps if s.phase is Phase.DECODE]
     emitted = sum(s.num_decode_tokens - s.num_proposed_tokens + s.num_accepted_tokens for s in steps)
     seconds = sum(s.duration_ms + s.draft_ms for s in steps) / 1000
@@ -184,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                   "| --- | --- | --- |"]
         for dtype in COST_DTYPES:
             log(f"step costs at {dtype}")
-            rows, segment = step_costs(dtype, args.repeats)
-            lines.append(f"| {dtype} | {rows:.2f}x | {segment:.2f}x |")
+            costs = step_costs(dtype, args.repeats)
+            lines.append(f"| {dtype} | {costs.rows:.2f}x | {costs.segment:.2f}x |")
             log(lines[-1])
         lines.append("")
 

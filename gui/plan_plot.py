@@ -37,6 +37,8 @@ def describe(row: dict) -> str:
     else:
         ep = row.get("ep") or "1"
         layout = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}" + (f" ep{ep}" if ep != "1" else "")
+    k = row.get("spec_tokens") or "0"   # speculating: its K, on either kind of layout
+    layout += f" K{k}" if k != "0" else ""
     kv = " kv-fp8" if row.get("kv_dtype") == "fp8" else ""
     return f"{row['devices']} x {row['gpu']} {row['precision']}{kv}, {layout}, {row['policy']} b{row['max_batch']}"
 

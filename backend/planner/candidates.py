@@ -52,12 +52,12 @@ class Candidate:
 
     @property
     def layout(self) -> str:
-        """'tp4 pp1 dp2', 'tp4 pp1 dp1 ep4' or 'P1xtp2:D3xtp4'."""
+        """'tp4 pp1 dp2', 'tp4 pp1 dp1 ep4' or 'P1xtp2:D3xtp4', with ' K4' where it speculates."""
+        k = f" K{self.spec_tokens}" if self.spec_tokens else ""
         if self.policy == "disaggregated":
             prefill_tp, decode_tp = self.pool_tps
-            return f"P{self.prefill_workers}xtp{prefill_tp}:D{self.decode_workers}xtp{decode_tp}"
-        return (f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" ep{self.ep}" if self.ep > 1 else "")
-                + (f" K{self.spec_tokens}" if self.spec_tokens else ""))
+            return f"P{self.prefill_workers}xtp{prefill_tp}:D{self.decode_workers}xtp{decode_tp}{k}"
+        return f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" ep{self.ep}" if self.ep > 1 else "") + k
 
     @property
     def numbers(self) -> str:
@@ -81,8 +81,8 @@ class SearchSpace:
     max_batches: tuple[int, ...] = (32, 64, 128, 256)
     disaggregated_batches: tuple[int, ...] = (64, 256)   # fewer: a split multiplies the count already
     kv_dtypes: tuple[str, ...] = ("auto", "fp8")          # fp8 where the GPU has an FP8 peak
-    # speculative decoding's K (plan --spec ... --spec-tokens 0,2,4): 0 is off; the simulator speculates on one
-    # replica of a colocated engine only, so K > 0 is tried at dp 1 and not disaggregated
+    # speculative decoding's K (plan --spec ... --spec-tokens 0,2,4): 0 is off; every layout is tried at each K
+    # (the simulator speculates on every replica, and on a disaggregated layout's decode devices)
     spec_tokens: tuple[int, ...] = (0,)
 
 
@@ -103,9 +103,8 @@ def enumerate_candidates(space: SearchSpace, profiles: dict, shape=None) -> list
         for prec in runnable_precisions(profiles[gpu], space.precisions):
             for kv in kv_dtypes:
                 for policy in space.policies:
-                    if policy == "disaggregated" and 0 in space.spec_tokens:
-                        out += _disaggregated(space, gpu, prec, kv)
                     if policy == "disaggregated":
+                        out += _disaggregated(space, gpu, prec, kv)
                         continue
                     for tp in space.tps:
                         eps = [1] + ([tp] if experts and tp > 1 and experts % tp == 0 else [])
@@ -120,15 +119,16 @@ def enumerate_candidates(space: SearchSpace, profiles: dict, shape=None) -> list
 
 
 def _disaggregated(space: SearchSpace, gpu: str, prec: str, kv: str) -> list[Candidate]:
-    """Every split of the devices into P prefill groups of one tp and D decode groups of another."""
+    """Every split of the devices into P prefill groups of one tp and D decode groups of another, at each K
+    (the decode devices guess; the prefill devices do not)."""
     out = []
     for prefill_tp in space.tps:
         for decode_tp in space.tps:
             for p in range(1, space.max_gpus // prefill_tp + 1):
                 for d in range(1, (space.max_gpus - p * prefill_tp) // decode_tp + 1):
                     out += [Candidate(gpu, prec, "disaggregated", b, prefill_tp, 1, 1, p, d,
-                                      decode_tp if decode_tp != prefill_tp else 0, kv)
-                            for b in space.disaggregated_batches]
+                                      decode_tp if decode_tp != prefill_tp else 0, kv, spec_tokens=k)
+                            for b in space.disaggregated_batches for k in space.spec_tokens]
     return out
 
 

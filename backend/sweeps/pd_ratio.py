@@ -3,7 +3,8 @@
 For P = 1 .. N-1 prefill devices (D = N - P decode devices) the simulated disaggregated policy
 (backend/sim/disaggregated.py) runs the same requests; each split is reported by its
 goodput (requests a second meeting the TTFT and TPOT objectives), its output tokens a second
-and that per device, its TTFT and ITL percentiles, and the mean KV transfer.
+and that per device, its TTFT and ITL percentiles, the mean KV transfer, and with `--spec` the
+tokens each verification emitted (the decode devices guess and verify, priced as on a simulated run).
 
 The best split: the most goodput (without SLOs, output tokens a second). At a rate that several
 splits sustain, their goodput is the arrival rate give or take the last requests' timing, so
@@ -62,7 +63,8 @@ def run_pd_ratio_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], 
         point = PDPoint(p, total - p, int(s.num_finished), goodput, figure(s.slo_attainment),
                         s.output_tokens_per_s, s.output_tokens_per_s / total, goodput / total,
                         s.ttft_p50_ms, s.ttft_p99_ms, s.itl_p50_ms, s.itl_p99_ms,
-                        figure(s.split_kv_transfer_mean_ms))
+                        figure(s.split_kv_transfer_mean_ms),
+                        spec_mean_acceptance_length=s.spec_mean_acceptance_length)
         points.append(point)
         info = finished.data.info if finished.data else info
         emit(point)

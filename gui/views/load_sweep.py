@@ -167,7 +167,9 @@ class LoadSweepView(pg.PlotWidget):
             if best is not None:
                 notes.append(f"best split {best.split}: {best.output_tokens_per_s:,.1f} output tokens/s "
                              f"({best.tokens_per_s_per_device:,.1f} per device), TTFT p99 {best.ttft_p99_ms:,.0f} ms, "
-                             f"ITL p99 {best.itl_p99_ms:,.1f} ms, KV transfer {best.kv_transfer_mean_ms:,.2f} ms")
+                             f"ITL p99 {best.itl_p99_ms:,.1f} ms, KV transfer {best.kv_transfer_mean_ms:,.2f} ms"
+                             + (f", {best.spec_mean_acceptance_length:.2f} tokens a verification"
+                                if best.spec_mean_acceptance_length is not None else ""))
             if not any(finite(p.goodput_rps) for p in self.store.pd_points):
                 notes.append("no SLOs: the best split has the most tokens/s (give SLO TTFT and TPOT for "
                              "goodput)")

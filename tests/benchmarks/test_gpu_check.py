@@ -22,6 +22,9 @@ def test_the_dry_run_prints_every_check_in_one_table_and_exits_0():
     assert rows["torch"] == "pass"
     assert all(rows[c.name] == "skip" for c in gpu_check.CHECKS if c.needs_gpu)
     assert "batch 4,096 would need" in done.stdout   # the oversized batch's size, worked out without a GPU
+    details = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in lines[2:]}
+    assert details["spec-greedy"] == "dry run (needs a GPU)"   # the speculative rows, skipped with the reason
+    assert details["spec-verify"].startswith("dry run (needs a GPU): passes at <= 1.25x at float32, bfloat16")
 
 
 def test_a_failing_check_is_a_row_and_exit_status_1(monkeypatch, capsys):

@@ -218,3 +218,36 @@ def test_runner_with_graphs_generates_the_same_tokens_under_continuous_batching(
     plain, static = generate(False), generate(True)
     assert static == plain
     assert all(len(plain[i]) == 3 + 2 * i for i in range(6))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_guesses_with_graphs_give_the_tokens_without_guesses(device):
+    """The GPU runner's route for speculation: plain decode steps through the static path (captured on CUDA),
+    a step with verifications eagerly, each verification a prefill segment with logits at every position.
+    Greedy, with requests of different lengths coming and going in 3 slots, the tokens are those without
+    guesses, and guesses were verified and kept (else the equality would prove nothing)."""
+    from backend.engine.spec.ngram import NgramProposer
+    from backend.engine.spec.speculator import Speculator
+
+    def generate(speculator) -> tuple[dict[int, list[int]], list]:
+        runner = Runner(loaded("llama", device), num_slots=3, max_len=64, sampling=SamplingConfig(ignore_eos=True),
+                        use_cuda_graphs=True)
+        assert runner.static is not None and not runner._verify_as_decode
+        runner.warmup()
+        scheduler = Scheduler(SchedulerConfig(policy="continuous", max_batch=3, kv_capacity=192, max_len=64))
+        specs = [RequestSpec(i, 0.0, prompt(i % 6) * 3, "", 12 + 3 * i) for i in range(6)]
+        records = RunRecorder(RunConfig(), lambda event: None)
+        result = Engine(scheduler, runner, "test", ignore_eos=True, speculator=speculator).run(
+            FixedSource(specs), records.emit, lambda: False)
+        assert result.error is None
+        tokens = {rid: [t.token_id for t in sorted(records.tokens, key=lambda t: t.index) if t.request_id == rid]
+                  for rid in range(6)}
+        return tokens, records.steps
+
+    plain, _ = generate(None)
+    guessed, steps = generate(Speculator(NgramProposer(1, 4), 4, backoff=False))
+    assert guessed == plain
+    assert all(len(plain[i]) == 12 + 3 * i for i in range(6))
+    assert sum(s.num_accepted_tokens for s in steps) >= 5
+    # verifications shared steps with plain decodes (the eager path computes both)
+    assert any(s.num_proposed_tokens and s.num_decode_requests > 1 for s in steps)

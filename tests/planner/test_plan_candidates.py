@@ -1,4 +1,6 @@
 """The search space and its pruning, before anything is simulated."""
+from dataclasses import replace
+
 from backend.planner.candidates import (Candidate, SearchSpace, device_memory, enumerate_candidates, find_profiles,
                                         kv_tokens_that_fit, prune, why_not)
 from backend.sim.model import resolve_model
@@ -87,3 +89,22 @@ def test_prune_counts_its_reasons():
 def test_an_unknown_gpu_is_one_line():
     with pytest.raises(InputError, match="--gpus: unknown GPU 'h1000'"):
         find_profiles(("h1000",))
+
+
+def test_disaggregated_layouts_are_tried_at_each_k():
+    """--spec-tokens 0,4: every split at K = 0 and K = 4 (its decode devices guess), the layout saying K."""
+    profiles = find_profiles(("h100-sxm",))
+    space = SearchSpace(gpus=("h100-sxm",), max_gpus=3, precisions=("bfloat16",), policies=("disaggregated",),
+                        tps=(1,), disaggregated_batches=(64,), kv_dtypes=("auto",), spec_tokens=(0, 4))
+    every = enumerate_candidates(space, profiles)
+    splits = {(c.prefill_workers, c.decode_workers) for c in every}
+    assert splits == {(1, 1), (1, 2), (2, 1)}
+    assert sorted((c.prefill_workers, c.decode_workers, c.spec_tokens) for c in every) == \
+        sorted((p, d, k) for p, d in splits for k in (0, 4))
+    assert {c.layout for c in every if (c.prefill_workers, c.decode_workers) == (1, 2)} == \
+        {"P1xtp1:D2xtp1", "P1xtp1:D2xtp1 K4"}
+    # without speculation asked for, the splits are there once each, as before
+    plain = enumerate_candidates(replace(space, spec_tokens=(0,)), profiles)
+    assert len(plain) == 3 and {c.spec_tokens for c in plain} == {0}
+    only_k = enumerate_candidates(replace(space, spec_tokens=(4,)), profiles)
+    assert len(only_k) == 3 and {c.spec_tokens for c in only_k} == {4}   # once left out altogether

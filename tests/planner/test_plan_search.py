@@ -70,6 +70,20 @@ def test_speculation_is_searched_as_k():
     assert {r["spec_tokens"] for r in map(lambda o: report.row(o, False), result.outcomes)} == {0, 4}
 
 
+def test_speculation_is_searched_as_k_on_disaggregated_layouts():
+    """A prefill device beside a decode device, without guesses and with K = 4: the simulated decode device
+    verifies them, so the K = 4 layout's TPOT is lower, and the screen expects it too."""
+    space = SearchSpace(gpus=("h100-sxm",), max_gpus=2, precisions=("bfloat16",), policies=("disaggregated",),
+                        tps=(1,), disaggregated_batches=(64,), kv_dtypes=("auto",), spec_tokens=(0, 4))
+    result = search(problem(spec_acceptance=0.8), space, workers=1, budget=10)
+    assert sorted(o.candidate.spec_tokens for o in result.outcomes) == [0, 4]
+    assert not [o.error for o in result.outcomes if o.error]
+    by_k = {o.candidate.spec_tokens: o for o in result.outcomes}
+    assert by_k[4].tpot_p90_ms < 0.7 * by_k[0].tpot_p90_ms
+    assert by_k[4].screen["tpot_ms"] < by_k[0].screen["tpot_ms"]
+    assert by_k[4].candidate.layout == "P1xtp1:D1xtp1 K4"
+
+
 def test_plan_spec_flags_are_checked(capsys):
     from backend.cli.main import main
     base = ["plan", "--model", "llama-8b", "--slo-ttft-ms", "300", "--slo-tpot-ms", "30", "--rate", "1"]

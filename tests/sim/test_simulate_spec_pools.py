@@ -46,3 +46,31 @@ def test_the_same_seed_gives_the_same_pooled_run(tmp_path):
     again = simulate(tmp_path, "again", *MODES["replicas"], *SPEC, "--spec-acceptance", "0.7")
     assert [(s.worker, s.num_proposed_tokens, s.num_accepted_tokens) for s in first.steps] == \
            [(s.worker, s.num_proposed_tokens, s.num_accepted_tokens) for s in again.steps]
+
+
+def test_sweep_pd_ratio_speculates_on_every_splits_decode_devices(tmp_path, capsys):
+    """`sweep pd-ratio --spec ngram` passes the guesses to every split's simulated run: each split's ITL is
+    lower than without, its point and its own run folder carry the tokens a verification emitted, and the
+    table shows them."""
+    from backend.sweeps.points import read_points
+    sweep = ["sweep", "pd-ratio", "--profile", "h100-sxm", "--model", "llama-8b", "--total-devices", "3",
+             "--requests", "8", "--rate", "10", "--prompt-len", "256", "--output-len", "64"]
+
+    def run(name, *flags):
+        assert main([*sweep, *flags, "--out", str(tmp_path / name)], open_window=None) == 0
+        return {pt.split: pt for pt in read_points(tmp_path / name)[1]}, capsys.readouterr().out
+    plain, plain_table = run("plain")
+    guessed, table = run("guessed", *SPEC, "--spec-acceptance", "0.8")
+    assert set(plain) == set(guessed) == {"1P:2D", "2P:1D"}
+    for split, pt in guessed.items():
+        # the tokens of one verification arrive together: most gaps are 0, the median among them
+        assert pt.itl_p50_ms < 0.5 * plain[split].itl_p50_ms, split
+        assert pt.output_tokens_per_s > 1.1 * plain[split].output_tokens_per_s
+        assert plain[split].spec_mean_acceptance_length is None
+        assert pt.spec_mean_acceptance_length > 2   # 3.4 at most at K = 4, alpha 0.8 (some verifications end short)
+        folder = f"split-{pt.prefill_devices}p{pt.decode_devices}d"
+        summary, before = read_run(tmp_path / "guessed" / folder).summary, read_run(tmp_path / "plain" / folder).summary
+        assert summary.spec_mean_acceptance_length == pytest.approx(pt.spec_mean_acceptance_length)
+        assert summary.spec_alpha == pytest.approx(0.8, abs=0.15)
+        assert summary.tpot_mean_ms < 0.6 * before.tpot_mean_ms
+    assert "tok/verification" in table and "tok/verification" not in plain_table

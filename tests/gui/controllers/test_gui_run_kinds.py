@@ -107,7 +107,16 @@ def test_a_split_sweep_is_simulated_and_marks_the_best_split(qtbot, inprocess_wi
     assert not result.error and result.summary.kind == "pd-ratio"
     assert [p.split for p in w.store.pd_points] == ["1P:2D", "2P:1D"]
     assert sum(p.best for p in w.store.pd_points) == 1
-    assert "best split" in w.load_sweep.note.text()
+    assert "best split" in w.load_sweep.note.text() and "a verification" not in w.load_sweep.note.text()
+    # the speculation box's settings reach every split: its decode devices guess, priced as the box says
+    controls.form.spec_combo.setCurrentText("ngram")
+    controls.sim_spec_box.acceptance_spin.setValue(0.8)
+    plain = {p.split: p for p in w.store.pd_points}
+    result = run_to_end(qtbot, w)
+    assert not result.error and result.summary.kind == "pd-ratio"
+    for p in w.store.pd_points:
+        assert p.spec_mean_acceptance_length > 2 and p.output_tokens_per_s > plain[p.split].output_tokens_per_s
+    assert "tokens a verification" in w.load_sweep.note.text()
     controls.simulate_check.setChecked(False)
     assert "is simulated" in controls.errors()[0]   # and Run waits until it is again
 

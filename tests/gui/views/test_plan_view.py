@@ -107,3 +107,25 @@ def test_top_limits_the_cheapest_rows_and_export_writes_what_plan_out_writes(qtb
     paths = view.export(str(tmp_path / "plan"))
     assert {p.name for p in paths} == {"plan.csv", "pareto.csv", "plan.png"}
     assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_the_plots_chosen_label_names_the_layout_as_the_table_does(tmp_path):
+    """plan.csv's row read back gives the chosen point's label Candidate.layout, K included, on either kind
+    of layout (the annotation of `plan --out`'s PNG and of the window's plot)."""
+    import csv
+    from backend.planner import report
+    from backend.planner.candidates import Candidate
+    from backend.planner.evaluate import Outcome
+    from gui.plan_plot import describe, read_plan_csv
+    candidates = [Candidate("h100-sxm", "bfloat16", "continuous", 64, dp=2, spec_tokens=4),
+                  Candidate("h100-sxm", "fp8", "disaggregated", 64, tp=2, prefill_workers=1, decode_workers=3,
+                            decode_tp=1, spec_tokens=2),
+                  Candidate("h100-sxm", "bfloat16", "chunked", 64, tp=2)]
+    path = tmp_path / "plan.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=report.COLUMNS)
+        writer.writeheader()
+        writer.writerows(report.row(Outcome(c), False) for c in candidates)
+    for c, row in zip(candidates, read_plan_csv(path)):
+        assert f", {c.layout}, " in describe(row)
+    assert candidates[1].layout == "P1xtp2:D3xtp1 K2"
