@@ -203,6 +203,10 @@ class PDPoint:
     best: bool = False
     # speculative decoding on the decode devices (--spec): tokens a verification emitted; None without
     spec_mean_acceptance_length: float | None = None
+    # TPOT p50 (a request's decode time over its tokens after the first): what a speculating split's
+    # decode costs a token, where its ITL p50 reads 0 (a verification's kept tokens arrive together);
+    # NaN in files written before it
+    tpot_p50_ms: float = float("nan")
 
     @property
     def split(self) -> str:

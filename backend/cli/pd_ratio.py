@@ -37,12 +37,12 @@ def print_points(config, points, total: int, out=None) -> None:
     def f(x, fmt="{:,.1f}"):
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
     spec = config.spec.is_on   # the decode devices guess: each split's tokens a verification
-    rows = [("split", "goodput req/s", "SLO met", "tok/s", "tok/s/device", "TTFT p50", "TTFT p99", "ITL p50",
-             "ITL p99", "KV transfer", *(("tok/verification",) if spec else ()), "")]
+    rows = [("split", "goodput req/s", "SLO met", "tok/s", "tok/s/device", "TTFT p50", "TTFT p99", "TPOT p50",
+             "ITL p50", "ITL p99", "KV transfer", *(("tok/verification",) if spec else ()), "")]
     for pt in points:
         rows.append((pt.split, f(pt.goodput_rps, "{:,.2f}"), f(pt.slo_attainment, "{:.0%}"), f(pt.output_tokens_per_s),
                      f(pt.tokens_per_s_per_device), f(pt.ttft_p50_ms, "{:,.0f} ms"), f(pt.ttft_p99_ms, "{:,.0f} ms"),
-                     f(pt.itl_p50_ms, "{:,.1f} ms"), f(pt.itl_p99_ms, "{:,.1f} ms"),
+                     f(pt.tpot_p50_ms, "{:,.1f} ms"), f(pt.itl_p50_ms, "{:,.1f} ms"), f(pt.itl_p99_ms, "{:,.1f} ms"),
                      f(pt.kv_transfer_mean_ms, "{:,.2f} ms"),
                      *((f(pt.spec_mean_acceptance_length, "{:.2f}"),) if spec else ()), "<- best" if pt.best else ""))
     print_table(rows, out=out)

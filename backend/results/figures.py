@@ -90,7 +90,8 @@ LOAD_POINT_FIGURES = [("tokens_per_s_per_device", "tok/s per device"), ("tokens_
                       ("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"),
                       ("goodput_requests_per_s", "goodput (req/s)")]
 PD_POINT_FIGURES = [("output_tokens_per_s", "output tok/s"), ("tokens_per_s_per_device", "tok/s per device"),
-                    ("goodput_rps", "goodput (req/s)"), ("ttft_p50_ms", "TTFT p50 (ms)"), ("itl_p50_ms", "ITL p50 (ms)")]
+                    ("goodput_rps", "goodput (req/s)"), ("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"),
+                    ("itl_p50_ms", "ITL p50 (ms)")]
 
 
 def point_metrics(points: list) -> list[tuple[tuple, Metric]]:

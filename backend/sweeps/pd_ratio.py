@@ -64,7 +64,7 @@ def run_pd_ratio_sweep(config: RunConfig, emit: Emit, should_stop: Callable[[], 
                         s.output_tokens_per_s, s.output_tokens_per_s / total, goodput / total,
                         s.ttft_p50_ms, s.ttft_p99_ms, s.itl_p50_ms, s.itl_p99_ms,
                         figure(s.split_kv_transfer_mean_ms),
-                        spec_mean_acceptance_length=s.spec_mean_acceptance_length)
+                        spec_mean_acceptance_length=s.spec_mean_acceptance_length, tpot_p50_ms=figure(s.tpot_p50_ms))
         points.append(point)
         info = finished.data.info if finished.data else info
         emit(point)

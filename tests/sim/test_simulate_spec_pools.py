@@ -50,7 +50,7 @@ def test_the_same_seed_gives_the_same_pooled_run(tmp_path):
 
 def test_sweep_pd_ratio_speculates_on_every_splits_decode_devices(tmp_path, capsys):
     """`sweep pd-ratio --spec ngram` passes the guesses to every split's simulated run: each split's ITL is
-    lower than without, its point and its own run folder carry the tokens a verification emitted, and the
+    lower than without, and so is its TPOT (the point's column where the ITL median reads 0), its point and its own run folder carry the tokens a verification emitted, and the
     table shows them."""
     from backend.sweeps.points import read_points
     sweep = ["sweep", "pd-ratio", "--profile", "h100-sxm", "--model", "llama-8b", "--total-devices", "3",
@@ -73,4 +73,6 @@ def test_sweep_pd_ratio_speculates_on_every_splits_decode_devices(tmp_path, caps
         assert summary.spec_mean_acceptance_length == pytest.approx(pt.spec_mean_acceptance_length)
         assert summary.spec_alpha == pytest.approx(0.8, abs=0.15)
         assert summary.tpot_mean_ms < 0.6 * before.tpot_mean_ms
+        assert pt.tpot_p50_ms == pytest.approx(summary.tpot_p50_ms)   # the point's TPOT: the split's own
+        assert pt.tpot_p50_ms < 0.6 * plain[split].tpot_p50_ms
     assert "tok/verification" in table and "tok/verification" not in plain_table
