@@ -1,12 +1,13 @@
 """Speculative decoding on the CPU engine: what a verification step costs, and what speculation buys.
 
-    python -m bench.speculative [--repeats 3] [--threads 1] [--readme]
+    python -m bench.speculative [--repeats 3] [--threads 1] [--costs-only | --skip-costs] [--readme]
 
 On the bundled model (SmolLM2-135M), greedy, in one process, the sides interleaved round by round (A B,
 B A) at the same thread count:
   1. the step costs: a verification of K+1 = 5 tokens of one request (its cache 128 tokens deep) over a
-     one-token decode step, at float32, q8_0, q4_0 and q4_1, both ways a verification can run: as 5 decode rows
-     of the request's table row (the runner's route on the C kernels) and as a 5-token prefill segment
+     one-token decode step, at every weight format the C kernels run (float32, bf16w, f16, q8_0, q4_0, q4_1),
+     both ways a verification can run: as 5 decode rows of the request's table row (the runner's route on
+     the C kernels; for the block formats also with --decode-math int8) and as a 5-token prefill segment
      with logits at every position (the route before it, and the one off the C kernels);
   2. decode tokens/s with `--spec ngram --spec-tokens 4` against without, at batch 1, on an
      input-grounded task (repeat a paragraph) and on open chat; the same with a q4_0 draft of the model
@@ -34,7 +35,9 @@ from backend.engine.spec.draft import DraftProposer  # noqa: E402
 from backend.engine.spec.ngram import NgramProposer  # noqa: E402
 from backend.engine.spec.speculator import Speculator  # noqa: E402
 from backend.loaders.device import device_scope, synchronize  # noqa: E402
+from backend.kernels import decodemath  # noqa: E402
 from backend.loaders.weights import BUNDLED, load_model  # noqa: E402
+from backend.models import fidelity  # noqa: E402
 from backend.models import make_step_batch  # noqa: E402
 from backend.records import Phase  # noqa: E402
 from backend.workload.arrivals import RequestSpec  # noqa: E402
@@ -49,7 +52,10 @@ GROUNDED = "Repeat the following text exactly, word for word:\n\n" + PARAGRAPH
 OPEN_CHAT = "Tell me a story about a dragon who learns to bake bread."
 OUTPUT_LEN, K, DRAFT_K = 64, 4, 3
 COST_DEPTH = 128                   # the verified request's cache depth in the step-cost rounds
-COST_DTYPES = ("float32", "q8_0", "q4_0", "q4_1")
+# every weight format the C kernels run, widest first: the ratio follows the bytes a weight (the read a
+# row's arithmetic hides behind), not the format
+COST_DTYPES = ("float32", "bf16w", "f16", "q8_0", "q4_0", "q4_1")
+BYTES_A_WEIGHT = {"float32": 4.0, "bf16w": 2.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32}
 CALLS = 5                          # forward passes per side and round in the step-cost rounds
 COST_ROUNDS = 9                    # rounds of them: many short rounds, as load on a shared machine drifts
 
@@ -66,11 +72,15 @@ class StepCosts:
     decode_ms: float   # the one-token decode step itself, median of the rounds (the ratios' scale)
 
 
-def step_costs(dtype: str, repeats: int, device: str = "cpu", model: str = BUNDLED) -> StepCosts:
+def step_costs(dtype: str, repeats: int, device: str = "cpu", model: str = BUNDLED,
+               decode_math: str = "fp32") -> StepCosts:
     """The verification's cost on `device` (bench/gpu_check.py's spec-verify row asks on CUDA): the model
     called directly on each step's tensors, eagerly on every device (no CUDA graph), so the sides differ
-    only in their rows; each side's calls end with a synchronize, so a GPU's queued work is in its time."""
+    only in their rows; each side's calls end with a synchronize, so a GPU's queued work is in its time.
+    decode_math "int8": the C kernels' products of up to 8 rows on int8 activations (--decode-math int8)."""
     loaded = load_model(model, device, dtype)
+    if decode_math != "fp32":
+        loaded.math = fidelity.with_decode(fidelity.choose(loaded, "fp32", model, lambda line: None), decode_math)
     runner = Runner(loaded, 1, COST_DEPTH + 2 * (K + 1), SamplingConfig(), use_cuda_graphs=False)
     model_, cache, dev = runner.model, runner.cache, runner.device
     tokens = [(7 * i + 3) % loaded.shape.vocab_size for i in range(COST_DEPTH + K + 1)]
@@ -173,10 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip-costs", action="store_true", help="leave out part 1 (the step costs)")
+    parser.add_argument("--costs-only", action="store_true", help="part 1 alone, printed (never --readme: the "
+                        "section holds all three parts)")
     parser.add_argument("--hf-only", action="store_true", help="part 3 alone (transformers' acceptance)")
     add_readme_flag(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.costs_only and args.readme:
+        parser.error("--costs-only prints part 1 alone; --readme publishes all three parts")
     if args.hf_only:
         loaded = load_model(BUNDLED, "cpu", "float32")
         print(hf_acceptance([chat_prompt(loaded, GROUNDED), chat_prompt(loaded, OPEN_CHAT)]))
@@ -187,15 +201,23 @@ def main(argv: list[str] | None = None) -> int:
              "rounds' ratios, and hold; the absolute rates are then loaded).", ""]
 
     if not args.skip_costs:
-        lines += ["A verification of K+1 = 5 tokens (one request, 128 tokens cached) over a one-token decode step:", "",
-                  "| weights | as 5 decode rows (the C kernels' route now) | as a 5-token prefill segment (before) |",
-                  "| --- | --- | --- |"]
+        lines += [("A verification of K+1 = 5 tokens (one request, 128 tokens cached) over a one-token decode step "
+                   "(the step's own time beside, loaded where the load average says so):"), "",
+                  ("| weights | bytes a weight | one-token step | as 5 decode rows (the C kernels' route now) | "
+                   "the same, --decode-math int8 | as a 5-token prefill segment (before) |"),
+                  "| --- | --- | --- | --- | --- | --- |"]
         for dtype in COST_DTYPES:
             log(f"step costs at {dtype}")
             costs = step_costs(dtype, args.repeats)
-            lines.append(f"| {dtype} | {costs.rows:.2f}x | {costs.segment:.2f}x |")
+            int8 = f"{step_costs(dtype, args.repeats, decode_math='int8').rows:.2f}x" \
+                if dtype in decodemath.FORMATS else "-"
+            lines.append(f"| {dtype} | {BYTES_A_WEIGHT[dtype]:.2f} | {costs.decode_ms:.1f} ms | {costs.rows:.2f}x | "
+                         f"{int8} | {costs.segment:.2f}x |")
             log(lines[-1])
         lines.append("")
+    if args.costs_only:
+        print("\n".join(lines))
+        return 0
 
     loaded = load_model(BUNDLED, "cpu", "float32")
     grounded, chat = chat_prompt(loaded, GROUNDED), chat_prompt(loaded, OPEN_CHAT)
