@@ -2,7 +2,14 @@
 loads, predict two held-out loads' TTFT p50 and TPOT p50 with `load --simulate` on the fitted profile.
 
 The server is llama-cpp-python's (`python -m llama_cpp.server`, the bundled GGUF as stored, one thread,
-requests queued one at a time: `--max-batch 1`). Every step is the command line's, in a child process:
+requests queued one at a time: `--max-batch 1`). One thread means for prefill too: the server's
+`--n_threads_batch` is set to `--n_threads`, since its default is every CPU (2 here) while `--n_threads`
+only covers decode. With two prefill threads that meet at a barrier after every op, a neighbour on the
+other core stalls each barrier: on this shared 2-core machine prefill ran 1.5-5x slower and erratic
+(a 4.5 s TTFT for a 65-token prompt), and the decode steps around it slowed too, by how busy the server
+and its neighbours happened to be, which the fit then read as a load effect. One thread needs one core.
+
+Every step is the command line's, in a child process:
 
   1. `load --endpoint URL` at each rate (Poisson, the same lengths), the fit's and the held-out ones
      alternating so the machine's drift weighs on both;
@@ -44,8 +51,8 @@ def llama_server(threads: int, log_path: Path):
     from backend.loaders.catalog import bundled_gguf
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "2048", "--n_threads", str(threads), "--verbose", "false",
-           "--interrupt_requests", "false"]
+           "--port", str(port), "--n_ctx", "2048", "--n_threads", str(threads), "--n_threads_batch", str(threads),
+           "--verbose", "false", "--interrupt_requests", "false"]
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         try:
