@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.common import add_readme_flag, log, measured_line, publish
+from bench.others_cpu import others_cores, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 FIT_RATES = (0.25, 1.0, 2.0)
@@ -47,7 +48,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def llama_server(threads: int, log_path: Path):
-    """llama-cpp-python's server on the bundled GGUF, on loopback; its URL, killed after."""
+    """llama-cpp-python's server on the bundled GGUF, on loopback; its URL and pid, killed after."""
     from backend.loaders.catalog import bundled_gguf
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
@@ -65,7 +66,7 @@ def llama_server(threads: int, log_path: Path):
                     break
                 except OSError:
                     time.sleep(0.5)
-            yield url
+            yield url, proc.pid
         finally:
             proc.terminate()
             proc.wait(timeout=20)
@@ -88,6 +89,15 @@ def workload(rate: float, seed: int) -> list[str]:
     return ["--arrival", "poisson", "--rate", str(rate), "--seed", str(seed), *LENGTHS]
 
 
+def quiet_line(others: dict[float, float | None]) -> list[str]:
+    """How busy the rest of the machine was during each measured run: the figures' weather."""
+    known = {rate: cores for rate, cores in others.items() if cores is not None}
+    if not known:
+        return []
+    each = ", ".join(f"{cores:.2f} at {rate}/s" for rate, cores in sorted(known.items()))
+    return ["", f"Other processes kept CPUs busy while the runs were measured, on average: {each}."]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1, help="the server's threads")
@@ -97,12 +107,17 @@ def main() -> int:
     work = Path(args.keep or tempfile.mkdtemp(prefix="server-fit-"))
     work.mkdir(parents=True, exist_ok=True)
     order = [x for pair in zip(FIT_RATES, (*HELD_RATES, None)) for x in pair if x is not None]
-    with llama_server(args.threads, work / "server.log") as url:
+    others: dict[float, float | None] = {}
+    with llama_server(args.threads, work / "server.log") as (url, pid):
         cli("load", "--endpoint", url, "--served-model", "smollm2", *workload(1.0, 99), "--requests", "2", "--ignore-eos",
             "--out", str(work / "warmup"))
         for i, rate in enumerate(order):
             log(f"measuring at {rate}/s against the server")
+            before = snapshot(pid)
             cli("load", "--endpoint", url, "--served-model", "smollm2", *workload(rate, 10 + i), "--ignore-eos", "--out", str(work / f"rate-{rate}"))
+            others[rate] = others_cores(before, snapshot(pid))
+            if others[rate] is not None:
+                log(f"the rest of the machine kept {others[rate]:.2f} CPUs busy meanwhile")
     profile = work / "fitted.toml"
     fit_out = cli("calibrate", "--from", *(str(work / f"rate-{r}") for r in FIT_RATES), "--profile", "cpu",
                   "--model", "smollm2-135m", "--dtype", "q4_1", "--max-batch", "1", "--out", str(profile))
@@ -120,7 +135,7 @@ def main() -> int:
     lines = [measured_line(f"llama-cpp-python server, {args.threads} thread(s)"), "",
              f"Fitted with `calibrate --from` on remote runs at {', '.join(f'{r}/s' for r in FIT_RATES)} (Poisson, "
              "14 requests, prompts 48-160, outputs 12-32); predicted with `load --simulate` on the fitted profile.",
-             "", *rows, "", f"The fit's own {band}." if band else ""]
+             "", *rows, "", f"The fit's own {band}." if band else "", *quiet_line(others)]
     log(f"the runs and the fitted profile: {work}")
     return publish("server_fit", lines, args.readme)
 
