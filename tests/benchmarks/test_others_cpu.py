@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from bench.others_cpu import Snapshot, busy_ticks, others_cores, process_ticks, snapshot
-from bench.server_fit import quiet_line
 
 
 def test_busy_ticks_count_user_nice_system_irq_softirq_steal_not_idle_iowait_or_guest():
@@ -44,9 +43,3 @@ def test_a_live_snapshot_reads_proc_and_a_gone_server_gives_none():
     assert snapshot(child.pid) is None                 # reaped: no /proc entry
     now = snapshot(os.getpid())
     assert now is not None and now.busy_s > 0 and now.ours_s > 0
-
-
-def test_the_table_line_names_each_run_it_measured_and_none_when_unknown():
-    assert quiet_line({0.25: None}) == []
-    line = quiet_line({1.0: 0.5, 0.25: 1.234, 2.0: None})[-1]
-    assert "1.23 at 0.25/s, 0.50 at 1.0/s." in line and "2.0/s" not in line
