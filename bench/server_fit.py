@@ -16,8 +16,10 @@ Every step is the command line's, in a child process:
      1.5, 1, 0.5, 0.25/s. The machine's speed drifts with its neighbours over a minute or so; run once
      in ascending order, the low loads met one weather and the high loads another, and the fit read the
      difference as the load's (a decode step 12.8 ms at 0.25/s and 8.9 ms at 1/s in one run, 9.2 and
-     12.7 ms the other way round in another, flat in a third; a client of its own, alternating idle
-     and queued requests on the same server, found no difference);
+     12.7 ms the other way round in another, flat in a third; in two rounds, 13.0 ms at 0.25/s in the
+     first and 9.2 in the second). A client of its own, alternating idle, back-to-back and queued
+     requests on one server, found no difference between them; back-to-back requests for two minutes
+     found 8.3-8.7 ms while the rest of the machine kept 1.0 CPU busy and 13-15.6 ms while it kept 1.3;
   2. `calibrate --from` the fit's runs (every round's), `--profile cpu --model smollm2-135m --dtype q4_1`;
   3. `load --simulate --profile fitted.toml` for each held-out run, with its seed; a held-out rate's
      TTFT p50 and TPOT p50 are taken over its rounds' requests together, measured and simulated alike.
