@@ -2,8 +2,8 @@
 
 The model is a step's roofline time at efficiencies (mfu, afu, mbu) plus overheads linear in
 the step (per step, per token, per request, and per layer of a step that prefills: prefill_layer_us).
-Given the efficiencies, the overheads are a non-negative least-squares problem; the efficiencies are found by a grid search that zooms in
-on the best cell. What is minimised is the squared relative error of each step's time, with
+Given the efficiencies, the overheads are a non-negative least-squares problem; the efficiencies
+are found by a grid search that zooms in on the best cell. What is minimised is the squared relative error of each step's time, with
 every (run, phase) group weighing alike however many steps it has: a workload run of 600
 decode steps does not drown the three points of a prompt sweep.
 
@@ -89,7 +89,7 @@ def _design(runs: list[MeasuredRun], profile, drop_spikes: bool = True) -> _Desi
             # a step that prefills (more tokens than requests: a prefill or a mixed step, as record_seconds
             # tells them) runs the model layer by layer, each layer's kernels called one by one from Python;
             # a decode step runs every layer in one call of the C kernels: a fixed cost a layer that only the
-            # prefilling steps pay (about 0.3 ms a layer of the bundled model on a 2-core EPYC)
+            # prefilling steps pay (about 0.37 ms a layer of the bundled model on a 2-core EPYC)
             prefill_layers = run.shape.num_layers if step.num_tokens > step.num_requests else 0
             rows.append((matmul_s, attention_s, cost.bytes / bandwidth, step.num_tokens, step.num_requests,
                          step.duration_ms / 1000, prefill_layers))
@@ -113,9 +113,9 @@ def _overheads(d: _Design, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     A feature no step has (no prefilling step among the runs) stays at 0."""
     w2 = d.weights ** 2
     x = d.features
-    gram = x.T @ (x * w2[:, None])                       # (3, 3)
+    gram = x.T @ (x * w2[:, None])                       # (F, F)
     residual = d.measured_s[None, :] - base              # (K, N)
-    rhs = (residual * w2[None, :]) @ x                   # (K, 3)
+    rhs = (residual * w2[None, :]) @ x                   # (K, F)
     total = (residual ** 2 * w2[None, :]).sum(axis=1)    # the error with no overheads
     best_err = total.copy()
     width = x.shape[1]
