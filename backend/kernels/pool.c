@@ -17,7 +17,7 @@
    on a 2-core VM (docs/simulate.md, the local fit): the bundled model's prefills at about 0.5 ms a
    token with the parts on two cores, about 1 ms (one thread's rate) in the steps where every one
    of their 330-420 calls found the worker on its caller's core; on that machine shared with other
-   processes, 58-75% of a load run's calls did, under 0.1% with the move, and a batch-1 decode step
+   processes, 39-95% of a load run's calls did, 0.02-0.19% with the move, and a batch-1 decode step
    took 11-15 ms against 20-63 ms without it. The caller, waiting for a part that has not begun,
    yields its core to it.
 */
