@@ -245,6 +245,13 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.psk_set_threads.restype = ctypes.c_int
     lib.psk_threads.argtypes = []
     lib.psk_threads.restype = ctypes.c_int
+    # the pool's threads kept on cores of their own (pool.c: move_off_shared), and what it counted
+    lib.psk_pool_pick_cpu.argtypes = [ptr, ctypes.c_int, ptr, ctypes.c_int]
+    lib.psk_pool_pick_cpu.restype = ctypes.c_int
+    lib.psk_pool_spread.argtypes = [ctypes.c_int]
+    lib.psk_pool_spread.restype = ctypes.c_int
+    lib.psk_pool_stats.argtypes = [ptr]
+    lib.psk_pool_stats.restype = None
     lib.psk_panel_width.argtypes = []
     lib.psk_panel_width.restype = ctypes.c_int
     for name in ("psk_isa", "psk_isa_features"):

@@ -168,6 +168,7 @@ def error_rows(report) -> list[tuple[str, list[tuple]]]:
 def terms_text(report) -> str:
     """A FitReport's fitted terms in one sentence."""
     model = report.model
+    prefill = f", {model.prefill_layer_us:.0f} us per layer of a step that prefills" if model.prefill_layer_us else ""
     return (f"matmuls at {model.mfu:.3f} of the peak, attention at {model.afu:.3f}, memory at {model.mbu:.3f} "
             f"of the bandwidth; {model.step_ms:.3f} ms per step, {model.token_ms:.4f} ms per token, "
-            f"{model.request_ms:.3f} ms per request")
+            f"{model.request_ms:.3f} ms per request{prefill}")

@@ -1,9 +1,9 @@
 """Fit the cost model's terms (backend.sim.step_time) to measured steps, and check it on others.
 
 The model is a step's roofline time at efficiencies (mfu, afu, mbu) plus overheads linear in
-the step (per step, per token, per request). Given the efficiencies, the overheads are a
-non-negative least-squares problem; the efficiencies are found by a grid search that zooms in
-on the best cell. What is minimised is the squared relative error of each step's time, with
+the step (per step, per token, per request, and per layer of a step that prefills: prefill_layer_us).
+Given the efficiencies, the overheads are a non-negative least-squares problem; the efficiencies
+are found by a grid search that zooms in on the best cell. What is minimised is the squared relative error of each step's time, with
 every (run, phase) group weighing alike however many steps it has: a workload run of 600
 decode steps does not drown the three points of a prompt sweep.
 
@@ -53,7 +53,7 @@ class _Design:
     matmul_s: np.ndarray      # matmul FLOPs / peak (the time at efficiency 1)
     attention_s: np.ndarray
     memory_s: np.ndarray      # bytes / bandwidth
-    features: np.ndarray      # (N, 3): 1, tokens, requests
+    features: np.ndarray      # (N, 4): 1, tokens, requests, layers of a step that prefills (else 0)
     measured_s: np.ndarray
     weights: np.ndarray       # each step's weight in the squared relative error
     groups: list[tuple[str, str]]
@@ -86,8 +86,13 @@ def _design(runs: list[MeasuredRun], profile, drop_spikes: bool = True) -> _Desi
                 continue
             cost = record_cost(run.shape, run.precision, step)
             matmul_s, attention_s = compute_parts(cost, profile, run.precision, run.math)
-            rows.append((matmul_s, attention_s,
-                         cost.bytes / bandwidth, step.num_tokens, step.num_requests, step.duration_ms / 1000))
+            # a step that prefills (more tokens than requests: a prefill or a mixed step, as record_seconds
+            # tells them) runs the model layer by layer, each layer's kernels called one by one from Python;
+            # a decode step runs every layer in one call of the C kernels: a fixed cost a layer that only the
+            # prefilling steps pay (about 0.37 ms a layer of the bundled model on a 2-core EPYC)
+            prefill_layers = run.shape.num_layers if step.num_tokens > step.num_requests else 0
+            rows.append((matmul_s, attention_s, cost.bytes / bandwidth, step.num_tokens, step.num_requests,
+                         step.duration_ms / 1000, prefill_layers))
             groups.append((run.name, step.phase.value))
             phases.append(step.phase.value)
             batches.append(step.num_requests)
@@ -98,23 +103,26 @@ def _design(runs: list[MeasuredRun], profile, drop_spikes: bool = True) -> _Desi
     for g in groups:
         sizes[g] = sizes.get(g, 0) + 1
     weights = np.array([1.0 / math.sqrt(sizes[g]) for g in groups]) / a[:, 5]
-    features = np.column_stack([np.ones(len(a)), a[:, 3], a[:, 4]])
+    features = np.column_stack([np.ones(len(a)), a[:, 3], a[:, 4], a[:, 6]])
     return _Design(a[:, 0], a[:, 1], a[:, 2], features, a[:, 5], weights, groups, phases, np.asarray(batches))
 
 
 def _overheads(d: _Design, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each candidate's roofline times base (K, N): the non-negative overhead coefficients
-    (K, 3) in seconds that minimise the weighted squared error, and that error (K,)."""
+    (K, F) in seconds per feature that minimise the weighted squared error, and that error (K,).
+    A feature no step has (no prefilling step among the runs) stays at 0."""
     w2 = d.weights ** 2
     x = d.features
-    gram = x.T @ (x * w2[:, None])                       # (3, 3)
+    gram = x.T @ (x * w2[:, None])                       # (F, F)
     residual = d.measured_s[None, :] - base              # (K, N)
-    rhs = (residual * w2[None, :]) @ x                   # (K, 3)
+    rhs = (residual * w2[None, :]) @ x                   # (K, F)
     total = (residual ** 2 * w2[None, :]).sum(axis=1)    # the error with no overheads
     best_err = total.copy()
-    best_coef = np.zeros((len(base), 3))
-    for size in (1, 2, 3):
-        for subset in itertools.combinations(range(3), size):
+    width = x.shape[1]
+    present = [j for j in range(width) if np.any(x[:, j])]
+    best_coef = np.zeros((len(base), width))
+    for size in range(1, len(present) + 1):
+        for subset in itertools.combinations(present, size):
             idx = list(subset)
             try:
                 inv = np.linalg.inv(gram[np.ix_(idx, idx)])
@@ -124,7 +132,7 @@ def _overheads(d: _Design, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             err = total - (coef * rhs[:, idx]).sum(axis=1)
             ok = (coef >= 0).all(axis=1) & (err < best_err)
             best_err = np.where(ok, err, best_err)
-            full = np.zeros((len(base), 3))
+            full = np.zeros((len(base), width))
             full[:, idx] = coef
             best_coef = np.where(ok[:, None], full, best_coef)
     return best_coef, best_err
@@ -155,7 +163,7 @@ def _fit(d: _Design) -> CostModel:
         ratio = ratio ** 0.25
     mfu, afu, mbu = eff
     return CostModel(mfu=mfu, afu=afu, mbu=mbu, step_ms=coef[0] * 1000, token_ms=coef[1] * 1000,
-                     request_ms=coef[2] * 1000, source="")
+                     request_ms=coef[2] * 1000, prefill_layer_us=coef[3] * 1e6, source="")
 
 
 def fit_cost_model(runs: list[MeasuredRun], profile) -> CostModel:
@@ -196,7 +204,7 @@ def step_errors(model: CostModel, runs: list[MeasuredRun], profile) -> ErrorRepo
     d = _design(runs, profile, drop_spikes=False)   # the error on every step, interruptions too
     compute = d.matmul_s / model.mfu + d.attention_s / model.afu
     predicted = np.maximum(compute, d.memory_s / model.mbu) + d.features @ np.array(
-        [model.step_ms, model.token_ms, model.request_ms]) / 1000
+        [model.step_ms / 1000, model.token_ms / 1000, model.request_ms / 1000, model.prefill_layer_us / 1e6])
     signed = (predicted - d.measured_s) / d.measured_s * 100
     report = ErrorReport()
     phases = np.asarray(d.phases)

@@ -115,6 +115,70 @@ def test_the_kernels_follow_torchs_thread_count():
         torch.set_num_threads(before)
 
 
+def _ints(values):
+    import ctypes
+    return (ctypes.c_int * max(1, len(values)))(*values)
+
+
+@needs_kernels
+def test_a_woken_worker_picks_a_core_no_other_part_holds():
+    def pick(allowed, used):
+        return lib.psk_pool_pick_cpu(_ints(allowed), len(allowed), _ints(used), len(used))
+    assert pick([0, 1], [0]) == 1
+    assert pick([2, 3, 5], [2, 3]) == 5
+    assert pick([0, 1], [1, 0]) == -1        # more threads than cores: it stays where it is
+    assert pick([4], []) == 4
+
+
+def _pool_counts() -> tuple[int, int]:
+    """(worker starts on a core another part held, moves off it) since the pool started."""
+    import ctypes
+    out = (ctypes.c_int64 * 4)()
+    lib.psk_pool_stats(out)
+    return out[1], out[2]
+
+
+@needs_kernels
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two cores and Linux's thread affinity")
+def test_a_worker_woken_on_its_callers_core_moves_to_a_free_one():
+    """The pool's worker started on the caller's core waits for it (both spin) and runs the product at one
+    core's speed while another idles: it moves itself off, where its allowed cores leave it somewhere to go."""
+    import threading
+    import time
+    cores = sorted(os.sched_getaffinity(0))
+    threads, main = torch.get_num_threads(), threading.get_native_id()
+    w, x = torch.randn(256, 64), torch.randn(32, 64)
+    panels = Panels.pack(w, 32)
+    try:
+        os.sched_setaffinity(0, {cores[0]})   # this thread, and the worker it starts now, on one core
+        torch.set_num_threads(1)
+        linear(x, panels)
+        torch.set_num_threads(2)
+        shared, moves = _pool_counts()
+        for _ in range(20):
+            torch.testing.assert_close(linear(x, panels), F.linear(x, w), atol=1e-4, rtol=1e-4)
+        now_shared, now_moves = _pool_counts()
+        assert now_shared > shared and now_moves == moves   # found on the caller's core, and nowhere else to go
+        for task in os.listdir("/proc/self/task"):      # the worker may go to a second core now; the caller may not
+            if int(task) != main:
+                os.sched_setaffinity(int(task), set(cores[:2]))
+        for _ in range(50):
+            time.sleep(0.001)                           # the worker sleeps between products: each call wakes it
+            linear(x, panels)
+        last_shared, last_moves = _pool_counts()
+        assert last_moves - now_moves == last_shared - now_shared   # each time it woke on the caller's core, it left
+    finally:
+        for task in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(task), set(cores))
+            except OSError:
+                pass   # a thread that ended meanwhile
+        torch.set_num_threads(1)
+        linear(x, panels)   # the pool restarted: its next worker takes this thread's cores again
+        torch.set_num_threads(threads)
+
+
 def _product_in_child(queue) -> None:
     # numpy for the reference: torch's own OpenMP pool hangs in a forked child (a libgomp limit)
     import numpy as np

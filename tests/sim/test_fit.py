@@ -95,6 +95,28 @@ def test_fitting_recovers_known_terms():
                        profile).overall("prefill").mape > 10
 
 
+def test_fitting_learns_the_fixed_cost_only_prefilling_steps_pay():
+    """The engine prefills layer by layer and decodes every layer in one call of the C kernels: a fixed cost
+    a layer that only prefill (and mixed) steps pay, which no per-step, per-token or per-request term can
+    stand for without mispricing the decode steps or the short prompts."""
+    from backend.models.shapes import SHAPES
+    shape, profile = SHAPES["smollm2-135m"], find_profile("cpu")
+    truth = CostModel(mfu=0.7, afu=0.2, mbu=0.55, step_ms=2.0, token_ms=0.01, request_ms=0.3, prefill_layer_us=300.0)
+    runs = synthetic_runs(truth, shape, profile)
+    fitted = fit_cost_model(runs, profile)
+    assert fitted.prefill_layer_us == pytest.approx(300.0, rel=0.05)
+    assert fitted.step_ms == pytest.approx(2.0, rel=0.05)   # not folded into every step
+    assert step_errors(fitted, runs, profile).overall("prefill").mape < 1
+    # without the term the short prompts are priced far too cheap: what the bundled model's local fit missed
+    blind = fit_cost_model([MeasuredRun(r.name, r.shape, r.precision, [s for s in r.steps if s.phase == Phase.DECODE])
+                            for r in runs], profile)
+    assert blind.prefill_layer_us == 0.0   # no prefilling step to learn it from: left at 0, not guessed
+    short = StepRecord.measured(run_id="x", step=0, phase=Phase.PREFILL, prefill_tokens=[16], num_decode=0,
+                                contexts=[16], start_ms=0, duration_ms=1.0)
+    assert fitted.record_seconds(shape, FP32, profile, short) == pytest.approx(
+        truth.record_seconds(shape, FP32, profile, short), rel=0.02)
+
+
 def test_batch_buckets():
     assert [batch_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 300)] == ["1", "2", "3-4", "3-4", "5-8", "5-8", "9-16",
                                                                     "257-512"]
