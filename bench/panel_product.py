@@ -87,7 +87,8 @@ def main() -> int:
         libs = {args.against: compile_kernels(sources_at(args.against, folder), args.arch, folder, "rev"),
                 "this tree": compile_kernels(ROOT, args.arch, folder, "tree")}
         lines = [measured_line(), "", f"`python -m bench.panel_product --against {args.against} --arch={args.arch}`, "
-                 f"one thread, {args.rounds} rounds alternating the builds; GFLOP/s of the best round", "",
+                 "one thread timed by its CPU time (the machine may be shared), "
+                 f"{args.rounds} rounds alternating the builds; GFLOP/s of the best round", "",
                  f"| matrix (out x in) | rows | {args.against} GFLOP/s | this tree GFLOP/s | speed-up (median of rounds) "
                  "| outputs bit-identical |", "|---|---|---|---|---|---|"]
         gen = torch.Generator().manual_seed(0)
