@@ -89,8 +89,8 @@ def main() -> int:
         lines = [measured_line(), "", f"`python -m bench.panel_product --against {args.against} --arch={args.arch}`, "
                  "one thread timed by its CPU time (the machine may be shared), "
                  f"{args.rounds} rounds alternating the builds; GFLOP/s of the best round", "",
-                 f"| matrix (out x in) | rows | {args.against} GFLOP/s | this tree GFLOP/s | speed-up (median of rounds) "
-                 "| outputs bit-identical |", "|---|---|---|---|---|---|"]
+                 f"| matrix (out x in) | rows | {args.against} GFLOP/s | this tree GFLOP/s "
+                 "| speed-up (median of rounds) | outputs bit-identical |", "|---|---|---|---|---|---|"]
         gen = torch.Generator().manual_seed(0)
         for out, inp in SHAPES:
             panels = Panels.pack(torch.randn(out, inp, generator=gen), 32)
