@@ -24,7 +24,8 @@
    activation block. A K-quant's 6-bit scales are decoded for the 16 rows at once, in vector
    lanes, from its transposed scale bytes.
    A thread takes a contiguous range of panels (of equal bytes, across segments) and reads them
-   front to back (a decode step streams the weights once); up to XB rows of x share each
+   front to back (a decode step streams the weights once; from SHARED_ROWS rows of x, where the
+   FMAs take longer than the read, the threads take units one at a time); up to XB rows of x share each
    widened weight vector. The register helpers are in qvec.h, the prefill path's dequantized
    panels in qdequant.c; AVX2 without AVX-512 runs qtile8.h's tile instead (8-lane registers,
    half a panel at a time: qtile's 16-lane vectors do not fit its 16 registers).
