@@ -24,11 +24,13 @@
    activation block. A K-quant's 6-bit scales are decoded for the 16 rows at once, in vector
    lanes, from its transposed scale bytes.
    A thread takes a contiguous range of panels (of equal bytes, across segments) and reads them
-   front to back (a decode step streams the weights once); up to XB rows of x share each
+   front to back (a decode step streams the weights once; from SHARED_ROWS rows of x, where the
+   FMAs take longer than the read, the threads take units one at a time); up to XB rows of x share each
    widened weight vector. The register helpers are in qvec.h, the prefill path's dequantized
    panels in qdequant.c; AVX2 without AVX-512 runs qtile8.h's tile instead (8-lane registers,
    half a panel at a time: qtile's 16-lane vectors do not fit its 16 registers).
 */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -255,6 +257,7 @@ typedef struct {
     const int8_t *xq;       /* --decode-math int8 (qint8.c): x quantized per 32, else NULL */
     const float *xd;        /* its scales, (n, in / 32) */
     const int32_t *xqs;     /* its sums of quants, (n, in / 32) */
+    atomic_llong next;      /* n >= SHARED_ROWS: the next unit a part takes (qlinear_part) */
 } qlinear_job;
 
 /* A segment's units of work, and the bytes of each: pairs of 16-row panels (the prefill path
@@ -337,9 +340,29 @@ static void run_unit(const qlinear_job *job, int kind, const uint8_t *w, int64_t
     }
 }
 
+/* From this many rows of x a unit is its FMAs' time, not its weights' read: the parts take units one
+   at a time, so a core slowed by other work (a shared machine's neighbours, a hybrid CPU's small
+   cores) does fewer, instead of the others waiting for its fixed share at the end. A 2-thread
+   prefill on a shared 2-core machine spent 7-15% of its time waiting there. Fewer rows keep each
+   part's one contiguous run of weights, the read a core's prefetcher serves best. */
+#define SHARED_ROWS 16
+
 static void qlinear_part(void *arg, int part, int parts) {
-    const qlinear_job *job = arg;
+    qlinear_job *job = arg;
     int64_t total = 0, unit_bytes;
+    if (job->n >= SHARED_ROWS && parts > 1) {
+        for (;;) {
+            int64_t u = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed), o0 = 0, s = 0;
+            for (; s < job->count; o0 += job->segs[3 * s + 1], s++) {   /* the segment unit u falls in */
+                const int64_t units = seg_units((int)job->segs[3 * s], job->segs[3 * s + 1], job->in, &unit_bytes);
+                if (u < units) break;
+                u -= units;
+            }
+            if (s == job->count) return;
+            run_unit(job, (int)job->segs[3 * s], (const uint8_t *)(intptr_t)job->segs[3 * s + 2], job->segs[3 * s + 1],
+                     o0, u);
+        }
+    }
     for (int64_t s = 0; s < job->count; s++)
         total += seg_units((int)job->segs[3 * s], job->segs[3 * s + 1], job->in, &unit_bytes) * unit_bytes;
     /* contiguous ranges of units of about equal bytes: unit i goes to the part its middle falls in */
@@ -407,6 +430,7 @@ int psk_qlinear(int kind, const uint8_t *wp, const float *x, const float *bias, 
         psk_quantize_acts(x, n, in, xq, xd, xqs);
     }
     qlinear_job job = {count, segs, x, sums, bias, residual, y, n, out, in, unit, xh, in_pad, xq, xd, xqs};
+    atomic_init(&job.next, 0);
     pool_run(qlinear_part, &job);
     return 0;
 }
