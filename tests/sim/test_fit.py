@@ -117,6 +117,37 @@ def test_fitting_learns_the_fixed_cost_only_prefilling_steps_pay():
         truth.record_seconds(shape, FP32, profile, short), rel=0.02)
 
 
+def test_the_host_time_between_steps_is_priced_as_the_steps():
+    """A token waits for its step and for what the engine does before the next one (scheduling, recording):
+    the fit prices each step to the next one's start when that follows at once, so the simulated TPOT
+    carries it; a long gap (the engine idle, a sweep between points) and another worker's step do not count."""
+    from backend.models.shapes import SHAPES
+    from backend.sim.fit import HOST_GAP_MS, busy_ms
+    shape, profile = SHAPES["smollm2-135m"], find_profile("cpu")
+    truth = CostModel(mfu=0.7, afu=0.2, mbu=0.55, step_ms=2.0, token_ms=0.01, request_ms=0.3)
+    host_ms = 0.5   # of truth's step_ms, spent between a step's end and the next one's start
+    runs = synthetic_runs(truth, shape, profile)
+    for run in runs:
+        clock = 0.0
+        for s in run.steps:
+            price = s.duration_ms
+            s.start_ms, s.duration_ms = clock, price - host_ms
+            clock += price
+    fitted = fit_cost_model(runs, profile)
+    assert fitted.step_ms == pytest.approx(2.0, rel=0.05)   # with only the durations: 1.5
+    last = runs[0].steps[-1]
+    assert busy_ms(runs[0].steps)[-1] == last.duration_ms   # no next step: its duration
+    a = StepRecord.measured(run_id="x", step=0, phase=Phase.DECODE, prefill_tokens=[], num_decode=1,
+                            contexts=[9], start_ms=0.0, duration_ms=3.0)
+    b = StepRecord.measured(run_id="x", step=1, phase=Phase.DECODE, prefill_tokens=[], num_decode=1,
+                            contexts=[10], start_ms=3.0 + HOST_GAP_MS + 5, duration_ms=3.0)
+    assert busy_ms([a, b])[0] == 3.0            # the engine waited for an arrival: not the step's
+    b.start_ms, b.worker = 3.2, 1
+    assert busy_ms([a, b])[0] == 3.0            # another worker's step
+    b.worker = a.worker
+    assert busy_ms([a, b])[0] == pytest.approx(3.2)
+
+
 def test_batch_buckets():
     assert [batch_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 300)] == ["1", "2", "3-4", "3-4", "5-8", "5-8", "9-16",
                                                                     "257-512"]
