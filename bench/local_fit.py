@@ -11,7 +11,12 @@ Every step is the command line's, in a child process, as the issue that asked fo
 The machine's load moves the measured side (a shared machine's noise is the error's floor): run it on a
 quiet one.
 
-    python -m bench.local_fit [--rounds 2] [--threads 2] [--readme]
+    python -m bench.local_fit [--rounds 5] [--sweeps 3] [--threads 2] [--keep DIR] [--readme]
+
+Each sweep runs in several processes (--sweeps) and the held-out workload in several (--rounds): on this
+project's 2-core VM a fresh process's batch-1 decode step took anywhere from 2.8 to 5.1 ms for its whole
+life with nothing else running (no thread of the kernels' pool sharing a core, transparent huge pages on
+or off alike), so a fit on one process's sweeps priced whatever that process happened to be.
 """
 from __future__ import annotations
 
@@ -56,9 +61,19 @@ def step_medians(folder: Path) -> tuple[float, float, float]:
     return mid, statistics.median(prefill), sum(d > 2 * mid for d in decode) / len(decode)
 
 
+def batch_one_ms(folder: Path) -> float:
+    """A batch sweep's batch-1 decode step, its median (the process's speed, seen from the sweep)."""
+    with open(folder / "steps.csv", newline="") as f:
+        one = [float(s["duration_ms"]) for s in csv.DictReader(f)
+               if s["phase"] == "decode" and s["num_decode_requests"] == "1"]
+    return statistics.median(one)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=2, help="held-out workload measurements (median taken)")
+    parser.add_argument("--rounds", type=int, default=5, help="held-out workload measurements (median taken)")
+    parser.add_argument("--sweeps", type=int, default=3,
+                        help="processes each sweep runs in, all fitted on (a process's speed is its own: see above)")
     parser.add_argument("--threads", default="2")
     parser.add_argument("--keep", metavar="DIR", help="keep the runs and the fitted profile here")
     add_readme_flag(parser)
@@ -73,13 +88,16 @@ def main() -> int:
     else:
         log("no calibrated profile here: calibrating first")
         cli("calibrate", "--out", str(profile), *threads)
-    log("sweep batch")
-    cli("sweep", "batch", "--batches", "1,2,4,8", "--context", "256", "--out", str(work / "batch"),
-        *threads)
-    log("sweep prompt")
-    cli("sweep", "prompt", "--lengths", "32,64,128,256", "--out", str(work / "prompt"), *threads)
+    folders = []
+    for i in range(args.sweeps):
+        log(f"sweep batch and sweep prompt, process {i + 1} of {args.sweeps}")
+        cli("sweep", "batch", "--batches", "1,2,4,8", "--context", "256", "--out", str(work / f"batch-{i}"),
+            *threads)
+        cli("sweep", "prompt", "--lengths", "32,64,128,256", "--out", str(work / f"prompt-{i}"), *threads)
+        folders += [work / f"batch-{i}", work / f"prompt-{i}"]
     log("calibrate --fit")
-    cli("calibrate", "--fit", str(work / "batch"), str(work / "prompt"), "--out", str(profile), *threads)
+    cli("calibrate", "--fit", *map(str, folders), "--out", str(profile), *threads)
+    sweep_b1 = [batch_one_ms(work / f"batch-{i}") for i in range(args.sweeps)]
     cli("load", "--simulate", "--profile", str(profile), *WORKLOAD, "--out", str(work / "simulated"))
     sim_ttft, sim_tpot = p50s(work / "simulated")
     measured = []
@@ -96,8 +114,9 @@ def main() -> int:
     prefill = statistics.median(s[1] for s in steps)
     interrupted = ", ".join(f"{s[2] * 100:.0f}%" for s in steps)
     lines = [measured_line(f"{args.threads} threads"), "",
-             "Fitted on `sweep batch` (1, 2, 4, 8 at 256 tokens) and `sweep prompt` (32-256 tokens) of the bundled "
-             "model as stored; held out: 12 Poisson requests at 1/s, prompts 64-192, outputs 16-48, max batch 8.", "",
+             f"Fitted on `sweep batch` (1, 2, 4, 8 at 256 tokens) and `sweep prompt` (32-256 tokens) of the bundled "
+             f"model as stored, each run in {args.sweeps} processes; held out: 12 Poisson requests at 1/s, prompts "
+             f"64-192, outputs 16-48, max batch 8, measured in {args.rounds} processes.", "",
              "| metric | measured p50 (median of rounds) | simulated p50 | error |",
              "|---|---|---|---|",
              f"| TTFT | {ttft:,.0f} ms | {sim_ttft:,.0f} ms | {(sim_ttft / ttft - 1) * 100:+.0f}% |",
@@ -106,7 +125,8 @@ def main() -> int:
              f"| prefill per token (median) | {prefill:,.2f} ms | {sim_prefill:,.2f} ms | "
              f"{(sim_prefill / prefill - 1) * 100:+.0f}% |",
              "", f"Measured rounds (TTFT / TPOT p50, ms): {rounds}. Decode steps over twice the median "
-             f"(another process took the cores mid-step; the simulator prices none): {interrupted}."]
+             f"(another process took the cores mid-step; the simulator prices none): {interrupted}. The sweeps' "
+             f"batch-1 decode step, process by process: {', '.join(f'{x:.2f}' for x in sweep_b1)} ms."]
     log(f"the runs and the fitted profile: {work}")
     return publish("local_fit", lines, args.readme)
 
