@@ -25,8 +25,8 @@ from gui.views.plot_style import cosmetic_pen
 HELD_COLOR, HIT_COLOR = "#1b9e77", "#b8860b"
 REDRAW_S = 0.25
 # short: the strip's plot is 120-150 pixels high on 1,366x768 and 1,920x1,080 screens, and a longer label
-# is cut at the top ("prefix hit" was); the axis's tooltip says it whole
-AXIS_LABEL = (f'<span style="color:{HELD_COLOR}">&#8212; KV held</span> '
+# is cut at the top ("KV held - - prefix hit %" was at both); the axis's tooltip says it whole
+AXIS_LABEL = (f'<span style="color:{HELD_COLOR}">&#8212; KV</span> '
               f'<span style="color:{HIT_COLOR}">- - hit</span> %')
 AXIS_TIP = ("Right axis, 0-100 %: the solid line is the share of the KV cache held after each step; the dashed "
             "line is the prefix hit rate so far (prompt tokens found cached over all prompt tokens)")
