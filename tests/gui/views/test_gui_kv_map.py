@@ -79,7 +79,7 @@ def test_a_prefix_cached_multi_turn_run_fills_the_map_table_lanes_and_hit_rate(q
     assert window.view_tabs.tabText(window.view_tabs.currentIndex()) == "KV cache"
     # and on the engine-step strip: the same two lines on its right axis, which names them
     strip = window.timeline
-    assert strip.kv.shown and "KV held" in strip.kv.axis.labelText
+    assert strip.kv.shown and "KV" in strip.kv.axis.labelText and "KV cache held" in strip.kv.axis.toolTip()
     assert np.array_equal(strip.kv.hit.yData, hit.yData[-len(strip.kv.hit.yData):])
     assert len(strip.kv.held.xData) == window.store.num_steps and strip.kv.held.yData.max() > 0
 
