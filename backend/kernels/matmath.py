@@ -7,8 +7,11 @@ of many rows (a prefill, a mixed step, a large decode batch) is arithmetic-bound
 bfloat16 units do twice (AVX512-BF16's vdpbf16ps) to many times (Intel's AMX tiles) the float32
 FMA rate. So a MatMath names a unit and the fewest rows that run on it; fewer rows stay float32.
 
-MIN_ROWS is the crossover measured on the reference CPU (bench/README.md): at 16 rows the
-bfloat16 path first beats the float32 one, for float32 panels and the block formats alike.
+MIN_ROWS is the crossover measured on the reference CPU (2-core AMD EPYC, AVX512-BF16; decode batches of
+the bundled model, the two paths alternating in one process, 2 threads): bfloat16 over float32 took
+1.30-1.40x at 16 rows, 1.06-1.18x at 24, 0.95x (Q8_0, Q4_1) to 1.08x (float32 weights) at 32, 0.84-0.98x at
+48. It was 16 while the quantized float32 route dequantized every panel from 9 rows on (qlinear.c's
+DEQUANT_ROWS); with the register tile's passes up to 32 rows, bfloat16 pays from 32.
 The AMX figure is the tile's height, not a measurement (no AMX machine was at hand).
 
 PHASESCOPE_MATH_UNITS (a comma-separated list, "" for none) hides the other units, to see how
@@ -36,7 +39,7 @@ from backend.kernels import decodemath
 
 MODES = ("auto", "fp32", "bf16")
 CODES = {"fp32": 0, "AVX512-BF16": 1, "AMX": 2}   # bf16.h's PSK_MATH_*
-MIN_ROWS = {"AVX512-BF16": 16, "AMX": 16}
+MIN_ROWS = {"AVX512-BF16": 32, "AMX": 16}
 
 
 @dataclass(slots=True, frozen=True)
