@@ -45,7 +45,8 @@ def test_doctor_lists_every_item_and_exits_0_when_the_window_can_run():
         assert f"{unit} yes" in lines["cpu"] or f"{unit} no" in lines["cpu"], lines["cpu"]
     from backend.kernels import matmath
     unit, _ = matmath.bf16_unit()
-    assert lines["matrix"].startswith(f"--prefill-math auto|bf16 runs products of 16+ rows in bfloat16 on {unit};"
+    assert lines["matrix"].startswith(f"--prefill-math auto|bf16 runs products of {matmath.MIN_ROWS.get(unit)}+ rows "
+                                      f"in bfloat16 on {unit};"
                                       if unit else "no bfloat16 unit: every product runs in float32"), lines["matrix"]
     assert f"AMX tile permission: {matmath.amx_permission()[1]}" in lines["matrix"]
     from backend.kernels import decodemath

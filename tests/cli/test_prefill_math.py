@@ -115,8 +115,9 @@ def test_bf16_on_a_cpu_without_a_unit_is_one_clear_line_and_auto_runs_float32_ex
 def test_a_run_records_the_math_and_which_unit_ran_each_phase(mode, tmp_path, capsys):
     if mode == "bf16" and UNIT is None:
         pytest.skip(f"no bfloat16 unit here: {WHY_NO_UNIT}")
-    # 20 prompt tokens (a product of 20 rows) and decode steps of one row: on either side of 16
-    code = main(["run", "--prompt-len", "20", "--output-len", "4", "--ignore-eos", "--prefill-math", mode,
+    # 40 prompt tokens (a product of 40 rows) and decode steps of one row: on either side of the unit's
+    # threshold (matmath.MIN_ROWS: 32 on AVX512-BF16, 16 on AMX)
+    code = main(["run", "--prompt-len", "40", "--output-len", "4", "--ignore-eos", "--prefill-math", mode,
                  "--out", str(tmp_path)])
     stdout = capsys.readouterr().out
     assert code == 0
@@ -131,7 +132,8 @@ def test_a_run_records_the_math_and_which_unit_ran_each_phase(mode, tmp_path, ca
     if mode != "fp32" and UNIT is not None:
         assert matmul["fidelity"]["tokens"] > 0 and "mean KL" in matmul["note"]
     if expected_unit != "fp32":
-        assert (f"; products: bfloat16 on {expected_unit} for 16+ rows, float32 ({fp32}) below" in stdout)
+        assert (f"; products: bfloat16 on {expected_unit} for {matmath.MIN_ROWS[expected_unit]}+ rows, "
+                f"float32 ({fp32}) below" in stdout)
         assert f"  ran     prefill: {expected_unit} (1 step); decode: {fp32} (3 steps)" in stdout
         assert "  math    " in stdout and "top-1 agreement" in stdout
     else:
@@ -152,9 +154,11 @@ def test_the_model_loaded_event_carries_the_math_so_the_window_predicts_it_durin
 
 
 @needs_unit
-def test_a_decode_batch_of_16_rows_runs_on_the_bfloat16_unit(tmp_path, capsys):
-    """A decode step's rows are its batch: 16 requests decoding together reach the unit's threshold."""
-    assert main(["run", "--prompt-len", "4", "--output-len", "3", "--batch", "16", "--ignore-eos",
+def test_a_decode_batch_at_the_units_threshold_runs_on_the_bfloat16_unit(tmp_path, capsys):
+    """A decode step's rows are its batch: as many requests decoding together as the unit's threshold
+    (matmath.MIN_ROWS) reach it."""
+    assert main(["run", "--prompt-len", "4", "--output-len", "3", "--batch", str(matmath.MIN_ROWS[UNIT]),
+                 "--ignore-eos",
                  "--prefill-math", "bf16", "--out", str(tmp_path)]) == 0
     info = json.loads((tmp_path / "run.json").read_text())["info"]
     assert info["matmul_steps"] == {"prefill": {UNIT: 1}, "decode": {UNIT: 2}}

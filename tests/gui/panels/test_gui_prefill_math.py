@@ -67,6 +67,6 @@ def test_the_metrics_panel_names_the_unit_each_phase_ran_on(qtbot, window, mode)
     values = window.metrics.values
     assert values["units"].text() == f"{prefill} / {fp32}"
     steps = f"prefill: {prefill} (1 step); decode: {fp32} (3 steps)"
-    expected = (f"bfloat16 on {UNIT} for 16+ rows, float32 ({fp32}) below; {steps}; bfloat16 products, as asked; "
+    expected = (f"bfloat16 on {UNIT} for {matmath.MIN_ROWS.get(UNIT)}+ rows, float32 ({fp32}) below; {steps}; bfloat16 products, as asked; "
                 "mean KL" if mode == "bf16" else f"float32 ({fp32}); {steps}; float32 products, as asked")
     assert values["units"].toolTip().startswith(expected), values["units"].toolTip()
