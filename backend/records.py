@@ -174,6 +174,15 @@ class TokenRecord:
     token_id: int = -1
 
 
+def token_ids_by_request(tokens) -> dict[int, list[int]]:
+    """Each request's generated token ids in order, from TokenRecords in any order (a run's, a recorder's):
+    what two runs that must decode alike are compared by."""
+    out: dict[int, list[int]] = {}
+    for t in sorted(tokens, key=lambda t: (t.request_id, t.index)):
+        out.setdefault(t.request_id, []).append(t.token_id)
+    return out
+
+
 @lru_cache(maxsize=None)
 def record_fields(cls) -> tuple[str, ...]:
     """Column names of a record class, in declaration order (the CSV header)."""

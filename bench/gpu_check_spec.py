@@ -40,6 +40,7 @@ def greedy_comparison(device: str, output_len: int) -> tuple[str, str]:
     from backend.engine.spec.ngram import NgramProposer
     from backend.engine.spec.speculator import Speculator
     from backend.loaders.weights import BUNDLED, load_model
+    from backend.records import token_ids_by_request
     from backend.workload.arrivals import RequestSpec
     from bench.speculative import GROUNDED, K, OPEN_CHAT, PARAGRAPH, chat_prompt
     # float32: a verification (an eager prefill segment on CUDA) and a decode step (a graph replay) use
@@ -61,7 +62,7 @@ def greedy_comparison(device: str, output_len: int) -> tuple[str, str]:
         plain = drive_engine(runner, specs, "continuous", len(batch), max_len, "gpu-check")
         guessed = drive_engine(runner, specs, "continuous", len(batch), max_len, "gpu-check",
                                speculator=Speculator(NgramProposer(1, 4), K))
-        a, b = _tokens(plain), _tokens(guessed)
+        a, b = token_ids_by_request(plain.tokens), token_ids_by_request(guessed.tokens)
         same += sum(x == y for rid in a for x, y in zip(a[rid], b.get(rid, [])))
         total += sum(max(len(a[rid]), len(b.get(rid, []))) for rid in a)
         first_diff = first_diff or _first_difference(a, b, f"batch {len(batch)}")
@@ -80,13 +81,6 @@ def greedy_comparison(device: str, output_len: int) -> tuple[str, str]:
         v, d = statistics.median(verify_ms), statistics.median(plain_ms)
         detail += f"; engine steps at batch 1: verification {v:.2f} ms, decode {d:.2f} ms ({v / d:.2f}x)"
     return ("pass" if spec_greedy_passes(same, total, lengths[0]) else "fail"), detail
-
-
-def _tokens(records) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for t in sorted(records.tokens, key=lambda t: (t.request_id, t.index)):
-        out.setdefault(t.request_id, []).append(t.token_id)
-    return out
 
 
 def _first_difference(plain: dict[int, list[int]], guessed: dict[int, list[int]], where: str) -> str:

@@ -50,11 +50,16 @@ def p50s(folder: Path) -> tuple[float, float]:
     return float(rows["ttft_p50_ms"]), float(rows["tpot_p50_ms"])
 
 
+def steps_of(folder: Path) -> list[dict[str, str]]:
+    """A run folder's steps.csv, a dict a row."""
+    with open(folder / "steps.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def step_medians(folder: Path) -> tuple[float, float, float]:
     """(median decode step ms, median prefill ms per token, share of decode steps over twice the median):
     the steps under the percentiles, and how many another process interrupted."""
-    with open(folder / "steps.csv", newline="") as f:
-        steps = list(csv.DictReader(f))
+    steps = steps_of(folder)
     decode = [float(s["duration_ms"]) for s in steps if s["phase"] == "decode"]
     prefill = [float(s["duration_ms"]) / int(s["num_tokens"]) for s in steps if s["phase"] == "prefill"]
     mid = statistics.median(decode)
@@ -63,9 +68,8 @@ def step_medians(folder: Path) -> tuple[float, float, float]:
 
 def batch_one_ms(folder: Path) -> float:
     """A batch sweep's batch-1 decode step, its median (the process's speed, seen from the sweep)."""
-    with open(folder / "steps.csv", newline="") as f:
-        one = [float(s["duration_ms"]) for s in csv.DictReader(f)
-               if s["phase"] == "decode" and s["num_decode_requests"] == "1"]
+    one = [float(s["duration_ms"]) for s in steps_of(folder)
+           if s["phase"] == "decode" and s["num_decode_requests"] == "1"]
     return statistics.median(one)
 
 

@@ -4,7 +4,7 @@ SmolLM2, the same greedy tokens as the slot layout."""
 import pytest
 
 from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
-from backend.records import RequestStatus
+from backend.records import RequestStatus, token_ids_by_request
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
 
@@ -26,10 +26,7 @@ def tokens_of(config: RunConfig, models=None) -> tuple[dict[int, list[int]], obj
     assert finished.error is None
     data = finished.data
     assert all(r.status is RequestStatus.FINISHED for r in data.requests)
-    out: dict[int, list[int]] = {}
-    for t in sorted(data.tokens, key=lambda t: (t.request_id, t.index)):
-        out.setdefault(t.request_id, []).append(t.token_id)
-    return out, finished
+    return token_ids_by_request(data.tokens), finished
 
 
 @pytest.mark.parametrize("policy", ["static", "continuous", "chunked"])

@@ -21,7 +21,7 @@ from backend.errors import InputError
 from backend.results.export import read_run
 from backend.models import make_step_batch
 from backend.protocol import Channel, KVHandoff, Port, Side
-from backend.records import Phase, RecordBatch, RequestStatus
+from backend.records import Phase, RecordBatch, RequestStatus, token_ids_by_request
 from backend.session import execute
 from backend.workload.arrivals import RequestSpec
 from backend.workload.spec import apply_overrides, load_workload
@@ -39,10 +39,7 @@ def config(policy="disaggregated", model="tiny", tmp_path=None, **overrides) -> 
 
 
 def tokens_by_request(data) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for t in sorted(data.tokens, key=lambda t: (t.request_id, t.index)):
-        out.setdefault(t.request_id, []).append(t.token_id)
-    return out
+    return token_ids_by_request(data.tokens)
 
 
 # ---- the hand-off itself, in one process ----------------------------------------------------------

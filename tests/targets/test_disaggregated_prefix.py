@@ -7,7 +7,7 @@ import pytest
 
 from backend.cli.main import main
 from backend.config import EngineConfig, ModelChoice, RunConfig, SamplingConfig
-from backend.records import RequestStatus
+from backend.records import RequestStatus, token_ids_by_request
 from backend.results.export import read_run
 from backend.session import execute
 from backend.workload.spec import apply_overrides, load_workload
@@ -30,10 +30,7 @@ def config(policy: str, caching: bool | None, tmp_path) -> RunConfig:
 
 
 def tokens_by_request(run) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for t in sorted(run.tokens, key=lambda t: (t.request_id, t.index)):
-        out.setdefault(t.request_id, []).append(t.token_id)
-    return out
+    return token_ids_by_request(run.tokens)
 
 
 @pytest.fixture(scope="module")
